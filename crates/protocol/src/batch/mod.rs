@@ -1,0 +1,445 @@
+//! The record batch: Kafka's RecordBatch v2 ("magic 2") layout, tinymq's one batch format on
+//! the wire, on disk and in replication.
+//!
+//! ```text
+//! offset size field                 meaning
+//!      0    8 baseOffset            offset of the first record; stamped by the leader
+//!      8    4 batchLength           bytes after this field (total size - 12)
+//!     12    4 partitionLeaderEpoch  stamped by the leader
+//!     16    1 magic                 2
+//!     17    4 crc                   CRC-32C (Castagnoli) of bytes 21..end, unsigned
+//!     21    2 attributes            bits 0-2 compression, 3 timestamp type (1 = log append
+//!                                   time), 4 transactional, 5 control
+//!     23    4 lastOffsetDelta       offset of the last record - baseOffset
+//!     27    8 baseTimestamp         timestamp of the first record (ms since the Unix epoch)
+//!     35    8 maxTimestamp          largest timestamp in the batch
+//!     43    8 producerId            -1 when not idempotent
+//!     51    2 producerEpoch         -1 when not idempotent
+//!     53    4 baseSequence          sequence of the first record; -1 when not idempotent
+//!     57    4 recordCount           number of records
+//!     61    … records               see [`record`]; compressed as one block when bits 0-2 ≠ 0
+//! ```
+//!
+//! All integers are big-endian. The CRC starts at `attributes`, so the leader can stamp
+//! `baseOffset` and `partitionLeaderEpoch` in place without recomputing it.
+
+mod compression;
+mod record;
+pub mod varint;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+pub use compression::Compression;
+pub use record::{Record, RecordHeader, RecordInput};
+
+/// Size of the fixed batch header.
+pub const BATCH_HEADER_BYTES: usize = 61;
+/// Bytes before `batchLength`'s coverage begins (baseOffset + batchLength).
+pub const BATCH_LENGTH_PREFIX_BYTES: usize = 12;
+/// The only batch format version tinymq accepts.
+pub const BATCH_MAGIC: i8 = 2;
+
+/// Byte offsets of the header fields.
+pub mod field {
+    pub const BASE_OFFSET: usize = 0;
+    pub const BATCH_LENGTH: usize = 8;
+    pub const PARTITION_LEADER_EPOCH: usize = 12;
+    pub const MAGIC: usize = 16;
+    pub const CRC: usize = 17;
+    pub const ATTRIBUTES: usize = 21;
+    pub const LAST_OFFSET_DELTA: usize = 23;
+    pub const BASE_TIMESTAMP: usize = 27;
+    pub const MAX_TIMESTAMP: usize = 35;
+    pub const PRODUCER_ID: usize = 43;
+    pub const PRODUCER_EPOCH: usize = 51;
+    pub const BASE_SEQUENCE: usize = 53;
+    pub const RECORD_COUNT: usize = 57;
+    pub const RECORDS: usize = 61;
+}
+
+const _: () = assert!(field::RECORDS == BATCH_HEADER_BYTES);
+const _: () = assert!(field::CRC + 4 == field::ATTRIBUTES);
+
+/// Attribute bit: timestamps were set by the broker at append time.
+pub const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
+pub const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+pub const ATTR_CONTROL: i16 = 1 << 5;
+
+/// Why bytes are not a valid record batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BatchError {
+    #[error("batch truncated: need {needed} bytes, have {available}")]
+    Truncated { needed: usize, available: usize },
+    #[error("batch length {0} is smaller than the batch header")]
+    LengthTooSmall(i32),
+    #[error("unsupported batch magic {0} (only 2 is supported)")]
+    BadMagic(i8),
+    #[error("batch CRC mismatch: stored 0x{stored:08X}, computed 0x{computed:08X}")]
+    CrcMismatch { stored: u32, computed: u32 },
+    #[error("batch header says {header} records but {found} were found")]
+    RecordCountMismatch { header: i32, found: usize },
+    #[error("unsupported compression codec {0}")]
+    UnsupportedCompression(u8),
+    #[error("decompressed records exceed the limit of {limit} bytes")]
+    DecompressedTooLarge { limit: usize },
+    #[error("corrupt batch: {0}")]
+    Corrupt(String),
+    #[error("compression failed: {0}")]
+    Compression(String),
+}
+
+fn read_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn read_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn read_i64(b: &[u8], at: usize) -> i64 {
+    i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The total size of the batch starting at the front of `buf`, read from its length field, or
+/// `None` when fewer than 12 bytes are there. The size is not validated beyond being ≥ the
+/// header; use it to split a stream of batches.
+pub fn batch_size(buf: &[u8]) -> Result<Option<usize>, BatchError> {
+    if buf.len() < BATCH_LENGTH_PREFIX_BYTES {
+        return Ok(None);
+    }
+    let length = read_i32(buf, field::BATCH_LENGTH);
+    if length < (BATCH_HEADER_BYTES - BATCH_LENGTH_PREFIX_BYTES) as i32 {
+        return Err(BatchError::LengthTooSmall(length));
+    }
+    Ok(Some(BATCH_LENGTH_PREFIX_BYTES + length as usize))
+}
+
+/// Computes the CRC a batch should carry (over attributes to the end).
+pub fn compute_crc(batch: &[u8]) -> u32 {
+    crc32c::crc32c(&batch[field::ATTRIBUTES..])
+}
+
+/// Writes `base_offset` into a batch in place; the CRC stays valid.
+pub fn stamp_base_offset(batch: &mut [u8], base_offset: i64) {
+    assert!(batch.len() >= BATCH_HEADER_BYTES, "stamping a whole batch");
+    batch[field::BASE_OFFSET..field::BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// Writes the partition leader epoch into a batch in place; the CRC stays valid.
+pub fn stamp_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
+    assert!(batch.len() >= BATCH_HEADER_BYTES, "stamping a whole batch");
+    batch[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
+        .copy_from_slice(&epoch.to_be_bytes());
+}
+
+/// One record batch whose framing, magic and CRC have been checked. Header fields are read
+/// straight from the bytes; records are decoded on demand by [`RecordBatch::records`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordBatch {
+    bytes: Bytes,
+}
+
+impl RecordBatch {
+    /// Checks that `bytes` is exactly one batch: length field, magic, CRC, and header sanity.
+    /// Records are not decoded; [`RecordBatch::validate_records`] does that.
+    pub fn parse(bytes: Bytes) -> Result<RecordBatch, BatchError> {
+        let size = batch_size(&bytes)?.ok_or(BatchError::Truncated {
+            needed: BATCH_LENGTH_PREFIX_BYTES,
+            available: bytes.len(),
+        })?;
+        if bytes.len() < size {
+            return Err(BatchError::Truncated {
+                needed: size,
+                available: bytes.len(),
+            });
+        }
+        if bytes.len() > size {
+            return Err(BatchError::Corrupt(format!(
+                "{} bytes follow the batch's end",
+                bytes.len() - size
+            )));
+        }
+        let magic = bytes[field::MAGIC] as i8;
+        if magic != BATCH_MAGIC {
+            return Err(BatchError::BadMagic(magic));
+        }
+        let batch = RecordBatch { bytes };
+        let computed = compute_crc(&batch.bytes);
+        if computed != batch.crc() {
+            return Err(BatchError::CrcMismatch {
+                stored: batch.crc(),
+                computed,
+            });
+        }
+        if batch.record_count() < 0 || batch.last_offset_delta() < 0 {
+            return Err(BatchError::Corrupt(format!(
+                "negative record count {} or last offset delta {}",
+                batch.record_count(),
+                batch.last_offset_delta()
+            )));
+        }
+        Compression::from_attributes(batch.attributes())?;
+        Ok(batch)
+    }
+
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    pub fn size_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        read_i64(&self.bytes, field::BASE_OFFSET)
+    }
+    pub fn partition_leader_epoch(&self) -> i32 {
+        read_i32(&self.bytes, field::PARTITION_LEADER_EPOCH)
+    }
+    pub fn crc(&self) -> u32 {
+        read_i32(&self.bytes, field::CRC) as u32
+    }
+    pub fn attributes(&self) -> i16 {
+        read_i16(&self.bytes, field::ATTRIBUTES)
+    }
+    pub fn compression(&self) -> Compression {
+        Compression::from_attributes(self.attributes()).expect("checked by parse")
+    }
+    pub fn last_offset_delta(&self) -> i32 {
+        read_i32(&self.bytes, field::LAST_OFFSET_DELTA)
+    }
+    /// Offset of the last record (base offset + last offset delta).
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset() + i64::from(self.last_offset_delta())
+    }
+    /// The offset right after this batch.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset() + 1
+    }
+    pub fn base_timestamp(&self) -> i64 {
+        read_i64(&self.bytes, field::BASE_TIMESTAMP)
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        read_i64(&self.bytes, field::MAX_TIMESTAMP)
+    }
+    pub fn producer_id(&self) -> i64 {
+        read_i64(&self.bytes, field::PRODUCER_ID)
+    }
+    pub fn producer_epoch(&self) -> i16 {
+        read_i16(&self.bytes, field::PRODUCER_EPOCH)
+    }
+    pub fn base_sequence(&self) -> i32 {
+        read_i32(&self.bytes, field::BASE_SEQUENCE)
+    }
+    /// Sequence of the last record, wrapping at i32::MAX like Kafka's.
+    pub fn last_sequence(&self) -> i32 {
+        let seq = i64::from(self.base_sequence()) + i64::from(self.last_offset_delta());
+        (seq % (i64::from(i32::MAX) + 1)) as i32
+    }
+    pub fn record_count(&self) -> i32 {
+        read_i32(&self.bytes, field::RECORD_COUNT)
+    }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes() & ATTR_LOG_APPEND_TIME != 0
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes() & ATTR_CONTROL != 0
+    }
+
+    /// Decodes every record, decompressing at most `decompressed_bytes_max` bytes, and checks
+    /// that the count and offset deltas agree with the header.
+    pub fn records(&self, decompressed_bytes_max: usize) -> Result<Vec<Record>, BatchError> {
+        let payload = self.bytes.slice(field::RECORDS..);
+        let records_bytes = match self.compression() {
+            Compression::None => payload,
+            codec => Bytes::from(codec.decompress(&payload, decompressed_bytes_max)?),
+        };
+        let header_count = self.record_count();
+        // Every record takes at least 7 bytes; a larger count is a lie and must not size an
+        // allocation.
+        let capacity = (header_count as usize).min(records_bytes.len() / 7);
+        let mut records = Vec::with_capacity(capacity);
+        let mut cursor = 0;
+        let timestamp_base = self.base_timestamp();
+        while cursor < records_bytes.len() {
+            let mut record =
+                record::decode_record(&records_bytes, &mut cursor, self.base_offset(), timestamp_base)?;
+            if self.is_log_append_time() {
+                record.timestamp_ms = self.max_timestamp();
+            }
+            records.push(record);
+        }
+        if records.len() != header_count as usize {
+            return Err(BatchError::RecordCountMismatch {
+                header: header_count,
+                found: records.len(),
+            });
+        }
+        for (i, record) in records.iter().enumerate() {
+            if record.offset != self.base_offset() + i as i64 {
+                return Err(BatchError::Corrupt(format!(
+                    "record {i} has offset delta {} (expected {i})",
+                    record.offset - self.base_offset()
+                )));
+            }
+        }
+        if header_count > 0 && self.last_offset_delta() != header_count - 1 {
+            return Err(BatchError::Corrupt(format!(
+                "last offset delta {} does not match {} records",
+                self.last_offset_delta(),
+                header_count
+            )));
+        }
+        Ok(records)
+    }
+
+    /// Full validation: [`RecordBatch::records`] without keeping them.
+    pub fn validate_records(&self, decompressed_bytes_max: usize) -> Result<(), BatchError> {
+        self.records(decompressed_bytes_max).map(drop)
+    }
+}
+
+/// Splits a buffer of back-to-back batches. Each item is a parsed (CRC-checked) batch sharing
+/// the buffer's memory; a truncated or corrupt batch ends the iteration with an error.
+pub struct BatchIter {
+    rest: Bytes,
+}
+
+impl BatchIter {
+    pub fn new(bytes: Bytes) -> BatchIter {
+        BatchIter { rest: bytes }
+    }
+}
+
+impl Iterator for BatchIter {
+    type Item = Result<RecordBatch, BatchError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let result = match batch_size(&self.rest) {
+            Ok(Some(size)) if size <= self.rest.len() => {
+                RecordBatch::parse(self.rest.split_to(size))
+            }
+            Ok(Some(size)) => Err(BatchError::Truncated {
+                needed: size,
+                available: self.rest.len(),
+            }),
+            Ok(None) => Err(BatchError::Truncated {
+                needed: BATCH_LENGTH_PREFIX_BYTES,
+                available: self.rest.len(),
+            }),
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            self.rest.clear();
+        }
+        Some(result)
+    }
+}
+
+/// Identity of an idempotent producer, written into each batch it sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerStamp {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
+impl ProducerStamp {
+    /// The stamp of a producer without idempotence.
+    pub const NONE: ProducerStamp = ProducerStamp {
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+    };
+}
+
+/// Builds one batch from records. Offsets start at 0 (the leader stamps the real base offset).
+#[derive(Debug)]
+pub struct BatchBuilder {
+    compression: Compression,
+    producer: ProducerStamp,
+    base_timestamp: Option<i64>,
+    max_timestamp: i64,
+    record_count: i32,
+    records: BytesMut,
+}
+
+impl BatchBuilder {
+    pub fn new(compression: Compression, producer: ProducerStamp) -> BatchBuilder {
+        BatchBuilder {
+            compression,
+            producer,
+            base_timestamp: None,
+            max_timestamp: i64::MIN,
+            record_count: 0,
+            records: BytesMut::new(),
+        }
+    }
+
+    pub fn record_count(&self) -> i32 {
+        self.record_count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.record_count == 0
+    }
+
+    /// Size of the batch if built now without compression.
+    pub fn uncompressed_bytes(&self) -> usize {
+        BATCH_HEADER_BYTES + self.records.len()
+    }
+
+    /// Adds a record; returns its offset delta.
+    pub fn push(&mut self, record: &RecordInput<'_>) -> i32 {
+        let base_timestamp = *self.base_timestamp.get_or_insert(record.timestamp_ms);
+        let offset_delta = self.record_count;
+        record::encode_record(
+            &mut self.records,
+            record,
+            offset_delta,
+            record.timestamp_ms - base_timestamp,
+        );
+        self.max_timestamp = self.max_timestamp.max(record.timestamp_ms);
+        self.record_count += 1;
+        offset_delta
+    }
+
+    /// Encodes the batch. At least one record must have been pushed.
+    pub fn build(self) -> Result<Bytes, BatchError> {
+        assert!(self.record_count > 0, "a batch holds at least one record");
+        let payload = match self.compression {
+            Compression::None => self.records.freeze(),
+            codec => Bytes::from(codec.compress(&self.records)?),
+        };
+        let total = BATCH_HEADER_BYTES + payload.len();
+        let batch_length = i32::try_from(total - BATCH_LENGTH_PREFIX_BYTES)
+            .map_err(|_| BatchError::Compression("batch larger than 2 GiB".into()))?;
+        let mut out = BytesMut::with_capacity(total);
+        out.put_i64(0);
+        out.put_i32(batch_length);
+        out.put_i32(-1); // partition leader epoch: stamped by the leader
+        out.put_i8(BATCH_MAGIC);
+        out.put_u32(0); // CRC: filled in below
+        out.put_i16(self.compression.attribute_bits());
+        out.put_i32(self.record_count - 1);
+        out.put_i64(self.base_timestamp.expect("at least one record"));
+        out.put_i64(self.max_timestamp);
+        out.put_i64(self.producer.producer_id);
+        out.put_i16(self.producer.producer_epoch);
+        out.put_i32(self.producer.base_sequence);
+        out.put_i32(self.record_count);
+        debug_assert_eq!(out.len(), BATCH_HEADER_BYTES);
+        out.put_slice(&payload);
+        let crc = compute_crc(&out);
+        out[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        Ok(out.freeze())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! Stable numeric error codes carried in every response's `Error` field.
+//!
+//! A code's number and meaning never change, and a retired code is never reused: clients in
+//! other languages switch on these numbers. The message beside a code is for people.
+
+use crate::messages;
+
+macro_rules! error_codes {
+    ($( $(#[$doc:meta])* $name:ident = $code:literal, $retriable:literal, $text:literal; )*) => {
+        /// Every error code of protocol version 1. Variants are spelled as on the wire and in
+        /// docs/protocol.md, so that a name reads the same in every language.
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum ErrorCode {
+            $( $(#[$doc])* $name = $code, )*
+        }
+
+        impl ErrorCode {
+            /// Every code, in numeric order.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$name,)*];
+
+            /// The code for a number, or `None` for a number this version does not know
+            /// (a newer peer's code: treat it as a non-retriable failure).
+            pub fn from_code(code: u32) -> Option<ErrorCode> {
+                match code {
+                    $( $code => Some(ErrorCode::$name), )*
+                    _ => None,
+                }
+            }
+
+            pub fn code(self) -> u16 {
+                self as u16
+            }
+
+            /// The name used in docs and logs, e.g. `NOT_LEADER`.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( ErrorCode::$name => stringify!($name), )*
+                }
+            }
+
+            /// Whether a client may retry the same request and expect it to succeed later.
+            pub fn is_retriable(self) -> bool {
+                match self {
+                    $( ErrorCode::$name => $retriable, )*
+                }
+            }
+
+            /// A default description, used when no more specific message is at hand.
+            pub fn description(self) -> &'static str {
+                match self {
+                    $( ErrorCode::$name => $text, )*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    NONE = 0, false, "success";
+    /// An unexpected server-side failure; the message says more.
+    UNKNOWN_SERVER_ERROR = 1, false, "unexpected server error";
+    /// A record batch failed its CRC, length or count check.
+    CORRUPT_MESSAGE = 2, false, "record batch is corrupt";
+    UNKNOWN_TOPIC_OR_PARTITION = 3, true, "unknown topic or partition";
+    /// The receiving broker does not lead the partition; refresh routes and retry.
+    NOT_LEADER = 4, true, "this broker is not the partition's leader";
+    /// A batch or request over a configured size limit.
+    MESSAGE_TOO_LARGE = 5, false, "message or batch too large";
+    /// A request that is well-formed protobuf but makes no sense (bad field values).
+    INVALID_REQUEST = 6, false, "invalid request";
+    UNSUPPORTED_VERSION = 7, false, "unsupported protocol version";
+    /// The frame's operation code is unknown to this server.
+    UNKNOWN_OPERATION = 8, false, "unknown operation";
+    TOPIC_ALREADY_EXISTS = 9, false, "topic already exists";
+    /// Topic name empty, too long, or with characters outside [A-Za-z0-9._-].
+    INVALID_TOPIC = 10, false, "invalid topic name";
+    INVALID_PARTITIONS = 11, false, "invalid number of partitions";
+    INVALID_CONFIG = 12, false, "invalid topic configuration";
+    /// The requested offset is below the log start or above the log end.
+    OFFSET_OUT_OF_RANGE = 13, false, "offset out of range";
+    /// The batch's sequence is not the next one expected for its producer.
+    OUT_OF_ORDER_SEQUENCE = 14, false, "out of order sequence number";
+    /// The producer epoch is older than the one the broker knows: a newer instance exists.
+    INVALID_PRODUCER_EPOCH = 15, false, "producer epoch is stale (fenced)";
+    UNKNOWN_PRODUCER_ID = 16, false, "unknown producer id";
+    NOT_ENOUGH_REPLICAS = 17, true, "not enough in-sync replicas";
+    REQUEST_TIMED_OUT = 18, true, "request timed out";
+    CLUSTER_ID_MISMATCH = 19, false, "cluster id does not match";
+    /// A request other than Handshake arrived before the handshake succeeded.
+    HANDSHAKE_REQUIRED = 20, false, "handshake required first";
+    /// The broker failed to read or write its disk for this partition.
+    STORAGE_ERROR = 21, true, "storage error";
+    /// The body could not be decoded as the operation's message type.
+    MALFORMED_BODY = 22, false, "malformed request body";
+    INVALID_REQUIRED_ACKS = 23, false, "acks must be -1, 0 or 1";
+    UNSUPPORTED_COMPRESSION = 24, false, "unsupported compression codec";
+    /// A per-connection or per-server limit was reached; retry later.
+    LIMIT_EXCEEDED = 25, true, "limit exceeded";
+    /// The server is shutting down; retry against another node or later.
+    SHUTTING_DOWN = 26, true, "server is shutting down";
+    /// The frame was invalid (bad magic, version or size); the connection will close.
+    INVALID_FRAME = 27, false, "invalid frame";
+}
+
+impl ErrorCode {
+    /// Builds the wire `Error` for this code with a specific message.
+    pub fn with_message(self, message: impl Into<String>) -> messages::Error {
+        messages::Error {
+            code: u32::from(self.code()),
+            message: message.into(),
+        }
+    }
+
+    /// Builds the wire `Error` for this code with its default description.
+    pub fn to_wire(self) -> messages::Error {
+        self.with_message(self.description())
+    }
+}
+
+impl messages::Error {
+    /// The known code of this error; unknown numbers (from a newer peer) map to
+    /// `UNKNOWN_SERVER_ERROR`.
+    pub fn error_code(&self) -> ErrorCode {
+        ErrorCode::from_code(self.code).unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR)
+    }
+
+    pub fn is_ok(&self) -> bool {
+        self.code == 0
+    }
+}
+
+impl std::fmt::Display for messages::Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match ErrorCode::from_code(self.code) {
+            Some(code) => write!(f, "{} ({}): {}", code.name(), self.code, self.message),
+            None => write!(f, "error {}: {}", self.code, self.message),
+        }
+    }
+}
+
+impl std::error::Error for messages::Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_dense_unique_and_round_trip() {
+        for (i, &code) in ErrorCode::ALL.iter().enumerate() {
+            // Dense and in order: a gap would mean a code was removed, which is not allowed.
+            assert_eq!(code.code() as usize, i);
+            assert_eq!(ErrorCode::from_code(u32::from(code.code())), Some(code));
+        }
+        assert_eq!(ErrorCode::from_code(9999), None);
+    }
+
+    #[test]
+    fn wire_error_displays_name_and_message() {
+        let e = ErrorCode::NOT_LEADER.with_message("leader is 3");
+        assert_eq!(e.to_string(), "NOT_LEADER (4): leader is 3");
+        assert_eq!(e.error_code(), ErrorCode::NOT_LEADER);
+        assert!(!e.is_ok());
+    }
+}

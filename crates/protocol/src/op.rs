@@ -1,0 +1,88 @@
+//! Operation codes: the low 7 bits of a frame's `kind` byte, naming the body's message type.
+//!
+//! Codes are stable: a code is never reused for another operation, even after the operation is
+//! retired. A request with an unknown code is answered with `UNKNOWN_OPERATION` and the
+//! connection stays usable.
+
+use crate::messages;
+
+macro_rules! operations {
+    ($( $(#[$doc:meta])* $name:ident = $code:literal => $request:ident, $response:ident; )*) => {
+        /// Every operation of protocol version 1.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum OpCode {
+            $( $(#[$doc])* $name = $code, )*
+        }
+
+        impl OpCode {
+            /// Every operation, in code order.
+            pub const ALL: &'static [OpCode] = &[$(OpCode::$name,)*];
+
+            pub fn from_code(code: u8) -> Option<OpCode> {
+                match code {
+                    $( $code => Some(OpCode::$name), )*
+                    _ => None,
+                }
+            }
+
+            pub fn code(self) -> u8 {
+                self as u8
+            }
+
+            /// The name used in logs, metrics and docs.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( OpCode::$name => stringify!($name), )*
+                }
+            }
+        }
+
+        $(
+            impl Request for messages::$request {
+                const OP: OpCode = OpCode::$name;
+                type Response = messages::$response;
+            }
+        )*
+    };
+}
+
+/// A request body type, tied to its operation code and its response body type.
+pub trait Request: prost::Message + Default {
+    const OP: OpCode;
+    type Response: prost::Message + Default;
+}
+
+operations! {
+    /// First request on every connection: versions, cluster id, limits.
+    Handshake = 1 => HandshakeRequest, HandshakeResponse;
+    /// Routes: which broker leads each partition.
+    Metadata = 2 => MetadataRequest, MetadataResponse;
+    CreateTopic = 3 => CreateTopicRequest, CreateTopicResponse;
+    DeleteTopic = 4 => DeleteTopicRequest, DeleteTopicResponse;
+    ListTopics = 5 => ListTopicsRequest, ListTopicsResponse;
+    DescribeTopic = 6 => DescribeTopicRequest, DescribeTopicResponse;
+    /// Append record batches to partitions.
+    Produce = 7 => ProduceRequest, ProduceResponse;
+    /// Read record batches from partitions, with long polling.
+    Fetch = 8 => FetchRequest, FetchResponse;
+    /// Earliest, latest, or first offset at a timestamp.
+    ListOffsets = 9 => ListOffsetsRequest, ListOffsetsResponse;
+    /// A producer id and epoch for idempotent produce.
+    InitProducerId = 10 => InitProducerIdRequest, InitProducerIdResponse;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_fit_in_seven_bits() {
+        for &op in OpCode::ALL {
+            assert!(op.code() < 0x80);
+            assert_eq!(OpCode::from_code(op.code()), Some(op));
+        }
+        assert_eq!(OpCode::from_code(0), None);
+        assert_eq!(OpCode::from_code(0x7F), None);
+    }
+}
