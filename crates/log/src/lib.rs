@@ -1,1 +1,43 @@
-//! temp
+//! tinymq's partition log: an append-only sequence of record batches in segment files, with
+//! sparse offset and time indexes, a flush policy with group commit, crash recovery, and
+//! retention. No networking: the broker drives it.
+//!
+//! ```no_run
+//! use tinymq_log::{LogConfig, PartitionLog};
+//! # fn main() -> Result<(), tinymq_log::LogError> {
+//! let (log, report) = PartitionLog::open("data/orders-0".as_ref(), LogConfig::default())?;
+//! assert!(report.truncations.is_empty(), "a clean start cuts nothing");
+//! # let batch = bytes::BytesMut::new();
+//! let appended = log.append(batch, 0)?; // returns after fsync under the default policy
+//! let read = log.read(appended.base_offset, 1 << 20, None)?;
+//! # Ok(()) }
+//! ```
+//!
+//! The on-disk format and the durability promises are in `docs/storage.md`.
+
+mod clock;
+mod config;
+mod error;
+pub mod fault;
+mod index;
+mod log;
+mod maintenance;
+mod read;
+mod recovery;
+mod segment;
+mod storage;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use config::{
+    FlushPolicy, LogConfig, INDEX_INTERVAL_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN,
+};
+pub use error::LogError;
+pub use log::{AppendInfo, PartitionLog};
+pub use maintenance::RetentionReport;
+pub use read::ReadResult;
+pub use recovery::{RecoveryReport, Truncation};
+pub use storage::{OsStorage, Storage, StorageFile};
+
+#[cfg(test)]
+mod tests;

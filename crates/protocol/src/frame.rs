@@ -46,7 +46,10 @@ pub struct FrameHeader {
 
 impl FrameHeader {
     pub fn request(op_code: u8, message_id: u32, body_len: u32) -> FrameHeader {
-        assert!(op_code & KIND_RESPONSE_BIT == 0, "operation codes are 7 bits");
+        assert!(
+            op_code & KIND_RESPONSE_BIT == 0,
+            "operation codes are 7 bits"
+        );
         FrameHeader {
             version: FRAME_VERSION,
             kind: op_code,
@@ -56,7 +59,10 @@ impl FrameHeader {
     }
 
     pub fn response(op_code: u8, message_id: u32, body_len: u32) -> FrameHeader {
-        assert!(op_code & KIND_RESPONSE_BIT == 0, "operation codes are 7 bits");
+        assert!(
+            op_code & KIND_RESPONSE_BIT == 0,
+            "operation codes are 7 bits"
+        );
         FrameHeader {
             version: FRAME_VERSION,
             kind: op_code | KIND_RESPONSE_BIT,
@@ -134,7 +140,11 @@ pub struct Frame {
 impl Frame {
     /// Encodes header and body into one buffer.
     pub fn encode(&self, out: &mut BytesMut) {
-        assert_eq!(self.header.body_len as usize, self.body.len(), "body_len matches body");
+        assert_eq!(
+            self.header.body_len as usize,
+            self.body.len(),
+            "body_len matches body"
+        );
         out.reserve(FRAME_HEADER_BYTES + self.body.len());
         self.header.encode(out);
         out.put_slice(&self.body);

@@ -139,7 +139,9 @@ mod tests {
 
     #[test]
     fn every_codec_round_trips() {
-        let input: Vec<u8> = (0..10_000u32).flat_map(|i| (i % 251).to_be_bytes()).collect();
+        let input: Vec<u8> = (0..10_000u32)
+            .flat_map(|i| (i % 251).to_be_bytes())
+            .collect();
         for codec in [Compression::None, Compression::Lz4, Compression::Zstd] {
             let compressed = codec.compress(&input).unwrap();
             assert_eq!(codec.decompress(&compressed, input.len()).unwrap(), input);
@@ -151,7 +153,10 @@ mod tests {
         let input = vec![0u8; 10 * 1024 * 1024];
         for codec in [Compression::Lz4, Compression::Zstd] {
             let compressed = codec.compress(&input).unwrap();
-            assert!(compressed.len() < 100 * 1024, "{codec:?} compresses zeros well");
+            assert!(
+                compressed.len() < 100 * 1024,
+                "{codec:?} compresses zeros well"
+            );
             assert_eq!(
                 codec.decompress(&compressed, 1024 * 1024),
                 Err(BatchError::DecompressedTooLarge { limit: 1024 * 1024 })

@@ -264,8 +264,12 @@ impl RecordBatch {
         let mut cursor = 0;
         let timestamp_base = self.base_timestamp();
         while cursor < records_bytes.len() {
-            let mut record =
-                record::decode_record(&records_bytes, &mut cursor, self.base_offset(), timestamp_base)?;
+            let mut record = record::decode_record(
+                &records_bytes,
+                &mut cursor,
+                self.base_offset(),
+                timestamp_base,
+            )?;
             if self.is_log_append_time() {
                 record.timestamp_ms = self.max_timestamp();
             }

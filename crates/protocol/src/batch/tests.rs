@@ -1,7 +1,12 @@
 use super::*;
 use proptest::prelude::*;
 
-type OwnedRecord = (i64, Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Option<Vec<u8>>)>);
+type OwnedRecord = (
+    i64,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(String, Option<Vec<u8>>)>,
+);
 
 fn record_strategy() -> impl Strategy<Value = OwnedRecord> {
     (
@@ -37,7 +42,14 @@ fn build(records: &[OwnedRecord], compression: Compression, base_ts: i64) -> Byt
 
 fn simple_batch(n: usize, compression: Compression) -> Bytes {
     let records: Vec<OwnedRecord> = (0..n)
-        .map(|i| (i as i64, None, Some(format!("value-{i}").into_bytes()), vec![]))
+        .map(|i| {
+            (
+                i as i64,
+                None,
+                Some(format!("value-{i}").into_bytes()),
+                vec![],
+            )
+        })
         .collect();
     build(&records, compression, 1_700_000_000_000)
 }
@@ -141,11 +153,17 @@ fn wrong_length_magic_and_count_are_rejected() {
 
     let mut bad_magic = BytesMut::from(&bytes[..]);
     bad_magic[field::MAGIC] = 1;
-    assert_eq!(RecordBatch::parse(bad_magic.freeze()), Err(BatchError::BadMagic(1)));
+    assert_eq!(
+        RecordBatch::parse(bad_magic.freeze()),
+        Err(BatchError::BadMagic(1))
+    );
 
     let mut tiny = BytesMut::from(&bytes[..]);
     tiny[field::BATCH_LENGTH..field::BATCH_LENGTH + 4].copy_from_slice(&10i32.to_be_bytes());
-    assert_eq!(RecordBatch::parse(tiny.freeze()), Err(BatchError::LengthTooSmall(10)));
+    assert_eq!(
+        RecordBatch::parse(tiny.freeze()),
+        Err(BatchError::LengthTooSmall(10))
+    );
 
     // A count that disagrees with the records, with the CRC recomputed so it passes parse.
     let mut miscount = BytesMut::from(&bytes[..]);
@@ -155,7 +173,10 @@ fn wrong_length_magic_and_count_are_rejected() {
     let batch = RecordBatch::parse(miscount.freeze()).unwrap();
     assert_eq!(
         batch.validate_records(1024),
-        Err(BatchError::RecordCountMismatch { header: 4, found: 3 })
+        Err(BatchError::RecordCountMismatch {
+            header: 4,
+            found: 3
+        })
     );
 }
 
@@ -205,9 +226,28 @@ fn documented_example_batch_bytes() {
     assert_eq!(
         hex,
         concat!(
-            "0000000000000000", "0000003e", "ffffffff", "02", "36ff4dc3", "0000", "00000000",
-            "0000018bcfe56800", "0000018bcfe56800", "ffffffffffffffff", "ffff", "ffffffff",
-            "00000001", "18", "00", "00", "00", "02", "6b", "0a", "68656c6c6f", "00"
+            "0000000000000000",
+            "0000003e",
+            "ffffffff",
+            "02",
+            "36ff4dc3",
+            "0000",
+            "00000000",
+            "0000018bcfe56800",
+            "0000018bcfe56800",
+            "ffffffffffffffff",
+            "ffff",
+            "ffffffff",
+            "00000001",
+            "18",
+            "00",
+            "00",
+            "00",
+            "02",
+            "6b",
+            "0a",
+            "68656c6c6f",
+            "00"
         )
     );
 }

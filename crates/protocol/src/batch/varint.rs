@@ -114,7 +114,13 @@ mod tests {
     #[test]
     fn known_encodings_match_kafka() {
         // Kafka: 0 -> 00, -1 -> 01, 1 -> 02, 63 -> 7E, 64 -> 80 01.
-        for (n, bytes) in [(0i64, &[0x00u8][..]), (-1, &[0x01]), (1, &[0x02]), (63, &[0x7E]), (64, &[0x80, 0x01])] {
+        for (n, bytes) in [
+            (0i64, &[0x00u8][..]),
+            (-1, &[0x01]),
+            (1, &[0x02]),
+            (63, &[0x7E]),
+            (64, &[0x80, 0x01]),
+        ] {
             let mut out = Vec::new();
             put_varlong(&mut out, n);
             assert_eq!(out, bytes);

@@ -1,0 +1,60 @@
+//! Errors of the partition log, each mapped to a stable wire error code.
+
+use std::io;
+use std::path::PathBuf;
+
+use tinymq_protocol::batch::BatchError;
+use tinymq_protocol::ErrorCode;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("invalid record batch: {0}")]
+    InvalidBatch(#[from] BatchError),
+    #[error("batch of {size} bytes exceeds the limit of {limit} bytes")]
+    BatchTooLarge { size: usize, limit: u64 },
+    #[error("offset {offset} is outside the log's range [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("invalid log configuration: {0}")]
+    InvalidConfig(String),
+    /// A write or fsync failed in a way that leaves the on-disk state unknown. The log refuses
+    /// writes until it is reopened, which re-reads what is really on disk.
+    #[error("log is failed after an unrecoverable storage error ({0}); reopen it to recover")]
+    Failed(String),
+    #[error("log is closed")]
+    Closed,
+}
+
+impl LogError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> LogError {
+        LogError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// The wire error code a broker answers with.
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            LogError::Io { .. } | LogError::Failed(_) | LogError::Closed => {
+                ErrorCode::STORAGE_ERROR
+            }
+            LogError::InvalidBatch(BatchError::UnsupportedCompression(_)) => {
+                ErrorCode::UNSUPPORTED_COMPRESSION
+            }
+            LogError::InvalidBatch(_) => ErrorCode::CORRUPT_MESSAGE,
+            LogError::BatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
+            LogError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
+            LogError::InvalidConfig(_) => ErrorCode::INVALID_CONFIG,
+        }
+    }
+}

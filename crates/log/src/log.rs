@@ -1,0 +1,485 @@
+//! [`PartitionLog`]: one partition's ordered, durable sequence of record batches, made of
+//! segments in one directory. This module owns opening (with recovery), appending and flushing;
+//! reads are in `read.rs`, truncation and retention in `maintenance.rs`.
+//!
+//! Concurrency: the segment map sits behind a `RwLock`. Appends take it for writing only to
+//! stamp offsets and `pwrite` the bytes; fsync happens outside it, so readers and further
+//! appenders proceed while the disk works. fsyncs are shared (group commit): an appender that
+//! finds an fsync running waits for it, then one waiter starts the next fsync covering every
+//! append made meanwhile.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use parking_lot::{Condvar, Mutex, RwLock};
+use tinymq_protocol::batch::{
+    batch_size, compute_crc, field, stamp_base_offset, stamp_partition_leader_epoch, BatchError,
+    BATCH_MAGIC,
+};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::{FlushPolicy, LogConfig};
+use crate::error::LogError;
+use crate::recovery::{open_segment, Check, RecoveryReport};
+use crate::segment::{parse_segment_path, BatchMeta, Segment, LOG_SUFFIX};
+use crate::storage::{OsStorage, Storage};
+
+/// Where an append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset given to the first record of the first batch.
+    pub base_offset: i64,
+    /// Offset of the last record of the last batch.
+    pub last_offset: i64,
+    /// The log's end offset after this append (`last_offset + 1`).
+    pub log_end_offset: i64,
+    pub batch_count: usize,
+    pub max_timestamp: i64,
+}
+
+pub(crate) struct LogState {
+    /// Never empty: the last segment is the active one.
+    pub segments: BTreeMap<i64, Segment>,
+    pub failed: Option<String>,
+    pub closed: bool,
+}
+
+impl LogState {
+    pub fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log has an active segment")
+    }
+    pub fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log has an active segment")
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        *self.segments.keys().next().expect("a log has a segment")
+    }
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+    pub fn check_writable(&self) -> Result<(), LogError> {
+        if self.closed {
+            return Err(LogError::Closed);
+        }
+        match &self.failed {
+            Some(why) => Err(LogError::Failed(why.clone())),
+            None => Ok(()),
+        }
+    }
+}
+
+pub(crate) struct SyncState {
+    /// Every offset below this is on disk.
+    pub durable_offset: i64,
+    pub syncing: bool,
+    pub last_sync: Instant,
+}
+
+/// One partition's log. Share it with `Arc`; every method takes `&self`.
+pub struct PartitionLog {
+    pub(crate) dir: PathBuf,
+    pub(crate) storage: Arc<dyn Storage>,
+    pub(crate) config: LogConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) state: RwLock<LogState>,
+    pub(crate) sync: Mutex<SyncState>,
+    pub(crate) sync_done: Condvar,
+}
+
+impl std::fmt::Debug for PartitionLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionLog")
+            .field("dir", &self.dir)
+            .finish()
+    }
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir` on the real file system.
+    pub fn open(dir: &Path, config: LogConfig) -> Result<(PartitionLog, RecoveryReport), LogError> {
+        PartitionLog::open_with(dir, config, Arc::new(OsStorage), Arc::new(SystemClock))
+    }
+
+    /// Opens (or creates) the log in `dir`, recovering from a crash if needed.
+    pub fn open_with(
+        dir: &Path,
+        config: LogConfig,
+        storage: Arc<dyn Storage>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(PartitionLog, RecoveryReport), LogError> {
+        config.validate().map_err(LogError::InvalidConfig)?;
+        let (segments, report) = recover_segments(&*storage, dir, &config)?;
+        let log = PartitionLog {
+            dir: dir.to_path_buf(),
+            storage,
+            config,
+            clock,
+            state: RwLock::new(LogState {
+                segments,
+                failed: None,
+                closed: false,
+            }),
+            sync: Mutex::new(SyncState {
+                durable_offset: 0,
+                syncing: false,
+                last_sync: Instant::now(),
+            }),
+            sync_done: Condvar::new(),
+        };
+        // Whatever survived is made durable now, so the durable offset starts at the end.
+        let end = {
+            let state = log.state.read();
+            let active = state.active();
+            active
+                .sync()
+                .map_err(|e| log.io_error(active.base_offset, e))?;
+            state.log_end_offset()
+        };
+        log.sync.lock().durable_offset = end;
+        Ok((log, report))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// The first offset still in the log.
+    pub fn log_start_offset(&self) -> i64 {
+        self.state.read().log_start_offset()
+    }
+
+    /// The offset the next record will get.
+    pub fn log_end_offset(&self) -> i64 {
+        self.state.read().log_end_offset()
+    }
+
+    /// Every offset below this has been fsynced.
+    pub fn durable_offset(&self) -> i64 {
+        self.sync.lock().durable_offset
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.state
+            .read()
+            .segments
+            .values()
+            .map(|s| s.size_bytes)
+            .sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.state.read().segments.len()
+    }
+
+    pub(crate) fn io_error(&self, segment_base: i64, e: std::io::Error) -> LogError {
+        LogError::io(
+            crate::segment::segment_path(&self.dir, segment_base, LOG_SUFFIX),
+            e,
+        )
+    }
+
+    /// Appends one or more whole batches (back to back in `batches`), giving them the next
+    /// offsets and stamping `leader_epoch`. Returns once the flush policy is satisfied: under
+    /// `always`, only after the bytes are fsynced.
+    pub fn append(&self, mut batches: BytesMut, leader_epoch: i32) -> Result<AppendInfo, LogError> {
+        let spans = self.check_batches(&batches)?;
+        let info = {
+            let mut state = self.state.write();
+            state.check_writable()?;
+            self.roll_if_needed(&mut state, batches.len() as u64)?;
+            let active = state.active_mut();
+            let position = active.size_bytes;
+            let mut next_offset = active.next_offset;
+            let mut metas = Vec::with_capacity(spans.len());
+            for &(start, len) in &spans {
+                let batch = &mut batches[start..start + len];
+                stamp_base_offset(batch, next_offset);
+                stamp_partition_leader_epoch(batch, leader_epoch);
+                let meta = BatchMeta::from_header(position + start as u64, batch);
+                next_offset = meta.last_offset + 1;
+                metas.push(meta);
+            }
+            if let Err(e) = active.log_file.write_all_at(&batches, position) {
+                let base = active.base_offset;
+                // Drop whatever part of the write landed, so the next append starts clean.
+                if let Err(cleanup) = active.log_file.set_len(position) {
+                    state.failed = Some(format!("write failed ({e}); cleanup failed ({cleanup})"));
+                }
+                return Err(self.io_error(base, e));
+            }
+            let interval = self.config.index_interval_bytes;
+            for meta in &metas {
+                if let Err(e) = active.track_batch(meta, interval) {
+                    let base = active.base_offset;
+                    state.failed = Some(format!("index write failed: {e}"));
+                    return Err(self.io_error(base, e));
+                }
+            }
+            AppendInfo {
+                base_offset: metas[0].base_offset,
+                last_offset: next_offset - 1,
+                log_end_offset: next_offset,
+                batch_count: metas.len(),
+                max_timestamp: metas
+                    .iter()
+                    .map(|m| m.max_timestamp)
+                    .max()
+                    .expect("≥ 1 batch"),
+            }
+        };
+        match self.config.flush {
+            FlushPolicy::Always => self.sync_to(info.log_end_offset)?,
+            FlushPolicy::Interval(_) => self.flush_if_due()?,
+            FlushPolicy::Os => {}
+        }
+        Ok(info)
+    }
+
+    /// Splits `batches` into (start, len) spans and checks each batch's size, magic and CRC
+    /// before the log is locked.
+    fn check_batches(&self, batches: &[u8]) -> Result<Vec<(usize, usize)>, LogError> {
+        if batches.len() as u64 > self.config.segment_bytes {
+            return Err(LogError::BatchTooLarge {
+                size: batches.len(),
+                limit: self.config.segment_bytes,
+            });
+        }
+        let mut spans = Vec::new();
+        let mut start = 0;
+        while start < batches.len() {
+            let rest = &batches[start..];
+            let len = batch_size(rest)?.ok_or(BatchError::Truncated {
+                needed: 12,
+                available: rest.len(),
+            })?;
+            if len > rest.len() {
+                return Err(BatchError::Truncated {
+                    needed: len,
+                    available: rest.len(),
+                }
+                .into());
+            }
+            if len > self.config.batch_bytes_max as usize {
+                return Err(LogError::BatchTooLarge {
+                    size: len,
+                    limit: u64::from(self.config.batch_bytes_max),
+                });
+            }
+            let batch = &rest[..len];
+            if batch[field::MAGIC] as i8 != BATCH_MAGIC {
+                return Err(BatchError::BadMagic(batch[field::MAGIC] as i8).into());
+            }
+            let stored =
+                u32::from_be_bytes(batch[field::CRC..field::CRC + 4].try_into().expect("4"));
+            let computed = compute_crc(batch);
+            if stored != computed {
+                return Err(BatchError::CrcMismatch { stored, computed }.into());
+            }
+            spans.push((start, len));
+            start += len;
+        }
+        if spans.is_empty() {
+            return Err(BatchError::Truncated {
+                needed: 12,
+                available: 0,
+            }
+            .into());
+        }
+        Ok(spans)
+    }
+
+    /// Starts a new segment when the active one would pass `segment_bytes` or is too old.
+    /// The old segment is fsynced first, so only the active segment can ever be torn.
+    fn roll_if_needed(&self, state: &mut LogState, incoming_bytes: u64) -> Result<(), LogError> {
+        let active = state.active();
+        if active.is_empty() {
+            return Ok(());
+        }
+        let too_big = active.size_bytes + incoming_bytes > self.config.segment_bytes;
+        let too_old = match (self.config.segment_age_max, active.first_batch_timestamp) {
+            (Some(age), Some(first)) => self.clock.now_ms() - first >= age.as_millis() as i64,
+            _ => false,
+        };
+        if !(too_big || too_old) {
+            return Ok(());
+        }
+        let base = active.base_offset;
+        let next_offset = active.next_offset;
+        if let Err(e) = active.sync() {
+            state.failed = Some(format!("fsync before roll failed: {e}"));
+            return Err(self.io_error(base, e));
+        }
+        let segment = Segment::create(&*self.storage, &self.dir, next_offset)
+            .map_err(|e| self.io_error(next_offset, e))?;
+        if let Err(e) = self.storage.sync_dir(&self.dir) {
+            state.failed = Some(format!("directory fsync after roll failed: {e}"));
+            return Err(LogError::io(&self.dir, e));
+        }
+        state.segments.insert(next_offset, segment);
+        let mut sync = self.sync.lock();
+        sync.durable_offset = sync.durable_offset.max(next_offset);
+        tracing::debug!(dir = %self.dir.display(), base_offset = next_offset, "rolled segment");
+        Ok(())
+    }
+
+    /// Blocks until every offset below `target` is fsynced, sharing fsyncs with concurrent
+    /// callers (group commit).
+    pub(crate) fn sync_to(&self, target: i64) -> Result<(), LogError> {
+        let mut sync = self.sync.lock();
+        loop {
+            if sync.durable_offset >= target {
+                return Ok(());
+            }
+            if sync.syncing {
+                self.sync_done.wait(&mut sync);
+                continue;
+            }
+            sync.syncing = true;
+            drop(sync);
+            let outcome = self.sync_active();
+            sync = self.sync.lock();
+            sync.syncing = false;
+            sync.last_sync = Instant::now();
+            self.sync_done.notify_all();
+            match outcome {
+                Ok(covered) => sync.durable_offset = sync.durable_offset.max(covered),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// fsyncs the active segment's log file; returns the end offset it covers. A failed fsync
+    /// fails the log: the kernel may have dropped the unsynced pages, so nothing written since
+    /// the last good fsync can be trusted until the log is reopened and re-read.
+    fn sync_active(&self) -> Result<i64, LogError> {
+        let (file, base, end) = {
+            let state = self.state.read();
+            state.check_writable()?;
+            let active = state.active();
+            (
+                active.log_file.clone(),
+                active.base_offset,
+                active.next_offset,
+            )
+        };
+        if let Err(e) = file.sync_data() {
+            let why = format!("fsync failed: {e}");
+            tracing::error!(dir = %self.dir.display(), %why, "log failed; it refuses writes until reopened");
+            self.state.write().failed.get_or_insert(why);
+            return Err(self.io_error(base, e));
+        }
+        Ok(end)
+    }
+
+    /// fsyncs everything appended so far.
+    pub fn flush(&self) -> Result<(), LogError> {
+        let end = self.log_end_offset();
+        self.sync_to(end)
+    }
+
+    /// Under `interval:<ms>`, fsyncs if the interval has passed since the last fsync and there
+    /// is something to sync. A broker calls this on a timer so idle logs are flushed too.
+    pub fn flush_if_due(&self) -> Result<(), LogError> {
+        let FlushPolicy::Interval(interval) = self.config.flush else {
+            return Ok(());
+        };
+        let due = {
+            let sync = self.sync.lock();
+            !sync.syncing && sync.last_sync.elapsed() >= interval
+        };
+        if due && self.durable_offset() < self.log_end_offset() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes everything (log and indexes) and refuses further appends. Reads still work.
+    pub fn close(&self) -> Result<(), LogError> {
+        self.flush()?;
+        let mut state = self.state.write();
+        let active = state.active();
+        active
+            .sync()
+            .map_err(|e| self.io_error(active.base_offset, e))?;
+        state.closed = true;
+        Ok(())
+    }
+}
+
+/// Finds the segments in `dir`, removes stray files, and opens each segment: the active one
+/// fully checked, the others from their indexes. A cut in an older segment deletes every later
+/// segment, since the offsets after the cut would leave a gap.
+fn recover_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    config: &LogConfig,
+) -> Result<(BTreeMap<i64, Segment>, RecoveryReport), LogError> {
+    let io = |e| LogError::io(dir, e);
+    storage.create_dir_all(dir).map_err(io)?;
+    if let Some(parent) = dir.parent() {
+        storage
+            .sync_dir(parent)
+            .map_err(|e| LogError::io(parent, e))?;
+    }
+    let mut report = RecoveryReport::default();
+    let files = storage.list(dir).map_err(io)?;
+    let bases: Vec<i64> = files
+        .iter()
+        .filter_map(|p| parse_segment_path(p, LOG_SUFFIX))
+        .collect();
+    for path in &files {
+        if crate::maintenance::is_stray(path, &bases) {
+            storage.remove(path).map_err(|e| LogError::io(path, e))?;
+            report.stray_files_removed += 1;
+        }
+    }
+    let mut segments = BTreeMap::new();
+    // Recovery accepts any batch that fits a segment: batch_bytes_max may have been lowered
+    // since older batches were written.
+    let batch_bytes_max = config.segment_bytes;
+    for (i, &base) in bases.iter().enumerate() {
+        let is_active = i + 1 == bases.len();
+        let check = if is_active { Check::Full } else { Check::Tail };
+        let cuts_before = report.truncations.len();
+        let segment = open_segment(
+            storage,
+            dir,
+            base,
+            check,
+            config.index_interval_bytes,
+            batch_bytes_max,
+            &mut report,
+        )
+        .map_err(|e| LogError::io(crate::segment::segment_path(dir, base, LOG_SUFFIX), e))?;
+        segments.insert(base, segment);
+        if !is_active && report.truncations.len() > cuts_before {
+            for &later in &bases[i + 1..] {
+                crate::maintenance::remove_segment_files(storage, dir, later)?;
+                report.segments_deleted.push(later);
+            }
+            break;
+        }
+    }
+    if segments.is_empty() {
+        let segment = Segment::create(storage, dir, 0).map_err(io)?;
+        segments.insert(0, segment);
+    }
+    storage.sync_dir(dir).map_err(io)?;
+    if !report.truncations.is_empty() || !report.segments_deleted.is_empty() {
+        tracing::warn!(dir = %dir.display(), ?report, "log recovered with data cut");
+    }
+    Ok((segments, report))
+}

@@ -1,0 +1,189 @@
+//! Reading the log: whole batches from an offset, and offsets by timestamp.
+//!
+//! A read holds the segment map's lock only long enough to pick the segment and copy its file
+//! handle and valid length; the file is then read without the lock. Data below the length
+//! taken under the lock is complete, since appends `pwrite` before they publish the new length.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tinymq_protocol::batch::RecordBatch;
+
+use crate::error::LogError;
+use crate::log::{LogState, PartitionLog};
+use crate::segment::{read_batch_meta, BatchMeta, Segment};
+use crate::storage::StorageFile;
+
+/// Decompressed bytes allowed when decoding one batch to look up a timestamp.
+const TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+
+/// The result of [`PartitionLog::read`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    /// Whole batches, verbatim from the log. The first may start before the requested offset.
+    pub records: Bytes,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// A segment's file and valid extent, copied out from under the lock.
+struct SegmentSnapshot {
+    file: Arc<dyn StorageFile>,
+    base_offset: i64,
+    scan_start: u64,
+    end: u64,
+}
+
+impl SegmentSnapshot {
+    fn of(segment: &Segment, scan_start: u64) -> SegmentSnapshot {
+        SegmentSnapshot {
+            file: segment.log_file.clone(),
+            base_offset: segment.base_offset,
+            scan_start,
+            end: segment.size_bytes,
+        }
+    }
+
+    /// Walks batch headers from the scan start, yielding each until `f` says stop.
+    fn walk(&self, mut f: impl FnMut(&BatchMeta) -> bool) -> Result<(), LogError> {
+        let mut position = self.scan_start;
+        while position < self.end {
+            let meta = read_batch_meta(&*self.file, position, self.end)
+                .map_err(|e| self.error(e))?
+                .map_err(|why| {
+                    self.error(std::io::Error::new(std::io::ErrorKind::InvalidData, why))
+                })?;
+            if !f(&meta) {
+                break;
+            }
+            position = meta.end_position();
+        }
+        Ok(())
+    }
+
+    fn read(&self, position: u64, len: usize) -> Result<Bytes, LogError> {
+        let mut bytes = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut bytes, position)
+            .map_err(|e| self.error(e))?;
+        Ok(Bytes::from(bytes))
+    }
+
+    fn error(&self, e: std::io::Error) -> LogError {
+        LogError::Io {
+            path: format!("segment {}", self.base_offset).into(),
+            source: e,
+        }
+    }
+}
+
+/// The segment holding `offset`, or the first segment after it when `offset` falls past the
+/// end of its segment's data (an empty segment, or a gap).
+fn segment_for(state: &LogState, offset: i64) -> Option<&Segment> {
+    let candidate = state.segments.range(..=offset).next_back().map(|(_, s)| s);
+    match candidate {
+        Some(segment) if offset < segment.next_offset => Some(segment),
+        _ => state
+            .segments
+            .range(offset + 1..)
+            .map(|(_, s)| s)
+            .find(|s| !s.is_empty()),
+    }
+}
+
+impl PartitionLog {
+    /// Reads whole batches starting with the one that holds `offset`, up to `bytes_max` bytes
+    /// (but always at least one batch, so a consumer can make progress past a large batch),
+    /// and only batches that end below `offset_limit` (e.g. the high watermark).
+    pub fn read(
+        &self,
+        offset: i64,
+        bytes_max: usize,
+        offset_limit: Option<i64>,
+    ) -> Result<ReadResult, LogError> {
+        let (snapshot, log_start_offset, log_end_offset) = {
+            let state = self.state.read();
+            let (start, end) = (state.log_start_offset(), state.log_end_offset());
+            if offset < start || offset > end {
+                return Err(LogError::OffsetOutOfRange {
+                    offset,
+                    log_start: start,
+                    log_end: end,
+                });
+            }
+            let limit = offset_limit.map_or(end, |l| l.min(end));
+            let snapshot = match segment_for(&state, offset) {
+                Some(segment) if offset < limit => Some(SegmentSnapshot::of(
+                    segment,
+                    segment.scan_start_for_offset(offset),
+                )),
+                _ => None,
+            };
+            (snapshot.map(|s| (s, limit)), start, end)
+        };
+        let Some((snapshot, limit)) = snapshot else {
+            return Ok(ReadResult {
+                records: Bytes::new(),
+                log_start_offset,
+                log_end_offset,
+            });
+        };
+        let mut first_position = None;
+        let mut total: u64 = 0;
+        snapshot.walk(|meta| {
+            if meta.last_offset < offset {
+                return true;
+            }
+            if meta.last_offset >= limit {
+                return false;
+            }
+            if first_position.is_some() && total + meta.size_bytes > bytes_max as u64 {
+                return false;
+            }
+            first_position.get_or_insert(meta.position);
+            total += meta.size_bytes;
+            true
+        })?;
+        let records = match first_position {
+            Some(position) => snapshot.read(position, total as usize)?,
+            None => Bytes::new(),
+        };
+        Ok(ReadResult {
+            records,
+            log_start_offset,
+            log_end_offset,
+        })
+    }
+
+    /// The first offset whose record timestamp is at or after `timestamp_ms`, with that
+    /// record's timestamp; `None` when every record is older.
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+        let snapshots: Vec<SegmentSnapshot> = {
+            let state = self.state.read();
+            state
+                .segments
+                .values()
+                .filter(|s| s.max_timestamp.is_some_and(|max| max >= timestamp_ms))
+                .map(|s| SegmentSnapshot::of(s, s.scan_start_for_timestamp(timestamp_ms)))
+                .collect()
+        };
+        for snapshot in snapshots {
+            let mut found = None;
+            snapshot.walk(|meta| {
+                if meta.max_timestamp >= timestamp_ms {
+                    found = Some(*meta);
+                    return false;
+                }
+                true
+            })?;
+            let Some(meta) = found else { continue };
+            let bytes = snapshot.read(meta.position, meta.size_bytes as usize)?;
+            let batch = RecordBatch::parse(bytes)?;
+            let records = batch.records(TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX)?;
+            if let Some(record) = records.iter().find(|r| r.timestamp_ms >= timestamp_ms) {
+                return Ok(Some((record.offset, record.timestamp_ms)));
+            }
+        }
+        Ok(None)
+    }
+}

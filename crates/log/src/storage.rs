@@ -1,0 +1,113 @@
+//! The file operations the log needs, behind a small trait, so that tests can swap the real
+//! file system for one that injects faults (see [`crate::fault`]).
+//!
+//! Files are read and written at explicit positions (`pread`/`pwrite`), so one open file can be
+//! shared by an appender and many readers without a seek position to guard.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One open file.
+pub trait StorageFile: Send + Sync + std::fmt::Debug {
+    /// Reads up to `buf.len()` bytes at `position`; returns how many were read (0 at the end).
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize>;
+    /// Writes all of `buf` at `position`, or fails (possibly after writing a part of it).
+    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()>;
+    /// Current length in bytes.
+    fn byte_len(&self) -> io::Result<u64>;
+    /// Truncates or extends the file.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Makes the file's data (and its length) durable: `fdatasync`.
+    fn sync_data(&self) -> io::Result<()>;
+
+    /// Reads exactly `buf.len()` bytes at `position`, failing with `UnexpectedEof` if the file
+    /// ends first.
+    fn read_exact_at(&self, mut buf: &mut [u8], mut position: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            match self.read_at(buf, position)? {
+                0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                n => {
+                    buf = &mut buf[n..];
+                    position += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A directory tree of files.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// Opens a file for reading and writing, creating it when `create` is set.
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>>;
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    fn exists(&self, path: &Path) -> bool;
+    /// The paths of the files directly inside `dir`.
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Makes the directory's entries (created, removed files) durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsStorage;
+
+#[derive(Debug)]
+struct OsFile(File);
+
+impl StorageFile for OsFile {
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
+        self.0.read_at(buf, position)
+    }
+    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, position)
+    }
+    fn byte_len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
+impl Storage for OsStorage {
+    fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(path)?;
+        Ok(Arc::new(OsFile(file)))
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+    fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
+        let mut paths = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                paths.push(entry.path());
+            }
+        }
+        paths.sort();
+        Ok(paths)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
