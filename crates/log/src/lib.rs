@@ -7,8 +7,8 @@
 //! # fn main() -> Result<(), tinymq_log::LogError> {
 //! let (log, report) = PartitionLog::open("data/orders-0".as_ref(), LogConfig::default())?;
 //! assert!(report.truncations.is_empty(), "a clean start cuts nothing");
-//! # let batch = bytes::BytesMut::new();
-//! let appended = log.append(batch, 0)?; // returns after fsync under the default policy
+//! # let mut batch = Vec::new();
+//! let appended = log.append(&mut batch, 0)?; // returns after fsync under the default policy
 //! let read = log.read(appended.base_offset, 1 << 20, None)?;
 //! # Ok(()) }
 //! ```

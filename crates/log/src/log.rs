@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::BytesMut;
 use parking_lot::{Condvar, Mutex, RwLock};
 use tinymq_protocol::batch::{
     batch_size, compute_crc, field, stamp_base_offset, stamp_partition_leader_epoch, BatchError,
@@ -194,8 +193,8 @@ impl PartitionLog {
     /// Appends one or more whole batches (back to back in `batches`), giving them the next
     /// offsets and stamping `leader_epoch`. Returns once the flush policy is satisfied: under
     /// `always`, only after the bytes are fsynced.
-    pub fn append(&self, mut batches: BytesMut, leader_epoch: i32) -> Result<AppendInfo, LogError> {
-        let spans = self.check_batches(&batches)?;
+    pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
+        let spans = self.check_batches(batches)?;
         let info = {
             let mut state = self.state.write();
             state.check_writable()?;
@@ -212,7 +211,7 @@ impl PartitionLog {
                 next_offset = meta.last_offset + 1;
                 metas.push(meta);
             }
-            if let Err(e) = active.log_file.write_all_at(&batches, position) {
+            if let Err(e) = active.log_file.write_all_at(batches, position) {
                 let base = active.base_offset;
                 // Drop whatever part of the write landed, so the next append starts clean.
                 if let Err(cleanup) = active.log_file.set_len(position) {

@@ -89,8 +89,8 @@ fn append_assigns_offsets_and_reads_return_whole_batches() {
     let fs = FaultyStorage::new();
     let (log, report) = open(&fs, LogConfig::default());
     assert_eq!(report.truncations, vec![]);
-    let a = log.append(batch(0, 3, T0), 5).unwrap();
-    let b = log.append(batch(1, 2, T0), 5).unwrap();
+    let a = log.append(&mut batch(0, 3, T0), 5).unwrap();
+    let b = log.append(&mut batch(1, 2, T0), 5).unwrap();
     assert_eq!((a.base_offset, a.last_offset), (0, 2));
     assert_eq!((b.base_offset, b.last_offset, b.log_end_offset), (3, 4, 5));
     assert_eq!(
@@ -133,28 +133,28 @@ fn corrupt_or_oversized_batches_are_refused_and_change_nothing() {
     let last = corrupt.len() - 1;
     corrupt[last] ^= 0xFF;
     assert!(matches!(
-        log.append(corrupt, 0),
+        log.append(&mut corrupt, 0),
         Err(LogError::InvalidBatch(
             tinymq_protocol::batch::BatchError::CrcMismatch { .. }
         ))
     ));
-    let huge = batch(1, 300, T0);
+    let mut huge = batch(1, 300, T0);
     assert!(matches!(
-        log.append(huge, 0),
+        log.append(&mut huge, 0),
         Err(LogError::BatchTooLarge { .. })
     ));
     let mut torn = batch(2, 2, T0);
     torn.truncate(torn.len() - 3);
     assert!(matches!(
-        log.append(torn, 0),
+        log.append(&mut torn, 0),
         Err(LogError::InvalidBatch(_))
     ));
     assert!(matches!(
-        log.append(BytesMut::new(), 0),
+        log.append(&mut [], 0),
         Err(LogError::InvalidBatch(_))
     ));
     assert_eq!(log.log_end_offset(), 0);
-    log.append(batch(3, 1, T0), 0).unwrap();
+    log.append(&mut batch(3, 1, T0), 0).unwrap();
     assert_eq!(all_values(&log), expected_values([(3, 1)]));
 }
 
@@ -164,7 +164,7 @@ fn segments_roll_by_size_and_reopen_from_their_indexes() {
     let (log, _) = open(&fs, small_segments());
     let ids: Vec<(u32, u32)> = (0..100).map(|i| (i, 5)).collect();
     for &(id, n) in &ids {
-        log.append(batch(id, n, T0 + i64::from(id) * 10), 0)
+        log.append(&mut batch(id, n, T0 + i64::from(id) * 10), 0)
             .unwrap();
     }
     assert!(log.segment_count() >= 4, "4 KiB segments roll often");
@@ -172,7 +172,7 @@ fn segments_roll_by_size_and_reopen_from_their_indexes() {
     let end = log.log_end_offset();
     log.close().unwrap();
     assert!(matches!(
-        log.append(batch(99, 1, T0), 0),
+        log.append(&mut batch(99, 1, T0), 0),
         Err(LogError::Closed)
     ));
     drop(log);
@@ -196,7 +196,7 @@ fn lost_or_garbled_index_files_are_rebuilt() {
     let fs = FaultyStorage::new();
     let (log, _) = open(&fs, small_segments());
     for id in 0..100 {
-        log.append(batch(id, 5, T0), 0).unwrap();
+        log.append(&mut batch(id, 5, T0), 0).unwrap();
     }
     log.close().unwrap();
     drop(log);
@@ -228,7 +228,7 @@ fn a_log_cut_at_every_byte_of_its_last_batch_reopens_with_the_batches_before_it(
         let fs = FaultyStorage::new();
         let (log, _) = open(&fs, LogConfig::default());
         for id in 0..3 {
-            log.append(batch(id, 2, T0), 0).unwrap();
+            log.append(&mut batch(id, 2, T0), 0).unwrap();
         }
         (fs, log.size_bytes())
     };
@@ -250,7 +250,7 @@ fn a_log_cut_at_every_byte_of_its_last_batch_reopens_with_the_batches_before_it(
         assert_eq!(report.bytes_cut(), cut_bytes, "cut at {cut}");
         sizes.push(report.truncations.len());
         // The reopened log appends right after the last whole batch.
-        assert_eq!(log.append(batch(7, 1, T0), 0).unwrap().base_offset, 4);
+        assert_eq!(log.append(&mut batch(7, 1, T0), 0).unwrap().base_offset, 4);
     }
     assert_eq!(
         sizes[0], 0,
@@ -266,7 +266,7 @@ fn a_flipped_bit_in_a_middle_batch_cuts_the_log_there() {
     let mut positions = Vec::new();
     for id in 0..5 {
         positions.push(log.size_bytes());
-        log.append(batch(id, 2, T0), 0).unwrap();
+        log.append(&mut batch(id, 2, T0), 0).unwrap();
     }
     drop(log);
     // Flip one bit inside the value of batch 2's first record.
@@ -285,7 +285,7 @@ fn a_flipped_bit_in_a_middle_batch_cuts_the_log_there() {
     assert_eq!(cut.next_offset, 4);
     assert!(cut.reason.contains("CRC mismatch"), "{}", cut.reason);
     assert_eq!(all_values(&log), expected_values([(0, 2), (1, 2)]));
-    assert_eq!(log.append(batch(9, 1, T0), 0).unwrap().base_offset, 4);
+    assert_eq!(log.append(&mut batch(9, 1, T0), 0).unwrap().base_offset, 4);
 }
 
 #[test]
@@ -293,7 +293,7 @@ fn a_cut_in_an_older_segment_deletes_the_later_ones() {
     let fs = FaultyStorage::new();
     let (log, _) = open(&fs, small_segments());
     for id in 0..100 {
-        log.append(batch(id, 5, T0), 0).unwrap();
+        log.append(&mut batch(id, 5, T0), 0).unwrap();
     }
     let segments = log.segment_count();
     assert!(segments > 2);
@@ -319,7 +319,7 @@ fn acknowledged_appends_survive_lost_unsynced_writes() {
         let (log, _) = open(&fs, small_segments());
         let mut acked = Vec::new();
         for id in 0..50 {
-            log.append(batch(id, 3, T0), 0).unwrap();
+            log.append(&mut batch(id, 3, T0), 0).unwrap();
             acked.push((id, 3));
         }
         // The next append is written but its fsync fails: it is not acknowledged.
@@ -327,7 +327,7 @@ fn acknowledged_appends_survive_lost_unsynced_writes() {
             fail_sync: true,
             ..Faults::default()
         });
-        assert!(log.append(batch(50, 3, T0), 0).is_err());
+        assert!(log.append(&mut batch(50, 3, T0), 0).is_err());
         drop(log);
         fs.crash(CrashMode::KeepUnsyncedPrefix(keep));
         fs.set_faults(Faults::default());
@@ -361,7 +361,7 @@ fn concurrent_appenders_under_always_lose_nothing_acknowledged_in_a_crash() {
                 (0..40u32)
                     .map(|i| {
                         let id = t * 1000 + i;
-                        let info = log.append(batch(id, 2, T0), 0).unwrap();
+                        let info = log.append(&mut batch(id, 2, T0), 0).unwrap();
                         (info.base_offset, id)
                     })
                     .collect::<Vec<_>>()
@@ -389,19 +389,19 @@ fn concurrent_appenders_under_always_lose_nothing_acknowledged_in_a_crash() {
 fn eio_on_fsync_fails_the_append_and_the_log_refuses_writes_until_reopened() {
     let fs = FaultyStorage::new();
     let (log, _) = open(&fs, LogConfig::default());
-    log.append(batch(0, 2, T0), 0).unwrap();
+    log.append(&mut batch(0, 2, T0), 0).unwrap();
     fs.set_faults(Faults {
         fail_sync: true,
         ..Faults::default()
     });
     assert!(matches!(
-        log.append(batch(1, 2, T0), 0),
+        log.append(&mut batch(1, 2, T0), 0),
         Err(LogError::Io { .. })
     ));
     fs.set_faults(Faults::default());
     // Even with the disk healthy again the log refuses writes: the kernel may have dropped
     // the pages the failed fsync covered, so only a reopen knows what is on disk.
-    let err = log.append(batch(2, 2, T0), 0).unwrap_err();
+    let err = log.append(&mut batch(2, 2, T0), 0).unwrap_err();
     assert!(matches!(err, LogError::Failed(_)), "{err}");
     assert_eq!(err.error_code(), tinymq_protocol::ErrorCode::STORAGE_ERROR);
     // Reads keep working.
@@ -410,28 +410,28 @@ fn eio_on_fsync_fails_the_append_and_the_log_refuses_writes_until_reopened() {
     fs.crash(CrashMode::LoseUnsynced);
     let (log, _) = open(&fs, LogConfig::default());
     assert_eq!(all_values(&log), expected_values([(0, 2)]));
-    log.append(batch(3, 1, T0), 0).unwrap();
+    log.append(&mut batch(3, 1, T0), 0).unwrap();
 }
 
 #[test]
 fn enospc_and_torn_writes_fail_the_append_and_the_log_stays_usable() {
     let fs = FaultyStorage::new();
     let (log, _) = open(&fs, LogConfig::default());
-    log.append(batch(0, 2, T0), 0).unwrap();
+    log.append(&mut batch(0, 2, T0), 0).unwrap();
     fs.set_faults(Faults {
         space_bytes_left: Some(30),
         ..Faults::default()
     });
-    let err = log.append(batch(1, 2, T0), 0).unwrap_err();
+    let err = log.append(&mut batch(1, 2, T0), 0).unwrap_err();
     assert!(err.to_string().contains("No space left"), "{err}");
     fs.set_faults(Faults {
         torn_next_write_bytes: Some(40),
         ..Faults::default()
     });
-    assert!(log.append(batch(2, 2, T0), 0).is_err());
+    assert!(log.append(&mut batch(2, 2, T0), 0).is_err());
     fs.set_faults(Faults::default());
     // No gap, no garbage: the next append lands right after the last good one.
-    assert_eq!(log.append(batch(3, 2, T0), 0).unwrap().base_offset, 2);
+    assert_eq!(log.append(&mut batch(3, 2, T0), 0).unwrap().base_offset, 2);
     assert_eq!(all_values(&log), expected_values([(0, 2), (3, 2)]));
     drop(log);
     let (log, report) = open(&fs, LogConfig::default());
@@ -445,7 +445,7 @@ fn offsets_are_found_by_timestamp_across_segments() {
     let (log, _) = open(&fs, small_segments());
     for id in 0..40u32 {
         // Batch id holds records at T0 + id*100 + 0..5.
-        log.append(batch(id, 5, T0 + i64::from(id) * 100), 0)
+        log.append(&mut batch(id, 5, T0 + i64::from(id) * 100), 0)
             .unwrap();
     }
     assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((0, T0)));
@@ -470,11 +470,11 @@ fn segments_roll_by_age() {
         ..LogConfig::default()
     };
     let (log, _) = open_at(&fs, config, clock.clone());
-    log.append(batch(0, 1, T0), 0).unwrap();
-    log.append(batch(1, 1, T0), 0).unwrap();
+    log.append(&mut batch(0, 1, T0), 0).unwrap();
+    log.append(&mut batch(1, 1, T0), 0).unwrap();
     assert_eq!(log.segment_count(), 1);
     clock.set(T0 + 60_000);
-    log.append(batch(2, 1, T0 + 60_000), 0).unwrap();
+    log.append(&mut batch(2, 1, T0 + 60_000), 0).unwrap();
     assert_eq!(log.segment_count(), 2);
 }
 
@@ -483,13 +483,16 @@ fn truncation_removes_whole_batches_and_later_segments() {
     let fs = FaultyStorage::new();
     let (log, _) = open(&fs, small_segments());
     for id in 0..40 {
-        log.append(batch(id, 5, T0), 0).unwrap();
+        log.append(&mut batch(id, 5, T0), 0).unwrap();
     }
     // Offset 102 is inside batch 20 (offsets 100..105): the whole batch goes.
     assert_eq!(log.truncate_to(102).unwrap(), 100);
     assert_eq!(log.log_end_offset(), 100);
     assert_eq!(all_values(&log), expected_values((0..20).map(|i| (i, 5))));
-    assert_eq!(log.append(batch(77, 1, T0), 0).unwrap().base_offset, 100);
+    assert_eq!(
+        log.append(&mut batch(77, 1, T0), 0).unwrap().base_offset,
+        100
+    );
     assert_eq!(
         log.truncate_to(1000).unwrap(),
         101,
@@ -502,7 +505,7 @@ fn truncation_removes_whole_batches_and_later_segments() {
     // Below the start: the log restarts empty at the given offset.
     assert_eq!(log.truncate_to(0).unwrap(), 0);
     assert_eq!(log.segment_count(), 1);
-    assert_eq!(log.append(batch(5, 1, T0), 0).unwrap().base_offset, 0);
+    assert_eq!(log.append(&mut batch(5, 1, T0), 0).unwrap().base_offset, 0);
 }
 
 #[test]
@@ -516,7 +519,8 @@ fn retention_deletes_whole_old_segments_but_never_the_active_one() {
     };
     let (log, _) = open_at(&fs, config, clock.clone());
     for id in 0..200u32 {
-        log.append(batch(id, 5, T0 + i64::from(id)), 0).unwrap();
+        log.append(&mut batch(id, 5, T0 + i64::from(id)), 0)
+            .unwrap();
     }
     let before = log.size_bytes();
     let report = log.apply_retention().unwrap();
@@ -567,11 +571,11 @@ fn interval_and_os_policies_acknowledge_before_fsync() {
             ..LogConfig::default()
         };
         let (log, _) = open(&fs, config.clone());
-        log.append(batch(0, 2, T0), 0).unwrap();
+        log.append(&mut batch(0, 2, T0), 0).unwrap();
         assert_eq!(log.durable_offset(), 0, "{flush}: not yet fsynced");
         log.flush().unwrap();
         assert_eq!(log.durable_offset(), 2);
-        log.append(batch(1, 2, T0), 0).unwrap();
+        log.append(&mut batch(1, 2, T0), 0).unwrap();
         drop(log);
         // A power cut loses what was not fsynced: the documented cost of these policies.
         fs.crash(CrashMode::LoseUnsynced);
@@ -584,7 +588,7 @@ fn interval_and_os_policies_acknowledge_before_fsync() {
 fn stray_files_are_removed_on_open() {
     let fs = FaultyStorage::new();
     let (log, _) = open(&fs, LogConfig::default());
-    log.append(batch(0, 1, T0), 0).unwrap();
+    log.append(&mut batch(0, 1, T0), 0).unwrap();
     drop(log);
     for name in [
         "00000000000000000500.index",
@@ -605,7 +609,7 @@ fn the_real_file_system_round_trips() {
     let path = tmp.path().join("t-0");
     let (log, _) = PartitionLog::open(&path, small_segments()).unwrap();
     for id in 0..30 {
-        log.append(batch(id, 4, T0), 0).unwrap();
+        log.append(&mut batch(id, 4, T0), 0).unwrap();
     }
     log.close().unwrap();
     drop(log);

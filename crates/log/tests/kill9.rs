@@ -57,7 +57,7 @@ fn append_until_killed() {
             std::thread::spawn(move || {
                 for i in 0.. {
                     let id = u64::from(t) << 32 | i;
-                    let info = log.append(batch(id), 0).unwrap();
+                    let info = log.append(&mut batch(id), 0).unwrap();
                     let mut out = out.lock().unwrap();
                     writeln!(out, "ack {} {id}", info.base_offset).unwrap();
                     out.flush().unwrap();
