@@ -85,4 +85,24 @@ mod tests {
         assert_eq!(OpCode::from_code(0), None);
         assert_eq!(OpCode::from_code(0x7F), None);
     }
+
+    /// The ListTopics response shown byte for byte in docs/protocol.md.
+    #[test]
+    fn documented_list_topics_example() {
+        use crate::frame::FrameHeader;
+        use prost::Message;
+        let body = messages::ListTopicsResponse {
+            error: None,
+            names: vec!["orders".into()],
+        }
+        .encode_to_vec();
+        assert_eq!(body, [0x12, 0x06, b'o', b'r', b'd', b'e', b'r', b's']);
+        let header = FrameHeader::response(OpCode::ListTopics.code(), 9, body.len() as u32);
+        assert_eq!(
+            header.to_bytes(),
+            [0x54, 0x4d, 0x01, 0x85, 0, 0, 0, 9, 0, 0, 0, 8]
+        );
+        let request = FrameHeader::request(OpCode::ListTopics.code(), 9, 0);
+        assert_eq!(request.to_bytes(), [0x54, 0x4d, 0x01, 0x05, 0, 0, 0, 9, 0, 0, 0, 0]);
+    }
 }

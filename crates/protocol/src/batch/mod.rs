@@ -36,6 +36,8 @@ pub use record::{Record, RecordHeader, RecordInput};
 pub const BATCH_HEADER_BYTES: usize = 61;
 /// Bytes before `batchLength`'s coverage begins (baseOffset + batchLength).
 pub const BATCH_LENGTH_PREFIX_BYTES: usize = 12;
+/// Default bound on the decompressed records of one batch when a server decodes it.
+pub const BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT: usize = 64 << 20;
 /// The only batch format version tinymq accepts.
 pub const BATCH_MAGIC: i8 = 2;
 
