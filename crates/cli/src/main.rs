@@ -6,7 +6,11 @@
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tinymq", version, about = "tinymq: a distributed, persistent message queue")]
+#[command(
+    name = "tinymq",
+    version,
+    about = "tinymq: a distributed, persistent message queue"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

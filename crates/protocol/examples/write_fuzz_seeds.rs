@@ -43,13 +43,19 @@ fn frame(op: OpCode, id: u32, body: Vec<u8>) -> Vec<u8> {
 }
 
 fn main() -> std::io::Result<()> {
-    let root = std::env::args().nth(1).unwrap_or_else(|| "fuzz/corpus".into());
+    let root = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "fuzz/corpus".into());
     let root = Path::new(&root);
     let batches = root.join("record_batch");
     let frames = root.join("frame_decoder");
     std::fs::create_dir_all(&batches)?;
     std::fs::create_dir_all(&frames)?;
-    for (name, codec) in [("none", Compression::None), ("lz4", Compression::Lz4), ("zstd", Compression::Zstd)] {
+    for (name, codec) in [
+        ("none", Compression::None),
+        ("lz4", Compression::Lz4),
+        ("zstd", Compression::Zstd),
+    ] {
         std::fs::write(batches.join(format!("one_{name}")), batch(codec, 1))?;
         let mut two = batch(codec, 5);
         two.extend(batch(codec, 2));

@@ -103,6 +103,9 @@ mod tests {
             [0x54, 0x4d, 0x01, 0x85, 0, 0, 0, 9, 0, 0, 0, 8]
         );
         let request = FrameHeader::request(OpCode::ListTopics.code(), 9, 0);
-        assert_eq!(request.to_bytes(), [0x54, 0x4d, 0x01, 0x05, 0, 0, 0, 9, 0, 0, 0, 0]);
+        assert_eq!(
+            request.to_bytes(),
+            [0x54, 0x4d, 0x01, 0x05, 0, 0, 0, 9, 0, 0, 0, 0]
+        );
     }
 }
