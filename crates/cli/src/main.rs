@@ -1,7 +1,10 @@
-//! The `tinymq` binary: every role and every tool behind one command.
-//!
-//! Today it reports its version and what it can run; the server and the tools arrive with the
-//! broker and client crates.
+//! The `tinymq` binary: every role and every tool behind one command. This file only parses
+//! arguments and hands off; the roles live in the library crates.
+
+mod consume;
+mod produce;
+mod server;
+mod topic;
 
 use clap::{Parser, Subcommand};
 
@@ -16,24 +19,76 @@ struct Cli {
     command: Command,
 }
 
+/// Where the tools find the cluster.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Bootstrap {
+    /// Node addresses to bootstrap from, comma-separated.
+    #[arg(long, env = "TINYMQ_BOOTSTRAP", default_value = "127.0.0.1:21581")]
+    pub bootstrap: String,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run a standalone server: one MetaServer and one broker in one process.
+    Server(server::ServerArgs),
+    /// Create, list, describe and delete topics.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Send stdin to a topic, one message per line.
+    Produce(produce::ProduceArgs),
+    /// Print messages of a topic, one per line.
+    Consume(consume::ConsumeArgs),
     /// Print the protocol versions and limits this build speaks.
     Info,
 }
 
-fn main() -> anyhow::Result<()> {
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TINYMQ_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Info => {
-            println!(
-                "tinymq {} protocol {}..={} frame_bytes_max {}",
-                env!("CARGO_PKG_VERSION"),
-                tinymq_protocol::PROTOCOL_VERSION_MIN,
-                tinymq_protocol::PROTOCOL_VERSION_MAX,
-                tinymq_protocol::frame::FRAME_BODY_BYTES_MAX_DEFAULT
-            );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Server(args) => {
+                init_logging();
+                server::run(args).await
+            }
+            Command::Topic(cmd) => topic::run(cmd).await,
+            Command::Produce(args) => produce::run(args).await,
+            Command::Consume(args) => consume::run(args).await,
+            Command::Info => {
+                println!(
+                    "tinymq {} protocol {}..={} frame_bytes_max {}",
+                    env!("CARGO_PKG_VERSION"),
+                    tinymq_protocol::PROTOCOL_VERSION_MIN,
+                    tinymq_protocol::PROTOCOL_VERSION_MAX,
+                    tinymq_protocol::frame::FRAME_BODY_BYTES_MAX_DEFAULT
+                );
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
         }
     }
-    Ok(())
 }

@@ -194,6 +194,27 @@ impl PartitionLog {
     /// offsets and stamping `leader_epoch`. Returns once the flush policy is satisfied: under
     /// `always`, only after the bytes are fsynced.
     pub fn append(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
+        let info = self.write(batches, leader_epoch)?;
+        self.await_flush_policy(info.log_end_offset)?;
+        Ok(info)
+    }
+
+    /// Blocks as the flush policy requires for an append that ended at `end_offset`: under
+    /// `always` until it is fsynced (sharing fsyncs with other callers); under `interval`
+    /// only if an fsync is due; under `os` not at all.
+    pub fn await_flush_policy(&self, end_offset: i64) -> Result<(), LogError> {
+        match self.config.flush {
+            FlushPolicy::Always => self.sync_to(end_offset),
+            FlushPolicy::Interval(_) => self.flush_if_due(),
+            FlushPolicy::Os => Ok(()),
+        }
+    }
+
+    /// The first half of [`PartitionLog::append`]: checks, stamps and writes the batches, and
+    /// returns without waiting for any fsync. Callers that must order appends (idempotence
+    /// checks) do this under their own lock and call [`PartitionLog::await_flush_policy`]
+    /// after releasing it, so that fsyncs stay shared.
+    pub fn write(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
         let spans = self.check_batches(batches)?;
         let info = {
             let mut state = self.state.write();
@@ -239,11 +260,6 @@ impl PartitionLog {
                     .expect("≥ 1 batch"),
             }
         };
-        match self.config.flush {
-            FlushPolicy::Always => self.sync_to(info.log_end_offset)?,
-            FlushPolicy::Interval(_) => self.flush_if_due()?,
-            FlushPolicy::Os => {}
-        }
         Ok(info)
     }
 

@@ -1,0 +1,253 @@
+//! Topic names and settings: validation and conversion between the wire `TopicConfig`, the
+//! stored settings and the log's configuration. Pure logic.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tinymq_log::{FlushPolicy, LogConfig, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
+use tinymq_protocol::{messages, ErrorCode};
+
+/// Longest topic name, as in Kafka (names become directory names with a partition suffix).
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Most partitions one topic may have.
+pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
+/// Largest `message_bytes_max` a topic may set: one batch must fit a frame.
+pub const TOPIC_MESSAGE_BYTES_MAX_LIMIT: u32 = 16 << 20;
+
+/// Settings of one topic, as stored by the metadata store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicSettings {
+    pub partitions: u32,
+    pub replication_factor: u32,
+    /// -1 = keep forever.
+    pub retention_ms: i64,
+    /// -1 = no limit; per partition.
+    pub retention_bytes: i64,
+    pub segment_bytes: u64,
+    /// 0 = never roll by age.
+    pub segment_ms: i64,
+    /// `always`, `interval:<ms>` or `os`.
+    pub flush: String,
+    pub message_bytes_max: u32,
+}
+
+impl Default for TopicSettings {
+    fn default() -> TopicSettings {
+        TopicSettings {
+            partitions: 1,
+            replication_factor: 1,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            segment_bytes: tinymq_log::SEGMENT_BYTES_DEFAULT,
+            segment_ms: 0,
+            flush: FlushPolicy::Always.to_string(),
+            message_bytes_max: 1 << 20,
+        }
+    }
+}
+
+/// A rejected topic request: the wire code and a message for the user.
+pub type TopicError = (ErrorCode, String);
+
+pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
+    let valid_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if name.is_empty()
+        || name.len() > TOPIC_NAME_BYTES_MAX
+        || !valid_chars
+        || name == "."
+        || name == ".."
+    {
+        return Err((
+            ErrorCode::INVALID_TOPIC,
+            format!(
+                "topic name {name:?} must be 1 to {TOPIC_NAME_BYTES_MAX} characters of [A-Za-z0-9._-]"
+            ),
+        ));
+    }
+    if name.starts_with("__") {
+        return Err((
+            ErrorCode::INVALID_TOPIC,
+            format!("topic name {name:?}: names starting with __ are reserved"),
+        ));
+    }
+    Ok(())
+}
+
+impl TopicSettings {
+    /// Settings from a create request: zero or empty fields take the server's defaults.
+    pub fn from_wire(
+        wire: Option<&messages::TopicConfig>,
+        defaults: &TopicSettings,
+    ) -> Result<TopicSettings, TopicError> {
+        let mut s = defaults.clone();
+        if let Some(w) = wire {
+            if w.partitions != 0 {
+                s.partitions = w.partitions;
+            }
+            if w.replication_factor != 0 {
+                s.replication_factor = w.replication_factor;
+            }
+            if w.retention_ms != 0 {
+                s.retention_ms = w.retention_ms;
+            }
+            if w.retention_bytes != 0 {
+                s.retention_bytes = w.retention_bytes;
+            }
+            if w.segment_bytes != 0 {
+                s.segment_bytes = w.segment_bytes;
+            }
+            if w.segment_ms != 0 {
+                s.segment_ms = w.segment_ms;
+            }
+            if !w.flush.is_empty() {
+                s.flush = w.flush.clone();
+            }
+            if w.message_bytes_max != 0 {
+                s.message_bytes_max = w.message_bytes_max;
+            }
+        }
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn validate(&self) -> Result<(), TopicError> {
+        let invalid = |msg: String| Err((ErrorCode::INVALID_CONFIG, msg));
+        if self.partitions == 0 || self.partitions > TOPIC_PARTITIONS_MAX {
+            return Err((
+                ErrorCode::INVALID_PARTITIONS,
+                format!(
+                    "partitions must be 1 to {TOPIC_PARTITIONS_MAX}, got {}",
+                    self.partitions
+                ),
+            ));
+        }
+        if self.replication_factor != 1 {
+            return invalid(format!(
+                "replication_factor {} is not available on a single node (must be 1)",
+                self.replication_factor
+            ));
+        }
+        if self.retention_ms < -1 || self.retention_bytes < -1 || self.segment_ms < 0 {
+            return invalid(
+                "retention_ms and retention_bytes must be -1 or positive; segment_ms ≥ 0".into(),
+            );
+        }
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) {
+            return invalid(format!(
+                "segment_bytes must be {SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}, got {}",
+                self.segment_bytes
+            ));
+        }
+        if let Err(e) = self.flush.parse::<FlushPolicy>() {
+            return invalid(e);
+        }
+        if self.message_bytes_max == 0
+            || self.message_bytes_max > TOPIC_MESSAGE_BYTES_MAX_LIMIT
+            || u64::from(self.message_bytes_max) > self.segment_bytes
+        {
+            return invalid(format!(
+                "message_bytes_max must be 1 to {TOPIC_MESSAGE_BYTES_MAX_LIMIT} and at most segment_bytes, got {}",
+                self.message_bytes_max
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn flush_policy(&self) -> FlushPolicy {
+        self.flush.parse().unwrap_or_default()
+    }
+
+    pub fn log_config(&self) -> LogConfig {
+        let positive_ms = |ms: i64| (ms > 0).then(|| Duration::from_millis(ms as u64));
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            segment_age_max: positive_ms(self.segment_ms),
+            flush: self.flush_policy(),
+            retention_age: positive_ms(self.retention_ms),
+            retention_bytes: (self.retention_bytes > 0).then_some(self.retention_bytes as u64),
+            batch_bytes_max: self.message_bytes_max,
+            ..LogConfig::default()
+        }
+    }
+
+    pub fn to_wire(&self) -> messages::TopicConfig {
+        messages::TopicConfig {
+            partitions: self.partitions,
+            replication_factor: self.replication_factor,
+            retention_ms: self.retention_ms,
+            retention_bytes: self.retention_bytes,
+            segment_bytes: self.segment_bytes,
+            flush: self.flush.clone(),
+            message_bytes_max: self.message_bytes_max,
+            segment_ms: self.segment_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names() {
+        for good in ["orders", "a.b-c_d", "X1", &"x".repeat(249)] {
+            assert!(validate_topic_name(good).is_ok(), "{good}");
+        }
+        for bad in ["", "a/b", "a b", "..", "__internal", &"x".repeat(250), "ä"] {
+            assert_eq!(
+                validate_topic_name(bad).unwrap_err().0,
+                ErrorCode::INVALID_TOPIC,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn wire_settings_take_defaults_and_are_checked() {
+        let defaults = TopicSettings::default();
+        let s = TopicSettings::from_wire(
+            Some(&messages::TopicConfig {
+                partitions: 6,
+                flush: "interval:100".into(),
+                ..Default::default()
+            }),
+            &defaults,
+        )
+        .unwrap();
+        assert_eq!(s.partitions, 6);
+        assert_eq!(s.retention_ms, defaults.retention_ms);
+        assert_eq!(
+            s.log_config().flush,
+            FlushPolicy::Interval(Duration::from_millis(100))
+        );
+
+        let bad = |config: messages::TopicConfig| {
+            TopicSettings::from_wire(Some(&config), &defaults)
+                .unwrap_err()
+                .0
+        };
+        assert_eq!(
+            bad(messages::TopicConfig {
+                partitions: 5000,
+                ..Default::default()
+            }),
+            ErrorCode::INVALID_PARTITIONS
+        );
+        assert_eq!(
+            bad(messages::TopicConfig {
+                flush: "never".into(),
+                ..Default::default()
+            }),
+            ErrorCode::INVALID_CONFIG
+        );
+        assert_eq!(
+            bad(messages::TopicConfig {
+                segment_bytes: 10,
+                ..Default::default()
+            }),
+            ErrorCode::INVALID_CONFIG
+        );
+    }
+}

@@ -1,0 +1,108 @@
+//! `tinymq produce TOPIC`: one message per stdin line. Exits 0 only after every line is
+//! acknowledged.
+
+use std::collections::VecDeque;
+
+use anyhow::Context;
+use bytes::Bytes;
+use tinymq_client::{Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerRecord};
+use tokio::io::AsyncBufReadExt;
+
+use crate::Bootstrap;
+
+/// Deliveries awaited at most at once; further lines wait (bounded memory for any input size).
+const DELIVERIES_PENDING_MAX: usize = 50_000;
+
+#[derive(clap::Args, Debug)]
+pub struct ProduceArgs {
+    topic: String,
+    /// Split each line at the first SEP into key and value.
+    #[arg(long)]
+    key_separator: Option<String>,
+    /// A header for every message, `key=value`; repeatable.
+    #[arg(long = "header")]
+    headers: Vec<String>,
+    /// 0, 1 or all.
+    #[arg(long, default_value = "all")]
+    acks: String,
+    /// Send every message to this partition.
+    #[arg(long)]
+    partition: Option<u32>,
+    /// none, lz4 or zstd.
+    #[arg(long, default_value = "none")]
+    compression: String,
+    /// Wait this long for more messages before sending a batch, ms.
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u64,
+    /// Target batch size, bytes.
+    #[arg(long, default_value_t = 64 * 1024)]
+    batch_bytes: usize,
+    #[command(flatten)]
+    bootstrap: Bootstrap,
+}
+
+pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
+    let mut config = ProducerConfig::new(&args.bootstrap.bootstrap);
+    config.acks = Acks::parse(&args.acks)
+        .with_context(|| format!("--acks {}: expected 0, 1 or all", args.acks))?;
+    config.compression = Compression::from_name(&args.compression).with_context(|| {
+        format!(
+            "--compression {}: expected none, lz4 or zstd",
+            args.compression
+        )
+    })?;
+    config.linger = std::time::Duration::from_millis(args.linger_ms);
+    config.batch_bytes = args.batch_bytes;
+    let headers: Vec<(String, Option<Bytes>)> = args
+        .headers
+        .iter()
+        .map(|h| {
+            let (k, v) = h
+                .split_once('=')
+                .with_context(|| format!("--header {h}: expected key=value"))?;
+            Ok((k.to_string(), Some(Bytes::copy_from_slice(v.as_bytes()))))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let producer = Producer::new(config)?;
+    let mut pending: VecDeque<DeliveryFuture> = VecDeque::new();
+    let (mut sent, mut failed) = (0u64, 0u64);
+    let mut first_error = None;
+    let mut settle = |result: Result<_, tinymq_client::ClientError>| {
+        if let Err(e) = result {
+            failed += 1;
+            first_error.get_or_insert(e);
+        }
+    };
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await.context("reading stdin")? {
+        let (key, value) = match &args.key_separator {
+            Some(sep) => match line.split_once(sep.as_str()) {
+                Some((k, v)) => (Some(Bytes::copy_from_slice(k.as_bytes())), v.to_string()),
+                None => (None, line),
+            },
+            None => (None, line),
+        };
+        let record = ProducerRecord {
+            key,
+            value: Some(Bytes::from(value)),
+            headers: headers.clone(),
+            partition: args.partition,
+            timestamp_ms: None,
+        };
+        pending.push_back(producer.send(&args.topic, record).await?);
+        sent += 1;
+        if pending.len() >= DELIVERIES_PENDING_MAX {
+            settle(pending.pop_front().expect("non-empty").await);
+        }
+    }
+    for delivery in pending {
+        settle(delivery.await);
+    }
+    producer.close().await;
+    match first_error {
+        None => Ok(()),
+        Some(e) => {
+            anyhow::bail!("{failed} of {sent} messages were not acknowledged; first error: {e}")
+        }
+    }
+}

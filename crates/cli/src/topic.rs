@@ -1,0 +1,152 @@
+//! `tinymq topic create|list|describe|delete`.
+
+use clap::Subcommand;
+use tinymq_client::{Admin, ClientConfig, TopicConfig};
+
+use crate::Bootstrap;
+
+#[derive(Subcommand, Debug)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Create {
+        name: String,
+        /// Number of partitions [default: the server's, 1].
+        #[arg(long, default_value_t = 0)]
+        partitions: u32,
+        /// Delete segments older than this, ms; -1 keeps forever [default: the server's].
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        retention_ms: i64,
+        /// Keep at most about this many bytes per partition; -1 = no limit.
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        retention_bytes: i64,
+        /// Segment file size in bytes [default: 1 GiB].
+        #[arg(long, default_value_t = 0)]
+        segment_bytes: u64,
+        /// always, interval:<ms> or os [default: the server's, always].
+        #[arg(long, default_value = "")]
+        flush: String,
+        /// Largest record batch accepted, bytes [default: 1048576].
+        #[arg(long, default_value_t = 0)]
+        message_bytes_max: u32,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// List topic names.
+    List {
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Show a topic's settings and partitions.
+    Describe {
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Delete a topic and its data.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+}
+
+pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
+    match command {
+        TopicCommand::Create {
+            name,
+            partitions,
+            retention_ms,
+            retention_bytes,
+            segment_bytes,
+            flush,
+            message_bytes_max,
+            bootstrap,
+        } => {
+            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let config = TopicConfig {
+                partitions,
+                replication_factor: 0,
+                retention_ms,
+                retention_bytes,
+                segment_bytes,
+                flush,
+                message_bytes_max,
+                segment_ms: 0,
+            };
+            let got = admin.create_topic(&name, config).await?;
+            println!(
+                "created topic {name} with {} partitions (flush {})",
+                got.partitions, got.flush
+            );
+        }
+        TopicCommand::List { bootstrap } => {
+            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            for name in admin.list_topics().await? {
+                println!("{name}");
+            }
+        }
+        TopicCommand::Describe {
+            name,
+            json,
+            bootstrap,
+        } => {
+            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let d = admin.describe_topic(&name).await?;
+            let c = d.config.clone().unwrap_or_default();
+            if json {
+                let partitions: Vec<_> = d
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        serde_json::json!({
+                            "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
+                            "replicas": p.replicas, "isr": p.isr, "log_start_offset": p.log_start_offset,
+                            "log_end_offset": p.log_end_offset, "high_watermark": p.high_watermark,
+                            "size_bytes": p.size_bytes,
+                        })
+                    })
+                    .collect();
+                let out = serde_json::json!({
+                    "name": d.name,
+                    "config": {
+                        "partitions": c.partitions, "replication_factor": c.replication_factor,
+                        "retention_ms": c.retention_ms, "retention_bytes": c.retention_bytes,
+                        "segment_bytes": c.segment_bytes, "flush": c.flush,
+                        "message_bytes_max": c.message_bytes_max,
+                    },
+                    "partitions": partitions,
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                println!(
+                    "topic {}: {} partitions, flush {}, retention_ms {}, retention_bytes {}, segment_bytes {}, message_bytes_max {}",
+                    d.name, c.partitions, c.flush, c.retention_ms, c.retention_bytes, c.segment_bytes, c.message_bytes_max
+                );
+                println!(
+                    "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}",
+                    "partition", "leader", "start", "end", "hw", "bytes"
+                );
+                for p in &d.partitions {
+                    println!(
+                        "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}",
+                        p.partition,
+                        p.leader,
+                        p.log_start_offset,
+                        p.log_end_offset,
+                        p.high_watermark,
+                        p.size_bytes
+                    );
+                }
+            }
+        }
+        TopicCommand::Delete { name, bootstrap } => {
+            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            admin.delete_topic(&name).await?;
+            println!("deleted topic {name}");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,215 @@
+//! Helpers for tests that run real `tinymq` processes on 127.0.0.1 with ephemeral ports and
+//! temporary data directories.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use prost::Message;
+use tinymq_protocol::frame::{FrameDecoder, FrameHeader};
+use tinymq_protocol::{messages as m, Frame, OpCode, Request};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tinymq");
+
+/// A `tinymq server` child process.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+    pub data: PathBuf,
+}
+
+impl Server {
+    pub fn start(data: &Path) -> Server {
+        Server::start_with(data, &[])
+    }
+
+    pub fn start_with(data: &Path, extra: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .args(["server", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .args(extra)
+            .env("TINYMQ_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tinymq server");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("server prints its address");
+        let addr = line
+            .trim()
+            .strip_prefix("tinymq listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_string();
+        Server {
+            child,
+            addr,
+            data: data.to_path_buf(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL: the process gets no chance to flush anything.
+    pub fn kill9(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reap");
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        // SAFETY: sending a signal to our own child process.
+        let rc = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        assert_eq!(rc, 0, "kill -TERM");
+        self.child.wait().expect("wait")
+    }
+
+    /// Resident memory of the server, from /proc.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    /// Runs a `tinymq` tool against this server.
+    pub fn tool(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("TINYMQ_BOOTSTRAP", &self.addr);
+        cmd
+    }
+
+    /// Runs a tool to completion, feeding `stdin`; panics on failure.
+    pub fn run_tool(&self, args: &[&str], stdin: &[u8]) -> Output {
+        let mut child = self
+            .tool(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tool");
+        let mut input = child.stdin.take().expect("stdin");
+        let data = stdin.to_vec();
+        let writer = std::thread::spawn(move || {
+            let _ = input.write_all(&data);
+        });
+        let out = child.wait_with_output().expect("tool output");
+        writer.join().expect("stdin writer");
+        assert!(
+            out.status.success(),
+            "tinymq {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A blocking raw-protocol connection, for tests that speak bytes.
+pub struct RawClient {
+    pub stream: TcpStream,
+    buf: BytesMut,
+    next_id: u32,
+}
+
+impl RawClient {
+    pub fn connect(addr: &str) -> RawClient {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        RawClient {
+            stream,
+            buf: BytesMut::new(),
+            next_id: 1,
+        }
+    }
+
+    pub fn handshaken(addr: &str) -> RawClient {
+        let mut c = RawClient::connect(addr);
+        let r = c.call(&m::HandshakeRequest {
+            min_version: 1,
+            max_version: 1,
+            cluster_id: String::new(),
+            client_id: "raw-test".into(),
+        });
+        assert!(r.error.is_none(), "{:?}", r.error);
+        c
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
+    }
+
+    pub fn send_frame(&mut self, op: u8, body: &[u8]) -> u32 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut out = BytesMut::new();
+        FrameHeader::request(op, id, body.len() as u32).encode(&mut out);
+        out.extend_from_slice(body);
+        self.stream.write_all(&out).expect("send");
+        id
+    }
+
+    /// The next frame, or `None` at EOF.
+    pub fn read_frame(&mut self) -> Option<Frame> {
+        let decoder = FrameDecoder::new(64 << 20);
+        loop {
+            if let Some(frame) = decoder
+                .decode(&mut self.buf)
+                .expect("valid frame from server")
+            {
+                return Some(frame);
+            }
+            let mut chunk = [0u8; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+    }
+
+    /// True once the server has closed the connection (EOF or reset), after draining frames.
+    pub fn closed_by_server(&mut self) -> bool {
+        while self.read_frame().is_some() {}
+        true
+    }
+
+    pub fn call<R: Request>(&mut self, request: &R) -> R::Response {
+        let id = self.send_frame(R::OP.code(), &request.encode_to_vec());
+        let frame = self.read_frame().expect("response");
+        assert_eq!(frame.header.message_id, id);
+        assert_eq!(frame.header.op_code(), R::OP.code());
+        R::Response::decode(frame.body).expect("decodable response")
+    }
+}
+
+pub fn error_code(frame: &Frame) -> u32 {
+    m::ErrorResponse::decode(frame.body.clone())
+        .expect("error body")
+        .error
+        .map_or(0, |e| e.code)
+}
+
+pub fn op(code: OpCode) -> u8 {
+    code.code()
+}

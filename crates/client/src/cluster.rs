@@ -1,0 +1,206 @@
+//! What the client knows of the cluster: connections per broker address and the route cache
+//! (topic → partition leaders), fetched from any node and refreshed when stale or when a broker
+//! says it is not the leader.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use crate::connection::Connection;
+use crate::error::{check, ClientError};
+
+/// Routes older than this are fetched again before use.
+pub const METADATA_AGE_MAX: Duration = Duration::from_secs(300);
+
+/// Client-wide settings shared by producer, consumer and admin.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// `host:port` addresses to bootstrap from; any one of them is enough.
+    pub bootstrap: Vec<String>,
+    pub client_id: String,
+    /// Refuse nodes of another cluster; empty accepts any.
+    pub cluster_id: String,
+    pub request_timeout: Duration,
+}
+
+impl ClientConfig {
+    /// Settings for a comma-separated bootstrap list, e.g. `"127.0.0.1:21581"`.
+    pub fn new(bootstrap: &str) -> ClientConfig {
+        ClientConfig {
+            bootstrap: bootstrap
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            client_id: format!("tinymq-client/{}", env!("CARGO_PKG_VERSION")),
+            cluster_id: String::new(),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The leader of each partition of a topic.
+#[derive(Debug, Clone)]
+pub struct TopicRoute {
+    pub name: String,
+    /// Leader address per partition index.
+    pub leaders: Vec<String>,
+    fetched: Instant,
+}
+
+impl TopicRoute {
+    pub fn partition_count(&self) -> u32 {
+        self.leaders.len() as u32
+    }
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    pub config: ClientConfig,
+    connections: Mutex<HashMap<String, Arc<Connection>>>,
+    /// Serializes connection attempts so that concurrent callers share one connection.
+    connecting: tokio::sync::Mutex<()>,
+    routes: Mutex<HashMap<String, Arc<TopicRoute>>>,
+}
+
+impl Cluster {
+    pub fn new(config: ClientConfig) -> Result<Arc<Cluster>, ClientError> {
+        if config.bootstrap.is_empty() {
+            return Err(ClientError::Config("no bootstrap address".into()));
+        }
+        Ok(Arc::new(Cluster {
+            config,
+            connections: Mutex::new(HashMap::new()),
+            connecting: tokio::sync::Mutex::new(()),
+            routes: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// A live connection to `addr`, opened if needed.
+    pub async fn connection(&self, addr: &str) -> Result<Arc<Connection>, ClientError> {
+        if let Some(c) = self.connections.lock().get(addr).filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let _guard = self.connecting.lock().await;
+        if let Some(c) = self.connections.lock().get(addr).filter(|c| !c.is_closed()) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(
+            Connection::connect(addr, &self.config.client_id, &self.config.cluster_id).await?,
+        );
+        self.connections.lock().insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// A connection to any node: known brokers first, then the bootstrap list.
+    pub async fn any_connection(&self) -> Result<Arc<Connection>, ClientError> {
+        let live: Vec<_> = self
+            .connections
+            .lock()
+            .values()
+            .filter(|c| !c.is_closed())
+            .cloned()
+            .collect();
+        if let Some(c) = live.into_iter().next() {
+            return Ok(c);
+        }
+        let mut last = ClientError::Config("no bootstrap address".into());
+        for addr in &self.config.bootstrap {
+            match self.connection(addr).await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Sends a request to any node.
+    pub async fn request<R: tinymq_protocol::Request>(
+        &self,
+        body: &R,
+    ) -> Result<R::Response, ClientError> {
+        let c = self.any_connection().await?;
+        c.request(body, self.config.request_timeout).await
+    }
+
+    /// Fetches routes for `topic` now.
+    pub async fn refresh(&self, topic: &str) -> Result<Arc<TopicRoute>, ClientError> {
+        let response = self
+            .request(&m::MetadataRequest {
+                topics: vec![topic.to_string()],
+            })
+            .await?;
+        let brokers: HashMap<u32, String> = response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id, format!("{}:{}", b.host, b.port)))
+            .collect();
+        let t = response
+            .topics
+            .into_iter()
+            .find(|t| t.name == topic)
+            .ok_or_else(|| {
+                ClientError::Protocol(format!("metadata response lacks topic {topic}"))
+            })?;
+        check(t.error.as_ref())?;
+        let mut partitions = t.partitions;
+        partitions.sort_by_key(|p| p.partition);
+        let mut leaders = Vec::with_capacity(partitions.len());
+        for (i, p) in partitions.iter().enumerate() {
+            if p.partition as usize != i {
+                return Err(ClientError::Protocol(format!(
+                    "topic {topic} partition list has a gap at {i}"
+                )));
+            }
+            let leader = brokers
+                .get(&p.leader)
+                .cloned()
+                .ok_or_else(|| ClientError::Server {
+                    code: ErrorCode::NOT_LEADER,
+                    message: format!("{topic}/{i} has no known leader"),
+                })?;
+            leaders.push(leader);
+        }
+        let route = Arc::new(TopicRoute {
+            name: topic.to_string(),
+            leaders,
+            fetched: Instant::now(),
+        });
+        self.routes.lock().insert(topic.to_string(), route.clone());
+        Ok(route)
+    }
+
+    /// Cached routes for `topic`, fetched when missing or older than [`METADATA_AGE_MAX`].
+    pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, ClientError> {
+        let cached = self.routes.lock().get(topic).cloned();
+        match cached {
+            Some(r) if r.fetched.elapsed() < METADATA_AGE_MAX => Ok(r),
+            _ => self.refresh(topic).await,
+        }
+    }
+
+    /// Forgets the cached routes of `topic`, so the next use fetches them.
+    pub fn invalidate(&self, topic: &str) {
+        self.routes.lock().remove(topic);
+    }
+
+    /// A connection to the leader of `topic`/`partition`.
+    pub async fn leader(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Arc<Connection>, ClientError> {
+        let route = self.route(topic).await?;
+        let addr = route
+            .leaders
+            .get(partition as usize)
+            .ok_or_else(|| ClientError::Server {
+                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                message: format!("{topic} has no partition {partition}"),
+            })?;
+        self.connection(addr).await
+    }
+}

@@ -1,0 +1,180 @@
+//! One connection to a tinymq node: handshake, then many requests in flight at once, each
+//! matched to its response by message id. A reader task routes responses; a writer task sends
+//! frames in order.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use parking_lot::Mutex;
+use prost::Message;
+use tinymq_protocol::frame::{FrameDecoder, FrameHeader};
+use tinymq_protocol::{messages as m, Frame, Request, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use crate::error::{check, ClientError};
+
+/// Largest response body the client accepts (a fetch answer is bounded by its `max_bytes`).
+pub const RESPONSE_BYTES_MAX: u32 = 256 << 20;
+/// Time allowed to open the TCP connection and finish the handshake.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Frame>>>>;
+
+/// A handshaken connection. Cheap to share behind an `Arc`; every method takes `&self`.
+#[derive(Debug)]
+pub struct Connection {
+    addr: String,
+    outgoing: mpsc::Sender<Bytes>,
+    pending: Pending,
+    next_id: AtomicU32,
+    closed: Arc<AtomicBool>,
+    /// Bounds requests in flight to what the server said it processes at once.
+    in_flight: Semaphore,
+    pub handshake: m::HandshakeResponse,
+}
+
+fn encode_request<R: Request>(message_id: u32, body: &R) -> Bytes {
+    let len = body.encoded_len();
+    let mut out = BytesMut::with_capacity(12 + len);
+    FrameHeader::request(R::OP.code(), message_id, len as u32).encode(&mut out);
+    body.encode(&mut out).expect("BytesMut grows");
+    out.freeze()
+}
+
+impl Connection {
+    /// Connects and handshakes, optionally checking the cluster id.
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        cluster_id: &str,
+    ) -> Result<Connection, ClientError> {
+        let fail = |reason: String| ClientError::Connect {
+            addr: addr.to_string(),
+            reason,
+        };
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| fail("timed out".into()))?
+            .map_err(|e| fail(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        let (mut reader, mut writer) = stream.into_split();
+        let (outgoing, mut queue) = mpsc::channel::<Bytes>(256);
+        let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
+        let closed = Arc::new(AtomicBool::new(false));
+        tokio::spawn(async move {
+            while let Some(frame) = queue.recv().await {
+                if writer.write_all(&frame).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let (p, c) = (pending.clone(), closed.clone());
+        tokio::spawn(async move {
+            let mut buf = BytesMut::with_capacity(64 * 1024);
+            let decoder = FrameDecoder::new(RESPONSE_BYTES_MAX);
+            'read: loop {
+                loop {
+                    match decoder.decode(&mut buf) {
+                        Ok(Some(frame)) => {
+                            if let Some(waiter) = p.lock().remove(&frame.header.message_id) {
+                                let _ = waiter.send(frame);
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "invalid frame from server");
+                            break 'read;
+                        }
+                    }
+                }
+                match reader.read_buf(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            c.store(true, Ordering::SeqCst);
+            // Dropping the senders wakes every waiter with "closed".
+            p.lock().clear();
+        });
+        let mut connection = Connection {
+            addr: addr.to_string(),
+            outgoing,
+            pending,
+            next_id: AtomicU32::new(1),
+            closed,
+            in_flight: Semaphore::new(1),
+            handshake: m::HandshakeResponse::default(),
+        };
+        let handshake = m::HandshakeRequest {
+            min_version: PROTOCOL_VERSION_MIN,
+            max_version: PROTOCOL_VERSION_MAX,
+            cluster_id: cluster_id.to_string(),
+            client_id: client_id.to_string(),
+        };
+        let response = connection.request(&handshake, CONNECT_TIMEOUT).await?;
+        check(response.error.as_ref())?;
+        connection.in_flight = Semaphore::new(response.requests_in_flight_max.max(1) as usize);
+        connection.handshake = response;
+        Ok(connection)
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Sends a request and waits for its response. A response whose top-level error is set is
+    /// returned as `Err`.
+    pub async fn request<R: Request>(
+        &self,
+        body: &R,
+        timeout: Duration,
+    ) -> Result<R::Response, ClientError> {
+        let _permit = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| ClientError::ConnectionClosed(self.addr.clone()))?;
+        if self.is_closed() {
+            return Err(ClientError::ConnectionClosed(self.addr.clone()));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().insert(id, tx);
+        if self.outgoing.send(encode_request(id, body)).await.is_err() {
+            self.pending.lock().remove(&id);
+            return Err(ClientError::ConnectionClosed(self.addr.clone()));
+        }
+        let frame = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(frame)) => frame,
+            Ok(Err(_)) => return Err(ClientError::ConnectionClosed(self.addr.clone())),
+            Err(_) => {
+                self.pending.lock().remove(&id);
+                return Err(ClientError::Timeout(timeout.as_millis() as u64));
+            }
+        };
+        // Field 1 of every response is the error, so this reads it from any response type.
+        let top = m::ErrorResponse::decode(frame.body.clone())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        check(top.error.as_ref())?;
+        R::Response::decode(frame.body)
+            .map_err(|e| ClientError::Protocol(format!("{}: {e}", R::OP.name())))
+    }
+
+    /// Sends a request that gets no response (produce with acks = 0).
+    pub async fn send_only<R: Request>(&self, body: &R) -> Result<(), ClientError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.outgoing
+            .send(encode_request(id, body))
+            .await
+            .map_err(|_| ClientError::ConnectionClosed(self.addr.clone()))
+    }
+}

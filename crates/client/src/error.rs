@@ -1,0 +1,71 @@
+//! The client's error type: transport failures, timeouts, and errors the server returned, each
+//! saying whether a retry may succeed.
+
+use tinymq_protocol::batch::BatchError;
+use tinymq_protocol::{messages, ErrorCode};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error("connection to {0} closed")]
+    ConnectionClosed(String),
+    #[error("request timed out after {0} ms")]
+    Timeout(u64),
+    #[error("server error {}: {}", .code.name(), .message)]
+    Server { code: ErrorCode, message: String },
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("invalid record batch from server: {0}")]
+    Batch(#[from] BatchError),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("record not delivered within the delivery timeout ({timeout_ms} ms); last error: {last_error}")]
+    DeliveryTimeout { timeout_ms: u64, last_error: String },
+    #[error("the producer is closed")]
+    Closed,
+}
+
+impl ClientError {
+    /// Whether the same request may succeed if sent again (possibly to another broker after a
+    /// metadata refresh).
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClientError::Connect { .. }
+            | ClientError::ConnectionClosed(_)
+            | ClientError::Timeout(_) => true,
+            ClientError::Server { code, .. } => code.is_retriable(),
+            _ => false,
+        }
+    }
+
+    /// Whether routes should be refreshed before retrying.
+    pub fn needs_metadata_refresh(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Server {
+                code: ErrorCode::NOT_LEADER | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                ..
+            } | ClientError::Connect { .. }
+                | ClientError::ConnectionClosed(_)
+        )
+    }
+
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            ClientError::Server { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Turns a wire error field into a result: absent or code 0 is success.
+pub fn check(error: Option<&messages::Error>) -> Result<(), ClientError> {
+    match error {
+        Some(e) if e.code != 0 => Err(ClientError::Server {
+            code: e.error_code(),
+            message: e.message.clone(),
+        }),
+        _ => Ok(()),
+    }
+}

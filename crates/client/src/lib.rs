@@ -1,0 +1,25 @@
+//! The tinymq client library (async, tokio): a [`Producer`] that needs only a topic name, a
+//! [`Consumer`] of assigned partitions with long polling, and an [`Admin`] for topics.
+//!
+//! Every client bootstraps from one or more node addresses, fetches routes (which broker
+//! leads each partition), caches them, and refreshes them when they age or when a broker
+//! answers `NOT_LEADER` or `UNKNOWN_TOPIC_OR_PARTITION`.
+
+mod admin;
+mod cluster;
+mod connection;
+mod consumer;
+mod error;
+mod producer;
+
+pub use admin::{Admin, DescribeTopicResponse, PartitionState, TopicConfig};
+pub use cluster::{ClientConfig, Cluster};
+pub use connection::Connection;
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom};
+pub use error::ClientError;
+pub use producer::{
+    murmur2, partition_for_key, Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
+    RecordMetadata,
+};
+pub use tinymq_protocol::batch::Compression;
+pub use tinymq_protocol::ErrorCode;
