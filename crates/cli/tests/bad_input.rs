@@ -8,7 +8,6 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::{error_code, op, RawClient, Server};
-use prost::Message;
 use tinymq_protocol::frame::FrameHeader;
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
@@ -217,8 +216,7 @@ fn a_thousand_garbage_connections_leave_memory_flat_and_service_intact() {
         rss_after < rss_before + 32 * 1024,
         "RSS grew from {rss_before} KiB to {rss_after} KiB"
     );
-    // The valid decode of a good frame still works after all that.
+    // A new client is served normally after all that.
     let mut c = RawClient::handshaken(&server.addr);
-    let response = c.call(&m::ListTopicsRequest {});
-    assert_eq!(response.encode_to_vec().is_empty(), false);
+    assert_eq!(c.call(&m::ListTopicsRequest {}).names, vec!["good"]);
 }
