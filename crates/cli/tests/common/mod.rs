@@ -28,10 +28,15 @@ impl Server {
     }
 
     pub fn start_with(data: &Path, extra: &[&str]) -> Server {
+        Server::start_with_env(data, extra, &[])
+    }
+
+    pub fn start_with_env(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
             .args(["server", "--listen", "127.0.0.1:0", "--data"])
             .arg(data)
             .args(extra)
+            .envs(env.iter().copied())
             .env("TINYMQ_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
