@@ -193,7 +193,11 @@ fn text_output_headers_offsets_and_timeouts() {
 fn settings_come_from_file_then_environment_then_flags() {
     let tmp = tempfile::tempdir().unwrap();
     let file = tmp.path().join("tinymq.toml");
-    std::fs::write(&file, "partitions = 2\nflush = \"os\"\nretention_ms = 1000\n").unwrap();
+    std::fs::write(
+        &file,
+        "partitions = 2\nflush = \"os\"\nretention_ms = 1000\n",
+    )
+    .unwrap();
     let data = tmp.path().join("data");
     let server = Server::start_with_env(
         &data,
@@ -204,6 +208,12 @@ fn settings_come_from_file_then_environment_then_flags() {
     let out = server.run_tool(&["topic", "describe", "defaults", "--json"], b"");
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["config"]["flush"], "os", "from the file");
-    assert_eq!(json["config"]["partitions"], 5, "the environment beats the file");
-    assert_eq!(json["config"]["retention_ms"], 5000, "a flag beats the environment");
+    assert_eq!(
+        json["config"]["partitions"], 5,
+        "the environment beats the file"
+    );
+    assert_eq!(
+        json["config"]["retention_ms"], 5000,
+        "a flag beats the environment"
+    );
 }
