@@ -120,6 +120,37 @@ impl Connection {
                     _ = self.shutdown.cancelled() => return Err("shutting down".into()),
                 };
                 let (state, tx) = (self.state.clone(), tx.clone());
+                if frame.header.op_code() == OpCode::Produce.code() && !frame.header.is_response() {
+                    // Written before the next frame is read: produce keeps the connection's order.
+                    let (op, id) = (frame.header.op_code(), frame.header.message_id);
+                    let written = match m::ProduceRequest::decode(frame.body) {
+                        Ok(request) => handlers::produce_write(state, request).await,
+                        Err(e) => Err(m::ProduceResponse {
+                            error: Some(
+                                ErrorCode::MALFORMED_BODY
+                                    .with_message(format!("cannot decode body: {e}")),
+                            ),
+                            partitions: vec![],
+                        }),
+                    };
+                    tokio::spawn(async move {
+                        // acks = 0 still waits for the flush policy (which raises the high
+                        // watermark); it only sends no response.
+                        let response = match written {
+                            Ok(prepared) => {
+                                let acks = prepared.acks();
+                                let response = handlers::produce_finish(prepared).await;
+                                (acks != 0).then_some(response)
+                            }
+                            Err(response) => Some(response),
+                        };
+                        if let Some(response) = response {
+                            let _ = tx.send(encode_response(op, id, &response)).await;
+                        }
+                        drop(permit);
+                    });
+                    continue;
+                }
                 tokio::spawn(async move {
                     if let Some(response) = dispatch(state, frame).await {
                         let _ = tx.send(response).await;
@@ -288,18 +319,8 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
         OpCode::DescribeTopic => handle!(m::DescribeTopicRequest, |r| handlers::describe_topic(
             &state, r
         )),
-        OpCode::Produce => match decode::<m::ProduceRequest>(frame.body) {
-            Ok(r) => {
-                let acks = r.acks;
-                let response = handlers::produce(state, r).await;
-                (acks != 0).then(|| encode_response(op_code, id, &response))
-            }
-            Err(e) => Some(encode_response(
-                op_code,
-                id,
-                &m::ErrorResponse { error: Some(e) },
-            )),
-        },
+        // Handled in the read loop, which writes produce requests in the order received.
+        OpCode::Produce => unreachable!("produce never reaches dispatch"),
         OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r).await),
         OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| handlers::list_offsets(state, r)
             .await),

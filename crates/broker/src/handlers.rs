@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use crate::partition::{Partition, PartitionError};
+use crate::partition::{Partition, PartitionError, PendingAppend};
 use crate::state::BrokerState;
 use crate::topic::{validate_topic_name, TopicSettings};
 
@@ -216,35 +216,93 @@ pub fn metadata(state: &BrokerState, req: m::MetadataRequest) -> m::MetadataResp
     }
 }
 
-pub async fn produce(state: Arc<BrokerState>, req: m::ProduceRequest) -> m::ProduceResponse {
+/// One partition of a produce request after its write: where to wait, or why it failed.
+type PartitionWrite = (
+    String,
+    u32,
+    Result<(Arc<Partition>, PendingAppend), m::Error>,
+);
+
+/// A produce request whose batches are written and that waits for the flush policy.
+pub struct PreparedProduce {
+    acks: i32,
+    timeout: Duration,
+    partitions: Vec<PartitionWrite>,
+}
+
+impl PreparedProduce {
+    pub fn acks(&self) -> i32 {
+        self.acks
+    }
+}
+
+/// The first half of a produce: checks and writes every partition's batches, in request order.
+/// The connection runs this before reading its next frame, so the produce requests of one
+/// connection are stored in the order they were sent, whatever their `acks`.
+pub async fn produce_write(
+    state: Arc<BrokerState>,
+    req: m::ProduceRequest,
+) -> Result<PreparedProduce, m::ProduceResponse> {
     if !matches!(req.acks, -1..=1) {
-        return m::ProduceResponse {
+        return Err(m::ProduceResponse {
             error: err(
                 ErrorCode::INVALID_REQUIRED_ACKS,
                 format!("acks must be -1, 0 or 1, got {}", req.acks),
             ),
             partitions: vec![],
-        };
+        });
     }
     let timeout = Duration::from_millis(u64::from(req.timeout_ms).max(1))
         .min(state.config.produce_timeout_max);
-    let mut results = Vec::with_capacity(req.partitions.len());
-    // Partitions of one request are appended concurrently, so their fsyncs overlap.
-    let tasks: Vec<_> = req
+    let acks = req.acks;
+    let written = blocking(move || {
+        req.partitions
+            .into_iter()
+            .map(|p| {
+                let outcome = match state.partition(&p.topic, p.partition) {
+                    None => Err(unknown_partition(&p.topic, p.partition)),
+                    Some(partition) => {
+                        let batch_max = partition_batch_max(&state, &p.topic);
+                        match partition.write(p.records, batch_max) {
+                            Ok(pending) => Ok((partition, pending)),
+                            Err(PartitionError { code, message }) => {
+                                Err(code.with_message(message))
+                            }
+                        }
+                    }
+                };
+                (p.topic, p.partition, outcome)
+            })
+            .collect()
+    })
+    .await;
+    match written {
+        Ok(partitions) => Ok(PreparedProduce {
+            acks,
+            timeout,
+            partitions,
+        }),
+        Err(e) => Err(m::ProduceResponse {
+            error: Some(e),
+            partitions: vec![],
+        }),
+    }
+}
+
+/// The second half: waits (concurrently across partitions) for each write to meet its flush
+/// policy, and builds the response.
+pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
+    let timeout = prepared.timeout;
+    let waits: Vec<_> = prepared
         .partitions
         .into_iter()
-        .map(|p| {
-            let state = state.clone();
-            let (topic, index) = (p.topic.clone(), p.partition);
+        .map(|(topic, partition, written)| {
             let task = tokio::spawn(async move {
-                let Some(partition) = state.partition(&p.topic, p.partition) else {
-                    return Err(unknown_partition(&p.topic, p.partition));
-                };
-                let batch_max = partition_batch_max(&state, &p.topic);
-                let records = p.records;
-                let work = blocking(move || partition.produce(records, batch_max));
+                let (p, pending) = written?;
+                let log_start = p.log.log_start_offset();
+                let work = blocking(move || p.finish(pending));
                 match tokio::time::timeout(timeout, work).await {
-                    Ok(Ok(Ok(offset))) => Ok(offset),
+                    Ok(Ok(Ok(offset))) => Ok((offset, log_start)),
                     Ok(Ok(Err(PartitionError { code, message }))) => {
                         Err(code.with_message(message))
                     }
@@ -255,33 +313,25 @@ pub async fn produce(state: Arc<BrokerState>, req: m::ProduceRequest) -> m::Prod
                     ))),
                 }
             });
-            (topic, index, task)
+            (topic, partition, task)
         })
         .collect();
-    for (topic, partition, task) in tasks {
+    let mut results = Vec::with_capacity(waits.len());
+    for (topic, partition, task) in waits {
         let outcome = task
             .await
             .unwrap_or_else(|e| Err(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())));
-        let log_start_offset = state
-            .partition(&topic, partition)
-            .map_or(-1, |p| p.log.log_start_offset());
-        results.push(match outcome {
-            Ok(base_offset) => m::ProducePartitionResult {
-                topic,
-                partition,
-                error: ok(),
-                base_offset,
-                log_append_time_ms: -1,
-                log_start_offset,
-            },
-            Err(e) => m::ProducePartitionResult {
-                topic,
-                partition,
-                error: Some(e),
-                base_offset: -1,
-                log_append_time_ms: -1,
-                log_start_offset,
-            },
+        let (error, base_offset, log_start_offset) = match outcome {
+            Ok((offset, log_start)) => (None, offset, log_start),
+            Err(e) => (Some(e), -1, -1),
+        };
+        results.push(m::ProducePartitionResult {
+            topic,
+            partition,
+            error,
+            base_offset,
+            log_append_time_ms: -1,
+            log_start_offset,
         });
     }
     m::ProduceResponse {

@@ -51,6 +51,13 @@ impl From<SequenceError> for PartitionError {
     }
 }
 
+/// A write that still has to meet the flush policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PendingAppend {
+    pub base_offset: i64,
+    end_offset: i64,
+}
+
 #[derive(Serialize, Deserialize)]
 struct ProducerStateSnapshot {
     /// The log end offset the table covers.
@@ -124,51 +131,60 @@ impl Partition {
         });
     }
 
-    /// Validates and appends the batches in `records`, with idempotence. Returns the base
-    /// offset of the first record. Blocks until the flush policy is met.
-    pub fn produce(&self, records: Bytes, batch_bytes_max: u32) -> Result<i64, PartitionError> {
+    /// Validates and writes the batches in `records`, with idempotence, without waiting for
+    /// the flush policy; [`Partition::finish`] does that. Returns the base offset given to the
+    /// first record (the original one for a retried duplicate).
+    pub fn write(
+        &self,
+        records: Bytes,
+        batch_bytes_max: u32,
+    ) -> Result<PendingAppend, PartitionError> {
         let identities = validate_batches(&records, batch_bytes_max)?;
+        let mut producers = self.producers.lock();
+        let mut duplicate = None;
+        for identity in &identities {
+            if let SequenceCheck::Duplicate {
+                base_offset,
+                last_offset,
+            } = producers.check(identity)?
+            {
+                duplicate = Some(PendingAppend {
+                    base_offset,
+                    end_offset: last_offset + 1,
+                });
+            }
+        }
+        if let Some(pending) = duplicate {
+            if identities.len() != 1 {
+                return Err(PartitionError::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "an idempotent produce carries one batch per partition",
+                ));
+            }
+            return Ok(pending);
+        }
         let mut buf = records.to_vec();
-        let (base_offset, end_offset) = {
-            let mut producers = self.producers.lock();
-            let mut duplicate = None;
-            for identity in &identities {
-                match producers.check(identity)? {
-                    SequenceCheck::Append => {}
-                    SequenceCheck::Duplicate {
-                        base_offset,
-                        last_offset,
-                    } => duplicate = Some((base_offset, last_offset + 1)),
-                }
-            }
-            match duplicate {
-                Some(offsets) if identities.len() == 1 => offsets,
-                Some(_) => {
-                    return Err(PartitionError::new(
-                        ErrorCode::INVALID_REQUEST,
-                        "an idempotent produce carries one batch per partition",
-                    ))
-                }
-                None => {
-                    let info = self.log.write(&mut buf, 0)?;
-                    let mut base = info.base_offset;
-                    for (identity, batch) in identities.iter().zip(BatchIter::new(Bytes::from(buf)))
-                    {
-                        let batch = batch.map_err(|e| {
-                            PartitionError::new(ErrorCode::CORRUPT_MESSAGE, e.to_string())
-                        })?;
-                        let last = base + i64::from(batch.last_offset_delta());
-                        producers.record(identity, base, last);
-                        base = last + 1;
-                    }
-                    (info.base_offset, info.log_end_offset)
-                }
-            }
-        };
-        // fsync outside the producer lock, so concurrent producers share it (group commit).
-        self.log.await_flush_policy(end_offset)?;
+        let info = self.log.write(&mut buf, 0)?;
+        let mut base = info.base_offset;
+        for (identity, batch) in identities.iter().zip(BatchIter::new(Bytes::from(buf))) {
+            let batch = batch
+                .map_err(|e| PartitionError::new(ErrorCode::CORRUPT_MESSAGE, e.to_string()))?;
+            let last = base + i64::from(batch.last_offset_delta());
+            producers.record(identity, base, last);
+            base = last + 1;
+        }
+        Ok(PendingAppend {
+            base_offset: info.base_offset,
+            end_offset: info.log_end_offset,
+        })
+    }
+
+    /// Waits for the flush policy to cover a write (sharing fsyncs with every other writer),
+    /// then raises the high watermark. Returns the base offset.
+    pub fn finish(&self, pending: PendingAppend) -> Result<i64, PartitionError> {
+        self.log.await_flush_policy(pending.end_offset)?;
         self.publish_high_watermark();
-        Ok(base_offset)
+        Ok(pending.base_offset)
     }
 
     /// Flushes if the interval policy says so, and publishes what became visible.
