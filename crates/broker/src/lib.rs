@@ -8,6 +8,7 @@
 
 pub mod config;
 mod connection;
+mod durable_file;
 mod handlers;
 pub mod metadata;
 pub mod partition;

@@ -6,7 +6,6 @@
 //! second implementation of the same trait; the broker does not change.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use parking_lot::Mutex;
@@ -183,16 +182,9 @@ fn new_cluster_id() -> String {
     format!("tmq-{:016x}{:08x}", nanos as u64, std::process::id())
 }
 
-/// Replaces `path` with `image` so that a crash leaves either the old or the new file whole.
 fn write_atomically(path: &Path, image: &MetadataImage) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
     let bytes = serde_json::to_vec_pretty(image).map_err(std::io::Error::other)?;
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::File::open(dir)?.sync_all()
+    crate::durable_file::write_atomically(path, &bytes)
 }
 
 #[cfg(test)]

@@ -299,13 +299,6 @@ fn load_snapshot(dir: &Path) -> Option<ProducerStateSnapshot> {
 }
 
 fn save_snapshot(dir: &Path, snapshot: &ProducerStateSnapshot) -> std::io::Result<()> {
-    use std::io::Write;
-    let path = dir.join(PRODUCER_STATE_FILE);
-    let tmp = dir.join(format!("{PRODUCER_STATE_FILE}.tmp"));
     let bytes = serde_json::to_vec(snapshot).map_err(std::io::Error::other)?;
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, &path)?;
-    std::fs::File::open(dir)?.sync_all()
+    crate::durable_file::write_atomically(&dir.join(PRODUCER_STATE_FILE), &bytes)
 }
