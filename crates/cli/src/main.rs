@@ -1,6 +1,7 @@
 //! The `tinymq` binary: every role and every tool behind one command. This file only parses
 //! arguments and hands off; the roles live in the library crates.
 
+mod bench;
 mod consume;
 mod produce;
 mod server;
@@ -38,6 +39,9 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Print messages of a topic, one per line.
     Consume(consume::ConsumeArgs),
+    /// Measure throughput and latency: produce, consume or end-to-end.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// Print the protocol versions and limits this build speaks.
     Info,
 }
@@ -72,6 +76,7 @@ fn main() -> std::process::ExitCode {
             Command::Topic(cmd) => topic::run(cmd).await,
             Command::Produce(args) => produce::run(args).await,
             Command::Consume(args) => consume::run(args).await,
+            Command::Bench(cmd) => bench::run(cmd).await,
             Command::Info => {
                 println!(
                     "tinymq {} protocol {}..={} frame_bytes_max {}",

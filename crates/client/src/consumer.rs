@@ -152,7 +152,10 @@ impl Consumer {
         Ok(p.offset)
     }
 
-    async fn resolve_positions(&mut self) -> Result<(), ClientError> {
+    /// Fixes the start position of every assigned partition that has none yet (by
+    /// `start_from`), without fetching. `poll` does this itself; call it to pin "latest" down
+    /// before producers start.
+    pub async fn resolve_positions(&mut self) -> Result<(), ClientError> {
         let unresolved: Vec<PartitionKey> = self
             .positions
             .iter()

@@ -1,0 +1,204 @@
+//! `tinymq bench`: load through the real client over real sockets, reporting throughput and
+//! latency percentiles from HDR histograms.
+//!
+//! - `produce`: producers send `count` messages (or for `duration`); latency is from send (or,
+//!   with a fixed rate, from the *intended* send time) to acknowledgement.
+//! - `consume`: consumers read `count` messages from the start of the topic, after filling it
+//!   if it holds fewer; throughput only.
+//! - `e2e`: producers and consumers at once; latency is from the producer's send time (written
+//!   into the first 8 bytes of each message) to the consumer's receipt.
+//!
+//! Fixed-rate mode measures from the intended send time, so a stall shows up in the latency
+//! of every message that should have been sent during it (no coordinated omission).
+
+mod consume;
+mod produce;
+mod report;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tinymq_client::{Acks, Admin, ClientConfig, ClientError, Compression, TopicConfig};
+
+pub use report::{BenchResult, Latency};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Produce,
+    Consume,
+    E2e,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Produce => "produce",
+            Mode::Consume => "consume",
+            Mode::E2e => "e2e",
+        }
+    }
+}
+
+/// When a run ends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    Count(u64),
+    Duration(Duration),
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    pub bootstrap: String,
+    pub topic: String,
+    /// Partitions of the topic if the bench creates it.
+    pub partitions: u32,
+    /// Flush policy of the topic if the bench creates it (empty: the server's default).
+    pub flush: String,
+    pub producers: usize,
+    pub consumers: usize,
+    pub message_bytes: usize,
+    pub batch_bytes: usize,
+    pub linger: Duration,
+    pub acks: Acks,
+    pub compression: Compression,
+    pub limit: Limit,
+    /// Messages per second over all producers; `None` sends as fast as possible.
+    pub rate: Option<f64>,
+    pub progress: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{0}")]
+    Client(#[from] ClientError),
+    #[error("invalid bench settings: {0}")]
+    Config(String),
+    #[error("consumers received {got} of {want} messages before giving up")]
+    Incomplete { got: u64, want: u64 },
+}
+
+/// Counters shared by the tasks of one run, for the progress line.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    pub sent: AtomicU64,
+    pub acked: AtomicU64,
+    pub received: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+pub(crate) fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Microseconds between two instants, at least 1 (a histogram records whole microseconds).
+pub(crate) fn micros(from: Instant, to: Instant) -> u64 {
+    (to.saturating_duration_since(from).as_micros() as u64).max(1)
+}
+
+pub(crate) fn new_histogram() -> hdrhistogram::Histogram<u64> {
+    // 1 µs to 10 minutes at 3 significant digits.
+    hdrhistogram::Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid bounds")
+}
+
+impl BenchConfig {
+    fn validate(&self, mode: Mode) -> Result<(), BenchError> {
+        let bad = |m: &str| Err(BenchError::Config(m.into()));
+        if mode != Mode::Consume && self.producers == 0 {
+            return bad("--producers must be at least 1");
+        }
+        if mode != Mode::Produce && self.consumers == 0 {
+            return bad("--consumers must be at least 1");
+        }
+        if mode == Mode::E2e && self.message_bytes < 8 {
+            return bad("e2e needs --message-bytes ≥ 8 (the send time travels in the message)");
+        }
+        if mode == Mode::Consume && !matches!(self.limit, Limit::Count(_)) {
+            return bad("consume needs --count");
+        }
+        if self.rate.is_some_and(|r| r <= 0.0) {
+            return bad("--rate must be positive");
+        }
+        Ok(())
+    }
+
+    async fn ensure_topic(&self) -> Result<u32, BenchError> {
+        let admin = Admin::new(ClientConfig::new(&self.bootstrap))?;
+        match admin.describe_topic(&self.topic).await {
+            Ok(d) => Ok(d.partitions.len() as u32),
+            Err(ClientError::Server {
+                code: tinymq_client::ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                ..
+            }) => {
+                let config = TopicConfig {
+                    partitions: self.partitions,
+                    flush: self.flush.clone(),
+                    message_bytes_max: (self.batch_bytes * 2).max(1 << 20).min(16 << 20) as u32,
+                    ..TopicConfig::default()
+                };
+                Ok(admin.create_topic(&self.topic, config).await?.partitions)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn progress_line(
+    config: &BenchConfig,
+    progress: Arc<Progress>,
+    mode: Mode,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if !config.progress {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    Some(tokio::spawn(async move {
+        let start = Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let (acked, received) = (
+                progress.acked.load(Ordering::Relaxed),
+                progress.received.load(Ordering::Relaxed),
+            );
+            let done = if mode == Mode::Produce {
+                acked
+            } else {
+                received
+            };
+            let secs = start.elapsed().as_secs_f64().max(1e-3);
+            bar.set_message(format!(
+                "{} {done} messages, {:.0} msg/s, sent {} acked {acked} received {received} failed {}",
+                mode.name(),
+                done as f64 / secs,
+                progress.sent.load(Ordering::Relaxed),
+                progress.failed.load(Ordering::Relaxed),
+            ));
+            bar.tick();
+        }
+    }))
+}
+
+/// Runs one benchmark against the cluster at `config.bootstrap`.
+pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchError> {
+    config.validate(mode)?;
+    let partitions = config.ensure_topic().await?;
+    let progress = Arc::new(Progress::default());
+    let ticker = progress_line(&config, progress.clone(), mode);
+    let result = match mode {
+        Mode::Produce => produce::run_producers(&config, progress.clone(), false)
+            .await
+            .map(|p| {
+                BenchResult::new(
+                    mode, &config, partitions, p.messages, p.failed, p.elapsed, p.latency,
+                )
+            }),
+        Mode::Consume => consume::run_consume(&config, partitions, progress.clone()).await,
+        Mode::E2e => consume::run_e2e(&config, partitions, progress.clone()).await,
+    };
+    if let Some(t) = ticker {
+        t.abort();
+    }
+    result
+}

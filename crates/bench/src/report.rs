@@ -1,0 +1,118 @@
+//! The result of a run: throughput and latency percentiles, printable as text or JSON.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::{BenchConfig, Limit, Mode};
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub samples: u64,
+    pub p50_us: u64,
+    pub p90_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub mean_us: f64,
+}
+
+impl Latency {
+    fn from(h: &Histogram<u64>) -> Option<Latency> {
+        (h.len() > 0).then(|| Latency {
+            samples: h.len(),
+            p50_us: h.value_at_quantile(0.50),
+            p90_us: h.value_at_quantile(0.90),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+            mean_us: h.mean(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub mode: &'static str,
+    pub topic: String,
+    pub partitions: u32,
+    pub producers: usize,
+    pub consumers: usize,
+    pub message_bytes: usize,
+    pub batch_bytes: usize,
+    pub linger_ms: u64,
+    pub acks: String,
+    pub compression: &'static str,
+    pub rate_msg_per_s: Option<f64>,
+    pub messages: u64,
+    pub failed: u64,
+    pub elapsed_s: f64,
+    pub msg_per_s: f64,
+    pub mb_per_s: f64,
+    /// Produce: send (or intended send) to acknowledgement. E2e: send to receipt. Consume: none.
+    pub latency: Option<Latency>,
+    pub limit: String,
+}
+
+impl BenchResult {
+    pub(crate) fn new(
+        mode: Mode,
+        config: &BenchConfig,
+        partitions: u32,
+        messages: u64,
+        failed: u64,
+        elapsed: Duration,
+        latency: Histogram<u64>,
+    ) -> BenchResult {
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        BenchResult {
+            mode: mode.name(),
+            topic: config.topic.clone(),
+            partitions,
+            producers: config.producers,
+            consumers: config.consumers,
+            message_bytes: config.message_bytes,
+            batch_bytes: config.batch_bytes,
+            linger_ms: config.linger.as_millis() as u64,
+            acks: match config.acks.wire() {
+                0 => "0".into(),
+                1 => "1".into(),
+                _ => "all".into(),
+            },
+            compression: config.compression.name(),
+            rate_msg_per_s: config.rate,
+            messages,
+            failed,
+            elapsed_s: secs,
+            msg_per_s: messages as f64 / secs,
+            mb_per_s: (messages * config.message_bytes as u64) as f64 / secs / 1e6,
+            latency: Latency::from(&latency),
+            limit: match config.limit {
+                Limit::Count(c) => format!("{c} messages"),
+                Limit::Duration(d) => format!("{} s", d.as_secs_f64()),
+            },
+        }
+    }
+
+    /// A few human-readable lines.
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "{} {}: {} messages of {} B in {:.2} s: {:.0} msg/s, {:.1} MB/s ({} failed)\n  partitions {}, producers {}, consumers {}, batch {} B, linger {} ms, acks {}, compression {}",
+            self.mode, self.topic, self.messages, self.message_bytes, self.elapsed_s, self.msg_per_s, self.mb_per_s,
+            self.failed, self.partitions, self.producers, self.consumers, self.batch_bytes, self.linger_ms, self.acks,
+            self.compression
+        );
+        if let Some(rate) = self.rate_msg_per_s {
+            s.push_str(&format!(", rate {rate:.0} msg/s"));
+        }
+        if let Some(l) = &self.latency {
+            s.push_str(&format!(
+                "\n  latency µs: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.0}, {} samples)",
+                l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us, l.samples
+            ));
+        }
+        s
+    }
+}

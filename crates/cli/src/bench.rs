@@ -1,0 +1,128 @@
+//! `tinymq bench produce|consume|e2e`: flags to a `BenchConfig`, and the report.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use anyhow::Context;
+use tinymq_bench::{BenchConfig, Limit, Mode};
+use tinymq_client::{Acks, Compression};
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Producers only: throughput and send-to-acknowledgement latency.
+    Produce(BenchArgs),
+    /// Consumers only, reading `--count` messages from the start (the topic is filled first if
+    /// it holds fewer).
+    Consume(BenchArgs),
+    /// Producers and consumers at once: send-to-receipt latency.
+    E2e(BenchArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Producer tasks, each with its own connection.
+    #[arg(long, default_value_t = 1)]
+    producers: usize,
+    /// Consumer tasks, each with its own connection (partitions are split among them).
+    #[arg(long, default_value_t = 1)]
+    consumers: usize,
+    #[arg(long, default_value = "bench")]
+    topic: String,
+    /// Partitions, if the bench creates the topic.
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Flush policy, if the bench creates the topic [default: the server's].
+    #[arg(long, default_value = "")]
+    flush: String,
+    #[arg(long, default_value_t = 1024)]
+    message_bytes: usize,
+    #[arg(long, default_value_t = 1024 * 1024)]
+    batch_bytes: usize,
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u64,
+    /// 0, 1 or all.
+    #[arg(long, default_value = "all")]
+    acks: String,
+    /// none, lz4 or zstd.
+    #[arg(long, default_value = "none")]
+    compression: String,
+    /// Messages to send (consume: to read).
+    #[arg(long, conflicts_with = "duration")]
+    count: Option<u64>,
+    /// Seconds to send for.
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Messages per second over all producers (fixed rate; latency from the intended send time).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+    /// Start a server in this process with data in DIR, instead of using --bootstrap.
+    #[arg(long, value_name = "DIR")]
+    embedded: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    bootstrap: crate::Bootstrap,
+}
+
+pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
+    let (mode, args) = match command {
+        BenchCommand::Produce(a) => (Mode::Produce, a),
+        BenchCommand::Consume(a) => (Mode::Consume, a),
+        BenchCommand::E2e(a) => (Mode::E2e, a),
+    };
+    let limit = match (args.count, args.duration) {
+        (Some(c), _) => Limit::Count(c),
+        (None, Some(s)) => Limit::Duration(Duration::from_secs_f64(s)),
+        (None, None) => Limit::Count(1_000_000),
+    };
+    let embedded = match &args.embedded {
+        Some(dir) => {
+            let config = tinymq_broker::BrokerConfig {
+                listen: "127.0.0.1:0".parse().expect("literal address"),
+                data_dir: dir.clone(),
+                ..tinymq_broker::BrokerConfig::default()
+            };
+            Some(tinymq_broker::Broker::start(config).await?)
+        }
+        None => None,
+    };
+    let bootstrap = match &embedded {
+        Some(b) => b.local_addr.to_string(),
+        None => args.bootstrap.bootstrap.clone(),
+    };
+    let config = BenchConfig {
+        bootstrap,
+        topic: args.topic,
+        partitions: args.partitions,
+        flush: args.flush,
+        producers: args.producers,
+        consumers: args.consumers,
+        message_bytes: args.message_bytes,
+        batch_bytes: args.batch_bytes,
+        linger: Duration::from_millis(args.linger_ms),
+        acks: Acks::parse(&args.acks)
+            .with_context(|| format!("--acks {}: expected 0, 1 or all", args.acks))?,
+        compression: Compression::from_name(&args.compression).with_context(|| {
+            format!(
+                "--compression {}: expected none, lz4 or zstd",
+                args.compression
+            )
+        })?,
+        limit,
+        rate: args.rate,
+        progress: !args.json && std::io::stderr().is_terminal(),
+    };
+    let result = tinymq_bench::run(mode, config).await;
+    if let Some(broker) = embedded {
+        broker.shutdown().await;
+    }
+    let result = result?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        println!("{}", result.text());
+    }
+    anyhow::ensure!(result.failed == 0, "{} messages failed", result.failed);
+    Ok(())
+}
