@@ -135,7 +135,7 @@ impl BenchConfig {
                 let config = TopicConfig {
                     partitions: self.partitions,
                     flush: self.flush.clone(),
-                    message_bytes_max: (self.batch_bytes * 2).max(1 << 20).min(16 << 20) as u32,
+                    message_bytes_max: (self.batch_bytes * 2).clamp(1 << 20, 16 << 20) as u32,
                     ..TopicConfig::default()
                 };
                 Ok(admin.create_topic(&self.topic, config).await?.partitions)

@@ -21,7 +21,7 @@ pub struct Latency {
 
 impl Latency {
     fn from(h: &Histogram<u64>) -> Option<Latency> {
-        (h.len() > 0).then(|| Latency {
+        (!h.is_empty()).then(|| Latency {
             samples: h.len(),
             p50_us: h.value_at_quantile(0.50),
             p90_us: h.value_at_quantile(0.90),

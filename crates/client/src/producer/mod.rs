@@ -2,10 +2,10 @@
 //!
 //! Records go to one worker task per partition, through a bounded queue (a full queue makes
 //! `send` wait: backpressure). A worker gathers records into a batch until `batch_bytes` or
-//! `linger` is reached, sends it to the partition's leader, and retries it on retriable errors
-//! until the delivery timeout. One batch per partition is in flight at a time, so records of a
-//! partition keep their order. With idempotence (the default) every batch carries the
-//! producer id, epoch and sequence, so a retried batch is never written twice.
+//! `linger` is reached, sends it to the partition's leader (up to `batches_in_flight_max` at
+//! once), and retries failures on retriable errors until the delivery timeout, keeping the
+//! partition's order. With idempotence (the default) every batch carries the producer id, epoch
+//! and sequence, so a retried batch is never written twice.
 
 mod partitioner;
 mod worker;
@@ -77,6 +77,9 @@ pub struct ProducerConfig {
     pub retry_backoff_max: Duration,
     /// Records queued per partition before `send` waits.
     pub queue_records_max: usize,
+    /// Batches of one partition sent and not yet acknowledged, at most (with idempotence;
+    /// without it, 1, so that a resent batch cannot land after a later one).
+    pub batches_in_flight_max: usize,
 }
 
 impl ProducerConfig {
@@ -92,6 +95,7 @@ impl ProducerConfig {
             retry_backoff: Duration::from_millis(100),
             retry_backoff_max: Duration::from_secs(1),
             queue_records_max: 10_000,
+            batches_in_flight_max: 5,
         }
     }
 }

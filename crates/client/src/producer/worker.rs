@@ -1,6 +1,14 @@
-//! One partition's sender: gathers queued records into a batch, sends it, retries it, and
-//! resolves each record's delivery future. One batch in flight at a time keeps order.
+//! One partition's sender: gathers queued records into batches, keeps up to
+//! `batches_in_flight_max` of them in flight on the leader's connection, retries failures, and
+//! resolves each record's delivery future.
+//!
+//! Order: batches are sent in order on one connection, and the broker writes a connection's
+//! produce requests in arrival order. When a batch fails, every batch after it is drained and
+//! then resent one at a time, in order, each with the same bytes (and so the same sequence):
+//! the broker drops any that it already had. Without idempotence only one batch is in flight,
+//! since a resend could otherwise land after a later batch.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -8,6 +16,7 @@ use bytes::Bytes;
 use tinymq_protocol::batch::{BatchBuilder, ProducerStamp, RecordInput};
 use tinymq_protocol::{messages as m, ErrorCode};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use super::{Acks, ProducerConfig, ProducerRecord, RecordMetadata};
 use crate::cluster::Cluster;
@@ -103,14 +112,85 @@ pub(crate) struct PartitionWorker {
     config: ProducerConfig,
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
+    /// Sequence for the next batch built under `generation`.
     next_sequence: i32,
     generation: Option<u64>,
+    /// Batches handed to the wire so far, and how many of them are done; flushes wait on these.
+    launched: u64,
+    completed: u64,
+    flushes: Vec<(u64, oneshot::Sender<()>)>,
 }
 
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Records gathered for the next batch.
+#[derive(Default)]
+struct Accumulator {
+    records: Vec<Queued>,
+    bytes: usize,
+    deadline: Option<tokio::time::Instant>,
+    /// A flush arrived: send what is here without waiting for linger.
+    flush_requested: bool,
+    /// The producer is gone: send what is here, then stop.
+    closed: bool,
+    linger_passed: bool,
+}
+
+impl Accumulator {
+    fn is_ready(&self, batch_bytes: usize) -> bool {
+        !self.records.is_empty()
+            && (self.bytes >= batch_bytes
+                || self.flush_requested
+                || self.closed
+                || self.linger_passed)
+    }
+}
+
+/// A batch: its records and, once built, its bytes under one identity generation.
+struct Batch {
+    records: Vec<Queued>,
+    bytes: Option<(Bytes, Option<u64>)>,
+    created: Instant,
+}
+
+type Attempt = JoinHandle<Result<i64, ClientError>>;
+
+/// One try at sending built bytes to the partition's leader.
+async fn send_once(
+    cluster: Arc<Cluster>,
+    config: ProducerConfig,
+    topic: String,
+    partition: u32,
+    records: Bytes,
+) -> Result<i64, ClientError> {
+    let request = m::ProduceRequest {
+        acks: config.acks.wire(),
+        timeout_ms: config.client.request_timeout.as_millis() as u32,
+        partitions: vec![m::ProducePartition {
+            topic: topic.clone(),
+            partition,
+            records,
+        }],
+    };
+    let connection = cluster.leader(&topic, partition).await?;
+    if config.acks == Acks::None {
+        connection.send_only(&request).await?;
+        return Ok(-1);
+    }
+    // The broker's own timeout is the request's; allow a little more for the round trip.
+    let timeout = config.client.request_timeout + Duration::from_secs(1);
+    let response = connection.request(&request, timeout).await?;
+    let result = response
+        .partitions
+        .into_iter()
+        .find(|p| p.topic == topic && p.partition == partition)
+        .ok_or_else(|| ClientError::Protocol("produce response lacks the partition".into()))?;
+    check(result.error.as_ref())?;
+    Ok(result.base_offset)
 }
 
 impl PartitionWorker {
@@ -129,39 +209,208 @@ impl PartitionWorker {
             identity,
             next_sequence: 0,
             generation: None,
+            launched: 0,
+            completed: 0,
+            flushes: Vec::new(),
+        }
+    }
+
+    fn batches_in_flight_max(&self) -> usize {
+        if self.config.idempotence && self.config.acks != Acks::None {
+            self.config.batches_in_flight_max.max(1)
+        } else {
+            1
         }
     }
 
     pub async fn run(mut self, mut queue: mpsc::Receiver<WorkerMessage>) {
-        while let Some(first) = queue.recv().await {
-            let first = match first {
-                WorkerMessage::Record(q) => q,
-                WorkerMessage::Flush(done) => {
-                    let _ = done.send(());
-                    continue;
+        let mut acc = Accumulator::default();
+        let mut in_flight: VecDeque<(Batch, Attempt)> = VecDeque::new();
+        loop {
+            if acc.closed && acc.records.is_empty() && in_flight.is_empty() {
+                self.answer_flushes();
+                return;
+            }
+            if acc.is_ready(self.config.batch_bytes)
+                && in_flight.len() < self.batches_in_flight_max()
+            {
+                let records = std::mem::take(&mut acc.records);
+                acc = Accumulator {
+                    closed: acc.closed,
+                    ..Accumulator::default()
+                };
+                self.launch(records, &mut in_flight).await;
+                continue;
+            }
+            let full = acc.bytes >= self.config.batch_bytes;
+            let deadline = acc.deadline;
+            tokio::select! {
+                biased;
+                result = async { (&mut in_flight.front_mut().expect("non-empty").1).await }, if !in_flight.is_empty() => {
+                    let (batch, _) = in_flight.pop_front().expect("non-empty");
+                    let result = result.unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string())));
+                    match result {
+                        Ok(base_offset) => self.finish(batch, Ok(base_offset)),
+                        Err(error) => self.recover(batch, error, &mut in_flight).await,
+                    }
                 }
+                message = queue.recv(), if !acc.closed && !full => match message {
+                    Some(WorkerMessage::Record(q)) => {
+                        acc.bytes += q.record.size_estimate();
+                        acc.deadline.get_or_insert_with(|| tokio::time::Instant::from_std(q.enqueued + self.config.linger));
+                        acc.records.push(q);
+                    }
+                    Some(WorkerMessage::Flush(done)) => {
+                        acc.flush_requested = true;
+                        let upto = self.launched + u64::from(!acc.records.is_empty());
+                        self.flushes.push((upto, done));
+                        self.answer_flushes();
+                    }
+                    None => acc.closed = true,
+                },
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() && !acc.linger_passed => {
+                    acc.linger_passed = true;
+                }
+            }
+        }
+    }
+
+    fn answer_flushes(&mut self) {
+        let completed = self.completed;
+        let (done, waiting): (Vec<_>, Vec<_>) = self
+            .flushes
+            .drain(..)
+            .partition(|(upto, _)| *upto <= completed);
+        self.flushes = waiting;
+        for (_, tx) in done {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Builds a batch (assigning its sequence) and starts sending it.
+    async fn launch(&mut self, records: Vec<Queued>, in_flight: &mut VecDeque<(Batch, Attempt)>) {
+        self.launched += 1;
+        let created = records[0].enqueued;
+        let mut batch = Batch {
+            records,
+            bytes: None,
+            created,
+        };
+        match self.ensure_built(&mut batch).await {
+            Ok(bytes) => {
+                let task = tokio::spawn(send_once(
+                    self.cluster.clone(),
+                    self.config.clone(),
+                    self.topic.clone(),
+                    self.partition,
+                    bytes,
+                ));
+                in_flight.push_back((batch, task));
+            }
+            Err(error) => self.recover(batch, error, in_flight).await,
+        }
+    }
+
+    /// The batch's bytes under the current identity, building (and taking a sequence) if it
+    /// has none yet or was built under an identity that has since been replaced.
+    async fn ensure_built(&mut self, batch: &mut Batch) -> Result<Bytes, ClientError> {
+        let identity = self.identity.get(&self.cluster).await?;
+        let generation = identity.map(|i| i.generation);
+        if generation != self.generation {
+            self.generation = generation;
+            self.next_sequence = 0;
+        }
+        if let Some((bytes, built_under)) = &batch.bytes {
+            if *built_under == generation {
+                return Ok(bytes.clone());
+            }
+        }
+        let bytes = self.build(&batch.records, identity)?;
+        let count = batch.records.len() as i32;
+        self.next_sequence = self
+            .next_sequence
+            .checked_add(count)
+            .unwrap_or(count - (i32::MAX - self.next_sequence) - 1);
+        batch.bytes = Some((bytes.clone(), generation));
+        Ok(bytes)
+    }
+
+    /// After `failed` (the oldest in flight) failed with `error`: waits for every later batch,
+    /// then settles them all in order, resending each failed one alone until it succeeds,
+    /// fails for good, or runs out of delivery time.
+    async fn recover(
+        &mut self,
+        failed: Batch,
+        error: ClientError,
+        in_flight: &mut VecDeque<(Batch, Attempt)>,
+    ) {
+        let mut settled = vec![(failed, Err(error))];
+        while let Some((batch, task)) = in_flight.pop_front() {
+            let result = task
+                .await
+                .unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string())));
+            settled.push((batch, result));
+        }
+        for (batch, result) in settled {
+            match result {
+                Ok(base_offset) => self.finish(batch, Ok(base_offset)),
+                Err(error) => self.resend(batch, error).await,
+            }
+        }
+    }
+
+    /// Sends one batch alone until it is acknowledged, fails for good, or times out.
+    async fn resend(&mut self, mut batch: Batch, mut error: ClientError) {
+        let mut backoff = self.config.retry_backoff;
+        // An out-of-order answer to the pipelined send is expected when an earlier batch
+        // failed; after a resend in order it means the broker lost track, which is final.
+        let mut first = true;
+        loop {
+            let out_of_order_expected =
+                first && error.code() == Some(ErrorCode::OUT_OF_ORDER_SEQUENCE);
+            first = false;
+            let fatal = (!error.is_retriable() && !out_of_order_expected)
+                || batch.created.elapsed() > self.config.delivery_timeout;
+            if fatal {
+                if batch.created.elapsed() > self.config.delivery_timeout {
+                    error = ClientError::DeliveryTimeout {
+                        timeout_ms: self.config.delivery_timeout.as_millis() as u64,
+                        last_error: error.to_string(),
+                    };
+                }
+                // The batch's sequence will never be written: later batches need a fresh id.
+                self.abandon_identity().await;
+                return self.finish(batch, Err(error));
+            }
+            if error.needs_metadata_refresh() {
+                self.cluster.invalidate(&self.topic);
+            }
+            tracing::debug!(topic = %self.topic, partition = self.partition, %error, "resending batch");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(self.config.retry_backoff_max);
+            let attempt = match self.ensure_built(&mut batch).await {
+                Ok(bytes) => {
+                    send_once(
+                        self.cluster.clone(),
+                        self.config.clone(),
+                        self.topic.clone(),
+                        self.partition,
+                        bytes,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
             };
-            let deadline = tokio::time::Instant::from_std(first.enqueued + self.config.linger);
-            let mut bytes = first.record.size_estimate();
-            let mut batch = vec![first];
-            let mut flushes = Vec::new();
-            while bytes < self.config.batch_bytes {
-                match tokio::time::timeout_at(deadline, queue.recv()).await {
-                    Ok(Some(WorkerMessage::Record(q))) => {
-                        bytes += q.record.size_estimate();
-                        batch.push(q);
-                    }
-                    Ok(Some(WorkerMessage::Flush(done))) => {
-                        flushes.push(done);
-                        break;
-                    }
-                    Ok(None) | Err(_) => break,
-                }
+            match attempt {
+                Ok(base_offset) => return self.finish(batch, Ok(base_offset)),
+                Err(e) => error = e,
             }
-            self.send_batch(batch).await;
-            for done in flushes {
-                let _ = done.send(());
-            }
+        }
+    }
+
+    async fn abandon_identity(&mut self) {
+        if let Some(generation) = self.generation {
+            self.identity.reset(generation).await;
         }
     }
 
@@ -193,15 +442,11 @@ impl PartitionWorker {
         Ok(builder.build()?)
     }
 
-    fn finish(&mut self, batch: Vec<Queued>, outcome: Result<i64, ClientError>) {
+    fn finish(&mut self, batch: Batch, outcome: Result<i64, ClientError>) {
+        self.completed += 1;
         match outcome {
             Ok(base_offset) => {
-                let count = batch.len() as i32;
-                self.next_sequence = self
-                    .next_sequence
-                    .checked_add(count)
-                    .unwrap_or(count - (i32::MAX - self.next_sequence) - 1);
-                for (i, q) in batch.into_iter().enumerate() {
+                for (i, q) in batch.records.into_iter().enumerate() {
                     let offset = if base_offset < 0 {
                         -1
                     } else {
@@ -215,100 +460,11 @@ impl PartitionWorker {
                 }
             }
             Err(e) => {
-                for q in batch {
+                for q in batch.records {
                     let _ = q.reply.send(Err(e.clone()));
                 }
             }
         }
-    }
-
-    /// Sends one batch until it is acknowledged, fails for good, or its delivery time runs out.
-    async fn send_batch(&mut self, batch: Vec<Queued>) {
-        let created = batch[0].enqueued;
-        let mut backoff = self.config.retry_backoff;
-        let mut built: Option<Bytes> = None;
-        let mut last_error = String::from("none");
-        loop {
-            if created.elapsed() > self.config.delivery_timeout {
-                let error = ClientError::DeliveryTimeout {
-                    timeout_ms: self.config.delivery_timeout.as_millis() as u64,
-                    last_error,
-                };
-                self.abandon_identity().await;
-                return self.finish(batch, Err(error));
-            }
-            let attempt = self.attempt(&batch, &mut built).await;
-            match attempt {
-                Ok(base_offset) => return self.finish(batch, Ok(base_offset)),
-                Err(e) if e.is_retriable() => {
-                    if e.needs_metadata_refresh() {
-                        self.cluster.invalidate(&self.topic);
-                    }
-                    tracing::debug!(topic = %self.topic, partition = self.partition, error = %e, "retrying batch");
-                    last_error = e.to_string();
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(self.config.retry_backoff_max);
-                }
-                Err(e) => {
-                    if matches!(
-                        e.code(),
-                        Some(ErrorCode::OUT_OF_ORDER_SEQUENCE | ErrorCode::INVALID_PRODUCER_EPOCH)
-                    ) {
-                        self.abandon_identity().await;
-                    }
-                    return self.finish(batch, Err(e));
-                }
-            }
-        }
-    }
-
-    async fn abandon_identity(&mut self) {
-        if let Some(generation) = self.generation {
-            self.identity.reset(generation).await;
-        }
-    }
-
-    /// One try: build the batch if needed (the same bytes, hence the same sequence, on every
-    /// retry of one identity), send it, and read the partition's result.
-    async fn attempt(
-        &mut self,
-        batch: &[Queued],
-        built: &mut Option<Bytes>,
-    ) -> Result<i64, ClientError> {
-        let identity = self.identity.get(&self.cluster).await?;
-        let generation = identity.map(|i| i.generation);
-        if generation != self.generation {
-            self.generation = generation;
-            self.next_sequence = 0;
-            *built = None;
-        }
-        let records = match built {
-            Some(bytes) => bytes.clone(),
-            None => built.insert(self.build(batch, identity)?).clone(),
-        };
-        let request = m::ProduceRequest {
-            acks: self.config.acks.wire(),
-            timeout_ms: self.config.client.request_timeout.as_millis() as u32,
-            partitions: vec![m::ProducePartition {
-                topic: self.topic.clone(),
-                partition: self.partition,
-                records,
-            }],
-        };
-        let connection = self.cluster.leader(&self.topic, self.partition).await?;
-        if self.config.acks == Acks::None {
-            connection.send_only(&request).await?;
-            return Ok(-1);
-        }
-        // The broker's own timeout is the request's; allow a little more for the round trip.
-        let timeout = self.config.client.request_timeout + Duration::from_secs(1);
-        let response = connection.request(&request, timeout).await?;
-        let result = response
-            .partitions
-            .into_iter()
-            .find(|p| p.topic == self.topic && p.partition == self.partition)
-            .ok_or_else(|| ClientError::Protocol("produce response lacks the partition".into()))?;
-        check(result.error.as_ref())?;
-        Ok(result.base_offset)
+        self.answer_flushes();
     }
 }
