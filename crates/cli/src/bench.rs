@@ -118,10 +118,16 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         broker.shutdown().await;
     }
     let result = result?;
-    if args.json {
-        println!("{}", serde_json::to_string(&result)?);
+    let text = if args.json {
+        serde_json::to_string(&result)?
     } else {
-        println!("{}", result.text());
+        result.text()
+    };
+    use std::io::Write;
+    match writeln!(std::io::stdout(), "{text}") {
+        // A reader that went away (`| head`) is not an error of the bench.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+        _ => {}
     }
     anyhow::ensure!(result.failed == 0, "{} messages failed", result.failed);
     Ok(())

@@ -183,7 +183,8 @@ struct Inner {
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
     sticky: StickyPartitioner,
-    workers: Mutex<HashMap<(String, u32), mpsc::Sender<WorkerMessage>>>,
+    /// Queue of each partition's worker, by topic then partition.
+    workers: Mutex<HashMap<String, HashMap<u32, mpsc::Sender<WorkerMessage>>>>,
 }
 
 impl Producer {
@@ -254,26 +255,35 @@ impl Producer {
 
     fn worker(&self, topic: &str, partition: u32) -> mpsc::Sender<WorkerMessage> {
         let mut workers = self.inner.workers.lock();
+        // Looked up by &str first: the hot path allocates nothing.
+        if let Some(queue) = workers.get(topic).and_then(|t| t.get(&partition)) {
+            return queue.clone();
+        }
+        let (tx, rx) = mpsc::channel(self.inner.config.queue_records_max);
+        let worker = PartitionWorker::new(
+            topic.to_string(),
+            partition,
+            self.inner.config.clone(),
+            self.inner.cluster.clone(),
+            self.inner.identity.clone(),
+        );
+        tokio::spawn(worker.run(rx));
         workers
-            .entry((topic.to_string(), partition))
-            .or_insert_with(|| {
-                let (tx, rx) = mpsc::channel(self.inner.config.queue_records_max);
-                let worker = PartitionWorker::new(
-                    topic.to_string(),
-                    partition,
-                    self.inner.config.clone(),
-                    self.inner.cluster.clone(),
-                    self.inner.identity.clone(),
-                );
-                tokio::spawn(worker.run(rx));
-                tx
-            })
-            .clone()
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, tx.clone());
+        tx
     }
 
     /// Waits until every record sent before this call has been acknowledged or has failed.
     pub async fn flush(&self) {
-        let queues: Vec<_> = self.inner.workers.lock().values().cloned().collect();
+        let queues: Vec<_> = self
+            .inner
+            .workers
+            .lock()
+            .values()
+            .flat_map(|t| t.values().cloned())
+            .collect();
         let mut waits = Vec::new();
         for queue in queues {
             let (tx, rx) = oneshot::channel();

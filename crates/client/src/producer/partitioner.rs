@@ -59,10 +59,13 @@ impl StickyPartitioner {
         batch_bytes: usize,
     ) -> u32 {
         let mut state = self.state.lock();
-        let entry = state.entry(topic.to_string()).or_insert_with(|| {
-            let start = std::process::id() % partitions.max(1);
-            (start, 0)
-        });
+        if !state.contains_key(topic) {
+            state.insert(
+                topic.to_string(),
+                (std::process::id() % partitions.max(1), 0),
+            );
+        }
+        let entry = state.get_mut(topic).expect("inserted above");
         if entry.1 >= batch_bytes {
             entry.0 += 1;
             entry.1 = 0;
