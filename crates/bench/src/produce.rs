@@ -111,7 +111,10 @@ pub(crate) async fn run_producers(
         let (tx, rx) = mpsc::channel(PENDING_DELIVERIES_MAX);
         let collector = tokio::spawn(collect(rx, progress.clone()));
         let (config, progress, template) = (config.clone(), progress.clone(), template.clone());
-        let sender = tokio::spawn(async move {
+        let runtime = tokio::runtime::Handle::current();
+        // One OS thread per producer: with a fixed rate it paces sends with the OS's sleep,
+        // which is far finer than tokio's 1 ms timer; unpaced it just loops.
+        let sender = tokio::task::spawn_blocking(move || {
             let share = match config.limit {
                 Limit::Count(c) => Some(c / n + u64::from(p < c % n)),
                 Limit::Duration(_) => None,
@@ -127,16 +130,17 @@ pub(crate) async fn run_producers(
                     break;
                 }
                 let intended = rate.map(|r| start + Duration::from_secs_f64(i as f64 / r));
-                if let Some(t) = intended {
-                    tokio::time::sleep_until(t.into()).await;
+                if let Some(wait) = intended.and_then(|t| t.checked_duration_since(Instant::now()))
+                {
+                    std::thread::sleep(wait);
                 }
                 let sent_at = intended.unwrap_or_else(Instant::now);
                 let stamp = stamp_time.then(|| start_ns + (sent_at - start).as_nanos() as u64);
                 let record = ProducerRecord::value(payload(&template, stamp));
                 progress.sent.fetch_add(1, Ordering::Relaxed);
-                match producer.send(&config.topic, record).await {
+                match runtime.block_on(producer.send(&config.topic, record)) {
                     Ok(delivery) => {
-                        if tx.send((sent_at, delivery)).await.is_err() {
+                        if tx.blocking_send((sent_at, delivery)).is_err() {
                             break;
                         }
                     }
@@ -148,7 +152,7 @@ pub(crate) async fn run_producers(
                 }
             }
             drop(tx);
-            producer.close().await;
+            runtime.block_on(producer.close());
             failed
         });
         tasks.push((sender, collector));

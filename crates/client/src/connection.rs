@@ -14,7 +14,7 @@ use tinymq_protocol::frame::{FrameDecoder, FrameHeader};
 use tinymq_protocol::{messages as m, Frame, Request, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{check, ClientError};
 
@@ -34,7 +34,7 @@ pub struct Connection {
     next_id: AtomicU32,
     closed: Arc<AtomicBool>,
     /// Bounds requests in flight to what the server said it processes at once.
-    in_flight: Semaphore,
+    in_flight: Arc<Semaphore>,
     pub handshake: m::HandshakeResponse,
 }
 
@@ -107,7 +107,7 @@ impl Connection {
             pending,
             next_id: AtomicU32::new(1),
             closed,
-            in_flight: Semaphore::new(1),
+            in_flight: Arc::new(Semaphore::new(1)),
             handshake: m::HandshakeResponse::default(),
         };
         let handshake = m::HandshakeRequest {
@@ -118,7 +118,9 @@ impl Connection {
         };
         let response = connection.request(&handshake, CONNECT_TIMEOUT).await?;
         check(response.error.as_ref())?;
-        connection.in_flight = Semaphore::new(response.requests_in_flight_max.max(1) as usize);
+        connection.in_flight = Arc::new(Semaphore::new(
+            response.requests_in_flight_max.max(1) as usize
+        ));
         connection.handshake = response;
         Ok(connection)
     }
@@ -138,35 +140,40 @@ impl Connection {
         body: &R,
         timeout: Duration,
     ) -> Result<R::Response, ClientError> {
-        let _permit = self
+        self.start_request(body).await?.wait(timeout).await
+    }
+
+    /// Queues a request for sending and returns a handle to await its response. Requests
+    /// started one after another from one task are sent in that order.
+    pub async fn start_request<R: Request>(
+        &self,
+        body: &R,
+    ) -> Result<PendingResponse<R>, ClientError> {
+        let closed = || ClientError::ConnectionClosed(self.addr.clone());
+        let permit = self
             .in_flight
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
-            .map_err(|_| ClientError::ConnectionClosed(self.addr.clone()))?;
+            .map_err(|_| closed())?;
         if self.is_closed() {
-            return Err(ClientError::ConnectionClosed(self.addr.clone()));
+            return Err(closed());
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
         if self.outgoing.send(encode_request(id, body)).await.is_err() {
             self.pending.lock().remove(&id);
-            return Err(ClientError::ConnectionClosed(self.addr.clone()));
+            return Err(closed());
         }
-        let frame = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(frame)) => frame,
-            Ok(Err(_)) => return Err(ClientError::ConnectionClosed(self.addr.clone())),
-            Err(_) => {
-                self.pending.lock().remove(&id);
-                return Err(ClientError::Timeout(timeout.as_millis() as u64));
-            }
-        };
-        // Field 1 of every response is the error, so this reads it from any response type.
-        let top = m::ErrorResponse::decode(frame.body.clone())
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        check(top.error.as_ref())?;
-        R::Response::decode(frame.body)
-            .map_err(|e| ClientError::Protocol(format!("{}: {e}", R::OP.name())))
+        Ok(PendingResponse {
+            rx,
+            id,
+            pending: self.pending.clone(),
+            addr: self.addr.clone(),
+            _permit: permit,
+            _response: std::marker::PhantomData,
+        })
     }
 
     /// Sends a request that gets no response (produce with acks = 0).
@@ -176,5 +183,35 @@ impl Connection {
             .send(encode_request(id, body))
             .await
             .map_err(|_| ClientError::ConnectionClosed(self.addr.clone()))
+    }
+}
+
+/// A request on the wire whose response has not been read yet.
+pub struct PendingResponse<R: Request> {
+    rx: oneshot::Receiver<Frame>,
+    id: u32,
+    pending: Pending,
+    addr: String,
+    _permit: OwnedSemaphorePermit,
+    _response: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: Request> PendingResponse<R> {
+    /// Waits for the response, up to `timeout`.
+    pub async fn wait(self, timeout: Duration) -> Result<R::Response, ClientError> {
+        let frame = match tokio::time::timeout(timeout, self.rx).await {
+            Ok(Ok(frame)) => frame,
+            Ok(Err(_)) => return Err(ClientError::ConnectionClosed(self.addr)),
+            Err(_) => {
+                self.pending.lock().remove(&self.id);
+                return Err(ClientError::Timeout(timeout.as_millis() as u64));
+            }
+        };
+        // Field 1 of every response is the error, so this reads it from any response type.
+        let top = m::ErrorResponse::decode(frame.body.clone())
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        check(top.error.as_ref())?;
+        R::Response::decode(frame.body)
+            .map_err(|e| ClientError::Protocol(format!("{}: {e}", R::OP.name())))
     }
 }

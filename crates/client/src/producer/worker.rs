@@ -159,38 +159,53 @@ struct Batch {
 
 type Attempt = JoinHandle<Result<i64, ClientError>>;
 
-/// One try at sending built bytes to the partition's leader.
-async fn send_once(
-    cluster: Arc<Cluster>,
-    config: ProducerConfig,
-    topic: String,
+fn produce_request(
+    config: &ProducerConfig,
+    topic: &str,
     partition: u32,
     records: Bytes,
-) -> Result<i64, ClientError> {
-    let request = m::ProduceRequest {
+) -> m::ProduceRequest {
+    m::ProduceRequest {
         acks: config.acks.wire(),
         timeout_ms: config.client.request_timeout.as_millis() as u32,
         partitions: vec![m::ProducePartition {
-            topic: topic.clone(),
+            topic: topic.to_string(),
             partition,
             records,
         }],
-    };
-    let connection = cluster.leader(&topic, partition).await?;
+    }
+}
+
+/// Puts built bytes on the wire to the partition's leader and returns a task awaiting the
+/// answer. The send itself happens before this returns, so batches launched one after another
+/// reach the broker in that order.
+async fn start_send(
+    cluster: &Cluster,
+    config: &ProducerConfig,
+    topic: &str,
+    partition: u32,
+    records: Bytes,
+) -> Result<Attempt, ClientError> {
+    let request = produce_request(config, topic, partition, records);
+    let connection = cluster.leader(topic, partition).await?;
     if config.acks == Acks::None {
         connection.send_only(&request).await?;
-        return Ok(-1);
+        return Ok(tokio::spawn(async { Ok(-1) }));
     }
+    let pending = connection.start_request(&request).await?;
     // The broker's own timeout is the request's; allow a little more for the round trip.
     let timeout = config.client.request_timeout + Duration::from_secs(1);
-    let response = connection.request(&request, timeout).await?;
-    let result = response
-        .partitions
-        .into_iter()
-        .find(|p| p.topic == topic && p.partition == partition)
-        .ok_or_else(|| ClientError::Protocol("produce response lacks the partition".into()))?;
-    check(result.error.as_ref())?;
-    Ok(result.base_offset)
+    let (topic, partition) = (topic.to_string(), partition);
+    Ok(tokio::spawn(async move {
+        let response = pending.wait(timeout).await?;
+        let result = response
+            .partitions
+            .into_iter()
+            .find(|p| p.topic == topic && p.partition == partition)
+            .ok_or_else(|| ClientError::Protocol("produce response lacks the partition".into()))?;
+        check(result.error.as_ref())?;
+        Ok(result.base_offset)
+    }))
 }
 
 impl PartitionWorker {
@@ -242,6 +257,24 @@ impl PartitionWorker {
                 self.launch(records, &mut in_flight).await;
                 continue;
             }
+            // A linger already over needs no timer (tokio's timers tick in whole milliseconds,
+            // which would add up to 1 ms to every batch sent with a short or zero linger): take
+            // what is already queued, up to a full batch, and the batch is ready.
+            if acc
+                .deadline
+                .is_some_and(|d| d <= tokio::time::Instant::now())
+                && !acc.linger_passed
+            {
+                while acc.bytes < self.config.batch_bytes && !acc.closed {
+                    match queue.try_recv() {
+                        Ok(message) => self.accept(&mut acc, message),
+                        Err(mpsc::error::TryRecvError::Empty) => break,
+                        Err(mpsc::error::TryRecvError::Disconnected) => acc.closed = true,
+                    }
+                }
+                acc.linger_passed = true;
+                continue;
+            }
             let full = acc.bytes >= self.config.batch_bytes;
             let deadline = acc.deadline;
             tokio::select! {
@@ -255,22 +288,31 @@ impl PartitionWorker {
                     }
                 }
                 message = queue.recv(), if !acc.closed && !full => match message {
-                    Some(WorkerMessage::Record(q)) => {
-                        acc.bytes += q.record.size_estimate();
-                        acc.deadline.get_or_insert_with(|| tokio::time::Instant::from_std(q.enqueued + self.config.linger));
-                        acc.records.push(q);
-                    }
-                    Some(WorkerMessage::Flush(done)) => {
-                        acc.flush_requested = true;
-                        let upto = self.launched + u64::from(!acc.records.is_empty());
-                        self.flushes.push((upto, done));
-                        self.answer_flushes();
-                    }
+                    Some(message) => self.accept(&mut acc, message),
                     None => acc.closed = true,
                 },
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() && !acc.linger_passed => {
                     acc.linger_passed = true;
                 }
+            }
+        }
+    }
+
+    /// Adds a queued message to the batch being gathered.
+    fn accept(&mut self, acc: &mut Accumulator, message: WorkerMessage) {
+        match message {
+            WorkerMessage::Record(q) => {
+                acc.bytes += q.record.size_estimate();
+                let linger = self.config.linger;
+                acc.deadline
+                    .get_or_insert_with(|| tokio::time::Instant::from_std(q.enqueued + linger));
+                acc.records.push(q);
+            }
+            WorkerMessage::Flush(done) => {
+                acc.flush_requested = true;
+                let upto = self.launched + u64::from(!acc.records.is_empty());
+                self.flushes.push((upto, done));
+                self.answer_flushes();
             }
         }
     }
@@ -296,17 +338,21 @@ impl PartitionWorker {
             bytes: None,
             created,
         };
-        match self.ensure_built(&mut batch).await {
+        let started = match self.ensure_built(&mut batch).await {
             Ok(bytes) => {
-                let task = tokio::spawn(send_once(
-                    self.cluster.clone(),
-                    self.config.clone(),
-                    self.topic.clone(),
+                start_send(
+                    &self.cluster,
+                    &self.config,
+                    &self.topic,
                     self.partition,
                     bytes,
-                ));
-                in_flight.push_back((batch, task));
+                )
+                .await
             }
+            Err(error) => Err(error),
+        };
+        match started {
+            Ok(task) => in_flight.push_back((batch, task)),
             Err(error) => self.recover(batch, error, in_flight).await,
         }
     }
@@ -389,16 +435,20 @@ impl PartitionWorker {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(self.config.retry_backoff_max);
             let attempt = match self.ensure_built(&mut batch).await {
-                Ok(bytes) => {
-                    send_once(
-                        self.cluster.clone(),
-                        self.config.clone(),
-                        self.topic.clone(),
-                        self.partition,
-                        bytes,
-                    )
-                    .await
-                }
+                Ok(bytes) => match start_send(
+                    &self.cluster,
+                    &self.config,
+                    &self.topic,
+                    self.partition,
+                    bytes,
+                )
+                .await
+                {
+                    Ok(task) => task
+                        .await
+                        .unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string()))),
+                    Err(e) => Err(e),
+                },
                 Err(e) => Err(e),
             };
             match attempt {
