@@ -202,3 +202,24 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
     }
     result
 }
+
+/// Opens `count` connections, handshakes each, and keeps them idle for `hold`: for measuring
+/// what an idle connection costs the server. Returns how many were opened.
+pub async fn hold_idle_connections(
+    bootstrap: &str,
+    count: usize,
+    hold: Duration,
+) -> Result<usize, BenchError> {
+    let mut connections = Vec::with_capacity(count);
+    for _ in 0..count {
+        connections
+            .push(tinymq_client::Connection::connect(bootstrap, "tinymq-bench-idle", "").await?);
+    }
+    println!(
+        "holding {} idle connections for {} s",
+        connections.len(),
+        hold.as_secs_f64()
+    );
+    tokio::time::sleep(hold).await;
+    Ok(connections.len())
+}

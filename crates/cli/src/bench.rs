@@ -16,6 +16,16 @@ pub enum BenchCommand {
     Consume(BenchArgs),
     /// Producers and consumers at once: send-to-receipt latency.
     E2e(BenchArgs),
+    /// Open many handshaken connections and keep them idle (to measure their memory cost).
+    IdleConnections {
+        #[arg(long, default_value_t = 10_000)]
+        count: usize,
+        /// Seconds to hold them.
+        #[arg(long, default_value_t = 10.0)]
+        hold_s: f64,
+        #[command(flatten)]
+        bootstrap: crate::Bootstrap,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -70,6 +80,19 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Produce(a) => (Mode::Produce, a),
         BenchCommand::Consume(a) => (Mode::Consume, a),
         BenchCommand::E2e(a) => (Mode::E2e, a),
+        BenchCommand::IdleConnections {
+            count,
+            hold_s,
+            bootstrap,
+        } => {
+            tinymq_bench::hold_idle_connections(
+                &bootstrap.bootstrap,
+                count,
+                Duration::from_secs_f64(hold_s),
+            )
+            .await?;
+            return Ok(());
+        }
     };
     let limit = match (args.count, args.duration) {
         (Some(c), _) => Limit::Count(c),
