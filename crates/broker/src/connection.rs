@@ -18,8 +18,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::handlers;
 use crate::state::BrokerState;
+use crate::{group_handlers, handlers};
 
 /// Bytes read from the socket at a time at most.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -321,6 +321,27 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
         )),
         // Handled in the read loop, which writes produce requests in the order received.
         OpCode::Produce => unreachable!("produce never reaches dispatch"),
+        OpCode::FindCoordinator => handle!(m::FindCoordinatorRequest, |r| {
+            group_handlers::find_coordinator(&state, r)
+        }),
+        OpCode::JoinGroup => handle!(m::JoinGroupRequest, |r| group_handlers::join(&state, r)),
+        OpCode::Heartbeat => handle!(m::HeartbeatRequest, |r| group_handlers::heartbeat(
+            &state, r
+        )),
+        OpCode::LeaveGroup => handle!(m::LeaveGroupRequest, |r| group_handlers::leave(&state, r)),
+        OpCode::OffsetCommit => {
+            handle!(m::OffsetCommitRequest, |r| group_handlers::commit(state, r)
+                .await)
+        }
+        OpCode::OffsetFetch => handle!(m::OffsetFetchRequest, |r| group_handlers::fetch_offsets(
+            &state, r
+        )),
+        OpCode::ListGroups => handle!(m::ListGroupsRequest, |_r| group_handlers::list(&state)),
+        OpCode::DescribeGroup => handle!(m::DescribeGroupRequest, |r| group_handlers::describe(
+            &state, r
+        )),
+        OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| group_handlers::delete(state, r)
+            .await),
         OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r).await),
         OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| handlers::list_offsets(state, r)
             .await),

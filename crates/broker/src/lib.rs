@@ -9,6 +9,8 @@
 pub mod config;
 mod connection;
 mod durable_file;
+pub mod group;
+mod group_handlers;
 mod handlers;
 pub mod metadata;
 pub mod partition;

@@ -18,6 +18,10 @@ use crate::state::BrokerState;
 
 /// How often partitions with an `interval:<ms>` flush policy are checked.
 const FLUSH_TICK: Duration = Duration::from_millis(10);
+/// How often group sessions are checked.
+const GROUP_TICK: Duration = Duration::from_millis(500);
+/// Offsets of long-empty groups are looked for every this many group ticks (10 minutes).
+const OFFSETS_EXPIRY_EVERY_TICKS: u64 = 1200;
 /// Directory under the data directory that holds the standalone metadata.
 pub const META_DIR: &str = "__meta";
 
@@ -84,6 +88,7 @@ impl Broker {
         ));
         tasks.spawn(flush_loop(state.clone(), shutdown.clone()));
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(group_loop(state.clone(), shutdown.clone()));
         tracing::info!(%local_addr, data = %state.config.data_dir.display(), cluster = %state.metadata.cluster_id(), "broker started");
         Ok(Broker {
             local_addr,
@@ -105,6 +110,9 @@ impl Broker {
         let _ = tokio::time::timeout(self.state.config.shutdown_grace * 2, self.tasks.wait()).await;
         let state = self.state.clone();
         let closed = tokio::task::spawn_blocking(move || {
+            if let Err(e) = state.groups.close() {
+                tracing::error!(error = %e, "closing the offsets log failed");
+            }
             for partition in state.all_partitions() {
                 if let Err(e) = partition.close() {
                     tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "close failed");
@@ -197,5 +205,28 @@ async fn retention_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
             }
         })
         .await;
+    }
+}
+
+/// Expires group members whose session ended (so their partitions move even when nobody else
+/// heartbeats), and, less often, the offsets of long-empty groups.
+async fn group_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(GROUP_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u64 = 0;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        state.groups.expire(&|t| state.partition_count(t));
+        ticks += 1;
+        if ticks % OFFSETS_EXPIRY_EVERY_TICKS == 0 {
+            let s = state.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                s.groups.expire_offsets(crate::group::OFFSETS_RETENTION)
+            })
+            .await;
+        }
     }
 }

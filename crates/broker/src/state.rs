@@ -8,6 +8,7 @@ use parking_lot::RwLock;
 use tinymq_log::LogError;
 
 use crate::config::BrokerConfig;
+use crate::group::GroupCoordinator;
 use crate::metadata::MetadataStore;
 use crate::partition::Partition;
 use crate::topic::TopicSettings;
@@ -25,6 +26,7 @@ pub struct BrokerState {
     /// The address clients should use to reach this broker.
     pub advertised: SocketAddr,
     pub metadata: Arc<dyn MetadataStore>,
+    pub groups: GroupCoordinator,
     topics: RwLock<HashMap<String, Arc<OpenTopic>>>,
 }
 
@@ -35,10 +37,12 @@ impl BrokerState {
         advertised: SocketAddr,
         metadata: Arc<dyn MetadataStore>,
     ) -> Result<BrokerState, LogError> {
+        let groups = GroupCoordinator::open(&config.data_dir)?;
         let state = BrokerState {
             config,
             advertised,
             metadata,
+            groups,
             topics: RwLock::new(HashMap::new()),
         };
         for (name, settings) in state.metadata.topics() {
@@ -92,6 +96,11 @@ impl BrokerState {
             .values()
             .flat_map(|t| t.partitions.iter().cloned())
             .collect()
+    }
+
+    /// Partition count of a topic, if it exists.
+    pub fn partition_count(&self, topic: &str) -> Option<u32> {
+        self.topic(topic).map(|t| t.settings.partitions)
     }
 
     pub fn topic_names(&self) -> Vec<String> {

@@ -102,6 +102,17 @@ error_codes! {
     SHUTTING_DOWN = 26, true, "server is shutting down";
     /// The frame was invalid (bad magic, version or size); the connection will close.
     INVALID_FRAME = 27, false, "invalid frame";
+    /// A group request from a member of an older generation (fenced).
+    ILLEGAL_GENERATION = 28, false, "stale group generation";
+    /// The member id is not (or no longer) in the group: join again.
+    UNKNOWN_MEMBER_ID = 29, false, "unknown group member";
+    /// Group id empty, too long, or with characters outside [A-Za-z0-9._-].
+    INVALID_GROUP_ID = 30, false, "invalid group id";
+    /// The operation needs a group without members (delete, administrative offset reset).
+    GROUP_NOT_EMPTY = 31, false, "group has active members";
+    /// This broker does not coordinate the group; find the coordinator again.
+    NOT_COORDINATOR = 32, true, "not the group's coordinator";
+    GROUP_ID_NOT_FOUND = 33, false, "unknown group";
 }
 
 impl ErrorCode {

@@ -7,6 +7,7 @@
 pub mod batch;
 pub mod error;
 pub mod frame;
+pub mod hash;
 pub mod op;
 
 /// Protobuf bodies generated from `proto/tinymq/v1/tinymq.proto`.

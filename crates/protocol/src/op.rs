@@ -70,6 +70,16 @@ operations! {
     ListOffsets = 9 => ListOffsetsRequest, ListOffsetsResponse;
     /// A producer id and epoch for idempotent produce.
     InitProducerId = 10 => InitProducerIdRequest, InitProducerIdResponse;
+    /// Which broker coordinates a consumer group.
+    FindCoordinator = 11 => FindCoordinatorRequest, FindCoordinatorResponse;
+    JoinGroup = 12 => JoinGroupRequest, JoinGroupResponse;
+    Heartbeat = 13 => HeartbeatRequest, HeartbeatResponse;
+    LeaveGroup = 14 => LeaveGroupRequest, LeaveGroupResponse;
+    OffsetCommit = 15 => OffsetCommitRequest, OffsetCommitResponse;
+    OffsetFetch = 16 => OffsetFetchRequest, OffsetFetchResponse;
+    ListGroups = 17 => ListGroupsRequest, ListGroupsResponse;
+    DescribeGroup = 18 => DescribeGroupRequest, DescribeGroupResponse;
+    DeleteGroup = 19 => DeleteGroupRequest, DeleteGroupResponse;
 }
 
 #[cfg(test)]

@@ -1,0 +1,289 @@
+//! Consumer groups: the coordinator (membership, server-side assignment, generations) and the
+//! durable committed offsets, behind one thread-safe [`GroupCoordinator`].
+
+pub mod assignment;
+pub mod coordinator;
+pub mod offsets;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tinymq_log::LogError;
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use assignment::{Strategy, Tp};
+use coordinator::{Group, GroupError};
+use offsets::{Committed, OffsetStore};
+
+/// Longest group id.
+pub const GROUP_ID_BYTES_MAX: usize = 249;
+/// Offsets of a group without members are deleted this long after its last commit.
+pub const OFFSETS_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Members are asked to heartbeat this often relative to their session timeout.
+const HEARTBEATS_PER_SESSION: u32 = 3;
+
+pub fn validate_group_id(group: &str) -> Result<(), GroupError> {
+    let ok = !group.is_empty()
+        && group.len() <= GROUP_ID_BYTES_MAX
+        && group
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err((
+            ErrorCode::INVALID_GROUP_ID,
+            format!(
+                "group id {group:?} must be 1 to {GROUP_ID_BYTES_MAX} characters of [A-Za-z0-9._-]"
+            ),
+        ))
+    }
+}
+
+pub fn to_wire(set: &BTreeSet<Tp>) -> Vec<m::TopicPartitions> {
+    let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for (t, p) in set {
+        by_topic.entry(t).or_default().push(*p);
+    }
+    by_topic
+        .into_iter()
+        .map(|(topic, partitions)| m::TopicPartitions {
+            topic: topic.into(),
+            partitions,
+        })
+        .collect()
+}
+
+pub fn from_wire(list: &[m::TopicPartitions]) -> BTreeSet<Tp> {
+    list.iter()
+        .flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p)))
+        .collect()
+}
+
+/// Every group this broker coordinates and their offsets.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    groups: Mutex<HashMap<String, Group>>,
+    offsets: OffsetStore,
+}
+
+impl GroupCoordinator {
+    pub fn open(data_dir: &Path) -> Result<GroupCoordinator, LogError> {
+        Ok(GroupCoordinator {
+            groups: Mutex::new(HashMap::new()),
+            offsets: OffsetStore::open(data_dir)?,
+        })
+    }
+
+    pub fn join(
+        &self,
+        req: &m::JoinGroupRequest,
+        count: &dyn Fn(&str) -> Option<u32>,
+    ) -> Result<m::JoinGroupResponse, GroupError> {
+        validate_group_id(&req.group_id)?;
+        let strategy = Strategy::parse(&req.strategy).ok_or_else(|| {
+            (
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "unknown strategy {:?}: range, roundrobin or sticky",
+                    req.strategy
+                ),
+            )
+        })?;
+        let session = Duration::from_millis(u64::from(req.session_timeout_ms));
+        let mut groups = self.groups.lock();
+        let group = groups
+            .entry(req.group_id.clone())
+            .or_insert_with(|| Group::new(strategy));
+        let topics = req.topics.iter().cloned().collect();
+        let (member_id, generation, grant) = group.join(
+            &req.member_id,
+            &req.client_id,
+            topics,
+            session,
+            Instant::now(),
+            count,
+        )?;
+        tracing::info!(group = %req.group_id, member = %member_id, generation, "member joined");
+        Ok(m::JoinGroupResponse {
+            error: None,
+            member_id,
+            generation,
+            assignment: to_wire(&grant),
+            heartbeat_interval_ms: (session / HEARTBEATS_PER_SESSION).as_millis() as u32,
+        })
+    }
+
+    pub fn heartbeat(
+        &self,
+        req: &m::HeartbeatRequest,
+        count: &dyn Fn(&str) -> Option<u32>,
+    ) -> Result<m::HeartbeatResponse, GroupError> {
+        let mut groups = self.groups.lock();
+        let group = groups.get_mut(&req.group_id).ok_or_else(|| {
+            (
+                ErrorCode::UNKNOWN_MEMBER_ID,
+                format!("group {} has no members; join again", req.group_id),
+            )
+        })?;
+        let (generation, grant) =
+            group.heartbeat(&req.member_id, from_wire(&req.owned), Instant::now(), count)?;
+        Ok(m::HeartbeatResponse {
+            error: None,
+            generation,
+            assignment: to_wire(&grant),
+        })
+    }
+
+    pub fn leave(
+        &self,
+        req: &m::LeaveGroupRequest,
+        count: &dyn Fn(&str) -> Option<u32>,
+    ) -> Result<(), GroupError> {
+        let mut groups = self.groups.lock();
+        let group = groups
+            .get_mut(&req.group_id)
+            .ok_or_else(|| (ErrorCode::UNKNOWN_MEMBER_ID, "no such group".to_string()))?;
+        group.leave(&req.member_id, count)?;
+        tracing::info!(group = %req.group_id, member = %req.member_id, "member left");
+        Ok(())
+    }
+
+    /// Removes members whose sessions expired, in every group (called on a timer).
+    pub fn expire(&self, count: &dyn Fn(&str) -> Option<u32>) {
+        let now = Instant::now();
+        for (name, group) in self.groups.lock().iter_mut() {
+            for member in group.expire(now, count) {
+                tracing::info!(group = %name, %member, "member session expired");
+            }
+        }
+    }
+
+    /// Checks the committer, then stores the offsets durably. Blocks on fsync.
+    pub fn commit(&self, req: &m::OffsetCommitRequest) -> Result<(), GroupError> {
+        validate_group_id(&req.group_id)?;
+        if let Some(group) = self.groups.lock().get(&req.group_id) {
+            group.check_commit(&req.member_id, req.generation)?;
+        } else if !req.member_id.is_empty() {
+            return Err((
+                ErrorCode::UNKNOWN_MEMBER_ID,
+                format!("{} is not in group {}", req.member_id, req.group_id),
+            ));
+        }
+        let offsets: Vec<(Tp, Committed)> = req
+            .offsets
+            .iter()
+            .map(|o| {
+                (
+                    (o.topic.clone(), o.partition),
+                    Committed {
+                        offset: o.offset,
+                        metadata: o.metadata.clone(),
+                    },
+                )
+            })
+            .collect();
+        self.offsets
+            .commit(&req.group_id, &offsets)
+            .map_err(|e| (e.error_code(), e.to_string()))
+    }
+
+    pub fn committed(&self, group: &str) -> BTreeMap<Tp, Committed> {
+        self.offsets.all(group)
+    }
+
+    pub fn list(&self) -> Vec<String> {
+        let mut names: BTreeSet<String> = self
+            .groups
+            .lock()
+            .iter()
+            .filter(|(_, g)| !g.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.extend(self.offsets.groups());
+        names.into_iter().collect()
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<m::DescribeGroupResponse> {
+        let groups = self.groups.lock();
+        let group = groups.get(group_id).filter(|g| !g.is_empty());
+        let offsets = self.offsets.all(group_id);
+        if group.is_none() && offsets.is_empty() {
+            return None;
+        }
+        let members = group.map_or_else(Vec::new, |g| {
+            g.members
+                .iter()
+                .map(|(id, member)| m::GroupMember {
+                    member_id: id.clone(),
+                    client_id: member.client_id.clone(),
+                    assignment: to_wire(&member.owned),
+                    topics: member.topics.iter().cloned().collect(),
+                })
+                .collect()
+        });
+        Some(m::DescribeGroupResponse {
+            error: None,
+            group_id: group_id.into(),
+            state: group.map_or("empty", Group::state).into(),
+            generation: group.map_or(0, |g| g.generation),
+            strategy: group.map_or("", |g| g.strategy.name()).into(),
+            members,
+            offsets: offsets
+                .into_iter()
+                .map(|((topic, partition), c)| m::CommittedOffset {
+                    topic,
+                    partition,
+                    offset: c.offset,
+                    metadata: c.metadata,
+                    error: None,
+                })
+                .collect(),
+        })
+    }
+
+    /// Deletes a group without members and its offsets.
+    pub fn delete(&self, group_id: &str) -> Result<(), GroupError> {
+        let mut groups = self.groups.lock();
+        if groups.get(group_id).is_some_and(|g| !g.is_empty()) {
+            return Err((
+                ErrorCode::GROUP_NOT_EMPTY,
+                format!("group {group_id} has active members"),
+            ));
+        }
+        let had_group = groups.remove(group_id).is_some();
+        drop(groups);
+        let removed = self
+            .offsets
+            .delete_group(group_id)
+            .map_err(|e| (e.error_code(), e.to_string()))?;
+        if !had_group && removed == 0 {
+            return Err((
+                ErrorCode::GROUP_ID_NOT_FOUND,
+                format!("unknown group {group_id}"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Deletes the offsets of groups that have had no members and no commit for `retention`.
+    pub fn expire_offsets(&self, retention: Duration) {
+        for group in self.offsets.idle_groups(retention) {
+            let empty = self.groups.lock().get(&group).is_none_or(Group::is_empty);
+            if empty {
+                match self.offsets.delete_group(&group) {
+                    Ok(n) => {
+                        tracing::info!(%group, offsets = n, "expired the offsets of an empty group")
+                    }
+                    Err(e) => tracing::warn!(%group, error = %e, "could not expire offsets"),
+                }
+            }
+        }
+    }
+
+    pub fn close(&self) -> Result<(), LogError> {
+        self.offsets.close()
+    }
+}
