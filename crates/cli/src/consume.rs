@@ -10,9 +10,14 @@ use crate::Bootstrap;
 #[derive(clap::Args, Debug)]
 pub struct ConsumeArgs {
     topic: String,
-    /// Start at the earliest stored message instead of new ones only.
+    /// Start at the earliest stored message instead of new ones only (with --group: where
+    /// the group has no committed offset).
     #[arg(long, conflicts_with = "offset")]
     from_beginning: bool,
+    /// Consume as a member of this group: partitions are shared with the group's other
+    /// members, and positions are committed (at-least-once) and resumed from.
+    #[arg(long, conflicts_with_all = ["offset", "partition"])]
+    group: Option<String>,
     /// Start at this offset (in every consumed partition).
     #[arg(long)]
     offset: Option<i64>,
@@ -66,9 +71,14 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         StartFrom::Latest
     };
     let mut consumer = Consumer::new(config)?;
-    consumer
-        .assign(&args.topic, args.partition.map(|p| vec![p]))
-        .await?;
+    match &args.group {
+        Some(group) => consumer.subscribe(group, &[&args.topic]).await?,
+        None => {
+            consumer
+                .assign(&args.topic, args.partition.map(|p| vec![p]))
+                .await?
+        }
+    }
     if let Some(offset) = args.offset {
         let route_partitions: Vec<u32> = match args.partition {
             Some(p) => vec![p],
@@ -83,6 +93,15 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             consumer.seek(&args.topic, p, offset);
         }
     }
+    let result = print_until_done(&mut consumer, &args).await;
+    // In a group: commit what was printed and leave, so the partitions move at once.
+    let closed = consumer.close().await;
+    result?;
+    closed?;
+    Ok(())
+}
+
+async fn print_until_done(consumer: &mut Consumer, args: &ConsumeArgs) -> anyhow::Result<()> {
     let json = args.format == "json";
     let stdout = std::io::stdout();
     let mut printed = 0u64;

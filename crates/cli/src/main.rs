@@ -3,6 +3,7 @@
 
 mod bench;
 mod consume;
+mod group;
 mod produce;
 mod server;
 mod topic;
@@ -39,6 +40,9 @@ enum Command {
     Produce(produce::ProduceArgs),
     /// Print messages of a topic, one per line.
     Consume(consume::ConsumeArgs),
+    /// List, describe, reset and delete consumer groups.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
     /// Measure throughput and latency: produce, consume or end-to-end.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -76,6 +80,7 @@ fn main() -> std::process::ExitCode {
             Command::Topic(cmd) => topic::run(cmd).await,
             Command::Produce(args) => produce::run(args).await,
             Command::Consume(args) => consume::run(args).await,
+            Command::Group(cmd) => group::run(cmd).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Info => {
                 println!(

@@ -7,7 +7,9 @@ use tinymq_protocol::messages as m;
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::{check, ClientError};
 
-pub use tinymq_protocol::messages::{DescribeTopicResponse, PartitionState, TopicConfig};
+pub use tinymq_protocol::messages::{
+    CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionState, TopicConfig,
+};
 
 /// Administrative operations against any node of the cluster.
 ///
@@ -69,5 +71,113 @@ impl Admin {
             .await?;
         check(response.error.as_ref())?;
         Ok(response)
+    }
+
+    pub async fn list_groups(&self) -> Result<Vec<String>, ClientError> {
+        let response = self.cluster.request(&m::ListGroupsRequest {}).await?;
+        Ok(response.group_ids)
+    }
+
+    /// Members, their partitions, state and committed offsets of a group.
+    pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse, ClientError> {
+        let c = self.coordinator(group).await?;
+        let response = c
+            .request(
+                &m::DescribeGroupRequest {
+                    group_id: group.into(),
+                },
+                self.cluster.config.request_timeout,
+            )
+            .await?;
+        check(response.error.as_ref())?;
+        Ok(response)
+    }
+
+    /// Deletes a group that has no members, with its committed offsets.
+    pub async fn delete_group(&self, group: &str) -> Result<(), ClientError> {
+        let c = self.coordinator(group).await?;
+        let response = c
+            .request(
+                &m::DeleteGroupRequest {
+                    group_id: group.into(),
+                },
+                self.cluster.config.request_timeout,
+            )
+            .await?;
+        check(response.error.as_ref())
+    }
+
+    /// Sets a group's committed offsets; only while the group has no members.
+    pub async fn commit_group_offsets(
+        &self,
+        group: &str,
+        offsets: Vec<(String, u32, i64)>,
+    ) -> Result<(), ClientError> {
+        let c = self.coordinator(group).await?;
+        let request = m::OffsetCommitRequest {
+            group_id: group.into(),
+            member_id: String::new(),
+            generation: 0,
+            offsets: offsets
+                .into_iter()
+                .map(|(topic, partition, offset)| CommittedOffset {
+                    topic,
+                    partition,
+                    offset,
+                    metadata: "reset".into(),
+                    error: None,
+                })
+                .collect(),
+        };
+        let response = c
+            .request(&request, self.cluster.config.request_timeout)
+            .await?;
+        check(response.error.as_ref())
+    }
+
+    /// The offset of a partition: -1 latest, -2 earliest, or the first at/after a timestamp
+    /// (-1 when none is).
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<i64, ClientError> {
+        let c = self.cluster.leader(topic, partition).await?;
+        let response = c
+            .request(
+                &m::ListOffsetsRequest {
+                    partitions: vec![m::ListOffsetsPartition {
+                        topic: topic.into(),
+                        partition,
+                        timestamp,
+                    }],
+                },
+                self.cluster.config.request_timeout,
+            )
+            .await?;
+        let p = response
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Protocol("empty list-offsets response".into()))?;
+        check(p.error.as_ref())?;
+        Ok(p.offset)
+    }
+
+    async fn coordinator(
+        &self,
+        group: &str,
+    ) -> Result<std::sync::Arc<crate::Connection>, ClientError> {
+        let found = self
+            .cluster
+            .request(&m::FindCoordinatorRequest {
+                group_id: group.into(),
+            })
+            .await?;
+        check(found.error.as_ref())?;
+        self.cluster
+            .connection(&format!("{}:{}", found.host, found.port))
+            .await
     }
 }

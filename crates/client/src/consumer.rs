@@ -2,9 +2,9 @@
 //! each partition's leader. Records of a partition come back in offset order; every batch's
 //! CRC is checked before its records are returned.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tinymq_protocol::batch::{BatchIter, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
@@ -12,8 +12,10 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::{check, ClientError};
+use crate::group::{GroupEvent, Membership};
 
-/// Where a partition without a position starts.
+/// Where a partition without a position (and, in a group, without a committed offset) starts:
+/// the group's `auto_offset_reset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StartFrom {
     Earliest,
@@ -30,6 +32,13 @@ pub struct ConsumerConfig {
     /// Bytes per fetch response, across partitions.
     pub max_bytes: u32,
     pub partition_bytes_max: u32,
+    /// In a group: the coordinator drops a member it has not heard from for this long.
+    pub session_timeout: Duration,
+    /// In a group: commit the positions this often from `poll` (at-least-once), and before
+    /// partitions are revoked. `None`: only explicit `commit` calls.
+    pub auto_commit_interval: Option<Duration>,
+    /// In a group: "sticky" (default), "range" or "roundrobin".
+    pub strategy: String,
 }
 
 impl ConsumerConfig {
@@ -41,6 +50,9 @@ impl ConsumerConfig {
             min_bytes: 1,
             max_bytes: 16 << 20,
             partition_bytes_max: 1 << 20,
+            session_timeout: Duration::from_secs(10),
+            auto_commit_interval: Some(Duration::from_secs(5)),
+            strategy: "sticky".into(),
         }
     }
 }
@@ -79,6 +91,10 @@ pub struct Consumer {
     cluster: Arc<Cluster>,
     /// Next offset to read per assigned partition; `None` until resolved by `start_from`.
     positions: BTreeMap<PartitionKey, Option<i64>>,
+    membership: Option<Membership>,
+    paused: BTreeSet<PartitionKey>,
+    events: Vec<GroupEvent>,
+    last_auto_commit: Instant,
 }
 
 impl Consumer {
@@ -87,7 +103,184 @@ impl Consumer {
             cluster: Cluster::new(config.client.clone())?,
             config,
             positions: BTreeMap::new(),
+            membership: None,
+            paused: BTreeSet::new(),
+            events: Vec::new(),
+            last_auto_commit: Instant::now(),
         })
+    }
+
+    /// Joins `group` to consume `topics`: the group's coordinator decides which partitions
+    /// this consumer gets, and `poll` keeps the membership alive (heartbeats) and follows
+    /// changes. Positions start at the group's committed offsets, else at `start_from`.
+    pub async fn subscribe(&mut self, group: &str, topics: &[&str]) -> Result<(), ClientError> {
+        for topic in topics {
+            self.cluster.refresh(topic).await?;
+        }
+        self.membership = Some(Membership::new(
+            group,
+            topics.iter().map(|t| t.to_string()).collect(),
+        ));
+        Ok(())
+    }
+
+    /// Assignment changes since the last call.
+    pub fn take_events(&mut self) -> Vec<GroupEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// The partitions this consumer currently reads.
+    pub fn assignment(&self) -> Vec<(String, u32)> {
+        self.positions.keys().cloned().collect()
+    }
+
+    /// Stops fetching a partition (its position and ownership are kept) until `resume`.
+    pub fn pause(&mut self, topic: &str, partition: u32) {
+        self.paused.insert((topic.to_string(), partition));
+    }
+
+    pub fn resume(&mut self, topic: &str, partition: u32) {
+        self.paused.remove(&(topic.to_string(), partition));
+    }
+
+    fn owned(&self) -> BTreeSet<PartitionKey> {
+        self.positions.keys().cloned().collect()
+    }
+
+    fn position_offsets(&self, keys: &BTreeSet<PartitionKey>) -> Vec<m::CommittedOffset> {
+        keys.iter()
+            .filter_map(|k| {
+                let offset = self.positions.get(k).copied().flatten()?;
+                Some(m::CommittedOffset {
+                    topic: k.0.clone(),
+                    partition: k.1,
+                    offset,
+                    metadata: String::new(),
+                    error: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Commits the current position of every owned partition (the next offset to consume), so
+    /// the group resumes there. Needs a group.
+    pub async fn commit(&mut self) -> Result<(), ClientError> {
+        let offsets = self.position_offsets(&self.owned());
+        let Some(membership) = self.membership.as_mut() else {
+            return Err(ClientError::Config(
+                "commit needs a group: use subscribe".into(),
+            ));
+        };
+        membership.commit(&self.cluster, offsets).await
+    }
+
+    /// At-most-once: fetches records and commits past them *before* returning them, so a crash
+    /// while processing skips them rather than delivering them twice.
+    pub async fn poll_at_most_once(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Vec<ConsumerRecord>, ClientError> {
+        let records = self.poll(timeout).await?;
+        if !records.is_empty() {
+            self.commit().await?;
+        }
+        Ok(records)
+    }
+
+    /// Commits (with auto-commit on) and leaves the group, so its partitions move at once.
+    pub async fn close(mut self) -> Result<(), ClientError> {
+        if self.membership.is_some() {
+            if self.config.auto_commit_interval.is_some() {
+                self.commit().await?;
+            }
+            if let Some(mut membership) = self.membership.take() {
+                membership.leave(&self.cluster).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Joins, heartbeats when due, follows the assignment, and auto-commits when due.
+    async fn group_tick(&mut self) -> Result<(), ClientError> {
+        let Some(mut membership) = self.membership.take() else {
+            return Ok(());
+        };
+        let result = self.group_tick_with(&mut membership).await;
+        self.membership = Some(membership);
+        result
+    }
+
+    async fn group_tick_with(&mut self, membership: &mut Membership) -> Result<(), ClientError> {
+        if !membership.joined() {
+            let granted = membership
+                .join(
+                    &self.cluster,
+                    self.config.session_timeout,
+                    &self.config.strategy,
+                )
+                .await?;
+            self.apply_assignment(membership, granted).await?;
+        } else if membership.heartbeat_due() {
+            match membership.heartbeat(&self.cluster, &self.owned()).await {
+                Ok(granted) => self.apply_assignment(membership, granted).await?,
+                Err(e) if matches!(e.code(), Some(ErrorCode::UNKNOWN_MEMBER_ID)) => {
+                    // Dropped from the group (session expired): everything is gone; join again.
+                    let lost: Vec<_> = std::mem::take(&mut self.positions).into_keys().collect();
+                    if !lost.is_empty() {
+                        self.events.push(GroupEvent::Revoked(lost));
+                    }
+                    membership.reset();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(interval) = self.config.auto_commit_interval {
+            if self.last_auto_commit.elapsed() >= interval {
+                self.last_auto_commit = Instant::now();
+                let offsets = self.position_offsets(&self.owned());
+                if let Err(e) = membership.commit(&self.cluster, offsets).await {
+                    tracing::warn!(group = %membership.group, error = %e, "auto-commit failed");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Releases revoked partitions (committing them first with auto-commit on) and takes new
+    /// ones at their committed offsets.
+    async fn apply_assignment(
+        &mut self,
+        membership: &mut Membership,
+        assignment: BTreeSet<PartitionKey>,
+    ) -> Result<(), ClientError> {
+        let owned = self.owned();
+        let revoked: BTreeSet<_> = owned.difference(&assignment).cloned().collect();
+        if !revoked.is_empty() {
+            if self.config.auto_commit_interval.is_some() {
+                let offsets = self.position_offsets(&revoked);
+                if let Err(e) = membership.commit(&self.cluster, offsets).await {
+                    tracing::warn!(group = %membership.group, error = %e, "commit on revoke failed");
+                }
+            }
+            for key in &revoked {
+                self.positions.remove(key);
+            }
+            self.events
+                .push(GroupEvent::Revoked(revoked.into_iter().collect()));
+        }
+        let added: BTreeSet<_> = assignment.difference(&owned).cloned().collect();
+        if !added.is_empty() {
+            for (key, offset) in membership.committed(&self.cluster, &added).await? {
+                self.positions.insert(key, (offset >= 0).then_some(offset));
+            }
+            for key in &added {
+                self.positions.entry(key.clone()).or_insert(None);
+                self.cluster.route(&key.0).await?;
+            }
+            self.events
+                .push(GroupEvent::Assigned(added.into_iter().collect()));
+        }
+        Ok(())
     }
 
     /// Adds partitions of `topic` to the assignment (`None`: every partition).
@@ -175,9 +368,18 @@ impl Consumer {
 
     /// Fetches whatever is available, waiting up to `timeout` for something to arrive.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>, ClientError> {
+        self.group_tick().await?;
         self.resolve_positions().await?;
+        // In a group, wake up in time for the next heartbeat.
+        let timeout = match &self.membership {
+            Some(m) => timeout.min(m.until_heartbeat().max(Duration::from_millis(1))),
+            None => timeout,
+        };
         let mut by_leader: HashMap<String, Vec<m::FetchPartition>> = HashMap::new();
         for ((topic, partition), position) in &self.positions {
+            if self.paused.contains(&(topic.clone(), *partition)) {
+                continue;
+            }
             let route = self.cluster.route(topic).await?;
             let leader = route
                 .leaders
@@ -197,6 +399,11 @@ impl Consumer {
                 });
         }
         let wait = timeout.min(self.config.max_wait);
+        if by_leader.is_empty() {
+            // Nothing to fetch (no assignment yet, or all paused): wait instead of spinning.
+            tokio::time::sleep(wait).await;
+            return Ok(Vec::new());
+        }
         let fetches = by_leader.into_iter().map(|(leader, partitions)| {
             let cluster = self.cluster.clone();
             let request = m::FetchRequest {

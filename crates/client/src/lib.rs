@@ -10,13 +10,18 @@ mod cluster;
 mod connection;
 mod consumer;
 mod error;
+mod group;
 mod producer;
 
-pub use admin::{Admin, DescribeTopicResponse, PartitionState, TopicConfig};
+pub use admin::{
+    Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionState,
+    TopicConfig,
+};
 pub use cluster::{ClientConfig, Cluster};
 pub use connection::Connection;
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom};
 pub use error::ClientError;
+pub use group::GroupEvent;
 pub use producer::{
     murmur2, partition_for_key, Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
     RecordMetadata,

@@ -1,0 +1,189 @@
+//! `tinymq group list|describe|reset-offsets|delete`.
+
+use clap::Subcommand;
+use tinymq_client::{Admin, ClientConfig};
+
+use crate::Bootstrap;
+
+#[derive(Subcommand, Debug)]
+pub enum GroupCommand {
+    /// List consumer groups (with members or committed offsets).
+    List {
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Show members, their partitions, and per partition the committed offset, log end and lag.
+    Describe {
+        group: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Set a group's committed offsets for every partition of a topic (the group must have
+    /// no members).
+    ResetOffsets {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long, group = "to")]
+        to_earliest: bool,
+        #[arg(long, group = "to")]
+        to_latest: bool,
+        #[arg(long, group = "to")]
+        to_offset: Option<i64>,
+        /// The first offset at or after this time (ms since the Unix epoch).
+        #[arg(long, group = "to")]
+        to_timestamp: Option<i64>,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Delete a group without members, with its committed offsets.
+    Delete {
+        group: String,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+}
+
+pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
+    match command {
+        GroupCommand::List { bootstrap } => {
+            for g in Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+                .list_groups()
+                .await?
+            {
+                println!("{g}");
+            }
+        }
+        GroupCommand::Describe {
+            group,
+            json,
+            bootstrap,
+        } => describe(&group, json, &bootstrap).await?,
+        GroupCommand::ResetOffsets {
+            group,
+            topic,
+            to_earliest,
+            to_latest,
+            to_offset,
+            to_timestamp,
+            bootstrap,
+        } => {
+            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let partitions = admin.describe_topic(&topic).await?.partitions;
+            let mut offsets = Vec::new();
+            for p in &partitions {
+                let offset = match (to_earliest, to_latest, to_offset, to_timestamp) {
+                    (true, _, _, _) => p.log_start_offset,
+                    (_, true, _, _) => p.high_watermark,
+                    (_, _, Some(o), _) => o.clamp(p.log_start_offset, p.high_watermark),
+                    (_, _, _, Some(ts)) => match admin.list_offset(&topic, p.partition, ts).await? {
+                        -1 => p.high_watermark,
+                        o => o,
+                    },
+                    _ => anyhow::bail!("say where to: --to-earliest, --to-latest, --to-offset N or --to-timestamp MS"),
+                };
+                offsets.push((topic.clone(), p.partition, offset));
+            }
+            admin.commit_group_offsets(&group, offsets.clone()).await?;
+            for (t, p, o) in offsets {
+                println!("{group} {t}/{p} -> {o}");
+            }
+        }
+        GroupCommand::Delete { group, bootstrap } => {
+            Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+                .delete_group(&group)
+                .await?;
+            println!("deleted group {group}");
+        }
+    }
+    Ok(())
+}
+
+async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Result<()> {
+    let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+    let d = admin.describe_group(group).await?;
+    let mut owner = std::collections::BTreeMap::new();
+    for m in &d.members {
+        for tp in &m.assignment {
+            for p in &tp.partitions {
+                owner.insert((tp.topic.clone(), *p), m.member_id.clone());
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    let mut topics: Vec<String> = d
+        .offsets
+        .iter()
+        .map(|o| o.topic.clone())
+        .chain(owner.keys().map(|k| k.0.clone()))
+        .collect();
+    topics.sort();
+    topics.dedup();
+    for topic in topics {
+        let Ok(t) = admin.describe_topic(&topic).await else {
+            continue;
+        };
+        for p in t.partitions {
+            let committed = d
+                .offsets
+                .iter()
+                .find(|o| o.topic == topic && o.partition == p.partition)
+                .map(|o| o.offset);
+            let lag = committed.map(|c| (p.high_watermark - c).max(0));
+            rows.push(serde_json::json!({
+                "topic": topic, "partition": p.partition,
+                "member": owner.get(&(topic.clone(), p.partition)),
+                "committed_offset": committed, "log_end_offset": p.high_watermark, "lag": lag,
+            }));
+        }
+    }
+    if json {
+        let members: Vec<_> = d
+            .members
+            .iter()
+            .map(|m| serde_json::json!({
+                "member_id": m.member_id, "client_id": m.client_id, "topics": m.topics,
+                "partitions": m.assignment.iter().map(|tp| serde_json::json!({"topic": tp.topic, "partitions": tp.partitions})).collect::<Vec<_>>(),
+            }))
+            .collect();
+        let out = serde_json::json!({
+            "group": d.group_id, "state": d.state, "generation": d.generation, "strategy": d.strategy,
+            "members": members, "partitions": rows,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "group {}: {} (generation {}, strategy {}, {} members)",
+        d.group_id,
+        d.state,
+        d.generation,
+        d.strategy,
+        d.members.len()
+    );
+    println!(
+        "{:<20} {:>9} {:>12} {:>12} {:>8}  member",
+        "topic", "partition", "committed", "log end", "lag"
+    );
+    let dash = |v: &serde_json::Value| {
+        if v.is_null() {
+            "-".to_string()
+        } else {
+            v.to_string().trim_matches('"').to_string()
+        }
+    };
+    for r in rows {
+        println!(
+            "{:<20} {:>9} {:>12} {:>12} {:>8}  {}",
+            dash(&r["topic"]),
+            dash(&r["partition"]),
+            dash(&r["committed_offset"]),
+            dash(&r["log_end_offset"]),
+            dash(&r["lag"]),
+            dash(&r["member"])
+        );
+    }
+    Ok(())
+}
