@@ -84,16 +84,7 @@ pub async fn commit(
 pub fn fetch_offsets(state: &BrokerState, req: m::OffsetFetchRequest) -> m::OffsetFetchResponse {
     let committed = state.groups.committed(&req.group_id);
     let offsets = if req.partitions.is_empty() {
-        committed
-            .into_iter()
-            .map(|((topic, partition), c)| m::CommittedOffset {
-                topic,
-                partition,
-                offset: c.offset,
-                metadata: c.metadata,
-                error: None,
-            })
-            .collect()
+        committed.into_iter().map(|(tp, c)| c.to_wire(tp)).collect()
     } else {
         crate::group::from_wire(&req.partitions)
             .into_iter()

@@ -135,34 +135,14 @@ impl Admin {
         check(response.error.as_ref())
     }
 
-    /// The offset of a partition: -1 latest, -2 earliest, or the first at/after a timestamp
-    /// (-1 when none is).
+    /// A partition's offset: `-1` latest, `-2` earliest, or the first at or after a timestamp.
     pub async fn list_offset(
         &self,
         topic: &str,
         partition: u32,
         timestamp: i64,
     ) -> Result<i64, ClientError> {
-        let c = self.cluster.leader(topic, partition).await?;
-        let response = c
-            .request(
-                &m::ListOffsetsRequest {
-                    partitions: vec![m::ListOffsetsPartition {
-                        topic: topic.into(),
-                        partition,
-                        timestamp,
-                    }],
-                },
-                self.cluster.config.request_timeout,
-            )
-            .await?;
-        let p = response
-            .partitions
-            .into_iter()
-            .next()
-            .ok_or_else(|| ClientError::Protocol("empty list-offsets response".into()))?;
-        check(p.error.as_ref())?;
-        Ok(p.offset)
+        self.cluster.list_offset(topic, partition, timestamp).await
     }
 
     async fn coordinator(

@@ -203,4 +203,32 @@ impl Cluster {
             })?;
         self.connection(addr).await
     }
+
+    /// Asks a partition's leader for an offset: `-1` latest, `-2` earliest, or the first at
+    /// or after a timestamp (`-1` when there is none).
+    pub async fn list_offset(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+    ) -> Result<i64, ClientError> {
+        let connection = self.leader(topic, partition).await?;
+        let request = m::ListOffsetsRequest {
+            partitions: vec![m::ListOffsetsPartition {
+                topic: topic.into(),
+                partition,
+                timestamp,
+            }],
+        };
+        let response = connection
+            .request(&request, self.config.request_timeout)
+            .await?;
+        let p = response
+            .partitions
+            .into_iter()
+            .next()
+            .ok_or_else(|| ClientError::Protocol("empty list-offsets response".into()))?;
+        check(p.error.as_ref())?;
+        Ok(p.offset)
+    }
 }

@@ -316,33 +316,14 @@ impl Consumer {
             .flatten()
     }
 
-    /// Asks the leader for an offset: `-1` latest, `-2` earliest, or a timestamp.
+    /// A partition's offset: `-1` latest, `-2` earliest, or the first at or after a timestamp.
     pub async fn list_offset(
         &self,
         topic: &str,
         partition: u32,
         timestamp: i64,
     ) -> Result<i64, ClientError> {
-        let connection = self.cluster.leader(topic, partition).await?;
-        let response = connection
-            .request(
-                &m::ListOffsetsRequest {
-                    partitions: vec![m::ListOffsetsPartition {
-                        topic: topic.into(),
-                        partition,
-                        timestamp,
-                    }],
-                },
-                self.config.client.request_timeout,
-            )
-            .await?;
-        let p = response
-            .partitions
-            .into_iter()
-            .next()
-            .ok_or_else(|| ClientError::Protocol("empty list-offsets response".into()))?;
-        check(p.error.as_ref())?;
-        Ok(p.offset)
+        self.cluster.list_offset(topic, partition, timestamp).await
     }
 
     /// Fixes the start position of every assigned partition that has none yet (by

@@ -231,16 +231,7 @@ impl GroupCoordinator {
             generation: group.map_or(0, |g| g.generation),
             strategy: group.map_or("", |g| g.strategy.name()).into(),
             members,
-            offsets: offsets
-                .into_iter()
-                .map(|((topic, partition), c)| m::CommittedOffset {
-                    topic,
-                    partition,
-                    offset: c.offset,
-                    metadata: c.metadata,
-                    error: None,
-                })
-                .collect(),
+            offsets: offsets.into_iter().map(|(tp, c)| c.to_wire(tp)).collect(),
         })
     }
 

@@ -45,6 +45,18 @@ pub struct Committed {
     pub metadata: String,
 }
 
+impl Committed {
+    pub fn to_wire(self, (topic, partition): Tp) -> tinymq_protocol::messages::CommittedOffset {
+        tinymq_protocol::messages::CommittedOffset {
+            topic,
+            partition,
+            offset: self.offset,
+            metadata: self.metadata,
+            error: None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct GroupOffsets {
     offsets: BTreeMap<Tp, Committed>,

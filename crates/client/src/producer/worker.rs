@@ -338,23 +338,24 @@ impl PartitionWorker {
             bytes: None,
             created,
         };
-        let started = match self.ensure_built(&mut batch).await {
-            Ok(bytes) => {
-                start_send(
-                    &self.cluster,
-                    &self.config,
-                    &self.topic,
-                    self.partition,
-                    bytes,
-                )
-                .await
-            }
-            Err(error) => Err(error),
-        };
+        let started = self.build_and_start(&mut batch).await;
         match started {
             Ok(task) => in_flight.push_back((batch, task)),
             Err(error) => self.recover(batch, error, in_flight).await,
         }
+    }
+
+    /// Builds the batch if needed and puts it on the wire.
+    async fn build_and_start(&mut self, batch: &mut Batch) -> Result<Attempt, ClientError> {
+        let bytes = self.ensure_built(batch).await?;
+        start_send(
+            &self.cluster,
+            &self.config,
+            &self.topic,
+            self.partition,
+            bytes,
+        )
+        .await
     }
 
     /// The batch's bytes under the current identity, building (and taking a sequence) if it
@@ -434,21 +435,10 @@ impl PartitionWorker {
             tracing::debug!(topic = %self.topic, partition = self.partition, %error, "resending batch");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(self.config.retry_backoff_max);
-            let attempt = match self.ensure_built(&mut batch).await {
-                Ok(bytes) => match start_send(
-                    &self.cluster,
-                    &self.config,
-                    &self.topic,
-                    self.partition,
-                    bytes,
-                )
-                .await
-                {
-                    Ok(task) => task
-                        .await
-                        .unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string()))),
-                    Err(e) => Err(e),
-                },
+            let attempt = match self.build_and_start(&mut batch).await {
+                Ok(task) => task
+                    .await
+                    .unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string()))),
                 Err(e) => Err(e),
             };
             match attempt {
