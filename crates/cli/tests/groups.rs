@@ -309,3 +309,71 @@ fn a_stale_member_cannot_commit() {
     );
     assert!(!second.member_id.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_once_commits_before_returning_and_paused_partitions_are_not_fetched() {
+    use tinymq_client::{Admin, ClientConfig, Consumer, ConsumerConfig, GroupEvent, StartFrom};
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    server.run_tool(&["topic", "create", "amo", "--partitions", "2"], b"");
+    let mut config = ConsumerConfig::new(&server.addr);
+    config.start_from = StartFrom::Earliest;
+    config.auto_commit_interval = None;
+    let mut consumer = Consumer::new(config).unwrap();
+    consumer.subscribe("amo-group", &["amo"]).await.unwrap();
+    // Pause partition 1: only partition 0's records arrive.
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        if consumer.assignment().len() == 2 {
+            break;
+        }
+        got.extend(consumer.poll(Duration::from_millis(100)).await.unwrap());
+    }
+    let events = consumer.take_events();
+    assert!(
+        matches!(&events[..], [GroupEvent::Assigned(p)] if p.len() == 2),
+        "{events:?}"
+    );
+    assert!(got.is_empty(), "the topic is still empty");
+    consumer.pause("amo", 1);
+    produce(&server, "amo", 0, 50);
+    for _ in 0..10 {
+        got.extend(
+            consumer
+                .poll_at_most_once(Duration::from_millis(100))
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(!got.is_empty());
+    assert!(
+        got.iter().all(|r| r.partition == 0),
+        "a paused partition is not fetched"
+    );
+    // Everything returned by poll_at_most_once was committed before it was returned.
+    let admin = Admin::new(ClientConfig::new(&server.addr)).unwrap();
+    let described = admin.describe_group("amo-group").await.unwrap();
+    let committed_p0 = described
+        .offsets
+        .iter()
+        .find(|o| o.partition == 0)
+        .map(|o| o.offset);
+    assert_eq!(committed_p0, consumer.position("amo", 0));
+    consumer.resume("amo", 1);
+    for _ in 0..20 {
+        got.extend(consumer.poll(Duration::from_millis(100)).await.unwrap());
+        if got.len() >= 50 {
+            break;
+        }
+    }
+    let values: BTreeSet<String> = got
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap())
+        .collect();
+    assert_eq!(values, values_of(0, 50));
+    consumer.close().await.unwrap();
+}
+
+fn values_of(from: usize, to: usize) -> BTreeSet<String> {
+    values(from, to)
+}

@@ -278,3 +278,62 @@ impl GroupCoordinator {
         self.offsets.close()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn none(_: &str) -> Option<u32> {
+        None
+    }
+
+    #[test]
+    fn offsets_of_empty_groups_expire_but_not_of_groups_with_members() {
+        let tmp = tempfile::tempdir().unwrap();
+        let coordinator = GroupCoordinator::open(tmp.path()).unwrap();
+        let commit = |group: &str, member: &str, generation: u32| m::OffsetCommitRequest {
+            group_id: group.into(),
+            member_id: member.into(),
+            generation,
+            offsets: vec![m::CommittedOffset {
+                topic: "t".into(),
+                partition: 0,
+                offset: 3,
+                metadata: String::new(),
+                error: None,
+            }],
+        };
+        coordinator.commit(&commit("idle", "", 0)).unwrap();
+        let join = coordinator
+            .join(
+                &m::JoinGroupRequest {
+                    group_id: "busy".into(),
+                    topics: vec!["t".into()],
+                    session_timeout_ms: 10_000,
+                    client_id: "c".into(),
+                    ..Default::default()
+                },
+                &none,
+            )
+            .unwrap();
+        coordinator
+            .commit(&commit("busy", &join.member_id, join.generation))
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        coordinator.expire_offsets(Duration::ZERO);
+        assert!(
+            coordinator.committed("idle").is_empty(),
+            "an empty group's offsets expire"
+        );
+        assert_eq!(
+            coordinator.committed("busy").len(),
+            1,
+            "a group with members keeps them"
+        );
+        assert_eq!(coordinator.list(), vec!["busy".to_string()]);
+        assert_eq!(
+            validate_group_id("bad/id").unwrap_err().0,
+            ErrorCode::INVALID_GROUP_ID
+        );
+    }
+}
