@@ -1,0 +1,291 @@
+//! Commands: pure functions from (image, request) to (records, reply). The MetaServer's Raft
+//! leader executes a command against its image, appends the records to the replicated log,
+//! and every replica applies them. Nothing here does I/O, so every rule is unit-tested.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use tinymq_protocol::ErrorCode;
+
+use crate::image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};
+use crate::placement::place;
+
+/// Most partitions one topic may have.
+pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
+/// Longest topic name.
+pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// Most producer ids handed out at once.
+pub const PRODUCER_ID_BLOCK_MAX: i64 = 1_000_000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    RegisterBroker {
+        id: u32,
+        host: String,
+        port: u16,
+    },
+    /// Issued by the MetaServer leader when a broker's session expired.
+    FenceBroker {
+        id: u32,
+        epoch: u64,
+    },
+    CreateTopic {
+        name: String,
+        partitions: u32,
+        replication_factor: u32,
+        config: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    /// Grows a topic to `partitions` (never shrinks it).
+    AlterPartitions {
+        name: String,
+        partitions: u32,
+    },
+    AllocateProducerIds {
+        count: i64,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Reply {
+    Done,
+    BrokerRegistered { epoch: u64 },
+    ProducerIds { first: i64, count: i64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    #[error(
+        "invalid topic name {0:?}: 1 to 249 characters of [A-Za-z0-9._-], not starting with __"
+    )]
+    InvalidTopic(String),
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("replication factor {want} needs {want} live brokers; {live} are live")]
+    NotEnoughBrokers { want: u32, live: usize },
+    #[error("unknown broker {0}")]
+    UnknownBroker(u32),
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+impl MetaError {
+    pub fn error_code(&self) -> ErrorCode {
+        match self {
+            MetaError::TopicExists(_) => ErrorCode::TOPIC_ALREADY_EXISTS,
+            MetaError::UnknownTopic(_) => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            MetaError::InvalidTopic(_) => ErrorCode::INVALID_TOPIC,
+            MetaError::InvalidPartitions(_) => ErrorCode::INVALID_PARTITIONS,
+            MetaError::NotEnoughBrokers { .. } => ErrorCode::NOT_ENOUGH_REPLICAS,
+            MetaError::UnknownBroker(_) | MetaError::Invalid(_) => ErrorCode::INVALID_REQUEST,
+        }
+    }
+}
+
+pub type Outcome = Result<(Vec<MetadataRecord>, Reply), MetaError>;
+
+fn valid_topic_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= TOPIC_NAME_BYTES_MAX
+        && name != "."
+        && name != ".."
+        && !name.starts_with("__")
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Runs `command` against `image` without changing it.
+pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
+    match command {
+        Command::RegisterBroker { id, host, port } => register_broker(image, *id, host, *port),
+        Command::FenceBroker { id, epoch } => fence_broker(image, *id, *epoch),
+        Command::CreateTopic {
+            name,
+            partitions,
+            replication_factor,
+            config,
+        } => create_topic(image, name, *partitions, *replication_factor, config),
+        Command::DeleteTopic { name } => {
+            if !image.topics.contains_key(name) {
+                return Err(MetaError::UnknownTopic(name.clone()));
+            }
+            Ok((
+                vec![MetadataRecord::DeleteTopic { name: name.clone() }],
+                Reply::Done,
+            ))
+        }
+        Command::AlterPartitions { name, partitions } => alter_partitions(image, name, *partitions),
+        Command::AllocateProducerIds { count } => {
+            if !(1..=PRODUCER_ID_BLOCK_MAX).contains(count) {
+                return Err(MetaError::Invalid(format!("producer id block of {count}")));
+            }
+            let first = image.next_producer_id;
+            Ok((
+                vec![MetadataRecord::AllocateProducerIds {
+                    first,
+                    count: *count,
+                }],
+                Reply::ProducerIds {
+                    first,
+                    count: *count,
+                },
+            ))
+        }
+    }
+}
+
+fn register_broker(image: &MetadataImage, id: u32, host: &str, port: u16) -> Outcome {
+    let epoch = image.next_broker_epoch;
+    let mut records = vec![MetadataRecord::RegisterBroker {
+        broker: BrokerRecord {
+            id,
+            host: host.into(),
+            port,
+            epoch,
+            fenced: false,
+        },
+    }];
+    // Offline partitions whose in-sync replicas include this broker come back with it as leader.
+    for (name, topic) in &image.topics {
+        for (i, p) in topic.partitions.iter().enumerate() {
+            if p.leader.is_none() && p.isr.contains(&id) {
+                records.push(MetadataRecord::ChangePartition {
+                    name: name.clone(),
+                    partition: i as u32,
+                    leader: Some(id),
+                    isr: p.isr.clone(),
+                });
+            }
+        }
+    }
+    Ok((records, Reply::BrokerRegistered { epoch }))
+}
+
+/// Fences a broker: its leaderships move to another live in-sync replica, or the partition
+/// goes offline (keeping its ISR, so it returns when a member of it does). Never an unclean
+/// election: only in-sync replicas lead.
+fn fence_broker(image: &MetadataImage, id: u32, epoch: u64) -> Outcome {
+    let broker = image.brokers.get(&id).ok_or(MetaError::UnknownBroker(id))?;
+    if broker.epoch != epoch || broker.fenced {
+        return Ok((vec![], Reply::Done));
+    }
+    let live = |b: &u32| *b != id && image.brokers.get(b).is_some_and(|r| !r.fenced);
+    let mut records = vec![MetadataRecord::FenceBroker { id, epoch }];
+    for (name, topic) in &image.topics {
+        for (i, p) in topic.partitions.iter().enumerate() {
+            if !p.isr.contains(&id) {
+                continue;
+            }
+            let others: Vec<u32> = p.isr.iter().copied().filter(live).collect();
+            let (leader, isr) = if others.is_empty() {
+                // The fenced broker holds the only in-sync copy: wait for it.
+                (None, p.isr.clone())
+            } else if p.leader == Some(id) {
+                (Some(others[0]), others)
+            } else {
+                (p.leader, others)
+            };
+            if leader != p.leader || isr != p.isr {
+                records.push(MetadataRecord::ChangePartition {
+                    name: name.clone(),
+                    partition: i as u32,
+                    leader,
+                    isr,
+                });
+            }
+        }
+    }
+    Ok((records, Reply::Done))
+}
+
+fn new_partitions(
+    image: &MetadataImage,
+    count: u32,
+    replication_factor: u32,
+) -> Result<Vec<PartitionRecord>, MetaError> {
+    let live = image.live_brokers();
+    if replication_factor == 0 || replication_factor as usize > live.len() {
+        return Err(MetaError::NotEnoughBrokers {
+            want: replication_factor,
+            live: live.len(),
+        });
+    }
+    let leader_load = image
+        .load()
+        .into_iter()
+        .map(|(b, (leaders, _))| (b, leaders))
+        .collect();
+    Ok(place(count, replication_factor, &live, &leader_load)
+        .into_iter()
+        .map(|replicas| PartitionRecord {
+            leader: Some(replicas[0]),
+            leader_epoch: 0,
+            isr: replicas.clone(),
+            replicas,
+        })
+        .collect())
+}
+
+fn create_topic(
+    image: &MetadataImage,
+    name: &str,
+    partitions: u32,
+    replication_factor: u32,
+    config: &BTreeMap<String, String>,
+) -> Outcome {
+    if !valid_topic_name(name) {
+        return Err(MetaError::InvalidTopic(name.into()));
+    }
+    if image.topics.contains_key(name) {
+        return Err(MetaError::TopicExists(name.into()));
+    }
+    if partitions == 0 || partitions > TOPIC_PARTITIONS_MAX {
+        return Err(MetaError::InvalidPartitions(format!(
+            "{partitions} (1 to {TOPIC_PARTITIONS_MAX})"
+        )));
+    }
+    let placed = new_partitions(image, partitions, replication_factor)?;
+    let topic = TopicRecord {
+        partitions: placed,
+        config: config.clone(),
+    };
+    Ok((
+        vec![MetadataRecord::CreateTopic {
+            name: name.into(),
+            topic,
+        }],
+        Reply::Done,
+    ))
+}
+
+fn alter_partitions(image: &MetadataImage, name: &str, partitions: u32) -> Outcome {
+    let topic = image
+        .topics
+        .get(name)
+        .ok_or_else(|| MetaError::UnknownTopic(name.into()))?;
+    let current = topic.partitions.len() as u32;
+    if partitions <= current || partitions > TOPIC_PARTITIONS_MAX {
+        return Err(MetaError::InvalidPartitions(format!(
+            "{name} has {current} partitions; it can grow to at most {TOPIC_PARTITIONS_MAX}, never shrink (asked {partitions})"
+        )));
+    }
+    let replication_factor = topic
+        .partitions
+        .first()
+        .map_or(1, |p| p.replicas.len() as u32);
+    let added = new_partitions(image, partitions - current, replication_factor)?;
+    Ok((
+        vec![MetadataRecord::AddPartitions {
+            name: name.into(),
+            partitions: added,
+        }],
+        Reply::Done,
+    ))
+}

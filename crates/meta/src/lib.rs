@@ -1,0 +1,25 @@
+//! tinymq's cluster metadata as a deterministic state machine: the [`MetadataImage`] (brokers,
+//! topics, partition placement, leaders and in-sync replicas, producer-id blocks), the
+//! [`MetadataRecord`]s that change it, and [`execute`], which turns a [`Command`] into records
+//! and a reply without I/O. The MetaServer replicates the records with Raft; every replica
+//! applies them in order and so holds the same image. Snapshots are the serialized image.
+
+pub mod command;
+pub mod image;
+pub mod placement;
+
+pub use command::{execute, Command, MetaError, Reply};
+pub use image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};
+
+/// Executes a command and applies its records: what a single-node MetaServer does, and what
+/// the tests use to drive the image.
+pub fn execute_and_apply(image: &mut MetadataImage, command: &Command) -> Result<Reply, MetaError> {
+    let (records, reply) = execute(image, command)?;
+    for record in &records {
+        image.apply(record);
+    }
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests;

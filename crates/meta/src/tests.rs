@@ -1,0 +1,260 @@
+//! The metadata commands as pure functions: placement, fencing and failover, re-registration,
+//! growth, producer ids, and that replaying the records rebuilds the same image.
+
+use std::collections::BTreeMap;
+
+use crate::*;
+
+fn register(image: &mut MetadataImage, id: u32) -> u64 {
+    match execute_and_apply(
+        image,
+        &Command::RegisterBroker {
+            id,
+            host: "127.0.0.1".into(),
+            port: 9000 + id as u16,
+        },
+    )
+    .unwrap()
+    {
+        Reply::BrokerRegistered { epoch } => epoch,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn create(
+    image: &mut MetadataImage,
+    name: &str,
+    partitions: u32,
+    rf: u32,
+) -> Result<Reply, MetaError> {
+    execute_and_apply(
+        image,
+        &Command::CreateTopic {
+            name: name.into(),
+            partitions,
+            replication_factor: rf,
+            config: BTreeMap::new(),
+        },
+    )
+}
+
+fn leader_counts(image: &MetadataImage, topic: &str) -> BTreeMap<u32, usize> {
+    let mut counts = BTreeMap::new();
+    for p in &image.topics[topic].partitions {
+        *counts.entry(p.leader.unwrap()).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn a_six_partition_topic_on_three_brokers_has_two_leaders_per_broker() {
+    let mut image = MetadataImage::default();
+    for id in 1..=3 {
+        register(&mut image, id);
+    }
+    create(&mut image, "orders", 6, 3).unwrap();
+    assert_eq!(
+        leader_counts(&image, "orders"),
+        [(1, 2), (2, 2), (3, 2)].into()
+    );
+    for p in &image.topics["orders"].partitions {
+        assert_eq!(p.isr, p.replicas);
+        assert_eq!(p.leader, Some(p.replicas[0]));
+    }
+}
+
+#[test]
+fn a_broker_that_joins_later_leads_partitions_of_new_topics() {
+    let mut image = MetadataImage::default();
+    for id in 1..=2 {
+        register(&mut image, id);
+    }
+    create(&mut image, "old", 4, 1).unwrap();
+    register(&mut image, 3);
+    create(&mut image, "new", 3, 1).unwrap();
+    assert!(leader_counts(&image, "new").get(&3).copied().unwrap_or(0) >= 1);
+    // Over both topics, leadership is as even as it can be.
+    let load = image.load();
+    let leaders: Vec<usize> = load.values().map(|(l, _)| *l).collect();
+    assert!(
+        leaders.iter().max().unwrap() - leaders.iter().min().unwrap() <= 1,
+        "{load:?}"
+    );
+}
+
+#[test]
+fn fencing_moves_leadership_to_in_sync_replicas_or_takes_the_partition_offline() {
+    let mut image = MetadataImage::default();
+    let epochs: Vec<u64> = (1..=3).map(|id| register(&mut image, id)).collect();
+    create(&mut image, "replicated", 3, 3).unwrap();
+    create(&mut image, "single", 3, 1).unwrap();
+    execute_and_apply(
+        &mut image,
+        &Command::FenceBroker {
+            id: 1,
+            epoch: epochs[0],
+        },
+    )
+    .unwrap();
+    assert!(image.brokers[&1].fenced);
+    for p in &image.topics["replicated"].partitions {
+        assert_ne!(p.leader, Some(1), "no partition is led by a fenced broker");
+        assert!(!p.isr.contains(&1));
+        assert!(p.leader.is_some());
+    }
+    let offline: Vec<&PartitionRecord> = image.topics["single"]
+        .partitions
+        .iter()
+        .filter(|p| p.leader.is_none())
+        .collect();
+    assert_eq!(
+        offline.len(),
+        1,
+        "the single-replica partition of broker 1 waits for it"
+    );
+    assert_eq!(offline[0].isr, vec![1], "no unclean election");
+    let epoch_before = offline[0].leader_epoch;
+
+    // The broker comes back with a new epoch and leads its partition again.
+    let new_epoch = register(&mut image, 1);
+    assert!(new_epoch > epochs[2]);
+    assert!(!image.brokers[&1].fenced);
+    let back = image.topics["single"]
+        .partitions
+        .iter()
+        .find(|p| p.replicas == vec![1])
+        .unwrap();
+    assert_eq!(back.leader, Some(1));
+    assert!(
+        back.leader_epoch > epoch_before,
+        "every leader change bumps the epoch"
+    );
+    // A fence for the old incarnation changes nothing.
+    let (records, _) = execute(
+        &image,
+        &Command::FenceBroker {
+            id: 1,
+            epoch: epochs[0],
+        },
+    )
+    .unwrap();
+    assert!(records.is_empty());
+}
+
+#[test]
+fn topics_grow_but_never_shrink_and_bad_requests_are_refused() {
+    let mut image = MetadataImage::default();
+    register(&mut image, 1);
+    register(&mut image, 2);
+    create(&mut image, "t", 2, 2).unwrap();
+    execute_and_apply(
+        &mut image,
+        &Command::AlterPartitions {
+            name: "t".into(),
+            partitions: 5,
+        },
+    )
+    .unwrap();
+    assert_eq!(image.topics["t"].partitions.len(), 5);
+    assert!(image.topics["t"]
+        .partitions
+        .iter()
+        .all(|p| p.replicas.len() == 2));
+    let shrink = execute(
+        &image,
+        &Command::AlterPartitions {
+            name: "t".into(),
+            partitions: 3,
+        },
+    );
+    assert!(matches!(shrink, Err(MetaError::InvalidPartitions(_))));
+    assert_eq!(
+        create(&mut image, "t", 1, 1),
+        Err(MetaError::TopicExists("t".into()))
+    );
+    assert_eq!(
+        create(&mut image, "x", 1, 3),
+        Err(MetaError::NotEnoughBrokers { want: 3, live: 2 })
+    );
+    assert!(matches!(
+        create(&mut image, "__x", 1, 1),
+        Err(MetaError::InvalidTopic(_))
+    ));
+    assert!(matches!(
+        create(&mut image, "y", 0, 1),
+        Err(MetaError::InvalidPartitions(_))
+    ));
+    execute_and_apply(&mut image, &Command::DeleteTopic { name: "t".into() }).unwrap();
+    assert!(image.topics.is_empty());
+    assert_eq!(
+        execute(&image, &Command::DeleteTopic { name: "t".into() })
+            .unwrap_err()
+            .error_code(),
+        tinymq_protocol::ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+    );
+}
+
+#[test]
+fn producer_id_blocks_never_overlap() {
+    let mut image = MetadataImage::default();
+    let mut seen = Vec::new();
+    for count in [1000, 1, 500] {
+        match execute_and_apply(&mut image, &Command::AllocateProducerIds { count }).unwrap() {
+            Reply::ProducerIds { first, count } => seen.push((first, first + count)),
+            other => panic!("{other:?}"),
+        }
+    }
+    for w in seen.windows(2) {
+        assert!(w[0].1 <= w[1].0, "{seen:?}");
+    }
+}
+
+#[test]
+fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
+    let mut image = MetadataImage::default();
+    let mut log = Vec::new();
+    let mut run = |image: &mut MetadataImage, command: Command| {
+        let (records, _) = execute(image, &command).unwrap();
+        for r in &records {
+            image.apply(r);
+        }
+        log.extend(records);
+    };
+    run(
+        &mut image,
+        Command::RegisterBroker {
+            id: 1,
+            host: "a".into(),
+            port: 1,
+        },
+    );
+    run(
+        &mut image,
+        Command::RegisterBroker {
+            id: 2,
+            host: "b".into(),
+            port: 2,
+        },
+    );
+    run(
+        &mut image,
+        Command::CreateTopic {
+            name: "t".into(),
+            partitions: 4,
+            replication_factor: 2,
+            config: [("flush".to_string(), "os".to_string())].into(),
+        },
+    );
+    let epoch = image.brokers[&2].epoch;
+    run(&mut image, Command::FenceBroker { id: 2, epoch });
+    run(&mut image, Command::AllocateProducerIds { count: 10 });
+    let mut replayed = MetadataImage::default();
+    for r in &log {
+        replayed.apply(r);
+    }
+    assert_eq!(replayed, image);
+    assert_eq!(
+        MetadataImage::from_snapshot(&image.to_snapshot()).unwrap(),
+        image
+    );
+}
