@@ -39,7 +39,7 @@ pub struct ServerArgs {
     /// Close idle connections after, ms [default: 600000].
     #[arg(long, env = "TINYMQ_IDLE_TIMEOUT_MS")]
     idle_timeout_ms: Option<u64>,
-    /// Default flush policy of new topics: always, interval:<ms> or os [default: always].
+    /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
     /// Default partitions of new topics [default: 1].

@@ -22,7 +22,7 @@ pub enum TopicCommand {
         /// Segment file size in bytes [default: 1 GiB].
         #[arg(long, default_value_t = 0)]
         segment_bytes: u64,
-        /// always, interval:<ms> or os [default: the server's, always].
+        /// always, interval:MS or os [default: the server's, always].
         #[arg(long, default_value = "")]
         flush: String,
         /// Largest record batch accepted, bytes [default: 1048576].

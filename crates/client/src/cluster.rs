@@ -173,7 +173,7 @@ impl Cluster {
         Ok(route)
     }
 
-    /// Cached routes for `topic`, fetched when missing or older than [`METADATA_AGE_MAX`].
+    /// Cached routes for `topic`, fetched when missing or older than `METADATA_AGE_MAX` (5 minutes).
     pub async fn route(&self, topic: &str) -> Result<Arc<TopicRoute>, ClientError> {
         let cached = self.routes.lock().get(topic).cloned();
         match cached {
