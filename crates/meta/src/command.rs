@@ -55,7 +55,7 @@ pub enum Reply {
     ProducerIds { first: i64, count: i64 },
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum MetaError {
     #[error("topic {0} already exists")]
     TopicExists(String),

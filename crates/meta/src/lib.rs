@@ -7,6 +7,7 @@
 pub mod command;
 pub mod image;
 pub mod placement;
+pub mod raft;
 
 pub use command::{execute, Command, MetaError, Reply};
 pub use image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};

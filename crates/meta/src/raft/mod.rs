@@ -1,0 +1,135 @@
+//! The MetaServer's Raft glue, on `openraft` (pinned) behind a small interface: a
+//! [`MetaNode`] persists its log and vote (fsynced before they are confirmed), applies committed
+//! [`Command`]s to the [`MetadataImage`] through [`crate::execute`], and snapshots the image.
+//! The network is a trait parameter, so the same node runs over TCP in the server and over an
+//! in-process router in tests.
+
+mod log_store;
+mod state_machine;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+
+use openraft::{BasicNode, Config, Raft};
+use serde::{Deserialize, Serialize};
+
+use crate::{Command, MetaError, MetadataImage, Reply};
+pub use log_store::LogStore;
+pub use state_machine::StateMachine;
+
+/// What a committed command produced on the state machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandResult(pub Result<Reply, MetaError>);
+
+openraft::declare_raft_types!(
+    /// The Raft types of the MetaServer.
+    pub TypeConfig:
+        D = Command,
+        R = CommandResult,
+        NodeId = u64,
+        Node = BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type MetaRaft = Raft<TypeConfig>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MetaNodeError {
+    #[error("not the MetaServer leader; the leader is {leader:?}")]
+    NotLeader { leader: Option<u64> },
+    #[error("metadata command refused: {0}")]
+    Command(#[from] MetaError),
+    #[error("raft: {0}")]
+    Raft(String),
+    #[error("storage: {0}")]
+    Storage(#[from] std::io::Error),
+}
+
+/// One MetaServer node.
+pub struct MetaNode {
+    pub id: u64,
+    pub raft: MetaRaft,
+    image: Arc<std::sync::RwLock<MetadataImage>>,
+}
+
+impl MetaNode {
+    /// Opens the node's storage in `dir` and starts Raft with `network`.
+    pub async fn start<N>(id: u64, dir: &Path, network: N) -> Result<MetaNode, MetaNodeError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
+        let config = Config {
+            heartbeat_interval: 250,
+            election_timeout_min: 1000,
+            election_timeout_max: 2000,
+            ..Config::default()
+        };
+        let config = Arc::new(
+            config
+                .validate()
+                .map_err(|e| MetaNodeError::Raft(e.to_string()))?,
+        );
+        let log = LogStore::open(dir)?;
+        let sm = StateMachine::open(dir)?;
+        let image = sm.image_handle();
+        let raft = Raft::new(id, config, network, log, sm)
+            .await
+            .map_err(|e| MetaNodeError::Raft(e.to_string()))?;
+        Ok(MetaNode { id, raft, image })
+    }
+
+    /// Makes a new cluster of `members` (id → address). Run once, on one node.
+    pub async fn initialize(&self, members: BTreeMap<u64, String>) -> Result<(), MetaNodeError> {
+        let nodes: BTreeMap<u64, BasicNode> = members
+            .into_iter()
+            .map(|(id, addr)| (id, BasicNode { addr }))
+            .collect();
+        self.raft
+            .initialize(nodes)
+            .await
+            .map_err(|e| MetaNodeError::Raft(e.to_string()))
+    }
+
+    /// Replicates `command` and returns its reply once committed and applied.
+    pub async fn write(&self, command: Command) -> Result<Reply, MetaNodeError> {
+        match self.raft.client_write(command).await {
+            Ok(response) => Ok(response.data.0?),
+            Err(openraft::error::RaftError::APIError(
+                openraft::error::ClientWriteError::ForwardToLeader(f),
+            )) => Err(MetaNodeError::NotLeader {
+                leader: f.leader_id,
+            }),
+            Err(e) => Err(MetaNodeError::Raft(e.to_string())),
+        }
+    }
+
+    /// The image as applied on this node (possibly behind the leader's).
+    pub fn image(&self) -> MetadataImage {
+        self.image.read().expect("image lock").clone()
+    }
+
+    pub fn current_leader(&self) -> Option<u64> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    /// Voters of the Raft group.
+    pub fn voters(&self) -> BTreeSet<u64> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .collect()
+    }
+
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
