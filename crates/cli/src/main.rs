@@ -2,6 +2,7 @@
 //! arguments and hands off; the roles live in the library crates.
 
 mod bench;
+mod cluster;
 mod consume;
 mod group;
 mod produce;
@@ -33,6 +34,11 @@ pub struct Bootstrap {
 enum Command {
     /// Run a standalone server: one MetaServer and one broker in one process.
     Server(server::ServerArgs),
+    /// Run a MetaServer node: cluster metadata replicated with Raft.
+    Meta(cluster::MetaArgs),
+    /// Show the MetaServer nodes, the Raft leader and the brokers.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
     /// Create, list, describe and delete topics.
     #[command(subcommand)]
     Topic(topic::TopicCommand),
@@ -77,6 +83,11 @@ fn main() -> std::process::ExitCode {
                 init_logging();
                 server::run(args).await
             }
+            Command::Meta(args) => {
+                init_logging();
+                cluster::run_meta(args).await
+            }
+            Command::Cluster(cmd) => cluster::run(cmd).await,
             Command::Topic(cmd) => topic::run(cmd).await,
             Command::Produce(args) => produce::run(args).await,
             Command::Consume(args) => consume::run(args).await,

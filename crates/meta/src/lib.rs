@@ -8,6 +8,7 @@ pub mod command;
 pub mod image;
 pub mod placement;
 pub mod raft;
+pub mod server;
 
 pub use command::{execute, Command, MetaError, Reply};
 pub use image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};

@@ -80,6 +80,12 @@ operations! {
     ListGroups = 17 => ListGroupsRequest, ListGroupsResponse;
     DescribeGroup = 18 => DescribeGroupRequest, DescribeGroupResponse;
     DeleteGroup = 19 => DeleteGroupRequest, DeleteGroupResponse;
+    /// Raft messages between MetaServer nodes.
+    RaftRpc = 40 => RaftRpcRequest, RaftRpcResponse;
+    /// A metadata command, applied through Raft (followers forward it to the leader).
+    MetaWrite = 41 => MetaWriteRequest, MetaWriteResponse;
+    /// The metadata image as applied on the answering MetaServer node.
+    MetaRead = 42 => MetaReadRequest, MetaReadResponse;
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! in-process router in tests.
 
 mod log_store;
+pub mod network;
 mod state_machine;
 #[cfg(test)]
 mod tests;
@@ -127,6 +128,17 @@ impl MetaNode {
             .membership()
             .voter_ids()
             .collect()
+    }
+
+    /// The address of group member `id`, from the current membership.
+    pub fn member_addr(&self, id: u64) -> Option<String> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
     }
 
     pub async fn shutdown(&self) {

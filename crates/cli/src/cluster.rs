@@ -1,0 +1,132 @@
+//! `tinymq meta` (a MetaServer node) and `tinymq cluster status`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use tinymq_client::Connection;
+use tinymq_meta::server::MetaServer;
+use tinymq_meta::MetadataImage;
+use tinymq_protocol::messages as m;
+
+use crate::Bootstrap;
+
+#[derive(clap::Args, Debug)]
+pub struct MetaArgs {
+    /// This node's id (never reuse the id of a removed node).
+    #[arg(long, env = "TINYMQ_META_ID")]
+    id: u64,
+    /// Address to listen on.
+    #[arg(long, env = "TINYMQ_LISTEN")]
+    listen: SocketAddr,
+    /// Every node of the group, this one included: `1=host:port,2=host:port,3=host:port`.
+    #[arg(long, env = "TINYMQ_META_PEERS")]
+    peers: String,
+    /// Data directory (Raft log, vote and snapshot).
+    #[arg(long, env = "TINYMQ_DATA")]
+    data: PathBuf,
+}
+
+fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|entry| {
+            let (id, addr) = entry
+                .split_once('=')
+                .with_context(|| format!("--peers entry {entry:?}: expected ID=HOST:PORT"))?;
+            Ok((
+                id.parse().with_context(|| format!("--peers id {id:?}"))?,
+                addr.to_string(),
+            ))
+        })
+        .collect()
+}
+
+pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
+    let peers = parse_peers(&args.peers)?;
+    anyhow::ensure!(
+        peers.contains_key(&args.id),
+        "--peers must include this node's id {}",
+        args.id
+    );
+    let server = MetaServer::start(args.id, args.listen, peers, &args.data).await?;
+    println!("tinymq meta listening on {}", server.local_addr);
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    server.node.shutdown().await;
+    Ok(())
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// MetaServer nodes with the Raft leader, and each broker with its liveness.
+    Status {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+}
+
+pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
+    let ClusterCommand::Status { json, bootstrap } = command;
+    let mut last = None;
+    for addr in bootstrap.bootstrap.split(',') {
+        match status_of(addr).await {
+            Ok(status) => {
+                let (read, image) = status;
+                if json {
+                    let brokers: Vec<_> = image
+                        .brokers
+                        .values()
+                        .map(|b| serde_json::json!({"id": b.id, "host": b.host, "port": b.port, "epoch": b.epoch, "live": !b.fenced}))
+                        .collect();
+                    let out = serde_json::json!({
+                        "answered_by": read.node_id, "leader": (read.leader != 0).then_some(read.leader),
+                        "voters": read.voters, "brokers": brokers, "topics": image.topics.keys().collect::<Vec<_>>(),
+                    });
+                    println!("{}", serde_json::to_string_pretty(&out)?);
+                } else {
+                    println!(
+                        "meta nodes {:?}, leader {}",
+                        read.voters,
+                        if read.leader == 0 {
+                            "none".to_string()
+                        } else {
+                            read.leader.to_string()
+                        }
+                    );
+                    for b in image.brokers.values() {
+                        println!(
+                            "broker {} {}:{} epoch {} {}",
+                            b.id,
+                            b.host,
+                            b.port,
+                            b.epoch,
+                            if b.fenced { "fenced" } else { "live" }
+                        );
+                    }
+                }
+                return Ok(());
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no --bootstrap address")))
+}
+
+async fn status_of(addr: &str) -> anyhow::Result<(m::MetaReadResponse, MetadataImage)> {
+    let c = Connection::connect(addr, "tinymq-cluster-status", "").await?;
+    let read = c
+        .request(&m::MetaReadRequest {}, Duration::from_secs(10))
+        .await?;
+    let image = serde_json::from_slice(&read.image)?;
+    Ok((read, image))
+}

@@ -1,0 +1,159 @@
+//! Three `tinymq meta` processes form a Raft group: a leader is elected, commands sent to any
+//! node (followers forward them) are replicated, killing the leader with SIGKILL elects another
+//! and metadata changes keep working, and a node restarted from its data directory catches up.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{RawClient, BIN};
+use tinymq_protocol::messages as m;
+
+struct MetaProc {
+    child: Child,
+}
+
+impl Drop for MetaProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start(id: u64, addrs: &[String], dir: &std::path::Path) -> MetaProc {
+    let peers: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect();
+    let child = Command::new(BIN)
+        .args([
+            "meta",
+            "--id",
+            &id.to_string(),
+            "--listen",
+            &addrs[id as usize - 1],
+            "--peers",
+            &peers.join(","),
+        ])
+        .arg("--data")
+        .arg(dir.join(format!("meta-{id}")))
+        .env("TINYMQ_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    MetaProc { child }
+}
+
+/// The leader as seen by `addr`, once one is known (bounded wait).
+fn leader(addr: &str, not: Option<u64>) -> u64 {
+    for _ in 0..200 {
+        if let Ok(out) = Command::new(BIN)
+            .args(["cluster", "status", "--json", "--bootstrap", addr])
+            .output()
+        {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                if let Some(l) = v["leader"].as_u64().filter(|l| Some(*l) != not) {
+                    return l;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no leader seen by {addr}");
+}
+
+fn meta_write(addr: &str, command: serde_json::Value) -> Option<m::Error> {
+    let mut c = RawClient::handshaken(addr);
+    let request = m::MetaWriteRequest {
+        command: Bytes::from(serde_json::to_vec(&command).unwrap()),
+    };
+    c.call(&request).error
+}
+
+fn topics(addr: &str) -> Vec<String> {
+    let out = Command::new(BIN)
+        .args(["topic", "list", "--bootstrap", addr])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+fn create_topic(addr: &str, name: &str) {
+    let out = Command::new(BIN)
+        .args([
+            "topic",
+            "create",
+            name,
+            "--partitions",
+            "3",
+            "--bootstrap",
+            addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "create {name} via {addr}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn wait_for_topics(addr: &str, want: &[&str]) {
+    for _ in 0..200 {
+        if topics(addr) == want {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{addr} never listed {want:?}: {:?}", topics(addr));
+}
+
+#[test]
+fn a_raft_group_of_three_survives_its_leader_and_restarted_nodes_catch_up() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addrs: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let mut nodes: Vec<Option<MetaProc>> = (1..=3)
+        .map(|id| Some(start(id, &addrs, tmp.path())))
+        .collect();
+    let first = leader(&addrs[0], None);
+    let follower = (1..=3).find(|id| *id != first).unwrap();
+    let follower_addr = &addrs[follower as usize - 1];
+
+    // Commands sent to a follower are forwarded to the leader.
+    for id in 1..=2u32 {
+        let register = serde_json::json!({"RegisterBroker": {"id": id, "host": "127.0.0.1", "port": 9000 + id}});
+        assert_eq!(meta_write(follower_addr, register), None);
+    }
+    create_topic(follower_addr, "before");
+    for addr in &addrs {
+        wait_for_topics(addr, &["before"]);
+    }
+
+    // SIGKILL the leader: the others elect a new one and accept changes.
+    nodes[first as usize - 1].take();
+    let survivor = &addrs[follower as usize - 1];
+    let second = leader(survivor, Some(first));
+    assert_ne!(second, first);
+    create_topic(survivor, "after");
+
+    // The old leader restarts from its data directory and catches up.
+    nodes[first as usize - 1] = Some(start(first, &addrs, tmp.path()));
+    wait_for_topics(&addrs[first as usize - 1], &["after", "before"]);
+}
