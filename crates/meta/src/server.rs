@@ -25,6 +25,26 @@ use crate::{Command, Reply};
 
 /// Time allowed for a command forwarded to the leader.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// A broker not heard from for this long is fenced by the leader.
+pub const BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(9);
+/// How often the leader looks for expired broker sessions.
+const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// When each broker was last heard from, kept in memory by whichever node leads (a new leader
+/// starts every session afresh, so it never fences a broker it has not had time to hear).
+#[derive(Default)]
+struct Sessions {
+    last_seen: std::sync::Mutex<std::collections::HashMap<u32, (u64, std::time::Instant)>>,
+}
+
+impl Sessions {
+    fn seen(&self, id: u32, epoch: u64) {
+        self.last_seen
+            .lock()
+            .expect("sessions lock")
+            .insert(id, (epoch, std::time::Instant::now()));
+    }
+}
 /// Connections a MetaServer node accepts at once.
 const CONNECTIONS_MAX: usize = 1024;
 
@@ -55,8 +75,11 @@ impl MetaServer {
             .map_err(MetaServerError::Listen)?;
         let local_addr = listener.local_addr().map_err(MetaServerError::Listen)?;
         let node = Arc::new(MetaNode::start(id, dir, TcpNetwork).await?);
+        let sessions = Arc::new(Sessions::default());
+        tokio::spawn(fence_expired_brokers(node.clone(), sessions.clone()));
         let limit = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
         let serving = node.clone();
+        let serving_sessions = sessions.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
@@ -65,9 +88,9 @@ impl MetaServer {
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     continue;
                 };
-                let node = serving.clone();
+                let (node, sessions) = (serving.clone(), serving_sessions.clone());
                 tokio::spawn(async move {
-                    serve(stream, node).await;
+                    serve(stream, node, sessions).await;
                     drop(permit);
                 });
             }
@@ -89,7 +112,7 @@ fn encode(op: u8, id: u32, body: &impl Message) -> Bytes {
     out.freeze()
 }
 
-async fn serve(mut stream: TcpStream, node: Arc<MetaNode>) {
+async fn serve(mut stream: TcpStream, node: Arc<MetaNode>, sessions: Arc<Sessions>) {
     let _ = stream.set_nodelay(true);
     let decoder = FrameDecoder::new(FRAME_BODY_BYTES_MAX_DEFAULT);
     let mut buf = BytesMut::new();
@@ -105,7 +128,7 @@ async fn serve(mut stream: TcpStream, node: Arc<MetaNode>) {
                 Ok(_) => {}
             }
         };
-        let response = handle(&node, frame).await;
+        let response = handle(&node, &sessions, frame).await;
         if stream.write_all(&response).await.is_err() {
             return;
         }
@@ -122,7 +145,7 @@ fn error_response(op: u8, id: u32, code: ErrorCode, message: String) -> Bytes {
     )
 }
 
-async fn handle(node: &MetaNode, frame: Frame) -> Bytes {
+async fn handle(node: &MetaNode, sessions: &Sessions, frame: Frame) -> Bytes {
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
     let Some(code) = OpCode::from_code(op) else {
         return error_response(
@@ -173,7 +196,19 @@ async fn handle(node: &MetaNode, frame: Frame) -> Bytes {
                 Ok(c) => c,
                 Err(e) => return error_response(op, id, ErrorCode::MALFORMED_BODY, e.to_string()),
             };
-            encode(op, id, &write(node, command).await)
+            let response = write(node, command.clone()).await;
+            if let (
+                Command::RegisterBroker { id: broker, .. },
+                Ok(Reply::BrokerRegistered { epoch }),
+            ) = (&command, serde_json::from_slice::<Reply>(&response.reply))
+            {
+                sessions.seen(*broker, epoch);
+            }
+            encode(op, id, &response)
+        }
+        OpCode::BrokerHeartbeat => {
+            let request = decode!(m::BrokerHeartbeatRequest);
+            encode(op, id, &heartbeat(node, sessions, request).await)
         }
         OpCode::MetaRead => {
             let image = node.image();
@@ -284,28 +319,113 @@ async fn write(node: &MetaNode, command: Command) -> m::MetaWriteResponse {
 }
 
 async fn forward(node: &MetaNode, leader: u64, command: Command) -> m::MetaWriteResponse {
-    let not_leader = |why: String| m::MetaWriteResponse {
-        error: Some(ErrorCode::NOT_LEADER.with_message(why)),
-        leader,
-        ..Default::default()
-    };
-    let Some(addr) = node.member_addr(leader) else {
-        return not_leader(format!("leader {leader} has no known address"));
-    };
-    let connection = match tinymq_client::Connection::connect(&addr, "meta-forward", "").await {
-        Ok(c) => c,
-        Err(e) => return not_leader(format!("cannot reach leader {leader}: {e}")),
-    };
     let request = m::MetaWriteRequest {
         command: Bytes::from(serde_json::to_vec(&command).expect("command serializes")),
     };
-    match connection.request(&request, FORWARD_TIMEOUT).await {
-        Ok(response) => response,
-        Err(tinymq_client::ClientError::Server { code, message }) => m::MetaWriteResponse {
-            error: Some(code.with_message(message)),
+    forward_request(node, leader, &request)
+        .await
+        .unwrap_or_else(|e| m::MetaWriteResponse {
+            error: Some(e),
             leader,
             ..Default::default()
+        })
+}
+
+/// Records a broker's heartbeat on the leader (a follower forwards it there).
+async fn heartbeat(
+    node: &MetaNode,
+    sessions: &Sessions,
+    request: m::BrokerHeartbeatRequest,
+) -> m::BrokerHeartbeatResponse {
+    match node.current_leader() {
+        Some(leader) if leader == node.id => {
+            let image = node.image();
+            let current = image
+                .brokers
+                .get(&request.broker_id)
+                .filter(|b| b.epoch == request.epoch && !b.fenced);
+            if current.is_some() {
+                sessions.seen(request.broker_id, request.epoch);
+            }
+            m::BrokerHeartbeatResponse {
+                error: None,
+                fenced: current.is_none(),
+            }
+        }
+        Some(leader) => match forward_request(node, leader, &request).await {
+            Ok(response) => response,
+            Err(e) => m::BrokerHeartbeatResponse {
+                error: Some(e),
+                fenced: false,
+            },
         },
-        Err(e) => not_leader(format!("forwarding to leader {leader} failed: {e}")),
+        None => m::BrokerHeartbeatResponse {
+            error: Some(
+                ErrorCode::NOT_LEADER.with_message("no MetaServer leader is elected yet; retry"),
+            ),
+            fenced: false,
+        },
+    }
+}
+
+/// Sends `request` to the leader's address from the membership.
+async fn forward_request<R: tinymq_protocol::Request>(
+    node: &MetaNode,
+    leader: u64,
+    request: &R,
+) -> Result<R::Response, m::Error> {
+    let not_leader = |why: String| ErrorCode::NOT_LEADER.with_message(why);
+    let addr = node
+        .member_addr(leader)
+        .ok_or_else(|| not_leader(format!("leader {leader} has no known address")))?;
+    let connection = tinymq_client::Connection::connect(&addr, "meta-forward", "")
+        .await
+        .map_err(|e| not_leader(format!("cannot reach leader {leader}: {e}")))?;
+    connection
+        .request(request, FORWARD_TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            tinymq_client::ClientError::Server { code, message } => code.with_message(message),
+            e => not_leader(format!("forwarding to leader {leader} failed: {e}")),
+        })
+}
+
+/// On the leader: fences every registered, unfenced broker not heard from for the session
+/// timeout. A node that just became leader gives every broker a full timeout first.
+async fn fence_expired_brokers(node: Arc<MetaNode>, sessions: Arc<Sessions>) {
+    let mut leading_since: Option<std::time::Instant> = None;
+    loop {
+        tokio::time::sleep(FENCE_CHECK_INTERVAL).await;
+        if node.current_leader() != Some(node.id) {
+            leading_since = None;
+            continue;
+        }
+        let since = *leading_since.get_or_insert_with(std::time::Instant::now);
+        let image = node.image();
+        for broker in image.brokers.values().filter(|b| !b.fenced) {
+            let last = sessions
+                .last_seen
+                .lock()
+                .expect("sessions lock")
+                .get(&broker.id)
+                .filter(|(epoch, _)| *epoch == broker.epoch)
+                .map_or(since, |(_, at)| (*at).max(since));
+            if last.elapsed() > BROKER_SESSION_TIMEOUT {
+                tracing::warn!(
+                    broker = broker.id,
+                    epoch = broker.epoch,
+                    "broker session expired; fencing it"
+                );
+                if let Err(e) = node
+                    .write(Command::FenceBroker {
+                        id: broker.id,
+                        epoch: broker.epoch,
+                    })
+                    .await
+                {
+                    tracing::warn!(broker = broker.id, error = %e, "fencing failed");
+                }
+            }
+        }
     }
 }

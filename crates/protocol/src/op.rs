@@ -86,6 +86,8 @@ operations! {
     MetaWrite = 41 => MetaWriteRequest, MetaWriteResponse;
     /// The metadata image as applied on the answering MetaServer node.
     MetaRead = 42 => MetaReadRequest, MetaReadResponse;
+    /// A broker's liveness signal to the MetaServer leader.
+    BrokerHeartbeat = 43 => BrokerHeartbeatRequest, BrokerHeartbeatResponse;
 }
 
 #[cfg(test)]
