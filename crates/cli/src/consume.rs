@@ -80,17 +80,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(offset) = args.offset {
-        let route_partitions: Vec<u32> = match args.partition {
-            Some(p) => vec![p],
-            None => {
-                let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(
-                    &args.bootstrap.bootstrap,
-                ))?;
-                (0..admin.describe_topic(&args.topic).await?.partitions.len() as u32).collect()
-            }
-        };
-        for p in route_partitions {
-            consumer.seek(&args.topic, p, offset);
+        // Every assigned partition (one with --partition) starts at the same offset.
+        for (topic, partition) in consumer.assignment() {
+            consumer.seek(&topic, partition, offset);
         }
     }
     let result = print_until_done(&mut consumer, &args).await;
