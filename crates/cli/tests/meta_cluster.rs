@@ -133,6 +133,14 @@ fn a_raft_group_of_three_survives_its_leader_and_restarted_nodes_catch_up() {
         .map(|id| Some(start(id, &addrs, tmp.path())))
         .collect();
     let first = leader(&addrs[0], None);
+    // Like a broker, a MetaServer node answers nothing but a handshake first.
+    let mut raw = RawClient::connect(&addrs[0]);
+    raw.send_frame(tinymq_protocol::OpCode::MetaRead.code(), &[]);
+    let refused = common::error_code(&raw.read_frame().unwrap());
+    assert_eq!(
+        refused,
+        u32::from(tinymq_protocol::ErrorCode::HANDSHAKE_REQUIRED.code())
+    );
     let follower = (1..=3).find(|id| *id != first).unwrap();
     let follower_addr = &addrs[follower as usize - 1];
 

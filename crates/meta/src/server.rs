@@ -45,6 +45,8 @@ impl Sessions {
             .insert(id, (epoch, std::time::Instant::now()));
     }
 }
+/// Pause after a failed accept.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// Connections a MetaServer node accepts at once.
 const CONNECTIONS_MAX: usize = 1024;
 
@@ -83,6 +85,8 @@ impl MetaServer {
         tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
                     continue;
                 };
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
@@ -114,7 +118,8 @@ fn encode(op: u8, id: u32, body: &impl Message) -> Bytes {
 
 async fn serve(mut stream: TcpStream, node: Arc<MetaNode>, sessions: Arc<Sessions>) {
     let _ = stream.set_nodelay(true);
-    let decoder = FrameDecoder::new(FRAME_BODY_BYTES_MAX_DEFAULT);
+    // Like the broker: the small limit and only a handshake until the handshake succeeded.
+    let mut decoder = FrameDecoder::pre_handshake();
     let mut buf = BytesMut::new();
     loop {
         let frame = loop {
@@ -128,6 +133,23 @@ async fn serve(mut stream: TcpStream, node: Arc<MetaNode>, sessions: Arc<Session
                 Ok(_) => {}
             }
         };
+        let is_handshake = frame.header.op_code() == OpCode::Handshake.code();
+        if decoder.body_bytes_max() < FRAME_BODY_BYTES_MAX_DEFAULT && !is_handshake {
+            let (op, id) = (frame.header.op_code(), frame.header.message_id);
+            let refusal = error_response(
+                op,
+                id,
+                ErrorCode::HANDSHAKE_REQUIRED,
+                "send a Handshake request first".into(),
+            );
+            if stream.write_all(&refusal).await.is_err() {
+                return;
+            }
+            continue;
+        }
+        if is_handshake {
+            decoder.set_body_bytes_max(FRAME_BODY_BYTES_MAX_DEFAULT);
+        }
         let response = handle(&node, &sessions, frame).await;
         if stream.write_all(&response).await.is_err() {
             return;

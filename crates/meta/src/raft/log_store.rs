@@ -161,15 +161,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
         let mut inner = self.lock();
         let bytes = serde_json::to_vec(vote).map_err(|e| vote_error(std::io::Error::other(e)))?;
-        let tmp = inner.dir.join(format!("{VOTE_FILE}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, inner.dir.join(VOTE_FILE))?;
-            File::open(&inner.dir)?.sync_all()
-        };
-        write().map_err(vote_error)?;
+        super::durable_file::write_atomically(&inner.dir, VOTE_FILE, &bytes).map_err(vote_error)?;
         inner.vote = Some(*vote);
         Ok(())
     }

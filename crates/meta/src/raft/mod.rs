@@ -4,6 +4,7 @@
 //! The network is a trait parameter, so the same node runs over TCP in the server and over an
 //! in-process router in tests.
 
+mod durable_file;
 mod log_store;
 pub mod network;
 mod state_machine;

@@ -5,7 +5,7 @@
 //! The image is rebuilt on start from the snapshot plus the log entries after it (openraft
 //! re-applies them), so applying needs no fsync of its own.
 
-use std::io::{Cursor, Write};
+use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
@@ -78,12 +78,8 @@ impl StateMachine {
     }
 
     fn save(&self, stored: &StoredSnapshot) -> std::io::Result<()> {
-        let tmp = self.dir.join(format!("{SNAPSHOT_FILE}.tmp"));
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec(stored).map_err(std::io::Error::other)?)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, self.dir.join(SNAPSHOT_FILE))?;
-        std::fs::File::open(&self.dir)?.sync_all()
+        let bytes = serde_json::to_vec(stored).map_err(std::io::Error::other)?;
+        super::durable_file::write_atomically(&self.dir, SNAPSHOT_FILE, &bytes)
     }
 }
 
