@@ -19,6 +19,12 @@ pub const PRODUCER_ID_BLOCK_MAX: i64 = 1_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
+    /// Names the cluster; issued once by the first leader. Later ones change nothing.
+    SetClusterId {
+        cluster_id: String,
+    },
+    /// A broker starting (or coming back after being fenced). Refused while another live
+    /// incarnation with a different address holds the id: broker ids are not shared.
     RegisterBroker {
         id: u32,
         host: String,
@@ -46,7 +52,16 @@ pub enum Command {
     AllocateProducerIds {
         count: i64,
     },
+    /// Creates the internal topic [`OFFSETS_TOPIC`] (one replica per partition, placed like any
+    /// topic) if it does not exist yet; its partition leaders coordinate consumer groups.
+    EnsureOffsetsTopic {
+        partitions: u32,
+    },
 }
+
+/// The internal topic whose partition leaders coordinate consumer groups and store their
+/// committed offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
@@ -71,6 +86,12 @@ pub enum MetaError {
     NotEnoughBrokers { want: u32, live: usize },
     #[error("unknown broker {0}")]
     UnknownBroker(u32),
+    #[error("broker id {id} is registered by a live broker at {address}; ids are not shared (it is released {session_s} s after that broker stops)")]
+    BrokerIdInUse {
+        id: u32,
+        address: String,
+        session_s: u64,
+    },
     #[error("invalid request: {0}")]
     Invalid(String),
 }
@@ -84,6 +105,7 @@ impl MetaError {
             MetaError::InvalidPartitions(_) => ErrorCode::INVALID_PARTITIONS,
             MetaError::NotEnoughBrokers { .. } => ErrorCode::NOT_ENOUGH_REPLICAS,
             MetaError::UnknownBroker(_) | MetaError::Invalid(_) => ErrorCode::INVALID_REQUEST,
+            MetaError::BrokerIdInUse { .. } => ErrorCode::BROKER_ID_IN_USE,
         }
     }
 }
@@ -104,6 +126,20 @@ fn valid_topic_name(name: &str) -> bool {
 /// Runs `command` against `image` without changing it.
 pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
     match command {
+        Command::SetClusterId { cluster_id } => {
+            if !image.cluster_id.is_empty() {
+                return Ok((vec![], Reply::Done));
+            }
+            if cluster_id.is_empty() || cluster_id.len() > 64 {
+                return Err(MetaError::Invalid(format!("cluster id {cluster_id:?}")));
+            }
+            Ok((
+                vec![MetadataRecord::SetClusterId {
+                    cluster_id: cluster_id.clone(),
+                }],
+                Reply::Done,
+            ))
+        }
         Command::RegisterBroker { id, host, port } => register_broker(image, *id, host, *port),
         Command::FenceBroker { id, epoch } => fence_broker(image, *id, *epoch),
         Command::CreateTopic {
@@ -122,6 +158,25 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             ))
         }
         Command::AlterPartitions { name, partitions } => alter_partitions(image, name, *partitions),
+        Command::EnsureOffsetsTopic { partitions } => {
+            if image.topics.contains_key(OFFSETS_TOPIC) {
+                return Ok((vec![], Reply::Done));
+            }
+            if *partitions == 0 || *partitions > TOPIC_PARTITIONS_MAX {
+                return Err(MetaError::InvalidPartitions(partitions.to_string()));
+            }
+            let topic = TopicRecord {
+                partitions: new_partitions(image, *partitions, 1)?,
+                config: BTreeMap::new(),
+            };
+            Ok((
+                vec![MetadataRecord::CreateTopic {
+                    name: OFFSETS_TOPIC.into(),
+                    topic,
+                }],
+                Reply::Done,
+            ))
+        }
         Command::AllocateProducerIds { count } => {
             if !(1..=PRODUCER_ID_BLOCK_MAX).contains(count) {
                 return Err(MetaError::Invalid(format!("producer id block of {count}")));
@@ -142,6 +197,17 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
 }
 
 fn register_broker(image: &MetadataImage, id: u32, host: &str, port: u16) -> Outcome {
+    if let Some(other) = image
+        .brokers
+        .get(&id)
+        .filter(|b| !b.fenced && (b.host != host || b.port != port))
+    {
+        return Err(MetaError::BrokerIdInUse {
+            id,
+            address: format!("{}:{}", other.host, other.port),
+            session_s: crate::server::BROKER_SESSION_TIMEOUT.as_secs(),
+        });
+    }
     let epoch = image.next_broker_epoch;
     let mut records = vec![MetadataRecord::RegisterBroker {
         broker: BrokerRecord {
@@ -227,7 +293,9 @@ fn new_partitions(
         .map(|replicas| PartitionRecord {
             leader: Some(replicas[0]),
             leader_epoch: 0,
-            isr: replicas.clone(),
+            // Only the leader holds the data until followers copy it (partition replication
+            // comes later); an ISR claiming more would let a fence elect an empty replica.
+            isr: vec![replicas[0]],
             replicas,
         })
         .collect())

@@ -6,9 +6,11 @@
 
 pub mod command;
 pub mod image;
+pub mod link;
 pub mod placement;
 pub mod raft;
 pub mod server;
+pub mod service;
 
 pub use command::{execute, Command, MetaError, Reply};
 pub use image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};

@@ -1,10 +1,12 @@
-//! The MetaServer process: a Raft node ([`MetaNode`]) behind a TCP listener speaking the native
-//! protocol. It answers Raft RPCs from its peers, metadata commands (a follower forwards them to
-//! the leader), image reads, and the topic operations of the tools (`CreateTopic`,
-//! `ListTopics`, `DeleteTopic`), which it turns into commands.
+//! The MetaServer process's TCP front: a listener speaking the native protocol in front of a
+//! [`MetaService`]. It answers Raft RPCs from its peers, metadata commands (a follower forwards
+//! them to the leader), image reads, broker heartbeats, and the topic operations of the tools
+//! (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`), which it turns into
+//! commands.
 //!
-//! Requests of one connection are served one at a time: peers and tools send few, and Raft
-//! keeps its own pipelining inside each RPC.
+//! Requests of one connection are served one at a time: peers and tools send few, Raft keeps
+//! its own pipelining inside each RPC, and a broker watches the image (a long poll) on a
+//! connection of its own.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -19,32 +21,13 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode, PROTOCOL_VERSION_
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::raft::network::{TcpNetwork, RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
+use crate::raft::network::{RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
 use crate::raft::{MetaNode, MetaNodeError};
-use crate::{Command, Reply};
+use crate::service::MetaService;
+use crate::Command;
 
-/// Time allowed for a command forwarded to the leader.
-const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
-/// A broker not heard from for this long is fenced by the leader.
-pub const BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(9);
-/// How often the leader looks for expired broker sessions.
-const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+pub use crate::service::BROKER_SESSION_TIMEOUT;
 
-/// When each broker was last heard from, kept in memory by whichever node leads (a new leader
-/// starts every session afresh, so it never fences a broker it has not had time to hear).
-#[derive(Default)]
-struct Sessions {
-    last_seen: std::sync::Mutex<std::collections::HashMap<u32, (u64, std::time::Instant)>>,
-}
-
-impl Sessions {
-    fn seen(&self, id: u32, epoch: u64) {
-        self.last_seen
-            .lock()
-            .expect("sessions lock")
-            .insert(id, (epoch, std::time::Instant::now()));
-    }
-}
 /// Pause after a failed accept.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// Connections a MetaServer node accepts at once.
@@ -52,7 +35,7 @@ const CONNECTIONS_MAX: usize = 1024;
 
 pub struct MetaServer {
     pub local_addr: SocketAddr,
-    pub node: Arc<MetaNode>,
+    pub service: Arc<MetaService>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +48,7 @@ pub enum MetaServerError {
 
 impl MetaServer {
     /// Starts node `id` of the group `peers` (id → address, including this node), storing in
-    /// `dir`. The node with the smallest id initializes the group the first time.
+    /// `dir`, and serves it on `listen`.
     pub async fn start(
         id: u64,
         listen: SocketAddr,
@@ -76,36 +59,37 @@ impl MetaServer {
             .await
             .map_err(MetaServerError::Listen)?;
         let local_addr = listener.local_addr().map_err(MetaServerError::Listen)?;
-        let node = Arc::new(MetaNode::start(id, dir, TcpNetwork).await?);
-        let sessions = Arc::new(Sessions::default());
-        tokio::spawn(fence_expired_brokers(node.clone(), sessions.clone()));
-        let limit = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
-        let serving = node.clone();
-        let serving_sessions = sessions.clone();
+        let service = MetaService::start(id, peers, dir, None).await?;
+        tokio::spawn(accept_loop(listener, Arc::downgrade(&service)));
+        Ok(MetaServer {
+            local_addr,
+            service,
+        })
+    }
+
+    pub fn node(&self) -> &Arc<MetaNode> {
+        &self.service.node
+    }
+}
+
+async fn accept_loop(listener: TcpListener, service: std::sync::Weak<MetaService>) {
+    let limit = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors and the like: back off instead of spinning.
+            tokio::time::sleep(ACCEPT_BACKOFF).await;
+            continue;
+        };
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            continue;
+        };
         tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tokio::time::sleep(ACCEPT_BACKOFF).await;
-                    continue;
-                };
-                let Ok(permit) = limit.clone().try_acquire_owned() else {
-                    continue;
-                };
-                let (node, sessions) = (serving.clone(), serving_sessions.clone());
-                tokio::spawn(async move {
-                    serve(stream, node, sessions).await;
-                    drop(permit);
-                });
-            }
+            serve(stream, service).await;
+            drop(permit);
         });
-        if peers.keys().next() == Some(&id) && node.voters().is_empty() {
-            // Initializing an already initialized group is refused by openraft: harmless.
-            if let Err(e) = node.initialize(peers).await {
-                tracing::info!(error = %e, "raft group not initialized by this node");
-            }
-        }
-        Ok(MetaServer { local_addr, node })
     }
 }
 
@@ -116,7 +100,7 @@ fn encode(op: u8, id: u32, body: &impl Message) -> Bytes {
     out.freeze()
 }
 
-async fn serve(mut stream: TcpStream, node: Arc<MetaNode>, sessions: Arc<Sessions>) {
+async fn serve(mut stream: TcpStream, service: Arc<MetaService>) {
     let _ = stream.set_nodelay(true);
     // Like the broker: the small limit and only a handshake until the handshake succeeded.
     let mut decoder = FrameDecoder::pre_handshake();
@@ -150,7 +134,7 @@ async fn serve(mut stream: TcpStream, node: Arc<MetaNode>, sessions: Arc<Session
         if is_handshake {
             decoder.set_body_bytes_max(FRAME_BODY_BYTES_MAX_DEFAULT);
         }
-        let response = handle(&node, &sessions, frame).await;
+        let response = handle(&service, frame).await;
         if stream.write_all(&response).await.is_err() {
             return;
         }
@@ -167,7 +151,9 @@ fn error_response(op: u8, id: u32, code: ErrorCode, message: String) -> Bytes {
     )
 }
 
-async fn handle(node: &MetaNode, sessions: &Sessions, frame: Frame) -> Bytes {
+/// Answers one request frame.
+pub async fn handle(service: &MetaService, frame: Frame) -> Bytes {
+    let node = &service.node;
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
     let Some(code) = OpCode::from_code(op) else {
         return error_response(
@@ -218,44 +204,33 @@ async fn handle(node: &MetaNode, sessions: &Sessions, frame: Frame) -> Bytes {
                 Ok(c) => c,
                 Err(e) => return error_response(op, id, ErrorCode::MALFORMED_BODY, e.to_string()),
             };
-            let response = write(node, command.clone()).await;
-            if let (
-                Command::RegisterBroker { id: broker, .. },
-                Ok(Reply::BrokerRegistered { epoch }),
-            ) = (&command, serde_json::from_slice::<Reply>(&response.reply))
-            {
-                sessions.seen(*broker, epoch);
-            }
-            encode(op, id, &response)
+            encode(op, id, &service.write(command).await)
         }
         OpCode::BrokerHeartbeat => {
             let request = decode!(m::BrokerHeartbeatRequest);
-            encode(op, id, &heartbeat(node, sessions, request).await)
+            encode(op, id, &service.heartbeat(request).await)
         }
         OpCode::MetaRead => {
-            let image = node.image();
-            encode(
-                op,
-                id,
-                &m::MetaReadResponse {
-                    error: None,
-                    image: Bytes::from(serde_json::to_vec(&image).expect("image serializes")),
-                    leader: node.current_leader().unwrap_or(0),
-                    voters: node.voters().into_iter().collect(),
-                    node_id: node.id,
-                },
-            )
+            let request = decode!(m::MetaReadRequest);
+            encode(op, id, &service.read(request).await)
         }
         OpCode::CreateTopic => {
             let r = decode!(m::CreateTopicRequest);
             let config = r.config.unwrap_or_default();
+            if let Some(refusal) = settings_need_a_broker(&config) {
+                let response = m::CreateTopicResponse {
+                    error: Some(refusal),
+                    config: None,
+                };
+                return encode(op, id, &response);
+            }
             let command = Command::CreateTopic {
                 name: r.name,
                 partitions: config.partitions.max(1),
                 replication_factor: config.replication_factor.max(1),
                 config: BTreeMap::new(),
             };
-            let w = write(node, command).await;
+            let w = service.write(command).await;
             encode(
                 op,
                 id,
@@ -265,9 +240,18 @@ async fn handle(node: &MetaNode, sessions: &Sessions, frame: Frame) -> Bytes {
                 },
             )
         }
+        OpCode::AlterPartitions => {
+            let r = decode!(m::AlterPartitionsRequest);
+            let command = Command::AlterPartitions {
+                name: r.name,
+                partitions: r.partitions,
+            };
+            let w = service.write(command).await;
+            encode(op, id, &m::AlterPartitionsResponse { error: w.error })
+        }
         OpCode::DeleteTopic => {
             let r = decode!(m::DeleteTopicRequest);
-            let w = write(node, Command::DeleteTopic { name: r.name }).await;
+            let w = service.write(Command::DeleteTopic { name: r.name }).await;
             encode(op, id, &m::DeleteTopicResponse { error: w.error })
         }
         OpCode::ListTopics => encode(
@@ -275,7 +259,13 @@ async fn handle(node: &MetaNode, sessions: &Sessions, frame: Frame) -> Bytes {
             id,
             &m::ListTopicsResponse {
                 error: None,
-                names: node.image().topics.keys().cloned().collect(),
+                names: node
+                    .image()
+                    .topics
+                    .keys()
+                    .filter(|n| !n.starts_with("__"))
+                    .cloned()
+                    .collect(),
             },
         ),
         other => error_response(
@@ -311,143 +301,17 @@ async fn raft_rpc(node: &MetaNode, request: m::RaftRpcRequest) -> Vec<u8> {
     }
 }
 
-/// Applies a command here if this node leads, else forwards it to the leader.
-async fn write(node: &MetaNode, command: Command) -> m::MetaWriteResponse {
-    let reply = |r: Reply| m::MetaWriteResponse {
-        error: None,
-        reply: Bytes::from(serde_json::to_vec(&r).expect("reply serializes")),
-        leader: 0,
+/// Topic settings are validated against the storage limits by brokers; a MetaServer node takes
+/// only the partition count and replication factor (brokers apply their defaults to the rest).
+fn settings_need_a_broker(config: &m::TopicConfig) -> Option<m::Error> {
+    let only_placement = m::TopicConfig {
+        partitions: config.partitions,
+        replication_factor: config.replication_factor,
+        ..Default::default()
     };
-    match node.write(command.clone()).await {
-        Ok(r) => reply(r),
-        Err(MetaNodeError::Command(e)) => m::MetaWriteResponse {
-            error: Some(e.error_code().with_message(e.to_string())),
-            ..Default::default()
-        },
-        Err(MetaNodeError::NotLeader {
-            leader: Some(leader),
-        }) => forward(node, leader, command).await,
-        Err(MetaNodeError::NotLeader { leader: None }) => m::MetaWriteResponse {
-            error: Some(
-                ErrorCode::NOT_LEADER.with_message("no MetaServer leader is elected yet; retry"),
-            ),
-            ..Default::default()
-        },
-        Err(e) => m::MetaWriteResponse {
-            error: Some(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())),
-            ..Default::default()
-        },
-    }
-}
-
-async fn forward(node: &MetaNode, leader: u64, command: Command) -> m::MetaWriteResponse {
-    let request = m::MetaWriteRequest {
-        command: Bytes::from(serde_json::to_vec(&command).expect("command serializes")),
-    };
-    forward_request(node, leader, &request)
-        .await
-        .unwrap_or_else(|e| m::MetaWriteResponse {
-            error: Some(e),
-            leader,
-            ..Default::default()
-        })
-}
-
-/// Records a broker's heartbeat on the leader (a follower forwards it there).
-async fn heartbeat(
-    node: &MetaNode,
-    sessions: &Sessions,
-    request: m::BrokerHeartbeatRequest,
-) -> m::BrokerHeartbeatResponse {
-    match node.current_leader() {
-        Some(leader) if leader == node.id => {
-            let image = node.image();
-            let current = image
-                .brokers
-                .get(&request.broker_id)
-                .filter(|b| b.epoch == request.epoch && !b.fenced);
-            if current.is_some() {
-                sessions.seen(request.broker_id, request.epoch);
-            }
-            m::BrokerHeartbeatResponse {
-                error: None,
-                fenced: current.is_none(),
-            }
-        }
-        Some(leader) => match forward_request(node, leader, &request).await {
-            Ok(response) => response,
-            Err(e) => m::BrokerHeartbeatResponse {
-                error: Some(e),
-                fenced: false,
-            },
-        },
-        None => m::BrokerHeartbeatResponse {
-            error: Some(
-                ErrorCode::NOT_LEADER.with_message("no MetaServer leader is elected yet; retry"),
-            ),
-            fenced: false,
-        },
-    }
-}
-
-/// Sends `request` to the leader's address from the membership.
-async fn forward_request<R: tinymq_protocol::Request>(
-    node: &MetaNode,
-    leader: u64,
-    request: &R,
-) -> Result<R::Response, m::Error> {
-    let not_leader = |why: String| ErrorCode::NOT_LEADER.with_message(why);
-    let addr = node
-        .member_addr(leader)
-        .ok_or_else(|| not_leader(format!("leader {leader} has no known address")))?;
-    let connection = tinymq_client::Connection::connect(&addr, "meta-forward", "")
-        .await
-        .map_err(|e| not_leader(format!("cannot reach leader {leader}: {e}")))?;
-    connection
-        .request(request, FORWARD_TIMEOUT)
-        .await
-        .map_err(|e| match e {
-            tinymq_client::ClientError::Server { code, message } => code.with_message(message),
-            e => not_leader(format!("forwarding to leader {leader} failed: {e}")),
-        })
-}
-
-/// On the leader: fences every registered, unfenced broker not heard from for the session
-/// timeout. A node that just became leader gives every broker a full timeout first.
-async fn fence_expired_brokers(node: Arc<MetaNode>, sessions: Arc<Sessions>) {
-    let mut leading_since: Option<std::time::Instant> = None;
-    loop {
-        tokio::time::sleep(FENCE_CHECK_INTERVAL).await;
-        if node.current_leader() != Some(node.id) {
-            leading_since = None;
-            continue;
-        }
-        let since = *leading_since.get_or_insert_with(std::time::Instant::now);
-        let image = node.image();
-        for broker in image.brokers.values().filter(|b| !b.fenced) {
-            let last = sessions
-                .last_seen
-                .lock()
-                .expect("sessions lock")
-                .get(&broker.id)
-                .filter(|(epoch, _)| *epoch == broker.epoch)
-                .map_or(since, |(_, at)| (*at).max(since));
-            if last.elapsed() > BROKER_SESSION_TIMEOUT {
-                tracing::warn!(
-                    broker = broker.id,
-                    epoch = broker.epoch,
-                    "broker session expired; fencing it"
-                );
-                if let Err(e) = node
-                    .write(Command::FenceBroker {
-                        id: broker.id,
-                        epoch: broker.epoch,
-                    })
-                    .await
-                {
-                    tracing::warn!(broker = broker.id, error = %e, "fencing failed");
-                }
-            }
-        }
-    }
+    (*config != only_placement).then(|| {
+        ErrorCode::INVALID_CONFIG.with_message(
+            "a MetaServer node takes only --partitions and --replicas; create the topic through a broker to set other settings",
+        )
+    })
 }

@@ -58,8 +58,22 @@ fn a_six_partition_topic_on_three_brokers_has_two_leaders_per_broker() {
         [(1, 2), (2, 2), (3, 2)].into()
     );
     for p in &image.topics["orders"].partitions {
-        assert_eq!(p.isr, p.replicas);
+        assert_eq!(p.replicas.len(), 3);
         assert_eq!(p.leader, Some(p.replicas[0]));
+        assert_eq!(p.isr, vec![p.replicas[0]], "followers hold no data yet");
+    }
+}
+
+/// What partition replication will record once followers have caught up.
+fn all_replicas_in_sync(image: &mut MetadataImage, topic: &str) {
+    let partitions = image.topics[topic].partitions.clone();
+    for (i, p) in partitions.iter().enumerate() {
+        image.apply(&MetadataRecord::ChangePartition {
+            name: topic.into(),
+            partition: i as u32,
+            leader: p.leader,
+            isr: p.replicas.clone(),
+        });
     }
 }
 
@@ -87,6 +101,7 @@ fn fencing_moves_leadership_to_in_sync_replicas_or_takes_the_partition_offline()
     let mut image = MetadataImage::default();
     let epochs: Vec<u64> = (1..=3).map(|id| register(&mut image, id)).collect();
     create(&mut image, "replicated", 3, 3).unwrap();
+    all_replicas_in_sync(&mut image, "replicated");
     create(&mut image, "single", 3, 1).unwrap();
     execute_and_apply(
         &mut image,
@@ -139,6 +154,45 @@ fn fencing_moves_leadership_to_in_sync_replicas_or_takes_the_partition_offline()
     )
     .unwrap();
     assert!(records.is_empty());
+}
+
+#[test]
+fn a_broker_id_is_not_shared_by_two_live_brokers() {
+    let mut image = MetadataImage::default();
+    let epoch = register(&mut image, 1);
+    let other_address = Command::RegisterBroker {
+        id: 1,
+        host: "10.0.0.9".into(),
+        port: 1,
+    };
+    assert!(matches!(
+        execute(&image, &other_address),
+        Err(MetaError::BrokerIdInUse { id: 1, .. })
+    ));
+    // The same address again is the same broker restarting: a new epoch.
+    assert!(register(&mut image, 1) > epoch);
+    // Once fenced, the id may move to another address.
+    let current = image.brokers[&1].epoch;
+    execute_and_apply(
+        &mut image,
+        &Command::FenceBroker {
+            id: 1,
+            epoch: current,
+        },
+    )
+    .unwrap();
+    assert!(execute_and_apply(&mut image, &other_address).is_ok());
+}
+
+#[test]
+fn the_cluster_id_is_set_once() {
+    let mut image = MetadataImage::default();
+    let set = |id: &str| Command::SetClusterId {
+        cluster_id: id.into(),
+    };
+    execute_and_apply(&mut image, &set("first")).unwrap();
+    execute_and_apply(&mut image, &set("second")).unwrap();
+    assert_eq!(image.cluster_id, "first");
 }
 
 #[test]
@@ -257,4 +311,25 @@ fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
         MetadataImage::from_snapshot(&image.to_snapshot()).unwrap(),
         image
     );
+}
+
+#[test]
+fn the_offsets_topic_is_created_once_and_spread_over_the_brokers() {
+    let mut image = MetadataImage::default();
+    for id in 1..=2 {
+        register(&mut image, id);
+    }
+    let ensure = Command::EnsureOffsetsTopic { partitions: 4 };
+    execute_and_apply(&mut image, &ensure).unwrap();
+    assert_eq!(
+        leader_counts(&image, command::OFFSETS_TOPIC),
+        [(1, 2), (2, 2)].into()
+    );
+    let (records, _) = execute(&image, &ensure).unwrap();
+    assert!(records.is_empty(), "a second request changes nothing");
+    // Users cannot create (or shadow) internal topics.
+    assert!(matches!(
+        create(&mut image, command::OFFSETS_TOPIC, 1, 1),
+        Err(MetaError::InvalidTopic(_))
+    ));
 }

@@ -113,6 +113,11 @@ error_codes! {
     /// This broker does not coordinate the group; find the coordinator again.
     NOT_COORDINATOR = 32, true, "not the group's coordinator";
     GROUP_ID_NOT_FOUND = 33, false, "unknown group";
+    /// The partition has no live leader right now (its only in-sync replica is fenced);
+    /// retry after a metadata refresh.
+    LEADER_NOT_AVAILABLE = 34, true, "partition leader not available";
+    /// Another live broker is registered with this broker id.
+    BROKER_ID_IN_USE = 35, false, "broker id in use";
 }
 
 impl ErrorCode {

@@ -80,6 +80,8 @@ operations! {
     ListGroups = 17 => ListGroupsRequest, ListGroupsResponse;
     DescribeGroup = 18 => DescribeGroupRequest, DescribeGroupResponse;
     DeleteGroup = 19 => DeleteGroupRequest, DeleteGroupResponse;
+    /// Grow a topic to more partitions (never fewer).
+    AlterPartitions = 20 => AlterPartitionsRequest, AlterPartitionsResponse;
     /// Raft messages between MetaServer nodes.
     RaftRpc = 40 => RaftRpcRequest, RaftRpcResponse;
     /// A metadata command, applied through Raft (followers forward it to the leader).

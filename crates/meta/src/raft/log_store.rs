@@ -2,7 +2,9 @@
 //!
 //! `raft-log.jsonl` is append-only: one JSON line per entry, plus lines recording truncations
 //! and purges, replayed on open (a torn last line from a crash is dropped). Every append is
-//! fsynced before openraft is told it is durable. `raft-vote.json` is replaced atomically and
+//! fsynced before openraft is told it is durable. The last committed log id is recorded too
+//! (without an fsync of its own: it is a hint that lets a restarted node apply its committed
+//! entries at once instead of after the next election; losing it loses nothing). `raft-vote.json` is replaced atomically and
 //! fsynced before `save_vote` returns.
 
 use std::collections::BTreeMap;
@@ -29,6 +31,8 @@ enum Line {
     Truncate(u64),
     /// Entries up to and including this log id were removed (covered by a snapshot).
     Purge(LogId<u64>),
+    /// Entries up to and including this log id are committed.
+    Committed(LogId<u64>),
 }
 
 #[derive(Debug)]
@@ -37,6 +41,7 @@ struct Inner {
     file: File,
     entries: BTreeMap<u64, Entry<TypeConfig>>,
     last_purged: Option<LogId<u64>>,
+    committed: Option<LogId<u64>>,
     vote: Option<Vote<u64>>,
 }
 
@@ -56,13 +61,17 @@ fn vote_error(e: std::io::Error) -> StorageError<u64> {
 
 impl Inner {
     fn append_lines(&mut self, lines: &[Line]) -> std::io::Result<()> {
+        self.write_lines(lines)?;
+        self.file.sync_data()
+    }
+
+    fn write_lines(&mut self, lines: &[Line]) -> std::io::Result<()> {
         let mut buf = Vec::new();
         for line in lines {
             serde_json::to_writer(&mut buf, line).map_err(std::io::Error::other)?;
             buf.push(b'\n');
         }
-        self.file.write_all(&buf)?;
-        self.file.sync_data()
+        self.file.write_all(&buf)
     }
 }
 
@@ -73,6 +82,7 @@ impl LogStore {
         let path = dir.join(LOG_FILE);
         let mut entries = BTreeMap::new();
         let mut last_purged = None;
+        let mut committed = None;
         let mut good_len = 0u64;
         if let Ok(file) = File::open(&path) {
             for line in BufReader::new(file).split(b'\n') {
@@ -92,6 +102,7 @@ impl LogStore {
                         entries = entries.split_off(&(upto.index + 1));
                         last_purged = Some(upto);
                     }
+                    Line::Committed(id) => committed = Some(id),
                 }
             }
         }
@@ -113,6 +124,7 @@ impl LogStore {
                 file,
                 entries,
                 last_purged,
+                committed,
                 vote,
             })),
         })
@@ -164,6 +176,24 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         super::durable_file::write_atomically(&inner.dir, VOTE_FILE, &bytes).map_err(vote_error)?;
         inner.vote = Some(*vote);
         Ok(())
+    }
+
+    async fn save_committed(
+        &mut self,
+        committed: Option<LogId<u64>>,
+    ) -> Result<(), StorageError<u64>> {
+        let mut inner = self.lock();
+        if let Some(id) = committed {
+            inner
+                .write_lines(&[Line::Committed(id)])
+                .map_err(write_error)?;
+        }
+        inner.committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
+        Ok(self.lock().committed)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {

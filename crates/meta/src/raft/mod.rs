@@ -51,6 +51,39 @@ pub enum MetaNodeError {
     Raft(String),
     #[error("storage: {0}")]
     Storage(#[from] std::io::Error),
+    #[error("data directory {dir} belongs to MetaServer node {stored}, not {asked}: node ids are never reused or changed")]
+    WrongNodeId {
+        dir: String,
+        stored: u64,
+        asked: u64,
+    },
+}
+
+/// The file in a node's data directory naming the node that owns it.
+const NODE_ID_FILE: &str = "node-id";
+
+/// Refuses to open `dir` as node `id` if another node id has used it; claims it otherwise.
+fn claim_dir(dir: &Path, id: u64) -> Result<(), MetaNodeError> {
+    std::fs::create_dir_all(dir)?;
+    match std::fs::read_to_string(dir.join(NODE_ID_FILE)) {
+        Ok(text) => match text.trim().parse::<u64>() {
+            Ok(stored) if stored == id => Ok(()),
+            Ok(stored) => Err(MetaNodeError::WrongNodeId {
+                dir: dir.display().to_string(),
+                stored,
+                asked: id,
+            }),
+            Err(e) => Err(MetaNodeError::Storage(std::io::Error::other(format!(
+                "{}/{NODE_ID_FILE} is unreadable: {e}",
+                dir.display()
+            )))),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            durable_file::write_atomically(dir, NODE_ID_FILE, id.to_string().as_bytes())?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// One MetaServer node.
@@ -58,6 +91,7 @@ pub struct MetaNode {
     pub id: u64,
     pub raft: MetaRaft,
     image: Arc<std::sync::RwLock<MetadataImage>>,
+    version: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl MetaNode {
@@ -77,13 +111,20 @@ impl MetaNode {
                 .validate()
                 .map_err(|e| MetaNodeError::Raft(e.to_string()))?,
         );
+        claim_dir(dir, id)?;
         let log = LogStore::open(dir)?;
         let sm = StateMachine::open(dir)?;
         let image = sm.image_handle();
+        let version = sm.version_handle();
         let raft = Raft::new(id, config, network, log, sm)
             .await
             .map_err(|e| MetaNodeError::Raft(e.to_string()))?;
-        Ok(MetaNode { id, raft, image })
+        Ok(MetaNode {
+            id,
+            raft,
+            image,
+            version,
+        })
     }
 
     /// Makes a new cluster of `members` (id → address). Run once, on one node.
@@ -114,6 +155,36 @@ impl MetaNode {
     /// The image as applied on this node (possibly behind the leader's).
     pub fn image(&self) -> MetadataImage {
         self.image.read().expect("image lock").clone()
+    }
+
+    /// The image with the index of the last log entry applied to it (the image may already
+    /// include later entries; it never lacks earlier ones).
+    pub fn versioned_image(&self) -> (u64, MetadataImage) {
+        let version = *self.version.borrow();
+        (version, self.image())
+    }
+
+    /// Waits until the applied index exceeds `since`, or `wait` passes; returns the index.
+    pub async fn wait_for_change(&self, since: u64, wait: std::time::Duration) -> u64 {
+        let mut changes = self.version.subscribe();
+        let _ = tokio::time::timeout(wait, changes.wait_for(|v| *v > since)).await;
+        let version = *changes.borrow();
+        version
+    }
+
+    /// Resolves when the Raft core has stopped on a fatal error (a panic in it, a storage
+    /// failure), with that error. The process should end then: the node can no longer vote or
+    /// apply, and a restart recovers from the data directory.
+    pub async fn fatal(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Err(e) = &metrics.borrow().running_state {
+                return e.to_string();
+            }
+            if metrics.changed().await.is_err() {
+                return "the raft core stopped".into();
+            }
+        }
     }
 
     pub fn current_leader(&self) -> Option<u64> {

@@ -40,6 +40,9 @@ pub struct StateMachine {
     applied: Arc<RwLock<Applied>>,
     /// The image alone, shared with readers of the node.
     image: Arc<RwLock<MetadataImage>>,
+    /// The index of the last applied log entry, sent after the image is published: readers
+    /// wait on it for changes.
+    version: Arc<tokio::sync::watch::Sender<u64>>,
     snapshot_seq: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -61,10 +64,14 @@ impl StateMachine {
             Err(e) => return Err(e),
         };
         let image = Arc::new(RwLock::new(applied.image.clone()));
+        let version = Arc::new(tokio::sync::watch::Sender::new(
+            applied.last_applied.map_or(0, |l| l.index),
+        ));
         Ok(StateMachine {
             dir: dir.to_path_buf(),
             applied: Arc::new(RwLock::new(applied)),
             image,
+            version,
             snapshot_seq: Arc::default(),
         })
     }
@@ -73,8 +80,14 @@ impl StateMachine {
         self.image.clone()
     }
 
+    pub fn version_handle(&self) -> Arc<tokio::sync::watch::Sender<u64>> {
+        self.version.clone()
+    }
+
     fn publish(&self, applied: &Applied) {
         *self.image.write().expect("image lock") = applied.image.clone();
+        self.version
+            .send_replace(applied.last_applied.map_or(0, |l| l.index));
     }
 
     fn save(&self, stored: &StoredSnapshot) -> std::io::Result<()> {

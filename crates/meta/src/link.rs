@@ -1,0 +1,180 @@
+//! How a broker reaches the MetaServer: in the same process (the standalone `tinymq server`
+//! embeds a single-node MetaServer) or over TCP to any node of a MetaServer group. Both paths
+//! run the same [`MetaService`] operations, so the broker behaves the same either way.
+//!
+//! Over TCP, the image watch (a long poll) has a connection of its own, so heartbeats and
+//! writes never queue behind it. A failed connection is replaced by one to the next address.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinymq_client::{ClientError, Connection};
+use tinymq_protocol::{messages as m, ErrorCode, Request};
+
+use crate::service::MetaService;
+use crate::{Command, MetadataImage, Reply};
+
+/// Time allowed for a write or heartbeat over TCP (forwarding included).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The MetaServer answered with an error: a refused command (its code says why), or
+    /// `NOT_LEADER` while no leader is elected.
+    #[error("MetaServer: {}", .0.message)]
+    Server(m::Error),
+    /// No MetaServer node could be reached or answered in time; retry.
+    #[error("MetaServer unreachable: {0}")]
+    Unavailable(String),
+}
+
+impl LinkError {
+    /// The wire error to pass on to a broker's client.
+    pub fn to_wire(&self) -> m::Error {
+        match self {
+            LinkError::Server(e) => e.clone(),
+            LinkError::Unavailable(why) => ErrorCode::REQUEST_TIMED_OUT
+                .with_message(format!("the MetaServer is unreachable: {why}")),
+        }
+    }
+}
+
+pub enum MetaLink {
+    Local(Arc<MetaService>),
+    Remote(RemoteMeta),
+}
+
+impl MetaLink {
+    /// A link to the MetaServer nodes at `addrs` (any one is enough).
+    pub fn remote(addrs: Vec<String>, client_id: String) -> MetaLink {
+        MetaLink::Remote(RemoteMeta {
+            addrs,
+            client_id,
+            control: tokio::sync::Mutex::new(None),
+            watch: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Applies a metadata command and returns its reply.
+    pub async fn write(&self, command: Command) -> Result<Reply, LinkError> {
+        let response = match self {
+            MetaLink::Local(service) => service.write(command).await,
+            MetaLink::Remote(remote) => {
+                let request = m::MetaWriteRequest {
+                    command: serde_json::to_vec(&command)
+                        .expect("command serializes")
+                        .into(),
+                };
+                remote.control(&request, REQUEST_TIMEOUT).await?
+            }
+        };
+        if let Some(error) = response.error.filter(|e| e.code != 0) {
+            return Err(LinkError::Server(error));
+        }
+        serde_json::from_slice(&response.reply)
+            .map_err(|e| LinkError::Unavailable(format!("unreadable reply: {e}")))
+    }
+
+    /// The image once it is newer than `since_version` (or after `wait`), with its version.
+    pub async fn read(
+        &self,
+        since_version: u64,
+        wait: Duration,
+    ) -> Result<(u64, MetadataImage), LinkError> {
+        let request = m::MetaReadRequest {
+            since_version,
+            wait_ms: wait.as_millis().min(u128::from(u32::MAX)) as u32,
+        };
+        let response = match self {
+            MetaLink::Local(service) => service.read(request).await,
+            MetaLink::Remote(remote) => remote.watch(&request, wait + REQUEST_TIMEOUT).await?,
+        };
+        if let Some(error) = response.error.filter(|e| e.code != 0) {
+            return Err(LinkError::Server(error));
+        }
+        let image = serde_json::from_slice(&response.image)
+            .map_err(|e| LinkError::Unavailable(format!("unreadable image: {e}")))?;
+        Ok((response.version, image))
+    }
+
+    /// Tells the leader that broker `id` (of registration `epoch`) is alive. `Ok(true)` means
+    /// the broker is fenced and must register again.
+    pub async fn heartbeat(&self, broker_id: u32, epoch: u64) -> Result<bool, LinkError> {
+        let request = m::BrokerHeartbeatRequest { broker_id, epoch };
+        let response = match self {
+            MetaLink::Local(service) => service.heartbeat(request).await,
+            MetaLink::Remote(remote) => remote.control(&request, REQUEST_TIMEOUT).await?,
+        };
+        match response.error.filter(|e| e.code != 0) {
+            Some(error) => Err(LinkError::Server(error)),
+            None => Ok(response.fenced),
+        }
+    }
+}
+
+pub struct RemoteMeta {
+    addrs: Vec<String>,
+    client_id: String,
+    control: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    watch: tokio::sync::Mutex<Option<Arc<Connection>>>,
+}
+
+impl RemoteMeta {
+    async fn control<R: Request>(
+        &self,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<R::Response, LinkError> {
+        self.send(&self.control, request, timeout).await
+    }
+
+    async fn watch<R: Request>(
+        &self,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<R::Response, LinkError> {
+        self.send(&self.watch, request, timeout).await
+    }
+
+    /// Sends on the connection in `slot`, (re)connecting to the first node that answers.
+    async fn send<R: Request>(
+        &self,
+        slot: &tokio::sync::Mutex<Option<Arc<Connection>>>,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<R::Response, LinkError> {
+        let connection = {
+            let mut slot = slot.lock().await;
+            match slot.as_ref().filter(|c| !c.is_closed()) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Arc::new(self.connect().await?);
+                    *slot = Some(c.clone());
+                    c
+                }
+            }
+        };
+        match connection.request(request, timeout).await {
+            Ok(response) => Ok(response),
+            Err(ClientError::Server { code, message }) => {
+                Err(LinkError::Server(code.with_message(message)))
+            }
+            Err(e) => {
+                // Try another node next time.
+                *slot.lock().await = None;
+                Err(LinkError::Unavailable(e.to_string()))
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Connection, LinkError> {
+        let mut errors = Vec::new();
+        for addr in &self.addrs {
+            match Connection::connect(addr, &self.client_id, "").await {
+                Ok(c) => return Ok(c),
+                Err(e) => errors.push(format!("{addr}: {e}")),
+            }
+        }
+        Err(LinkError::Unavailable(errors.join("; ")))
+    }
+}

@@ -1,0 +1,282 @@
+//! The MetaServer's operations, independent of how requests arrive: metadata writes (applied
+//! through Raft here, or forwarded to the leader), long-polling image reads, broker heartbeats
+//! with the sessions they keep alive, and the leader's background duties (naming the cluster,
+//! fencing brokers whose session expired). The TCP front ([`crate::server`]) and a broker
+//! embedding a single-node MetaServer ([`crate::link::MetaLink::Local`]) both call these.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use crate::raft::network::TcpNetwork;
+use crate::raft::{MetaNode, MetaNodeError};
+use crate::{Command, Reply};
+
+/// Time allowed for a request forwarded to the leader.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// A broker not heard from for this long is fenced by the leader.
+pub const BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(9);
+/// How often the leader looks for expired broker sessions.
+const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// Longest a `MetaRead` waits for a change.
+pub const READ_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// When each broker was last heard from, kept in memory by whichever node leads (a new leader
+/// starts every session afresh, so it never fences a broker it has not had time to hear).
+#[derive(Default)]
+struct Sessions {
+    last_seen: std::sync::Mutex<HashMap<u32, (u64, Instant)>>,
+}
+
+impl Sessions {
+    fn seen(&self, id: u32, epoch: u64) {
+        self.last_seen
+            .lock()
+            .expect("sessions lock")
+            .insert(id, (epoch, Instant::now()));
+    }
+
+    fn last_seen(&self, id: u32, epoch: u64) -> Option<Instant> {
+        self.last_seen
+            .lock()
+            .expect("sessions lock")
+            .get(&id)
+            .filter(|(e, _)| *e == epoch)
+            .map(|(_, at)| *at)
+    }
+}
+
+/// One MetaServer node and the operations it serves.
+pub struct MetaService {
+    pub node: Arc<MetaNode>,
+    sessions: Sessions,
+}
+
+impl MetaService {
+    /// Opens node `id` of the group `peers` (id → address, this node included) with its data in
+    /// `dir`, and starts its background duties. The node with the smallest id initializes the
+    /// group the first time. A new cluster is named `cluster_id` if given (an imported
+    /// standalone server keeps its id), else a fresh id.
+    pub async fn start(
+        id: u64,
+        peers: BTreeMap<u64, String>,
+        dir: &Path,
+        cluster_id: Option<String>,
+    ) -> Result<Arc<MetaService>, MetaNodeError> {
+        let node = Arc::new(MetaNode::start(id, dir, TcpNetwork).await?);
+        if peers.keys().next() == Some(&id) && node.voters().is_empty() {
+            // Initializing an already initialized group is refused by openraft: harmless.
+            if let Err(e) = node.initialize(peers).await {
+                tracing::info!(error = %e, "raft group not initialized by this node");
+            }
+        }
+        let service = Arc::new(MetaService {
+            node,
+            sessions: Sessions::default(),
+        });
+        tokio::spawn(fence_expired_brokers(Arc::downgrade(&service)));
+        tokio::spawn(name_the_cluster(Arc::downgrade(&service), cluster_id));
+        Ok(service)
+    }
+
+    /// Applies `command` (on the leader, or forwarded to it) and encodes the reply.
+    pub async fn write(&self, command: Command) -> m::MetaWriteResponse {
+        let response = self.write_here_or_forward(command.clone()).await;
+        if let (Command::RegisterBroker { id, .. }, Ok(Reply::BrokerRegistered { epoch })) =
+            (&command, serde_json::from_slice::<Reply>(&response.reply))
+        {
+            // The session starts at registration, not at the first heartbeat.
+            self.sessions.seen(*id, epoch);
+        }
+        response
+    }
+
+    async fn write_here_or_forward(&self, command: Command) -> m::MetaWriteResponse {
+        match self.node.write(command.clone()).await {
+            Ok(reply) => m::MetaWriteResponse {
+                error: None,
+                reply: Bytes::from(serde_json::to_vec(&reply).expect("reply serializes")),
+                leader: self.node.id,
+            },
+            Err(MetaNodeError::Command(e)) => m::MetaWriteResponse {
+                error: Some(e.error_code().with_message(e.to_string())),
+                ..Default::default()
+            },
+            Err(MetaNodeError::NotLeader {
+                leader: Some(leader),
+            }) => {
+                let request = m::MetaWriteRequest {
+                    command: Bytes::from(serde_json::to_vec(&command).expect("command serializes")),
+                };
+                self.forward(leader, &request)
+                    .await
+                    .unwrap_or_else(|e| m::MetaWriteResponse {
+                        error: Some(e),
+                        leader,
+                        ..Default::default()
+                    })
+            }
+            Err(MetaNodeError::NotLeader { leader: None }) => m::MetaWriteResponse {
+                error: Some(no_leader()),
+                ..Default::default()
+            },
+            Err(e) => m::MetaWriteResponse {
+                error: Some(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The image as applied here, once it is newer than `since_version` or the wait is over.
+    pub async fn read(&self, request: m::MetaReadRequest) -> m::MetaReadResponse {
+        let wait = Duration::from_millis(u64::from(request.wait_ms)).min(READ_WAIT_MAX);
+        if wait > Duration::ZERO {
+            self.node.wait_for_change(request.since_version, wait).await;
+        }
+        let (version, image) = self.node.versioned_image();
+        m::MetaReadResponse {
+            error: None,
+            image: Bytes::from(serde_json::to_vec(&image).expect("image serializes")),
+            leader: self.node.current_leader().unwrap_or(0),
+            voters: self.node.voters().into_iter().collect(),
+            node_id: self.node.id,
+            version,
+        }
+    }
+
+    /// Records a broker's heartbeat on the leader (a follower forwards it there).
+    pub async fn heartbeat(
+        &self,
+        request: m::BrokerHeartbeatRequest,
+    ) -> m::BrokerHeartbeatResponse {
+        match self.node.current_leader() {
+            Some(leader) if leader == self.node.id => {
+                let image = self.node.image();
+                let current = image
+                    .brokers
+                    .get(&request.broker_id)
+                    .filter(|b| b.epoch == request.epoch && !b.fenced);
+                if current.is_some() {
+                    self.sessions.seen(request.broker_id, request.epoch);
+                }
+                m::BrokerHeartbeatResponse {
+                    error: None,
+                    fenced: current.is_none(),
+                }
+            }
+            Some(leader) => self.forward(leader, &request).await.unwrap_or_else(|e| {
+                m::BrokerHeartbeatResponse {
+                    error: Some(e),
+                    fenced: false,
+                }
+            }),
+            None => m::BrokerHeartbeatResponse {
+                error: Some(no_leader()),
+                fenced: false,
+            },
+        }
+    }
+
+    /// Sends `request` to the leader's address from the membership.
+    async fn forward<R: tinymq_protocol::Request>(
+        &self,
+        leader: u64,
+        request: &R,
+    ) -> Result<R::Response, m::Error> {
+        let not_leader = |why: String| ErrorCode::NOT_LEADER.with_message(why);
+        let addr = self
+            .node
+            .member_addr(leader)
+            .ok_or_else(|| not_leader(format!("leader {leader} has no known address")))?;
+        let connection = tinymq_client::Connection::connect(&addr, "meta-forward", "")
+            .await
+            .map_err(|e| not_leader(format!("cannot reach leader {leader}: {e}")))?;
+        connection
+            .request(request, FORWARD_TIMEOUT)
+            .await
+            .map_err(|e| match e {
+                tinymq_client::ClientError::Server { code, message } => code.with_message(message),
+                e => not_leader(format!("forwarding to leader {leader} failed: {e}")),
+            })
+    }
+
+    pub async fn shutdown(&self) {
+        self.node.shutdown().await;
+    }
+}
+
+fn no_leader() -> m::Error {
+    ErrorCode::NOT_LEADER.with_message("no MetaServer leader is elected yet; retry")
+}
+
+/// On the leader: fences every registered, unfenced broker not heard from for the session
+/// timeout. A node that just became leader gives every broker a full timeout first.
+async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
+    let mut leading_since: Option<Instant> = None;
+    loop {
+        tokio::time::sleep(FENCE_CHECK_INTERVAL).await;
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        let node = &service.node;
+        if node.current_leader() != Some(node.id) {
+            leading_since = None;
+            continue;
+        }
+        let since = *leading_since.get_or_insert_with(Instant::now);
+        let image = node.image();
+        for broker in image.brokers.values().filter(|b| !b.fenced) {
+            let last = service
+                .sessions
+                .last_seen(broker.id, broker.epoch)
+                .map_or(since, |at| at.max(since));
+            if last.elapsed() <= BROKER_SESSION_TIMEOUT {
+                continue;
+            }
+            tracing::warn!(
+                broker = broker.id,
+                epoch = broker.epoch,
+                "broker session expired; fencing it"
+            );
+            let fence = Command::FenceBroker {
+                id: broker.id,
+                epoch: broker.epoch,
+            };
+            if let Err(e) = node.write(fence).await {
+                tracing::warn!(broker = broker.id, error = %e, "fencing failed");
+            }
+        }
+    }
+}
+
+/// Whichever node leads first gives the cluster its id (a command that changes nothing once
+/// an id is set, so racing leaders are harmless).
+async fn name_the_cluster(service: std::sync::Weak<MetaService>, proposed: Option<String>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        let node = &service.node;
+        if !node.image().cluster_id.is_empty() {
+            return;
+        }
+        if node.current_leader() == Some(node.id) {
+            let cluster_id = proposed.clone().unwrap_or_else(new_cluster_id);
+            if let Err(e) = node.write(Command::SetClusterId { cluster_id }).await {
+                tracing::warn!(error = %e, "naming the cluster failed; will retry");
+            }
+        }
+    }
+}
+
+fn new_cluster_id() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("tmq-{:016x}{:08x}", nanos as u64, std::process::id())
+}
