@@ -16,7 +16,11 @@ pub struct BrokerConfig {
     /// The address clients are told to connect to; defaults to the bound listen address.
     pub advertise: Option<SocketAddr>,
     pub data_dir: PathBuf,
+    /// This broker's id in the cluster (1 for the standalone server).
     pub node_id: u32,
+    /// MetaServer node addresses; empty = the standalone server, which runs a single-node
+    /// MetaServer in its own process.
+    pub meta: Vec<String>,
     /// Open client connections at most; further connections are closed at once.
     pub connections_max: usize,
     /// Largest frame body accepted after the handshake.
@@ -47,7 +51,8 @@ impl Default for BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)),
             advertise: None,
             data_dir: PathBuf::from("tinymq-data"),
-            node_id: 0,
+            node_id: 1,
+            meta: Vec::new(),
             connections_max: 10_000,
             frame_bytes_max: tinymq_protocol::frame::FRAME_BODY_BYTES_MAX_DEFAULT,
             requests_in_flight_max: 32,

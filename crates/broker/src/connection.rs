@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::state::BrokerState;
-use crate::{group_handlers, handlers};
+use crate::{group_handlers, handlers, topic_handlers};
 
 /// Bytes read from the socket at a time at most.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -237,7 +237,7 @@ impl Connection {
                 return Ok(false);
             }
         };
-        let cluster_id = self.state.metadata.cluster_id();
+        let cluster_id = self.state.cluster.cluster_id();
         let version = request.max_version.min(PROTOCOL_VERSION_MAX);
         let error = if request.min_version > PROTOCOL_VERSION_MAX
             || version < PROTOCOL_VERSION_MIN.max(request.min_version)
@@ -259,7 +259,7 @@ impl Connection {
             error,
             version,
             cluster_id,
-            node_id: self.state.config.node_id,
+            node_id: self.state.node_id(),
             frame_bytes_max: self.state.config.frame_bytes_max,
             requests_in_flight_max: self.state.config.requests_in_flight_max as u32,
         };
@@ -310,19 +310,30 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
             ErrorCode::INVALID_REQUEST,
             "already handshaken".into(),
         )),
-        OpCode::Metadata => handle!(m::MetadataRequest, |r| handlers::metadata(&state, r)),
-        OpCode::CreateTopic => handle!(m::CreateTopicRequest, |r| handlers::create_topic(state, r)
-            .await),
-        OpCode::DeleteTopic => handle!(m::DeleteTopicRequest, |r| handlers::delete_topic(state, r)
-            .await),
-        OpCode::ListTopics => handle!(m::ListTopicsRequest, |_r| handlers::list_topics(&state)),
-        OpCode::DescribeTopic => handle!(m::DescribeTopicRequest, |r| handlers::describe_topic(
-            &state, r
+        OpCode::Metadata => handle!(m::MetadataRequest, |r| topic_handlers::metadata(&state, r)),
+        OpCode::CreateTopic => handle!(m::CreateTopicRequest, |r| topic_handlers::create_topic(
+            state, r
+        )
+        .await),
+        OpCode::DeleteTopic => handle!(m::DeleteTopicRequest, |r| topic_handlers::delete_topic(
+            state, r
+        )
+        .await),
+        OpCode::ListTopics => handle!(m::ListTopicsRequest, |_r| topic_handlers::list_topics(
+            &state
         )),
+        OpCode::DescribeTopic => {
+            handle!(m::DescribeTopicRequest, |r| topic_handlers::describe_topic(
+                &state, r
+            ))
+        }
         // Handled in the read loop, which writes produce requests in the order received.
+        OpCode::AlterPartitions => handle!(m::AlterPartitionsRequest, |r| {
+            topic_handlers::alter_partitions(state, r).await
+        }),
         OpCode::Produce => unreachable!("produce never reaches dispatch"),
         OpCode::FindCoordinator => handle!(m::FindCoordinatorRequest, |r| {
-            group_handlers::find_coordinator(&state, r)
+            group_handlers::find_coordinator(state, r).await
         }),
         OpCode::JoinGroup => handle!(m::JoinGroupRequest, |r| group_handlers::join(&state, r)),
         OpCode::Heartbeat => handle!(m::HeartbeatRequest, |r| group_handlers::heartbeat(

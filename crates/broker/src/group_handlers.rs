@@ -1,9 +1,13 @@
 //! Handlers of the consumer-group operations; the logic is in [`crate::group`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use tinymq_meta::command::OFFSETS_TOPIC;
+use tinymq_meta::Command;
 use tinymq_protocol::{messages as m, ErrorCode};
 
+use crate::group::offsets::OFFSETS_PARTITIONS;
 use crate::group::validate_group_id;
 use crate::state::BrokerState;
 
@@ -11,27 +15,85 @@ fn wire((code, message): (ErrorCode, String)) -> Option<m::Error> {
     Some(code.with_message(message))
 }
 
-/// The coordinator of a group is the leader of its offsets partition, derived from the group
-/// id; on a single node that is always this broker.
-pub fn find_coordinator(
-    state: &BrokerState,
+/// How long FindCoordinator waits for the offsets topic to appear after asking for it.
+const OFFSETS_TOPIC_WAIT: Duration = Duration::from_secs(10);
+
+/// The coordinator of a group is the leader of its partition of `__consumer_offsets`
+/// (`murmur2(group) % 4`), which the MetaServer places like any topic; it is created on the
+/// first FindCoordinator of the cluster.
+pub async fn find_coordinator(
+    state: Arc<BrokerState>,
     req: m::FindCoordinatorRequest,
 ) -> m::FindCoordinatorResponse {
+    let fail = |error: m::Error| m::FindCoordinatorResponse {
+        error: Some(error),
+        ..Default::default()
+    };
     if let Err(e) = validate_group_id(&req.group_id) {
-        return m::FindCoordinatorResponse {
-            error: wire(e),
-            ..Default::default()
-        };
+        return fail(e.0.with_message(e.1));
     }
-    m::FindCoordinatorResponse {
-        error: None,
-        node_id: state.config.node_id,
-        host: state.advertised.ip().to_string(),
-        port: u32::from(state.advertised.port()),
+    if !state.cluster.image().topics.contains_key(OFFSETS_TOPIC) {
+        let ensure = Command::EnsureOffsetsTopic {
+            partitions: OFFSETS_PARTITIONS,
+        };
+        if let Err(e) = state.cluster.write(ensure).await {
+            return fail(e);
+        }
+        state
+            .cluster
+            .wait_until(OFFSETS_TOPIC_WAIT, |image| {
+                image.topics.contains_key(OFFSETS_TOPIC)
+            })
+            .await;
+    }
+    match state.coordinator_of(&req.group_id) {
+        Ok(broker) => m::FindCoordinatorResponse {
+            error: None,
+            node_id: broker.id,
+            host: broker.host,
+            port: u32::from(broker.port),
+        },
+        Err(e) => fail(e),
     }
 }
 
+/// Answers a group request with `NOT_COORDINATOR` unless this broker coordinates the group.
+macro_rules! coordinated_here {
+    ($state:expr, $group:expr, $response:ty) => {
+        if let Err(error) = $state.check_coordinator($group) {
+            return <$response>::from_error(error);
+        }
+    };
+}
+
+/// Responses that can carry only an error.
+trait FromError: Default {
+    fn from_error(error: m::Error) -> Self;
+}
+
+macro_rules! from_error {
+    ($($t:ty),*) => {$(
+        impl FromError for $t {
+            #[allow(clippy::needless_update)] // some responses have only the error field
+            fn from_error(error: m::Error) -> Self {
+                Self { error: Some(error), ..Default::default() }
+            }
+        }
+    )*};
+}
+
+from_error!(
+    m::JoinGroupResponse,
+    m::HeartbeatResponse,
+    m::LeaveGroupResponse,
+    m::OffsetCommitResponse,
+    m::OffsetFetchResponse,
+    m::DescribeGroupResponse,
+    m::DeleteGroupResponse
+);
+
 pub fn join(state: &BrokerState, req: m::JoinGroupRequest) -> m::JoinGroupResponse {
+    coordinated_here!(state, &req.group_id, m::JoinGroupResponse);
     state
         .groups
         .join(&req, &|t| state.partition_count(t))
@@ -42,6 +104,7 @@ pub fn join(state: &BrokerState, req: m::JoinGroupRequest) -> m::JoinGroupRespon
 }
 
 pub fn heartbeat(state: &BrokerState, req: m::HeartbeatRequest) -> m::HeartbeatResponse {
+    coordinated_here!(state, &req.group_id, m::HeartbeatResponse);
     state
         .groups
         .heartbeat(&req, &|t| state.partition_count(t))
@@ -52,6 +115,7 @@ pub fn heartbeat(state: &BrokerState, req: m::HeartbeatRequest) -> m::HeartbeatR
 }
 
 pub fn leave(state: &BrokerState, req: m::LeaveGroupRequest) -> m::LeaveGroupResponse {
+    coordinated_here!(state, &req.group_id, m::LeaveGroupResponse);
     m::LeaveGroupResponse {
         error: state
             .groups
@@ -65,6 +129,7 @@ pub async fn commit(
     state: Arc<BrokerState>,
     req: m::OffsetCommitRequest,
 ) -> m::OffsetCommitResponse {
+    coordinated_here!(state, &req.group_id, m::OffsetCommitResponse);
     let offsets = req.offsets.clone();
     let outcome = tokio::task::spawn_blocking(move || state.groups.commit(&req))
         .await
@@ -82,6 +147,7 @@ pub async fn commit(
 }
 
 pub fn fetch_offsets(state: &BrokerState, req: m::OffsetFetchRequest) -> m::OffsetFetchResponse {
+    coordinated_here!(state, &req.group_id, m::OffsetFetchResponse);
     let committed = state.groups.committed(&req.group_id);
     let offsets = if req.partitions.is_empty() {
         committed.into_iter().map(|(tp, c)| c.to_wire(tp)).collect()
@@ -106,14 +172,18 @@ pub fn fetch_offsets(state: &BrokerState, req: m::OffsetFetchRequest) -> m::Offs
     }
 }
 
+/// The groups this broker coordinates (a tool asks every broker for the whole list).
 pub fn list(state: &BrokerState) -> m::ListGroupsResponse {
+    let mut group_ids = state.groups.list();
+    group_ids.retain(|g| state.check_coordinator(g).is_ok());
     m::ListGroupsResponse {
         error: None,
-        group_ids: state.groups.list(),
+        group_ids,
     }
 }
 
 pub fn describe(state: &BrokerState, req: m::DescribeGroupRequest) -> m::DescribeGroupResponse {
+    coordinated_here!(state, &req.group_id, m::DescribeGroupResponse);
     state
         .groups
         .describe(&req.group_id)
@@ -127,6 +197,7 @@ pub fn describe(state: &BrokerState, req: m::DescribeGroupRequest) -> m::Describ
 }
 
 pub async fn delete(state: Arc<BrokerState>, req: m::DeleteGroupRequest) -> m::DeleteGroupResponse {
+    coordinated_here!(state, &req.group_id, m::DeleteGroupResponse);
     let outcome = tokio::task::spawn_blocking(move || state.groups.delete(&req.group_id))
         .await
         .unwrap_or_else(|e| Err((ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string())));

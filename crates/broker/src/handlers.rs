@@ -1,5 +1,6 @@
-//! Request handlers: one async function per operation, from a decoded request to its response.
-//! Disk work runs on blocking threads; no lock is held across an `.await`.
+//! Data handlers: produce, fetch, list offsets, producer ids; each from a decoded request to
+//! its response. Only a partition's leader serves it (others answer `NOT_LEADER` naming the
+//! leader). Disk work runs on blocking threads; no lock is held across an `.await`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -12,7 +13,6 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::partition::{Partition, PartitionError, PendingAppend};
 use crate::state::BrokerState;
-use crate::topic::{validate_topic_name, TopicSettings};
 
 fn ok() -> Option<m::Error> {
     None
@@ -29,191 +29,6 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(format!("worker failed: {e}")))
-}
-
-fn unknown_partition(topic: &str, partition: u32) -> m::Error {
-    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-        .with_message(format!("unknown topic or partition {topic}/{partition}"))
-}
-
-pub async fn create_topic(
-    state: Arc<BrokerState>,
-    req: m::CreateTopicRequest,
-) -> m::CreateTopicResponse {
-    let fail = |error: m::Error| m::CreateTopicResponse {
-        error: Some(error),
-        config: None,
-    };
-    if let Err((code, msg)) = validate_topic_name(&req.name) {
-        return fail(code.with_message(msg));
-    }
-    let settings = match TopicSettings::from_wire(req.config.as_ref(), &state.config.topic_defaults)
-    {
-        Ok(s) => s,
-        Err((code, msg)) => return fail(code.with_message(msg)),
-    };
-    if req.validate_only {
-        if state.metadata.topic(&req.name).is_some() {
-            return fail(
-                ErrorCode::TOPIC_ALREADY_EXISTS
-                    .with_message(format!("topic {} already exists", req.name)),
-            );
-        }
-        return m::CreateTopicResponse {
-            error: ok(),
-            config: Some(settings.to_wire()),
-        };
-    }
-    let name = req.name.clone();
-    let result = blocking(move || {
-        state
-            .metadata
-            .create_topic(&name, settings.clone())
-            .map_err(|e| e.error_code().with_message(e.to_string()))?;
-        match state.open_topic(&name, settings.clone(), true) {
-            Ok(topic) => {
-                state.insert_topic(&name, topic);
-                tracing::info!(topic = %name, partitions = settings.partitions, "topic created");
-                Ok(settings)
-            }
-            Err(e) => {
-                // Leave no topic behind that has no partitions.
-                let _ = state.metadata.delete_topic(&name);
-                Err(e.error_code().with_message(e.to_string()))
-            }
-        }
-    })
-    .await;
-    match result.and_then(|r| r) {
-        Ok(settings) => m::CreateTopicResponse {
-            error: ok(),
-            config: Some(settings.to_wire()),
-        },
-        Err(e) => fail(e),
-    }
-}
-
-pub async fn delete_topic(
-    state: Arc<BrokerState>,
-    req: m::DeleteTopicRequest,
-) -> m::DeleteTopicResponse {
-    let result = blocking(move || {
-        state
-            .metadata
-            .delete_topic(&req.name)
-            .map_err(|e| e.error_code().with_message(e.to_string()))?;
-        if let Some(topic) = state.remove_topic(&req.name) {
-            for partition in &topic.partitions {
-                crate::state::remove_partition_dir(
-                    &state.config.data_dir,
-                    &req.name,
-                    partition.index,
-                )
-                .map_err(|e| e.error_code().with_message(e.to_string()))?;
-            }
-        }
-        tracing::info!(topic = %req.name, "topic deleted");
-        Ok(())
-    })
-    .await;
-    m::DeleteTopicResponse {
-        error: result.and_then(|r| r).err(),
-    }
-}
-
-pub fn list_topics(state: &BrokerState) -> m::ListTopicsResponse {
-    m::ListTopicsResponse {
-        error: ok(),
-        names: state.topic_names(),
-    }
-}
-
-fn partition_state(state: &BrokerState, p: &Partition) -> m::PartitionState {
-    let node = state.config.node_id;
-    m::PartitionState {
-        partition: p.index,
-        leader: node,
-        leader_epoch: 0,
-        replicas: vec![node],
-        isr: vec![node],
-        log_start_offset: p.log.log_start_offset(),
-        log_end_offset: p.log.log_end_offset(),
-        high_watermark: p.high_watermark(),
-        size_bytes: p.log.size_bytes(),
-    }
-}
-
-pub fn describe_topic(
-    state: &BrokerState,
-    req: m::DescribeTopicRequest,
-) -> m::DescribeTopicResponse {
-    let Some(topic) = state.topic(&req.name) else {
-        return m::DescribeTopicResponse {
-            error: err(
-                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                format!("unknown topic {}", req.name),
-            ),
-            ..Default::default()
-        };
-    };
-    m::DescribeTopicResponse {
-        error: ok(),
-        name: req.name,
-        config: Some(topic.settings.to_wire()),
-        partitions: topic
-            .partitions
-            .iter()
-            .map(|p| partition_state(state, p))
-            .collect(),
-    }
-}
-
-pub fn metadata(state: &BrokerState, req: m::MetadataRequest) -> m::MetadataResponse {
-    let node = state.config.node_id;
-    let names = if req.topics.is_empty() {
-        state.topic_names()
-    } else {
-        req.topics
-    };
-    let topics = names
-        .into_iter()
-        .map(|name| match state.topic(&name) {
-            None => m::TopicRoutes {
-                error: err(
-                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("unknown topic {name}"),
-                ),
-                name,
-                partitions: vec![],
-            },
-            Some(topic) => m::TopicRoutes {
-                name,
-                error: ok(),
-                partitions: topic
-                    .partitions
-                    .iter()
-                    .map(|p| m::PartitionRoute {
-                        partition: p.index,
-                        error: ok(),
-                        leader: node,
-                        leader_epoch: 0,
-                        replicas: vec![node],
-                        isr: vec![node],
-                    })
-                    .collect(),
-            },
-        })
-        .collect();
-    m::MetadataResponse {
-        error: ok(),
-        cluster_id: state.metadata.cluster_id(),
-        brokers: vec![m::BrokerAddress {
-            node_id: node,
-            host: state.advertised.ip().to_string(),
-            port: u32::from(state.advertised.port()),
-        }],
-        topics,
-    }
 }
 
 /// One partition of a produce request after its write: where to wait, or why it failed.
@@ -259,11 +74,11 @@ pub async fn produce_write(
         req.partitions
             .into_iter()
             .map(|p| {
-                let outcome = match state.partition(&p.topic, p.partition) {
-                    None => Err(unknown_partition(&p.topic, p.partition)),
-                    Some(partition) => {
-                        let batch_max = partition_batch_max(&state, &p.topic);
-                        match partition.write(p.records, batch_max) {
+                let outcome = match state.led_partition(&p.topic, p.partition) {
+                    Err(e) => Err(e),
+                    Ok((partition, leader_epoch)) => {
+                        let batch_max = partition.log.config().batch_bytes_max;
+                        match partition.write(p.records, batch_max, leader_epoch) {
                             Ok(pending) => Ok((partition, pending)),
                             Err(PartitionError { code, message }) => {
                                 Err(code.with_message(message))
@@ -340,12 +155,6 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     }
 }
 
-fn partition_batch_max(state: &BrokerState, topic: &str) -> u32 {
-    state
-        .topic(topic)
-        .map_or(0, |t| t.settings.message_bytes_max)
-}
-
 /// Reads every requested partition once, within the byte budgets.
 fn read_partitions(
     state: &BrokerState,
@@ -365,9 +174,12 @@ fn read_partitions(
                 log_start_offset: -1,
                 records: Bytes::new(),
             };
-            let Some(partition) = state.partition(&fp.topic, fp.partition) else {
-                result.error = Some(unknown_partition(&fp.topic, fp.partition));
-                return result;
+            let partition = match state.led_partition(&fp.topic, fp.partition) {
+                Ok((partition, _)) => partition,
+                Err(e) => {
+                    result.error = Some(e);
+                    return result;
+                }
             };
             let hw = partition.high_watermark();
             result.high_watermark = hw;
@@ -424,7 +236,8 @@ pub async fn fetch(state: Arc<BrokerState>, req: m::FetchRequest) -> m::FetchRes
         let watches: Vec<_> = req
             .partitions
             .iter()
-            .filter_map(|fp| state.partition(&fp.topic, fp.partition))
+            .filter_map(|fp| state.led_partition(&fp.topic, fp.partition).ok())
+            .map(|(p, _)| p)
             .map(|p| {
                 let mut w = p.watch_high_watermark();
                 w.borrow_and_update();
@@ -471,9 +284,12 @@ pub async fn list_offsets(
                     offset: -1,
                     timestamp: -1,
                 };
-                let Some(p) = state.partition(&lp.topic, lp.partition) else {
-                    out.error = Some(unknown_partition(&lp.topic, lp.partition));
-                    return out;
+                let p = match state.led_partition(&lp.topic, lp.partition) {
+                    Ok((p, _)) => p,
+                    Err(e) => {
+                        out.error = Some(e);
+                        return out;
+                    }
                 };
                 match lp.timestamp {
                     -1 => out.offset = p.high_watermark(),
@@ -518,16 +334,11 @@ pub async fn init_producer_id(
             producer_epoch: -1,
         };
     }
-    match blocking(move || state.metadata.allocate_producer_id()).await {
-        Ok(Ok(producer_id)) => m::InitProducerIdResponse {
+    match state.cluster.allocate_producer_id().await {
+        Ok(producer_id) => m::InitProducerIdResponse {
             error: ok(),
             producer_id,
             producer_epoch: 0,
-        },
-        Ok(Err(e)) => m::InitProducerIdResponse {
-            error: Some(e.error_code().with_message(e.to_string())),
-            producer_id: -1,
-            producer_epoch: -1,
         },
         Err(e) => m::InitProducerIdResponse {
             error: Some(e),

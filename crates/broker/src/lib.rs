@@ -2,22 +2,26 @@
 //! topic partitions stored as [`tinymq_log::PartitionLog`]s, with idempotent produce and
 //! long-polling fetch.
 //!
-//! Layering: `server` (listener, timers, shutdown) → `connection` (framing, handshake,
-//! backpressure, dispatch) → `handlers` (one per operation) → `state`/`partition` (topics,
-//! logs, producer state) → `metadata` (cluster metadata behind a trait).
+//! Layering: `server` (listener, timers, shutdown, joining the cluster) → `connection`
+//! (framing, handshake, backpressure, dispatch) → `handlers` (one per operation) →
+//! `state`/`partition` (the partitions held here, logs, producer state) → `cluster` (the
+//! broker's registration and its view of the cluster metadata, from the MetaServer).
 
+pub mod cluster;
 pub mod config;
 mod connection;
 mod durable_file;
 pub mod group;
 mod group_handlers;
 mod handlers;
-pub mod metadata;
+mod join;
+mod legacy;
 pub mod partition;
 pub mod producer_state;
 mod server;
 pub mod state;
 pub mod topic;
+mod topic_handlers;
 
 pub use config::{BrokerConfig, DEFAULT_PORT};
 pub use server::{Broker, StartError, META_DIR};

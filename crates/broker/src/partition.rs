@@ -138,6 +138,7 @@ impl Partition {
         &self,
         records: Bytes,
         batch_bytes_max: u32,
+        leader_epoch: u32,
     ) -> Result<PendingAppend, PartitionError> {
         let identities = validate_batches(&records, batch_bytes_max)?;
         let mut producers = self.producers.lock();
@@ -164,7 +165,7 @@ impl Partition {
             return Ok(pending);
         }
         let mut buf = records.to_vec();
-        let info = self.log.write(&mut buf, 0)?;
+        let info = self.log.write(&mut buf, leader_epoch as i32)?;
         let mut base = info.base_offset;
         for (identity, batch) in identities.iter().zip(BatchIter::new(Bytes::from(buf))) {
             let batch = batch

@@ -1,6 +1,7 @@
-//! The listener: accepts connections up to `connections_max`, runs the background timers
-//! (interval flushes, retention), and shuts down gracefully: stop accepting, let requests in
-//! flight finish, flush and close every partition.
+//! The listener: joins the cluster, accepts connections up to `connections_max`, runs the
+//! background tasks (interval flushes, retention, group sessions, heartbeats, watching the
+//! metadata and opening or closing partitions as it changes), and shuts down gracefully: stop
+//! accepting, let requests in flight finish, flush and close every partition.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,9 +12,12 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use tinymq_meta::link::MetaLink;
+use tinymq_meta::service::MetaService;
+
+use crate::cluster::ClusterView;
 use crate::config::BrokerConfig;
 use crate::connection::Connection;
-use crate::metadata::{LocalMetadata, MetadataStore};
 use crate::state::BrokerState;
 
 /// How often partitions with an `interval:<ms>` flush policy are checked.
@@ -22,8 +26,11 @@ const FLUSH_TICK: Duration = Duration::from_millis(10);
 const GROUP_TICK: Duration = Duration::from_millis(500);
 /// Offsets of long-empty groups are looked for every this many group ticks (10 minutes).
 const OFFSETS_EXPIRY_EVERY_TICKS: u64 = 1200;
-/// Directory under the data directory that holds the standalone metadata.
+/// Directory under the data directory that holds the embedded MetaServer of the standalone
+/// server.
 pub const META_DIR: &str = "__meta";
+/// The embedded MetaServer's node id.
+const EMBEDDED_META_ID: u64 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -32,36 +39,33 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot open metadata: {0}")]
-    Metadata(#[from] crate::metadata::MetadataError),
+    #[error("cannot start the embedded MetaServer: {0}")]
+    Meta(#[from] tinymq_meta::raft::MetaNodeError),
+    #[error("cannot join the cluster: {0}")]
+    Join(#[from] crate::join::JoinError),
+    #[error("cannot import the earlier standalone metadata: {0}")]
+    Import(std::io::Error),
     #[error("cannot open partitions: {0}")]
     Log(#[from] tinymq_log::LogError),
     #[error("startup worker failed: {0}")]
-    Join(#[from] tokio::task::JoinError),
+    Worker(#[from] tokio::task::JoinError),
 }
 
 /// A running broker.
 pub struct Broker {
     pub local_addr: SocketAddr,
     state: Arc<BrokerState>,
+    /// The MetaServer running in this process (standalone server), if any.
+    embedded_meta: Option<Arc<MetaService>>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
 
 impl Broker {
-    /// Opens the data directory (recovering every partition), binds the listener, and starts
-    /// serving: the standalone server, with its metadata in `<data>/__meta`.
+    /// Starts a broker: the standalone server (with a single-node MetaServer embedded, its
+    /// data in `<data>/__meta`) when `config.meta` is empty, else a broker of the cluster whose
+    /// MetaServer nodes `config.meta` lists.
     pub async fn start(config: BrokerConfig) -> Result<Broker, StartError> {
-        let meta_dir = config.data_dir.join(META_DIR);
-        let metadata: Arc<dyn MetadataStore> =
-            Arc::new(tokio::task::spawn_blocking(move || LocalMetadata::open(&meta_dir)).await??);
-        Broker::start_with(config, metadata).await
-    }
-
-    pub async fn start_with(
-        config: BrokerConfig,
-        metadata: Arc<dyn MetadataStore>,
-    ) -> Result<Broker, StartError> {
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -74,10 +78,48 @@ impl Broker {
             source,
         })?;
         let advertised = config.advertise.unwrap_or(local_addr);
-        let state = Arc::new(
-            tokio::task::spawn_blocking(move || BrokerState::open(config, advertised, metadata))
-                .await??,
-        );
+        let meta_dir = config.data_dir.join(META_DIR);
+        let (link, embedded_meta, legacy) = if config.meta.is_empty() {
+            let legacy = crate::legacy::find(&meta_dir).map_err(StartError::Import)?;
+            let peers = [(EMBEDDED_META_ID, advertised.to_string())].into();
+            let cluster_id = legacy.as_ref().map(|l| l.cluster_id.clone());
+            let service =
+                MetaService::start(EMBEDDED_META_ID, peers, &meta_dir, cluster_id).await?;
+            retire_previous_run(&service, config.node_id).await;
+            (MetaLink::Local(service.clone()), Some(service), legacy)
+        } else {
+            let client_id = format!("broker-{}", config.node_id);
+            (MetaLink::remote(config.meta.clone(), client_id), None, None)
+        };
+        let cluster = Arc::new(ClusterView::new(config.node_id, link));
+        let host = advertised.ip().to_string();
+        crate::join::join(&cluster, &config.data_dir, &host, advertised.port()).await?;
+        if let Some(legacy) = legacy {
+            crate::legacy::import(&cluster, &meta_dir, legacy)
+                .await
+                .map_err(StartError::Import)?;
+        }
+        if embedded_meta.is_some() {
+            // The only broker coordinates every group: no need to wait for a FindCoordinator
+            // (a cluster creates the offsets topic then, once its brokers have registered).
+            let ensure = tinymq_meta::Command::EnsureOffsetsTopic {
+                partitions: crate::group::offsets::OFFSETS_PARTITIONS,
+            };
+            if let Err(e) = cluster.write(ensure).await {
+                tracing::warn!(error = %e.message, "creating the offsets topic failed; retried at the first FindCoordinator");
+            }
+            cluster.refresh(Duration::ZERO).await.ok();
+        }
+        let state = Arc::new(BrokerState::new(config, advertised, cluster.clone())?);
+        let opening = state.clone();
+        tokio::task::spawn_blocking(move || {
+            let image = opening.cluster.image();
+            if let Err(e) = crate::join::remove_deleted_topics(&opening.config.data_dir, &image) {
+                tracing::warn!(error = %e, "cleaning up deleted topics failed");
+            }
+            opening.reconcile(&image);
+        })
+        .await?;
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(accept_loop(
@@ -89,10 +131,18 @@ impl Broker {
         tasks.spawn(flush_loop(state.clone(), shutdown.clone()));
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));
         tasks.spawn(group_loop(state.clone(), shutdown.clone()));
-        tracing::info!(%local_addr, data = %state.config.data_dir.display(), cluster = %state.metadata.cluster_id(), "broker started");
+        tasks.spawn(
+            cluster
+                .clone()
+                .heartbeat_loop(host, advertised.port(), shutdown.clone()),
+        );
+        tasks.spawn(cluster.clone().watch_loop(shutdown.clone()));
+        tasks.spawn(reconcile_loop(state.clone(), shutdown.clone()));
+        tracing::info!(%local_addr, broker = state.node_id(), data = %state.config.data_dir.display(), cluster = %cluster.cluster_id(), "broker started");
         Ok(Broker {
             local_addr,
             state,
+            embedded_meta,
             shutdown,
             tasks,
         })
@@ -123,7 +173,58 @@ impl Broker {
         if let Err(e) = closed {
             tracing::error!(error = %e, "closing partitions failed");
         }
+        if let Some(meta) = self.embedded_meta {
+            meta.shutdown().await;
+        }
         tracing::info!("shut down");
+    }
+
+    /// Resolves if the embedded MetaServer's Raft core stops on a fatal error.
+    pub async fn embedded_meta_failed(&self) -> String {
+        match &self.embedded_meta {
+            Some(meta) => meta.node.fatal().await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The standalone server is the only broker of its embedded MetaServer, so a registration left
+/// from its previous run (possibly on another port) is stale: fence it, so the new run may
+/// register from any address.
+async fn retire_previous_run(service: &MetaService, broker_id: u32) {
+    let node = &service.node;
+    for _ in 0..200 {
+        if node.current_leader() == Some(node.id) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let image = node.image();
+    if let Some(previous) = image.brokers.get(&broker_id).filter(|b| !b.fenced) {
+        let fence = tinymq_meta::Command::FenceBroker {
+            id: broker_id,
+            epoch: previous.epoch,
+        };
+        if let Some(e) = service.write(fence).await.error {
+            tracing::warn!(error = %e.message, "could not retire the previous run's registration");
+        }
+    }
+}
+
+/// Opens and closes partitions as the image changes (one reconciliation at a time, on a
+/// blocking thread; changes that arrive meanwhile are taken in the next round).
+async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
+    let mut images = state.cluster.subscribe();
+    loop {
+        tokio::select! {
+            changed = images.changed() => if changed.is_err() { return },
+            _ = shutdown.cancelled() => return,
+        }
+        let image = images.borrow_and_update().image.clone();
+        let s = state.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || s.reconcile(&image)).await {
+            tracing::error!(error = %e, "reconciling partitions failed");
+        }
     }
 }
 

@@ -1,113 +1,213 @@
-//! The broker's shared state: configuration, the metadata store, and the open partitions.
+//! The broker's shared state: configuration, its view of the cluster, and the partitions it
+//! holds (those whose replica list names it), opened and closed as the metadata image changes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
 use tinymq_log::LogError;
+use tinymq_meta::command::OFFSETS_TOPIC;
+use tinymq_meta::{BrokerRecord, MetadataImage, TopicRecord};
+use tinymq_protocol::{messages as m, ErrorCode};
 
+use crate::cluster::ClusterView;
 use crate::config::BrokerConfig;
 use crate::group::GroupCoordinator;
-use crate::metadata::MetadataStore;
 use crate::partition::Partition;
 use crate::topic::TopicSettings;
 
-/// An open topic: its settings and its partitions, by index.
-#[derive(Debug)]
-pub struct OpenTopic {
-    pub settings: TopicSettings,
-    pub partitions: Vec<Arc<Partition>>,
-}
+/// A partition key: topic name and partition index.
+type PartitionKey = (String, u32);
 
 #[derive(Debug)]
 pub struct BrokerState {
     pub config: BrokerConfig,
     /// The address clients should use to reach this broker.
     pub advertised: SocketAddr,
-    pub metadata: Arc<dyn MetadataStore>,
+    pub cluster: Arc<ClusterView>,
     pub groups: GroupCoordinator,
-    topics: RwLock<HashMap<String, Arc<OpenTopic>>>,
+    /// The partitions held here, by topic and index.
+    partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
 }
 
 impl BrokerState {
-    /// Opens every topic the metadata knows. Blocks on disk I/O (recovery).
-    pub fn open(
+    pub fn new(
         config: BrokerConfig,
         advertised: SocketAddr,
-        metadata: Arc<dyn MetadataStore>,
+        cluster: Arc<ClusterView>,
     ) -> Result<BrokerState, LogError> {
         let groups = GroupCoordinator::open(&config.data_dir)?;
-        let state = BrokerState {
+        Ok(BrokerState {
             config,
             advertised,
-            metadata,
+            cluster,
             groups,
-            topics: RwLock::new(HashMap::new()),
-        };
-        for (name, settings) in state.metadata.topics() {
-            let topic = state.open_topic(&name, settings, false)?;
-            state.topics.write().insert(name, Arc::new(topic));
-        }
-        Ok(state)
-    }
-
-    /// Opens (creating when `fresh`, after removing any leftover directories of an earlier
-    /// topic with the same name) the partitions of a topic.
-    pub fn open_topic(
-        &self,
-        name: &str,
-        settings: TopicSettings,
-        fresh: bool,
-    ) -> Result<OpenTopic, LogError> {
-        let data_dir = &self.config.data_dir;
-        let mut partitions = Vec::with_capacity(settings.partitions as usize);
-        for index in 0..settings.partitions {
-            if fresh {
-                remove_partition_dir(data_dir, name, index)?;
-            }
-            partitions.push(Arc::new(Partition::open(data_dir, name, index, &settings)?));
-        }
-        Ok(OpenTopic {
-            settings,
-            partitions,
+            partitions: RwLock::new(HashMap::new()),
         })
     }
 
-    pub fn insert_topic(&self, name: &str, topic: OpenTopic) {
-        self.topics.write().insert(name.into(), Arc::new(topic));
+    pub fn node_id(&self) -> u32 {
+        self.cluster.broker_id
     }
 
-    pub fn remove_topic(&self, name: &str) -> Option<Arc<OpenTopic>> {
-        self.topics.write().remove(name)
+    /// Opens the partitions the image places here and closes those it no longer does (a
+    /// deleted topic's data is removed). Blocks on disk I/O (recovery); run it on a blocking
+    /// thread. Errors are per partition and logged; the rest proceed.
+    pub fn reconcile(&self, image: &MetadataImage) {
+        let me = self.node_id();
+        let wanted: BTreeMap<PartitionKey, &TopicRecord> = image
+            .topics
+            .iter()
+            // Internal topics (the group offsets) are opened by their own owners.
+            .filter(|(name, _)| !name.starts_with("__"))
+            .flat_map(|(name, topic)| {
+                topic
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .filter(move |(_, p)| p.replicas.contains(&me))
+                    .map(move |(i, _)| ((name.clone(), i as u32), topic))
+            })
+            .collect();
+        let open: Vec<PartitionKey> = self.partitions.read().keys().cloned().collect();
+        for key in open.iter().filter(|k| !wanted.contains_key(*k)) {
+            let Some(partition) = self.partitions.write().remove(key) else {
+                continue;
+            };
+            if let Err(e) = partition.close() {
+                tracing::error!(topic = %key.0, partition = key.1, error = %e, "close failed");
+            }
+            if !image.topics.contains_key(&key.0) {
+                match remove_partition_dir(&self.config.data_dir, &key.0, key.1) {
+                    Ok(()) => tracing::info!(topic = %key.0, partition = key.1, "deleted"),
+                    Err(e) => {
+                        tracing::error!(topic = %key.0, partition = key.1, error = %e, "removing the data failed")
+                    }
+                }
+            }
+        }
+        for ((name, index), topic) in wanted {
+            if self.partitions.read().contains_key(&(name.clone(), index)) {
+                continue;
+            }
+            let settings = self.settings_of(&name, topic);
+            match Partition::open(&self.config.data_dir, &name, index, &settings) {
+                Ok(p) => {
+                    self.partitions.write().insert((name, index), Arc::new(p));
+                }
+                Err(e) => {
+                    tracing::error!(topic = %name, partition = index, error = %e, "cannot open partition")
+                }
+            }
+        }
     }
 
-    pub fn topic(&self, name: &str) -> Option<Arc<OpenTopic>> {
-        self.topics.read().get(name).cloned()
+    /// A topic's settings: its stored config over this broker's defaults.
+    pub fn settings_of(&self, name: &str, topic: &TopicRecord) -> TopicSettings {
+        TopicSettings::from_record(topic, &self.config.topic_defaults).unwrap_or_else(|(_, why)| {
+            tracing::error!(topic = %name, error = %why, "stored topic settings are invalid; using the defaults");
+            TopicSettings {
+                partitions: topic.partitions.len() as u32,
+                ..self.config.topic_defaults.clone()
+            }
+        })
     }
 
-    pub fn partition(&self, topic: &str, index: u32) -> Option<Arc<Partition>> {
-        self.topic(topic)?.partitions.get(index as usize).cloned()
+    /// The partition if this broker leads it now, with its leader epoch; otherwise the error
+    /// for the client: unknown, offline, or led elsewhere (with the leader in the message).
+    pub fn led_partition(
+        &self,
+        topic: &str,
+        index: u32,
+    ) -> Result<(Arc<Partition>, u32), m::Error> {
+        let image = self.cluster.image();
+        let record = image
+            .topics
+            .get(topic)
+            .and_then(|t| t.partitions.get(index as usize))
+            .ok_or_else(|| unknown_partition(topic, index))?;
+        match record.leader {
+            None => Err(ErrorCode::LEADER_NOT_AVAILABLE.with_message(format!(
+                "{topic}/{index} is offline: its in-sync replicas {:?} are not live",
+                record.isr
+            ))),
+            Some(leader) if leader != self.node_id() => {
+                let address = image
+                    .brokers
+                    .get(&leader)
+                    .map_or_else(String::new, |b| format!(" at {}:{}", b.host, b.port));
+                Err(ErrorCode::NOT_LEADER.with_message(format!(
+                    "{topic}/{index} is led by broker {leader}{address}"
+                )))
+            }
+            Some(_) => self
+                .local_partition(topic, index)
+                .map(|p| (p, record.leader_epoch))
+                .ok_or_else(|| {
+                    ErrorCode::LEADER_NOT_AVAILABLE
+                        .with_message(format!("{topic}/{index} is still being opened here"))
+                }),
+        }
+    }
+
+    /// The broker coordinating `group`: the leader of its offsets partition.
+    pub fn coordinator_of(&self, group: &str) -> Result<BrokerRecord, m::Error> {
+        let image = self.cluster.image();
+        let index = crate::group::offsets::partition_for_group(group);
+        let partition = image
+            .topics
+            .get(OFFSETS_TOPIC)
+            .and_then(|t| t.partitions.get(index as usize))
+            .ok_or_else(|| {
+                ErrorCode::NOT_COORDINATOR.with_message("the offsets topic does not exist yet")
+            })?;
+        partition
+            .leader
+            .and_then(|leader| image.brokers.get(&leader))
+            .filter(|b| !b.fenced)
+            .cloned()
+            .ok_or_else(|| {
+                ErrorCode::LEADER_NOT_AVAILABLE.with_message(format!(
+                    "the coordinator of group {group} ({OFFSETS_TOPIC}/{index}) is offline"
+                ))
+            })
+    }
+
+    /// `NOT_COORDINATOR` (naming the coordinator) unless this broker coordinates `group`.
+    pub fn check_coordinator(&self, group: &str) -> Result<(), m::Error> {
+        let coordinator = self.coordinator_of(group)?;
+        if coordinator.id == self.node_id() {
+            return Ok(());
+        }
+        Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
+            "group {group} is coordinated by broker {} at {}:{}",
+            coordinator.id, coordinator.host, coordinator.port
+        )))
+    }
+
+    /// The partition if it is open here, led or not.
+    pub fn local_partition(&self, topic: &str, index: u32) -> Option<Arc<Partition>> {
+        self.partitions
+            .read()
+            .get(&(topic.to_string(), index))
+            .cloned()
     }
 
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.topics
-            .read()
-            .values()
-            .flat_map(|t| t.partitions.iter().cloned())
-            .collect()
+        self.partitions.read().values().cloned().collect()
     }
 
-    /// Partition count of a topic, if it exists.
+    /// Partition count of a topic, if it exists in the cluster.
     pub fn partition_count(&self, topic: &str) -> Option<u32> {
-        self.topic(topic).map(|t| t.settings.partitions)
+        let image = self.cluster.image();
+        image.topics.get(topic).map(|t| t.partitions.len() as u32)
     }
+}
 
-    pub fn topic_names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.topics.read().keys().cloned().collect();
-        names.sort();
-        names
-    }
+pub fn unknown_partition(topic: &str, partition: u32) -> m::Error {
+    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        .with_message(format!("unknown topic or partition {topic}/{partition}"))
 }
 
 pub fn remove_partition_dir(

@@ -1,16 +1,20 @@
 //! Topic names and settings: validation and conversion between the wire `TopicConfig`, the
 //! stored settings and the log's configuration. Pure logic.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tinymq_log::{FlushPolicy, LogConfig, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
+use tinymq_meta::TopicRecord;
 use tinymq_protocol::{messages, ErrorCode};
 
 /// Longest topic name, as in Kafka (names become directory names with a partition suffix).
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// Most partitions one topic may have.
 pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
+/// Most copies of a partition.
+pub const REPLICATION_FACTOR_MAX: u32 = 7;
 /// Largest `message_bytes_max` a topic may set: one batch must fit a frame.
 pub const TOPIC_MESSAGE_BYTES_MAX_LIMIT: u32 = 16 << 20;
 
@@ -123,9 +127,9 @@ impl TopicSettings {
                 ),
             ));
         }
-        if self.replication_factor != 1 {
+        if self.replication_factor == 0 || self.replication_factor > REPLICATION_FACTOR_MAX {
             return invalid(format!(
-                "replication_factor {} is not available on a single node (must be 1)",
+                "replication_factor must be 1 to {REPLICATION_FACTOR_MAX}, got {}",
                 self.replication_factor
             ));
         }
@@ -170,6 +174,56 @@ impl TopicSettings {
             batch_bytes_max: self.message_bytes_max,
             ..LogConfig::default()
         }
+    }
+
+    /// The settings stored in the cluster metadata: everything but the partition count and
+    /// replication factor, which the placement records carry.
+    pub fn to_config_map(&self) -> BTreeMap<String, String> {
+        [
+            ("retention_ms", self.retention_ms.to_string()),
+            ("retention_bytes", self.retention_bytes.to_string()),
+            ("segment_bytes", self.segment_bytes.to_string()),
+            ("segment_ms", self.segment_ms.to_string()),
+            ("flush", self.flush.clone()),
+            ("message_bytes_max", self.message_bytes_max.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// Settings of a topic in the metadata image: its stored config over `defaults` (a topic
+    /// created through a MetaServer node stores only what was given).
+    pub fn from_record(
+        topic: &TopicRecord,
+        defaults: &TopicSettings,
+    ) -> Result<TopicSettings, TopicError> {
+        let mut s = defaults.clone();
+        s.partitions = topic.partitions.len() as u32;
+        s.replication_factor = topic
+            .partitions
+            .first()
+            .map_or(1, |p| p.replicas.len() as u32);
+        for (key, value) in &topic.config {
+            let bad = |e: &dyn std::fmt::Display| {
+                (
+                    ErrorCode::INVALID_CONFIG,
+                    format!("topic setting {key}={value:?}: {e}"),
+                )
+            };
+            match key.as_str() {
+                "retention_ms" => s.retention_ms = value.parse().map_err(|e| bad(&e))?,
+                "retention_bytes" => s.retention_bytes = value.parse().map_err(|e| bad(&e))?,
+                "segment_bytes" => s.segment_bytes = value.parse().map_err(|e| bad(&e))?,
+                "segment_ms" => s.segment_ms = value.parse().map_err(|e| bad(&e))?,
+                "flush" => s.flush = value.clone(),
+                "message_bytes_max" => s.message_bytes_max = value.parse().map_err(|e| bad(&e))?,
+                // A setting from a newer version: ignored rather than refusing the topic.
+                _ => tracing::debug!(key, "unknown topic setting ignored"),
+            }
+        }
+        s.validate()?;
+        Ok(s)
     }
 
     pub fn to_wire(&self) -> messages::TopicConfig {
@@ -249,5 +303,37 @@ mod tests {
             }),
             ErrorCode::INVALID_CONFIG
         );
+    }
+
+    #[test]
+    fn settings_round_trip_through_the_metadata_record() {
+        let defaults = TopicSettings::default();
+        let settings = TopicSettings {
+            partitions: 2,
+            retention_ms: 5000,
+            flush: "os".into(),
+            ..defaults.clone()
+        };
+        let partition = tinymq_meta::PartitionRecord {
+            replicas: vec![1],
+            leader: Some(1),
+            leader_epoch: 0,
+            isr: vec![1],
+        };
+        let mut record = TopicRecord {
+            partitions: vec![partition.clone(), partition],
+            config: settings.to_config_map(),
+        };
+        assert_eq!(
+            TopicSettings::from_record(&record, &defaults).unwrap(),
+            settings
+        );
+        // Only what was given is stored by a MetaServer node; the rest is the broker's.
+        record.config = [("retention_ms".to_string(), "5000".to_string())].into();
+        let filled = TopicSettings::from_record(&record, &defaults).unwrap();
+        assert_eq!(filled.flush, defaults.flush);
+        assert_eq!(filled.retention_ms, 5000);
+        record.config = [("segment_bytes".to_string(), "lots".to_string())].into();
+        assert!(TopicSettings::from_record(&record, &defaults).is_err());
     }
 }

@@ -59,8 +59,13 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+        fatal = server.node().fatal() => {
+            // This node can no longer vote or apply; a restart recovers from its data.
+            tracing::error!(error = %fatal, "the Raft core stopped; exiting");
+            std::process::exit(70);
+        }
     }
-    server.node.shutdown().await;
+    server.service.shutdown().await;
     Ok(())
 }
 
@@ -125,7 +130,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
 async fn status_of(addr: &str) -> anyhow::Result<(m::MetaReadResponse, MetadataImage)> {
     let c = Connection::connect(addr, "tinymq-cluster-status", "").await?;
     let read = c
-        .request(&m::MetaReadRequest {}, Duration::from_secs(10))
+        .request(&m::MetaReadRequest::default(), Duration::from_secs(10))
         .await?;
     let image = serde_json::from_slice(&read.image)?;
     Ok((read, image))

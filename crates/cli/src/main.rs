@@ -34,6 +34,9 @@ pub struct Bootstrap {
 enum Command {
     /// Run a standalone server: one MetaServer and one broker in one process.
     Server(server::ServerArgs),
+    /// Run a broker of a cluster: registers with the MetaServer nodes of --meta and serves the
+    /// partitions placed on it.
+    Broker(server::ServerArgs),
     /// Run a MetaServer node: cluster metadata replicated with Raft.
     Meta(cluster::MetaArgs),
     /// Show the MetaServer nodes, the Raft leader and the brokers.
@@ -81,7 +84,11 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Server(args) => {
                 init_logging();
-                server::run(args).await
+                server::run(args, false).await
+            }
+            Command::Broker(args) => {
+                init_logging();
+                server::run(args, true).await
             }
             Command::Meta(args) => {
                 init_logging();

@@ -1,5 +1,7 @@
-//! `tinymq server`: settings from a TOML file, `TINYMQ_*` variables and flags (later ones win),
-//! then run the standalone broker until SIGTERM or SIGINT.
+//! `tinymq server` and `tinymq broker`: settings from a TOML file, `TINYMQ_*` variables and
+//! flags (later ones win), then run until SIGTERM or SIGINT. `server` is the standalone form (a
+//! single-node MetaServer inside the broker's process); `broker` joins the cluster of the
+//! MetaServer nodes given with `--meta`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +17,12 @@ pub struct ServerArgs {
     /// TOML file with any of the settings below (flags and TINYMQ_* variables override it).
     #[arg(long, env = "TINYMQ_CONFIG")]
     config: Option<PathBuf>,
+    /// This broker's id, unique in the cluster, ≥ 1 [default: 1].
+    #[arg(long, env = "TINYMQ_BROKER_ID")]
+    id: Option<u32>,
+    /// MetaServer node addresses, comma-separated (`tinymq broker` only).
+    #[arg(long, env = "TINYMQ_META")]
+    meta: Option<String>,
     /// Address to listen on [default: 127.0.0.1:21581].
     #[arg(long, env = "TINYMQ_LISTEN")]
     listen: Option<SocketAddr>,
@@ -54,6 +62,8 @@ pub struct ServerArgs {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    id: Option<u32>,
+    meta: Option<String>,
     listen: Option<SocketAddr>,
     advertise: Option<SocketAddr>,
     data: Option<PathBuf>,
@@ -83,6 +93,14 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
             args.$field.or(file.$field)
         };
     }
+    c.node_id = pick!(id).unwrap_or(c.node_id);
+    anyhow::ensure!(c.node_id >= 1, "the broker id must be at least 1");
+    c.meta = pick!(meta)
+        .unwrap_or_default()
+        .split(',')
+        .map(|a| a.trim().to_string())
+        .filter(|a| !a.is_empty())
+        .collect();
     if let Some(v) = pick!(listen) {
         c.listen = v;
     }
@@ -126,13 +144,32 @@ async fn shutdown_signal() -> anyhow::Result<&'static str> {
     })
 }
 
-pub async fn run(args: ServerArgs) -> anyhow::Result<()> {
+/// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
+pub async fn run(args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let config = build_config(args)?;
+    if cluster_member {
+        anyhow::ensure!(
+            !config.meta.is_empty(),
+            "tinymq broker needs --meta with the MetaServer addresses"
+        );
+    } else {
+        anyhow::ensure!(
+            config.meta.is_empty(),
+            "--meta is for `tinymq broker`; `tinymq server` runs its own MetaServer"
+        );
+    }
     let broker = Broker::start(config).await?;
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);
-    let signal = shutdown_signal().await?;
-    tracing::info!(signal, "stopping");
+    let stop = tokio::select! {
+        signal = shutdown_signal() => signal?,
+        fatal = broker.embedded_meta_failed() => {
+            // The metadata can no longer change; a restart recovers from the data directory.
+            tracing::error!(error = %fatal, "the embedded MetaServer stopped; exiting");
+            std::process::exit(70);
+        }
+    };
+    tracing::info!(signal = stop, "stopping");
     broker.shutdown().await;
     Ok(())
 }

@@ -1,4 +1,4 @@
-//! `tinymq topic create|list|describe|delete`.
+//! `tinymq topic create|alter|list|describe|delete`.
 
 use clap::Subcommand;
 use tinymq_client::{Admin, ClientConfig, TopicConfig};
@@ -13,6 +13,9 @@ pub enum TopicCommand {
         /// Number of partitions [default: the server's, 1].
         #[arg(long, default_value_t = 0)]
         partitions: u32,
+        /// Copies of each partition, on different brokers [default: 1].
+        #[arg(long, default_value_t = 0)]
+        replicas: u32,
         /// Delete segments older than this, ms; -1 keeps forever [default: the server's].
         #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
         retention_ms: i64,
@@ -28,6 +31,16 @@ pub enum TopicCommand {
         /// Largest record batch accepted, bytes [default: 1048576].
         #[arg(long, default_value_t = 0)]
         message_bytes_max: u32,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+    /// Grow a topic to more partitions (never fewer). Keys map to partitions by count, so
+    /// keyed records go to new partitions from now on.
+    Alter {
+        name: String,
+        /// The new partition count.
+        #[arg(long)]
+        partitions: u32,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -58,6 +71,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Create {
             name,
             partitions,
+            replicas,
             retention_ms,
             retention_bytes,
             segment_bytes,
@@ -68,7 +82,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
             let config = TopicConfig {
                 partitions,
-                replication_factor: 0,
+                replication_factor: replicas,
                 retention_ms,
                 retention_bytes,
                 segment_bytes,
@@ -81,6 +95,15 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 "created topic {name} with {} partitions (flush {})",
                 got.partitions, got.flush
             );
+        }
+        TopicCommand::Alter {
+            name,
+            partitions,
+            bootstrap,
+        } => {
+            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            admin.alter_partitions(&name, partitions).await?;
+            println!("topic {name} now has {partitions} partitions");
         }
         TopicCommand::List { bootstrap } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
@@ -126,18 +149,24 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                     d.name, c.partitions, c.flush, c.retention_ms, c.retention_bytes, c.segment_bytes, c.message_bytes_max
                 );
                 println!(
-                    "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}",
+                    "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  replicas / isr",
                     "partition", "leader", "start", "end", "hw", "bytes"
                 );
                 for p in &d.partitions {
+                    let leader = match p.leader {
+                        0 => "-".to_string(),
+                        id => id.to_string(),
+                    };
                     println!(
-                        "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}",
+                        "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  {:?} / {:?}",
                         p.partition,
-                        p.leader,
+                        leader,
                         p.log_start_offset,
                         p.log_end_offset,
                         p.high_watermark,
-                        p.size_bytes
+                        p.size_bytes,
+                        p.replicas,
+                        p.isr
                     );
                 }
             }

@@ -64,18 +64,69 @@ impl Admin {
         Ok(self.cluster.request(&m::ListTopicsRequest {}).await?.names)
     }
 
-    pub async fn describe_topic(&self, name: &str) -> Result<DescribeTopicResponse, ClientError> {
+    /// Grows a topic to `partitions` (never shrinks it).
+    pub async fn alter_partitions(&self, name: &str, partitions: u32) -> Result<(), ClientError> {
         let response = self
             .cluster
-            .request(&m::DescribeTopicRequest { name: name.into() })
+            .request(&m::AlterPartitionsRequest {
+                name: name.into(),
+                partitions,
+            })
             .await?;
+        check(response.error.as_ref())
+    }
+
+    /// Settings, placement and offsets of a topic. Placement comes from any broker; each
+    /// partition's offsets from its leader.
+    pub async fn describe_topic(&self, name: &str) -> Result<DescribeTopicResponse, ClientError> {
+        let request = m::DescribeTopicRequest { name: name.into() };
+        let mut response = self.cluster.request(&request).await?;
         check(response.error.as_ref())?;
+        let brokers = self.cluster.broker_addresses().await?;
+        let mut leaders: Vec<u32> = response
+            .partitions
+            .iter()
+            .filter(|p| p.log_end_offset < 0 && p.leader != 0)
+            .map(|p| p.leader)
+            .collect();
+        leaders.sort_unstable();
+        leaders.dedup();
+        for leader in leaders {
+            let Some(addr) = brokers.get(&leader) else {
+                continue;
+            };
+            let connection = self.cluster.connection(addr).await?;
+            let theirs = connection
+                .request(&request, self.cluster.config.request_timeout)
+                .await?;
+            for p in theirs
+                .partitions
+                .into_iter()
+                .filter(|p| p.log_end_offset >= 0)
+            {
+                if let Some(mine) = response.partitions.get_mut(p.partition as usize) {
+                    *mine = p;
+                }
+            }
+        }
         Ok(response)
     }
 
+    /// Every group of the cluster (each broker lists the groups it coordinates).
     pub async fn list_groups(&self) -> Result<Vec<String>, ClientError> {
-        let response = self.cluster.request(&m::ListGroupsRequest {}).await?;
-        Ok(response.group_ids)
+        let mut groups = std::collections::BTreeSet::new();
+        for addr in self.cluster.broker_addresses().await?.values() {
+            let connection = self.cluster.connection(addr).await?;
+            let response = connection
+                .request(
+                    &m::ListGroupsRequest {},
+                    self.cluster.config.request_timeout,
+                )
+                .await?;
+            check(response.error.as_ref())?;
+            groups.extend(response.group_ids);
+        }
+        Ok(groups.into_iter().collect())
     }
 
     /// Members, their partitions, state and committed offsets of a group.

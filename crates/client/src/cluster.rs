@@ -46,14 +46,29 @@ impl ClientConfig {
 #[derive(Debug, Clone)]
 pub struct TopicRoute {
     pub name: String,
-    /// Leader address per partition index.
-    pub leaders: Vec<String>,
+    /// Leader address per partition index; `None` while the partition is offline.
+    pub leaders: Vec<Option<String>>,
     fetched: Instant,
 }
 
 impl TopicRoute {
     pub fn partition_count(&self) -> u32 {
         self.leaders.len() as u32
+    }
+
+    /// The address of the partition's leader, or why there is none.
+    pub fn leader(&self, partition: u32) -> Result<&str, ClientError> {
+        match self.leaders.get(partition as usize) {
+            Some(Some(addr)) => Ok(addr),
+            Some(None) => Err(ClientError::Server {
+                code: ErrorCode::LEADER_NOT_AVAILABLE,
+                message: format!("{}/{partition} has no live leader", self.name),
+            }),
+            None => Err(ClientError::Server {
+                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                message: format!("{} has no partition {partition}", self.name),
+            }),
+        }
     }
 }
 
@@ -155,13 +170,12 @@ impl Cluster {
                     "topic {topic} partition list has a gap at {i}"
                 )));
             }
-            let leader = brokers
-                .get(&p.leader)
-                .cloned()
-                .ok_or_else(|| ClientError::Server {
-                    code: ErrorCode::NOT_LEADER,
-                    message: format!("{topic}/{i} has no known leader"),
-                })?;
+            // An offline partition (or one led by a broker missing from the list) has no
+            // route until a refresh finds one; the other partitions stay usable.
+            let leader = match &p.error {
+                Some(e) if e.code != 0 => None,
+                _ => brokers.get(&p.leader).cloned(),
+            };
             leaders.push(leader);
         }
         let route = Arc::new(TopicRoute {
@@ -171,6 +185,17 @@ impl Cluster {
         });
         self.routes.lock().insert(topic.to_string(), route.clone());
         Ok(route)
+    }
+
+    /// Every live broker's id and address.
+    pub async fn broker_addresses(&self) -> Result<HashMap<u32, String>, ClientError> {
+        let response = self.request(&m::MetadataRequest { topics: vec![] }).await?;
+        check(response.error.as_ref())?;
+        Ok(response
+            .brokers
+            .iter()
+            .map(|b| (b.node_id, format!("{}:{}", b.host, b.port)))
+            .collect())
     }
 
     /// Cached routes for `topic`, fetched when missing or older than `METADATA_AGE_MAX` (5 minutes).
@@ -195,12 +220,8 @@ impl Cluster {
     ) -> Result<Arc<Connection>, ClientError> {
         let route = self.route(topic).await?;
         let addr = route
-            .leaders
-            .get(partition as usize)
-            .ok_or_else(|| ClientError::Server {
-                code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                message: format!("{topic} has no partition {partition}"),
-            })?;
+            .leader(partition)
+            .inspect_err(|_| self.invalidate(topic))?;
         self.connection(addr).await
     }
 

@@ -362,13 +362,15 @@ impl Consumer {
                 continue;
             }
             let route = self.cluster.route(topic).await?;
-            let leader = route
-                .leaders
-                .get(*partition as usize)
-                .cloned()
-                .ok_or_else(|| {
-                    ClientError::Protocol(format!("no leader for {topic}/{partition}"))
-                })?;
+            let leader = match route.leader(*partition) {
+                Ok(leader) => leader.to_string(),
+                Err(e) => {
+                    // Offline for now: fetch the others and look again at the next poll.
+                    tracing::debug!(%topic, partition, error = %e, "skipping a partition without a leader");
+                    self.cluster.invalidate(topic);
+                    continue;
+                }
+            };
             by_leader
                 .entry(leader)
                 .or_default()

@@ -44,7 +44,9 @@ impl ClientError {
         matches!(
             self,
             ClientError::Server {
-                code: ErrorCode::NOT_LEADER | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                code: ErrorCode::NOT_LEADER
+                    | ErrorCode::LEADER_NOT_AVAILABLE
+                    | ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 ..
             } | ClientError::Connect { .. }
                 | ClientError::ConnectionClosed(_)

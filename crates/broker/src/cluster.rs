@@ -1,0 +1,241 @@
+//! The broker's membership in the cluster: registering with the MetaServer (for an epoch),
+//! heartbeating, registering again after being fenced, watching the metadata image, and
+//! handing out producer ids from blocks the MetaServer allocates.
+//!
+//! The image is the broker's only source of truth about topics, placement and leadership; it
+//! may lag the MetaServer by one long-poll round trip. Handlers read it without waiting.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinymq_meta::link::{LinkError, MetaLink};
+use tinymq_meta::{Command, MetadataImage, Reply};
+use tinymq_protocol::{messages as m, ErrorCode};
+use tokio::sync::watch;
+
+/// How often a broker tells the MetaServer it is alive (a third of the 9 s session).
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
+/// How long one watch of the image waits for a change.
+const WATCH_WAIT: Duration = Duration::from_secs(10);
+/// Pause before retrying after the MetaServer could not be reached.
+const RETRY_BACKOFF: Duration = Duration::from_millis(250);
+/// Producer ids reserved from the MetaServer at once.
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+
+/// A version of the image: the MetaServer's applied log index, and the image itself.
+#[derive(Debug, Clone, Default)]
+pub struct VersionedImage {
+    pub version: u64,
+    pub image: Arc<MetadataImage>,
+}
+
+pub struct ClusterView {
+    pub broker_id: u32,
+    pub link: MetaLink,
+    /// The epoch of this broker's current registration (0 before the first).
+    epoch: AtomicU64,
+    image: watch::Sender<VersionedImage>,
+    /// The unused rest of the current producer-id block: `next..end`.
+    producer_ids: tokio::sync::Mutex<(i64, i64)>,
+}
+
+impl std::fmt::Debug for ClusterView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterView")
+            .field("broker_id", &self.broker_id)
+            .field("epoch", &self.epoch())
+            .field("version", &self.image.borrow().version)
+            .finish()
+    }
+}
+
+impl ClusterView {
+    pub fn new(broker_id: u32, link: MetaLink) -> ClusterView {
+        ClusterView {
+            broker_id,
+            link,
+            epoch: AtomicU64::new(0),
+            image: watch::Sender::new(VersionedImage::default()),
+            producer_ids: tokio::sync::Mutex::new((0, 0)),
+        }
+    }
+
+    /// The newest image this broker has seen.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().image.clone()
+    }
+
+    pub fn versioned(&self) -> VersionedImage {
+        self.image.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<VersionedImage> {
+        self.image.subscribe()
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    pub fn cluster_id(&self) -> String {
+        self.image.borrow().image.cluster_id.clone()
+    }
+
+    /// Takes a newer image; older ones (from a lagging MetaServer node) are ignored.
+    pub fn offer(&self, version: u64, image: MetadataImage) -> bool {
+        self.image.send_if_modified(|current| {
+            let newer = version > current.version || current.image.cluster_id.is_empty();
+            if newer {
+                *current = VersionedImage {
+                    version,
+                    image: Arc::new(image),
+                };
+            }
+            newer
+        })
+    }
+
+    /// Applies a command through the MetaServer, as a wire error if refused or unreachable.
+    pub async fn write(&self, command: Command) -> Result<Reply, m::Error> {
+        self.link.write(command).await.map_err(|e| e.to_wire())
+    }
+
+    /// Waits (up to `timeout`) until the watched image satisfies `ready`.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        ready: impl Fn(&MetadataImage) -> bool,
+    ) -> bool {
+        let mut images = self.image.subscribe();
+        let waited = tokio::time::timeout(timeout, images.wait_for(|v| ready(&v.image))).await;
+        matches!(waited, Ok(Ok(_)))
+    }
+
+    /// Reads the image once, waiting up to `wait` for one newer than what this broker has.
+    pub async fn refresh(&self, wait: Duration) -> Result<bool, LinkError> {
+        let since = self.image.borrow().version;
+        let (version, image) = self.link.read(since, wait).await?;
+        Ok(self.offer(version, image))
+    }
+
+    /// Registers this broker at `host:port`, retrying while the MetaServer is unreachable or
+    /// has no leader, until the registration is in the image this broker watches. Fails only
+    /// when the MetaServer refuses (the id is held by another live broker).
+    pub async fn register(&self, host: &str, port: u16) -> Result<u64, m::Error> {
+        let command = Command::RegisterBroker {
+            id: self.broker_id,
+            host: host.into(),
+            port,
+        };
+        let mut attempts = 0u32;
+        let epoch = loop {
+            match self.link.write(command.clone()).await {
+                Ok(Reply::BrokerRegistered { epoch }) => break epoch,
+                Ok(other) => {
+                    return Err(ErrorCode::UNKNOWN_SERVER_ERROR
+                        .with_message(format!("unexpected reply to a registration: {other:?}")))
+                }
+                Err(LinkError::Server(e))
+                    if ErrorCode::from_code(e.code) == Some(ErrorCode::BROKER_ID_IN_USE) =>
+                {
+                    return Err(e)
+                }
+                Err(e) => {
+                    attempts += 1;
+                    if attempts % 20 == 1 {
+                        tracing::warn!(error = %e, "cannot register with the MetaServer yet; retrying");
+                    }
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                }
+            }
+        };
+        self.epoch.store(epoch, Ordering::SeqCst);
+        let id = self.broker_id;
+        let registered = |image: &MetadataImage| {
+            image
+                .brokers
+                .get(&id)
+                .is_some_and(|b| b.epoch >= epoch && !b.fenced)
+        };
+        while !registered(&self.image()) {
+            if let Err(e) = self.refresh(Duration::from_secs(1)).await {
+                tracing::debug!(error = %e, "metadata read failed; retrying");
+                tokio::time::sleep(RETRY_BACKOFF).await;
+            }
+        }
+        tracing::info!(broker = id, epoch, "registered with the MetaServer");
+        Ok(epoch)
+    }
+
+    /// A producer id never handed out before, cluster-wide.
+    pub async fn allocate_producer_id(&self) -> Result<i64, m::Error> {
+        let mut ids = self.producer_ids.lock().await;
+        if ids.0 >= ids.1 {
+            let reply = self
+                .write(Command::AllocateProducerIds {
+                    count: PRODUCER_ID_BLOCK,
+                })
+                .await?;
+            let Reply::ProducerIds { first, count } = reply else {
+                return Err(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(format!(
+                    "unexpected reply to a producer-id request: {reply:?}"
+                )));
+            };
+            *ids = (first, first + count);
+        }
+        let id = ids.0;
+        ids.0 += 1;
+        Ok(id)
+    }
+
+    /// Heartbeats every [`HEARTBEAT_INTERVAL`] until `stop`; registers again when fenced.
+    pub async fn heartbeat_loop(
+        self: Arc<Self>,
+        host: String,
+        port: u16,
+        stop: tokio_util::sync::CancellationToken,
+    ) {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
+                _ = stop.cancelled() => return,
+            }
+            match self.link.heartbeat(self.broker_id, self.epoch()).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::warn!(
+                        broker = self.broker_id,
+                        epoch = self.epoch(),
+                        "fenced by the MetaServer (session expired); registering again"
+                    );
+                    let registering = self.register(&host, port);
+                    tokio::select! {
+                        r = registering => if let Err(e) = r {
+                            tracing::error!(error = %e.message, "registering again was refused");
+                        },
+                        _ = stop.cancelled() => return,
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+            }
+        }
+    }
+
+    /// Keeps the image current until `stop` (subscribers see each newer one).
+    pub async fn watch_loop(self: Arc<Self>, stop: tokio_util::sync::CancellationToken) {
+        loop {
+            let read = tokio::select! {
+                r = self.refresh(WATCH_WAIT) => r,
+                _ = stop.cancelled() => return,
+            };
+            match read {
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "metadata watch failed; retrying");
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                }
+            }
+        }
+    }
+}

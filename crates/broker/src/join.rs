@@ -1,0 +1,129 @@
+//! Joining the cluster at start: the data directory's identity (which broker and cluster it
+//! belongs to, so a directory is never served under another id or against another cluster's
+//! metadata), registration, the first image, and removing the data of topics deleted while
+//! the broker was down.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tinymq_meta::MetadataImage;
+
+use crate::cluster::ClusterView;
+
+/// The identity file in a broker's data directory.
+const IDENTITY_FILE: &str = "broker.json";
+/// How long a start waits for the MetaServer to name the cluster.
+const CLUSTER_ID_WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error("data directory {dir} belongs to broker {stored}, not {asked}; start it with --id {stored} or use another directory")]
+    WrongBrokerId {
+        dir: PathBuf,
+        stored: u32,
+        asked: u32,
+    },
+    #[error("data directory {dir} belongs to cluster {stored}, but the MetaServer is cluster {current}; refusing to serve it")]
+    WrongCluster {
+        dir: PathBuf,
+        stored: String,
+        current: String,
+    },
+    #[error("registration refused: {0}")]
+    Refused(String),
+    #[error("the MetaServer named no cluster within {0:?}")]
+    NoClusterId(Duration),
+    #[error("data directory: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Identity {
+    broker_id: u32,
+    cluster_id: String,
+}
+
+fn read_identity(dir: &Path) -> Result<Option<Identity>, JoinError> {
+    match std::fs::read(dir.join(IDENTITY_FILE)) {
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).map_err(std::io::Error::other)?,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Registers the broker and waits for an image that names the cluster; checks and records the
+/// data directory's identity. Returns the registration epoch.
+pub async fn join(
+    cluster: &ClusterView,
+    data_dir: &Path,
+    host: &str,
+    port: u16,
+) -> Result<u64, JoinError> {
+    std::fs::create_dir_all(data_dir)?;
+    let stored = read_identity(data_dir)?;
+    if let Some(stored) = stored.as_ref().filter(|s| s.broker_id != cluster.broker_id) {
+        return Err(JoinError::WrongBrokerId {
+            dir: data_dir.into(),
+            stored: stored.broker_id,
+            asked: cluster.broker_id,
+        });
+    }
+    let epoch = cluster
+        .register(host, port)
+        .await
+        .map_err(|e| JoinError::Refused(e.message))?;
+    let deadline = tokio::time::Instant::now() + CLUSTER_ID_WAIT;
+    while cluster.cluster_id().is_empty() {
+        if tokio::time::Instant::now() > deadline {
+            return Err(JoinError::NoClusterId(CLUSTER_ID_WAIT));
+        }
+        if cluster.refresh(Duration::from_millis(500)).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let current = cluster.cluster_id();
+    match stored {
+        Some(stored) if stored.cluster_id != current => Err(JoinError::WrongCluster {
+            dir: data_dir.into(),
+            stored: stored.cluster_id,
+            current,
+        }),
+        Some(_) => Ok(epoch),
+        None => {
+            let identity = Identity {
+                broker_id: cluster.broker_id,
+                cluster_id: current,
+            };
+            let bytes = serde_json::to_vec_pretty(&identity).map_err(std::io::Error::other)?;
+            crate::durable_file::write_atomically(&data_dir.join(IDENTITY_FILE), &bytes)?;
+            Ok(epoch)
+        }
+    }
+}
+
+/// Removes partition directories of topics the image does not have (deleted while this broker
+/// was down). Safe because the directory's identity matched the cluster: the image is this
+/// cluster's. Internal (`__…`) directories are left alone.
+pub fn remove_deleted_topics(data_dir: &Path, image: &MetadataImage) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(data_dir)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((topic, index)) = name.rsplit_once('-') else {
+            continue;
+        };
+        if topic.starts_with("__") || index.parse::<u32>().is_err() {
+            continue;
+        }
+        if !image.topics.contains_key(topic) {
+            tracing::info!(topic, dir = %entry.path().display(), "removing data of a deleted topic");
+            std::fs::remove_dir_all(entry.path())?;
+        }
+    }
+    Ok(())
+}

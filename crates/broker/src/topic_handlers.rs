@@ -1,0 +1,277 @@
+//! Topic and routing handlers: create, grow, delete, list and describe topics, and answer
+//! metadata requests for the whole cluster. Changes go to the MetaServer as commands; the
+//! answer waits until this broker's image (and its partitions) reflect them, so a client that
+//! acts on the answer finds the topic here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinymq_meta::{Command, MetadataImage, PartitionRecord};
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use crate::state::BrokerState;
+use crate::topic::{validate_topic_name, TopicSettings};
+
+/// How long a topic change waits to be visible here before answering anyway.
+const VISIBLE_WAIT: Duration = Duration::from_secs(10);
+
+fn err(code: ErrorCode, message: impl Into<String>) -> Option<m::Error> {
+    Some(code.with_message(message))
+}
+
+/// Waits until every partition of `topic` that the image places here is open.
+async fn wait_until_open(state: &BrokerState, topic: &str) {
+    let deadline = tokio::time::Instant::now() + VISIBLE_WAIT;
+    let me = state.node_id();
+    while tokio::time::Instant::now() < deadline {
+        let image = state.cluster.image();
+        let Some(record) = image.topics.get(topic) else {
+            return;
+        };
+        let missing = record.partitions.iter().enumerate().any(|(i, p)| {
+            p.replicas.contains(&me) && state.local_partition(topic, i as u32).is_none()
+        });
+        if !missing {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+pub async fn create_topic(
+    state: Arc<BrokerState>,
+    req: m::CreateTopicRequest,
+) -> m::CreateTopicResponse {
+    let fail = |error: m::Error| m::CreateTopicResponse {
+        error: Some(error),
+        config: None,
+    };
+    if let Err((code, msg)) = validate_topic_name(&req.name) {
+        return fail(code.with_message(msg));
+    }
+    let settings = match TopicSettings::from_wire(req.config.as_ref(), &state.config.topic_defaults)
+    {
+        Ok(s) => s,
+        Err((code, msg)) => return fail(code.with_message(msg)),
+    };
+    if req.validate_only {
+        if state.partition_count(&req.name).is_some() {
+            return fail(
+                ErrorCode::TOPIC_ALREADY_EXISTS
+                    .with_message(format!("topic {} already exists", req.name)),
+            );
+        }
+        return m::CreateTopicResponse {
+            error: None,
+            config: Some(settings.to_wire()),
+        };
+    }
+    let command = Command::CreateTopic {
+        name: req.name.clone(),
+        partitions: settings.partitions,
+        replication_factor: settings.replication_factor,
+        config: settings.to_config_map(),
+    };
+    if let Err(e) = state.cluster.write(command).await {
+        return fail(e);
+    }
+    let name = req.name.clone();
+    state
+        .cluster
+        .wait_until(VISIBLE_WAIT, |image| image.topics.contains_key(&name))
+        .await;
+    wait_until_open(&state, &req.name).await;
+    tracing::info!(topic = %req.name, partitions = settings.partitions, "topic created");
+    m::CreateTopicResponse {
+        error: None,
+        config: Some(settings.to_wire()),
+    }
+}
+
+pub async fn alter_partitions(
+    state: Arc<BrokerState>,
+    req: m::AlterPartitionsRequest,
+) -> m::AlterPartitionsResponse {
+    let command = Command::AlterPartitions {
+        name: req.name.clone(),
+        partitions: req.partitions,
+    };
+    if let Err(e) = state.cluster.write(command).await {
+        return m::AlterPartitionsResponse { error: Some(e) };
+    }
+    let (name, count) = (req.name.clone(), req.partitions as usize);
+    state
+        .cluster
+        .wait_until(VISIBLE_WAIT, |image| {
+            image
+                .topics
+                .get(&name)
+                .is_some_and(|t| t.partitions.len() >= count)
+        })
+        .await;
+    wait_until_open(&state, &req.name).await;
+    tracing::info!(topic = %req.name, partitions = req.partitions, "topic grown");
+    m::AlterPartitionsResponse { error: None }
+}
+
+pub async fn delete_topic(
+    state: Arc<BrokerState>,
+    req: m::DeleteTopicRequest,
+) -> m::DeleteTopicResponse {
+    let command = Command::DeleteTopic {
+        name: req.name.clone(),
+    };
+    if let Err(e) = state.cluster.write(command).await {
+        return m::DeleteTopicResponse { error: Some(e) };
+    }
+    let name = req.name.clone();
+    state
+        .cluster
+        .wait_until(VISIBLE_WAIT, |image| !image.topics.contains_key(&name))
+        .await;
+    tracing::info!(topic = %req.name, "topic deleted");
+    m::DeleteTopicResponse { error: None }
+}
+
+pub fn list_topics(state: &BrokerState) -> m::ListTopicsResponse {
+    m::ListTopicsResponse {
+        error: None,
+        names: state
+            .cluster
+            .image()
+            .topics
+            .keys()
+            .filter(|n| !n.starts_with("__"))
+            .cloned()
+            .collect(),
+    }
+}
+
+/// A partition as the image has it, with the offsets filled in when it is led here.
+fn partition_state(
+    state: &BrokerState,
+    topic: &str,
+    index: u32,
+    p: &PartitionRecord,
+) -> m::PartitionState {
+    let mut out = m::PartitionState {
+        partition: index,
+        leader: p.leader.unwrap_or(0),
+        leader_epoch: p.leader_epoch,
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
+        log_start_offset: -1,
+        log_end_offset: -1,
+        high_watermark: -1,
+        size_bytes: 0,
+    };
+    if let Ok((local, _)) = state.led_partition(topic, index) {
+        out.log_start_offset = local.log.log_start_offset();
+        out.log_end_offset = local.log.log_end_offset();
+        out.high_watermark = local.high_watermark();
+        out.size_bytes = local.log.size_bytes();
+    }
+    out
+}
+
+pub fn describe_topic(
+    state: &BrokerState,
+    req: m::DescribeTopicRequest,
+) -> m::DescribeTopicResponse {
+    let image = state.cluster.image();
+    let Some(topic) = image.topics.get(&req.name) else {
+        return m::DescribeTopicResponse {
+            error: err(
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("unknown topic {}", req.name),
+            ),
+            ..Default::default()
+        };
+    };
+    let settings = state.settings_of(&req.name, topic);
+    m::DescribeTopicResponse {
+        error: None,
+        config: Some(settings.to_wire()),
+        partitions: topic
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| partition_state(state, &req.name, i as u32, p))
+            .collect(),
+        name: req.name,
+    }
+}
+
+fn route(topic: &str, index: u32, p: &PartitionRecord) -> m::PartitionRoute {
+    m::PartitionRoute {
+        partition: index,
+        error: match p.leader {
+            Some(_) => None,
+            None => err(
+                ErrorCode::LEADER_NOT_AVAILABLE,
+                format!(
+                    "{topic}/{index} is offline until one of {:?} is live",
+                    p.isr
+                ),
+            ),
+        },
+        leader: p.leader.unwrap_or(0),
+        leader_epoch: p.leader_epoch,
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
+    }
+}
+
+fn topic_routes(image: &MetadataImage, name: String) -> m::TopicRoutes {
+    match image.topics.get(&name) {
+        None => m::TopicRoutes {
+            error: err(
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("unknown topic {name}"),
+            ),
+            name,
+            partitions: vec![],
+        },
+        Some(topic) => m::TopicRoutes {
+            error: None,
+            partitions: topic
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(i, p)| route(&name, i as u32, p))
+                .collect(),
+            name,
+        },
+    }
+}
+
+/// Routes for the whole cluster, from this broker's image: every live broker's address and
+/// each partition's leader.
+pub fn metadata(state: &BrokerState, req: m::MetadataRequest) -> m::MetadataResponse {
+    let image = state.cluster.image();
+    let names = if req.topics.is_empty() {
+        image
+            .topics
+            .keys()
+            .filter(|n| !n.starts_with("__"))
+            .cloned()
+            .collect()
+    } else {
+        req.topics
+    };
+    m::MetadataResponse {
+        error: None,
+        cluster_id: image.cluster_id.clone(),
+        brokers: image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| m::BrokerAddress {
+                node_id: b.id,
+                host: b.host.clone(),
+                port: u32::from(b.port),
+            })
+            .collect(),
+        topics: names.into_iter().map(|n| topic_routes(&image, n)).collect(),
+    }
+}
