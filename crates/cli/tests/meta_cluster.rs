@@ -4,75 +4,12 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{RawClient, BIN};
+use common::{free_port, leader, start, MetaProc, RawClient, BIN};
 use tinymq_protocol::messages as m;
-
-struct MetaProc {
-    child: Child,
-}
-
-impl Drop for MetaProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn start(id: u64, addrs: &[String], dir: &std::path::Path) -> MetaProc {
-    let peers: Vec<String> = addrs
-        .iter()
-        .enumerate()
-        .map(|(i, a)| format!("{}={a}", i + 1))
-        .collect();
-    let child = Command::new(BIN)
-        .args([
-            "meta",
-            "--id",
-            &id.to_string(),
-            "--listen",
-            &addrs[id as usize - 1],
-            "--peers",
-            &peers.join(","),
-        ])
-        .arg("--data")
-        .arg(dir.join(format!("meta-{id}")))
-        .env("TINYMQ_LOG", "error")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    MetaProc { child }
-}
-
-/// The leader as seen by `addr`, once one is known (bounded wait).
-fn leader(addr: &str, not: Option<u64>) -> u64 {
-    for _ in 0..200 {
-        if let Ok(out) = Command::new(BIN)
-            .args(["cluster", "status", "--json", "--bootstrap", addr])
-            .output()
-        {
-            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
-                if let Some(l) = v["leader"].as_u64().filter(|l| Some(*l) != not) {
-                    return l;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("no leader seen by {addr}");
-}
 
 fn meta_write(addr: &str, command: serde_json::Value) -> Option<m::Error> {
     let mut c = RawClient::handshaken(addr);

@@ -32,10 +32,24 @@ impl Server {
     }
 
     pub fn start_with_env(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut args = vec!["server", "--listen", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Server::spawn(&args, data, env)
+    }
+
+    /// `tinymq broker --id ID --listen LISTEN --meta META --data DATA`.
+    pub fn start_broker(id: u32, listen: &str, meta: &str, data: &Path) -> Server {
+        let id = id.to_string();
+        let args = ["broker", "--id", &id, "--listen", listen, "--meta", meta];
+        Server::spawn(&args, data, &[])
+    }
+
+    /// Runs `tinymq ARGS --data DATA` and waits for the line naming its address.
+    fn spawn(args: &[&str], data: &Path, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
-            .args(["server", "--listen", "127.0.0.1:0", "--data"])
+            .args(args)
+            .arg("--data")
             .arg(data)
-            .args(extra)
             .envs(env.iter().copied())
             .env("TINYMQ_LOG", "warn")
             .stdout(Stdio::piped())
@@ -125,6 +139,74 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+// ---- MetaServer nodes ----------------------------------------------------------------------
+
+/// A `tinymq meta` child process.
+pub struct MetaProc {
+    child: Child,
+}
+
+impl Drop for MetaProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts MetaServer node `id` of the group at `addrs` (node i+1 at addrs[i]).
+pub fn start(id: u64, addrs: &[String], dir: &std::path::Path) -> MetaProc {
+    let peers: Vec<String> = addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}={a}", i + 1))
+        .collect();
+    let child = Command::new(BIN)
+        .args([
+            "meta",
+            "--id",
+            &id.to_string(),
+            "--listen",
+            &addrs[id as usize - 1],
+            "--peers",
+            &peers.join(","),
+        ])
+        .arg("--data")
+        .arg(dir.join(format!("meta-{id}")))
+        .env("TINYMQ_LOG", "error")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    MetaProc { child }
+}
+
+/// The leader as seen by `addr`, once one is known (bounded wait).
+pub fn leader(addr: &str, not: Option<u64>) -> u64 {
+    for _ in 0..200 {
+        if let Ok(out) = Command::new(BIN)
+            .args(["cluster", "status", "--json", "--bootstrap", addr])
+            .output()
+        {
+            if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) {
+                if let Some(l) = v["leader"].as_u64().filter(|l| Some(*l) != not) {
+                    return l;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("no leader seen by {addr}");
+}
+
+/// A port that was free a moment ago (for processes that must keep their address across
+/// restarts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 /// A blocking raw-protocol connection, for tests that speak bytes.

@@ -1,0 +1,333 @@
+//! A cluster of separate processes: three MetaServer nodes and three brokers (a fourth joins
+//! later). Placement spreads leaders evenly; any broker routes clients to every partition;
+//! consumer groups work across brokers; the Raft leader's SIGKILL does not stop topic changes
+//! and it catches up after a restart; a broker killed with SIGKILL is fenced, its partitions go
+//! offline, and after a restart it re-registers and serves them with its data intact; a broker
+//! that joins later leads partitions of a new topic.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{free_port, leader, start, MetaProc, Server, BIN};
+
+fn tool(args: &[&str]) -> std::process::Output {
+    Command::new(BIN).args(args).output().expect("run tinymq")
+}
+
+fn tool_ok(args: &[&str]) -> String {
+    let out = tool(args);
+    assert!(
+        out.status.success(),
+        "tinymq {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Retries a tool for a while (a bounded wait, for changes that need an election or a fence).
+fn tool_eventually(args: &[&str]) -> String {
+    for _ in 0..100 {
+        let out = tool(args);
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout).into_owned();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    tool_ok(args)
+}
+
+fn describe(topic: &str, bootstrap: &str) -> serde_json::Value {
+    let out = tool_ok(&[
+        "topic",
+        "describe",
+        topic,
+        "--json",
+        "--bootstrap",
+        bootstrap,
+    ]);
+    serde_json::from_str(&out).expect("describe prints JSON")
+}
+
+/// Partition index → leader id (0 = offline).
+fn leaders(topic: &str, bootstrap: &str) -> Vec<u64> {
+    describe(topic, bootstrap)["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| p["leader"].as_u64().expect("leader"))
+        .collect()
+}
+
+fn leader_counts(leaders: &[u64]) -> BTreeMap<u64, usize> {
+    let mut counts = BTreeMap::new();
+    for l in leaders {
+        *counts.entry(*l).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn produce(topic: &str, bootstrap: &str, lines: &[String]) {
+    let mut child = Command::new(BIN)
+        .args([
+            "produce",
+            topic,
+            "--key-separator",
+            ":",
+            "--bootstrap",
+            bootstrap,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn produce");
+    let mut stdin = child.stdin.take().expect("stdin");
+    std::io::Write::write_all(&mut stdin, lines.join("\n").as_bytes()).expect("write");
+    drop(stdin);
+    let out = child.wait_with_output().expect("produce");
+    assert!(
+        out.status.success(),
+        "produce: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Every value of the topic, sorted (the order across partitions is not defined).
+fn consume_all(topic: &str, bootstrap: &str, count: usize, group: Option<&str>) -> Vec<String> {
+    let count_arg = count.to_string();
+    let mut args = vec![
+        "consume",
+        topic,
+        "--from-beginning",
+        "--count",
+        &count_arg,
+        "--bootstrap",
+        bootstrap,
+    ];
+    if let Some(g) = group {
+        args.extend(["--group", g]);
+    }
+    let mut values: Vec<String> = tool_ok(&args).lines().map(String::from).collect();
+    values.sort();
+    values
+}
+
+fn broker_live(meta: &str, id: u64) -> Option<bool> {
+    let out = tool(&["cluster", "status", "--json", "--bootstrap", meta]);
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    status["brokers"]
+        .as_array()?
+        .iter()
+        .find(|b| b["id"].as_u64() == Some(id))
+        .and_then(|b| b["live"].as_bool())
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..150 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[test]
+fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta_addrs: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let mut metas: Vec<Option<MetaProc>> = (1..=3)
+        .map(|id| Some(start(id, &meta_addrs, tmp.path())))
+        .collect();
+    let meta_list = meta_addrs.join(",");
+    let broker_addrs: Vec<String> = (0..4)
+        .map(|_| format!("127.0.0.1:{}", free_port()))
+        .collect();
+    let broker_dir = |id: usize| tmp.path().join(format!("broker-{id}"));
+    let mut brokers: Vec<Server> = (1..=3)
+        .map(|id| {
+            Server::start_broker(
+                id as u32,
+                &broker_addrs[id - 1],
+                &meta_list,
+                &broker_dir(id),
+            )
+        })
+        .collect();
+    let (b1, b2, b3) = (&broker_addrs[0], &broker_addrs[1], &broker_addrs[2]);
+
+    // Placement: six partitions, two leaders per broker, seen the same through any broker.
+    tool_ok(&[
+        "topic",
+        "create",
+        "orders",
+        "--partitions",
+        "6",
+        "--bootstrap",
+        b1,
+    ]);
+    let placed = leaders("orders", b3);
+    assert_eq!(leader_counts(&placed), [(1, 2), (2, 2), (3, 2)].into());
+    let described = describe("orders", b2);
+    for p in described["partitions"].as_array().unwrap() {
+        assert_eq!(p["replicas"], serde_json::json!([p["leader"]]));
+        assert_eq!(p["isr"], serde_json::json!([p["leader"]]));
+    }
+
+    // Routing: produced through broker 1, consumed through broker 3 (and a group through 2).
+    let lines: Vec<String> = (0..600)
+        .map(|i| format!("key-{}:value-{i:04}", i % 37))
+        .collect();
+    produce("orders", b1, &lines);
+    let mut expected: Vec<String> = (0..600).map(|i| format!("value-{i:04}")).collect();
+    expected.sort();
+    assert_eq!(consume_all("orders", b3, 600, None), expected);
+    assert_eq!(consume_all("orders", b2, 600, Some("billing")), expected);
+
+    // SIGKILL the Raft leader: another is elected and topic creation keeps working.
+    let first_leader = leader(&meta_addrs[0], None);
+    metas[first_leader as usize - 1] = None;
+    let survivor = &meta_addrs[first_leader as usize % 3];
+    let second_leader = leader(survivor, Some(first_leader));
+    assert_ne!(second_leader, first_leader);
+    tool_eventually(&[
+        "topic",
+        "create",
+        "after-failover",
+        "--partitions",
+        "3",
+        "--bootstrap",
+        b2,
+    ]);
+    assert_eq!(leaders("after-failover", b1).len(), 3);
+
+    // The killed node restarts from its data directory and catches up.
+    metas[first_leader as usize - 1] = Some(start(first_leader, &meta_addrs, tmp.path()));
+    let restarted = &meta_addrs[first_leader as usize - 1];
+    wait_for("the restarted MetaServer to catch up", || {
+        tool(&["topic", "list", "--bootstrap", restarted])
+            .stdout
+            .split(|b| *b == b'\n')
+            .any(|l| l == b"after-failover")
+    });
+
+    // SIGKILL broker 2: it is fenced after its session and its partitions go offline (only
+    // it holds their data); restarted, it registers again and serves them, data intact.
+    brokers[1].kill9();
+    wait_for("broker 2 to be fenced", || {
+        broker_live(survivor, 2) == Some(false)
+    });
+    let offline = leaders("orders", b1);
+    assert_eq!(
+        offline.iter().filter(|l| **l == 0).count(),
+        2,
+        "broker 2's partitions are offline, not moved to a replica without the data: {offline:?}"
+    );
+    brokers[1] = Server::start_broker(2, b2, &meta_list, &broker_dir(2));
+    wait_for("broker 2 to be live again", || {
+        broker_live(survivor, 2) == Some(true)
+    });
+    wait_for("broker 2 to lead its partitions again", || {
+        leaders("orders", b3) == placed
+    });
+    assert_eq!(consume_all("orders", b2, 600, None), expected);
+
+    // A broker that joins later leads partitions of a new topic.
+    brokers.push(Server::start_broker(
+        4,
+        &broker_addrs[3],
+        &meta_list,
+        &broker_dir(4),
+    ));
+    tool_ok(&[
+        "topic",
+        "create",
+        "late",
+        "--partitions",
+        "4",
+        "--bootstrap",
+        b1,
+    ]);
+    let late = leaders("late", b3);
+    assert!(late.contains(&4), "broker 4 leads some of {late:?}");
+    let late_lines: Vec<String> = (0..40).map(|i| format!("k{i}:late-{i:02}")).collect();
+    produce("late", &broker_addrs[3], &late_lines);
+    let mut late_expected: Vec<String> = (0..40).map(|i| format!("late-{i:02}")).collect();
+    late_expected.sort();
+    assert_eq!(consume_all("late", b1, 40, None), late_expected);
+
+    // Growing a topic adds partitions, placed on live brokers, and never shrinks it.
+    tool_ok(&[
+        "topic",
+        "alter",
+        "orders",
+        "--partitions",
+        "8",
+        "--bootstrap",
+        b3,
+    ]);
+    assert_eq!(leaders("orders", b1).len(), 8);
+    assert!(!tool(&[
+        "topic",
+        "alter",
+        "orders",
+        "--partitions",
+        "4",
+        "--bootstrap",
+        b3
+    ])
+    .status
+    .success());
+}
+
+#[test]
+fn a_broker_id_cannot_be_served_twice_or_from_another_data_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta_addr = format!("127.0.0.1:{}", free_port());
+    let _meta = start(1, std::slice::from_ref(&meta_addr), tmp.path());
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _broker = Server::start_broker(1, &addr, &meta_addr, &tmp.path().join("b1"));
+
+    // The same id from another address while the first is live: refused.
+    let other = format!("127.0.0.1:{}", free_port());
+    let dup = tool(&[
+        "broker",
+        "--id",
+        "1",
+        "--listen",
+        &other,
+        "--meta",
+        &meta_addr,
+        "--data",
+        tmp.path().join("dup").to_str().unwrap(),
+    ]);
+    assert!(!dup.status.success());
+    assert!(
+        String::from_utf8_lossy(&dup.stderr).contains("broker id 1 is registered"),
+        "{}",
+        String::from_utf8_lossy(&dup.stderr)
+    );
+
+    // Broker 1's data directory under another id: refused before registering.
+    let wrong = tool(&[
+        "broker",
+        "--id",
+        "2",
+        "--listen",
+        &other,
+        "--meta",
+        &meta_addr,
+        "--data",
+        tmp.path().join("b1").to_str().unwrap(),
+    ]);
+    assert!(!wrong.status.success());
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("belongs to broker 1"),
+        "{}",
+        String::from_utf8_lossy(&wrong.stderr)
+    );
+}
