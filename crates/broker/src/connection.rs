@@ -353,17 +353,16 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
         )),
         OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| group_handlers::delete(state, r)
             .await),
-        OpCode::RaftRpc | OpCode::MetaWrite | OpCode::MetaRead | OpCode::BrokerHeartbeat => {
-            Some(error_frame(
-                op_code,
-                id,
-                ErrorCode::UNKNOWN_OPERATION,
-                format!(
-                    "{} is served by MetaServer nodes, not by a broker",
-                    op.name()
-                ),
-            ))
-        }
+        OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| topic_handlers::meta_read(&state)),
+        OpCode::RaftRpc | OpCode::MetaWrite | OpCode::BrokerHeartbeat => Some(error_frame(
+            op_code,
+            id,
+            ErrorCode::UNKNOWN_OPERATION,
+            format!(
+                "{} is served by MetaServer nodes, not by a broker",
+                op.name()
+            ),
+        )),
         OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r).await),
         OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| handlers::list_offsets(state, r)
             .await),

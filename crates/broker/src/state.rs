@@ -19,6 +19,8 @@ use crate::topic::TopicSettings;
 
 /// A partition key: topic name and partition index.
 type PartitionKey = (String, u32);
+/// Open partitions by topic, then index (looked up by `&str` on every request).
+type PartitionMap = HashMap<String, BTreeMap<u32, Arc<Partition>>>;
 
 #[derive(Debug)]
 pub struct BrokerState {
@@ -28,7 +30,7 @@ pub struct BrokerState {
     pub cluster: Arc<ClusterView>,
     pub groups: GroupCoordinator,
     /// The partitions held here, by topic and index.
-    partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
+    partitions: RwLock<PartitionMap>,
 }
 
 impl BrokerState {
@@ -70,9 +72,14 @@ impl BrokerState {
                     .map(move |(i, _)| ((name.clone(), i as u32), topic))
             })
             .collect();
-        let open: Vec<PartitionKey> = self.partitions.read().keys().cloned().collect();
+        let open: Vec<PartitionKey> = self
+            .partitions
+            .read()
+            .iter()
+            .flat_map(|(t, ps)| ps.keys().map(move |i| (t.clone(), *i)))
+            .collect();
         for key in open.iter().filter(|k| !wanted.contains_key(*k)) {
-            let Some(partition) = self.partitions.write().remove(key) else {
+            let Some(partition) = self.remove_local(&key.0, key.1) else {
                 continue;
             };
             if let Err(e) = partition.close() {
@@ -88,13 +95,17 @@ impl BrokerState {
             }
         }
         for ((name, index), topic) in wanted {
-            if self.partitions.read().contains_key(&(name.clone(), index)) {
+            if self.local_partition(&name, index).is_some() {
                 continue;
             }
             let settings = self.settings_of(&name, topic);
             match Partition::open(&self.config.data_dir, &name, index, &settings) {
                 Ok(p) => {
-                    self.partitions.write().insert((name, index), Arc::new(p));
+                    let mut partitions = self.partitions.write();
+                    partitions
+                        .entry(name)
+                        .or_default()
+                        .insert(index, Arc::new(p));
                 }
                 Err(e) => {
                     tracing::error!(topic = %name, partition = index, error = %e, "cannot open partition")
@@ -188,14 +199,25 @@ impl BrokerState {
 
     /// The partition if it is open here, led or not.
     pub fn local_partition(&self, topic: &str, index: u32) -> Option<Arc<Partition>> {
-        self.partitions
-            .read()
-            .get(&(topic.to_string(), index))
-            .cloned()
+        self.partitions.read().get(topic)?.get(&index).cloned()
+    }
+
+    fn remove_local(&self, topic: &str, index: u32) -> Option<Arc<Partition>> {
+        let mut partitions = self.partitions.write();
+        let of_topic = partitions.get_mut(topic)?;
+        let removed = of_topic.remove(&index);
+        if of_topic.is_empty() {
+            partitions.remove(topic);
+        }
+        removed
     }
 
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions.read().values().cloned().collect()
+        self.partitions
+            .read()
+            .values()
+            .flat_map(|ps| ps.values().cloned())
+            .collect()
     }
 
     /// Partition count of a topic, if it exists in the cluster.

@@ -217,3 +217,23 @@ impl MetaNode {
         let _ = self.raft.shutdown().await;
     }
 }
+
+#[cfg(test)]
+mod node_id_tests {
+    use super::*;
+
+    #[test]
+    fn a_data_directory_is_never_opened_under_another_node_id() {
+        let tmp = tempfile::tempdir().unwrap();
+        claim_dir(tmp.path(), 3).unwrap();
+        claim_dir(tmp.path(), 3).expect("the same node may reopen its directory");
+        assert!(matches!(
+            claim_dir(tmp.path(), 4),
+            Err(MetaNodeError::WrongNodeId {
+                stored: 3,
+                asked: 4,
+                ..
+            })
+        ));
+    }
+}
