@@ -178,6 +178,43 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
         assert_eq!(p["isr"], serde_json::json!([p["leader"]]));
     }
 
+    // Replica lists of the requested length on distinct brokers; until data replication the
+    // ISR is the leader alone. More replicas than live brokers is refused.
+    tool_ok(&[
+        "topic",
+        "create",
+        "copies",
+        "--partitions",
+        "3",
+        "--replicas",
+        "3",
+        "--bootstrap",
+        b2,
+    ]);
+    for p in describe("copies", b1)["partitions"].as_array().unwrap() {
+        let mut replicas: Vec<u64> = p["replicas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_u64().unwrap())
+            .collect();
+        assert_eq!(p["replicas"][0], p["leader"], "the preferred leader leads");
+        assert_eq!(p["isr"], serde_json::json!([p["leader"]]));
+        replicas.sort_unstable();
+        assert_eq!(replicas, vec![1, 2, 3]);
+    }
+    assert!(!tool(&[
+        "topic",
+        "create",
+        "too-many",
+        "--replicas",
+        "4",
+        "--bootstrap",
+        b2
+    ])
+    .status
+    .success());
+
     // Routing: produced through broker 1, consumed through broker 3 (and a group through 2).
     let lines: Vec<String> = (0..600)
         .map(|i| format!("key-{}:value-{i:04}", i % 37))
