@@ -68,7 +68,8 @@ impl MetaService {
         cluster_id: Option<String>,
     ) -> Result<Arc<MetaService>, MetaNodeError> {
         let node = Arc::new(MetaNode::start(id, dir, TcpNetwork).await?);
-        if peers.keys().next() == Some(&id) && node.voters().is_empty() {
+        let initialized = node.raft.is_initialized().await.unwrap_or(true);
+        if peers.keys().next() == Some(&id) && !initialized {
             // Initializing an already initialized group is refused by openraft: harmless.
             if let Err(e) = node.initialize(peers).await {
                 tracing::info!(error = %e, "raft group not initialized by this node");
