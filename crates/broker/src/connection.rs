@@ -18,6 +18,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use tinymq_meta::link::MetaLink;
+
 use crate::state::BrokerState;
 use crate::{group_handlers, handlers, topic_handlers};
 
@@ -353,13 +355,22 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
         )),
         OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| group_handlers::delete(state, r)
             .await),
+        // The standalone server is also a single-node MetaServer: brokers may join it.
+        OpCode::RaftRpc | OpCode::MetaWrite | OpCode::MetaRead | OpCode::BrokerHeartbeat
+            if matches!(state.cluster.link, MetaLink::Local(_)) =>
+        {
+            let MetaLink::Local(service) = &state.cluster.link else {
+                unreachable!("matched above")
+            };
+            Some(tinymq_meta::server::handle(service, frame).await)
+        }
         OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| topic_handlers::meta_read(&state)),
         OpCode::RaftRpc | OpCode::MetaWrite | OpCode::BrokerHeartbeat => Some(error_frame(
             op_code,
             id,
             ErrorCode::UNKNOWN_OPERATION,
             format!(
-                "{} is served by MetaServer nodes, not by a broker",
+                "{} is served by MetaServer nodes (and the standalone server), not by a cluster broker",
                 op.name()
             ),
         )),

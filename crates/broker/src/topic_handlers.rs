@@ -276,27 +276,19 @@ pub fn metadata(state: &BrokerState, req: m::MetadataRequest) -> m::MetadataResp
     }
 }
 
-/// The image as this broker has it, for `tinymq cluster status` pointed at a broker. The
-/// standalone server reports its embedded MetaServer node; a cluster broker does not know the
-/// Raft leader (0) and lists no voters: ask a MetaServer node for those. It never waits.
+/// The image as this cluster broker has it, for `tinymq cluster status` pointed at a broker
+/// (the standalone server answers from its embedded MetaServer instead). It does not know the
+/// Raft leader (0) or the voters: ask a MetaServer node for those. It never waits.
 pub fn meta_read(state: &BrokerState) -> m::MetaReadResponse {
     let view = state.cluster.versioned();
-    let (leader, voters, node_id) = match &state.cluster.link {
-        tinymq_meta::link::MetaLink::Local(service) => (
-            service.node.current_leader().unwrap_or(0),
-            service.node.voters().into_iter().collect(),
-            service.node.id,
-        ),
-        tinymq_meta::link::MetaLink::Remote(_) => (0, vec![], 0),
-    };
     m::MetaReadResponse {
         error: None,
         image: serde_json::to_vec(&*view.image)
             .expect("the image serializes")
             .into(),
-        leader,
-        voters,
-        node_id,
+        leader: 0,
+        voters: vec![],
+        node_id: 0,
         version: view.version,
     }
 }

@@ -368,3 +368,43 @@ fn a_broker_id_cannot_be_served_twice_or_from_another_data_directory() {
         String::from_utf8_lossy(&wrong.stderr)
     );
 }
+
+#[test]
+fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("server"));
+    let s = server.addr.as_str();
+    tool_ok(&["topic", "create", "before", "--bootstrap", s]);
+    let lines: Vec<String> = (0..20).map(|i| format!("k{i}:before-{i:02}")).collect();
+    produce("before", s, &lines);
+
+    // A broker joins the standalone server's embedded MetaServer.
+    let joined_addr = format!("127.0.0.1:{}", free_port());
+    let _joined = Server::start_broker(2, &joined_addr, s, &tmp.path().join("broker-2"));
+    let status = tool_ok(&["cluster", "status", "--bootstrap", s]);
+    assert!(status.contains("broker 2"), "{status}");
+
+    // New partitions go to the new, least-loaded broker; both brokers route every partition.
+    tool_ok(&[
+        "topic",
+        "create",
+        "after",
+        "--partitions",
+        "4",
+        "--bootstrap",
+        s,
+    ]);
+    assert!(
+        leaders("after", s).contains(&2),
+        "{:?}",
+        leaders("after", s)
+    );
+    let after: Vec<String> = (0..40).map(|i| format!("k{i}:after-{i:02}")).collect();
+    produce("after", s, &after);
+    let mut expected: Vec<String> = (0..40).map(|i| format!("after-{i:02}")).collect();
+    expected.sort();
+    assert_eq!(consume_all("after", &joined_addr, 40, None), expected);
+    let mut before: Vec<String> = (0..20).map(|i| format!("before-{i:02}")).collect();
+    before.sort();
+    assert_eq!(consume_all("before", &joined_addr, 20, None), before);
+}
