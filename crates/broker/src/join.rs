@@ -1,13 +1,11 @@
 //! Joining the cluster at start: the data directory's identity (which broker and cluster it
 //! belongs to, so a directory is never served under another id or against another cluster's
-//! metadata), registration, the first image, and removing the data of topics deleted while
-//! the broker was down.
+//! metadata), registration and the first image.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tinymq_meta::MetadataImage;
 
 use crate::cluster::ClusterView;
 
@@ -102,28 +100,4 @@ pub async fn join(
             Ok(epoch)
         }
     }
-}
-
-/// Removes partition directories of topics the image does not have (deleted while this broker
-/// was down). Safe because the directory's identity matched the cluster: the image is this
-/// cluster's. Internal (`__…`) directories are left alone.
-pub fn remove_deleted_topics(data_dir: &Path, image: &MetadataImage) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(data_dir)? {
-        let entry = entry?;
-        if !entry.file_type()?.is_dir() {
-            continue;
-        }
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((topic, index)) = name.rsplit_once('-') else {
-            continue;
-        };
-        if topic.starts_with("__") || index.parse::<u32>().is_err() {
-            continue;
-        }
-        if !image.topics.contains_key(topic) {
-            tracing::info!(topic, dir = %entry.path().display(), "removing data of a deleted topic");
-            std::fs::remove_dir_all(entry.path())?;
-        }
-    }
-    Ok(())
 }

@@ -18,6 +18,7 @@ mod join;
 mod legacy;
 pub mod partition;
 pub mod producer_state;
+mod reconcile;
 mod server;
 pub mod state;
 pub mod topic;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use parking_lot::RwLock;
 use tinymq_log::LogError;
 use tinymq_meta::command::OFFSETS_TOPIC;
-use tinymq_meta::{BrokerRecord, MetadataImage, TopicRecord};
+use tinymq_meta::{BrokerRecord, TopicRecord};
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::cluster::ClusterView;
@@ -17,10 +17,15 @@ use crate::group::GroupCoordinator;
 use crate::partition::Partition;
 use crate::topic::TopicSettings;
 
-/// A partition key: topic name and partition index.
-type PartitionKey = (String, u32);
+/// The partitions of one topic held here, and the topic's id (0 for a topic from before ids).
+#[derive(Debug, Default)]
+pub(crate) struct LocalTopic {
+    pub id: u64,
+    pub partitions: BTreeMap<u32, Arc<Partition>>,
+}
+
 /// Open partitions by topic, then index (looked up by `&str` on every request).
-type PartitionMap = HashMap<String, BTreeMap<u32, Arc<Partition>>>;
+pub(crate) type PartitionMap = HashMap<String, LocalTopic>;
 
 #[derive(Debug)]
 pub struct BrokerState {
@@ -29,8 +34,8 @@ pub struct BrokerState {
     pub advertised: SocketAddr,
     pub cluster: Arc<ClusterView>,
     pub groups: GroupCoordinator,
-    /// The partitions held here, by topic and index.
-    partitions: RwLock<PartitionMap>,
+    /// The partitions held here, by topic and index; changed only by `reconcile`.
+    pub(crate) partitions: RwLock<PartitionMap>,
 }
 
 impl BrokerState {
@@ -51,67 +56,6 @@ impl BrokerState {
 
     pub fn node_id(&self) -> u32 {
         self.cluster.broker_id
-    }
-
-    /// Opens the partitions the image places here and closes those it no longer does (a
-    /// deleted topic's data is removed). Blocks on disk I/O (recovery); run it on a blocking
-    /// thread. Errors are per partition and logged; the rest proceed.
-    pub fn reconcile(&self, image: &MetadataImage) {
-        let me = self.node_id();
-        let wanted: BTreeMap<PartitionKey, &TopicRecord> = image
-            .topics
-            .iter()
-            // Internal topics (the group offsets) are opened by their own owners.
-            .filter(|(name, _)| !name.starts_with("__"))
-            .flat_map(|(name, topic)| {
-                topic
-                    .partitions
-                    .iter()
-                    .enumerate()
-                    .filter(move |(_, p)| p.replicas.contains(&me))
-                    .map(move |(i, _)| ((name.clone(), i as u32), topic))
-            })
-            .collect();
-        let open: Vec<PartitionKey> = self
-            .partitions
-            .read()
-            .iter()
-            .flat_map(|(t, ps)| ps.keys().map(move |i| (t.clone(), *i)))
-            .collect();
-        for key in open.iter().filter(|k| !wanted.contains_key(*k)) {
-            let Some(partition) = self.remove_local(&key.0, key.1) else {
-                continue;
-            };
-            if let Err(e) = partition.close() {
-                tracing::error!(topic = %key.0, partition = key.1, error = %e, "close failed");
-            }
-            if !image.topics.contains_key(&key.0) {
-                match remove_partition_dir(&self.config.data_dir, &key.0, key.1) {
-                    Ok(()) => tracing::info!(topic = %key.0, partition = key.1, "deleted"),
-                    Err(e) => {
-                        tracing::error!(topic = %key.0, partition = key.1, error = %e, "removing the data failed")
-                    }
-                }
-            }
-        }
-        for ((name, index), topic) in wanted {
-            if self.local_partition(&name, index).is_some() {
-                continue;
-            }
-            let settings = self.settings_of(&name, topic);
-            match Partition::open(&self.config.data_dir, &name, index, &settings) {
-                Ok(p) => {
-                    let mut partitions = self.partitions.write();
-                    partitions
-                        .entry(name)
-                        .or_default()
-                        .insert(index, Arc::new(p));
-                }
-                Err(e) => {
-                    tracing::error!(topic = %name, partition = index, error = %e, "cannot open partition")
-                }
-            }
-        }
     }
 
     /// A topic's settings: its stored config over this broker's defaults.
@@ -199,24 +143,19 @@ impl BrokerState {
 
     /// The partition if it is open here, led or not.
     pub fn local_partition(&self, topic: &str, index: u32) -> Option<Arc<Partition>> {
-        self.partitions.read().get(topic)?.get(&index).cloned()
-    }
-
-    fn remove_local(&self, topic: &str, index: u32) -> Option<Arc<Partition>> {
-        let mut partitions = self.partitions.write();
-        let of_topic = partitions.get_mut(topic)?;
-        let removed = of_topic.remove(&index);
-        if of_topic.is_empty() {
-            partitions.remove(topic);
-        }
-        removed
+        self.partitions
+            .read()
+            .get(topic)?
+            .partitions
+            .get(&index)
+            .cloned()
     }
 
     pub fn all_partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions
             .read()
             .values()
-            .flat_map(|ps| ps.values().cloned())
+            .flat_map(|t| t.partitions.values().cloned())
             .collect()
     }
 

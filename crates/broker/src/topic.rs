@@ -321,6 +321,7 @@ mod tests {
             isr: vec![1],
         };
         let mut record = TopicRecord {
+            id: 1,
             partitions: vec![partition.clone(), partition],
             config: settings.to_config_map(),
         };

@@ -380,7 +380,7 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
 
     // A broker joins the standalone server's embedded MetaServer.
     let joined_addr = format!("127.0.0.1:{}", free_port());
-    let _joined = Server::start_broker(2, &joined_addr, s, &tmp.path().join("broker-2"));
+    let mut joined = Server::start_broker(2, &joined_addr, s, &tmp.path().join("broker-2"));
     let status = tool_ok(&["cluster", "status", "--bootstrap", s]);
     assert!(status.contains("broker 2"), "{status}");
 
@@ -407,4 +407,25 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
     let mut before: Vec<String> = (0..20).map(|i| format!("before-{i:02}")).collect();
     before.sort();
     assert_eq!(consume_all("before", &joined_addr, 20, None), before);
+
+    // While broker 2 is down, "after" is deleted and created again (on broker 2 again: it is
+    // not fenced yet). Restarted, broker 2 drops the old topic's data instead of serving it.
+    joined.kill9();
+    tool_ok(&["topic", "delete", "after", "--bootstrap", s]);
+    tool_ok(&[
+        "topic",
+        "create",
+        "after",
+        "--partitions",
+        "4",
+        "--bootstrap",
+        s,
+    ]);
+    assert!(leaders("after", s).contains(&2));
+    let _joined = Server::start_broker(2, &joined_addr, s, &tmp.path().join("broker-2"));
+    let fresh: Vec<String> = (0..8).map(|i| format!("k{i}:fresh-{i}")).collect();
+    produce("after", s, &fresh);
+    let mut expected: Vec<String> = (0..8).map(|i| format!("fresh-{i}")).collect();
+    expected.sort();
+    assert_eq!(consume_all("after", &joined_addr, 8, None), expected);
 }

@@ -77,7 +77,7 @@ impl Admin {
     }
 
     /// Settings, placement and offsets of a topic. Placement comes from any broker; each
-    /// partition's offsets from its leader.
+    /// partition's offsets from its leader (-1 when the leader cannot be reached).
     pub async fn describe_topic(&self, name: &str) -> Result<DescribeTopicResponse, ClientError> {
         let request = m::DescribeTopicRequest { name: name.into() };
         let mut response = self.cluster.request(&request).await?;
@@ -95,10 +95,17 @@ impl Admin {
             let Some(addr) = brokers.get(&leader) else {
                 continue;
             };
-            let connection = self.cluster.connection(addr).await?;
-            let theirs = connection
-                .request(&request, self.cluster.config.request_timeout)
-                .await?;
+            // A leader that cannot be reached keeps its partitions' offsets unknown (-1).
+            let asked = match self.cluster.connection(addr).await {
+                Ok(c) => {
+                    c.request(&request, self.cluster.config.request_timeout)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            let Ok(theirs) = asked else {
+                continue;
+            };
             for p in theirs
                 .partitions
                 .into_iter()

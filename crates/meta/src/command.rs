@@ -166,6 +166,7 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
                 return Err(MetaError::InvalidPartitions(partitions.to_string()));
             }
             let topic = TopicRecord {
+                id: image.new_topic_id(),
                 partitions: new_partitions(image, *partitions, 1)?,
                 config: BTreeMap::new(),
             };
@@ -321,6 +322,7 @@ fn create_topic(
     }
     let placed = new_partitions(image, partitions, replication_factor)?;
     let topic = TopicRecord {
+        id: image.new_topic_id(),
         partitions: placed,
         config: config.clone(),
     };

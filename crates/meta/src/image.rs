@@ -35,6 +35,11 @@ pub struct PartitionRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicRecord {
+    /// Unique over the cluster's life: a topic deleted and created again under the same name
+    /// gets a new id, so a broker never mistakes the old topic's data for the new one's. (0 in
+    /// images from before ids: such topics have no id.)
+    #[serde(default)]
+    pub id: u64,
     pub partitions: Vec<PartitionRecord>,
     /// Topic settings by name (`retention_ms`, `flush`, …), validated where they are used.
     pub config: BTreeMap<String, String>,
@@ -86,6 +91,9 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     /// Epochs are unique across brokers and registrations.
     pub next_broker_epoch: u64,
+    /// Topic ids are never reused.
+    #[serde(default)]
+    pub next_topic_id: u64,
 }
 
 impl MetadataImage {
@@ -103,6 +111,7 @@ impl MetadataImage {
                 }
             }
             MetadataRecord::CreateTopic { name, topic } => {
+                self.next_topic_id = self.next_topic_id.max(topic.id + 1);
                 self.topics
                     .entry(name.clone())
                     .or_insert_with(|| topic.clone());
@@ -137,6 +146,11 @@ impl MetadataImage {
                 self.next_producer_id = self.next_producer_id.max(first + count);
             }
         }
+    }
+
+    /// The id the next topic gets (ids start at 1).
+    pub fn new_topic_id(&self) -> u64 {
+        self.next_topic_id.max(1)
     }
 
     /// Live (unfenced) broker ids, sorted.

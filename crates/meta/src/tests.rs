@@ -333,3 +333,15 @@ fn the_offsets_topic_is_created_once_and_spread_over_the_brokers() {
         Err(MetaError::InvalidTopic(_))
     ));
 }
+
+#[test]
+fn a_topic_created_again_under_its_name_gets_a_new_id() {
+    let mut image = MetadataImage::default();
+    register(&mut image, 1);
+    create(&mut image, "t", 1, 1).unwrap();
+    let first = image.topics["t"].id;
+    assert!(first > 0);
+    execute_and_apply(&mut image, &Command::DeleteTopic { name: "t".into() }).unwrap();
+    create(&mut image, "t", 1, 1).unwrap();
+    assert!(image.topics["t"].id > first);
+}
