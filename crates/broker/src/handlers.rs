@@ -32,11 +32,22 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// One partition of a produce request after its write: where to wait, or why it failed.
+/// Topic, partition, the leader to name with a `NOT_LEADER` (0 otherwise), and the outcome.
 type PartitionWrite = (
     String,
     u32,
+    u32,
     Result<(Arc<Partition>, PendingAppend), m::Error>,
 );
+
+/// The current leader to name in a result carrying `error` (only with `NOT_LEADER`).
+fn leader_hint(state: &BrokerState, topic: &str, partition: u32, error: &m::Error) -> u32 {
+    if error.code == u32::from(ErrorCode::NOT_LEADER.code()) {
+        state.current_leader(topic, partition)
+    } else {
+        0
+    }
+}
 
 /// A produce request whose batches are written and that waits for the flush policy.
 pub struct PreparedProduce {
@@ -86,7 +97,11 @@ pub async fn produce_write(
                         }
                     }
                 };
-                (p.topic, p.partition, outcome)
+                let hint = match &outcome {
+                    Err(e) => leader_hint(&state, &p.topic, p.partition, e),
+                    Ok(_) => 0,
+                };
+                (p.topic, p.partition, hint, outcome)
             })
             .collect()
     })
@@ -111,7 +126,7 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     let waits: Vec<_> = prepared
         .partitions
         .into_iter()
-        .map(|(topic, partition, written)| {
+        .map(|(topic, partition, hint, written)| {
             let task = tokio::spawn(async move {
                 let (p, pending) = written?;
                 let log_start = p.log.log_start_offset();
@@ -128,11 +143,11 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
                     ))),
                 }
             });
-            (topic, partition, task)
+            (topic, partition, hint, task)
         })
         .collect();
     let mut results = Vec::with_capacity(waits.len());
-    for (topic, partition, task) in waits {
+    for (topic, partition, current_leader, task) in waits {
         let outcome = task
             .await
             .unwrap_or_else(|e| Err(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())));
@@ -147,6 +162,7 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
             base_offset,
             log_append_time_ms: -1,
             log_start_offset,
+            current_leader,
         });
     }
     m::ProduceResponse {
@@ -173,10 +189,12 @@ fn read_partitions(
                 high_watermark: -1,
                 log_start_offset: -1,
                 records: Bytes::new(),
+                current_leader: 0,
             };
             let partition = match state.led_partition(&fp.topic, fp.partition) {
                 Ok((partition, _)) => partition,
                 Err(e) => {
+                    result.current_leader = leader_hint(state, &fp.topic, fp.partition, &e);
                     result.error = Some(e);
                     return result;
                 }
@@ -283,10 +301,12 @@ pub async fn list_offsets(
                     error: ok(),
                     offset: -1,
                     timestamp: -1,
+                    current_leader: 0,
                 };
                 let p = match state.led_partition(&lp.topic, lp.partition) {
                     Ok((p, _)) => p,
                     Err(e) => {
+                        out.current_leader = leader_hint(&state, &lp.topic, lp.partition, &e);
                         out.error = Some(e);
                         return out;
                     }

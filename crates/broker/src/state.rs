@@ -141,6 +141,17 @@ impl BrokerState {
         )))
     }
 
+    /// The node id of a partition's leader in this broker's image (0 = none or unknown).
+    pub fn current_leader(&self, topic: &str, index: u32) -> u32 {
+        let image = self.cluster.image();
+        image
+            .topics
+            .get(topic)
+            .and_then(|t| t.partitions.get(index as usize))
+            .and_then(|p| p.leader)
+            .unwrap_or(0)
+    }
+
     /// The partition if it is open here, led or not.
     pub fn local_partition(&self, topic: &str, index: u32) -> Option<Arc<Partition>> {
         self.partitions

@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, leader, start, MetaProc, Server, BIN};
+use common::{free_port, leader, start, MetaProc, RawClient, Server, BIN};
+use tinymq_protocol::{messages as m, ErrorCode};
 
 fn tool(args: &[&str]) -> std::process::Output {
     Command::new(BIN).args(args).output().expect("run tinymq")
@@ -177,6 +178,27 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
         assert_eq!(p["replicas"], serde_json::json!([p["leader"]]));
         assert_eq!(p["isr"], serde_json::json!([p["leader"]]));
     }
+
+    // A broker that does not lead a partition says so and names the leader.
+    let (index, led_by) = placed
+        .iter()
+        .enumerate()
+        .find(|(_, l)| **l != 3)
+        .map(|(i, l)| (i as u32, *l))
+        .unwrap();
+    let answer = RawClient::handshaken(b3).call(&m::ListOffsetsRequest {
+        partitions: vec![m::ListOffsetsPartition {
+            topic: "orders".into(),
+            partition: index,
+            timestamp: -1,
+        }],
+    });
+    let result = &answer.partitions[0];
+    assert_eq!(
+        result.error.as_ref().map(|e| e.code),
+        Some(u32::from(ErrorCode::NOT_LEADER.code()))
+    );
+    assert_eq!(u64::from(result.current_leader), led_by);
 
     // Replica lists of the requested length on distinct brokers; until data replication the
     // ISR is the leader alone. More replicas than live brokers is refused.
