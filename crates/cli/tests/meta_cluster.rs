@@ -80,6 +80,8 @@ fn a_raft_group_of_three_survives_its_leader_and_restarted_nodes_catch_up() {
     );
     let follower = (1..=3).find(|id| *id != first).unwrap();
     let follower_addr = &addrs[follower as usize - 1];
+    // The follower learns of the leader a moment later than the leader itself.
+    leader(follower_addr, None);
 
     // Commands sent to a follower are forwarded to the leader.
     for id in 1..=2u32 {
@@ -137,6 +139,7 @@ fn a_silent_broker_is_fenced_and_registers_again_with_a_new_epoch() {
     let _nodes: Vec<MetaProc> = (1..=3).map(|id| start(id, &addrs, tmp.path())).collect();
     let leader_id = leader(&addrs[0], None);
     let follower = &addrs[(leader_id as usize) % 3];
+    leader(follower, None); // the follower knows the leader too, so it can forward
     let epoch = register(follower, 7);
 
     // Heartbeats through a follower (forwarded to the leader) keep the broker live past the
