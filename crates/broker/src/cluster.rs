@@ -20,6 +20,10 @@ pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
 const WATCH_WAIT: Duration = Duration::from_secs(10);
 /// Pause before retrying after the MetaServer could not be reached.
 const RETRY_BACKOFF: Duration = Duration::from_millis(250);
+/// How long registration waits for a broker id held by another address to be released (the
+/// MetaServer's 9 s session, and some): long enough for a broker restarted elsewhere to
+/// replace its dead predecessor, short enough to fail a true duplicate clearly.
+const ID_IN_USE_WAIT: Duration = Duration::from_secs(15);
 /// Producer ids reserved from the MetaServer at once.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
@@ -121,7 +125,7 @@ impl ClusterView {
 
     /// Registers this broker at `host:port`, retrying while the MetaServer is unreachable or
     /// has no leader, until the registration is in the image this broker watches. Fails only
-    /// when the MetaServer refuses (the id is held by another live broker).
+    /// when the id stays held by another live broker for [`ID_IN_USE_WAIT`].
     pub async fn register(&self, host: &str, port: u16) -> Result<u64, m::Error> {
         let command = Command::RegisterBroker {
             id: self.broker_id,
@@ -129,6 +133,8 @@ impl ClusterView {
             port,
         };
         let mut attempts = 0u32;
+        let started = tokio::time::Instant::now();
+        let mut warned_in_use = false;
         let epoch = loop {
             match self.link.write(command.clone()).await {
                 Ok(Reply::BrokerRegistered { epoch }) => break epoch,
@@ -139,7 +145,17 @@ impl ClusterView {
                 Err(LinkError::Server(e))
                     if ErrorCode::from_code(e.code) == Some(ErrorCode::BROKER_ID_IN_USE) =>
                 {
-                    return Err(e)
+                    // Our own previous incarnation (restarted at another address) is released
+                    // when its session expires; a second live broker with this id never is.
+                    let waited = started.elapsed();
+                    if waited > ID_IN_USE_WAIT {
+                        return Err(e);
+                    }
+                    if !warned_in_use {
+                        tracing::warn!(error = %e.message, "waiting for the broker id to be released");
+                        warned_in_use = true;
+                    }
+                    tokio::time::sleep(RETRY_BACKOFF * 4).await;
                 }
                 Err(e) => {
                     attempts += 1;

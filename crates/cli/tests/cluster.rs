@@ -349,9 +349,10 @@ fn a_broker_id_cannot_be_served_twice_or_from_another_data_directory() {
     let meta_addr = format!("127.0.0.1:{}", free_port());
     let _meta = start(1, std::slice::from_ref(&meta_addr), tmp.path());
     let addr = format!("127.0.0.1:{}", free_port());
-    let _broker = Server::start_broker(1, &addr, &meta_addr, &tmp.path().join("b1"));
+    let mut first = Server::start_broker(1, &addr, &meta_addr, &tmp.path().join("b1"));
 
-    // The same id from another address while the first is live: refused.
+    // The same id from another address while the first is live: refused (after waiting a
+    // session's length for the id to be released).
     let other = format!("127.0.0.1:{}", free_port());
     let dup = tool(&[
         "broker",
@@ -389,6 +390,17 @@ fn a_broker_id_cannot_be_served_twice_or_from_another_data_directory() {
         "{}",
         String::from_utf8_lossy(&wrong.stderr)
     );
+
+    // Broker 1 dies and comes back at another address (moved machines): it waits until its
+    // old registration is fenced, then takes the id over.
+    first.kill9();
+    let moved = Server::start_broker(1, &other, &meta_addr, &tmp.path().join("b1"));
+    let status = tool_ok(&["cluster", "status", "--json", "--bootstrap", &meta_addr]);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let port = other.rsplit_once(':').unwrap().1.parse::<u64>().unwrap();
+    assert_eq!(status["brokers"][0]["port"].as_u64(), Some(port));
+    assert_eq!(status["brokers"][0]["live"], serde_json::json!(true));
+    drop(moved);
 }
 
 #[test]
