@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use tinymq_meta::{MetadataImage, TopicRecord};
+use tinymq_meta::{is_internal_topic, MetadataImage, TopicRecord};
 
 use crate::partition::Partition;
 use crate::state::{remove_partition_dir, BrokerState};
@@ -49,7 +49,7 @@ impl BrokerState {
             .topics
             .iter()
             // Internal topics (the group offsets) are opened by their own owners.
-            .filter(|(name, _)| !name.starts_with("__"))
+            .filter(|(name, _)| !is_internal_topic(name))
             .flat_map(|(name, topic)| {
                 topic
                     .partitions
@@ -172,7 +172,7 @@ pub fn remove_deleted_topics(data_dir: &Path, image: &MetadataImage) -> std::io:
         let Some((topic, index)) = name.rsplit_once('-') else {
             continue;
         };
-        if topic.starts_with("__") || index.parse::<u32>().is_err() {
+        if is_internal_topic(topic) || index.parse::<u32>().is_err() {
             continue;
         }
         let current = image.topics.get(topic);

@@ -70,7 +70,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
             ),
         ));
     }
-    if name.starts_with("__") {
+    if tinymq_meta::is_internal_topic(name) {
         return Err((
             ErrorCode::INVALID_TOPIC,
             format!("topic name {name:?}: names starting with __ are reserved"),

@@ -136,14 +136,7 @@ pub async fn delete_topic(
 pub fn list_topics(state: &BrokerState) -> m::ListTopicsResponse {
     m::ListTopicsResponse {
         error: None,
-        names: state
-            .cluster
-            .image()
-            .topics
-            .keys()
-            .filter(|n| !n.starts_with("__"))
-            .cloned()
-            .collect(),
+        names: state.cluster.image().user_topic_names(),
     }
 }
 
@@ -250,12 +243,7 @@ fn topic_routes(image: &MetadataImage, name: String) -> m::TopicRoutes {
 pub fn metadata(state: &BrokerState, req: m::MetadataRequest) -> m::MetadataResponse {
     let image = state.cluster.image();
     let names = if req.topics.is_empty() {
-        image
-            .topics
-            .keys()
-            .filter(|n| !n.starts_with("__"))
-            .cloned()
-            .collect()
+        image.user_topic_names()
     } else {
         req.topics
     };

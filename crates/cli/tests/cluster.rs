@@ -343,6 +343,17 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     .success());
 }
 
+/// Runs a broker that must fail to start; returns what it printed on stderr.
+fn broker_fails(id: u32, listen: &str, meta: &str, data: &std::path::Path) -> String {
+    let id = id.to_string();
+    let data = data.to_str().expect("utf-8 path");
+    let out = tool(&[
+        "broker", "--id", &id, "--listen", listen, "--meta", meta, "--data", data,
+    ]);
+    assert!(!out.status.success(), "broker {id} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_broker_id_cannot_be_served_twice_or_from_another_data_directory() {
     let tmp = tempfile::tempdir().unwrap();
@@ -354,42 +365,12 @@ fn a_broker_id_cannot_be_served_twice_or_from_another_data_directory() {
     // The same id from another address while the first is live: refused (after waiting a
     // session's length for the id to be released).
     let other = format!("127.0.0.1:{}", free_port());
-    let dup = tool(&[
-        "broker",
-        "--id",
-        "1",
-        "--listen",
-        &other,
-        "--meta",
-        &meta_addr,
-        "--data",
-        tmp.path().join("dup").to_str().unwrap(),
-    ]);
-    assert!(!dup.status.success());
-    assert!(
-        String::from_utf8_lossy(&dup.stderr).contains("broker id 1 is registered"),
-        "{}",
-        String::from_utf8_lossy(&dup.stderr)
-    );
+    let refusal = broker_fails(1, &other, &meta_addr, &tmp.path().join("dup"));
+    assert!(refusal.contains("broker id 1 is registered"), "{refusal}");
 
     // Broker 1's data directory under another id: refused before registering.
-    let wrong = tool(&[
-        "broker",
-        "--id",
-        "2",
-        "--listen",
-        &other,
-        "--meta",
-        &meta_addr,
-        "--data",
-        tmp.path().join("b1").to_str().unwrap(),
-    ]);
-    assert!(!wrong.status.success());
-    assert!(
-        String::from_utf8_lossy(&wrong.stderr).contains("belongs to broker 1"),
-        "{}",
-        String::from_utf8_lossy(&wrong.stderr)
-    );
+    let refusal = broker_fails(2, &other, &meta_addr, &tmp.path().join("b1"));
+    assert!(refusal.contains("belongs to broker 1"), "{refusal}");
 
     // Broker 1 dies and comes back at another address (moved machines): it waits until its
     // old registration is fenced, then takes the id over.

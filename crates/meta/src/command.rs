@@ -117,7 +117,7 @@ fn valid_topic_name(name: &str) -> bool {
         && name.len() <= TOPIC_NAME_BYTES_MAX
         && name != "."
         && name != ".."
-        && !name.starts_with("__")
+        && !crate::is_internal_topic(name)
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))

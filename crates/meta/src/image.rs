@@ -7,6 +7,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Whether `name` is an internal topic (`__consumer_offsets`, …): never created, listed or
+/// opened as a user topic.
+pub fn is_internal_topic(name: &str) -> bool {
+    name.starts_with("__")
+}
+
 /// A broker as the cluster knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRecord {
@@ -151,6 +157,15 @@ impl MetadataImage {
     /// The id the next topic gets (ids start at 1).
     pub fn new_topic_id(&self) -> u64 {
         self.next_topic_id.max(1)
+    }
+
+    /// Names of the topics users see (internal `__…` topics left out), sorted.
+    pub fn user_topic_names(&self) -> Vec<String> {
+        self.topics
+            .keys()
+            .filter(|name| !is_internal_topic(name))
+            .cloned()
+            .collect()
     }
 
     /// Live (unfenced) broker ids, sorted.

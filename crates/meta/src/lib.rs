@@ -13,7 +13,9 @@ pub mod server;
 pub mod service;
 
 pub use command::{execute, Command, MetaError, Reply};
-pub use image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};
+pub use image::{
+    is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord,
+};
 
 /// Executes a command and applies its records: what a single-node MetaServer does, and what
 /// the tests use to drive the image.

@@ -259,13 +259,7 @@ pub async fn handle(service: &MetaService, frame: Frame) -> Bytes {
             id,
             &m::ListTopicsResponse {
                 error: None,
-                names: node
-                    .image()
-                    .topics
-                    .keys()
-                    .filter(|n| !n.starts_with("__"))
-                    .cloned()
-                    .collect(),
+                names: node.image().user_topic_names(),
             },
         ),
         other => error_response(
