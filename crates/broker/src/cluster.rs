@@ -155,7 +155,7 @@ impl ClusterView {
                         tracing::warn!(error = %e.message, "waiting for the broker id to be released");
                         warned_in_use = true;
                     }
-                    tokio::time::sleep(RETRY_BACKOFF * 4).await;
+                    tokio::time::sleep(RETRY_BACKOFF).await;
                 }
                 Err(e) => {
                     attempts += 1;

@@ -31,6 +31,9 @@ const OFFSETS_EXPIRY_EVERY_TICKS: u64 = 1200;
 pub const META_DIR: &str = "__meta";
 /// The embedded MetaServer's node id.
 const EMBEDDED_META_ID: u64 = 1;
+/// How long a standalone start waits for its single-node MetaServer to lead (it does at once
+/// in practice; past this, registration retries on its own).
+const EMBEDDED_LEADER_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -195,10 +198,8 @@ impl Broker {
 /// register from any address.
 async fn retire_previous_run(service: &MetaService, broker_id: u32) {
     let node = &service.node;
-    for _ in 0..200 {
-        if node.current_leader() == Some(node.id) {
-            break;
-        }
+    let deadline = tokio::time::Instant::now() + EMBEDDED_LEADER_WAIT;
+    while node.current_leader() != Some(node.id) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     let image = node.image();

@@ -95,6 +95,20 @@ fn produce(topic: &str, bootstrap: &str, lines: &[String]) {
     );
 }
 
+/// `count` keyed lines `k<i>:<prefix>-<i>` for `produce`, and their values sorted as
+/// `consume_all` returns them.
+fn keyed_lines(prefix: &str, count: usize) -> (Vec<String>, Vec<String>) {
+    let values: Vec<String> = (0..count).map(|i| format!("{prefix}-{i:04}")).collect();
+    let lines = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| format!("k{i}:{v}"))
+        .collect();
+    let mut sorted = values;
+    sorted.sort();
+    (lines, sorted)
+}
+
 /// Every value of the topic, sorted (the order across partitions is not defined).
 fn consume_all(topic: &str, bootstrap: &str, count: usize, group: Option<&str>) -> Vec<String> {
     let count_arg = count.to_string();
@@ -313,10 +327,8 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     ]);
     let late = leaders("late", b3);
     assert!(late.contains(&4), "broker 4 leads some of {late:?}");
-    let late_lines: Vec<String> = (0..40).map(|i| format!("k{i}:late-{i:02}")).collect();
+    let (late_lines, late_expected) = keyed_lines("late", 40);
     produce("late", &broker_addrs[3], &late_lines);
-    let mut late_expected: Vec<String> = (0..40).map(|i| format!("late-{i:02}")).collect();
-    late_expected.sort();
     assert_eq!(consume_all("late", b1, 40, None), late_expected);
 
     // Growing a topic adds partitions, placed on live brokers, and never shrinks it.
@@ -390,7 +402,7 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
     let server = Server::start(&tmp.path().join("server"));
     let s = server.addr.as_str();
     tool_ok(&["topic", "create", "before", "--bootstrap", s]);
-    let lines: Vec<String> = (0..20).map(|i| format!("k{i}:before-{i:02}")).collect();
+    let (lines, before) = keyed_lines("before", 20);
     produce("before", s, &lines);
 
     // A broker joins the standalone server's embedded MetaServer.
@@ -414,13 +426,9 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
         "{:?}",
         leaders("after", s)
     );
-    let after: Vec<String> = (0..40).map(|i| format!("k{i}:after-{i:02}")).collect();
+    let (after, expected) = keyed_lines("after", 40);
     produce("after", s, &after);
-    let mut expected: Vec<String> = (0..40).map(|i| format!("after-{i:02}")).collect();
-    expected.sort();
     assert_eq!(consume_all("after", &joined_addr, 40, None), expected);
-    let mut before: Vec<String> = (0..20).map(|i| format!("before-{i:02}")).collect();
-    before.sort();
     assert_eq!(consume_all("before", &joined_addr, 20, None), before);
 
     // While broker 2 is down, "after" is deleted and created again (on broker 2 again: it is
@@ -438,9 +446,7 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
     ]);
     assert!(leaders("after", s).contains(&2));
     let _joined = Server::start_broker(2, &joined_addr, s, &tmp.path().join("broker-2"));
-    let fresh: Vec<String> = (0..8).map(|i| format!("k{i}:fresh-{i}")).collect();
+    let (fresh, expected) = keyed_lines("fresh", 8);
     produce("after", s, &fresh);
-    let mut expected: Vec<String> = (0..8).map(|i| format!("fresh-{i}")).collect();
-    expected.sort();
     assert_eq!(consume_all("after", &joined_addr, 8, None), expected);
 }

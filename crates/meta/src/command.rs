@@ -14,6 +14,8 @@ use crate::placement::place;
 pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
 /// Longest topic name.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
+/// A broker not heard from for this long is fenced by the MetaServer leader.
+pub const BROKER_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(9);
 /// Most producer ids handed out at once.
 pub const PRODUCER_ID_BLOCK_MAX: i64 = 1_000_000;
 
@@ -206,7 +208,7 @@ fn register_broker(image: &MetadataImage, id: u32, host: &str, port: u16) -> Out
         return Err(MetaError::BrokerIdInUse {
             id,
             address: format!("{}:{}", other.host, other.port),
-            session_s: crate::server::BROKER_SESSION_TIMEOUT.as_secs(),
+            session_s: BROKER_SESSION_TIMEOUT.as_secs(),
         });
     }
     let epoch = image.next_broker_epoch;

@@ -5,6 +5,7 @@
 //! Over TCP, the image watch (a long poll) has a connection of its own, so heartbeats and
 //! writes never queue behind it. A failed connection is replaced by one to the next address.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +53,7 @@ impl MetaLink {
             client_id,
             control: tokio::sync::Mutex::new(None),
             watch: tokio::sync::Mutex::new(None),
+            first_addr: AtomicUsize::new(0),
         })
     }
 
@@ -117,6 +119,9 @@ pub struct RemoteMeta {
     client_id: String,
     control: tokio::sync::Mutex<Option<Arc<Connection>>>,
     watch: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// Where the next connection attempt starts in `addrs`; moves on after a failure, so a
+    /// slow or partitioned node is not chosen again first.
+    first_addr: AtomicUsize,
 }
 
 impl RemoteMeta {
@@ -160,16 +165,24 @@ impl RemoteMeta {
                 Err(LinkError::Server(code.with_message(message)))
             }
             Err(e) => {
-                // Try another node next time.
-                *slot.lock().await = None;
+                // Drop this connection (unless another caller already replaced it) and start
+                // the next connection attempt at the following node.
+                let mut slot = slot.lock().await;
+                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &connection)) {
+                    *slot = None;
+                    self.first_addr.fetch_add(1, Ordering::Relaxed);
+                }
                 Err(LinkError::Unavailable(e.to_string()))
             }
         }
     }
 
+    /// Connects to the first node that answers, starting at `first_addr`.
     async fn connect(&self) -> Result<Connection, LinkError> {
         let mut errors = Vec::new();
-        for addr in &self.addrs {
+        let first = self.first_addr.load(Ordering::Relaxed);
+        for i in 0..self.addrs.len() {
+            let addr = &self.addrs[(first + i) % self.addrs.len()];
             match Connection::connect(addr, &self.client_id, "").await {
                 Ok(c) => return Ok(c),
                 Err(e) => errors.push(format!("{addr}: {e}")),

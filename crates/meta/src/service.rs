@@ -12,14 +12,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tinymq_protocol::{messages as m, ErrorCode};
 
+pub use crate::command::BROKER_SESSION_TIMEOUT;
 use crate::raft::network::TcpNetwork;
 use crate::raft::{MetaNode, MetaNodeError};
 use crate::{Command, Reply};
 
 /// Time allowed for a request forwarded to the leader.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
-/// A broker not heard from for this long is fenced by the leader.
-pub const BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(9);
 /// How often the leader looks for expired broker sessions.
 const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// Longest a `MetaRead` waits for a change.
