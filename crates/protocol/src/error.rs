@@ -118,6 +118,15 @@ error_codes! {
     LEADER_NOT_AVAILABLE = 34, true, "partition leader not available";
     /// Another live broker is registered with this broker id.
     BROKER_ID_IN_USE = 35, false, "broker id in use";
+    /// A record batch whose CRC is right but whose fields do not describe its contents
+    /// (record count, offset deltas, attribute bits, producer fields); nothing was written.
+    INVALID_RECORD = 36, false, "record batch fields do not match its records";
+    /// A record timestamp outside what the topic accepts (too far ahead of the broker's
+    /// clock, or a batch's max timestamp that is not its records' largest).
+    INVALID_TIMESTAMP = 37, false, "record timestamp out of range";
+    /// An operation reserved for cluster nodes (Raft RPCs, metadata writes, broker
+    /// heartbeats) from a connection that did not identify as one.
+    CLUSTER_AUTHORIZATION_FAILED = 38, false, "operation allowed only between cluster nodes";
 }
 
 impl ErrorCode {
