@@ -11,11 +11,25 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use crate::partition::{Partition, PartitionError, PendingAppend};
+use crate::partition::{Partition, PartitionError, PendingAppend, ProduceContext};
 use crate::state::BrokerState;
+
+/// Most partitions one produce, fetch or list-offsets request may name: each costs the
+/// broker a result (and a watch while a fetch waits), so the count is bounded, not only the
+/// frame's bytes.
+pub const REQUEST_PARTITIONS_MAX: usize = 10_000;
 
 fn ok() -> Option<m::Error> {
     None
+}
+
+/// The refusal of a request naming more than [`REQUEST_PARTITIONS_MAX`] partitions.
+fn too_many_partitions(count: usize) -> Option<m::Error> {
+    (count > REQUEST_PARTITIONS_MAX).then(|| {
+        ErrorCode::INVALID_REQUEST.with_message(format!(
+            "{count} partitions in one request; at most {REQUEST_PARTITIONS_MAX}"
+        ))
+    })
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Option<m::Error> {
@@ -81,7 +95,14 @@ pub async fn produce_write(
     let timeout = Duration::from_millis(u64::from(req.timeout_ms).max(1))
         .min(state.config.produce_timeout_max);
     let acks = req.acks;
+    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
+        return Err(m::ProduceResponse {
+            error: Some(refusal),
+            partitions: vec![],
+        });
+    }
     let written = blocking(move || {
+        let producer_id_end = state.cluster.image().next_producer_id;
         req.partitions
             .into_iter()
             .map(|p| {
@@ -89,7 +110,12 @@ pub async fn produce_write(
                     Err(e) => Err(e),
                     Ok((partition, leader_epoch)) => {
                         let batch_max = partition.log.config().batch_bytes_max;
-                        match partition.write(p.records, batch_max, leader_epoch) {
+                        let context = ProduceContext {
+                            leader_epoch,
+                            producer_id_end,
+                            now_ms: crate::partition::now_ms(),
+                        };
+                        match partition.write(p.records, batch_max, context) {
                             Ok(pending) => Ok((partition, pending)),
                             Err(PartitionError { code, message }) => {
                                 Err(code.with_message(message))
@@ -176,7 +202,12 @@ fn read_partitions(
     state: &BrokerState,
     req: &m::FetchRequest,
 ) -> (Vec<m::FetchPartitionResult>, usize) {
-    let mut budget = req.max_bytes.max(1) as usize;
+    // A zero `max_bytes` means "the broker's cap"; no request may ask for more than the cap.
+    let fetch_bytes_max = state.config.fetch_bytes_max as usize;
+    let mut budget = match req.max_bytes {
+        0 => fetch_bytes_max,
+        asked => (asked as usize).min(fetch_bytes_max),
+    };
     let mut total = 0;
     let results = req
         .partitions
@@ -205,7 +236,10 @@ fn read_partitions(
             if budget == 0 {
                 return result;
             }
-            let limit = (fp.partition_bytes_max.max(1) as usize).min(budget);
+            let limit = match fp.partition_bytes_max {
+                0 => budget,
+                asked => (asked as usize).min(budget),
+            };
             match partition.log.read(fp.offset, limit, Some(hw)) {
                 Ok(read) => {
                     budget = budget.saturating_sub(read.records.len());
@@ -245,6 +279,12 @@ async fn wait_for_any(
 }
 
 pub async fn fetch(state: Arc<BrokerState>, req: m::FetchRequest) -> m::FetchResponse {
+    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
+        return m::FetchResponse {
+            error: Some(refusal),
+            partitions: vec![],
+        };
+    }
     let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(state.config.fetch_wait_max);
     let deadline = tokio::time::Instant::from_std(Instant::now() + wait);
     let min_bytes = req.min_bytes.max(1) as usize;
@@ -291,6 +331,12 @@ pub async fn list_offsets(
     state: Arc<BrokerState>,
     req: m::ListOffsetsRequest,
 ) -> m::ListOffsetsResponse {
+    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
+        return m::ListOffsetsResponse {
+            error: Some(refusal),
+            partitions: vec![],
+        };
+    }
     let result = blocking(move || {
         req.partitions
             .into_iter()
