@@ -109,18 +109,13 @@ pub async fn produce_write(
                 let outcome = match state.led_partition(&p.topic, p.partition) {
                     Err(e) => Err(e),
                     Ok((partition, leader_epoch)) => {
-                        let batch_max = partition.log.config().batch_bytes_max;
                         let context = ProduceContext {
                             leader_epoch,
                             producer_id_end,
                             now_ms: crate::partition::now_ms(),
                         };
-                        match partition.write(p.records, batch_max, context) {
-                            Ok(pending) => Ok((partition, pending)),
-                            Err(PartitionError { code, message }) => {
-                                Err(code.with_message(message))
-                            }
-                        }
+                        write_partition(&partition, p.records, context)
+                            .map(|pending| (partition, pending))
                     }
                 };
                 let hint = match &outcome {
@@ -197,6 +192,53 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     }
 }
 
+/// The produce path of one partition once its leadership is checked: every check, then the
+/// write (the wait for the flush policy is [`Partition::finish`]).
+pub(crate) fn write_partition(
+    partition: &Partition,
+    records: Bytes,
+    context: ProduceContext,
+) -> Result<PendingAppend, m::Error> {
+    let batch_max = partition.log.config().batch_bytes_max;
+    partition
+        .write(records, batch_max, context)
+        .map_err(|PartitionError { code, message }| code.with_message(message))
+}
+
+/// The fetch path of one partition once its leadership is checked: whole batches from
+/// `offset` below the high watermark, within `bytes_max` (one batch at least).
+pub(crate) fn read_partition(
+    partition: &Partition,
+    offset: i64,
+    bytes_max: usize,
+) -> Result<Bytes, m::Error> {
+    partition
+        .log
+        .read(offset, bytes_max, Some(partition.high_watermark()))
+        .map(|read| read.records)
+        .map_err(|e| e.error_code().with_message(e.to_string()))
+}
+
+/// The list-offsets path of one partition: `-1` latest (the high watermark), `-2` earliest,
+/// otherwise the first record at or after the timestamp, with its timestamp (`-1, -1` when
+/// none is visible).
+pub(crate) fn list_partition_offset(
+    partition: &Partition,
+    timestamp: i64,
+) -> Result<(i64, i64), m::Error> {
+    match timestamp {
+        -1 => Ok((partition.high_watermark(), -1)),
+        -2 => Ok((partition.log.log_start_offset(), -1)),
+        ts => match partition.log.offset_for_timestamp(ts) {
+            Ok(Some((offset, timestamp))) if offset < partition.high_watermark() => {
+                Ok((offset, timestamp))
+            }
+            Ok(_) => Ok((-1, -1)),
+            Err(e) => Err(e.error_code().with_message(e.to_string())),
+        },
+    }
+}
+
 /// Reads every requested partition once, within the byte budgets.
 fn read_partitions(
     state: &BrokerState,
@@ -230,8 +272,7 @@ fn read_partitions(
                     return result;
                 }
             };
-            let hw = partition.high_watermark();
-            result.high_watermark = hw;
+            result.high_watermark = partition.high_watermark();
             result.log_start_offset = partition.log.log_start_offset();
             if budget == 0 {
                 return result;
@@ -240,13 +281,13 @@ fn read_partitions(
                 0 => budget,
                 asked => (asked as usize).min(budget),
             };
-            match partition.log.read(fp.offset, limit, Some(hw)) {
-                Ok(read) => {
-                    budget = budget.saturating_sub(read.records.len());
-                    total += read.records.len();
-                    result.records = read.records;
+            match read_partition(&partition, fp.offset, limit) {
+                Ok(records) => {
+                    budget = budget.saturating_sub(records.len());
+                    total += records.len();
+                    result.records = records;
                 }
-                Err(e) => result.error = Some(e.error_code().with_message(e.to_string())),
+                Err(e) => result.error = Some(e),
             }
             result
         })
@@ -357,17 +398,9 @@ pub async fn list_offsets(
                         return out;
                     }
                 };
-                match lp.timestamp {
-                    -1 => out.offset = p.high_watermark(),
-                    -2 => out.offset = p.log.log_start_offset(),
-                    ts => match p.log.offset_for_timestamp(ts) {
-                        Ok(Some((offset, timestamp))) if offset < p.high_watermark() => {
-                            out.offset = offset;
-                            out.timestamp = timestamp;
-                        }
-                        Ok(_) => {}
-                        Err(e) => out.error = Some(e.error_code().with_message(e.to_string())),
-                    },
+                match list_partition_offset(&p, lp.timestamp) {
+                    Ok((offset, timestamp)) => (out.offset, out.timestamp) = (offset, timestamp),
+                    Err(e) => out.error = Some(e),
                 }
                 out
             })

@@ -380,12 +380,30 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The snapshot saved at the last clean close, if it is there and intact. The file is the
+/// CRC-32C of the JSON as 8 hex digits, a newline, then the JSON; a file that fails the check
+/// (or is unreadable) is ignored and the state rebuilt from the log, which is always correct,
+/// only slower. A file without the checksum line (from an earlier version) is read as is.
 fn load_snapshot(dir: &Path) -> Option<ProducerStateSnapshot> {
     let bytes = std::fs::read(dir.join(PRODUCER_STATE_FILE)).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    let json = match bytes.split_first() {
+        Some((b'{', _)) => &bytes[..],
+        _ => {
+            let (crc, json) = bytes.split_at_checked(9)?;
+            let stored = u32::from_str_radix(std::str::from_utf8(crc.get(..8)?).ok()?, 16).ok()?;
+            if crc.get(8) != Some(&b'\n') || crc32c::crc32c(json) != stored {
+                tracing::warn!(dir = %dir.display(), "producer state snapshot damaged; rebuilding it from the log");
+                return None;
+            }
+            json
+        }
+    };
+    serde_json::from_slice(json).ok()
 }
 
 fn save_snapshot(dir: &Path, snapshot: &ProducerStateSnapshot) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec(snapshot).map_err(std::io::Error::other)?;
+    let json = serde_json::to_vec(snapshot).map_err(std::io::Error::other)?;
+    let mut bytes = format!("{:08x}\n", crc32c::crc32c(&json)).into_bytes();
+    bytes.extend_from_slice(&json);
     crate::durable_file::write_atomically(&dir.join(PRODUCER_STATE_FILE), &bytes)
 }
