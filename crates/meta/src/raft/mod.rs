@@ -94,7 +94,7 @@ pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 5000;
 /// up from the log, not a snapshot); older ones are purged. With [`SNAPSHOT_INTERVAL_ENTRIES`]
 /// this bounds the live Raft log to about 6000 entries (more only while the leader still sends
 /// older ones to a follower), and so the log file (see `log_store.rs`).
-pub const ENTRIES_KEPT_AFTER_SNAPSHOT: u64 = 1000;
+pub const LOG_KEPT_AFTER_SNAPSHOT_ENTRIES: u64 = 1000;
 
 /// The Raft settings of every MetaServer node.
 fn raft_config() -> Config {
@@ -103,7 +103,7 @@ fn raft_config() -> Config {
         election_timeout_min: 1000,
         election_timeout_max: 2000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_INTERVAL_ENTRIES),
-        max_in_snapshot_log_to_keep: ENTRIES_KEPT_AFTER_SNAPSHOT,
+        max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT_ENTRIES,
         // Purge as soon as a snapshot allows (purges are rare: one per snapshot).
         purge_batch_size: 1,
         ..Config::default()
