@@ -21,16 +21,20 @@ use crate::handlers::{list_partition_offset, read_partition, write_partition};
 use crate::partition::{now_ms, Partition, ProduceContext};
 use crate::topic::TopicSettings;
 
+mod seed;
+
+pub use seed::{seed_bytes, seeds};
+
 const TOPIC: &str = "fuzz";
 /// Operations per scenario, produces remembered for retries, records per crafted batch,
 /// producers allocated: small bounds keep one run fast.
-const OPS_MAX: usize = 48;
+const OPS_MAX: usize = 128;
 const SENT_REMEMBERED: usize = 8;
 const RECORDS_MAX: usize = 16;
 const PRODUCERS_MAX: usize = 4;
 
 /// The partition's settings, then what happens to it.
-#[derive(Debug, Arbitrary)]
+#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
 pub struct Scenario {
     /// Segment size in KiB, 1 to 256: small segments make rolls and multi-segment reads common.
     pub segment_kib: u8,
@@ -39,7 +43,7 @@ pub struct Scenario {
     pub ops: Vec<Op>,
 }
 
-#[derive(Debug, Arbitrary)]
+#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
 pub enum Op {
     Produce(Produce),
     /// Sends an earlier produce's bytes again (a retry).
@@ -68,14 +72,14 @@ pub enum Op {
     },
 }
 
-#[derive(Debug, Arbitrary)]
+#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
 pub enum OffsetPick {
     Start,
     End,
     Exact(i64),
 }
 
-#[derive(Debug, Arbitrary)]
+#[derive(Debug, Clone, PartialEq, Eq, Arbitrary)]
 pub enum Produce {
     /// What a real producer sends: a true header, maybe compressed and idempotent.
     Honest {
@@ -147,7 +151,9 @@ impl Harness {
     }
 
     fn partition(&self) -> &Partition {
-        self.partition.as_ref().expect("the harness keeps the partition open")
+        self.partition
+            .as_ref()
+            .expect("the harness keeps the partition open")
     }
 
     fn reopen(&mut self) {
@@ -172,7 +178,10 @@ impl Harness {
             Op::ListOffsets(timestamp) => {
                 let p = self.partition();
                 if let Ok((offset, _)) = list_partition_offset(p, timestamp) {
-                    assert!(offset <= p.high_watermark(), "listed offset past the watermark");
+                    assert!(
+                        offset <= p.high_watermark(),
+                        "listed offset past the watermark"
+                    );
                 }
             }
             Op::InitProducerId => {
@@ -277,7 +286,11 @@ impl Harness {
             now_ms: now_ms(),
         };
         let Ok(pending) = write_partition(p, records.clone(), context) else {
-            assert_eq!(p.log.log_end_offset(), end_before, "a refused batch changed the log");
+            assert_eq!(
+                p.log.log_end_offset(),
+                end_before,
+                "a refused batch changed the log"
+            );
             return;
         };
         let end_after = p.log.log_end_offset();
@@ -286,10 +299,20 @@ impl Harness {
             .and_then(Result::ok)
             .map_or(0, |b| i64::from(b.record_count()));
         if end_after == end_before {
-            assert!(pending.base_offset < end_before, "a duplicate names a stored offset");
+            assert!(
+                pending.base_offset < end_before,
+                "a duplicate names a stored offset"
+            );
         } else {
-            assert_eq!(pending.base_offset, end_before, "a new batch lands at the end");
-            assert_eq!(end_after, end_before + count, "the end moves by the record count");
+            assert_eq!(
+                pending.base_offset, end_before,
+                "a new batch lands at the end"
+            );
+            assert_eq!(
+                end_after,
+                end_before + count,
+                "the end moves by the record count"
+            );
         }
         // A storage failure (none is expected on a healthy disk) is an answer, not a panic.
         let _ = p.finish(pending);
@@ -373,9 +396,15 @@ impl Harness {
         self.reopen();
         let p = self.partition();
         let read = read_partition(p, end, 1 << 20).expect("the valid batch reads back");
-        let first = BatchIter::new(read).next().expect("a batch").expect("valid");
+        let first = BatchIter::new(read)
+            .next()
+            .expect("a batch")
+            .expect("valid");
         let records = first.records(1 << 20).expect("records");
-        let record = records.iter().find(|r| r.offset == end).expect("its offset");
+        let record = records
+            .iter()
+            .find(|r| r.offset == end)
+            .expect("its offset");
         assert_eq!(record.value.as_deref(), Some(value));
     }
 }
