@@ -29,7 +29,9 @@ pub enum LogError {
     #[error("a write of {offsets} offsets does not fit one segment (at most {limit})")]
     OffsetSpanTooLarge { offsets: u64, limit: u64 },
     /// The write's offsets would pass `i64::MAX`.
-    #[error("the log's offsets are exhausted: it ends at {log_end} and the write needs {offsets} more")]
+    #[error(
+        "the log's offsets are exhausted: it ends at {log_end} and the write needs {offsets} more"
+    )]
     OffsetsExhausted { log_end: i64, offsets: u64 },
     #[error("invalid log configuration: {0}")]
     InvalidConfig(String),

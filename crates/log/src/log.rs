@@ -281,7 +281,10 @@ impl PartitionLog {
             last_offset: next_offset - 1,
             log_end_offset: next_offset,
             batch_count: metas.len(),
-            max_timestamp: metas.iter().map(|m| m.max_timestamp).fold(i64::MIN, i64::max),
+            max_timestamp: metas
+                .iter()
+                .map(|m| m.max_timestamp)
+                .fold(i64::MIN, i64::max),
         })
     }
 
@@ -328,9 +331,9 @@ impl PartitionLog {
                 return Err(BatchError::CrcMismatch { stored, computed }.into());
             }
             let delta = be_u32(batch, field::LAST_OFFSET_DELTA) as i32;
-            let batch_offsets = u64::try_from(delta).map_err(|_| {
-                BatchError::Corrupt(format!("negative last offset delta {delta}"))
-            })? + 1;
+            let batch_offsets = u64::try_from(delta)
+                .map_err(|_| BatchError::Corrupt(format!("negative last offset delta {delta}")))?
+                + 1;
             offsets = offsets.saturating_add(batch_offsets);
             spans.push(Span { start, len });
             start += len;

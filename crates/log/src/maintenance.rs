@@ -118,7 +118,11 @@ impl PartitionLog {
             let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
             let mut doomed = Vec::new();
             while state.segments.len() > 1 {
-                let oldest = state.segments.values().next().expect("the loop runs while len > 1");
+                let oldest = state
+                    .segments
+                    .values()
+                    .next()
+                    .expect("the loop runs while len > 1");
                 let expired = self.config.retention_age.is_some_and(|age| {
                     let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
                     oldest

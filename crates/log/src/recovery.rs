@@ -108,9 +108,17 @@ fn verify_batch(file: &dyn StorageFile, meta: &BatchMeta) -> io::Result<Result<(
 
 /// Why the batch described by `meta` cannot be replayed into `segment` after a batch ending
 /// below `offset_min`, if it cannot.
-fn unreplayable(segment: &Segment, meta: &BatchMeta, offset_min: i64, batch_bytes_max: u64) -> Option<String> {
+fn unreplayable(
+    segment: &Segment,
+    meta: &BatchMeta,
+    offset_min: i64,
+    batch_bytes_max: u64,
+) -> Option<String> {
     if meta.size_bytes > batch_bytes_max {
-        return Some(format!("batch claims {} bytes, over the limit", meta.size_bytes));
+        return Some(format!(
+            "batch claims {} bytes, over the limit",
+            meta.size_bytes
+        ));
     }
     if meta.base_offset < offset_min {
         return Some(format!(
@@ -213,7 +221,9 @@ fn open_tail(
         Err(_) if file_len == 0 => None,
         Err(_) => return Ok(false),
     };
-    if first.is_some_and(|m| unreplayable(segment, &m, segment.base_offset, batch_bytes_max).is_some()) {
+    if first
+        .is_some_and(|m| unreplayable(segment, &m, segment.base_offset, batch_bytes_max).is_some())
+    {
         return Ok(false);
     }
     // The last offset-index entry names the batch the walk starts at; it must be there.
@@ -308,4 +318,104 @@ fn cut(
         reason,
     });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::FaultyStorage;
+    use crate::segment::SEGMENT_END_POSITION_MAX;
+    use std::sync::Arc;
+    use tinymq_protocol::batch::{stamp_base_offset, BatchBuilder, ProducerStamp, RecordInput};
+
+    /// A file of `len` bytes, zero but for one batch at `position`: a segment past 4 GiB
+    /// without 4 GiB of memory or disk.
+    #[derive(Debug)]
+    struct SparseFile {
+        len: u64,
+        position: u64,
+        data: Vec<u8>,
+    }
+
+    impl StorageFile for SparseFile {
+        fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
+            let n = buf.len().min(self.len.saturating_sub(position) as usize);
+            for (i, byte) in buf[..n].iter_mut().enumerate() {
+                let at = position + i as u64;
+                *byte = at
+                    .checked_sub(self.position)
+                    .and_then(|k| self.data.get(k as usize).copied())
+                    .unwrap_or(0);
+            }
+            Ok(n)
+        }
+        fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+            Err(io::Error::other("read-only"))
+        }
+        fn byte_len(&self) -> io::Result<u64> {
+            Ok(self.len)
+        }
+        fn set_len(&self, _: u64) -> io::Result<()> {
+            Err(io::Error::other("read-only"))
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn one_batch() -> Vec<u8> {
+        let mut builder = BatchBuilder::new(Compression::None, ProducerStamp::NONE);
+        builder.push(&RecordInput {
+            timestamp_ms: 0,
+            key: None,
+            value: Some(b"near the end"),
+            headers: &[],
+        });
+        let mut bytes = builder.build().unwrap().to_vec();
+        stamp_base_offset(&mut bytes, 7);
+        bytes
+    }
+
+    /// Scans a segment whose one batch (at offset 7) ends `past` bytes after the last
+    /// position a segment can address.
+    fn scan_batch_ending_past_4_gib(past: u64, check: Check) -> (u64, u64, Option<String>) {
+        let data = one_batch();
+        let end = SEGMENT_END_POSITION_MAX + past;
+        let position = end - data.len() as u64;
+        let fs = FaultyStorage::new();
+        fs.create_dir_all(Path::new("/s")).unwrap();
+        let index = |name: &str| fs.open(&Path::new("/s").join(name), true).unwrap();
+        let mut segment = Segment::with_indexes(
+            0,
+            Arc::new(SparseFile {
+                len: end,
+                position,
+                data,
+            }),
+            SparseIndex::empty(index("0.index")).unwrap(),
+            SparseIndex::empty(index("0.timeindex")).unwrap(),
+        );
+        // As if every byte before had been whole batches up to offset 7.
+        segment.size_bytes = position;
+        segment.next_offset = 7;
+        let (stop, problem) =
+            scan_batches(&mut segment, position, end, check, 4096, u64::MAX).expect("no I/O error");
+        (position, stop, problem)
+    }
+
+    #[test]
+    fn a_batch_ending_past_4_gib_is_cut_and_one_ending_at_it_is_kept() {
+        for check in [Check::Tail, Check::Full] {
+            let (_, stop, problem) = scan_batch_ending_past_4_gib(0, check);
+            assert_eq!(
+                (stop, problem),
+                (SEGMENT_END_POSITION_MAX, None),
+                "{check:?}"
+            );
+            let (start, stop, problem) = scan_batch_ending_past_4_gib(1, check);
+            assert_eq!(stop, start, "{check:?}: cut where the batch starts");
+            let reason = problem.expect("a reason");
+            assert!(reason.contains("4 GiB"), "{check:?}: {reason}");
+        }
+    }
 }

@@ -144,7 +144,10 @@ pub(crate) fn read_batch_meta(
 /// An error for a state the log's own code rules out; returned rather than panicking, so a
 /// bug fails one operation instead of the process.
 pub(crate) fn broken_invariant(what: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, format!("log invariant broken: {what}"))
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("log invariant broken: {what}"),
+    )
 }
 
 /// Clones of a segment's three file handles, to fsync them without holding the segment map.
@@ -234,8 +237,7 @@ impl Segment {
     /// Why `meta` cannot be part of this segment, if it cannot: its offsets past the range the
     /// indexes can encode, or its bytes ending past 4 GiB.
     pub fn misfit(&self, meta: &BatchMeta) -> Option<String> {
-        if self.relative(meta.base_offset).is_none() || self.relative(meta.last_offset).is_none()
-        {
+        if self.relative(meta.base_offset).is_none() || self.relative(meta.last_offset).is_none() {
             return Some(format!(
                 "batch offsets {}..={} are outside segment {}'s range of {SEGMENT_OFFSETS_MAX} offsets",
                 meta.base_offset, meta.last_offset, self.base_offset
@@ -255,7 +257,10 @@ impl Segment {
     /// with increasing offsets, that fit the segment ([`Segment::misfit`]); anything else is
     /// refused with an error and changes nothing.
     pub fn track_batch(&mut self, meta: &BatchMeta, index_interval_bytes: u32) -> io::Result<()> {
-        let entry = match (self.relative(meta.base_offset), u32::try_from(meta.position)) {
+        let entry = match (
+            self.relative(meta.base_offset),
+            u32::try_from(meta.position),
+        ) {
             (Some(relative_offset), Ok(position))
                 if meta.position == self.size_bytes
                     && meta.base_offset >= self.next_offset
@@ -305,7 +310,10 @@ impl Segment {
 
     /// The position to start scanning from for `offset`: the indexed batch at or before it.
     pub fn scan_start_for_offset(&self, offset: i64) -> u64 {
-        match self.offset_index.floor(offset.saturating_sub(self.base_offset)) {
+        match self
+            .offset_index
+            .floor(offset.saturating_sub(self.base_offset))
+        {
             Some(entry) => u64::from(entry.position),
             None => 0,
         }
@@ -314,12 +322,10 @@ impl Segment {
     /// The position to start scanning from for the first record at or after `timestamp`.
     pub fn scan_start_for_timestamp(&self, timestamp: i64) -> u64 {
         match self.time_index.lower(timestamp) {
-            Some(entry) => {
-                self.scan_start_for_offset(
-                    self.base_offset
-                        .saturating_add(i64::from(entry.relative_offset)),
-                )
-            }
+            Some(entry) => self.scan_start_for_offset(
+                self.base_offset
+                    .saturating_add(i64::from(entry.relative_offset)),
+            ),
             None => 0,
         }
     }
