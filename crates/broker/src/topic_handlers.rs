@@ -29,8 +29,12 @@ async fn wait_until_open(state: &BrokerState, topic: &str) {
         let Some(record) = image.topics.get(topic) else {
             return;
         };
+        // A partition that failed to open is offline with its reason: not worth waiting for.
         let missing = record.partitions.iter().enumerate().any(|(i, p)| {
-            p.replicas.contains(&me) && state.local_partition(topic, i as u32).is_none()
+            let i = i as u32;
+            p.replicas.contains(&me)
+                && state.local_partition(topic, i).is_none()
+                && state.open_failure(topic, i).is_none()
         });
         if !missing {
             return;

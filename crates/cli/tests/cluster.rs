@@ -1,7 +1,7 @@
 //! A cluster of separate processes: three MetaServer nodes and three brokers (a fourth joins
 //! later). Placement spreads leaders evenly; any broker routes clients to every partition;
-//! consumer groups work across brokers; the Raft leader's SIGKILL does not stop topic changes
-//! and it catches up after a restart; a broker killed with SIGKILL is fenced, its partitions go
+//! consumer groups work across brokers; topic changes sent right after the Raft leader's
+//! SIGKILL wait out the election and succeed, and the killed node catches up after a restart; a broker killed with SIGKILL is fenced, its partitions go
 //! offline, and after a restart it re-registers and serves them with its data intact; a broker
 //! that joins later leads partitions of a new topic.
 
@@ -26,18 +26,6 @@ fn tool_ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Retries a tool for a while (a bounded wait, for changes that need an election or a fence).
-fn tool_eventually(args: &[&str]) -> String {
-    for _ in 0..100 {
-        let out = tool(args);
-        if out.status.success() {
-            return String::from_utf8_lossy(&out.stdout).into_owned();
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    tool_ok(args)
 }
 
 fn describe(topic: &str, bootstrap: &str) -> serde_json::Value {
@@ -261,22 +249,36 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     assert_eq!(consume_all("orders", b3, 600, None), expected);
     assert_eq!(consume_all("orders", b2, 600, Some("billing")), expected);
 
-    // SIGKILL the Raft leader: another is elected and topic creation keeps working.
+    // SIGKILL the Raft leader and create topics through two brokers, one at once and one a
+    // second later (as the field report did), with one try each: both wait out the election
+    // instead of failing with "cannot reach leader".
     let first_leader = leader(&meta_addrs[0], None);
     metas[first_leader as usize - 1] = None;
+    let creates: Vec<_> = [("after-failover", b2, 0), ("during-election", b1, 1000)]
+        .into_iter()
+        .map(|(name, broker, delay_ms)| {
+            let args: Vec<String> = ["topic", "create", name, "--partitions", "3"]
+                .into_iter()
+                .chain(["--bootstrap", broker])
+                .map(str::to_string)
+                .collect();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(delay_ms));
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                tool_ok(&args)
+            })
+        })
+        .collect();
+    for create in creates {
+        create
+            .join()
+            .expect("topic create succeeded during the election");
+    }
     let survivor = &meta_addrs[first_leader as usize % 3];
     let second_leader = leader(survivor, Some(first_leader));
     assert_ne!(second_leader, first_leader);
-    tool_eventually(&[
-        "topic",
-        "create",
-        "after-failover",
-        "--partitions",
-        "3",
-        "--bootstrap",
-        b2,
-    ]);
     assert_eq!(leaders("after-failover", b1).len(), 3);
+    assert_eq!(leaders("during-election", b3).len(), 3);
 
     // The killed node restarts from its data directory and catches up.
     metas[first_leader as usize - 1] = Some(start(first_leader, &meta_addrs, tmp.path()));

@@ -6,12 +6,15 @@ use tinymq_protocol::messages as m;
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::{check, ClientError};
+use crate::retry::{admin_retriable, retrying};
 
 pub use tinymq_protocol::messages::{
     CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionState, TopicConfig,
 };
 
-/// Administrative operations against any node of the cluster.
+/// Administrative operations against any node of the cluster. Each rides out a leader change
+/// or an unreachable node: retriable errors are retried for up to
+/// [`ClientConfig::api_timeout`] (60 s by default).
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), tinymq_client::ClientError> {
@@ -34,55 +37,81 @@ impl Admin {
     }
 
     /// Creates a topic; zero or empty fields of `config` take the server's defaults. Returns
-    /// the settings the topic got.
+    /// the settings the topic got. (If an attempt's answer is lost and the retry finds the
+    /// topic, the error is `TOPIC_ALREADY_EXISTS`, as with Kafka's admin client.)
     pub async fn create_topic(
         &self,
         name: &str,
         config: TopicConfig,
     ) -> Result<TopicConfig, ClientError> {
-        let response = self
-            .cluster
-            .request(&m::CreateTopicRequest {
-                name: name.into(),
-                config: Some(config),
-                validate_only: false,
-            })
-            .await?;
-        check(response.error.as_ref())?;
-        Ok(response.config.unwrap_or_default())
+        let request = &m::CreateTopicRequest {
+            name: name.into(),
+            config: Some(config),
+            validate_only: false,
+        };
+        self.retry(&format!("create topic {name}"), || async move {
+            let response = self.cluster.request(request).await?;
+            check(response.error.as_ref())?;
+            Ok(response.config.unwrap_or_default())
+        })
+        .await
     }
 
     pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
-        let response = self
-            .cluster
-            .request(&m::DeleteTopicRequest { name: name.into() })
-            .await?;
-        check(response.error.as_ref())
+        let request = &m::DeleteTopicRequest { name: name.into() };
+        self.retry(&format!("delete topic {name}"), || async move {
+            check(self.cluster.request(request).await?.error.as_ref())
+        })
+        .await
     }
 
     pub async fn list_topics(&self) -> Result<Vec<String>, ClientError> {
-        Ok(self.cluster.request(&m::ListTopicsRequest {}).await?.names)
+        self.retry("list topics", || async move {
+            let response = self.cluster.request(&m::ListTopicsRequest {}).await?;
+            check(response.error.as_ref())?;
+            Ok(response.names)
+        })
+        .await
     }
 
     /// Grows a topic to `partitions` (never shrinks it).
     pub async fn alter_partitions(&self, name: &str, partitions: u32) -> Result<(), ClientError> {
-        let response = self
-            .cluster
-            .request(&m::AlterPartitionsRequest {
-                name: name.into(),
-                partitions,
-            })
-            .await?;
-        check(response.error.as_ref())
+        let request = &m::AlterPartitionsRequest {
+            name: name.into(),
+            partitions,
+        };
+        self.retry(&format!("grow topic {name}"), || async move {
+            check(self.cluster.request(request).await?.error.as_ref())
+        })
+        .await
+    }
+
+    /// Runs `attempt` again after retriable errors, for up to the api timeout.
+    async fn retry<T, F, Fut>(&self, operation: &str, attempt: F) -> Result<T, ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        retrying(
+            operation,
+            self.cluster.config.api_timeout,
+            admin_retriable,
+            attempt,
+        )
+        .await
     }
 
     /// Settings, placement and offsets of a topic. Placement comes from any broker; each
     /// partition's offsets from its leader (-1 when the leader cannot be reached).
     pub async fn describe_topic(&self, name: &str) -> Result<DescribeTopicResponse, ClientError> {
         let request = m::DescribeTopicRequest { name: name.into() };
-        let mut response = self.cluster.request(&request).await?;
-        check(response.error.as_ref())?;
-        let brokers = self.cluster.broker_addresses().await?;
+        let (mut response, brokers) = self
+            .retry(&format!("describe topic {name}"), || async {
+                let response = self.cluster.request(&request).await?;
+                check(response.error.as_ref())?;
+                Ok((response, self.cluster.broker_addresses().await?))
+            })
+            .await?;
         let mut leaders: Vec<u32> = response
             .partitions
             .iter()
@@ -121,6 +150,10 @@ impl Admin {
 
     /// Every group of the cluster (each broker lists the groups it coordinates).
     pub async fn list_groups(&self) -> Result<Vec<String>, ClientError> {
+        self.retry("list groups", || self.list_groups_once()).await
+    }
+
+    async fn list_groups_once(&self) -> Result<Vec<String>, ClientError> {
         let mut groups = std::collections::BTreeSet::new();
         for addr in self.cluster.broker_addresses().await?.values() {
             let connection = self.cluster.connection(addr).await?;
@@ -138,31 +171,33 @@ impl Admin {
 
     /// Members, their partitions, state and committed offsets of a group.
     pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse, ClientError> {
-        let c = self.coordinator(group).await?;
-        let response = c
-            .request(
-                &m::DescribeGroupRequest {
-                    group_id: group.into(),
-                },
-                self.cluster.config.request_timeout,
-            )
-            .await?;
-        check(response.error.as_ref())?;
-        Ok(response)
+        let request = &m::DescribeGroupRequest {
+            group_id: group.into(),
+        };
+        self.retry(&format!("describe group {group}"), || async move {
+            let c = self.coordinator(group).await?;
+            let response = c
+                .request(request, self.cluster.config.request_timeout)
+                .await?;
+            check(response.error.as_ref())?;
+            Ok(response)
+        })
+        .await
     }
 
     /// Deletes a group that has no members, with its committed offsets.
     pub async fn delete_group(&self, group: &str) -> Result<(), ClientError> {
-        let c = self.coordinator(group).await?;
-        let response = c
-            .request(
-                &m::DeleteGroupRequest {
-                    group_id: group.into(),
-                },
-                self.cluster.config.request_timeout,
-            )
-            .await?;
-        check(response.error.as_ref())
+        let request = &m::DeleteGroupRequest {
+            group_id: group.into(),
+        };
+        self.retry(&format!("delete group {group}"), || async move {
+            let c = self.coordinator(group).await?;
+            let response = c
+                .request(request, self.cluster.config.request_timeout)
+                .await?;
+            check(response.error.as_ref())
+        })
+        .await
     }
 
     /// Sets a group's committed offsets; only while the group has no members.
@@ -171,7 +206,6 @@ impl Admin {
         group: &str,
         offsets: Vec<(String, u32, i64)>,
     ) -> Result<(), ClientError> {
-        let c = self.coordinator(group).await?;
         let request = m::OffsetCommitRequest {
             group_id: group.into(),
             member_id: String::new(),
@@ -187,10 +221,15 @@ impl Admin {
                 })
                 .collect(),
         };
-        let response = c
-            .request(&request, self.cluster.config.request_timeout)
-            .await?;
-        check(response.error.as_ref())
+        let request = &request;
+        self.retry(&format!("commit offsets of group {group}"), || async move {
+            let c = self.coordinator(group).await?;
+            let response = c
+                .request(request, self.cluster.config.request_timeout)
+                .await?;
+            check(response.error.as_ref())
+        })
+        .await
     }
 
     /// A partition's offset: `-1` latest, `-2` earliest, or the first at or after a timestamp.
@@ -200,7 +239,17 @@ impl Admin {
         partition: u32,
         timestamp: i64,
     ) -> Result<i64, ClientError> {
-        self.cluster.list_offset(topic, partition, timestamp).await
+        self.retry(&format!("list offsets of {topic}/{partition}"), || async {
+            let offset = self.cluster.list_offset(topic, partition, timestamp).await;
+            if offset
+                .as_ref()
+                .is_err_and(ClientError::needs_metadata_refresh)
+            {
+                self.cluster.invalidate(topic);
+            }
+            offset
+        })
+        .await
     }
 
     async fn coordinator(

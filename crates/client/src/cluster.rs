@@ -24,6 +24,9 @@ pub struct ClientConfig {
     /// Refuse nodes of another cluster; empty accepts any.
     pub cluster_id: String,
     pub request_timeout: Duration,
+    /// How long an administrative operation keeps retrying retriable errors (a leader
+    /// change, an unreachable node) before it fails; like Kafka's `default.api.timeout.ms`.
+    pub api_timeout: Duration,
 }
 
 impl ClientConfig {
@@ -38,6 +41,7 @@ impl ClientConfig {
             client_id: format!("tinymq-client/{}", env!("CARGO_PKG_VERSION")),
             cluster_id: String::new(),
             request_timeout: Duration::from_secs(30),
+            api_timeout: Duration::from_secs(60),
         }
     }
 }

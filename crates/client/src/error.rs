@@ -24,6 +24,15 @@ pub enum ClientError {
     DeliveryTimeout { timeout_ms: u64, last_error: String },
     #[error("the producer is closed")]
     Closed,
+    /// A retriable error lasted past the operation's deadline.
+    #[error(
+        "{operation} did not succeed within {waited_ms} ms of retrying; last error: {last_error}"
+    )]
+    GaveUp {
+        operation: String,
+        waited_ms: u64,
+        last_error: Box<ClientError>,
+    },
 }
 
 impl ClientError {
@@ -56,6 +65,7 @@ impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Server { code, .. } => Some(*code),
+            ClientError::GaveUp { last_error, .. } => last_error.code(),
             _ => None,
         }
     }

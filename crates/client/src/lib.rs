@@ -12,6 +12,7 @@ mod consumer;
 mod error;
 mod group;
 mod producer;
+mod retry;
 
 pub use admin::{
     Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionState,

@@ -17,6 +17,12 @@ use crate::{Command, MetadataImage, Reply};
 
 /// Time allowed for a write or heartbeat over TCP (forwarding included).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a write keeps trying while no MetaServer node can be reached or none has a
+/// reachable leader (a leader change), before it fails.
+pub const WRITE_WAIT_MAX: Duration = Duration::from_secs(20);
+/// Pause between those attempts (doubling up to 1 s).
+const WRITE_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+const WRITE_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -57,24 +63,50 @@ impl MetaLink {
         })
     }
 
-    /// Applies a metadata command and returns its reply.
+    /// Applies a metadata command and returns its reply. Rides out a leader change: while no
+    /// node can be reached, or the nodes answer `NOT_LEADER` (which means "not applied"), it
+    /// tries again for up to [`WRITE_WAIT_MAX`]. A request that was sent but got no answer
+    /// is not repeated (it may have been applied); its error says so.
     pub async fn write(&self, command: Command) -> Result<Reply, LinkError> {
+        let deadline = tokio::time::Instant::now() + WRITE_WAIT_MAX;
+        let mut backoff = WRITE_RETRY_BACKOFF;
+        loop {
+            let attempt = self.write_once(&command).await;
+            let retry = match &attempt {
+                Err(Attempt::NotSent(_)) => true,
+                Err(Attempt::Done(LinkError::Server(e))) => {
+                    e.code == u32::from(ErrorCode::NOT_LEADER.code())
+                }
+                _ => false,
+            };
+            if !retry || tokio::time::Instant::now() + backoff > deadline {
+                return attempt.map_err(Attempt::into_link_error);
+            }
+            tracing::debug!(error = %attempt.err().map(Attempt::into_link_error).map(|e| e.to_string()).unwrap_or_default(), "MetaServer write not applied yet; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(WRITE_RETRY_BACKOFF_MAX);
+        }
+    }
+
+    async fn write_once(&self, command: &Command) -> Result<Reply, Attempt> {
         let response = match self {
-            MetaLink::Local(service) => service.write(command).await,
+            MetaLink::Local(service) => service.write(command.clone()).await,
             MetaLink::Remote(remote) => {
                 let request = m::MetaWriteRequest {
-                    command: serde_json::to_vec(&command)
+                    command: serde_json::to_vec(command)
                         .expect("command serializes")
                         .into(),
                 };
-                remote.control(&request, REQUEST_TIMEOUT).await?
+                remote
+                    .send_attempt(&remote.control, &request, REQUEST_TIMEOUT)
+                    .await?
             }
         };
         if let Some(error) = response.error.filter(|e| e.code != 0) {
-            return Err(LinkError::Server(error));
+            return Err(Attempt::Done(LinkError::Server(error)));
         }
         serde_json::from_slice(&response.reply)
-            .map_err(|e| LinkError::Unavailable(format!("unreadable reply: {e}")))
+            .map_err(|e| Attempt::Done(LinkError::Unavailable(format!("unreadable reply: {e}"))))
     }
 
     /// The image once it is newer than `since_version` (or after `wait`), with its version.
@@ -148,12 +180,25 @@ impl RemoteMeta {
         request: &R,
         timeout: Duration,
     ) -> Result<R::Response, LinkError> {
+        self.send_attempt(slot, request, timeout)
+            .await
+            .map_err(Attempt::into_link_error)
+    }
+
+    /// [`RemoteMeta::send`], telling a request that never left (no node reachable) from one
+    /// that was sent.
+    async fn send_attempt<R: Request>(
+        &self,
+        slot: &tokio::sync::Mutex<Option<Arc<Connection>>>,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<R::Response, Attempt> {
         let connection = {
             let mut slot = slot.lock().await;
             match slot.as_ref().filter(|c| !c.is_closed()) {
                 Some(c) => c.clone(),
                 None => {
-                    let c = Arc::new(self.connect().await?);
+                    let c = Arc::new(self.connect().await.map_err(Attempt::NotSent)?);
                     *slot = Some(c.clone());
                     c
                 }
@@ -162,7 +207,7 @@ impl RemoteMeta {
         match connection.request(request, timeout).await {
             Ok(response) => Ok(response),
             Err(ClientError::Server { code, message }) => {
-                Err(LinkError::Server(code.with_message(message)))
+                Err(Attempt::Done(LinkError::Server(code.with_message(message))))
             }
             Err(e) => {
                 // Drop this connection (unless another caller already replaced it) and start
@@ -172,13 +217,14 @@ impl RemoteMeta {
                     *slot = None;
                     self.first_addr.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(LinkError::Unavailable(e.to_string()))
+                Err(Attempt::Done(LinkError::Unavailable(e.to_string())))
             }
         }
     }
 
-    /// Connects to the first node that answers, starting at `first_addr`.
-    async fn connect(&self) -> Result<Connection, LinkError> {
+    /// Connects to the first node that answers, starting at `first_addr`; the error lists why
+    /// each failed.
+    async fn connect(&self) -> Result<Connection, String> {
         let mut errors = Vec::new();
         let first = self.first_addr.load(Ordering::Relaxed);
         for i in 0..self.addrs.len() {
@@ -188,6 +234,23 @@ impl RemoteMeta {
                 Err(e) => errors.push(format!("{addr}: {e}")),
             }
         }
-        Err(LinkError::Unavailable(errors.join("; ")))
+        Err(errors.join("; "))
+    }
+}
+
+/// The outcome of one attempt of a request over the link.
+enum Attempt {
+    /// No MetaServer node could be reached: the request was not sent.
+    NotSent(String),
+    /// It was sent: the node's answer, or why none came.
+    Done(LinkError),
+}
+
+impl Attempt {
+    fn into_link_error(self) -> LinkError {
+        match self {
+            Attempt::NotSent(why) => LinkError::Unavailable(why),
+            Attempt::Done(e) => e,
+        }
     }
 }

@@ -223,9 +223,10 @@ impl MetaService {
         leader: u64,
         request: &R,
     ) -> Result<R::Response, Forward> {
-        let addr = self.node.member_addr(leader).ok_or_else(|| {
-            Forward::NotSent(format!("leader {leader} has no known address"))
-        })?;
+        let addr = self
+            .node
+            .member_addr(leader)
+            .ok_or_else(|| Forward::NotSent(format!("leader {leader} has no known address")))?;
         let connection = tinymq_client::Connection::connect(&addr, "meta-forward", "")
             .await
             .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
@@ -236,7 +237,9 @@ impl MetaService {
                 tinymq_client::ClientError::Server { code, message } => {
                     Forward::Failed(code.with_message(message))
                 }
-                e => Forward::Failed(ErrorCode::NOT_LEADER.with_message(format!(
+                // Sent, but no answer: whether it was applied is unknown, so this is not
+                // NOT_LEADER (which promises it was not).
+                e => Forward::Failed(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
                     "forwarding to leader {leader} failed: {e}; it may or may not have been applied"
                 ))),
             })

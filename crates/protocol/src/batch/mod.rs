@@ -314,10 +314,10 @@ impl RecordBatch {
             });
         }
         for (i, record) in records.iter().enumerate() {
-            if record.offset != self.base_offset() + i as i64 {
+            if record.offset != self.base_offset().wrapping_add(i as i64) {
                 return Err(BatchError::Corrupt(format!(
                     "record {i} has offset delta {} (expected {i})",
-                    record.offset - self.base_offset()
+                    record.offset.wrapping_sub(self.base_offset())
                 )));
             }
         }
