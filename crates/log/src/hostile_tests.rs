@@ -233,8 +233,9 @@ fn crafted_batches_are_cut_where_they_start_and_the_log_goes_on() {
         (
             "offsets past the segment's range",
             stored(9, 5_000_000_000),
-            "outside segment 0's range",
+            "not the expected 4",
         ),
+        ("a gap in the offsets", stored(9, 5), "not the expected 4"),
         (
             "base + delta past i64::MAX",
             {
@@ -247,7 +248,7 @@ fn crafted_batches_are_cut_where_they_start_and_the_log_goes_on() {
         (
             "offsets going backwards",
             stored(9, 1),
-            "below the expected 4",
+            "not the expected 4",
         ),
         (
             "a length past the end of the file",

@@ -106,12 +106,15 @@ fn verify_batch(file: &dyn StorageFile, meta: &BatchMeta) -> io::Result<Result<(
     Ok(Ok(()))
 }
 
-/// Why the batch described by `meta` cannot be replayed into `segment` after a batch ending
-/// below `offset_min`, if it cannot.
+/// Why the batch described by `meta` cannot be replayed into `segment` as the batch that
+/// starts at `expected_base` (the segment's base offset, or the end of the batch before), if
+/// it cannot. Offsets are contiguous, so a batch that starts anywhere else is damage (its
+/// `baseOffset` is not covered by the CRC) and is cut: accepting a gap would let the next
+/// append go on from a wrong offset.
 fn unreplayable(
     segment: &Segment,
     meta: &BatchMeta,
-    offset_min: i64,
+    expected_base: i64,
     batch_bytes_max: u64,
 ) -> Option<String> {
     if meta.size_bytes > batch_bytes_max {
@@ -120,9 +123,9 @@ fn unreplayable(
             meta.size_bytes
         ));
     }
-    if meta.base_offset < offset_min {
+    if meta.base_offset != expected_base {
         return Some(format!(
-            "batch base offset {} is below the expected {offset_min}",
+            "batch base offset {} is not the expected {expected_base}",
             meta.base_offset
         ));
     }
