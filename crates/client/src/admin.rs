@@ -175,10 +175,7 @@ impl Admin {
             group_id: group.into(),
         };
         self.retry(&format!("describe group {group}"), || async move {
-            let c = self.coordinator(group).await?;
-            let response = c
-                .request(request, self.cluster.config.request_timeout)
-                .await?;
+            let response = self.to_coordinator(group, request).await?;
             check(response.error.as_ref())?;
             Ok(response)
         })
@@ -191,10 +188,7 @@ impl Admin {
             group_id: group.into(),
         };
         self.retry(&format!("delete group {group}"), || async move {
-            let c = self.coordinator(group).await?;
-            let response = c
-                .request(request, self.cluster.config.request_timeout)
-                .await?;
+            let response = self.to_coordinator(group, request).await?;
             check(response.error.as_ref())
         })
         .await
@@ -223,10 +217,7 @@ impl Admin {
         };
         let request = &request;
         self.retry(&format!("commit offsets of group {group}"), || async move {
-            let c = self.coordinator(group).await?;
-            let response = c
-                .request(request, self.cluster.config.request_timeout)
-                .await?;
+            let response = self.to_coordinator(group, request).await?;
             check(response.error.as_ref())
         })
         .await
@@ -250,6 +241,17 @@ impl Admin {
             offset
         })
         .await
+    }
+
+    /// Sends `request` to the coordinator of `group` (found again for each call).
+    async fn to_coordinator<R: tinymq_protocol::Request>(
+        &self,
+        group: &str,
+        request: &R,
+    ) -> Result<R::Response, ClientError> {
+        let c = self.coordinator(group).await?;
+        c.request(request, self.cluster.config.request_timeout)
+            .await
     }
 
     async fn coordinator(
