@@ -34,7 +34,14 @@ pub struct BrokerConfig {
     pub retention_check_interval: Duration,
     /// Settings for topics created without them.
     pub topic_defaults: TopicSettings,
+    /// Most record bytes one fetch response carries (a request's `max_bytes` is capped to
+    /// it; one batch larger than what is left is still returned whole, so a consumer always
+    /// progresses). Like Kafka's `fetch.max.bytes`.
+    pub fetch_bytes_max: u32,
 }
+
+/// Default of `fetch_bytes_max`: 50 MiB.
+pub const FETCH_BYTES_MAX_DEFAULT: u32 = 50 << 20;
 
 impl Default for BrokerConfig {
     fn default() -> BrokerConfig {
@@ -49,6 +56,7 @@ impl Default for BrokerConfig {
             produce_timeout_max: Duration::from_secs(60),
             retention_check_interval: Duration::from_secs(300),
             topic_defaults: TopicSettings::default(),
+            fetch_bytes_max: FETCH_BYTES_MAX_DEFAULT,
         }
     }
 }

@@ -131,9 +131,11 @@ pub async fn commit(
 ) -> m::OffsetCommitResponse {
     coordinated_here!(state, &req.group_id, m::OffsetCommitResponse);
     let offsets = req.offsets.clone();
-    let outcome = tokio::task::spawn_blocking(move || state.groups.commit(&req))
-        .await
-        .unwrap_or_else(|e| Err((ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string())));
+    let outcome = tokio::task::spawn_blocking(move || {
+        state.groups.commit(&req, &|t| state.partition_count(t))
+    })
+    .await
+    .unwrap_or_else(|e| Err((ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string())));
     match outcome {
         Ok(()) => m::OffsetCommitResponse {
             error: None,

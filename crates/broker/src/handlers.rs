@@ -11,11 +11,25 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use crate::partition::{Partition, PartitionError, PendingAppend};
+use crate::partition::{Partition, PartitionError, PendingAppend, ProduceContext};
 use crate::state::BrokerState;
+
+/// Most partitions one produce, fetch or list-offsets request may name: each costs the
+/// broker a result (and a watch while a fetch waits), so the count is bounded, not only the
+/// frame's bytes.
+pub const REQUEST_PARTITIONS_MAX: usize = 10_000;
 
 fn ok() -> Option<m::Error> {
     None
+}
+
+/// The refusal of a request naming more than [`REQUEST_PARTITIONS_MAX`] partitions.
+fn too_many_partitions(count: usize) -> Option<m::Error> {
+    (count > REQUEST_PARTITIONS_MAX).then(|| {
+        ErrorCode::INVALID_REQUEST.with_message(format!(
+            "{count} partitions in one request; at most {REQUEST_PARTITIONS_MAX}"
+        ))
+    })
 }
 
 fn err(code: ErrorCode, message: impl Into<String>) -> Option<m::Error> {
@@ -81,20 +95,27 @@ pub async fn produce_write(
     let timeout = Duration::from_millis(u64::from(req.timeout_ms).max(1))
         .min(state.config.produce_timeout_max);
     let acks = req.acks;
+    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
+        return Err(m::ProduceResponse {
+            error: Some(refusal),
+            partitions: vec![],
+        });
+    }
     let written = blocking(move || {
+        let producer_id_end = state.cluster.image().next_producer_id;
         req.partitions
             .into_iter()
             .map(|p| {
                 let outcome = match state.led_partition(&p.topic, p.partition) {
                     Err(e) => Err(e),
                     Ok((partition, leader_epoch)) => {
-                        let batch_max = partition.log.config().batch_bytes_max;
-                        match partition.write(p.records, batch_max, leader_epoch) {
-                            Ok(pending) => Ok((partition, pending)),
-                            Err(PartitionError { code, message }) => {
-                                Err(code.with_message(message))
-                            }
-                        }
+                        let context = ProduceContext {
+                            leader_epoch,
+                            producer_id_end,
+                            now_ms: crate::partition::now_ms(),
+                        };
+                        write_partition(&partition, p.records, context)
+                            .map(|pending| (partition, pending))
                     }
                 };
                 let hint = match &outcome {
@@ -171,12 +192,64 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     }
 }
 
+/// The produce path of one partition once its leadership is checked: every check, then the
+/// write (the wait for the flush policy is [`Partition::finish`]).
+pub(crate) fn write_partition(
+    partition: &Partition,
+    records: Bytes,
+    context: ProduceContext,
+) -> Result<PendingAppend, m::Error> {
+    let batch_max = partition.log.config().batch_bytes_max;
+    partition
+        .write(records, batch_max, context)
+        .map_err(|PartitionError { code, message }| code.with_message(message))
+}
+
+/// The fetch path of one partition once its leadership is checked: whole batches from
+/// `offset` below the high watermark, within `bytes_max` (one batch at least).
+pub(crate) fn read_partition(
+    partition: &Partition,
+    offset: i64,
+    bytes_max: usize,
+) -> Result<Bytes, m::Error> {
+    partition
+        .log
+        .read(offset, bytes_max, Some(partition.high_watermark()))
+        .map(|read| read.records)
+        .map_err(|e| e.error_code().with_message(e.to_string()))
+}
+
+/// The list-offsets path of one partition: `-1` latest (the high watermark), `-2` earliest,
+/// otherwise the first record at or after the timestamp, with its timestamp (`-1, -1` when
+/// none is visible).
+pub(crate) fn list_partition_offset(
+    partition: &Partition,
+    timestamp: i64,
+) -> Result<(i64, i64), m::Error> {
+    match timestamp {
+        -1 => Ok((partition.high_watermark(), -1)),
+        -2 => Ok((partition.log.log_start_offset(), -1)),
+        ts => match partition.log.offset_for_timestamp(ts) {
+            Ok(Some((offset, timestamp))) if offset < partition.high_watermark() => {
+                Ok((offset, timestamp))
+            }
+            Ok(_) => Ok((-1, -1)),
+            Err(e) => Err(e.error_code().with_message(e.to_string())),
+        },
+    }
+}
+
 /// Reads every requested partition once, within the byte budgets.
 fn read_partitions(
     state: &BrokerState,
     req: &m::FetchRequest,
 ) -> (Vec<m::FetchPartitionResult>, usize) {
-    let mut budget = req.max_bytes.max(1) as usize;
+    // A zero `max_bytes` means "the broker's cap"; no request may ask for more than the cap.
+    let fetch_bytes_max = state.config.fetch_bytes_max as usize;
+    let mut budget = match req.max_bytes {
+        0 => fetch_bytes_max,
+        asked => (asked as usize).min(fetch_bytes_max),
+    };
     let mut total = 0;
     let results = req
         .partitions
@@ -199,20 +272,22 @@ fn read_partitions(
                     return result;
                 }
             };
-            let hw = partition.high_watermark();
-            result.high_watermark = hw;
+            result.high_watermark = partition.high_watermark();
             result.log_start_offset = partition.log.log_start_offset();
             if budget == 0 {
                 return result;
             }
-            let limit = (fp.partition_bytes_max.max(1) as usize).min(budget);
-            match partition.log.read(fp.offset, limit, Some(hw)) {
-                Ok(read) => {
-                    budget = budget.saturating_sub(read.records.len());
-                    total += read.records.len();
-                    result.records = read.records;
+            let limit = match fp.partition_bytes_max {
+                0 => budget,
+                asked => (asked as usize).min(budget),
+            };
+            match read_partition(&partition, fp.offset, limit) {
+                Ok(records) => {
+                    budget = budget.saturating_sub(records.len());
+                    total += records.len();
+                    result.records = records;
                 }
-                Err(e) => result.error = Some(e.error_code().with_message(e.to_string())),
+                Err(e) => result.error = Some(e),
             }
             result
         })
@@ -245,6 +320,12 @@ async fn wait_for_any(
 }
 
 pub async fn fetch(state: Arc<BrokerState>, req: m::FetchRequest) -> m::FetchResponse {
+    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
+        return m::FetchResponse {
+            error: Some(refusal),
+            partitions: vec![],
+        };
+    }
     let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(state.config.fetch_wait_max);
     let deadline = tokio::time::Instant::from_std(Instant::now() + wait);
     let min_bytes = req.min_bytes.max(1) as usize;
@@ -291,6 +372,12 @@ pub async fn list_offsets(
     state: Arc<BrokerState>,
     req: m::ListOffsetsRequest,
 ) -> m::ListOffsetsResponse {
+    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
+        return m::ListOffsetsResponse {
+            error: Some(refusal),
+            partitions: vec![],
+        };
+    }
     let result = blocking(move || {
         req.partitions
             .into_iter()
@@ -311,17 +398,9 @@ pub async fn list_offsets(
                         return out;
                     }
                 };
-                match lp.timestamp {
-                    -1 => out.offset = p.high_watermark(),
-                    -2 => out.offset = p.log.log_start_offset(),
-                    ts => match p.log.offset_for_timestamp(ts) {
-                        Ok(Some((offset, timestamp))) if offset < p.high_watermark() => {
-                            out.offset = offset;
-                            out.timestamp = timestamp;
-                        }
-                        Ok(_) => {}
-                        Err(e) => out.error = Some(e.error_code().with_message(e.to_string())),
-                    },
+                match list_partition_offset(&p, lp.timestamp) {
+                    Ok((offset, timestamp)) => (out.offset, out.timestamp) = (offset, timestamp),
+                    Err(e) => out.error = Some(e),
                 }
                 out
             })

@@ -12,6 +12,8 @@ pub mod cluster;
 pub mod config;
 mod connection;
 mod durable_file;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group;
 mod group_handlers;
 mod handlers;

@@ -7,7 +7,9 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{FlushPolicy, LogError, PartitionLog};
-use tinymq_protocol::batch::{BatchIter, RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
+use tinymq_protocol::batch::{
+    BatchError, BatchIter, RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
+};
 use tinymq_protocol::ErrorCode;
 use tokio::sync::watch;
 
@@ -46,9 +48,34 @@ impl From<SequenceError> for PartitionError {
         let code = match e {
             SequenceError::StaleEpoch { .. } => ErrorCode::INVALID_PRODUCER_EPOCH,
             SequenceError::OutOfOrder { .. } => ErrorCode::OUT_OF_ORDER_SEQUENCE,
+            SequenceError::UnknownProducer { .. } => ErrorCode::UNKNOWN_PRODUCER_ID,
         };
         PartitionError::new(code, e.to_string())
     }
+}
+
+impl From<BatchError> for PartitionError {
+    fn from(e: BatchError) -> PartitionError {
+        let code = match e {
+            BatchError::UnsupportedCompression(_) => ErrorCode::UNSUPPORTED_COMPRESSION,
+            BatchError::InvalidHeader(_) | BatchError::RecordCountMismatch { .. } => {
+                ErrorCode::INVALID_RECORD
+            }
+            _ => ErrorCode::CORRUPT_MESSAGE,
+        };
+        PartitionError::new(code, e.to_string())
+    }
+}
+
+/// What a produce to one partition is checked against besides the batch itself.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceContext {
+    /// The leader epoch stamped into the batch.
+    pub leader_epoch: u32,
+    /// Producer ids below this have been handed out by the MetaServer; others are refused.
+    pub producer_id_end: i64,
+    /// The broker's wall clock, for timestamp bounds and producer expiry.
+    pub now_ms: i64,
 }
 
 /// A write that still has to meet the flush policy.
@@ -72,6 +99,7 @@ pub struct Partition {
     pub log: PartitionLog,
     dir: PathBuf,
     flush: FlushPolicy,
+    timestamps: TimestampBounds,
     producers: Mutex<ProducerStateTable>,
     high_watermark: watch::Sender<i64>,
 }
@@ -107,6 +135,7 @@ impl Partition {
             log,
             dir,
             flush,
+            timestamps: TimestampBounds::of(settings),
             producers: Mutex::new(producers),
             high_watermark: watch::Sender::new(hw),
         })
@@ -131,49 +160,36 @@ impl Partition {
         });
     }
 
-    /// Validates and writes the batches in `records`, with idempotence, without waiting for
-    /// the flush policy; [`Partition::finish`] does that. Returns the base offset given to the
-    /// first record (the original one for a retried duplicate).
+    /// Validates and writes the batch in `records`, with idempotence, without waiting for the
+    /// flush policy; [`Partition::finish`] does that. Every check runs before anything is
+    /// written, so a refused batch leaves the partition unchanged. Returns the base offset
+    /// given to the first record (the original one for a retried duplicate).
     pub fn write(
         &self,
         records: Bytes,
         batch_bytes_max: u32,
-        leader_epoch: u32,
+        context: ProduceContext,
     ) -> Result<PendingAppend, PartitionError> {
-        let identities = validate_batches(&records, batch_bytes_max)?;
+        let identity = validate_batch(&records, batch_bytes_max, &self.timestamps, &context)?;
         let mut producers = self.producers.lock();
-        let mut duplicate = None;
-        for identity in &identities {
-            if let SequenceCheck::Duplicate {
+        if let SequenceCheck::Duplicate {
+            base_offset,
+            last_offset,
+        } = producers.check(&identity)?
+        {
+            return Ok(PendingAppend {
                 base_offset,
-                last_offset,
-            } = producers.check(identity)?
-            {
-                duplicate = Some(PendingAppend {
-                    base_offset,
-                    end_offset: last_offset + 1,
-                });
-            }
-        }
-        if let Some(pending) = duplicate {
-            if identities.len() != 1 {
-                return Err(PartitionError::new(
-                    ErrorCode::INVALID_REQUEST,
-                    "an idempotent produce carries one batch per partition",
-                ));
-            }
-            return Ok(pending);
+                end_offset: last_offset + 1,
+            });
         }
         let mut buf = records.to_vec();
-        let info = self.log.write(&mut buf, leader_epoch as i32)?;
-        let mut base = info.base_offset;
-        for (identity, batch) in identities.iter().zip(BatchIter::new(Bytes::from(buf))) {
-            let batch = batch
-                .map_err(|e| PartitionError::new(ErrorCode::CORRUPT_MESSAGE, e.to_string()))?;
-            let last = base + i64::from(batch.last_offset_delta());
-            producers.record(identity, base, last);
-            base = last + 1;
-        }
+        let info = self.log.write(&mut buf, context.leader_epoch as i32)?;
+        producers.record(
+            &identity,
+            info.base_offset,
+            info.last_offset,
+            context.now_ms,
+        );
         Ok(PendingAppend {
             base_offset: info.base_offset,
             end_offset: info.log_end_offset,
@@ -216,45 +232,95 @@ fn visible_end(log: &PartitionLog, flush: FlushPolicy) -> i64 {
     }
 }
 
-/// Checks every batch fully (framing, CRC, record count, bounded decompression) and returns
-/// their producer identities.
-fn validate_batches(
+/// How far record timestamps may stray from the broker's clock (Kafka's
+/// `message.timestamp.after.max.ms` / `before.max.ms`; `None` = no bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TimestampBounds {
+    after_max_ms: Option<i64>,
+    before_max_ms: Option<i64>,
+}
+
+impl TimestampBounds {
+    fn of(settings: &TopicSettings) -> TimestampBounds {
+        let bound = |ms: i64| (ms >= 0).then_some(ms);
+        TimestampBounds {
+            after_max_ms: bound(settings.message_timestamp_after_max_ms),
+            before_max_ms: bound(settings.message_timestamp_before_max_ms),
+        }
+    }
+
+    fn check(&self, min: i64, max: i64, now_ms: i64) -> Result<(), PartitionError> {
+        let refuse = |what: String| Err(PartitionError::new(ErrorCode::INVALID_TIMESTAMP, what));
+        if let Some(after) = self.after_max_ms {
+            if max.saturating_sub(now_ms) > after {
+                return refuse(format!(
+                    "timestamp {max} is more than message_timestamp_after_max_ms = {after} \
+                     ahead of the broker's clock ({now_ms})"
+                ));
+            }
+        }
+        if let Some(before) = self.before_max_ms {
+            if now_ms.saturating_sub(min) > before {
+                return refuse(format!(
+                    "timestamp {min} is more than message_timestamp_before_max_ms = {before} \
+                     behind the broker's clock ({now_ms})"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks the one batch of a produce fully before anything is written: framing, magic, CRC,
+/// size, the producer's attribute and id fields, the header against the records (bounded
+/// decompression), timestamps, and that a producer id was handed out by the MetaServer.
+/// Returns its producer identity.
+fn validate_batch(
     records: &Bytes,
     batch_bytes_max: u32,
-) -> Result<Vec<BatchIdentity>, PartitionError> {
-    let corrupt = |e: tinymq_protocol::batch::BatchError| {
-        let code = match e {
-            tinymq_protocol::batch::BatchError::UnsupportedCompression(_) => {
-                ErrorCode::UNSUPPORTED_COMPRESSION
-            }
-            _ => ErrorCode::CORRUPT_MESSAGE,
-        };
-        PartitionError::new(code, e.to_string())
-    };
-    let mut identities = Vec::new();
-    for batch in BatchIter::new(records.clone()) {
-        let batch: RecordBatch = batch.map_err(corrupt)?;
-        if batch.size_bytes() > batch_bytes_max as usize {
+    timestamps: &TimestampBounds,
+    context: &ProduceContext,
+) -> Result<BatchIdentity, PartitionError> {
+    let mut batches = BatchIter::new(records.clone());
+    let batch: RecordBatch = match batches.next() {
+        Some(batch) => batch?,
+        None => {
             return Err(PartitionError::new(
-                ErrorCode::MESSAGE_TOO_LARGE,
-                format!(
-                    "batch of {} bytes exceeds message_bytes_max {batch_bytes_max}",
-                    batch.size_bytes()
-                ),
-            ));
+                ErrorCode::CORRUPT_MESSAGE,
+                "no record batch in produce",
+            ))
         }
-        batch
-            .validate_records(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)
-            .map_err(corrupt)?;
-        identities.push(identity_of(&batch));
-    }
-    if identities.is_empty() {
+    };
+    if batches.next().is_some() {
         return Err(PartitionError::new(
-            ErrorCode::CORRUPT_MESSAGE,
-            "no record batch in produce",
+            ErrorCode::INVALID_RECORD,
+            "a produce carries exactly one record batch per partition",
         ));
     }
-    Ok(identities)
+    if batch.size_bytes() > batch_bytes_max as usize {
+        return Err(PartitionError::new(
+            ErrorCode::MESSAGE_TOO_LARGE,
+            format!(
+                "batch of {} bytes exceeds message_bytes_max {batch_bytes_max}",
+                batch.size_bytes()
+            ),
+        ));
+    }
+    batch.check_producer_fields()?;
+    let summary = batch.verify(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?;
+    timestamps.check(summary.timestamp_min, summary.timestamp_max, context.now_ms)?;
+    let identity = identity_of(&batch);
+    if identity.producer_id >= context.producer_id_end {
+        return Err(PartitionError::new(
+            ErrorCode::UNKNOWN_PRODUCER_ID,
+            format!(
+                "producer id {} was never handed out by this cluster (InitProducerId gives \
+                 ids below {})",
+                identity.producer_id, context.producer_id_end
+            ),
+        ));
+    }
+    Ok(identity)
 }
 
 fn identity_of(batch: &RecordBatch) -> BatchIdentity {
@@ -274,32 +340,70 @@ fn rebuild_producer_state(log: &PartitionLog, dir: &Path) -> Result<ProducerStat
         Some(s) if s.offset <= end => (s.table, s.offset.max(start)),
         _ => (ProducerStateTable::default(), start),
     };
+    let now = now_ms();
     while offset < end {
         let read = log.read(offset, REBUILD_READ_BYTES, None)?;
+        let started_at = offset;
         if read.records.is_empty() {
             break;
         }
         for batch in BatchIter::new(read.records) {
             let Ok(batch) = batch else { break };
             if batch.last_offset() >= offset {
+                // The time of the write is not in the log (record timestamps are the
+                // producer's): a producer found here counts as having written at the restart,
+                // so a crash never shortens how long its retries are recognised.
                 table.record(
                     &identity_of(&batch),
                     batch.base_offset(),
                     batch.last_offset(),
+                    now,
                 );
             }
-            offset = batch.next_offset();
+            offset = batch.next_offset().max(offset);
+        }
+        if offset <= started_at {
+            // The log's offsets are contiguous, so this means damage recovery did not cut;
+            // stop rather than read the same bytes forever.
+            tracing::warn!(dir = %dir.display(), offset, "producer state rebuild made no progress");
+            break;
         }
     }
+    table.expire(now);
     Ok(table)
 }
 
+/// Milliseconds since the Unix epoch by the broker's clock.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The snapshot saved at the last clean close, if it is there and intact. The file is the
+/// CRC-32C of the JSON as 8 hex digits, a newline, then the JSON; a file that fails the check
+/// (or is unreadable) is ignored and the state rebuilt from the log, which is always correct,
+/// only slower. A file without the checksum line (from an earlier version) is read as is.
 fn load_snapshot(dir: &Path) -> Option<ProducerStateSnapshot> {
     let bytes = std::fs::read(dir.join(PRODUCER_STATE_FILE)).ok()?;
-    serde_json::from_slice(&bytes).ok()
+    let json = match bytes.split_first() {
+        Some((b'{', _)) => &bytes[..],
+        _ => {
+            let (crc, json) = bytes.split_at_checked(9)?;
+            let stored = u32::from_str_radix(std::str::from_utf8(crc.get(..8)?).ok()?, 16).ok()?;
+            if crc.get(8) != Some(&b'\n') || crc32c::crc32c(json) != stored {
+                tracing::warn!(dir = %dir.display(), "producer state snapshot damaged; rebuilding it from the log");
+                return None;
+            }
+            json
+        }
+    };
+    serde_json::from_slice(json).ok()
 }
 
 fn save_snapshot(dir: &Path, snapshot: &ProducerStateSnapshot) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec(snapshot).map_err(std::io::Error::other)?;
+    let json = serde_json::to_vec(snapshot).map_err(std::io::Error::other)?;
+    let mut bytes = format!("{:08x}\n", crc32c::crc32c(&json)).into_bytes();
+    bytes.extend_from_slice(&json);
     crate::durable_file::write_atomically(&dir.join(PRODUCER_STATE_FILE), &bytes)
 }

@@ -2,13 +2,20 @@
 //! few batches it wrote (sequence range → offsets). Pure logic; the partition applies it
 //! around log appends and rebuilds it from the log's batch headers after a restart.
 //!
-//! Rules (the same as Kafka's):
+//! Rules (Kafka's, as of KIP-360):
 //! - a batch whose producer id is -1 is not idempotent and always appended;
 //! - an epoch below the known one is fenced (`INVALID_PRODUCER_EPOCH`);
-//! - a new producer, or a known one with a higher epoch, must start at sequence 0;
+//! - a producer this partition has no state for (new, expired or evicted) must start at
+//!   sequence 0; any other sequence is `UNKNOWN_PRODUCER_ID` (its state is gone, so a
+//!   duplicate could not be recognised);
+//! - a known producer with a higher epoch must start at sequence 0 (`OUT_OF_ORDER_SEQUENCE`);
 //! - a batch whose sequence range equals one of the last [`BATCHES_REMEMBERED`] is a duplicate
 //!   and is answered with the offsets it got the first time;
 //! - otherwise its first sequence must follow the last one written (`OUT_OF_ORDER_SEQUENCE`).
+//!
+//! The table is bounded: a producer not heard from for [`PRODUCER_ID_EXPIRATION_MS`] is
+//! forgotten (Kafka's `producer.id.expiration.ms`), and past [`PRODUCERS_PER_PARTITION_MAX`]
+//! the producer whose last batch is earliest in the log is forgotten to make room.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -17,6 +24,13 @@ use serde::{Deserialize, Serialize};
 /// How many recent batches are remembered per producer: as many as a client may have in
 /// flight, so any retry of an in-flight batch is recognised.
 pub const BATCHES_REMEMBERED: usize = 5;
+/// A producer that has not written to a partition for this long is forgotten (1 day, as
+/// Kafka's default).
+pub const PRODUCER_ID_EXPIRATION_MS: i64 = 24 * 3600 * 1000;
+/// Most producers remembered per partition (about 200 bytes each).
+pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
+/// Expired producers are looked for at most this often, on a write.
+const EXPIRY_CHECK_INTERVAL_MS: i64 = 60 * 1000;
 
 /// A batch as the producer state sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +53,16 @@ struct WrittenBatch {
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<WrittenBatch>,
+    /// Wall-clock time of the producer's last write here (in a snapshot from before this was
+    /// kept, the time it is loaded: expiry never shortens how long a retry is recognised).
+    #[serde(default = "wall_clock_ms")]
+    last_write_ms: i64,
+}
+
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// What to do with an incoming batch.
@@ -66,12 +90,19 @@ pub enum SequenceError {
         expected: i32,
         got: i32,
     },
+    #[error(
+        "producer {producer_id} has no state on this partition (new, or forgotten after \
+         expiry or eviction) and sent sequence {got}; a producer starts at sequence 0"
+    )]
+    UnknownProducer { producer_id: i64, got: i32 },
 }
 
 /// The state of every producer that wrote to one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    #[serde(skip)]
+    last_expiry_check_ms: i64,
 }
 
 fn next_sequence(last: i32) -> i32 {
@@ -96,7 +127,13 @@ impl ProducerStateTable {
             return Ok(SequenceCheck::Append);
         }
         let Some(entry) = self.producers.get(&batch.producer_id) else {
-            return expect_first(batch, 0);
+            return match batch.first_sequence {
+                0 => Ok(SequenceCheck::Append),
+                got => Err(SequenceError::UnknownProducer {
+                    producer_id: batch.producer_id,
+                    got,
+                }),
+            };
         };
         if batch.producer_epoch < entry.epoch {
             return Err(SequenceError::StaleEpoch {
@@ -123,10 +160,26 @@ impl ProducerStateTable {
         expect_first(batch, expected)
     }
 
-    /// Records a batch that was appended at `base_offset..=last_offset`.
-    pub fn record(&mut self, batch: &BatchIdentity, base_offset: i64, last_offset: i64) {
+    /// Records a batch that was appended at `base_offset..=last_offset` at wall-clock time
+    /// `now_ms`, forgetting expired producers (at most once a minute) and, when the table is
+    /// full, the least recently written one.
+    pub fn record(
+        &mut self,
+        batch: &BatchIdentity,
+        base_offset: i64,
+        last_offset: i64,
+        now_ms: i64,
+    ) {
         if batch.producer_id < 0 {
             return;
+        }
+        if now_ms.saturating_sub(self.last_expiry_check_ms) >= EXPIRY_CHECK_INTERVAL_MS {
+            self.expire(now_ms);
+        }
+        if !self.producers.contains_key(&batch.producer_id)
+            && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
+        {
+            self.evict_least_recent();
         }
         let entry = self.producers.entry(batch.producer_id).or_default();
         if batch.producer_epoch != entry.epoch {
@@ -142,6 +195,36 @@ impl ProducerStateTable {
             base_offset,
             last_offset,
         });
+        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+    }
+
+    /// Forgets every producer that has not written for [`PRODUCER_ID_EXPIRATION_MS`].
+    pub fn expire(&mut self, now_ms: i64) {
+        self.last_expiry_check_ms = now_ms;
+        let before = self.producers.len();
+        self.producers
+            .retain(|_, e| now_ms.saturating_sub(e.last_write_ms) < PRODUCER_ID_EXPIRATION_MS);
+        let expired = before - self.producers.len();
+        if expired > 0 {
+            tracing::debug!(expired, "forgot producers idle past their expiration");
+        }
+    }
+
+    /// Forgets the producer whose last batch is earliest in the log: the least recent writer,
+    /// known without a clock (so the order is the same after a rebuild from the log).
+    fn evict_least_recent(&mut self) {
+        let oldest = self
+            .producers
+            .iter()
+            .min_by_key(|(id, e)| (e.batches.back().map_or(i64::MIN, |b| b.last_offset), **id))
+            .map(|(id, _)| *id);
+        if let Some(id) = oldest {
+            tracing::debug!(
+                producer = id,
+                "producer table full; forgetting the least recent"
+            );
+            self.producers.remove(&id);
+        }
     }
 }
 
@@ -161,6 +244,8 @@ fn expect_first(batch: &BatchIdentity, expected: i32) -> Result<SequenceCheck, S
 mod tests {
     use super::*;
 
+    const NOW: i64 = 1_700_000_000_000;
+
     fn id(epoch: i16, first: i32, last: i32) -> BatchIdentity {
         BatchIdentity {
             producer_id: 7,
@@ -174,7 +259,7 @@ mod tests {
     fn sequences_must_follow_and_retries_are_duplicates() {
         let mut table = ProducerStateTable::default();
         assert_eq!(table.check(&id(0, 0, 9)), Ok(SequenceCheck::Append));
-        table.record(&id(0, 0, 9), 100, 109);
+        table.record(&id(0, 0, 9), 100, 109, NOW);
         assert_eq!(
             table.check(&id(0, 0, 9)),
             Ok(SequenceCheck::Duplicate {
@@ -197,7 +282,7 @@ mod tests {
     fn only_the_last_five_batches_are_remembered() {
         let mut table = ProducerStateTable::default();
         for i in 0..6 {
-            table.record(&id(0, i, i), i64::from(i), i64::from(i));
+            table.record(&id(0, i, i), i64::from(i), i64::from(i), NOW);
         }
         assert!(matches!(
             table.check(&id(0, 0, 0)),
@@ -212,7 +297,7 @@ mod tests {
     #[test]
     fn epochs_fence_and_reset() {
         let mut table = ProducerStateTable::default();
-        table.record(&id(3, 0, 4), 0, 4);
+        table.record(&id(3, 0, 4), 0, 4, NOW);
         assert!(matches!(
             table.check(&id(2, 5, 5)),
             Err(SequenceError::StaleEpoch { current: 3, .. })
@@ -222,14 +307,20 @@ mod tests {
             Err(SequenceError::OutOfOrder { expected: 0, .. })
         ));
         assert_eq!(table.check(&id(4, 0, 0)), Ok(SequenceCheck::Append));
-        table.record(&id(4, 0, 0), 5, 5);
+        table.record(&id(4, 0, 0), 5, 5, NOW);
         assert_eq!(table.check(&id(4, 1, 1)), Ok(SequenceCheck::Append));
     }
 
     #[test]
     fn new_producers_start_at_zero_and_non_idempotent_batches_pass() {
         let table = ProducerStateTable::default();
-        assert!(table.check(&id(0, 3, 3)).is_err());
+        assert_eq!(
+            table.check(&id(0, 3, 3)),
+            Err(SequenceError::UnknownProducer {
+                producer_id: 7,
+                got: 3
+            })
+        );
         let plain = BatchIdentity {
             producer_id: -1,
             producer_epoch: -1,
@@ -242,7 +333,67 @@ mod tests {
     #[test]
     fn sequences_wrap_at_i32_max() {
         let mut table = ProducerStateTable::default();
-        table.record(&id(0, i32::MAX - 1, i32::MAX), 0, 1);
+        table.record(&id(0, i32::MAX - 1, i32::MAX), 0, 1, NOW);
         assert_eq!(table.check(&id(0, 0, 3)), Ok(SequenceCheck::Append));
+    }
+
+    fn of(producer_id: i64) -> BatchIdentity {
+        BatchIdentity {
+            producer_id,
+            ..id(0, 0, 0)
+        }
+    }
+
+    #[test]
+    fn idle_producers_expire_and_a_full_table_forgets_the_least_recent() {
+        let mut table = ProducerStateTable::default();
+        table.record(&of(1), 0, 0, NOW);
+        table.record(&of(2), 1, 1, NOW + PRODUCER_ID_EXPIRATION_MS - 1);
+        // Expiry runs at most once a minute, on a write.
+        table.record(&of(3), 2, 2, NOW + PRODUCER_ID_EXPIRATION_MS + 60_000);
+        assert_eq!(table.len(), 2, "producer 1 expired");
+        assert!(matches!(
+            table.check(&BatchIdentity {
+                first_sequence: 1,
+                last_sequence: 1,
+                ..of(1)
+            }),
+            Err(SequenceError::UnknownProducer { .. })
+        ));
+
+        let mut full = ProducerStateTable::default();
+        for p in 0..PRODUCERS_PER_PARTITION_MAX as i64 {
+            full.record(&of(p), p, p, NOW + p);
+        }
+        full.record(
+            &BatchIdentity {
+                first_sequence: 1,
+                last_sequence: 1,
+                ..of(1)
+            },
+            20_000,
+            20_000,
+            NOW,
+        );
+        assert_eq!(full.len(), PRODUCERS_PER_PARTITION_MAX);
+        full.record(&of(100_000), 20_001, 20_001, NOW);
+        assert_eq!(full.len(), PRODUCERS_PER_PARTITION_MAX, "bounded");
+        assert!(
+            full.check(&BatchIdentity {
+                first_sequence: 1,
+                last_sequence: 1,
+                ..of(0)
+            })
+            .is_err(),
+            "producer 0 wrote least recently and was forgotten"
+        );
+        assert!(matches!(
+            full.check(&BatchIdentity {
+                first_sequence: 1,
+                last_sequence: 1,
+                ..of(1)
+            }),
+            Ok(SequenceCheck::Duplicate { .. })
+        ));
     }
 }

@@ -6,8 +6,14 @@
 //! name belongs to a deleted topic; its data is removed before the new topic's partition is
 //! created. So a topic deleted and created again while a broker was down or between two
 //! image reads never shows the old records.
+//!
+//! A partition that cannot be opened (an I/O error, or even a panic while opening) stays
+//! offline with its reason recorded, and the broker serves the rest; the next reconciliation
+//! (the next image change) tries it again.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -60,9 +66,27 @@ impl BrokerState {
             })
             .collect();
         self.close_unwanted(&wanted);
+        self.open_failures.write().retain(|name, failed| {
+            failed.retain(|index, _| wanted.contains_key(&(name, *index)));
+            !failed.is_empty()
+        });
         for ((name, index), topic) in wanted {
             if self.local_partition(name, index).is_none() {
-                self.open_partition(name, index, topic);
+                let outcome = self.open_partition(name, index, topic);
+                let mut failures = self.open_failures.write();
+                match outcome {
+                    Ok(()) => {
+                        if let Some(failed) = failures.get_mut(name) {
+                            failed.remove(&index);
+                        }
+                    }
+                    Err(reason) => {
+                        failures
+                            .entry(name.clone())
+                            .or_default()
+                            .insert(index, reason);
+                    }
+                }
             }
         }
     }
@@ -123,40 +147,54 @@ impl BrokerState {
         }
     }
 
-    fn open_partition(&self, name: &str, index: u32, topic: &TopicRecord) {
+    /// Opens one partition and adds it to the open ones; on failure returns why (logged at
+    /// ERROR). A panic while opening is caught here, so that it takes only this partition
+    /// offline, never the broker.
+    fn open_partition(&self, name: &str, index: u32, topic: &TopicRecord) -> Result<(), String> {
         let data_dir = &self.config.data_dir;
         let dir = Partition::dir_for(data_dir, name, index);
-        if !same_topic(recorded_topic_id(&dir), topic.id) {
-            tracing::info!(
-                topic = name,
-                partition = index,
-                "removing data of an earlier topic with this name"
-            );
-            if let Err(e) = remove_partition_dir(data_dir, name, index) {
-                tracing::error!(topic = name, partition = index, error = %e, "cannot remove old data");
-                return;
+        let opened = contain_panic(|| {
+            if !same_topic(recorded_topic_id(&dir), topic.id) {
+                tracing::info!(
+                    topic = name,
+                    partition = index,
+                    "removing data of an earlier topic with this name"
+                );
+                remove_partition_dir(data_dir, name, index)
+                    .map_err(|e| format!("cannot remove the data of an earlier topic: {e}"))?;
             }
-        }
-        let settings = self.settings_of(name, topic);
-        let opened = Partition::open(data_dir, name, index, &settings).and_then(|p| {
-            record_topic_id(&dir, topic.id).map_err(|source| tinymq_log::LogError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            Ok(p)
+            let settings = self.settings_of(name, topic);
+            let partition =
+                Partition::open(data_dir, name, index, &settings).map_err(|e| e.to_string())?;
+            record_topic_id(&dir, topic.id)
+                .map_err(|e| format!("cannot record the topic id in {}: {e}", dir.display()))?;
+            Ok(partition)
         });
-        match opened {
-            Ok(p) => {
-                let mut partitions = self.partitions.write();
-                let local = partitions.entry(name.to_string()).or_default();
-                local.id = topic.id;
-                local.partitions.insert(index, Arc::new(p));
-            }
-            Err(e) => {
-                tracing::error!(topic = name, partition = index, error = %e, "cannot open partition")
-            }
-        }
+        let partition = opened.inspect_err(|reason| {
+            tracing::error!(topic = name, partition = index, error = %reason, "cannot open partition; it stays offline here");
+        })?;
+        let mut partitions = self.partitions.write();
+        let local = partitions.entry(name.to_string()).or_default();
+        local.id = topic.id;
+        local.partitions.insert(index, Arc::new(partition));
+        Ok(())
     }
+}
+
+/// Runs `open`, turning a panic inside it into an error: the last line of defence that keeps
+/// an unforeseen bug in opening one partition from stopping the whole broker.
+fn contain_panic<T>(open: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(open))
+        .unwrap_or_else(|panic| Err(format!("opening it panicked: {}", panic_message(&*panic))))
+}
+
+/// The message a panic carried, if it is text.
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
 }
 
 /// Removes partition directories of topics the image does not have (deleted while this broker
@@ -188,6 +226,97 @@ pub fn remove_deleted_topics(data_dir: &Path, image: &MetadataImage) -> std::io:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::ClusterView;
+    use crate::config::BrokerConfig;
+    use tinymq_meta::link::MetaLink;
+    use tinymq_meta::PartitionRecord;
+    use tinymq_protocol::ErrorCode;
+
+    /// A broker state (id 1) whose image holds topic `t` with `partitions` partitions led here.
+    fn state_with_topic(data_dir: &Path, partitions: usize) -> BrokerState {
+        let cluster = ClusterView::new(1, MetaLink::remote(vec![], 1));
+        let mut image = MetadataImage {
+            cluster_id: "tmq-test".into(),
+            ..MetadataImage::default()
+        };
+        let led_here = PartitionRecord {
+            replicas: vec![1],
+            leader: Some(1),
+            leader_epoch: 1,
+            isr: vec![1],
+        };
+        image.topics.insert(
+            "t".into(),
+            TopicRecord {
+                id: 7,
+                partitions: vec![led_here; partitions],
+                config: BTreeMap::new(),
+            },
+        );
+        cluster.offer(1, image);
+        let config = BrokerConfig {
+            data_dir: data_dir.to_path_buf(),
+            ..BrokerConfig::default()
+        };
+        let addr = config.listen;
+        BrokerState::new(config, addr, Arc::new(cluster)).unwrap()
+    }
+
+    #[test]
+    fn an_unopenable_partition_is_offline_with_its_reason_and_the_others_are_served() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = state_with_topic(tmp.path(), 3);
+        // A file where partition 1's directory should be: its log cannot be opened.
+        let blocker = Partition::dir_for(tmp.path(), "t", 1);
+        std::fs::write(&blocker, b"not a directory").unwrap();
+        state.reconcile(&state.cluster.image());
+
+        assert!(state.led_partition("t", 0).is_ok());
+        assert!(state.led_partition("t", 2).is_ok());
+        let err = state.led_partition("t", 1).unwrap_err();
+        assert_eq!(err.error_code(), ErrorCode::STORAGE_ERROR);
+        assert!(
+            err.message
+                .starts_with("t/1 cannot be opened on broker 1: "),
+            "{}",
+            err.message
+        );
+        assert!(
+            err.message.contains("t-1"),
+            "names the path: {}",
+            err.message
+        );
+
+        // Once the cause is gone, the next reconciliation opens it.
+        std::fs::remove_file(&blocker).unwrap();
+        state.reconcile(&state.cluster.image());
+        assert!(state.led_partition("t", 1).is_ok());
+        assert_eq!(state.open_failure("t", 1), None);
+    }
+
+    #[test]
+    fn a_failure_is_forgotten_when_the_partition_is_no_longer_placed_here() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = state_with_topic(tmp.path(), 2);
+        std::fs::write(Partition::dir_for(tmp.path(), "t", 1), b"x").unwrap();
+        state.reconcile(&state.cluster.image());
+        assert!(state.open_failure("t", 1).is_some());
+        state.reconcile(&MetadataImage::default());
+        assert_eq!(state.open_failure("t", 1), None);
+        assert!(state.all_partitions().is_empty());
+    }
+
+    #[test]
+    fn a_panic_while_opening_becomes_an_error() {
+        let outcome: Result<(), String> = contain_panic(|| panic!("boom at {}", 42));
+        assert_eq!(outcome, Err("opening it panicked: boom at 42".into()));
+        let outcome: Result<(), String> = contain_panic(|| std::panic::panic_any(7u8));
+        assert_eq!(
+            outcome,
+            Err("opening it panicked: a panic without a message".into())
+        );
+        assert_eq!(contain_panic(|| Ok::<_, String>(5)), Ok(5));
+    }
 
     #[test]
     fn directories_without_an_id_are_adopted_and_others_must_match() {

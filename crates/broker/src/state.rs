@@ -1,5 +1,6 @@
 //! The broker's shared state: configuration, its view of the cluster, and the partitions it
-//! holds (those whose replica list names it), opened and closed as the metadata image changes.
+//! holds (those whose replica list names it), opened and closed as the metadata image changes,
+//! with the reason for each one that could not be opened (offline here; the rest are served).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -27,6 +28,9 @@ pub(crate) struct LocalTopic {
 /// Open partitions by topic, then index (looked up by `&str` on every request).
 pub(crate) type PartitionMap = HashMap<String, LocalTopic>;
 
+/// Why each partition placed here could not be opened, by topic and index.
+pub(crate) type OpenFailures = HashMap<String, BTreeMap<u32, String>>;
+
 #[derive(Debug)]
 pub struct BrokerState {
     pub config: BrokerConfig,
@@ -36,6 +40,9 @@ pub struct BrokerState {
     pub groups: GroupCoordinator,
     /// The partitions held here, by topic and index; changed only by `reconcile`.
     pub(crate) partitions: RwLock<PartitionMap>,
+    /// Partitions placed here whose last open failed, with the reason; they answer
+    /// `STORAGE_ERROR` until a later reconciliation opens them. Changed only by `reconcile`.
+    pub(crate) open_failures: RwLock<OpenFailures>,
 }
 
 impl BrokerState {
@@ -51,6 +58,7 @@ impl BrokerState {
             cluster,
             groups,
             partitions: RwLock::new(HashMap::new()),
+            open_failures: RwLock::new(HashMap::new()),
         })
     }
 
@@ -70,7 +78,8 @@ impl BrokerState {
     }
 
     /// The partition if this broker leads it now, with its leader epoch; otherwise the error
-    /// for the client: unknown, offline, or led elsewhere (with the leader in the message).
+    /// for the client: unknown, offline, led elsewhere (with the leader in the message), or
+    /// led here but not openable (`STORAGE_ERROR` with the reason; nothing is written to it).
     pub fn led_partition(
         &self,
         topic: &str,
@@ -96,14 +105,29 @@ impl BrokerState {
                     "{topic}/{index} is led by broker {leader}{address}"
                 )))
             }
-            Some(_) => self
-                .local_partition(topic, index)
-                .map(|p| (p, record.leader_epoch))
-                .ok_or_else(|| {
-                    ErrorCode::LEADER_NOT_AVAILABLE
-                        .with_message(format!("{topic}/{index} is still being opened here"))
-                }),
+            Some(_) => match self.local_partition(topic, index) {
+                Some(p) => Ok((p, record.leader_epoch)),
+                None => Err(self.not_open_error(topic, index)),
+            },
         }
+    }
+
+    /// The error for a partition led here that is not open: why it cannot be opened, or that
+    /// it is still being opened.
+    fn not_open_error(&self, topic: &str, index: u32) -> m::Error {
+        match self.open_failure(topic, index) {
+            Some(reason) => ErrorCode::STORAGE_ERROR.with_message(format!(
+                "{topic}/{index} cannot be opened on broker {}: {reason}",
+                self.node_id()
+            )),
+            None => ErrorCode::LEADER_NOT_AVAILABLE
+                .with_message(format!("{topic}/{index} is still being opened here")),
+        }
+    }
+
+    /// Why the partition could not be opened here, if its last attempt failed.
+    pub fn open_failure(&self, topic: &str, index: u32) -> Option<String> {
+        self.open_failures.read().get(topic)?.get(&index).cloned()
     }
 
     /// The broker coordinating `group`: the leader of its offsets partition.

@@ -33,6 +33,26 @@ pub struct TopicSettings {
     /// `always`, `interval:<ms>` or `os`.
     pub flush: String,
     pub message_bytes_max: u32,
+    /// Records timestamped more than this far ahead of the broker's clock are refused
+    /// (`INVALID_TIMESTAMP`); -1 = no bound.
+    #[serde(default = "timestamp_after_max_ms_default")]
+    pub message_timestamp_after_max_ms: i64,
+    /// Records timestamped more than this far behind the broker's clock are refused; -1 = no
+    /// bound.
+    #[serde(default = "no_bound")]
+    pub message_timestamp_before_max_ms: i64,
+}
+
+/// Default of `message_timestamp_after_max_ms`: one hour, as Kafka's. A timestamp far in the
+/// future would keep its segment from ever expiring by time.
+pub const MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT: i64 = 3600 * 1000;
+
+fn timestamp_after_max_ms_default() -> i64 {
+    MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT
+}
+
+fn no_bound() -> i64 {
+    -1
 }
 
 impl Default for TopicSettings {
@@ -46,6 +66,8 @@ impl Default for TopicSettings {
             segment_ms: 0,
             flush: FlushPolicy::Always.to_string(),
             message_bytes_max: 1 << 20,
+            message_timestamp_after_max_ms: MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT,
+            message_timestamp_before_max_ms: -1,
         }
     }
 }
@@ -111,6 +133,12 @@ impl TopicSettings {
             if w.message_bytes_max != 0 {
                 s.message_bytes_max = w.message_bytes_max;
             }
+            if w.message_timestamp_after_max_ms != 0 {
+                s.message_timestamp_after_max_ms = w.message_timestamp_after_max_ms;
+            }
+            if w.message_timestamp_before_max_ms != 0 {
+                s.message_timestamp_before_max_ms = w.message_timestamp_before_max_ms;
+            }
         }
         s.validate()?;
         Ok(s)
@@ -132,6 +160,13 @@ impl TopicSettings {
                 "replication_factor must be 1 to {REPLICATION_FACTOR_MAX}, got {}",
                 self.replication_factor
             ));
+        }
+        if self.message_timestamp_after_max_ms < -1 || self.message_timestamp_before_max_ms < -1 {
+            return invalid(
+                "message_timestamp_after_max_ms and message_timestamp_before_max_ms must be -1 \
+                 (no bound) or ≥ 0"
+                    .into(),
+            );
         }
         if self.retention_ms < -1 || self.retention_bytes < -1 || self.segment_ms < 0 {
             return invalid(
@@ -186,6 +221,14 @@ impl TopicSettings {
             ("segment_ms", self.segment_ms.to_string()),
             ("flush", self.flush.clone()),
             ("message_bytes_max", self.message_bytes_max.to_string()),
+            (
+                "message_timestamp_after_max_ms",
+                self.message_timestamp_after_max_ms.to_string(),
+            ),
+            (
+                "message_timestamp_before_max_ms",
+                self.message_timestamp_before_max_ms.to_string(),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
@@ -218,6 +261,12 @@ impl TopicSettings {
                 "segment_ms" => s.segment_ms = value.parse().map_err(|e| bad(&e))?,
                 "flush" => s.flush = value.clone(),
                 "message_bytes_max" => s.message_bytes_max = value.parse().map_err(|e| bad(&e))?,
+                "message_timestamp_after_max_ms" => {
+                    s.message_timestamp_after_max_ms = value.parse().map_err(|e| bad(&e))?
+                }
+                "message_timestamp_before_max_ms" => {
+                    s.message_timestamp_before_max_ms = value.parse().map_err(|e| bad(&e))?
+                }
                 // A setting from a newer version: ignored rather than refusing the topic.
                 _ => tracing::debug!(key, "unknown topic setting ignored"),
             }
@@ -236,6 +285,8 @@ impl TopicSettings {
             flush: self.flush.clone(),
             message_bytes_max: self.message_bytes_max,
             segment_ms: self.segment_ms,
+            message_timestamp_after_max_ms: self.message_timestamp_after_max_ms,
+            message_timestamp_before_max_ms: self.message_timestamp_before_max_ms,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tinymq_meta::{Command, MetadataImage, PartitionRecord};
 use tinymq_protocol::{messages as m, ErrorCode};
 
+use crate::partition::Partition;
 use crate::state::BrokerState;
 use crate::topic::{validate_topic_name, TopicSettings};
 
@@ -34,6 +35,20 @@ async fn wait_until_open(state: &BrokerState, topic: &str) {
         if !missing {
             return;
         }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits until no partition of `topic` is open here (reconciliation closes them and removes
+/// their data after the image drops the topic), so that the answer means "gone here".
+async fn wait_until_closed(state: &BrokerState, topic: &str, partitions: u32) {
+    let deadline = tokio::time::Instant::now() + VISIBLE_WAIT;
+    let data_dir = &state.config.data_dir;
+    let gone = || {
+        !state.partitions.read().contains_key(topic)
+            && (0..partitions).all(|i| !Partition::dir_for(data_dir, topic, i).exists())
+    };
+    while !gone() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -118,6 +133,7 @@ pub async fn delete_topic(
     state: Arc<BrokerState>,
     req: m::DeleteTopicRequest,
 ) -> m::DeleteTopicResponse {
+    let partitions = state.partition_count(&req.name).unwrap_or(0);
     let command = Command::DeleteTopic {
         name: req.name.clone(),
     };
@@ -129,6 +145,7 @@ pub async fn delete_topic(
         .cluster
         .wait_until(VISIBLE_WAIT, |image| !image.topics.contains_key(&name))
         .await;
+    wait_until_closed(&state, &req.name, partitions).await;
     tracing::info!(topic = %req.name, "topic deleted");
     m::DeleteTopicResponse { error: None }
 }

@@ -31,6 +31,14 @@ pub enum TopicCommand {
         /// Largest record batch accepted, bytes [default: 1048576].
         #[arg(long, default_value_t = 0)]
         message_bytes_max: u32,
+        /// Refuse records timestamped more than this many ms ahead of the broker's clock;
+        /// -1 = no bound [default: 3600000, one hour].
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        message_timestamp_after_max_ms: i64,
+        /// Refuse records timestamped more than this many ms behind the broker's clock;
+        /// -1 = no bound [default: no bound].
+        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+        message_timestamp_before_max_ms: i64,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -77,6 +85,8 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             segment_bytes,
             flush,
             message_bytes_max,
+            message_timestamp_after_max_ms,
+            message_timestamp_before_max_ms,
             bootstrap,
         } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
@@ -89,6 +99,8 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 flush,
                 message_bytes_max,
                 segment_ms: 0,
+                message_timestamp_after_max_ms,
+                message_timestamp_before_max_ms,
             };
             let got = admin.create_topic(&name, config).await?;
             println!(

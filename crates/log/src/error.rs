@@ -24,6 +24,15 @@ pub enum LogError {
         log_start: i64,
         log_end: i64,
     },
+    /// One write whose batches claim more offsets (last offset deltas) than one segment's
+    /// indexes can address; no real batch does.
+    #[error("a write of {offsets} offsets does not fit one segment (at most {limit})")]
+    OffsetSpanTooLarge { offsets: u64, limit: u64 },
+    /// The write's offsets would pass `i64::MAX`.
+    #[error(
+        "the log's offsets are exhausted: it ends at {log_end} and the write needs {offsets} more"
+    )]
+    OffsetsExhausted { log_end: i64, offsets: u64 },
     #[error("invalid log configuration: {0}")]
     InvalidConfig(String),
     /// A write or fsync failed in a way that leaves the on-disk state unknown. The log refuses
@@ -45,9 +54,11 @@ impl LogError {
     /// The wire error code a broker answers with.
     pub fn error_code(&self) -> ErrorCode {
         match self {
-            LogError::Io { .. } | LogError::Failed(_) | LogError::Closed => {
-                ErrorCode::STORAGE_ERROR
-            }
+            LogError::Io { .. }
+            | LogError::Failed(_)
+            | LogError::Closed
+            | LogError::OffsetsExhausted { .. } => ErrorCode::STORAGE_ERROR,
+            LogError::OffsetSpanTooLarge { .. } => ErrorCode::INVALID_RECORD,
             LogError::InvalidBatch(BatchError::UnsupportedCompression(_)) => {
                 ErrorCode::UNSUPPORTED_COMPRESSION
             }

@@ -5,13 +5,16 @@
 //! (`durable`, updated by `sync_data`). Directory entries are durable only after `sync_dir`:
 //! a file created but never covered by a directory sync vanishes in a crash, and a removed one
 //! comes back. [`FaultyStorage::crash`] applies all of that, as a power cut would.
+//!
+//! [`FaultyStorage::hold_syncs`] makes every `sync_data` wait until released, so a test can
+//! observe what the log allows while an fsync is in progress.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::storage::{Storage, StorageFile};
 
@@ -47,6 +50,35 @@ struct FileImages {
 struct SimFile {
     images: Mutex<FileImages>,
     faults: Arc<Mutex<Faults>>,
+    gate: Arc<SyncGate>,
+}
+
+/// Holds `sync_data` calls while closed, counting those waiting.
+#[derive(Debug, Default)]
+struct SyncGate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    holding: bool,
+    waiting: usize,
+}
+
+impl SyncGate {
+    fn pass(&self) {
+        let mut state = self.state.lock();
+        if !state.holding {
+            return;
+        }
+        state.waiting += 1;
+        self.changed.notify_all();
+        while state.holding {
+            self.changed.wait(&mut state);
+        }
+        state.waiting -= 1;
+    }
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +94,7 @@ struct Tree {
 pub struct FaultyStorage {
     tree: Arc<Mutex<Tree>>,
     faults: Arc<Mutex<Faults>>,
+    gate: Arc<SyncGate>,
 }
 
 impl FaultyStorage {
@@ -72,6 +105,35 @@ impl FaultyStorage {
     /// Changes the faults injected from now on.
     pub fn set_faults(&self, faults: Faults) {
         *self.faults.lock() = faults;
+    }
+
+    /// From now on every file `sync_data` blocks until [`FaultyStorage::release_syncs`].
+    pub fn hold_syncs(&self) {
+        self.gate.state.lock().holding = true;
+    }
+
+    /// Lets held and later `sync_data` calls proceed.
+    pub fn release_syncs(&self) {
+        self.gate.state.lock().holding = false;
+        self.gate.changed.notify_all();
+    }
+
+    /// Waits until at least one `sync_data` is held; false if none arrived within `timeout`
+    /// (a bound against hanging a test, not a measurement).
+    pub fn wait_for_held_sync(&self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut state = self.gate.state.lock();
+        while state.waiting == 0 {
+            if self
+                .gate
+                .changed
+                .wait_until(&mut state, deadline)
+                .timed_out()
+            {
+                return state.waiting > 0;
+            }
+        }
+        true
     }
 
     /// Simulates a power cut: every file falls back to its durable image (plus, per `mode`, a
@@ -170,6 +232,7 @@ impl StorageFile for SimFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
+        self.gate.pass();
         let fail = self.faults.lock().fail_sync;
         let mut images = self.images.lock();
         if fail {
@@ -205,6 +268,7 @@ impl Storage for FaultyStorage {
         let file = Arc::new(SimFile {
             images: Mutex::new(FileImages::default()),
             faults: self.faults.clone(),
+            gate: self.gate.clone(),
         });
         tree.files.insert(path.to_path_buf(), file.clone());
         Ok(file)

@@ -26,6 +26,9 @@ pub(crate) trait IndexEntry: Copy + std::fmt::Debug {
     fn decode(bytes: &[u8]) -> Self;
     /// The key entries are sorted by (non-decreasing).
     fn key(&self) -> i64;
+    /// Whether `self` may follow `previous` in a well-formed index: each entry names a later
+    /// batch than the one before.
+    fn follows(&self, previous: &Self) -> bool;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,6 +51,9 @@ impl IndexEntry for OffsetEntry {
     }
     fn key(&self) -> i64 {
         i64::from(self.relative_offset)
+    }
+    fn follows(&self, previous: &OffsetEntry) -> bool {
+        self.relative_offset > previous.relative_offset && self.position > previous.position
     }
 }
 
@@ -72,6 +78,10 @@ impl IndexEntry for TimeEntry {
     fn key(&self) -> i64 {
         self.timestamp
     }
+    fn follows(&self, previous: &TimeEntry) -> bool {
+        // Entries are added only when the largest timestamp grows, each at a later batch.
+        self.timestamp > previous.timestamp && self.relative_offset > previous.relative_offset
+    }
 }
 
 /// A sparse index: entries in memory, mirrored to a file.
@@ -92,16 +102,25 @@ impl<E: IndexEntry> SparseIndex<E> {
     }
 
     /// Loads the entries in the file. Returns `None` when the file is not a well-formed index
-    /// (length not a multiple of the entry size, or keys out of order): the caller rebuilds.
-    pub fn load(file: Arc<dyn StorageFile>) -> io::Result<Option<SparseIndex<E>>> {
-        let len = file.byte_len()? as usize;
-        if len % E::BYTES != 0 {
+    /// (length not a multiple of the entry size, more than `entries_max` entries, or entries
+    /// out of order): the caller rebuilds. `entries_max` bounds the memory a garbage file can
+    /// claim; an index has at most one entry per batch of its log.
+    pub fn load(
+        file: Arc<dyn StorageFile>,
+        entries_max: u64,
+    ) -> io::Result<Option<SparseIndex<E>>> {
+        let len = file.byte_len()?;
+        let entry_bytes = E::BYTES as u64;
+        if len % entry_bytes != 0 || len / entry_bytes > entries_max {
             return Ok(None);
         }
+        let Ok(len) = usize::try_from(len) else {
+            return Ok(None);
+        };
         let mut bytes = vec![0u8; len];
         file.read_exact_at(&mut bytes, 0)?;
         let entries: Vec<E> = bytes.chunks_exact(E::BYTES).map(E::decode).collect();
-        if entries.windows(2).any(|w| w[0].key() > w[1].key()) {
+        if entries.windows(2).any(|w| !w[1].follows(&w[0])) {
             return Ok(None);
         }
         Ok(Some(SparseIndex { file, entries }))
@@ -120,17 +139,20 @@ impl<E: IndexEntry> SparseIndex<E> {
         &self.file
     }
 
+    /// Appends an entry; one that does not follow the last entry is refused (callers add
+    /// entries for batches in offset order, so that is a bug, not bad data).
     pub fn append(&mut self, entry: E) -> io::Result<()> {
         if let Some(last) = self.entries.last() {
-            assert!(
-                last.key() <= entry.key(),
-                "index entries are appended in order"
-            );
+            if !entry.follows(last) {
+                return Err(crate::segment::broken_invariant(format!(
+                    "index entry {entry:?} does not follow {last:?}"
+                )));
+            }
         }
         let mut bytes = vec![0u8; E::BYTES];
         entry.encode(&mut bytes);
-        self.file
-            .write_all_at(&bytes, (self.entries.len() * E::BYTES) as u64)?;
+        let position = (self.entries.len() * E::BYTES) as u64;
+        self.file.write_all_at(&bytes, position)?;
         self.entries.push(entry);
         Ok(())
     }
@@ -145,10 +167,6 @@ impl<E: IndexEntry> SparseIndex<E> {
     pub fn lower(&self, key: i64) -> Option<&E> {
         let count = self.entries.partition_point(|e| e.key() < key);
         count.checked_sub(1).map(|i| &self.entries[i])
-    }
-
-    pub fn sync(&self) -> io::Result<()> {
-        self.file.sync_data()
     }
 }
 
@@ -173,7 +191,7 @@ mod tests {
                 })
                 .unwrap();
         }
-        let loaded = SparseIndex::<OffsetEntry>::load(file.clone())
+        let loaded = SparseIndex::<OffsetEntry>::load(file.clone(), 100)
             .unwrap()
             .unwrap();
         assert_eq!(loaded.entries(), index.entries());
@@ -183,10 +201,42 @@ mod tests {
         assert_eq!(loaded.lower(10).unwrap().position, 0);
         assert!(loaded.lower(0).is_none());
 
+        assert!(
+            SparseIndex::<OffsetEntry>::load(file.clone(), 2)
+                .unwrap()
+                .is_none(),
+            "more entries than the log can have"
+        );
+        assert!(
+            index
+                .append(OffsetEntry {
+                    relative_offset: 24,
+                    position: 9000
+                })
+                .is_err(),
+            "an entry out of order is refused, not written"
+        );
+        assert_eq!(index.entries().len(), 3);
         file.write_all_at(&[1, 2, 3], 24).unwrap();
         assert!(
-            SparseIndex::<OffsetEntry>::load(file).unwrap().is_none(),
+            SparseIndex::<OffsetEntry>::load(file.clone(), 100)
+                .unwrap()
+                .is_none(),
             "torn entry"
         );
+        // Sorted offsets but a position going backwards: garbage, rebuilt.
+        file.set_len(0).unwrap();
+        for (o, p) in [(0u32, 4096u32), (10, 0)] {
+            let mut bytes = [0u8; 8];
+            OffsetEntry {
+                relative_offset: o,
+                position: p,
+            }
+            .encode(&mut bytes);
+            file.write_all_at(&bytes, u64::from(o / 10) * 8).unwrap();
+        }
+        assert!(SparseIndex::<OffsetEntry>::load(file, 100)
+            .unwrap()
+            .is_none());
     }
 }

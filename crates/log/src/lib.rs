@@ -40,4 +40,6 @@ pub use recovery::{RecoveryReport, Truncation};
 pub use storage::{OsStorage, Storage, StorageFile};
 
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod tests;

@@ -2,11 +2,15 @@
 //! segments in one directory. This module owns opening (with recovery), appending and flushing;
 //! reads are in `read.rs`, truncation and retention in `maintenance.rs`.
 //!
-//! Concurrency: the segment map sits behind a `RwLock`. Appends take it for writing only to
-//! stamp offsets and `pwrite` the bytes; fsync happens outside it, so readers and further
-//! appenders proceed while the disk works. fsyncs are shared (group commit): an appender that
-//! finds an fsync running waits for it, then one waiter starts the next fsync covering every
-//! append made meanwhile.
+//! Concurrency: writers (appends, rolls, truncation, close) are serialized by the `writer`
+//! mutex, so the active segment changes only in the hands of the one writer holding it. The
+//! segment map sits behind a `RwLock` taken only briefly: readers copy a file handle and a
+//! length out of it, and a writer takes it for writing only to publish what it has already
+//! written (the new length and index entries) or to insert a new segment. The bytes are
+//! `pwrite`n and every fsync (group commit, a roll's fsyncs of the old segment and of the
+//! directory) runs without it, so fetches proceed while the disk works. fsyncs are shared
+//! (group commit): an appender that finds an fsync running waits for it, then one waiter
+//! starts the next fsync covering every append made meanwhile.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,9 +26,27 @@ use tinymq_protocol::batch::{
 use crate::clock::{Clock, SystemClock};
 use crate::config::{FlushPolicy, LogConfig};
 use crate::error::LogError;
-use crate::recovery::{open_segment, Check, RecoveryReport};
-use crate::segment::{parse_segment_path, BatchMeta, Segment, LOG_SUFFIX};
-use crate::storage::{OsStorage, Storage};
+use crate::recovery::{open_segment, Check, RecoveryReport, Truncation};
+use crate::segment::{
+    parse_segment_path, segment_path, BatchMeta, Segment, SegmentFiles, LOG_SUFFIX,
+    SEGMENT_OFFSETS_MAX,
+};
+use crate::storage::{OsStorage, Storage, StorageFile};
+
+/// One batch of an append: where it lies in the caller's buffer.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: usize,
+    len: usize,
+}
+
+/// Where the next write goes: the active segment as the writer found it (or rolled it to).
+struct WriteTarget {
+    file: Arc<dyn StorageFile>,
+    base_offset: i64,
+    position: u64,
+    next_offset: i64,
+}
 
 /// Where an append landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,21 +68,19 @@ pub(crate) struct LogState {
     pub closed: bool,
 }
 
+/// Why the segment map always has a segment: recovery creates one in an empty directory,
+/// truncation creates one when it removes them all, and retention never removes the last.
+const NEVER_EMPTY: &str = "the segment map always holds the active segment";
+
 impl LogState {
     pub fn active(&self) -> &Segment {
-        self.segments
-            .values()
-            .next_back()
-            .expect("a log has an active segment")
+        self.segments.values().next_back().expect(NEVER_EMPTY)
     }
     pub fn active_mut(&mut self) -> &mut Segment {
-        self.segments
-            .values_mut()
-            .next_back()
-            .expect("a log has an active segment")
+        self.segments.values_mut().next_back().expect(NEVER_EMPTY)
     }
     pub fn log_start_offset(&self) -> i64 {
-        *self.segments.keys().next().expect("a log has a segment")
+        *self.segments.keys().next().expect(NEVER_EMPTY)
     }
     pub fn log_end_offset(&self) -> i64 {
         self.active().next_offset
@@ -89,6 +109,9 @@ pub struct PartitionLog {
     pub(crate) storage: Arc<dyn Storage>,
     pub(crate) config: LogConfig,
     pub(crate) clock: Arc<dyn Clock>,
+    /// Serializes writers (append, roll, truncation, close); held across their file I/O and
+    /// fsyncs, which the segment map's lock never is.
+    pub(crate) writer: Mutex<()>,
     pub(crate) state: RwLock<LogState>,
     pub(crate) sync: Mutex<SyncState>,
     pub(crate) sync_done: Condvar,
@@ -122,6 +145,7 @@ impl PartitionLog {
             storage,
             config,
             clock,
+            writer: Mutex::new(()),
             state: RwLock::new(LogState {
                 segments,
                 failed: None,
@@ -135,14 +159,8 @@ impl PartitionLog {
             sync_done: Condvar::new(),
         };
         // Whatever survived is made durable now, so the durable offset starts at the end.
-        let end = {
-            let state = log.state.read();
-            let active = state.active();
-            active
-                .sync()
-                .map_err(|e| log.io_error(active.base_offset, e))?;
-            state.log_end_offset()
-        };
+        let (files, base, end) = log.active_files();
+        files.sync().map_err(|e| log.io_error(base, e))?;
         log.sync.lock().durable_offset = end;
         Ok((log, report))
     }
@@ -184,10 +202,20 @@ impl PartitionLog {
     }
 
     pub(crate) fn io_error(&self, segment_base: i64, e: std::io::Error) -> LogError {
-        LogError::io(
-            crate::segment::segment_path(&self.dir, segment_base, LOG_SUFFIX),
-            e,
-        )
+        LogError::io(segment_path(&self.dir, segment_base, LOG_SUFFIX), e)
+    }
+
+    /// The active segment's file handles, base offset and end offset, copied out of the map.
+    fn active_files(&self) -> (SegmentFiles, i64, i64) {
+        let state = self.state.read();
+        let active = state.active();
+        (active.files(), active.base_offset, active.next_offset)
+    }
+
+    /// Marks the log failed: it refuses writes until reopened.
+    fn fail(&self, why: String) {
+        tracing::error!(dir = %self.dir.display(), %why, "log failed; it refuses writes until reopened");
+        self.state.write().failed.get_or_insert(why);
     }
 
     /// Appends one or more whole batches (back to back in `batches`), giving them the next
@@ -215,57 +243,55 @@ impl PartitionLog {
     /// checks) do this under their own lock and call [`PartitionLog::await_flush_policy`]
     /// after releasing it, so that fsyncs stay shared.
     pub fn write(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
-        let spans = self.check_batches(batches)?;
-        let info = {
-            let mut state = self.state.write();
-            state.check_writable()?;
-            self.roll_if_needed(&mut state, batches.len() as u64)?;
-            let active = state.active_mut();
-            let position = active.size_bytes;
-            let mut next_offset = active.next_offset;
-            let mut metas = Vec::with_capacity(spans.len());
-            for &(start, len) in &spans {
-                let batch = &mut batches[start..start + len];
-                stamp_base_offset(batch, next_offset);
-                stamp_partition_leader_epoch(batch, leader_epoch);
-                let meta = BatchMeta::from_header(position + start as u64, batch);
-                next_offset = meta.last_offset + 1;
-                metas.push(meta);
+        let (spans, offsets) = self.check_batches(batches)?;
+        let _writer = self.writer.lock();
+        let target = self.prepare_write(offsets, batches.len() as u64)?;
+        let mut next_offset = target.next_offset;
+        let mut metas = Vec::with_capacity(spans.len());
+        for span in &spans {
+            let batch = &mut batches[span.start..span.start + span.len];
+            stamp_base_offset(batch, next_offset);
+            stamp_partition_leader_epoch(batch, leader_epoch);
+            let meta = BatchMeta::from_header(target.position + span.start as u64, batch)
+                .map_err(BatchError::Corrupt)?;
+            next_offset = meta.next_offset();
+            metas.push(meta);
+        }
+        // Readers never look past the published length, so the bytes go down without the
+        // segment map's lock; only publishing them below takes it.
+        if let Err(e) = target.file.write_all_at(batches, target.position) {
+            // Drop whatever part of the write landed, so the next append starts clean.
+            if let Err(cleanup) = target.file.set_len(target.position) {
+                self.fail(format!("write failed ({e}); cleanup failed ({cleanup})"));
             }
-            if let Err(e) = active.log_file.write_all_at(batches, position) {
+            return Err(self.io_error(target.base_offset, e));
+        }
+        let mut state = self.state.write();
+        let active = state.active_mut();
+        let interval = self.config.index_interval_bytes;
+        for meta in &metas {
+            if let Err(e) = active.track_batch(meta, interval) {
                 let base = active.base_offset;
-                // Drop whatever part of the write landed, so the next append starts clean.
-                if let Err(cleanup) = active.log_file.set_len(position) {
-                    state.failed = Some(format!("write failed ({e}); cleanup failed ({cleanup})"));
-                }
+                state.failed = Some(format!("index write failed: {e}"));
                 return Err(self.io_error(base, e));
             }
-            let interval = self.config.index_interval_bytes;
-            for meta in &metas {
-                if let Err(e) = active.track_batch(meta, interval) {
-                    let base = active.base_offset;
-                    state.failed = Some(format!("index write failed: {e}"));
-                    return Err(self.io_error(base, e));
-                }
-            }
-            AppendInfo {
-                base_offset: metas[0].base_offset,
-                last_offset: next_offset - 1,
-                log_end_offset: next_offset,
-                batch_count: metas.len(),
-                max_timestamp: metas
-                    .iter()
-                    .map(|m| m.max_timestamp)
-                    .max()
-                    .expect("≥ 1 batch"),
-            }
-        };
-        Ok(info)
+        }
+        Ok(AppendInfo {
+            base_offset: target.next_offset,
+            last_offset: next_offset - 1,
+            log_end_offset: next_offset,
+            batch_count: metas.len(),
+            max_timestamp: metas
+                .iter()
+                .map(|m| m.max_timestamp)
+                .fold(i64::MIN, i64::max),
+        })
     }
 
-    /// Splits `batches` into (start, len) spans and checks each batch's size, magic and CRC
-    /// before the log is locked.
-    fn check_batches(&self, batches: &[u8]) -> Result<Vec<(usize, usize)>, LogError> {
+    /// Splits `batches` into spans and checks each batch's size, magic, CRC and offset delta
+    /// before the log is locked. Returns the spans and the offsets they take together, which
+    /// must fit one segment.
+    fn check_batches(&self, batches: &[u8]) -> Result<(Vec<Span>, u64), LogError> {
         if batches.len() as u64 > self.config.segment_bytes {
             return Err(LogError::BatchTooLarge {
                 size: batches.len(),
@@ -273,6 +299,7 @@ impl PartitionLog {
             });
         }
         let mut spans = Vec::new();
+        let mut offsets: u64 = 0;
         let mut start = 0;
         while start < batches.len() {
             let rest = &batches[start..];
@@ -293,17 +320,22 @@ impl PartitionLog {
                     limit: u64::from(self.config.batch_bytes_max),
                 });
             }
+            // `batch_size` guarantees a whole header: `len` ≥ 61 bytes.
             let batch = &rest[..len];
             if batch[field::MAGIC] as i8 != BATCH_MAGIC {
                 return Err(BatchError::BadMagic(batch[field::MAGIC] as i8).into());
             }
-            let stored =
-                u32::from_be_bytes(batch[field::CRC..field::CRC + 4].try_into().expect("4"));
+            let stored = be_u32(batch, field::CRC);
             let computed = compute_crc(batch);
             if stored != computed {
                 return Err(BatchError::CrcMismatch { stored, computed }.into());
             }
-            spans.push((start, len));
+            let delta = be_u32(batch, field::LAST_OFFSET_DELTA) as i32;
+            let batch_offsets = u64::try_from(delta)
+                .map_err(|_| BatchError::Corrupt(format!("negative last offset delta {delta}")))?
+                + 1;
+            offsets = offsets.saturating_add(batch_offsets);
+            spans.push(Span { start, len });
             start += len;
         }
         if spans.is_empty() {
@@ -313,41 +345,97 @@ impl PartitionLog {
             }
             .into());
         }
-        Ok(spans)
+        if offsets > SEGMENT_OFFSETS_MAX {
+            return Err(LogError::OffsetSpanTooLarge {
+                offsets,
+                limit: SEGMENT_OFFSETS_MAX,
+            });
+        }
+        Ok((spans, offsets))
     }
 
-    /// Starts a new segment when the active one would pass `segment_bytes` or is too old.
-    /// The old segment is fsynced first, so only the active segment can ever be torn.
-    fn roll_if_needed(&self, state: &mut LogState, incoming_bytes: u64) -> Result<(), LogError> {
-        let active = state.active();
-        if active.is_empty() {
-            return Ok(());
-        }
-        let too_big = active.size_bytes + incoming_bytes > self.config.segment_bytes;
-        let too_old = match (self.config.segment_age_max, active.first_batch_timestamp) {
-            (Some(age), Some(first)) => self.clock.now_ms() - first >= age.as_millis() as i64,
-            _ => false,
+    /// Finds where a write of `offsets` offsets and `bytes` bytes goes, rolling first when the
+    /// active segment is too big or too old, or when the write's last offset would be past
+    /// what the segment's indexes can encode. The caller holds the writer lock, so the active
+    /// segment cannot change until it has written.
+    fn prepare_write(&self, offsets: u64, bytes: u64) -> Result<WriteTarget, LogError> {
+        let (roll, target, files) = {
+            let state = self.state.read();
+            state.check_writable()?;
+            let active = state.active();
+            let next_offset = active.next_offset;
+            // `offsets` ≤ 2^32 (checked by `check_batches`), so it converts.
+            let last = i64::try_from(offsets)
+                .ok()
+                .and_then(|n| next_offset.checked_add(n))
+                .ok_or(LogError::OffsetsExhausted {
+                    log_end: next_offset,
+                    offsets,
+                })?
+                - 1;
+            let offsets_fit = active.relative(last).is_some();
+            let too_big = active.size_bytes + bytes > self.config.segment_bytes;
+            let too_old = match (self.config.segment_age_max, active.first_batch_timestamp) {
+                (Some(age), Some(first)) => {
+                    let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+                    self.clock.now_ms().saturating_sub(first) >= age_ms
+                }
+                _ => false,
+            };
+            let target = WriteTarget {
+                file: active.log_file.clone(),
+                base_offset: active.base_offset,
+                position: active.size_bytes,
+                next_offset,
+            };
+            if active.is_empty() && !offsets_fit {
+                // Only a segment based below its first offset could get here; a fresh one
+                // holds any write `check_batches` lets through.
+                return Err(LogError::OffsetSpanTooLarge {
+                    offsets,
+                    limit: SEGMENT_OFFSETS_MAX,
+                });
+            }
+            let roll = !active.is_empty() && (too_big || too_old || !offsets_fit);
+            (roll, target, active.files())
         };
-        if !(too_big || too_old) {
-            return Ok(());
+        if !roll {
+            return Ok(target);
         }
-        let base = active.base_offset;
-        let next_offset = active.next_offset;
-        if let Err(e) = active.sync() {
-            state.failed = Some(format!("fsync before roll failed: {e}"));
-            return Err(self.io_error(base, e));
+        self.roll(files, target.base_offset, target.next_offset)
+    }
+
+    /// Starts a new segment at `next_offset`. The old one (whose handles are `old`) is fsynced
+    /// first and the directory after the new files are created, so only the active segment can
+    /// ever be torn; none of it holds the segment map's lock, which is taken only to insert
+    /// the new segment. A failed fsync fails the log.
+    fn roll(
+        &self,
+        old: SegmentFiles,
+        old_base: i64,
+        next_offset: i64,
+    ) -> Result<WriteTarget, LogError> {
+        if let Err(e) = old.sync() {
+            self.fail(format!("fsync before roll failed: {e}"));
+            return Err(self.io_error(old_base, e));
         }
         let segment = Segment::create(&*self.storage, &self.dir, next_offset)
             .map_err(|e| self.io_error(next_offset, e))?;
         if let Err(e) = self.storage.sync_dir(&self.dir) {
-            state.failed = Some(format!("directory fsync after roll failed: {e}"));
+            self.fail(format!("directory fsync after roll failed: {e}"));
             return Err(LogError::io(&self.dir, e));
         }
-        state.segments.insert(next_offset, segment);
+        let target = WriteTarget {
+            file: segment.log_file.clone(),
+            base_offset: next_offset,
+            position: 0,
+            next_offset,
+        };
+        self.state.write().segments.insert(next_offset, segment);
         let mut sync = self.sync.lock();
         sync.durable_offset = sync.durable_offset.max(next_offset);
         tracing::debug!(dir = %self.dir.display(), base_offset = next_offset, "rolled segment");
-        Ok(())
+        Ok(target)
     }
 
     /// Blocks until every offset below `target` is fsynced, sharing fsyncs with concurrent
@@ -391,9 +479,7 @@ impl PartitionLog {
             )
         };
         if let Err(e) = file.sync_data() {
-            let why = format!("fsync failed: {e}");
-            tracing::error!(dir = %self.dir.display(), %why, "log failed; it refuses writes until reopened");
-            self.state.write().failed.get_or_insert(why);
+            self.fail(format!("fsync failed: {e}"));
             return Err(self.io_error(base, e));
         }
         Ok(end)
@@ -423,20 +509,27 @@ impl PartitionLog {
 
     /// Flushes everything (log and indexes) and refuses further appends. Reads still work.
     pub fn close(&self) -> Result<(), LogError> {
+        let _writer = self.writer.lock();
         self.flush()?;
-        let mut state = self.state.write();
-        let active = state.active();
-        active
-            .sync()
-            .map_err(|e| self.io_error(active.base_offset, e))?;
-        state.closed = true;
+        let (files, base, _) = self.active_files();
+        files.sync().map_err(|e| self.io_error(base, e))?;
+        self.state.write().closed = true;
         Ok(())
     }
 }
 
+/// Reads a big-endian `u32` at `at`; callers pass a whole batch header.
+fn be_u32(batch: &[u8], at: usize) -> u32 {
+    let mut bytes = [0u8; 4];
+    bytes.copy_from_slice(&batch[at..at + 4]);
+    u32::from_be_bytes(bytes)
+}
+
 /// Finds the segments in `dir`, removes stray files, and opens each segment: the active one
 /// fully checked, the others from their indexes. A cut in an older segment deletes every later
-/// segment, since the offsets after the cut would leave a gap.
+/// segment, since the offsets after the cut would leave a gap; so does a segment whose name
+/// (base offset) lies below the end of the one before it, since offsets only increase.
+/// Fails only on I/O errors: whatever the files hold, the log opens.
 fn recover_segments(
     storage: &dyn Storage,
     dir: &Path,
@@ -461,11 +554,19 @@ fn recover_segments(
             report.stray_files_removed += 1;
         }
     }
-    let mut segments = BTreeMap::new();
+    let mut segments: BTreeMap<i64, Segment> = BTreeMap::new();
     // Recovery accepts any batch that fits a segment: batch_bytes_max may have been lowered
     // since older batches were written.
     let batch_bytes_max = config.segment_bytes;
     for (i, &base) in bases.iter().enumerate() {
+        let previous_end = segments.values().next_back().map(|s| s.next_offset);
+        if let Some(previous_end) = previous_end.filter(|&end| base < end) {
+            let reason = format!(
+                "segment {base} starts below the end of the segment before it ({previous_end})"
+            );
+            drop_segments(storage, dir, &bases[i..], previous_end, reason, &mut report)?;
+            break;
+        }
         let is_active = i + 1 == bases.len();
         let check = if is_active { Check::Full } else { Check::Tail };
         let cuts_before = report.truncations.len();
@@ -478,7 +579,7 @@ fn recover_segments(
             batch_bytes_max,
             &mut report,
         )
-        .map_err(|e| LogError::io(crate::segment::segment_path(dir, base, LOG_SUFFIX), e))?;
+        .map_err(|e| LogError::io(segment_path(dir, base, LOG_SUFFIX), e))?;
         segments.insert(base, segment);
         if !is_active && report.truncations.len() > cuts_before {
             for &later in &bases[i + 1..] {
@@ -497,4 +598,37 @@ fn recover_segments(
         tracing::warn!(dir = %dir.display(), ?report, "log recovered with data cut");
     }
     Ok((segments, report))
+}
+
+/// Deletes the segments `doomed` (the first of them is cut whole, for `reason`), recording
+/// them in `report`.
+fn drop_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    doomed: &[i64],
+    next_offset: i64,
+    reason: String,
+    report: &mut RecoveryReport,
+) -> Result<(), LogError> {
+    let Some(&first) = doomed.first() else {
+        return Ok(());
+    };
+    let path = segment_path(dir, first, LOG_SUFFIX);
+    let bytes_cut = storage
+        .open(&path, false)
+        .and_then(|f| f.byte_len())
+        .map_err(|e| LogError::io(&path, e))?;
+    tracing::warn!(segment = first, %reason, "recovery deleted a segment");
+    report.truncations.push(Truncation {
+        segment_base_offset: first,
+        position: 0,
+        bytes_cut,
+        next_offset,
+        reason,
+    });
+    for &base in doomed {
+        crate::maintenance::remove_segment_files(storage, dir, base)?;
+        report.segments_deleted.push(base);
+    }
+    Ok(())
 }

@@ -52,30 +52,55 @@ impl PartitionLog {
     /// so the new end may be below `offset`. Returns the new log end offset. Cutting below the
     /// log start empties the log and restarts it at `offset`.
     pub fn truncate_to(&self, offset: i64) -> Result<i64, LogError> {
-        let mut state = self.state.write();
-        state.check_writable()?;
-        if offset >= state.log_end_offset() {
-            return Ok(state.log_end_offset());
+        if offset < 0 {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset(),
+                log_end: self.log_end_offset(),
+            });
         }
-        let doomed: Vec<i64> = state.segments.range(offset..).map(|(&b, _)| b).collect();
-        for base in &doomed {
-            state.segments.remove(base);
-            remove_segment_files(&*self.storage, &self.dir, *base)?;
+        let _writer = self.writer.lock();
+        let (files, base, end) = {
+            let mut state = self.state.write();
+            state.check_writable()?;
+            if offset >= state.log_end_offset() {
+                return Ok(state.log_end_offset());
+            }
+            let doomed: Vec<i64> = state.segments.range(offset..).map(|(&b, _)| b).collect();
+            for base in &doomed {
+                state.segments.remove(base);
+                remove_segment_files(&*self.storage, &self.dir, *base)?;
+            }
+            if state.segments.is_empty() {
+                let segment = Segment::create(&*self.storage, &self.dir, offset)
+                    .map_err(|e| self.io_error(offset, e))?;
+                state.segments.insert(offset, segment);
+            } else {
+                let interval = self.config.index_interval_bytes;
+                let active = state.active_mut();
+                let base = active.base_offset;
+                cut_segment(active, offset, interval).map_err(|e| self.io_error(base, e))?;
+            }
+            let active = state.active();
+            (active.files(), active.base_offset, active.next_offset)
+        };
+        // The cut is made durable without the segment map's lock (the writer lock keeps
+        // appends out); readers meanwhile see the cut log.
+        let synced = files
+            .sync()
+            .map_err(|e| self.io_error(base, e))
+            .and_then(|()| {
+                self.storage
+                    .sync_dir(&self.dir)
+                    .map_err(|e| LogError::io(&self.dir, e))
+            });
+        if let Err(e) = synced {
+            self.state
+                .write()
+                .failed
+                .get_or_insert(format!("fsync after truncation failed: {e}"));
+            return Err(e);
         }
-        if state.segments.is_empty() {
-            let segment = Segment::create(&*self.storage, &self.dir, offset)
-                .map_err(|e| self.io_error(offset, e))?;
-            state.segments.insert(offset, segment);
-        } else {
-            let interval = self.config.index_interval_bytes;
-            let active = state.active_mut();
-            let base = active.base_offset;
-            cut_segment(active, offset, interval).map_err(|e| self.io_error(base, e))?;
-        }
-        self.storage
-            .sync_dir(&self.dir)
-            .map_err(|e| LogError::io(&self.dir, e))?;
-        let end = state.log_end_offset();
         let mut sync = self.sync.lock();
         sync.durable_offset = sync.durable_offset.min(end);
         tracing::info!(dir = %self.dir.display(), offset, new_end = end, "log truncated");
@@ -93,11 +118,16 @@ impl PartitionLog {
             let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
             let mut doomed = Vec::new();
             while state.segments.len() > 1 {
-                let oldest = state.segments.values().next().expect("len > 1");
+                let oldest = state
+                    .segments
+                    .values()
+                    .next()
+                    .expect("the loop runs while len > 1");
                 let expired = self.config.retention_age.is_some_and(|age| {
+                    let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
                     oldest
                         .max_timestamp
-                        .is_none_or(|ts| ts < now_ms - age.as_millis() as i64)
+                        .is_none_or(|ts| ts < now_ms.saturating_sub(age_ms))
                 });
                 let oversized = self
                     .config
@@ -152,5 +182,5 @@ fn cut_segment(
         position = meta.end_position();
     }
     file.set_len(position)?;
-    segment.sync()
+    Ok(())
 }

@@ -4,6 +4,7 @@
 //! handle and valid length; the file is then read without the lock. Data below the length
 //! taken under the lock is complete, since appends `pwrite` before they publish the new length.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -61,7 +62,15 @@ impl SegmentSnapshot {
         Ok(())
     }
 
-    fn read(&self, position: u64, len: usize) -> Result<Bytes, LogError> {
+    /// Reads `len` bytes at `position`; `len` is within the segment's valid length, which
+    /// the log has checked to be at most 4 GiB.
+    fn read(&self, position: u64, len: u64) -> Result<Bytes, LogError> {
+        let len = usize::try_from(len).map_err(|_| {
+            self.error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a read of {len} bytes does not fit in memory"),
+            ))
+        })?;
         let mut bytes = vec![0u8; len];
         self.file
             .read_exact_at(&mut bytes, position)
@@ -85,7 +94,7 @@ fn segment_for(state: &LogState, offset: i64) -> Option<&Segment> {
         Some(segment) if offset < segment.next_offset => Some(segment),
         _ => state
             .segments
-            .range(offset + 1..)
+            .range((Bound::Excluded(offset), Bound::Unbounded))
             .map(|(_, s)| s)
             .find(|s| !s.is_empty()),
     }
@@ -145,7 +154,7 @@ impl PartitionLog {
             true
         })?;
         let records = match first_position {
-            Some(position) => snapshot.read(position, total as usize)?,
+            Some(position) => snapshot.read(position, total)?,
             None => Bytes::new(),
         };
         Ok(ReadResult {
@@ -177,7 +186,7 @@ impl PartitionLog {
                 true
             })?;
             let Some(meta) = found else { continue };
-            let bytes = snapshot.read(meta.position, meta.size_bytes as usize)?;
+            let bytes = snapshot.read(meta.position, meta.size_bytes)?;
             let batch = RecordBatch::parse(bytes)?;
             let records = batch.records(TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX)?;
             if let Some(record) = records.iter().find(|r| r.timestamp_ms >= timestamp_ms) {

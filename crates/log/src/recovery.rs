@@ -5,12 +5,16 @@
 //! are trusted up to their last index entry and only the batches after it are walked
 //! (`Check::Tail`). The active segment may end in a torn write, so every batch in it is read
 //! and its CRC checked (`Check::Full`). The first batch that fails ends the segment there.
+//!
+//! Nothing in a file can make opening fail or panic: a batch that cannot be replayed (bad
+//! header, length past the file or past 4 GiB, offsets going backwards or outside the range
+//! the segment's indexes can encode, CRC mismatch) is cut with a reason; indexes that look
+//! wrong are rebuilt. Only I/O errors are errors.
 
 use std::io;
 use std::path::Path;
 
-use bytes::Bytes;
-use tinymq_protocol::batch::RecordBatch;
+use tinymq_protocol::batch::{field, BatchError, Compression, BATCH_HEADER_BYTES, BATCH_MAGIC};
 
 use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
 use crate::segment::{
@@ -61,50 +65,105 @@ impl RecoveryReport {
     }
 }
 
-/// Walks batches from `start` to `end`, calling `on_batch` for each good one; returns where
-/// the good data ends and, if it ends early, why.
+/// Bytes read at a time when checking a batch's CRC, so that the memory recovery uses does
+/// not depend on the batch lengths a file claims.
+const CRC_READ_CHUNK_BYTES: usize = 64 << 10;
+
+/// Checks what [`tinymq_protocol::batch::RecordBatch::parse`] checks (magic, header sanity, compression, CRC) without
+/// holding the whole batch in memory. The inner error says why the batch is not valid.
+fn verify_batch(file: &dyn StorageFile, meta: &BatchMeta) -> io::Result<Result<(), String>> {
+    let mut header = [0u8; BATCH_HEADER_BYTES];
+    file.read_exact_at(&mut header, meta.position)?;
+    let magic = header[field::MAGIC] as i8;
+    if magic != BATCH_MAGIC {
+        return Ok(Err(BatchError::BadMagic(magic).to_string()));
+    }
+    let attributes = i16::from_be_bytes([header[field::ATTRIBUTES], header[field::ATTRIBUTES + 1]]);
+    if let Err(e) = Compression::from_attributes(attributes) {
+        return Ok(Err(e.to_string()));
+    }
+    let be_u32 = |at: usize| {
+        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    let record_count = be_u32(field::RECORD_COUNT) as i32;
+    if record_count < 0 {
+        return Ok(Err(format!("negative record count {record_count}")));
+    }
+    let stored = be_u32(field::CRC);
+    let mut computed = 0;
+    let mut position = meta.position + field::ATTRIBUTES as u64;
+    let end = meta.end_position();
+    let mut chunk = vec![0u8; CRC_READ_CHUNK_BYTES];
+    while position < end {
+        let n = usize::try_from(end - position).map_or(chunk.len(), |left| left.min(chunk.len()));
+        file.read_exact_at(&mut chunk[..n], position)?;
+        computed = crc32c::crc32c_append(computed, &chunk[..n]);
+        position += n as u64;
+    }
+    if computed != stored {
+        return Ok(Err(BatchError::CrcMismatch { stored, computed }.to_string()));
+    }
+    Ok(Ok(()))
+}
+
+/// Why the batch described by `meta` cannot be replayed into `segment` after a batch ending
+/// below `offset_min`, if it cannot.
+fn unreplayable(
+    segment: &Segment,
+    meta: &BatchMeta,
+    offset_min: i64,
+    batch_bytes_max: u64,
+) -> Option<String> {
+    if meta.size_bytes > batch_bytes_max {
+        return Some(format!(
+            "batch claims {} bytes, over the limit",
+            meta.size_bytes
+        ));
+    }
+    if meta.base_offset < offset_min {
+        return Some(format!(
+            "batch base offset {} is below the expected {offset_min}",
+            meta.base_offset
+        ));
+    }
+    segment.misfit(meta)
+}
+
+/// Walks the batches of `segment`'s log from `start` to `end`, tracking each good one in the
+/// segment; returns where the good data ends and, if it ends early, why. A batch is good if
+/// its header is sane, it fits the segment (offsets and position), its offsets increase, and
+/// (under `Check::Full`) its CRC matches. Only I/O failures are errors.
 fn scan_batches(
-    file: &dyn StorageFile,
+    segment: &mut Segment,
     start: u64,
     end: u64,
-    mut expected_offset_min: i64,
     check: Check,
+    index_interval_bytes: u32,
     batch_bytes_max: u64,
-    mut on_batch: impl FnMut(&BatchMeta) -> io::Result<()>,
 ) -> io::Result<(u64, Option<String>)> {
+    let file = segment.log_file.clone();
     let mut position = start;
     while position < end {
-        let meta = match read_batch_meta(file, position, end)? {
+        let meta = match read_batch_meta(&*file, position, end)? {
             Ok(meta) => meta,
             Err(reason) => return Ok((position, Some(reason))),
         };
-        if meta.size_bytes > batch_bytes_max {
-            let reason = format!("batch claims {} bytes, over the limit", meta.size_bytes);
-            return Ok((position, Some(reason)));
-        }
-        if meta.base_offset < expected_offset_min {
-            let reason = format!(
-                "batch base offset {} is below the expected {expected_offset_min}",
-                meta.base_offset
-            );
+        if let Some(reason) = unreplayable(segment, &meta, segment.next_offset, batch_bytes_max) {
             return Ok((position, Some(reason)));
         }
         if check == Check::Full {
-            let mut bytes = vec![0u8; meta.size_bytes as usize];
-            file.read_exact_at(&mut bytes, position)?;
-            if let Err(e) = RecordBatch::parse(Bytes::from(bytes)) {
-                return Ok((position, Some(e.to_string())));
+            if let Err(reason) = verify_batch(&*file, &meta)? {
+                return Ok((position, Some(reason)));
             }
         }
-        on_batch(&meta)?;
-        expected_offset_min = meta.last_offset + 1;
+        segment.track_batch(&meta, index_interval_bytes)?;
         position = meta.end_position();
     }
     Ok((position, None))
 }
 
 /// Opens an existing segment, checking it as `check` says. A problem found is cut off the
-/// log file and recorded in `report`.
+/// log file and recorded in `report`. Fails only on I/O errors.
 pub(crate) fn open_segment(
     storage: &dyn Storage,
     dir: &Path,
@@ -122,9 +181,11 @@ pub(crate) fn open_segment(
     let time_file = storage.open(&time_path, true)?;
     report.segments += 1;
     if check == Check::Tail && indexes_exist {
+        // At most one index entry per batch, and a batch is at least a header.
+        let entries_max = log_file.byte_len()? / BATCH_HEADER_BYTES as u64 + 1;
         let loaded = (
-            SparseIndex::<OffsetEntry>::load(offset_file.clone())?,
-            SparseIndex::<TimeEntry>::load(time_file.clone())?,
+            SparseIndex::<OffsetEntry>::load(offset_file.clone(), entries_max)?,
+            SparseIndex::<TimeEntry>::load(time_file.clone(), entries_max)?,
         );
         if let (Some(offset_index), Some(time_index)) = loaded {
             let mut segment =
@@ -155,38 +216,54 @@ fn open_tail(
     batch_bytes_max: u64,
 ) -> io::Result<bool> {
     let file_len = segment.log_file.byte_len()?;
-    let last_entry = segment.offset_index.last().copied();
-    let start = last_entry.map_or(0, |e| u64::from(e.position));
-    let start_offset = segment.base_offset + last_entry.map_or(0, |e| i64::from(e.relative_offset));
     let first = match read_batch_meta(&*segment.log_file, 0, file_len)? {
         Ok(meta) => Some(meta),
         Err(_) if file_len == 0 => None,
         Err(_) => return Ok(false),
     };
+    if first
+        .is_some_and(|m| unreplayable(segment, &m, segment.base_offset, batch_bytes_max).is_some())
+    {
+        return Ok(false);
+    }
+    // The last offset-index entry names the batch the walk starts at; it must be there.
+    let (start, start_offset) = match segment.offset_index.last().copied() {
+        None => (0, None),
+        Some(entry) => {
+            let Some(offset) = segment
+                .base_offset
+                .checked_add(i64::from(entry.relative_offset))
+            else {
+                return Ok(false);
+            };
+            (u64::from(entry.position), Some(offset))
+        }
+    };
+    if let Some(offset) = start_offset {
+        match read_batch_meta(&*segment.log_file, start, file_len)? {
+            Ok(meta) if meta.base_offset == offset => segment.next_offset = offset,
+            _ => return Ok(false),
+        }
+    }
     segment.size_bytes = start;
     segment.max_timestamp = segment.time_index.last().map(|e| e.timestamp);
     segment.first_batch_timestamp = first.map(|m| m.max_timestamp);
     segment.bytes_since_index_entry = 0;
-    let mut first_tail_offset = None;
-    let log_file = segment.log_file.clone();
     let (end, problem) = scan_batches(
-        &*log_file,
+        segment,
         start,
         file_len,
-        segment.base_offset,
         Check::Tail,
+        index_interval_bytes,
         batch_bytes_max,
-        |meta| {
-            first_tail_offset.get_or_insert(meta.base_offset);
-            segment.track_batch(meta, index_interval_bytes)
-        },
     )?;
-    let index_agrees = last_entry.is_none() || first_tail_offset == Some(start_offset);
+    // Both offsets are ≥ 0 (segment names and batch offsets are), so this cannot overflow.
+    let offsets_held = segment.next_offset - segment.base_offset;
     let time_index_agrees = segment
         .time_index
         .last()
-        .is_none_or(|e| segment.base_offset + i64::from(e.relative_offset) < segment.next_offset);
-    Ok(problem.is_none() && end == file_len && index_agrees && time_index_agrees)
+        .is_none_or(|e| i64::from(e.relative_offset) < offsets_held);
+    Ok(problem.is_none() && end == file_len && time_index_agrees)
 }
 
 /// Reads and CRC-checks every batch, rebuilding both indexes, and cuts at the first problem.
@@ -197,37 +274,148 @@ fn open_full(
     report: &mut RecoveryReport,
 ) -> io::Result<()> {
     segment.reset_tracking()?;
-    let file_len = segment.log_file.byte_len()?;
     let log_file = segment.log_file.clone();
-    let base_offset = segment.base_offset;
+    let file_len = log_file.byte_len()?;
     let (end, problem) = scan_batches(
-        &*log_file,
+        segment,
         0,
         file_len,
-        base_offset,
         Check::Full,
+        index_interval_bytes,
         batch_bytes_max,
-        |meta| segment.track_batch(meta, index_interval_bytes),
     )?;
     report.segments_fully_checked += 1;
     if end < file_len {
         let reason = problem.unwrap_or_else(|| "data past the last batch".into());
-        tracing::warn!(
-            segment = base_offset,
-            position = end,
-            bytes_cut = file_len - end,
-            %reason,
-            "recovery cut the log"
-        );
-        log_file.set_len(end)?;
-        log_file.sync_data()?;
-        report.truncations.push(Truncation {
-            segment_base_offset: base_offset,
-            position: end,
-            bytes_cut: file_len - end,
-            next_offset: segment.next_offset,
-            reason,
-        });
+        cut(segment, end, file_len, reason, report)?;
     }
     Ok(())
+}
+
+/// Cuts a segment's log file at `end` (durably) and records why.
+fn cut(
+    segment: &Segment,
+    end: u64,
+    file_len: u64,
+    reason: String,
+    report: &mut RecoveryReport,
+) -> io::Result<()> {
+    let base_offset = segment.base_offset;
+    tracing::warn!(
+        segment = base_offset,
+        position = end,
+        bytes_cut = file_len - end,
+        %reason,
+        "recovery cut the log"
+    );
+    segment.log_file.set_len(end)?;
+    segment.log_file.sync_data()?;
+    report.truncations.push(Truncation {
+        segment_base_offset: base_offset,
+        position: end,
+        bytes_cut: file_len - end,
+        next_offset: segment.next_offset,
+        reason,
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::FaultyStorage;
+    use crate::segment::SEGMENT_END_POSITION_MAX;
+    use std::sync::Arc;
+    use tinymq_protocol::batch::{stamp_base_offset, BatchBuilder, ProducerStamp, RecordInput};
+
+    /// A file of `len` bytes, zero but for one batch at `position`: a segment past 4 GiB
+    /// without 4 GiB of memory or disk.
+    #[derive(Debug)]
+    struct SparseFile {
+        len: u64,
+        position: u64,
+        data: Vec<u8>,
+    }
+
+    impl StorageFile for SparseFile {
+        fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
+            let n = buf.len().min(self.len.saturating_sub(position) as usize);
+            for (i, byte) in buf[..n].iter_mut().enumerate() {
+                let at = position + i as u64;
+                *byte = at
+                    .checked_sub(self.position)
+                    .and_then(|k| self.data.get(k as usize).copied())
+                    .unwrap_or(0);
+            }
+            Ok(n)
+        }
+        fn write_all_at(&self, _: &[u8], _: u64) -> io::Result<()> {
+            Err(io::Error::other("read-only"))
+        }
+        fn byte_len(&self) -> io::Result<u64> {
+            Ok(self.len)
+        }
+        fn set_len(&self, _: u64) -> io::Result<()> {
+            Err(io::Error::other("read-only"))
+        }
+        fn sync_data(&self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn one_batch() -> Vec<u8> {
+        let mut builder = BatchBuilder::new(Compression::None, ProducerStamp::NONE);
+        builder.push(&RecordInput {
+            timestamp_ms: 0,
+            key: None,
+            value: Some(b"near the end"),
+            headers: &[],
+        });
+        let mut bytes = builder.build().unwrap().to_vec();
+        stamp_base_offset(&mut bytes, 7);
+        bytes
+    }
+
+    /// Scans a segment whose one batch (at offset 7) ends `past` bytes after the last
+    /// position a segment can address.
+    fn scan_batch_ending_past_4_gib(past: u64, check: Check) -> (u64, u64, Option<String>) {
+        let data = one_batch();
+        let end = SEGMENT_END_POSITION_MAX + past;
+        let position = end - data.len() as u64;
+        let fs = FaultyStorage::new();
+        fs.create_dir_all(Path::new("/s")).unwrap();
+        let index = |name: &str| fs.open(&Path::new("/s").join(name), true).unwrap();
+        let mut segment = Segment::with_indexes(
+            0,
+            Arc::new(SparseFile {
+                len: end,
+                position,
+                data,
+            }),
+            SparseIndex::empty(index("0.index")).unwrap(),
+            SparseIndex::empty(index("0.timeindex")).unwrap(),
+        );
+        // As if every byte before had been whole batches up to offset 7.
+        segment.size_bytes = position;
+        segment.next_offset = 7;
+        let (stop, problem) =
+            scan_batches(&mut segment, position, end, check, 4096, u64::MAX).expect("no I/O error");
+        (position, stop, problem)
+    }
+
+    #[test]
+    fn a_batch_ending_past_4_gib_is_cut_and_one_ending_at_it_is_kept() {
+        for check in [Check::Tail, Check::Full] {
+            let (_, stop, problem) = scan_batch_ending_past_4_gib(0, check);
+            assert_eq!(
+                (stop, problem),
+                (SEGMENT_END_POSITION_MAX, None),
+                "{check:?}"
+            );
+            let (start, stop, problem) = scan_batch_ending_past_4_gib(1, check);
+            assert_eq!(stop, start, "{check:?}: cut where the batch starts");
+            let reason = problem.expect("a reason");
+            assert!(reason.contains("4 GiB"), "{check:?}: {reason}");
+        }
+    }
 }

@@ -30,7 +30,15 @@ pub(crate) fn parse_segment_path(path: &Path, suffix: &str) -> Option<i64> {
     stem.parse().ok()
 }
 
+/// Offsets one segment can hold: the indexes store `offset - segment base` as a `u32`.
+pub(crate) const SEGMENT_OFFSETS_MAX: u64 = u32::MAX as u64 + 1;
+/// Where a segment's data must end: index entries store byte positions as a `u32`.
+pub(crate) const SEGMENT_END_POSITION_MAX: u64 = u32::MAX as u64;
+
 /// The header fields of one batch in a log file, read without its records.
+///
+/// Built only by [`BatchMeta::from_header`], which guarantees `position + size_bytes` and
+/// `last_offset + 1` do not overflow and `base_offset <= last_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct BatchMeta {
     pub position: u64,
@@ -40,23 +48,67 @@ pub(crate) struct BatchMeta {
     pub max_timestamp: i64,
 }
 
+fn be_i32(header: &[u8], at: usize) -> i32 {
+    let mut bytes = [0u8; 4];
+    bytes.copy_from_slice(&header[at..at + 4]);
+    i32::from_be_bytes(bytes)
+}
+
+fn be_i64(header: &[u8], at: usize) -> i64 {
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&header[at..at + 8]);
+    i64::from_be_bytes(bytes)
+}
+
 impl BatchMeta {
     pub fn end_position(&self) -> u64 {
         self.position + self.size_bytes
     }
 
-    /// Reads the header fields of a batch (already known to be whole) from its bytes.
-    pub fn from_header(position: u64, header: &[u8]) -> BatchMeta {
-        let i32_at = |at: usize| i32::from_be_bytes(header[at..at + 4].try_into().expect("4"));
-        let i64_at = |at: usize| i64::from_be_bytes(header[at..at + 8].try_into().expect("8"));
-        let base_offset = i64_at(field::BASE_OFFSET);
-        BatchMeta {
+    /// The offset right after this batch.
+    pub fn next_offset(&self) -> i64 {
+        self.last_offset + 1
+    }
+
+    /// Reads the header fields of a batch at `position` from its first bytes. The error says
+    /// why they cannot describe a batch: too short, a length below the header, a negative
+    /// offset or delta, or offsets past `i64::MAX`.
+    pub fn from_header(position: u64, header: &[u8]) -> Result<BatchMeta, String> {
+        let Some(header) = header.get(..BATCH_HEADER_BYTES) else {
+            return Err(format!(
+                "incomplete batch header: {} of {BATCH_HEADER_BYTES} bytes",
+                header.len()
+            ));
+        };
+        let length = be_i32(header, field::BATCH_LENGTH);
+        let size_bytes = u64::try_from(length)
+            .ok()
+            .filter(|&l| l >= (BATCH_HEADER_BYTES - BATCH_LENGTH_PREFIX_BYTES) as u64)
+            .ok_or_else(|| format!("batch length {length} is below the header size"))?
+            + BATCH_LENGTH_PREFIX_BYTES as u64;
+        position
+            .checked_add(size_bytes)
+            .ok_or_else(|| format!("batch at position {position} ends past any file"))?;
+        let base_offset = be_i64(header, field::BASE_OFFSET);
+        let delta = be_i32(header, field::LAST_OFFSET_DELTA);
+        if base_offset < 0 || delta < 0 {
+            return Err(format!(
+                "negative batch base offset {base_offset} or last offset delta {delta}"
+            ));
+        }
+        let last_offset = base_offset
+            .checked_add(i64::from(delta))
+            .filter(|last| last.checked_add(1).is_some())
+            .ok_or_else(|| {
+                format!("batch offsets {base_offset} + {delta} pass the largest offset")
+            })?;
+        Ok(BatchMeta {
             position,
             base_offset,
-            size_bytes: BATCH_LENGTH_PREFIX_BYTES as u64 + i32_at(field::BATCH_LENGTH) as u64,
-            last_offset: base_offset + i64::from(i32_at(field::LAST_OFFSET_DELTA)),
-            max_timestamp: i64_at(field::MAX_TIMESTAMP),
-        }
+            size_bytes,
+            last_offset,
+            max_timestamp: be_i64(header, field::MAX_TIMESTAMP),
+        })
     }
 }
 
@@ -67,21 +119,18 @@ pub(crate) fn read_batch_meta(
     position: u64,
     end: u64,
 ) -> io::Result<Result<BatchMeta, String>> {
-    if position + BATCH_HEADER_BYTES as u64 > end {
+    let available = end.saturating_sub(position);
+    if available < BATCH_HEADER_BYTES as u64 {
         return Ok(Err(format!(
-            "incomplete batch header: {} of {BATCH_HEADER_BYTES} bytes",
-            end - position
+            "incomplete batch header: {available} of {BATCH_HEADER_BYTES} bytes"
         )));
     }
     let mut header = [0u8; BATCH_HEADER_BYTES];
     file.read_exact_at(&mut header, position)?;
-    let length = i32::from_be_bytes(header[field::BATCH_LENGTH..][..4].try_into().expect("4"));
-    if length < (BATCH_HEADER_BYTES - BATCH_LENGTH_PREFIX_BYTES) as i32 {
-        return Ok(Err(format!(
-            "batch length {length} is below the header size"
-        )));
-    }
-    let meta = BatchMeta::from_header(position, &header);
+    let meta = match BatchMeta::from_header(position, &header) {
+        Ok(meta) => meta,
+        Err(why) => return Ok(Err(why)),
+    };
     if meta.end_position() > end {
         return Ok(Err(format!(
             "batch of {} bytes runs {} bytes past the end of the data",
@@ -89,13 +138,33 @@ pub(crate) fn read_batch_meta(
             meta.end_position() - end
         )));
     }
-    if meta.last_offset < meta.base_offset {
-        return Ok(Err(format!(
-            "batch last offset {} is below its base offset {}",
-            meta.last_offset, meta.base_offset
-        )));
-    }
     Ok(Ok(meta))
+}
+
+/// An error for a state the log's own code rules out; returned rather than panicking, so a
+/// bug fails one operation instead of the process.
+pub(crate) fn broken_invariant(what: String) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("log invariant broken: {what}"),
+    )
+}
+
+/// Clones of a segment's three file handles, to fsync them without holding the segment map.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentFiles {
+    log: Arc<dyn StorageFile>,
+    offset_index: Arc<dyn StorageFile>,
+    time_index: Arc<dyn StorageFile>,
+}
+
+impl SegmentFiles {
+    /// fsyncs the log and both indexes.
+    pub fn sync(&self) -> io::Result<()> {
+        self.log.sync_data()?;
+        self.offset_index.sync_data()?;
+        self.time_index.sync_data()
+    }
 }
 
 /// A segment's files and what the log knows about their contents.
@@ -158,28 +227,59 @@ impl Segment {
         self.size_bytes == 0
     }
 
-    pub fn relative(&self, offset: i64) -> u32 {
-        let relative = offset - self.base_offset;
-        assert!(
-            (0..=i64::from(u32::MAX)).contains(&relative),
-            "offset {offset} belongs to segment {}",
-            self.base_offset
-        );
-        relative as u32
+    /// `offset - base_offset` if it fits the indexes' `u32`.
+    pub fn relative(&self, offset: i64) -> Option<u32> {
+        offset
+            .checked_sub(self.base_offset)
+            .and_then(|r| u32::try_from(r).ok())
+    }
+
+    /// Why `meta` cannot be part of this segment, if it cannot: its offsets past the range the
+    /// indexes can encode, or its bytes ending past 4 GiB.
+    pub fn misfit(&self, meta: &BatchMeta) -> Option<String> {
+        if self.relative(meta.base_offset).is_none() || self.relative(meta.last_offset).is_none() {
+            return Some(format!(
+                "batch offsets {}..={} are outside segment {}'s range of {SEGMENT_OFFSETS_MAX} offsets",
+                meta.base_offset, meta.last_offset, self.base_offset
+            ));
+        }
+        if meta.end_position() > SEGMENT_END_POSITION_MAX {
+            return Some(format!(
+                "batch at position {} ends past the 4 GiB a segment can address",
+                meta.position
+            ));
+        }
+        None
     }
 
     /// Records a batch written at `meta.position`: advances size, offsets and timestamps, and
-    /// adds index entries every `index_interval_bytes`.
+    /// adds index entries every `index_interval_bytes`. Callers pass batches in file order,
+    /// with increasing offsets, that fit the segment ([`Segment::misfit`]); anything else is
+    /// refused with an error and changes nothing.
     pub fn track_batch(&mut self, meta: &BatchMeta, index_interval_bytes: u32) -> io::Result<()> {
-        assert_eq!(
-            meta.position, self.size_bytes,
-            "batches are tracked in file order"
-        );
+        let entry = match (
+            self.relative(meta.base_offset),
+            u32::try_from(meta.position),
+        ) {
+            (Some(relative_offset), Ok(position))
+                if meta.position == self.size_bytes
+                    && meta.base_offset >= self.next_offset
+                    && self.misfit(meta).is_none() =>
+            {
+                OffsetEntry {
+                    relative_offset,
+                    position,
+                }
+            }
+            _ => {
+                return Err(broken_invariant(format!(
+                    "batch {meta:?} does not follow segment {} (size {}, next offset {})",
+                    self.base_offset, self.size_bytes, self.next_offset
+                )))
+            }
+        };
         if self.bytes_since_index_entry >= u64::from(index_interval_bytes) {
-            self.offset_index.append(OffsetEntry {
-                relative_offset: self.relative(meta.base_offset),
-                position: u32::try_from(meta.position).expect("segment_bytes fits u32"),
-            })?;
+            self.offset_index.append(entry)?;
             let max_so_far = self
                 .max_timestamp
                 .unwrap_or(i64::MIN)
@@ -191,14 +291,14 @@ impl Segment {
             {
                 self.time_index.append(TimeEntry {
                     timestamp: max_so_far,
-                    relative_offset: self.relative(meta.base_offset),
+                    relative_offset: entry.relative_offset,
                 })?;
             }
             self.bytes_since_index_entry = 0;
         }
         self.bytes_since_index_entry += meta.size_bytes;
         self.size_bytes = meta.end_position();
-        self.next_offset = meta.last_offset + 1;
+        self.next_offset = meta.next_offset();
         self.max_timestamp = Some(
             self.max_timestamp
                 .unwrap_or(i64::MIN)
@@ -210,7 +310,10 @@ impl Segment {
 
     /// The position to start scanning from for `offset`: the indexed batch at or before it.
     pub fn scan_start_for_offset(&self, offset: i64) -> u64 {
-        match self.offset_index.floor(offset - self.base_offset) {
+        match self
+            .offset_index
+            .floor(offset.saturating_sub(self.base_offset))
+        {
             Some(entry) => u64::from(entry.position),
             None => 0,
         }
@@ -219,9 +322,10 @@ impl Segment {
     /// The position to start scanning from for the first record at or after `timestamp`.
     pub fn scan_start_for_timestamp(&self, timestamp: i64) -> u64 {
         match self.time_index.lower(timestamp) {
-            Some(entry) => {
-                self.scan_start_for_offset(self.base_offset + i64::from(entry.relative_offset))
-            }
+            Some(entry) => self.scan_start_for_offset(
+                self.base_offset
+                    .saturating_add(i64::from(entry.relative_offset)),
+            ),
             None => 0,
         }
     }
@@ -239,11 +343,13 @@ impl Segment {
         Ok(())
     }
 
-    /// fsyncs the log and both indexes.
-    pub fn sync(&self) -> io::Result<()> {
-        self.log_file.sync_data()?;
-        self.offset_index.sync()?;
-        self.time_index.sync()
+    /// The segment's file handles, to fsync them after releasing the segment map.
+    pub fn files(&self) -> SegmentFiles {
+        SegmentFiles {
+            log: self.log_file.clone(),
+            offset_index: self.offset_index.file().clone(),
+            time_index: self.time_index.file().clone(),
+        }
     }
 }
 

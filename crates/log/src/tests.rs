@@ -13,14 +13,14 @@ use crate::fault::{CrashMode, Faults, FaultyStorage};
 use crate::segment::{segment_path, LOG_SUFFIX};
 use crate::{Clock, FlushPolicy, LogConfig, LogError, ManualClock, PartitionLog, Storage};
 
-const T0: i64 = 1_700_000_000_000;
+pub(crate) const T0: i64 = 1_700_000_000_000;
 
-fn dir() -> PathBuf {
+pub(crate) fn dir() -> PathBuf {
     PathBuf::from("/data/topic-0")
 }
 
 /// A batch of `records` records whose values name the batch, with timestamps from `ts`.
-fn batch(id: u32, records: u32, ts: i64) -> BytesMut {
+pub(crate) fn batch(id: u32, records: u32, ts: i64) -> BytesMut {
     let mut builder = BatchBuilder::new(Compression::None, ProducerStamp::NONE);
     for r in 0..records {
         let value = format!("batch-{id}-record-{r}");
@@ -34,7 +34,7 @@ fn batch(id: u32, records: u32, ts: i64) -> BytesMut {
     BytesMut::from(&builder.build().unwrap()[..])
 }
 
-fn small_segments() -> LogConfig {
+pub(crate) fn small_segments() -> LogConfig {
     LogConfig {
         segment_bytes: 4096,
         index_interval_bytes: 256,
@@ -43,11 +43,11 @@ fn small_segments() -> LogConfig {
     }
 }
 
-fn open(fs: &FaultyStorage, config: LogConfig) -> (PartitionLog, crate::RecoveryReport) {
+pub(crate) fn open(fs: &FaultyStorage, config: LogConfig) -> (PartitionLog, crate::RecoveryReport) {
     open_at(fs, config, Arc::new(ManualClock::new(T0)))
 }
 
-fn open_at(
+pub(crate) fn open_at(
     fs: &FaultyStorage,
     config: LogConfig,
     clock: Arc<dyn Clock>,
@@ -56,7 +56,7 @@ fn open_at(
 }
 
 /// Every record value in the log, in order, read batch by batch from the start.
-fn all_values(log: &PartitionLog) -> Vec<String> {
+pub(crate) fn all_values(log: &PartitionLog) -> Vec<String> {
     let mut values = Vec::new();
     let mut offset = log.log_start_offset();
     while offset < log.log_end_offset() {
@@ -77,7 +77,7 @@ fn all_values(log: &PartitionLog) -> Vec<String> {
     values
 }
 
-fn expected_values(batches: impl IntoIterator<Item = (u32, u32)>) -> Vec<String> {
+pub(crate) fn expected_values(batches: impl IntoIterator<Item = (u32, u32)>) -> Vec<String> {
     batches
         .into_iter()
         .flat_map(|(id, n)| (0..n).map(move |r| format!("batch-{id}-record-{r}")))

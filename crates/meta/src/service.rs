@@ -19,6 +19,12 @@ use crate::{Command, Reply};
 
 /// Time allowed for a request forwarded to the leader.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a write waits for a leader it can reach (an election takes 1 to 2 s) before it
+/// fails with `NOT_LEADER`; below the broker link's per-request timeout.
+pub const LEADER_WAIT_MAX: Duration = Duration::from_secs(10);
+/// Pause between attempts to find a reachable leader (doubling up to 500 ms).
+const LEADER_RETRY_BACKOFF: Duration = Duration::from_millis(50);
+const LEADER_RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// How often the leader looks for expired broker sessions.
 const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// Longest a `MetaRead` waits for a change.
@@ -95,39 +101,69 @@ impl MetaService {
         response
     }
 
+    /// Applies `command` here when this node leads, or forwards it to the leader. While there
+    /// is no leader (an election) or the leader named cannot be reached (it just died), waits
+    /// and tries again, for up to [`LEADER_WAIT_MAX`]: only attempts that certainly did not
+    /// reach a leader are repeated, so a command is never applied twice by this loop.
     async fn write_here_or_forward(&self, command: Command) -> m::MetaWriteResponse {
-        match self.node.write(command.clone()).await {
-            Ok(reply) => m::MetaWriteResponse {
-                error: None,
-                reply: Bytes::from(serde_json::to_vec(&reply).expect("reply serializes")),
-                leader: self.node.id,
-            },
-            Err(MetaNodeError::Command(e)) => m::MetaWriteResponse {
-                error: Some(e.error_code().with_message(e.to_string())),
-                ..Default::default()
-            },
-            Err(MetaNodeError::NotLeader {
-                leader: Some(leader),
-            }) => {
-                let request = m::MetaWriteRequest {
-                    command: Bytes::from(serde_json::to_vec(&command).expect("command serializes")),
-                };
-                self.forward(leader, &request)
-                    .await
-                    .unwrap_or_else(|e| m::MetaWriteResponse {
-                        error: Some(e),
-                        leader,
+        let deadline = tokio::time::Instant::now() + LEADER_WAIT_MAX;
+        let mut backoff = LEADER_RETRY_BACKOFF;
+        loop {
+            let why_not = match self.node.write(command.clone()).await {
+                Ok(reply) => {
+                    return m::MetaWriteResponse {
+                        error: None,
+                        reply: Bytes::from(serde_json::to_vec(&reply).expect("reply serializes")),
+                        leader: self.node.id,
+                    }
+                }
+                Err(MetaNodeError::Command(e)) => {
+                    return m::MetaWriteResponse {
+                        error: Some(e.error_code().with_message(e.to_string())),
                         ..Default::default()
-                    })
+                    }
+                }
+                Err(MetaNodeError::NotLeader {
+                    leader: Some(leader),
+                }) if leader != self.node.id => {
+                    let request = m::MetaWriteRequest {
+                        command: Bytes::from(
+                            serde_json::to_vec(&command).expect("command serializes"),
+                        ),
+                    };
+                    match self.forward(leader, &request).await {
+                        Ok(response) if !is_not_leader(response.error.as_ref()) => return response,
+                        Ok(response) => response.error.map_or_else(String::new, |e| e.message),
+                        Err(Forward::NotSent(why)) => why,
+                        Err(Forward::Failed(e)) => {
+                            return m::MetaWriteResponse {
+                                error: Some(e),
+                                leader,
+                                ..Default::default()
+                            }
+                        }
+                    }
+                }
+                Err(MetaNodeError::NotLeader { .. }) => "no leader is elected yet".to_string(),
+                Err(e) => {
+                    return m::MetaWriteResponse {
+                        error: Some(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())),
+                        ..Default::default()
+                    }
+                }
+            };
+            if tokio::time::Instant::now() + backoff > deadline {
+                return m::MetaWriteResponse {
+                    error: Some(ErrorCode::NOT_LEADER.with_message(format!(
+                        "no reachable MetaServer leader within {} s ({why_not}); retry",
+                        LEADER_WAIT_MAX.as_secs()
+                    ))),
+                    ..Default::default()
+                };
             }
-            Err(MetaNodeError::NotLeader { leader: None }) => m::MetaWriteResponse {
-                error: Some(no_leader()),
-                ..Default::default()
-            },
-            Err(e) => m::MetaWriteResponse {
-                error: Some(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())),
-                ..Default::default()
-            },
+            tracing::debug!(reason = %why_not, "waiting for a reachable MetaServer leader");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(LEADER_RETRY_BACKOFF_MAX);
         }
     }
 
@@ -170,7 +206,7 @@ impl MetaService {
             }
             Some(leader) => self.forward(leader, &request).await.unwrap_or_else(|e| {
                 m::BrokerHeartbeatResponse {
-                    error: Some(e),
+                    error: Some(e.into_wire()),
                     fenced: false,
                 }
             }),
@@ -186,29 +222,53 @@ impl MetaService {
         &self,
         leader: u64,
         request: &R,
-    ) -> Result<R::Response, m::Error> {
-        let not_leader = |why: String| ErrorCode::NOT_LEADER.with_message(why);
+    ) -> Result<R::Response, Forward> {
         let addr = self
             .node
             .member_addr(leader)
-            .ok_or_else(|| not_leader(format!("leader {leader} has no known address")))?;
+            .ok_or_else(|| Forward::NotSent(format!("leader {leader} has no known address")))?;
         let role = tinymq_client::NodeRole::Meta;
         let connection =
             tinymq_client::Connection::connect_as(&addr, "meta-forward", "", role, self.node.id)
                 .await
-                .map_err(|e| not_leader(format!("cannot reach leader {leader}: {e}")))?;
+                .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
         connection
             .request(request, FORWARD_TIMEOUT)
             .await
             .map_err(|e| match e {
-                tinymq_client::ClientError::Server { code, message } => code.with_message(message),
-                e => not_leader(format!("forwarding to leader {leader} failed: {e}")),
+                tinymq_client::ClientError::Server { code, message } => {
+                    Forward::Failed(code.with_message(message))
+                }
+                e => Forward::Failed(ErrorCode::NOT_LEADER.with_message(format!(
+                    "forwarding to leader {leader} failed: {e}; it may or may not have been applied"
+                ))),
             })
     }
 
     pub async fn shutdown(&self) {
         self.node.shutdown().await;
     }
+}
+
+/// Why a request forwarded to the leader got no answer.
+enum Forward {
+    /// It never left this node (no address, or no connection): safe to try again.
+    NotSent(String),
+    /// It was sent and failed, or its fate is unknown: not retried here.
+    Failed(m::Error),
+}
+
+impl Forward {
+    fn into_wire(self) -> m::Error {
+        match self {
+            Forward::NotSent(why) => ErrorCode::NOT_LEADER.with_message(why),
+            Forward::Failed(e) => e,
+        }
+    }
+}
+
+fn is_not_leader(error: Option<&m::Error>) -> bool {
+    error.is_some_and(|e| e.code == u32::from(ErrorCode::NOT_LEADER.code()))
 }
 
 fn no_leader() -> m::Error {

@@ -23,6 +23,17 @@ pub const GROUP_ID_BYTES_MAX: usize = 249;
 pub const OFFSETS_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Members are asked to heartbeat this often relative to their session timeout.
 const HEARTBEATS_PER_SESSION: u32 = 3;
+/// Groups with members one broker coordinates at most; a join that would start another is
+/// refused with `LIMIT_EXCEEDED`. (A group without members takes no memory here: it is
+/// dropped, and only its committed offsets stay.)
+pub const GROUPS_MAX: usize = 100_000;
+/// Most topics one member may subscribe to.
+pub const MEMBER_TOPICS_MAX: usize = 10_000;
+/// Most offsets one commit may carry.
+pub const COMMIT_OFFSETS_MAX: usize = 10_000;
+/// Longest metadata string stored with a committed offset (Kafka's
+/// `offset.metadata.max.bytes`).
+pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 
 pub fn validate_group_id(group: &str) -> Result<(), GroupError> {
     let ok = !group.is_empty()
@@ -62,6 +73,56 @@ pub fn from_wire(list: &[m::TopicPartitions]) -> BTreeSet<Tp> {
         .collect()
 }
 
+/// Refuses a commit of too many offsets, of partitions that do not exist, of a negative
+/// offset (other than -1, "none") or of oversized metadata: each would be kept in memory and
+/// in the offsets log.
+fn check_commit_offsets(
+    offsets: &[m::CommittedOffset],
+    count: &dyn Fn(&str) -> Option<u32>,
+) -> Result<(), GroupError> {
+    if offsets.len() > COMMIT_OFFSETS_MAX {
+        return Err((
+            ErrorCode::INVALID_REQUEST,
+            format!(
+                "{} offsets in one commit; at most {COMMIT_OFFSETS_MAX}",
+                offsets.len()
+            ),
+        ));
+    }
+    for o in offsets {
+        if count(&o.topic).is_none_or(|n| o.partition >= n) {
+            return Err((
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                format!(
+                    "cannot commit an offset for unknown partition {}/{}",
+                    o.topic, o.partition
+                ),
+            ));
+        }
+        if o.metadata.len() > OFFSET_METADATA_BYTES_MAX {
+            return Err((
+                ErrorCode::MESSAGE_TOO_LARGE,
+                format!(
+                    "offset metadata of {} bytes for {}/{}; at most {OFFSET_METADATA_BYTES_MAX}",
+                    o.metadata.len(),
+                    o.topic,
+                    o.partition
+                ),
+            ));
+        }
+        if o.offset < -1 {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "offset {} for {}/{} is negative",
+                    o.offset, o.topic, o.partition
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Every group this broker coordinates and their offsets.
 #[derive(Debug)]
 pub struct GroupCoordinator {
@@ -92,8 +153,23 @@ impl GroupCoordinator {
                 ),
             )
         })?;
+        if req.topics.len() > MEMBER_TOPICS_MAX {
+            return Err((
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "{} topics in one subscription; at most {MEMBER_TOPICS_MAX}",
+                    req.topics.len()
+                ),
+            ));
+        }
         let session = Duration::from_millis(u64::from(req.session_timeout_ms));
         let mut groups = self.groups.lock();
+        if !groups.contains_key(&req.group_id) && groups.len() >= GROUPS_MAX {
+            return Err((
+                ErrorCode::LIMIT_EXCEEDED,
+                format!("this broker coordinates {GROUPS_MAX} groups with members already"),
+            ));
+        }
         let group = groups
             .entry(req.group_id.clone())
             .or_insert_with(|| Group::new(strategy));
@@ -147,23 +223,35 @@ impl GroupCoordinator {
             .get_mut(&req.group_id)
             .ok_or_else(|| (ErrorCode::UNKNOWN_MEMBER_ID, "no such group".to_string()))?;
         group.leave(&req.member_id, count)?;
+        if group.is_empty() {
+            groups.remove(&req.group_id);
+        }
         tracing::info!(group = %req.group_id, member = %req.member_id, "member left");
         Ok(())
     }
 
-    /// Removes members whose sessions expired, in every group (called on a timer).
+    /// Removes members whose sessions expired, in every group (called on a timer), and drops
+    /// groups left without members (their committed offsets stay).
     pub fn expire(&self, count: &dyn Fn(&str) -> Option<u32>) {
         let now = Instant::now();
-        for (name, group) in self.groups.lock().iter_mut() {
+        let mut groups = self.groups.lock();
+        for (name, group) in groups.iter_mut() {
             for member in group.expire(now, count) {
                 tracing::info!(group = %name, %member, "member session expired");
             }
         }
+        groups.retain(|_, group| !group.is_empty());
     }
 
-    /// Checks the committer, then stores the offsets durably. Blocks on fsync.
-    pub fn commit(&self, req: &m::OffsetCommitRequest) -> Result<(), GroupError> {
+    /// Checks the committer and the offsets (existing partitions, bounded metadata), then
+    /// stores them durably. Blocks on fsync.
+    pub fn commit(
+        &self,
+        req: &m::OffsetCommitRequest,
+        count: &dyn Fn(&str) -> Option<u32>,
+    ) -> Result<(), GroupError> {
         validate_group_id(&req.group_id)?;
+        check_commit_offsets(&req.offsets, count)?;
         if let Some(group) = self.groups.lock().get(&req.group_id) {
             group.check_commit(&req.member_id, req.generation)?;
         } else if !req.member_id.is_empty() {
@@ -303,7 +391,10 @@ mod tests {
                 error: None,
             }],
         };
-        coordinator.commit(&commit("idle", "", 0)).unwrap();
+        let topic_t = |t: &str| (t == "t").then_some(1);
+        coordinator
+            .commit(&commit("idle", "", 0), &topic_t)
+            .unwrap();
         let join = coordinator
             .join(
                 &m::JoinGroupRequest {
@@ -317,7 +408,7 @@ mod tests {
             )
             .unwrap();
         coordinator
-            .commit(&commit("busy", &join.member_id, join.generation))
+            .commit(&commit("busy", &join.member_id, join.generation), &topic_t)
             .unwrap();
         std::thread::sleep(Duration::from_millis(5));
         coordinator.expire_offsets(Duration::ZERO);

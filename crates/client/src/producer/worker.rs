@@ -60,6 +60,9 @@ pub(crate) struct Identity {
 pub(crate) struct ProducerIdentity {
     enabled: bool,
     current: tokio::sync::Mutex<Option<Identity>>,
+    /// The generation the next id taken will have: generations are never reused, so a
+    /// partition always notices that the id changed.
+    next_generation: std::sync::atomic::AtomicU64,
 }
 
 impl ProducerIdentity {
@@ -67,6 +70,7 @@ impl ProducerIdentity {
         ProducerIdentity {
             enabled,
             current: tokio::sync::Mutex::new(None),
+            next_generation: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -86,7 +90,9 @@ impl ProducerIdentity {
             })
             .await?;
         check(response.error.as_ref())?;
-        let generation = current.map_or(0, |i| i.generation + 1);
+        let generation = self
+            .next_generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let identity = Identity {
             producer_id: response.producer_id,
             producer_epoch: response.producer_epoch as i16,
@@ -416,7 +422,13 @@ impl PartitionWorker {
             let out_of_order_expected =
                 first && error.code() == Some(ErrorCode::OUT_OF_ORDER_SEQUENCE);
             first = false;
-            let fatal = (!error.is_retriable() && !out_of_order_expected)
+            // The broker forgot this producer (expired or evicted) and refused the batch
+            // without writing it: a fresh id, starting at sequence 0, sends it again.
+            let state_lost = error.code() == Some(ErrorCode::UNKNOWN_PRODUCER_ID);
+            if state_lost {
+                self.abandon_identity().await;
+            }
+            let fatal = (!error.is_retriable() && !out_of_order_expected && !state_lost)
                 || batch.created.elapsed() > self.config.delivery_timeout;
             if fatal {
                 if batch.created.elapsed() > self.config.delivery_timeout {

@@ -1,54 +1,70 @@
-//! The Raft log and vote on disk.
+//! The Raft log and vote on disk, as openraft's log storage.
 //!
-//! `raft-log.jsonl` is append-only: one JSON line per entry, plus lines recording truncations
-//! and purges, replayed on open (a torn last line from a crash is dropped). Every append is
-//! fsynced before openraft is told it is durable. The last committed log id is recorded too
-//! (without an fsync of its own: it is a hint that lets a restarted node apply its committed
-//! entries at once instead of after the next election; losing it loses nothing). `raft-vote.json` is replaced atomically and
-//! fsynced before `save_vote` returns.
+//! `raft-log.jsonl` holds checksummed JSON lines (format and replay rules in
+//! [`super::log_file`]): one per entry, plus lines recording truncations, purges and the last
+//! committed log id, appended and replayed on open. A torn last line (a crash mid-write) is cut
+//! with a warning; damage anywhere else stops the node with an error naming the line.
+//!
+//! Every append, truncation and purge is fsynced before openraft is told it is durable. The
+//! committed log id is appended without an fsync of its own: it is a hint that lets a restarted
+//! node apply its committed entries at once instead of after the next election; losing it loses
+//! nothing. After a purge (openraft purges entries once a snapshot covers them), and whenever
+//! more than [`DEAD_LINES_MAX`] lines no longer describe the live log, the file is replaced by one
+//! holding only the live state (last purged log id, surviving entries, committed hint): written
+//! to a temp file, fsynced, renamed over the old one, directory fsynced. So the file holds at most
+//! the live entries (bounded by the snapshot policy in `mod.rs`) plus `DEAD_LINES_MAX` + 2 lines.
+//!
+//! `raft-vote.json` is replaced atomically and fsynced before `save_vote` returns.
+//!
+//! All file work runs on tokio's blocking pool. Openraft awaits each write before the next; the
+//! `disk` lock serializes them anyway. Readers only take the `live` lock, which is never held
+//! during I/O.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
-use serde::{Deserialize, Serialize};
 
+use super::durable_file::{blocking, write_atomically};
+use super::log_file::{encode, replay, Line, Live, LOG_FILE};
 use super::TypeConfig;
 
-const LOG_FILE: &str = "raft-log.jsonl";
 const VOTE_FILE: &str = "raft-vote.json";
 
-#[derive(Serialize, Deserialize)]
-enum Line {
-    Entry(Entry<TypeConfig>),
-    /// Entries at and after this index were removed.
-    Truncate(u64),
-    /// Entries up to and including this log id were removed (covered by a snapshot).
-    Purge(LogId<u64>),
-    /// Entries up to and including this log id are committed.
-    Committed(LogId<u64>),
+/// Lines of `raft-log.jsonl` that no longer describe the live log (purged or truncated
+/// entries, truncation records, superseded purge and committed lines) tolerated before the file
+/// is rewritten. Committed hints are the usual source: one per commit.
+pub const DEAD_LINES_MAX: u64 = 4096;
+
+/// The file side: only writers (on the blocking pool) lock it.
+#[derive(Debug)]
+struct Disk {
+    dir: PathBuf,
+    file: File,
+    /// Lines in the file.
+    lines: u64,
+    /// Set when a write or fsync failed: what is on disk is then unknown, so nothing more is
+    /// written (a later line after a half-written one would turn a tear into damage).
+    failed: Option<String>,
 }
 
 #[derive(Debug)]
-struct Inner {
+struct Shared {
     dir: PathBuf,
-    file: File,
-    entries: BTreeMap<u64, Entry<TypeConfig>>,
-    last_purged: Option<LogId<u64>>,
-    committed: Option<LogId<u64>>,
-    vote: Option<Vote<u64>>,
+    live: Mutex<Live>,
+    vote: Mutex<Option<Vote<u64>>>,
+    disk: Mutex<Disk>,
 }
 
 /// The log store; clones share it (openraft reads through a clone).
 #[derive(Debug, Clone)]
 pub struct LogStore {
-    inner: Arc<Mutex<Inner>>,
+    shared: Arc<Shared>,
 }
 
 fn write_error(e: std::io::Error) -> StorageError<u64> {
@@ -59,79 +75,185 @@ fn vote_error(e: std::io::Error) -> StorageError<u64> {
     StorageIOError::write_vote(&e).into()
 }
 
-impl Inner {
-    fn append_lines(&mut self, lines: &[Line]) -> std::io::Result<()> {
-        self.write_lines(lines)?;
-        self.file.sync_data()
+/// How a change reaches the file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Persist {
+    /// Appended without an fsync (the committed hint).
+    Append,
+    /// Appended and fsynced.
+    AppendSynced,
+    /// The file is replaced by the new live state (purges).
+    Rewrite,
+}
+
+impl Disk {
+    fn path(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
     }
 
-    fn write_lines(&mut self, lines: &[Line]) -> std::io::Result<()> {
-        let mut buf = Vec::new();
-        for line in lines {
-            serde_json::to_writer(&mut buf, line).map_err(std::io::Error::other)?;
-            buf.push(b'\n');
+    fn usable(&self) -> std::io::Result<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(cause) => Err(std::io::Error::other(format!(
+                "an earlier write to {} failed ({cause}); restart the node",
+                self.path().display()
+            ))),
         }
-        self.file.write_all(&buf)
+    }
+
+    /// Remembers a failure of `result`, so that no write follows it.
+    fn watch<T>(&mut self, result: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &result {
+            self.failed = Some(e.to_string());
+        }
+        result
+    }
+
+    fn append(&mut self, bytes: &[u8], lines: u64, sync: bool) -> std::io::Result<()> {
+        self.usable()?;
+        let written =
+            self.file.write_all(bytes).and_then(
+                |()| {
+                    if sync {
+                        self.file.sync_data()
+                    } else {
+                        Ok(())
+                    }
+                },
+            );
+        self.watch(written)?;
+        self.lines += lines;
+        Ok(())
+    }
+
+    /// Replaces the file with `live`'s lines.
+    fn rewrite(&mut self, live: &Live) -> std::io::Result<()> {
+        self.usable()?;
+        let bytes = live.encode()?;
+        let replaced = write_atomically(&self.dir, LOG_FILE, &bytes)
+            .and_then(|()| OpenOptions::new().append(true).open(self.path()));
+        self.file = self.watch(replaced)?;
+        self.lines = live.lines();
+        Ok(())
+    }
+}
+
+impl Shared {
+    fn live(&self) -> MutexGuard<'_, Live> {
+        self.live
+            .lock()
+            .expect("log store lock poisoned by a panic")
+    }
+
+    fn disk(&self) -> MutexGuard<'_, Disk> {
+        self.disk.lock().expect("log file lock poisoned by a panic")
+    }
+
+    /// Records `lines` on disk as `how` says, then in the live state; rewrites the file when it
+    /// holds too many dead lines. Blocking: runs on the blocking pool.
+    fn record(&self, lines: Vec<Line>, how: Persist) -> std::io::Result<()> {
+        let mut disk = self.disk();
+        if let Err(problem) = self.live().check_batch(&lines) {
+            return Err(std::io::Error::other(format!(
+                "refusing to write to {}: {problem}",
+                disk.path().display()
+            )));
+        }
+        if how != Persist::Rewrite {
+            let mut bytes = Vec::new();
+            for line in &lines {
+                encode(line, &mut bytes)?;
+            }
+            disk.append(&bytes, lines.len() as u64, how == Persist::AppendSynced)?;
+        }
+        let snapshot = {
+            let mut live = self.live();
+            for line in lines {
+                live.apply(line);
+            }
+            let dead = disk.lines.saturating_sub(live.lines());
+            (how == Persist::Rewrite || dead > DEAD_LINES_MAX).then(|| live.clone())
+        };
+        match snapshot {
+            Some(live) => disk.rewrite(&live),
+            None => Ok(()),
+        }
     }
 }
 
 impl LogStore {
-    /// Opens (or creates) the log and vote in `dir`, replaying the log.
+    /// Opens (or creates) the log and vote in `dir`, replaying the log. Blocking.
     pub fn open(dir: &Path) -> std::io::Result<LogStore> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(LOG_FILE);
-        let mut entries = BTreeMap::new();
-        let mut last_purged = None;
-        let mut committed = None;
-        let mut good_len = 0u64;
-        if let Ok(file) = File::open(&path) {
-            for line in BufReader::new(file).split(b'\n') {
-                let line = line?;
-                let Ok(parsed) = serde_json::from_slice::<Line>(&line) else {
-                    break;
-                };
-                good_len += line.len() as u64 + 1;
-                match parsed {
-                    Line::Entry(e) => {
-                        entries.insert(e.log_id.index, e);
-                    }
-                    Line::Truncate(since) => {
-                        entries.split_off(&since);
-                    }
-                    Line::Purge(upto) => {
-                        entries = entries.split_off(&(upto.index + 1));
-                        last_purged = Some(upto);
-                    }
-                    Line::Committed(id) => committed = Some(id),
-                }
-            }
-        }
+        let replayed = replay(&path)?;
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
-        // Drop a torn last line left by a crash mid-append.
-        if file.metadata()?.len() > good_len {
-            file.set_len(good_len)?;
-            file.sync_data()?;
+        if let Some(reason) = &replayed.torn {
+            tracing::warn!(
+                file = %path.display(),
+                "cutting a torn last line of the Raft log (a crash during a write): {reason}"
+            );
+            file.set_len(replayed.good_bytes)?;
+            file.sync_all()?;
         }
         File::open(dir)?.sync_all()?;
-        let vote = match std::fs::read(dir.join(VOTE_FILE)) {
-            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(std::io::Error::other)?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(e),
+        let mut disk = Disk {
+            dir: dir.to_path_buf(),
+            file,
+            lines: replayed.lines,
+            failed: None,
         };
+        let dead = replayed.lines.saturating_sub(replayed.live.lines());
+        if replayed.legacy || dead > DEAD_LINES_MAX {
+            // Earlier versions wrote lines without checksums; from here on every line has one.
+            disk.rewrite(&replayed.live)?;
+        }
         Ok(LogStore {
-            inner: Arc::new(Mutex::new(Inner {
+            shared: Arc::new(Shared {
                 dir: dir.to_path_buf(),
-                file,
-                entries,
-                last_purged,
-                committed,
-                vote,
-            })),
+                live: Mutex::new(replayed.live),
+                vote: Mutex::new(read_vote(dir)?),
+                disk: Mutex::new(disk),
+            }),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().expect("log store lock")
+    /// Appends `entries` and fsyncs them; the body of [`RaftLogStorage::append`].
+    pub(super) async fn append_entries(
+        &self,
+        entries: Vec<Entry<TypeConfig>>,
+    ) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        let lines = entries.into_iter().map(Line::Entry).collect();
+        blocking(move || shared.record(lines, Persist::AppendSynced)).await
+    }
+
+    async fn record(&self, line: Line, how: Persist) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        blocking(move || shared.record(vec![line], how)).await
+    }
+
+    /// Lines in the log file now (for tests of its bound).
+    #[cfg(test)]
+    pub(super) fn file_lines(&self) -> u64 {
+        self.shared.disk().lines
+    }
+}
+
+fn read_vote(dir: &Path) -> std::io::Result<Option<Vote<u64>>> {
+    let path = dir.join(VOTE_FILE);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is damaged ({e}); restore it or the node's data directory from a backup",
+                    path.display()
+                ),
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -141,7 +263,8 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<u64>> {
         Ok(self
-            .lock()
+            .shared
+            .live()
             .entries
             .range(range)
             .map(|(_, e)| e.clone())
@@ -153,16 +276,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<u64>> {
-        let inner = self.lock();
-        let last = inner
-            .entries
-            .values()
-            .next_back()
-            .map(|e| e.log_id)
-            .or(inner.last_purged);
+        let live = self.shared.live();
         Ok(LogState {
-            last_purged_log_id: inner.last_purged,
-            last_log_id: last,
+            last_purged_log_id: live.last_purged,
+            last_log_id: live.last_log_id(),
         })
     }
 
@@ -171,10 +288,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
-        let mut inner = self.lock();
         let bytes = serde_json::to_vec(vote).map_err(|e| vote_error(std::io::Error::other(e)))?;
-        super::durable_file::write_atomically(&inner.dir, VOTE_FILE, &bytes).map_err(vote_error)?;
-        inner.vote = Some(*vote);
+        let dir = self.shared.dir.clone();
+        blocking(move || write_atomically(&dir, VOTE_FILE, &bytes))
+            .await
+            .map_err(vote_error)?;
+        *self
+            .shared
+            .vote
+            .lock()
+            .expect("vote lock poisoned by a panic") = Some(*vote);
         Ok(())
     }
 
@@ -182,22 +305,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         &mut self,
         committed: Option<LogId<u64>>,
     ) -> Result<(), StorageError<u64>> {
-        let mut inner = self.lock();
-        if let Some(id) = committed {
-            inner
-                .write_lines(&[Line::Committed(id)])
-                .map_err(write_error)?;
+        match committed {
+            Some(id) => self
+                .record(Line::Committed(id), Persist::Append)
+                .await
+                .map_err(write_error),
+            // Openraft never takes the committed index back; nothing to record.
+            None => Ok(()),
         }
-        inner.committed = committed;
-        Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId<u64>>, StorageError<u64>> {
-        Ok(self.lock().committed)
+        Ok(self.shared.live().committed)
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
-        Ok(self.lock().vote)
+        Ok(*self
+            .shared
+            .vote
+            .lock()
+            .expect("vote lock poisoned by a panic"))
     }
 
     async fn append<I>(
@@ -209,19 +336,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut inner = self.lock();
-        let entries: Vec<Entry<TypeConfig>> = entries.into_iter().collect();
-        let lines: Vec<Line> = entries.iter().cloned().map(Line::Entry).collect();
-        let result = inner.append_lines(&lines);
-        if result.is_ok() {
-            for e in entries {
-                inner.entries.insert(e.log_id.index, e);
-            }
-        }
+        let result = self.append_entries(entries.into_iter().collect()).await;
         let failed = result
             .as_ref()
             .err()
             .map(|e| std::io::Error::new(e.kind(), e.to_string()));
+        // Only now are the entries fsynced (or known not to be).
         callback.log_io_completed(result);
         match failed {
             Some(e) => Err(write_error(e)),
@@ -230,22 +350,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn truncate(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        let mut inner = self.lock();
-        inner
-            .append_lines(&[Line::Truncate(log_id.index)])
-            .map_err(write_error)?;
-        inner.entries.split_off(&log_id.index);
-        Ok(())
+        self.record(Line::Truncate(log_id.index), Persist::AppendSynced)
+            .await
+            .map_err(write_error)
     }
 
     async fn purge(&mut self, log_id: LogId<u64>) -> Result<(), StorageError<u64>> {
-        let mut inner = self.lock();
-        inner
-            .append_lines(&[Line::Purge(log_id)])
-            .map_err(write_error)?;
-        let kept = inner.entries.split_off(&(log_id.index + 1));
-        inner.entries = kept;
-        inner.last_purged = Some(log_id);
-        Ok(())
+        self.record(Line::Purge(log_id), Persist::Rewrite)
+            .await
+            .map_err(write_error)
     }
 }
+
+#[cfg(test)]
+#[path = "log_store_tests.rs"]
+mod tests;

@@ -5,6 +5,7 @@
 //! in-process router in tests.
 
 mod durable_file;
+mod log_file;
 mod log_store;
 pub mod network;
 mod state_machine;
@@ -16,7 +17,7 @@ use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
 
-use openraft::{BasicNode, Config, Raft};
+use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
 use serde::{Deserialize, Serialize};
 
 use crate::{Command, MetaError, MetadataImage, Reply};
@@ -86,6 +87,29 @@ fn claim_dir(dir: &Path, id: u64) -> Result<(), MetaNodeError> {
     }
 }
 
+/// A snapshot is taken once this many log entries were applied since the last one.
+pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 5000;
+
+/// Entries a snapshot covers that stay in the log (so that a follower slightly behind catches
+/// up from the log, not a snapshot); older ones are purged. With [`SNAPSHOT_INTERVAL_ENTRIES`]
+/// this bounds the live Raft log to about 6000 entries (more only while the leader still sends
+/// older ones to a follower), and so the log file (see `log_store.rs`).
+pub const LOG_KEPT_AFTER_SNAPSHOT_ENTRIES: u64 = 1000;
+
+/// The Raft settings of every MetaServer node.
+fn raft_config() -> Config {
+    Config {
+        heartbeat_interval: 250,
+        election_timeout_min: 1000,
+        election_timeout_max: 2000,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_INTERVAL_ENTRIES),
+        max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT_ENTRIES,
+        // Purge as soon as a snapshot allows (purges are rare: one per snapshot).
+        purge_batch_size: 1,
+        ..Config::default()
+    }
+}
+
 /// One MetaServer node.
 pub struct MetaNode {
     pub id: u64,
@@ -100,20 +124,31 @@ impl MetaNode {
     where
         N: openraft::RaftNetworkFactory<TypeConfig>,
     {
-        let config = Config {
-            heartbeat_interval: 250,
-            election_timeout_min: 1000,
-            election_timeout_max: 2000,
-            ..Config::default()
-        };
+        MetaNode::start_with(id, dir, network, raft_config()).await
+    }
+
+    /// [`MetaNode::start`] with other Raft settings (tests use short snapshot intervals).
+    async fn start_with<N>(
+        id: u64,
+        dir: &Path,
+        network: N,
+        config: Config,
+    ) -> Result<MetaNode, MetaNodeError>
+    where
+        N: openraft::RaftNetworkFactory<TypeConfig>,
+    {
         let config = Arc::new(
             config
                 .validate()
                 .map_err(|e| MetaNodeError::Raft(e.to_string()))?,
         );
-        claim_dir(dir, id)?;
-        let log = LogStore::open(dir)?;
-        let sm = StateMachine::open(dir)?;
+        let owned = dir.to_path_buf();
+        let (log, sm) = tokio::task::spawn_blocking(move || {
+            claim_dir(&owned, id)?;
+            Ok::<_, MetaNodeError>((LogStore::open(&owned)?, StateMachine::open(&owned)?))
+        })
+        .await
+        .map_err(|e| MetaNodeError::Raft(format!("opening the Raft storage failed: {e}")))??;
         let image = sm.image_handle();
         let version = sm.version_handle();
         let raft = Raft::new(id, config, network, log, sm)

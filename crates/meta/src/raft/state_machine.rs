@@ -3,11 +3,12 @@
 //! last applied log id and membership, stored in `meta-snapshot.json`.
 //!
 //! The image is rebuilt on start from the snapshot plus the log entries after it (openraft
-//! re-applies them), so applying needs no fsync of its own.
+//! re-applies them), so applying needs no fsync of its own. Snapshot files are written and read
+//! on tokio's blocking pool.
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -16,6 +17,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
+use super::durable_file::{blocking, write_atomically};
 use super::{CommandResult, TypeConfig};
 use crate::{execute, MetadataImage, Reply};
 
@@ -44,23 +46,41 @@ pub struct StateMachine {
     /// wait on it for changes.
     version: Arc<tokio::sync::watch::Sender<u64>>,
     snapshot_seq: Arc<std::sync::atomic::AtomicU64>,
+    /// The last log id of the snapshot on disk. Held while a snapshot is written (on the
+    /// blocking pool), so that a snapshot being built and one being installed never write the
+    /// file at once, and an older one never replaces a newer one (whose covered log entries
+    /// may already be purged).
+    saved: Arc<Mutex<Option<LogId<u64>>>>,
 }
 
 fn sm_error(e: impl std::error::Error + 'static) -> StorageError<u64> {
     StorageIOError::write_state_machine(&e).into()
 }
 
+fn damaged_snapshot(path: &Path, e: serde_json::Error) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{} is damaged ({e}); restore the node's data directory from a backup",
+            path.display()
+        ),
+    )
+}
+
 impl StateMachine {
-    /// Starts from the last snapshot in `dir`, if any.
+    /// Starts from the last snapshot in `dir`, if any. Blocking.
     pub fn open(dir: &Path) -> std::io::Result<StateMachine> {
         std::fs::create_dir_all(dir)?;
-        let applied = match std::fs::read(dir.join(SNAPSHOT_FILE)) {
+        let path = dir.join(SNAPSHOT_FILE);
+        let (applied, saved) = match std::fs::read(&path) {
             Ok(bytes) => {
                 let stored: StoredSnapshot =
-                    serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
-                serde_json::from_slice(&stored.data).map_err(std::io::Error::other)?
+                    serde_json::from_slice(&bytes).map_err(|e| damaged_snapshot(&path, e))?;
+                let applied =
+                    serde_json::from_slice(&stored.data).map_err(|e| damaged_snapshot(&path, e))?;
+                (applied, stored.meta.last_log_id)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Applied::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Applied::default(), None),
             Err(e) => return Err(e),
         };
         let image = Arc::new(RwLock::new(applied.image.clone()));
@@ -73,6 +93,7 @@ impl StateMachine {
             image,
             version,
             snapshot_seq: Arc::default(),
+            saved: Arc::new(Mutex::new(saved)),
         })
     }
 
@@ -90,9 +111,35 @@ impl StateMachine {
             .send_replace(applied.last_applied.map_or(0, |l| l.index));
     }
 
-    fn save(&self, stored: &StoredSnapshot) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec(stored).map_err(std::io::Error::other)?;
-        super::durable_file::write_atomically(&self.dir, SNAPSHOT_FILE, &bytes)
+    /// Replaces the snapshot file with `stored`, fsynced, before returning, unless the file
+    /// already holds a newer snapshot.
+    async fn save(&self, stored: StoredSnapshot) -> std::io::Result<()> {
+        let dir = self.dir.clone();
+        let saved = self.saved.clone();
+        blocking(move || {
+            let mut saved = saved.lock().expect("snapshot lock poisoned by a panic");
+            if stored.meta.last_log_id < *saved {
+                return Ok(());
+            }
+            let bytes = serde_json::to_vec(&stored).map_err(std::io::Error::other)?;
+            write_atomically(&dir, SNAPSHOT_FILE, &bytes)?;
+            *saved = stored.meta.last_log_id;
+            Ok(())
+        })
+        .await
+    }
+
+    /// The snapshot file, if one was written.
+    async fn load(&self) -> std::io::Result<Option<StoredSnapshot>> {
+        let path = self.dir.join(SNAPSHOT_FILE);
+        blocking(move || match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| damaged_snapshot(&path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        })
+        .await
     }
 }
 
@@ -112,7 +159,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             meta: meta.clone(),
             data: data.clone(),
         };
-        self.save(&stored).map_err(sm_error)?;
+        self.save(stored).await.map_err(sm_error)?;
         Ok(Snapshot {
             meta,
             snapshot: Box::new(Cursor::new(data)),
@@ -177,10 +224,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> Result<(), StorageError<u64>> {
         let data = snapshot.into_inner();
         let new: Applied = serde_json::from_slice(&data).map_err(sm_error)?;
-        self.save(&StoredSnapshot {
+        self.save(StoredSnapshot {
             meta: meta.clone(),
             data,
         })
+        .await
         .map_err(sm_error)?;
         let mut applied = self.applied.write().expect("applied lock");
         *applied = new;
@@ -191,15 +239,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<u64>> {
-        match std::fs::read(self.dir.join(SNAPSHOT_FILE)) {
-            Ok(bytes) => {
-                let stored: StoredSnapshot = serde_json::from_slice(&bytes).map_err(sm_error)?;
-                Ok(Some(Snapshot {
-                    meta: stored.meta,
-                    snapshot: Box::new(Cursor::new(stored.data)),
-                }))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        match self.load().await {
+            Ok(stored) => Ok(stored.map(|stored| Snapshot {
+                meta: stored.meta,
+                snapshot: Box::new(Cursor::new(stored.data)),
+            })),
             Err(e) => Err(StorageIOError::read_snapshot(None, &e).into()),
         }
     }

@@ -24,6 +24,7 @@
 //! `baseOffset` and `partitionLeaderEpoch` in place without recomputing it.
 
 mod compression;
+pub mod craft;
 mod record;
 pub mod varint;
 
@@ -62,10 +63,32 @@ pub mod field {
 const _: () = assert!(field::RECORDS == BATCH_HEADER_BYTES);
 const _: () = assert!(field::CRC + 4 == field::ATTRIBUTES);
 
+/// Attribute bits 0-2: the compression codec.
+pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
 /// Attribute bit: timestamps were set by the broker at append time.
 pub const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
 pub const ATTR_TRANSACTIONAL: i16 = 1 << 4;
 pub const ATTR_CONTROL: i16 = 1 << 5;
+/// Attribute bit (Kafka's compaction): the batch's base timestamp is a delete horizon.
+pub const ATTR_DELETE_HORIZON: i16 = 1 << 6;
+/// The attribute bits a producer may set: compression only. Timestamp type, transactional,
+/// control and delete-horizon batches are written by brokers (or by features tinymq does not
+/// have yet); any higher bit is unknown.
+pub const ATTR_PRODUCER_BITS: i16 = ATTR_COMPRESSION_MASK;
+
+/// `producerId`, `producerEpoch` and `baseSequence` of a batch without idempotence.
+pub const NO_PRODUCER_ID: i64 = -1;
+pub const NO_PRODUCER_EPOCH: i16 = -1;
+pub const NO_SEQUENCE: i32 = -1;
+
+/// What [`RecordBatch::verify`] found in a batch whose header describes its records exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSummary {
+    pub record_count: i32,
+    /// Smallest and largest record timestamp (create time).
+    pub timestamp_min: i64,
+    pub timestamp_max: i64,
+}
 
 /// Why bytes are not a valid record batch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +111,11 @@ pub enum BatchError {
     Corrupt(String),
     #[error("compression failed: {0}")]
     Compression(String),
+    /// The CRC is right but a header field does not describe the batch's records (count,
+    /// offset deltas, timestamps) or is not allowed from a producer (attribute bits, producer
+    /// fields).
+    #[error("invalid batch header: {0}")]
+    InvalidHeader(String),
 }
 
 fn read_i16(b: &[u8], at: usize) -> i16 {
@@ -172,7 +200,7 @@ impl RecordBatch {
             });
         }
         if batch.record_count() < 0 || batch.last_offset_delta() < 0 {
-            return Err(BatchError::Corrupt(format!(
+            return Err(BatchError::InvalidHeader(format!(
                 "negative record count {} or last offset delta {}",
                 batch.record_count(),
                 batch.last_offset_delta()
@@ -212,13 +240,15 @@ impl RecordBatch {
     pub fn last_offset_delta(&self) -> i32 {
         read_i32(&self.bytes, field::LAST_OFFSET_DELTA)
     }
-    /// Offset of the last record (base offset + last offset delta).
+    /// Offset of the last record (base offset + last offset delta; saturating, since a base
+    /// offset read from untrusted bytes may be anything).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset() + i64::from(self.last_offset_delta())
+        self.base_offset()
+            .saturating_add(i64::from(self.last_offset_delta()))
     }
-    /// The offset right after this batch.
+    /// The offset right after this batch (saturating like [`RecordBatch::last_offset`]).
     pub fn next_offset(&self) -> i64 {
-        self.last_offset() + 1
+        self.last_offset().saturating_add(1)
     }
     pub fn base_timestamp(&self) -> i64 {
         read_i64(&self.bytes, field::BASE_TIMESTAMP)
@@ -291,7 +321,7 @@ impl RecordBatch {
                 )));
             }
         }
-        if header_count > 0 && self.last_offset_delta() != header_count - 1 {
+        if self.last_offset_delta() != header_count - 1 {
             return Err(BatchError::Corrupt(format!(
                 "last offset delta {} does not match {} records",
                 self.last_offset_delta(),
@@ -301,9 +331,108 @@ impl RecordBatch {
         Ok(records)
     }
 
-    /// Full validation: [`RecordBatch::records`] without keeping them.
+    /// Full validation: [`RecordBatch::verify`], keeping only whether it passed.
     pub fn validate_records(&self, decompressed_bytes_max: usize) -> Result<(), BatchError> {
-        self.records(decompressed_bytes_max).map(drop)
+        self.verify(decompressed_bytes_max).map(drop)
+    }
+
+    /// Checks that the header describes the records exactly, decompressing at most
+    /// `decompressed_bytes_max` bytes and allocating nothing per record: at least one record;
+    /// `recordCount` equals the records found; offset deltas are 0, 1, 2, …;
+    /// `lastOffsetDelta = recordCount − 1`; every timestamp (base + delta) is representable
+    /// and `maxTimestamp` is the largest of them (for create-time batches).
+    pub fn verify(&self, decompressed_bytes_max: usize) -> Result<BatchSummary, BatchError> {
+        let header_count = self.record_count();
+        if header_count < 1 {
+            return Err(BatchError::InvalidHeader(format!(
+                "record count {header_count}: a batch holds at least one record"
+            )));
+        }
+        if self.last_offset_delta() != header_count - 1 {
+            return Err(BatchError::InvalidHeader(format!(
+                "last offset delta {} does not match {header_count} records",
+                self.last_offset_delta()
+            )));
+        }
+        let payload = &self.bytes[field::RECORDS..];
+        let decompressed;
+        let records_bytes: &[u8] = match self.compression() {
+            Compression::None => payload,
+            codec => {
+                decompressed = codec.decompress(payload, decompressed_bytes_max)?;
+                &decompressed
+            }
+        };
+        let base_timestamp = self.base_timestamp();
+        let (mut found, mut cursor) = (0i32, 0usize);
+        let (mut timestamp_min, mut timestamp_max) = (i64::MAX, i64::MIN);
+        while cursor < records_bytes.len() {
+            let raw = record::parse_record(records_bytes, cursor)?;
+            if raw.offset_delta != found {
+                return Err(BatchError::InvalidHeader(format!(
+                    "record {found} has offset delta {} (expected {found})",
+                    raw.offset_delta
+                )));
+            }
+            let timestamp = base_timestamp
+                .checked_add(raw.timestamp_delta)
+                .ok_or_else(|| {
+                    BatchError::InvalidHeader(format!(
+                        "record {found}: timestamp {base_timestamp} + {} overflows",
+                        raw.timestamp_delta
+                    ))
+                })?;
+            timestamp_min = timestamp_min.min(timestamp);
+            timestamp_max = timestamp_max.max(timestamp);
+            cursor = raw.end;
+            // Deltas are checked equal to the count so far, so this cannot pass i32::MAX
+            // before a delta mismatch is reported.
+            found = found.saturating_add(1);
+        }
+        if found != header_count {
+            return Err(BatchError::RecordCountMismatch {
+                header: header_count,
+                found: found as usize,
+            });
+        }
+        if !self.is_log_append_time() && self.max_timestamp() != timestamp_max {
+            return Err(BatchError::InvalidHeader(format!(
+                "max timestamp {} is not the records' largest ({timestamp_max})",
+                self.max_timestamp()
+            )));
+        }
+        Ok(BatchSummary {
+            record_count: found,
+            timestamp_min,
+            timestamp_max,
+        })
+    }
+
+    /// The rules for a batch as a producer sends it, before [`RecordBatch::verify`]: only
+    /// compression attribute bits; producer id, epoch and base sequence either all "none"
+    /// (-1) or all non-negative.
+    pub fn check_producer_fields(&self) -> Result<(), BatchError> {
+        let attributes = self.attributes();
+        if attributes & !ATTR_PRODUCER_BITS != 0 {
+            return Err(BatchError::InvalidHeader(format!(
+                "attributes 0x{attributes:04X}: a producer may set only the compression bits \
+                 (log-append time, transactional, control and higher bits are refused)"
+            )));
+        }
+        let (id, epoch, sequence) = (
+            self.producer_id(),
+            self.producer_epoch(),
+            self.base_sequence(),
+        );
+        let none = id == NO_PRODUCER_ID && epoch == NO_PRODUCER_EPOCH && sequence == NO_SEQUENCE;
+        let idempotent = id >= 0 && epoch >= 0 && sequence >= 0;
+        if !(none || idempotent) {
+            return Err(BatchError::InvalidHeader(format!(
+                "producer id {id}, epoch {epoch}, base sequence {sequence}: either all -1 \
+                 (no idempotence) or all non-negative"
+            )));
+        }
+        Ok(())
     }
 }
 

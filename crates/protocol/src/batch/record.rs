@@ -16,6 +16,8 @@
 //!
 //! Varints are zig-zag encoded (see [`super::varint`]).
 
+use std::ops::Range;
+
 use bytes::{BufMut, Bytes};
 
 use super::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
@@ -102,15 +104,27 @@ pub(crate) fn encode_record(
     varint_len(body as i32) + body
 }
 
-/// Reads a record from the front of `records` (a slice of `all`, which is shared so that keys
-/// and values are zero-copy sub-slices).
-pub(crate) fn decode_record(
-    all: &Bytes,
-    cursor: &mut usize,
-    base_offset: i64,
-    base_timestamp: i64,
-) -> Result<Record, BatchError> {
-    let mut buf = &all[*cursor..];
+/// The fields of one record, located in its batch's record bytes without copying: what a
+/// check needs, and what [`decode_record`] turns into a [`Record`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawRecord {
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<Range<usize>>,
+    pub value: Option<Range<usize>>,
+    /// Where the headers start, and how many there are (already checked to be well-formed).
+    pub headers_start: usize,
+    pub header_count: usize,
+    /// One past the record's last byte.
+    pub end: usize,
+}
+
+/// Locates and checks the record at `start` in `all` (lengths, varints, header keys in UTF-8),
+/// without allocating.
+pub(crate) fn parse_record(all: &[u8], start: usize) -> Result<RawRecord, BatchError> {
+    let mut buf = all
+        .get(start..)
+        .ok_or_else(|| BatchError::Corrupt("record starts past the batch".into()))?;
     let length = get_varint(&mut buf).map_err(corrupt)?;
     let length = usize::try_from(length)
         .map_err(|_| BatchError::Corrupt(format!("negative record length {length}")))?;
@@ -120,14 +134,14 @@ pub(crate) fn decode_record(
             buf.len()
         )));
     }
-    let start = all.len() - buf.len();
-    let end = start + length;
-    let mut body = &all[start..end];
+    let body_start = all.len() - buf.len();
+    let end = body_start + length;
+    let mut body = &all[body_start..end];
     let _attributes = take_u8(&mut body)?;
     let timestamp_delta = get_varlong(&mut body).map_err(corrupt)?;
     let offset_delta = get_varint(&mut body).map_err(corrupt)?;
-    let key = take_bytes_field(all, end, &mut body)?;
-    let value = take_bytes_field(all, end, &mut body)?;
+    let key = take_field(end, &mut body)?;
+    let value = take_field(end, &mut body)?;
     let header_count = get_varint(&mut body).map_err(corrupt)?;
     let header_count = usize::try_from(header_count)
         .map_err(|_| BatchError::Corrupt(format!("negative header count {header_count}")))?;
@@ -138,27 +152,76 @@ pub(crate) fn decode_record(
             "header count {header_count} exceeds what the record can hold"
         )));
     }
-    let mut headers = Vec::with_capacity(header_count);
-    for _ in 0..header_count {
-        let key = take_bytes_field(all, end, &mut body)?
-            .ok_or_else(|| BatchError::Corrupt("null header key".into()))?;
-        let key = String::from_utf8(key.to_vec())
-            .map_err(|_| BatchError::Corrupt("header key is not UTF-8".into()))?;
-        let value = take_bytes_field(all, end, &mut body)?;
-        headers.push(RecordHeader { key, value });
-    }
-    if !body.is_empty() {
+    let headers_start = end - body.len();
+    let headers_end = walk_headers(all, headers_start, end, header_count, |_, _| {})?;
+    if headers_end != end {
         return Err(BatchError::Corrupt(format!(
             "record has {} unread bytes after its headers",
-            body.len()
+            end - headers_end
         )));
     }
-    *cursor = end;
-    Ok(Record {
-        offset: base_offset.wrapping_add(i64::from(offset_delta)),
-        timestamp_ms: base_timestamp.wrapping_add(timestamp_delta),
+    Ok(RawRecord {
+        timestamp_delta,
+        offset_delta,
         key,
         value,
+        headers_start,
+        header_count,
+        end,
+    })
+}
+
+/// Walks `count` headers from `start` (within a record ending at `record_end`), handing each
+/// key (checked to be UTF-8) and value range to `f`; returns where the headers end.
+fn walk_headers(
+    all: &[u8],
+    start: usize,
+    record_end: usize,
+    count: usize,
+    mut f: impl FnMut(Range<usize>, Option<Range<usize>>),
+) -> Result<usize, BatchError> {
+    let mut body = &all[start..record_end];
+    for _ in 0..count {
+        let key = take_field(record_end, &mut body)?
+            .ok_or_else(|| BatchError::Corrupt("null header key".into()))?;
+        if std::str::from_utf8(&all[key.clone()]).is_err() {
+            return Err(BatchError::Corrupt("header key is not UTF-8".into()));
+        }
+        let value = take_field(record_end, &mut body)?;
+        f(key, value);
+    }
+    Ok(record_end - body.len())
+}
+
+/// Reads the record at `*cursor` of `all` (shared, so that keys and values are zero-copy
+/// sub-slices) and moves the cursor past it.
+pub(crate) fn decode_record(
+    all: &Bytes,
+    cursor: &mut usize,
+    base_offset: i64,
+    base_timestamp: i64,
+) -> Result<Record, BatchError> {
+    let raw = parse_record(all, *cursor)?;
+    let mut headers = Vec::with_capacity(raw.header_count);
+    walk_headers(
+        all,
+        raw.headers_start,
+        raw.end,
+        raw.header_count,
+        |key, value| {
+            headers.push(RecordHeader {
+                // Checked to be UTF-8 by the walk.
+                key: String::from_utf8_lossy(&all[key]).into_owned(),
+                value: value.map(|v| all.slice(v)),
+            })
+        },
+    )?;
+    *cursor = raw.end;
+    Ok(Record {
+        offset: base_offset.wrapping_add(i64::from(raw.offset_delta)),
+        timestamp_ms: base_timestamp.wrapping_add(raw.timestamp_delta),
+        key: raw.key.map(|k| all.slice(k)),
+        value: raw.value.map(|v| all.slice(v)),
         headers,
     })
 }
@@ -171,12 +234,9 @@ fn take_u8(buf: &mut &[u8]) -> Result<u8, BatchError> {
     Ok(b)
 }
 
-/// Reads a length-prefixed field; `record_end` is the record's end within `all`.
-fn take_bytes_field(
-    all: &Bytes,
-    record_end: usize,
-    buf: &mut &[u8],
-) -> Result<Option<Bytes>, BatchError> {
+/// Reads a length-prefixed field and returns where its bytes lie in the record's buffer
+/// (`None` for a null field); `record_end` is the record's end within that buffer.
+fn take_field(record_end: usize, buf: &mut &[u8]) -> Result<Option<Range<usize>>, BatchError> {
     let len = get_varint(buf).map_err(corrupt)?;
     if len == -1 {
         return Ok(None);
@@ -191,7 +251,7 @@ fn take_bytes_field(
     }
     let start = record_end - buf.len();
     *buf = &buf[len..];
-    Ok(Some(all.slice(start..start + len)))
+    Ok(Some(start..start + len))
 }
 
 fn corrupt(e: super::varint::VarintError) -> BatchError {

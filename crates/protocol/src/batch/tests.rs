@@ -170,6 +170,16 @@ fn wrong_length_magic_and_count_are_rejected() {
     miscount[field::RECORD_COUNT..field::RECORD_COUNT + 4].copy_from_slice(&4i32.to_be_bytes());
     let crc = compute_crc(&miscount);
     miscount[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    let batch = RecordBatch::parse(miscount.clone().freeze()).unwrap();
+    assert!(matches!(
+        batch.validate_records(1024),
+        Err(BatchError::InvalidHeader(_))
+    ));
+    // The same count with a matching last offset delta: the records themselves disagree.
+    miscount[field::LAST_OFFSET_DELTA..field::LAST_OFFSET_DELTA + 4]
+        .copy_from_slice(&3i32.to_be_bytes());
+    let crc = compute_crc(&miscount);
+    miscount[field::CRC..field::CRC + 4].copy_from_slice(&crc.to_be_bytes());
     let batch = RecordBatch::parse(miscount.freeze()).unwrap();
     assert_eq!(
         batch.validate_records(1024),
@@ -178,6 +188,109 @@ fn wrong_length_magic_and_count_are_rejected() {
             found: 3
         })
     );
+}
+
+fn verify(crafted: &craft::CraftedBatch) -> Result<BatchSummary, BatchError> {
+    let batch = RecordBatch::parse(crafted.encode())?;
+    batch.check_producer_fields()?;
+    batch.verify(1 << 20)
+}
+
+fn invalid_header(result: Result<BatchSummary, BatchError>) -> bool {
+    matches!(result, Err(BatchError::InvalidHeader(_)))
+}
+
+#[test]
+fn headers_that_lie_about_their_records_are_refused() {
+    let honest = craft::CraftedBatch::honest(1_000, &[b"a", b"b", b"c"]);
+    assert_eq!(
+        verify(&honest),
+        Ok(BatchSummary {
+            record_count: 3,
+            timestamp_min: 1_000,
+            timestamp_max: 1_000
+        })
+    );
+    // The case from the field: no records, a count of 0 and a huge last offset delta.
+    let mut empty = craft::CraftedBatch::honest(1_000, &[]);
+    empty.last_offset_delta = i32::MAX;
+    assert!(invalid_header(verify(&empty)));
+    empty.last_offset_delta = -1;
+    assert!(invalid_header(verify(&empty)));
+    let mut delta = honest.clone();
+    delta.last_offset_delta = 7;
+    assert!(invalid_header(verify(&delta)));
+    let mut count = honest.clone();
+    count.record_count = 2;
+    count.last_offset_delta = 1;
+    assert!(matches!(
+        verify(&count),
+        Err(BatchError::RecordCountMismatch {
+            header: 2,
+            found: 3
+        })
+    ));
+    let mut order = honest.clone();
+    order.records.swap(0, 1);
+    assert!(invalid_header(verify(&order)));
+    let mut gap = honest.clone();
+    gap.records[2].offset_delta = 5;
+    assert!(invalid_header(verify(&gap)));
+    let mut max_ts = honest.clone();
+    max_ts.max_timestamp = i64::MAX;
+    assert!(invalid_header(verify(&max_ts)));
+    let mut overflow = honest.clone();
+    overflow.base_timestamp = i64::MAX;
+    overflow.records[1].timestamp_delta = 1;
+    assert!(invalid_header(verify(&overflow)));
+}
+
+#[test]
+fn producers_may_set_only_compression_bits_and_consistent_producer_fields() {
+    let honest = craft::CraftedBatch::honest(5, &[b"x"]);
+    for bits in [
+        ATTR_LOG_APPEND_TIME,
+        ATTR_TRANSACTIONAL,
+        ATTR_CONTROL,
+        ATTR_DELETE_HORIZON,
+        1 << 7,
+        i16::MIN,
+    ] {
+        let mut b = honest.clone();
+        b.attributes = bits;
+        assert!(invalid_header(verify(&b)), "attributes {bits:#x}");
+    }
+    let mut unknown_codec = honest.clone();
+    unknown_codec.attributes = 5;
+    assert_eq!(
+        verify(&unknown_codec),
+        Err(BatchError::UnsupportedCompression(5))
+    );
+    let mut idempotent = honest.clone();
+    (
+        idempotent.producer_id,
+        idempotent.producer_epoch,
+        idempotent.base_sequence,
+    ) = (7, 0, 0);
+    assert!(verify(&idempotent).is_ok());
+    for (id, epoch, sequence) in [
+        (7, -1, 0),
+        (7, 0, -1),
+        (7, 0, i32::MIN),
+        (-1, 0, -1),
+        (-2, -1, -1),
+    ] {
+        let mut b = honest.clone();
+        (b.producer_id, b.producer_epoch, b.base_sequence) = (id, epoch, sequence);
+        assert!(invalid_header(verify(&b)), "{id} {epoch} {sequence}");
+    }
+}
+
+#[test]
+fn wrong_magic_is_refused_before_anything_else() {
+    let mut b = craft::CraftedBatch::honest(5, &[b"x"]);
+    b.magic = 1;
+    assert_eq!(RecordBatch::parse(b.encode()), Err(BatchError::BadMagic(1)));
 }
 
 #[test]
