@@ -82,10 +82,14 @@ pub fn read_file<T: DeserializeOwned + Default>(
         .iter()
         .filter_map(|key| rest.remove(*key).map(|v| (key.to_string(), v)))
         .collect();
-    Ok((
-        rest.try_into().with_context(context)?,
-        limits.try_into().with_context(context)?,
-    ))
+    let rest = rest.try_into().with_context(|| {
+        format!(
+            "parsing {} (besides these, the limit keys {} are allowed)",
+            path.display(),
+            LIMIT_KEYS.join(", ")
+        )
+    })?;
+    Ok((rest, limits.try_into().with_context(context)?))
 }
 
 #[cfg(test)]
