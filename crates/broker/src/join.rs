@@ -60,8 +60,12 @@ pub async fn join(
     host: &str,
     port: u16,
 ) -> Result<u64, JoinError> {
-    std::fs::create_dir_all(data_dir)?;
-    let stored = read_identity(data_dir)?;
+    let dir = data_dir.to_path_buf();
+    let stored = blocking(move || {
+        std::fs::create_dir_all(&dir)?;
+        read_identity(&dir)
+    })
+    .await?;
     if let Some(stored) = stored.as_ref().filter(|s| s.broker_id != cluster.broker_id) {
         return Err(JoinError::WrongBrokerId {
             dir: data_dir.into(),
@@ -96,8 +100,18 @@ pub async fn join(
                 cluster_id: current,
             };
             let bytes = serde_json::to_vec_pretty(&identity).map_err(std::io::Error::other)?;
-            crate::durable_file::write_atomically(&data_dir.join(IDENTITY_FILE), &bytes)?;
+            let path = data_dir.join(IDENTITY_FILE);
+            blocking(move || Ok(crate::durable_file::write_atomically(&path, &bytes)?)).await?;
             Ok(epoch)
         }
     }
+}
+
+/// Runs disk work on the blocking pool, not on an async thread.
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, JoinError> + Send + 'static,
+) -> Result<T, JoinError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| JoinError::Io(std::io::Error::other(e)))?
 }

@@ -66,7 +66,10 @@ pub async fn import(
             .map_err(|e| std::io::Error::other(format!("importing producer ids: {}", e.message)))?;
         remaining -= count;
     }
-    std::fs::rename(meta_dir.join(LEGACY_FILE), meta_dir.join(IMPORTED_FILE))?;
+    let (from, to) = (meta_dir.join(LEGACY_FILE), meta_dir.join(IMPORTED_FILE));
+    tokio::task::spawn_blocking(move || std::fs::rename(from, to))
+        .await
+        .map_err(std::io::Error::other)??;
     tracing::info!(
         topics = legacy.topics.len(),
         "imported the metadata of the earlier standalone server"

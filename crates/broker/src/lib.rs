@@ -2,8 +2,9 @@
 //! topic partitions stored as [`tinymq_log::PartitionLog`]s, with idempotent produce and
 //! long-polling fetch.
 //!
-//! Layering: `server` (listener, timers, shutdown, joining the cluster) → `connection`
-//! (framing, handshake, backpressure, dispatch) → `handlers` (one per operation) →
+//! Layering: `server` (listener, timers, shutdown, joining the cluster) → the shared front end
+//! [`tinymq_net`] (framing, handshake, limits, backpressure) → `connection` (admission and
+//! dispatch) → `handlers` (one per operation) →
 //! `state`/`partition` (the partitions held here, logs, producer state) → `cluster` (the
 //! broker's registration and its view of the cluster metadata, from the MetaServer).
 
@@ -28,3 +29,4 @@ mod topic_handlers;
 
 pub use config::{BrokerConfig, DEFAULT_PORT};
 pub use server::{Broker, StartError, META_DIR};
+pub use tinymq_net::ListenerLimits;

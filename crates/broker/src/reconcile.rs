@@ -234,7 +234,7 @@ mod tests {
 
     /// A broker state (id 1) whose image holds topic `t` with `partitions` partitions led here.
     fn state_with_topic(data_dir: &Path, partitions: usize) -> BrokerState {
-        let cluster = ClusterView::new(1, MetaLink::remote(vec![], "test".into()));
+        let cluster = ClusterView::new(1, MetaLink::remote(vec![], 1));
         let mut image = MetadataImage {
             cluster_id: "tmq-test".into(),
             ..MetadataImage::default()

@@ -1,14 +1,15 @@
-//! The listener: joins the cluster, accepts connections up to `connections_max`, runs the
-//! background tasks (interval flushes, retention, group sessions, heartbeats, watching the
-//! metadata and opening or closing partitions as it changes), and shuts down gracefully: stop
-//! accepting, let requests in flight finish, flush and close every partition.
+//! The broker process: joins the cluster, serves the client port through the shared front end
+//! ([`tinymq_net::serve`], up to `connections_max` connections), runs the background tasks
+//! (interval flushes, retention, group sessions, heartbeats, watching the metadata and opening
+//! or closing partitions as it changes), and shuts down gracefully: stop accepting, let
+//! requests in flight finish, flush and close every partition. Disk work at start (the legacy
+//! import, the data directory's identity, the group offsets) runs on the blocking pool.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -17,7 +18,7 @@ use tinymq_meta::service::MetaService;
 
 use crate::cluster::ClusterView;
 use crate::config::BrokerConfig;
-use crate::connection::Connection;
+use crate::connection::BrokerFront;
 use crate::state::BrokerState;
 
 /// How often partitions with an `interval:<ms>` flush policy are checked.
@@ -37,6 +38,8 @@ const EMBEDDED_LEADER_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error("invalid listener limits: {0}")]
+    Limits(String),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -69,6 +72,7 @@ impl Broker {
     /// data in `<data>/__meta`) when `config.meta` is empty, else a broker of the cluster whose
     /// MetaServer nodes `config.meta` lists.
     pub async fn start(config: BrokerConfig) -> Result<Broker, StartError> {
+        config.listener.check().map_err(StartError::Limits)?;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -83,7 +87,10 @@ impl Broker {
         let advertised = config.advertise.unwrap_or(local_addr);
         let meta_dir = config.data_dir.join(META_DIR);
         let (link, embedded_meta, legacy) = if config.meta.is_empty() {
-            let legacy = crate::legacy::find(&meta_dir).map_err(StartError::Import)?;
+            let dir = meta_dir.clone();
+            let legacy = tokio::task::spawn_blocking(move || crate::legacy::find(&dir))
+                .await?
+                .map_err(StartError::Import)?;
             let peers = [(EMBEDDED_META_ID, advertised.to_string())].into();
             let cluster_id = legacy.as_ref().map(|l| l.cluster_id.clone());
             let service =
@@ -91,8 +98,8 @@ impl Broker {
             retire_previous_run(&service, config.node_id).await;
             (MetaLink::Local(service.clone()), Some(service), legacy)
         } else {
-            let client_id = format!("broker-{}", config.node_id);
-            (MetaLink::remote(config.meta.clone(), client_id), None, None)
+            let link = MetaLink::remote(config.meta.clone(), config.node_id);
+            (link, None, None)
         };
         let cluster = Arc::new(ClusterView::new(config.node_id, link));
         let host = advertised.ip().to_string();
@@ -113,7 +120,11 @@ impl Broker {
             }
             cluster.refresh(Duration::ZERO).await.ok();
         }
-        let state = Arc::new(BrokerState::new(config, advertised, cluster.clone())?);
+        // Opening the group offsets replays their log from disk: not on an async thread.
+        let view = cluster.clone();
+        let state = tokio::task::spawn_blocking(move || BrokerState::new(config, advertised, view))
+            .await??;
+        let state = Arc::new(state);
         let opening = state.clone();
         tokio::task::spawn_blocking(move || {
             let image = opening.cluster.image();
@@ -127,9 +138,10 @@ impl Broker {
         .await?;
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        tasks.spawn(accept_loop(
+        tasks.spawn(tinymq_net::serve(
             listener,
-            state.clone(),
+            Arc::new(BrokerFront(state.clone())),
+            state.config.listener.clone(),
             shutdown.clone(),
             tasks.clone(),
         ));
@@ -162,7 +174,8 @@ impl Broker {
         tracing::info!("shutting down");
         self.shutdown.cancel();
         self.tasks.close();
-        let _ = tokio::time::timeout(self.state.config.shutdown_grace * 2, self.tasks.wait()).await;
+        let grace = self.state.config.listener.shutdown_grace.saturating_mul(2);
+        let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
         let state = self.state.clone();
         let closed = tokio::task::spawn_blocking(move || {
             if let Err(e) = state.groups.close() {
@@ -228,40 +241,6 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         if let Err(e) = tokio::task::spawn_blocking(move || s.reconcile(&image)).await {
             tracing::error!(error = %e, "reconciling partitions failed");
         }
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    state: Arc<BrokerState>,
-    shutdown: CancellationToken,
-    tasks: TaskTracker,
-) {
-    let limit = Arc::new(Semaphore::new(state.config.connections_max));
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.cancelled() => return,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, limit = state.config.connections_max, "connections_max reached; closing new connection");
-            drop(stream);
-            continue;
-        };
-        let connection = Connection::new(state.clone(), peer.to_string(), shutdown.clone());
-        tasks.spawn(async move {
-            connection.run(stream).await;
-            drop(permit);
-        });
     }
 }
 

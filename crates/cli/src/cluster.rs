@@ -6,27 +6,45 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use serde::Deserialize;
 use tinymq_client::Connection;
 use tinymq_meta::server::MetaServer;
 use tinymq_meta::MetadataImage;
 use tinymq_protocol::messages as m;
 
+use crate::limits::{read_file, LimitArgs};
 use crate::Bootstrap;
 
 #[derive(clap::Args, Debug)]
 pub struct MetaArgs {
-    /// This node's id (never reuse the id of a removed node).
+    /// TOML file with any of the settings below (flags and TINYMQ_* variables override it).
+    #[arg(long, env = "TINYMQ_CONFIG")]
+    config: Option<PathBuf>,
+    /// This node's id (never reuse the id of a removed node) [required].
     #[arg(long, env = "TINYMQ_META_ID")]
-    id: u64,
-    /// Address to listen on.
+    id: Option<u64>,
+    /// Address to listen on [required].
     #[arg(long, env = "TINYMQ_LISTEN")]
-    listen: SocketAddr,
-    /// Every node of the group, this one included: `1=host:port,2=host:port,3=host:port`.
+    listen: Option<SocketAddr>,
+    /// Every node of the group, this one included: `1=host:port,2=host:port,3=host:port`
+    /// [required].
     #[arg(long, env = "TINYMQ_META_PEERS")]
-    peers: String,
-    /// Data directory (Raft log, vote and snapshot).
+    peers: Option<String>,
+    /// Data directory (Raft log, vote and snapshot) [required].
     #[arg(long, env = "TINYMQ_DATA")]
-    data: PathBuf,
+    data: Option<PathBuf>,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// The TOML file of `tinymq meta`: every field optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MetaFileConfig {
+    id: Option<u64>,
+    listen: Option<SocketAddr>,
+    peers: Option<String>,
+    data: Option<PathBuf>,
 }
 
 fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
@@ -45,13 +63,25 @@ fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
 }
 
 pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
-    let peers = parse_peers(&args.peers)?;
+    let (file, file_limits) = read_file::<MetaFileConfig>(args.config.as_deref())?;
+    let missing =
+        |what: &str| anyhow::anyhow!("tinymq meta needs --{what} (or `{what}` in --config)");
+    let id = args.id.or(file.id).ok_or_else(|| missing("id"))?;
+    let listen = args
+        .listen
+        .or(file.listen)
+        .ok_or_else(|| missing("listen"))?;
+    let peers = args.peers.or(file.peers).ok_or_else(|| missing("peers"))?;
+    let data = args.data.or(file.data).ok_or_else(|| missing("data"))?;
+    let limits = args
+        .limits
+        .merge(file_limits, tinymq_meta::server::default_limits())?;
+    let peers = parse_peers(&peers)?;
     anyhow::ensure!(
-        peers.contains_key(&args.id),
-        "--peers must include this node's id {}",
-        args.id
+        peers.contains_key(&id),
+        "--peers must include this node's id {id}"
     );
-    let server = MetaServer::start(args.id, args.listen, peers, &args.data).await?;
+    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
     println!("tinymq meta listening on {}", server.local_addr);
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
@@ -65,7 +95,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
             std::process::exit(70);
         }
     }
-    server.service.shutdown().await;
+    server.shutdown().await;
     Ok(())
 }
 

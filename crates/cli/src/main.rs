@@ -5,6 +5,7 @@ mod bench;
 mod cluster;
 mod consume;
 mod group;
+mod limits;
 mod produce;
 mod server;
 mod topic;

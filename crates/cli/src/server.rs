@@ -3,14 +3,13 @@
 //! single-node MetaServer inside the broker's process); `broker` joins the cluster of the
 //! MetaServer nodes given with `--meta`.
 
+use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
-
-use anyhow::Context;
-use serde::Deserialize;
 use tinymq_broker::topic::TopicSettings;
 use tinymq_broker::{Broker, BrokerConfig};
+
+use crate::limits::{read_file, LimitArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct ServerArgs {
@@ -32,21 +31,8 @@ pub struct ServerArgs {
     /// Data directory [default: ./tinymq-data].
     #[arg(long, env = "TINYMQ_DATA")]
     data: Option<PathBuf>,
-    /// Most open client connections [default: 10000].
-    #[arg(long, env = "TINYMQ_CONNECTIONS_MAX")]
-    connections_max: Option<usize>,
-    /// Largest frame body in bytes after the handshake [default: 16777216].
-    #[arg(long, env = "TINYMQ_FRAME_BYTES_MAX")]
-    frame_bytes_max: Option<u32>,
-    /// Requests processed at once per connection [default: 32].
-    #[arg(long, env = "TINYMQ_REQUESTS_IN_FLIGHT_MAX")]
-    requests_in_flight_max: Option<usize>,
-    /// Close connections that do not finish the handshake in time, ms [default: 10000].
-    #[arg(long, env = "TINYMQ_HANDSHAKE_TIMEOUT_MS")]
-    handshake_timeout_ms: Option<u64>,
-    /// Close idle connections after, ms [default: 600000].
-    #[arg(long, env = "TINYMQ_IDLE_TIMEOUT_MS")]
-    idle_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
@@ -67,25 +53,13 @@ struct FileConfig {
     listen: Option<SocketAddr>,
     advertise: Option<SocketAddr>,
     data: Option<PathBuf>,
-    connections_max: Option<usize>,
-    frame_bytes_max: Option<u32>,
-    requests_in_flight_max: Option<usize>,
-    handshake_timeout_ms: Option<u64>,
-    idle_timeout_ms: Option<u64>,
     flush: Option<String>,
     partitions: Option<u32>,
     retention_ms: Option<i64>,
 }
 
 fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
-    let file: FileConfig = match &args.config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
-        }
-        None => FileConfig::default(),
-    };
+    let (file, file_limits) = read_file::<FileConfig>(args.config.as_deref())?;
     let mut c = BrokerConfig::default();
     let mut topics = TopicSettings::default();
     macro_rules! pick {
@@ -106,30 +80,13 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
     }
     c.advertise = pick!(advertise);
     c.data_dir = pick!(data).unwrap_or(c.data_dir);
-    c.connections_max = pick!(connections_max).unwrap_or(c.connections_max);
-    c.frame_bytes_max = pick!(frame_bytes_max).unwrap_or(c.frame_bytes_max);
-    c.requests_in_flight_max = pick!(requests_in_flight_max).unwrap_or(c.requests_in_flight_max);
-    if let Some(ms) = pick!(handshake_timeout_ms) {
-        c.handshake_timeout = Duration::from_millis(ms);
-    }
-    if let Some(ms) = pick!(idle_timeout_ms) {
-        c.idle_timeout = Duration::from_millis(ms);
-    }
+    c.listener = args.limits.merge(file_limits, c.listener)?;
     topics.flush = pick!(flush).unwrap_or(topics.flush);
     topics.partitions = pick!(partitions).unwrap_or(topics.partitions);
     topics.retention_ms = pick!(retention_ms).unwrap_or(topics.retention_ms);
     topics
         .validate()
         .map_err(|(_, msg)| anyhow::anyhow!("topic defaults: {msg}"))?;
-    anyhow::ensure!(c.connections_max > 0, "connections_max must be > 0");
-    anyhow::ensure!(
-        c.requests_in_flight_max > 0,
-        "requests_in_flight_max must be > 0"
-    );
-    anyhow::ensure!(
-        c.frame_bytes_max >= tinymq_protocol::frame::FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE,
-        "frame_bytes_max must be at least 65536"
-    );
     c.topic_defaults = topics;
     Ok(c)
 }

@@ -124,6 +124,7 @@ fn every_kind_of_bad_input_gets_a_clear_answer_and_the_good_client_keeps_working
         max_version: 1,
         cluster_id: String::new(),
         client_id: "late".into(),
+        ..Default::default()
     };
     assert!(c.call(&handshake).error.is_none());
 

@@ -106,6 +106,14 @@ fn connections_over_the_limit_are_closed_and_the_others_served() {
         .map(|_| RawClient::handshaken(&server.addr))
         .collect();
     let mut extra = RawClient::connect(&server.addr);
+    let refusal = extra
+        .read_frame()
+        .expect("the fourth connection is told why");
+    assert_eq!(refusal.header.message_id, 0);
+    assert_eq!(
+        common::error_code(&refusal),
+        u32::from(ErrorCode::LIMIT_EXCEEDED.code())
+    );
     assert!(
         extra.closed_by_server(),
         "the fourth connection is closed at once"
@@ -124,12 +132,14 @@ fn connections_over_the_limit_are_closed_and_the_others_served() {
             max_version: 1,
             cluster_id: String::new(),
             client_id: "x".into(),
+            ..Default::default()
         };
         let id = c.send_frame(
             tinymq_protocol::OpCode::Handshake.code(),
             &prost::Message::encode_to_vec(&handshake),
         );
-        if let Some(frame) = c.read_frame() {
+        // Until the server has seen the close, a new connection is still refused (id 0).
+        if let Some(frame) = c.read_frame().filter(|f| f.header.message_id != 0) {
             assert_eq!(frame.header.message_id, id);
             again = Some(c);
             break;

@@ -12,7 +12,7 @@ use common::{free_port, leader, start, MetaProc, RawClient, BIN};
 use tinymq_protocol::messages as m;
 
 fn meta_write(addr: &str, command: serde_json::Value) -> Option<m::Error> {
-    let mut c = RawClient::handshaken(addr);
+    let mut c = RawClient::handshaken_as(addr, m::NodeRole::Broker);
     let request = m::MetaWriteRequest {
         command: Bytes::from(serde_json::to_vec(&command).unwrap()),
     };
@@ -106,7 +106,7 @@ fn a_raft_group_of_three_survives_its_leader_and_restarted_nodes_catch_up() {
 }
 
 fn register(addr: &str, id: u32) -> u64 {
-    let mut c = RawClient::handshaken(addr);
+    let mut c = RawClient::handshaken_as(addr, m::NodeRole::Broker);
     let command =
         serde_json::json!({"RegisterBroker": {"id": id, "host": "127.0.0.1", "port": 9000 + id}});
     let response = c.call(&m::MetaWriteRequest {
@@ -144,7 +144,7 @@ fn a_silent_broker_is_fenced_and_registers_again_with_a_new_epoch() {
 
     // Heartbeats through a follower (forwarded to the leader) keep the broker live past the
     // session timeout.
-    let mut c = RawClient::handshaken(follower);
+    let mut c = RawClient::handshaken_as(follower, m::NodeRole::Broker);
     for _ in 0..24 {
         let beat = c.call(&m::BrokerHeartbeatRequest {
             broker_id: 7,

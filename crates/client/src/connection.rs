@@ -11,7 +11,8 @@ use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use prost::Message;
 use tinymq_protocol::frame::{FrameDecoder, FrameHeader};
-use tinymq_protocol::{messages as m, Frame, Request, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
+use tinymq_protocol::messages::{self as m, NodeRole};
+use tinymq_protocol::{Frame, Request, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -22,6 +23,9 @@ use crate::error::{check, ClientError};
 pub const RESPONSE_BYTES_MAX: u32 = 256 << 20;
 /// Time allowed to open the TCP connection and finish the handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The message id of a server's error frame about the whole connection; never used for a
+/// request.
+const CONNECTION_ERROR_ID: u32 = 0;
 
 type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Frame>>>>;
 
@@ -47,11 +51,23 @@ fn encode_request<R: Request>(message_id: u32, body: &R) -> Bytes {
 }
 
 impl Connection {
-    /// Connects and handshakes, optionally checking the cluster id.
+    /// Connects and handshakes as a client, optionally checking the cluster id.
     pub async fn connect(
         addr: &str,
         client_id: &str,
         cluster_id: &str,
+    ) -> Result<Connection, ClientError> {
+        Connection::connect_as(addr, client_id, cluster_id, NodeRole::Client, 0).await
+    }
+
+    /// Connects and handshakes as `role` (a broker or MetaServer node reaching another node
+    /// says so, which node-to-node operations require) with its `node_id`.
+    pub async fn connect_as(
+        addr: &str,
+        client_id: &str,
+        cluster_id: &str,
+        role: NodeRole,
+        node_id: u64,
     ) -> Result<Connection, ClientError> {
         let fail = |reason: String| ClientError::Connect {
             addr: addr.to_string(),
@@ -80,6 +96,13 @@ impl Connection {
             'read: loop {
                 loop {
                     match decoder.decode(&mut buf) {
+                        Ok(Some(frame)) if frame.header.message_id == CONNECTION_ERROR_ID => {
+                            // About the whole connection (e.g. refused at the server's
+                            // connection limit): every request waiting gets its error.
+                            for (_, waiter) in p.lock().drain() {
+                                let _ = waiter.send(frame.clone());
+                            }
+                        }
                         Ok(Some(frame)) => {
                             if let Some(waiter) = p.lock().remove(&frame.header.message_id) {
                                 let _ = waiter.send(frame);
@@ -115,6 +138,8 @@ impl Connection {
             max_version: PROTOCOL_VERSION_MAX,
             cluster_id: cluster_id.to_string(),
             client_id: client_id.to_string(),
+            role: role.into(),
+            node_id,
         };
         let response = connection.request(&handshake, CONNECT_TIMEOUT).await?;
         check(response.error.as_ref())?;
@@ -123,6 +148,16 @@ impl Connection {
         ));
         connection.handshake = response;
         Ok(connection)
+    }
+
+    /// A fresh message id (wrapping, skipping the id of connection-wide errors).
+    fn next_message_id(&self) -> u32 {
+        loop {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            if id != CONNECTION_ERROR_ID {
+                return id;
+            }
+        }
     }
 
     pub fn addr(&self) -> &str {
@@ -159,7 +194,7 @@ impl Connection {
         if self.is_closed() {
             return Err(closed());
         }
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_message_id();
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
         if self.outgoing.send(encode_request(id, body)).await.is_err() {
@@ -178,7 +213,7 @@ impl Connection {
 
     /// Sends a request that gets no response (produce with acks = 0).
     pub async fn send_only<R: Request>(&self, body: &R) -> Result<(), ClientError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = self.next_message_id();
         self.outgoing
             .send(encode_request(id, body))
             .await

@@ -28,4 +28,5 @@ pub use producer::{
     RecordMetadata,
 };
 pub use tinymq_protocol::batch::Compression;
+pub use tinymq_protocol::messages::NodeRole;
 pub use tinymq_protocol::ErrorCode;

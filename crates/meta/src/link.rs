@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tinymq_client::{ClientError, Connection};
+use tinymq_client::{ClientError, Connection, NodeRole};
 use tinymq_protocol::{messages as m, ErrorCode, Request};
 
 use crate::service::MetaService;
@@ -52,11 +52,11 @@ pub enum MetaLink {
 }
 
 impl MetaLink {
-    /// A link to the MetaServer nodes at `addrs` (any one is enough).
-    pub fn remote(addrs: Vec<String>, client_id: String) -> MetaLink {
+    /// A link to the MetaServer nodes at `addrs` (any one is enough) for broker `broker_id`.
+    pub fn remote(addrs: Vec<String>, broker_id: u32) -> MetaLink {
         MetaLink::Remote(RemoteMeta {
             addrs,
-            client_id,
+            broker_id,
             control: tokio::sync::Mutex::new(None),
             watch: tokio::sync::Mutex::new(None),
             first_addr: AtomicUsize::new(0),
@@ -148,7 +148,8 @@ impl MetaLink {
 
 pub struct RemoteMeta {
     addrs: Vec<String>,
-    client_id: String,
+    /// Told in the handshake: metadata writes and heartbeats are accepted only from brokers.
+    broker_id: u32,
     control: tokio::sync::Mutex<Option<Arc<Connection>>>,
     watch: tokio::sync::Mutex<Option<Arc<Connection>>>,
     /// Where the next connection attempt starts in `addrs`; moves on after a failure, so a
@@ -229,7 +230,9 @@ impl RemoteMeta {
         let first = self.first_addr.load(Ordering::Relaxed);
         for i in 0..self.addrs.len() {
             let addr = &self.addrs[(first + i) % self.addrs.len()];
-            match Connection::connect(addr, &self.client_id, "").await {
+            let client_id = format!("broker-{}", self.broker_id);
+            let id = u64::from(self.broker_id);
+            match Connection::connect_as(addr, &client_id, "", NodeRole::Broker, id).await {
                 Ok(c) => return Ok(c),
                 Err(e) => errors.push(format!("{addr}: {e}")),
             }

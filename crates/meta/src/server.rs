@@ -1,25 +1,28 @@
-//! The MetaServer process's TCP front: a listener speaking the native protocol in front of a
-//! [`MetaService`]. It answers Raft RPCs from its peers, metadata commands (a follower forwards
-//! them to the leader), image reads, broker heartbeats, and the topic operations of the tools
-//! (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`), which it turns into
-//! commands.
+//! The MetaServer process's TCP front: the shared connection front end ([`tinymq_net`]) in
+//! front of a [`MetaService`]. It answers Raft RPCs from its peers, metadata commands (a
+//! follower forwards them to the leader), image reads, broker heartbeats, and the topic
+//! operations of the tools (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`),
+//! which it turns into commands. The front end keeps Raft RPCs to MetaServer peers and
+//! metadata writes and heartbeats to brokers and peers.
 //!
-//! Requests of one connection are served one at a time: peers and tools send few, Raft keeps
-//! its own pipelining inside each RPC, and a broker watches the image (a long poll) on a
-//! connection of its own.
+//! Requests of one connection run concurrently (up to `requests_in_flight_max`), so a
+//! long-polling `MetaRead` does not hold up the others.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use prost::Message;
-use tinymq_protocol::frame::{FrameDecoder, FrameHeader, FRAME_BODY_BYTES_MAX_DEFAULT};
-use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode, PROTOCOL_VERSION_MAX};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tinymq_net::{
+    encode_response as encode, error_frame as error_response, Identity, ListenerLimits, Peer,
+    ResponseFuture,
+};
+use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::raft::network::{RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
 use crate::raft::{MetaNode, MetaNodeError};
@@ -28,127 +31,106 @@ use crate::Command;
 
 pub use crate::service::BROKER_SESSION_TIMEOUT;
 
-/// Pause after a failed accept.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-/// Connections a MetaServer node accepts at once.
-const CONNECTIONS_MAX: usize = 1024;
+/// Connections a MetaServer node accepts at once by default: its peers, its brokers (two
+/// each) and the tools.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 1024;
+
+/// A MetaServer node's listener limits by default: the broker's, with fewer connections.
+pub fn default_limits() -> ListenerLimits {
+    ListenerLimits {
+        connections_max: CONNECTIONS_MAX_DEFAULT,
+        ..ListenerLimits::default()
+    }
+}
 
 pub struct MetaServer {
     pub local_addr: SocketAddr,
     pub service: Arc<MetaService>,
+    limits: ListenerLimits,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum MetaServerError {
     #[error("cannot listen: {0}")]
     Listen(std::io::Error),
+    #[error("invalid limits: {0}")]
+    Limits(String),
     #[error(transparent)]
     Node(#[from] MetaNodeError),
 }
 
+/// The front end's view of a MetaServer node.
+struct MetaFront(Arc<MetaService>);
+
+impl tinymq_net::Service for MetaFront {
+    fn identity(&self) -> Identity {
+        let node = &self.0.node;
+        Identity {
+            cluster_id: node.image().cluster_id,
+            node_id: u32::try_from(node.id).unwrap_or(u32::MAX),
+        }
+    }
+
+    async fn admit(&self, frame: Frame, _peer: &Peer) -> ResponseFuture {
+        let service = self.0.clone();
+        Box::pin(async move { Some(handle(&service, frame).await) })
+    }
+}
+
 impl MetaServer {
     /// Starts node `id` of the group `peers` (id → address, including this node), storing in
-    /// `dir`, and serves it on `listen`.
+    /// `dir`, and serves it on `listen` within `limits`.
     pub async fn start(
         id: u64,
         listen: SocketAddr,
         peers: BTreeMap<u64, String>,
         dir: &Path,
+        limits: ListenerLimits,
     ) -> Result<MetaServer, MetaServerError> {
+        limits.check().map_err(MetaServerError::Limits)?;
         let listener = TcpListener::bind(listen)
             .await
             .map_err(MetaServerError::Listen)?;
         let local_addr = listener.local_addr().map_err(MetaServerError::Listen)?;
         let service = MetaService::start(id, peers, dir, None).await?;
-        tokio::spawn(accept_loop(listener, Arc::downgrade(&service)));
+        let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
+        tasks.spawn(tinymq_net::serve(
+            listener,
+            Arc::new(MetaFront(service.clone())),
+            limits.clone(),
+            shutdown.clone(),
+            tasks.clone(),
+        ));
         Ok(MetaServer {
             local_addr,
             service,
+            limits,
+            shutdown,
+            tasks,
         })
     }
 
     pub fn node(&self) -> &Arc<MetaNode> {
         &self.service.node
     }
-}
 
-async fn accept_loop(listener: TcpListener, service: std::sync::Weak<MetaService>) {
-    let limit = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
-    loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            // Out of file descriptors and the like: back off instead of spinning.
-            tokio::time::sleep(ACCEPT_BACKOFF).await;
-            continue;
-        };
-        let Some(service) = service.upgrade() else {
-            return;
-        };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            continue;
-        };
-        tokio::spawn(async move {
-            serve(stream, service).await;
-            drop(permit);
-        });
+    /// Stops accepting, lets requests in flight finish (within the shutdown grace), then stops
+    /// the Raft node.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        self.tasks.close();
+        let grace = self.limits.shutdown_grace.saturating_mul(2);
+        let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
+        self.service.shutdown().await;
     }
 }
 
-fn encode(op: u8, id: u32, body: &impl Message) -> Bytes {
-    let mut out = BytesMut::new();
-    FrameHeader::response(op, id, body.encoded_len() as u32).encode(&mut out);
-    body.encode(&mut out).expect("BytesMut grows");
-    out.freeze()
-}
-
-async fn serve(mut stream: TcpStream, service: Arc<MetaService>) {
-    let _ = stream.set_nodelay(true);
-    // Like the broker: the small limit and only a handshake until the handshake succeeded.
-    let mut decoder = FrameDecoder::pre_handshake();
-    let mut buf = BytesMut::new();
-    loop {
-        let frame = loop {
-            match decoder.decode(&mut buf) {
-                Ok(Some(frame)) => break frame,
-                Ok(None) => {}
-                Err(_) => return,
-            }
-            match stream.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-        };
-        let is_handshake = frame.header.op_code() == OpCode::Handshake.code();
-        if decoder.body_bytes_max() < FRAME_BODY_BYTES_MAX_DEFAULT && !is_handshake {
-            let (op, id) = (frame.header.op_code(), frame.header.message_id);
-            let refusal = error_response(
-                op,
-                id,
-                ErrorCode::HANDSHAKE_REQUIRED,
-                "send a Handshake request first".into(),
-            );
-            if stream.write_all(&refusal).await.is_err() {
-                return;
-            }
-            continue;
-        }
-        if is_handshake {
-            decoder.set_body_bytes_max(FRAME_BODY_BYTES_MAX_DEFAULT);
-        }
-        let response = handle(&service, frame).await;
-        if stream.write_all(&response).await.is_err() {
-            return;
-        }
+impl Drop for MetaServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
     }
-}
-
-fn error_response(op: u8, id: u32, code: ErrorCode, message: String) -> Bytes {
-    encode(
-        op,
-        id,
-        &m::ErrorResponse {
-            error: Some(code.with_message(message)),
-        },
-    )
 }
 
 /// Answers one request frame.
@@ -172,21 +154,6 @@ pub async fn handle(service: &MetaService, frame: Frame) -> Bytes {
         };
     }
     match code {
-        OpCode::Handshake => {
-            let image = node.image();
-            encode(
-                op,
-                id,
-                &m::HandshakeResponse {
-                    error: None,
-                    version: PROTOCOL_VERSION_MAX,
-                    cluster_id: image.cluster_id,
-                    node_id: node.id as u32,
-                    frame_bytes_max: FRAME_BODY_BYTES_MAX_DEFAULT,
-                    requests_in_flight_max: 1,
-                },
-            )
-        }
         OpCode::RaftRpc => {
             let request = decode!(m::RaftRpcRequest);
             encode(

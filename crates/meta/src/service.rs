@@ -72,7 +72,7 @@ impl MetaService {
         dir: &Path,
         cluster_id: Option<String>,
     ) -> Result<Arc<MetaService>, MetaNodeError> {
-        let node = Arc::new(MetaNode::start(id, dir, TcpNetwork).await?);
+        let node = Arc::new(MetaNode::start(id, dir, TcpNetwork { from: id }).await?);
         let initialized = node.raft.is_initialized().await.unwrap_or(true);
         if peers.keys().next() == Some(&id) && !initialized {
             // Initializing an already initialized group is refused by openraft: harmless.
@@ -227,9 +227,11 @@ impl MetaService {
             .node
             .member_addr(leader)
             .ok_or_else(|| Forward::NotSent(format!("leader {leader} has no known address")))?;
-        let connection = tinymq_client::Connection::connect(&addr, "meta-forward", "")
-            .await
-            .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
+        let role = tinymq_client::NodeRole::Meta;
+        let connection =
+            tinymq_client::Connection::connect_as(&addr, "meta-forward", "", role, self.node.id)
+                .await
+                .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
         connection
             .request(request, FORWARD_TIMEOUT)
             .await

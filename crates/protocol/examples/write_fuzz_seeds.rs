@@ -67,6 +67,7 @@ fn main() -> std::io::Result<()> {
         max_version: 1,
         cluster_id: String::new(),
         client_id: "seed".into(),
+        ..Default::default()
     };
     let produce = messages::ProduceRequest {
         acks: -1,

@@ -157,6 +157,11 @@ impl Drop for MetaProc {
 
 /// Starts MetaServer node `id` of the group at `addrs` (node i+1 at addrs[i]).
 pub fn start(id: u64, addrs: &[String], dir: &std::path::Path) -> MetaProc {
+    start_with(id, addrs, dir, &[])
+}
+
+/// Like [`start`], with extra flags (limits).
+pub fn start_with(id: u64, addrs: &[String], dir: &std::path::Path, extra: &[&str]) -> MetaProc {
     let peers: Vec<String> = addrs
         .iter()
         .enumerate()
@@ -172,6 +177,7 @@ pub fn start(id: u64, addrs: &[String], dir: &std::path::Path) -> MetaProc {
             "--peers",
             &peers.join(","),
         ])
+        .args(extra)
         .arg("--data")
         .arg(dir.join(format!("meta-{id}")))
         .env("TINYMQ_LOG", "error")
@@ -230,12 +236,19 @@ impl RawClient {
     }
 
     pub fn handshaken(addr: &str) -> RawClient {
+        RawClient::handshaken_as(addr, m::NodeRole::Client)
+    }
+
+    /// Handshaken as `role` (a broker or MetaServer node may send node-to-node operations).
+    pub fn handshaken_as(addr: &str, role: m::NodeRole) -> RawClient {
         let mut c = RawClient::connect(addr);
         let r = c.call(&m::HandshakeRequest {
             min_version: 1,
             max_version: 1,
             cluster_id: String::new(),
             client_id: "raw-test".into(),
+            role: role.into(),
+            node_id: 0,
         });
         assert!(r.error.is_none(), "{:?}", r.error);
         c

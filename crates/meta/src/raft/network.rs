@@ -14,7 +14,7 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tinymq_client::Connection;
+use tinymq_client::{Connection, NodeRole};
 use tinymq_protocol::messages as m;
 
 use super::TypeConfig;
@@ -25,11 +25,15 @@ pub const RPC_SNAPSHOT: u32 = 3;
 /// Time allowed for one Raft RPC.
 const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Connects to peers by the address in their membership entry.
+/// Connects to peers by the address in their membership entry, identifying as MetaServer
+/// node `from` (Raft RPCs are accepted only from MetaServer nodes).
 #[derive(Clone, Default)]
-pub struct TcpNetwork;
+pub struct TcpNetwork {
+    pub from: u64,
+}
 
 pub struct TcpLink {
+    from: u64,
     target: u64,
     addr: String,
     connection: Option<Arc<Connection>>,
@@ -40,6 +44,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> TcpLink {
         TcpLink {
+            from: self.from,
             target,
             addr: node.addr.clone(),
             connection: None,
@@ -67,13 +72,15 @@ impl TcpLink {
         let connection = match self.connection.as_ref().filter(|c| !c.is_closed()) {
             Some(c) => c.clone(),
             None => {
-                let c = Connection::connect(&self.addr, &format!("meta-peer-{}", self.target), "")
-                    .await
-                    .map_err(|e| {
-                        RPCError::Unreachable(Unreachable::new(&std::io::Error::other(
-                            e.to_string(),
-                        )))
-                    })?;
+                let client_id = format!("meta-peer-{}", self.target);
+                let c =
+                    Connection::connect_as(&self.addr, &client_id, "", NodeRole::Meta, self.from)
+                        .await
+                        .map_err(|e| {
+                            RPCError::Unreachable(Unreachable::new(&std::io::Error::other(
+                                e.to_string(),
+                            )))
+                        })?;
                 let c = Arc::new(c);
                 self.connection = Some(c.clone());
                 c

@@ -1,0 +1,218 @@
+//! One connection: a reader loop that decodes frames, runs the handshake, and hands each
+//! request to the service, and a writer task that sends responses as they complete (full
+//! duplex, matched by message id).
+//!
+//! Backpressure: at most `requests_in_flight_max` requests run at once; the reader waits for
+//! one to finish before it reads further, so a flooding peer fills its own socket buffer, not
+//! the server's memory. Responses go through a channel of the same bound, and a peer that
+//! reads none of them for the idle timeout is disconnected.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use tinymq_protocol::frame::{Decoded, FrameDecoder};
+use tinymq_protocol::{ErrorCode, FrameError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::handshake;
+use crate::{error_frame, ListenerLimits, Peer, ResponseFuture, Service};
+
+/// Bytes read from the socket at a time at most.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+struct Connection<S> {
+    service: Arc<S>,
+    limits: Arc<ListenerLimits>,
+    addr: SocketAddr,
+    shutdown: CancellationToken,
+    tx: mpsc::Sender<Bytes>,
+    permits: Arc<Semaphore>,
+}
+
+/// Serves one accepted connection until the peer leaves, breaks the protocol, times out, or
+/// the server shuts down; then lets requests in flight finish (within the shutdown grace) and
+/// flushes their responses.
+pub(crate) async fn run<S: Service>(
+    stream: TcpStream,
+    addr: SocketAddr,
+    service: Arc<S>,
+    limits: Arc<ListenerLimits>,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let (mut reader, writer) = stream.into_split();
+    let in_flight_max = limits.requests_in_flight_max;
+    let (tx, rx) = mpsc::channel::<Bytes>(in_flight_max);
+    let write_task = tokio::spawn(write_loop(writer, rx, limits.clone()));
+    let connection = Connection {
+        service,
+        limits,
+        addr,
+        shutdown,
+        tx,
+        permits: Arc::new(Semaphore::new(in_flight_max)),
+    };
+    if let Err(why) = connection.read_loop(&mut reader).await {
+        tracing::debug!(peer = %addr, %why, "closing connection");
+    }
+    let Connection {
+        tx,
+        permits,
+        limits,
+        ..
+    } = connection;
+    let all = u32::try_from(in_flight_max).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(limits.shutdown_grace, permits.acquire_many(all)).await;
+    drop(tx);
+    let _ = write_task.await;
+}
+
+/// Sends responses in the order they complete; gives up on a peer that accepts no bytes for
+/// the idle timeout (its requests' senders then fail and the reader stops).
+async fn write_loop(
+    mut writer: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Bytes>,
+    limits: Arc<ListenerLimits>,
+) {
+    while let Some(frame) = rx.recv().await {
+        match tokio::time::timeout(limits.idle_timeout, writer.write_all(&frame)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => break,
+        }
+    }
+    let _ = writer.shutdown().await;
+}
+
+impl<S: Service> Connection<S> {
+    async fn read_loop(&self, reader: &mut OwnedReadHalf) -> Result<(), String> {
+        let mut decoder = FrameDecoder::pre_handshake();
+        let mut buf = BytesMut::with_capacity(4096);
+        let mut peer: Option<Peer> = None;
+        let handshake_deadline = Instant::now() + self.limits.handshake_timeout;
+        loop {
+            // Serve every complete frame already buffered.
+            loop {
+                match decoder.peek(&buf) {
+                    Ok(Decoded::Complete(_)) => {}
+                    Ok(Decoded::NeedMore { total_bytes }) => {
+                        // The total is known to be within the limit: reserving it is bounded.
+                        buf.reserve(total_bytes.saturating_sub(buf.len()).min(READ_CHUNK_BYTES));
+                        break;
+                    }
+                    Err(e) => return Err(self.reject_frame(&buf, e)),
+                };
+                let Some(frame) = decoder.decode(&mut buf).map_err(|e| e.to_string())? else {
+                    break;
+                };
+                match &peer {
+                    Some(peer) => self.serve(frame, peer).await?,
+                    None => {
+                        let identity = self.service.identity();
+                        let (response, done) =
+                            handshake::answer(frame, self.addr, identity, &self.limits);
+                        self.send_before(handshake_deadline, response).await?;
+                        if let Some(p) = done {
+                            tracing::debug!(peer = %self.addr, role = ?p.role, node = p.node_id, client = %p.client_id, "handshake done");
+                            decoder.set_body_bytes_max(self.limits.frame_bytes_max);
+                            peer = Some(p);
+                        }
+                    }
+                }
+            }
+            let read = async {
+                if peer.is_some() {
+                    tokio::time::timeout(self.limits.idle_timeout, reader.read_buf(&mut buf)).await
+                } else {
+                    tokio::time::timeout_at(handshake_deadline, reader.read_buf(&mut buf)).await
+                }
+            };
+            let n = tokio::select! {
+                r = read => r,
+                _ = self.shutdown.cancelled() => return Err("shutting down".into()),
+                _ = self.tx.closed() => return Err("the peer stopped reading responses".into()),
+            };
+            match n {
+                Ok(Ok(0)) if buf.is_empty() => return Ok(()),
+                Ok(Ok(0)) => {
+                    return Err(format!(
+                        "connection closed in the middle of a frame ({} bytes)",
+                        buf.len()
+                    ))
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) if peer.is_none() => return Err("handshake timed out".into()),
+                Err(_)
+                    if self.permits.available_permits() == self.limits.requests_in_flight_max =>
+                {
+                    return Err("idle timeout".into())
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// Takes one request of a handshaken connection: waits for a permit, screens it, lets the
+    /// service admit it (in arrival order), and runs the rest concurrently.
+    async fn serve(&self, frame: tinymq_protocol::Frame, peer: &Peer) -> Result<(), String> {
+        let permit = tokio::select! {
+            p = self.permits.clone().acquire_owned() => p.map_err(|e| e.to_string())?,
+            _ = self.shutdown.cancelled() => return Err("shutting down".into()),
+            _ = self.tx.closed() => return Err("the peer stopped reading responses".into()),
+        };
+        let (op_code, id) = (frame.header.op_code(), frame.header.message_id);
+        let response: ResponseFuture = match handshake::screen(&frame) {
+            Err(refusal) => crate::ready(Some(refusal)),
+            Ok(op) => match handshake::authorize(op, peer.role) {
+                Ok(()) => self.service.admit(frame, peer).await,
+                Err(error) => {
+                    tracing::info!(peer = %self.addr, role = ?peer.role, op = op.name(), "node-only operation refused");
+                    let body = tinymq_protocol::messages::ErrorResponse { error: Some(error) };
+                    crate::ready(Some(crate::encode_response(op_code, id, &body)))
+                }
+            },
+        };
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            if let Some(bytes) = response.await {
+                let _ = tx.send(bytes).await;
+            }
+            drop(permit);
+        });
+        Ok(())
+    }
+
+    /// Sends a pre-handshake answer; a peer that reads none of them cannot hold the
+    /// connection past the handshake deadline.
+    async fn send_before(&self, deadline: Instant, response: Bytes) -> Result<(), String> {
+        match tokio::time::timeout_at(deadline, self.tx.send(response)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err("the writer stopped".into()),
+            Err(_) => Err("handshake timed out".into()),
+        }
+    }
+
+    /// Answers an invalid frame with an error frame where possible, before closing.
+    fn reject_frame(&self, buf: &[u8], e: FrameError) -> String {
+        let message_id = buf
+            .get(4..8)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map_or(0, u32::from_be_bytes);
+        let code = match e {
+            FrameError::UnsupportedVersion { .. } => ErrorCode::UNSUPPORTED_VERSION,
+            _ => ErrorCode::INVALID_FRAME,
+        };
+        let op = buf.get(3).copied().unwrap_or(0);
+        let why = format!("{e}; closing the connection");
+        // Not waited for: a peer that does not read gets no error frame, only the close.
+        let _ = self.tx.try_send(error_frame(op, message_id, code, why));
+        tracing::info!(peer = %self.addr, error = %e, "invalid frame");
+        e.to_string()
+    }
+}

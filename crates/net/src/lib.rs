@@ -1,0 +1,161 @@
+//! The server side of a native-protocol connection, one front end for brokers and MetaServer
+//! nodes: the accept loop with `connections_max` (a connection over it gets a
+//! `LIMIT_EXCEEDED` frame and is closed), frame decoding with the pre-handshake limit, the
+//! handshake (version range, cluster id, the peer's role), the handshake deadline and idle
+//! timeout, `requests_in_flight_max` permits (backpressure), a writer task, error frames for
+//! bad input, the node-only operations, and graceful shutdown.
+//!
+//! A server plugs in a [`Service`]: the front end hands it each request that passed those
+//! checks and writes whatever response it produces.
+
+mod connection;
+mod handshake;
+mod listener;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use prost::Message;
+use tinymq_protocol::frame::{FrameHeader, FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE};
+use tinymq_protocol::{messages as m, ErrorCode, Frame};
+
+pub use handshake::authorize;
+pub use listener::serve;
+pub use tinymq_protocol::messages::NodeRole;
+
+/// Named limits of one listener: everything a peer can make the server hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerLimits {
+    /// Open connections at most; one more gets a `LIMIT_EXCEEDED` frame and is closed.
+    pub connections_max: usize,
+    /// Largest frame body accepted after the handshake (64 KiB before it).
+    pub frame_bytes_max: u32,
+    /// Requests of one connection processed at once; the connection is not read further
+    /// until one finishes (backpressure). Bounds per-connection memory at about
+    /// `requests_in_flight_max × frame_bytes_max` for requests plus as much for responses.
+    pub requests_in_flight_max: usize,
+    /// A connection that has not completed its handshake by then is closed.
+    pub handshake_timeout: Duration,
+    /// A connection with no request in flight and no frame received for this long is closed;
+    /// so is one whose peer reads none of its responses for this long.
+    pub idle_timeout: Duration,
+    /// How long shutdown waits for requests in flight before closing connections anyway.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ListenerLimits {
+    /// The broker's defaults.
+    fn default() -> ListenerLimits {
+        ListenerLimits {
+            connections_max: 10_000,
+            frame_bytes_max: tinymq_protocol::frame::FRAME_BODY_BYTES_MAX_DEFAULT,
+            requests_in_flight_max: 32,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(600),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ListenerLimits {
+    /// Why these limits cannot be served, if they cannot.
+    pub fn check(&self) -> Result<(), String> {
+        let permits_max = tokio::sync::Semaphore::MAX_PERMITS;
+        if self.connections_max == 0 || self.connections_max > permits_max {
+            return Err(format!("connections_max must be in 1..={permits_max}"));
+        }
+        if self.requests_in_flight_max == 0
+            || self.requests_in_flight_max > permits_max
+            || u32::try_from(self.requests_in_flight_max).is_err()
+        {
+            return Err(format!(
+                "requests_in_flight_max must be in 1..={}",
+                permits_max.min(u32::MAX as usize)
+            ));
+        }
+        if self.frame_bytes_max < FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE {
+            return Err(format!(
+                "frame_bytes_max must be at least {FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE}"
+            ));
+        }
+        if self.handshake_timeout.is_zero() || self.idle_timeout.is_zero() {
+            return Err("handshake_timeout_ms and idle_timeout_ms must be > 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// What a server tells peers about itself in the handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// Empty while the cluster has no id yet (a new MetaServer group names itself shortly
+    /// after its first election).
+    pub cluster_id: String,
+    pub node_id: u32,
+}
+
+/// The other end of a connection, as it identified itself in a successful handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peer {
+    pub addr: SocketAddr,
+    /// Claimed, not proven: identification, not authentication.
+    pub role: NodeRole,
+    /// The node id a broker or MetaServer peer gave (0 for clients).
+    pub node_id: u64,
+    pub client_id: String,
+}
+
+/// The rest of a request's work, run concurrently with the connection's other requests; it
+/// yields the encoded response frame, or `None` when none is due (produce with acks = 0).
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'static>>;
+
+/// A server behind the front end.
+pub trait Service: Send + Sync + 'static {
+    /// The cluster id and node id for the handshake (asked at every handshake).
+    fn identity(&self) -> Identity;
+
+    /// Takes one request from a handshaken connection. The front end has already refused
+    /// unknown operations, response frames, a second handshake and node-only operations from
+    /// the wrong role; `frame` is a known request the peer may send.
+    ///
+    /// The returned future is awaited **before the next frame of the connection is read**, so
+    /// work done there happens in arrival order (the broker writes produce requests there);
+    /// the [`ResponseFuture`] it yields runs concurrently, holding one of the connection's
+    /// `requests_in_flight_max` permits until it completes.
+    fn admit(&self, frame: Frame, peer: &Peer) -> impl Future<Output = ResponseFuture> + Send;
+}
+
+/// A response that is already known.
+pub fn ready(response: Option<Bytes>) -> ResponseFuture {
+    Box::pin(std::future::ready(response))
+}
+
+/// Encodes a response frame: header and protobuf body in one buffer.
+pub fn encode_response(op_code: u8, message_id: u32, body: &impl Message) -> Bytes {
+    let len = body.encoded_len();
+    let mut out = BytesMut::with_capacity(12 + len);
+    // A body is built by this process from bounded parts; its length fits a frame's u32.
+    let body_len = u32::try_from(len).unwrap_or(u32::MAX);
+    FrameHeader::response(op_code & 0x7F, message_id, body_len).encode(&mut out);
+    body.encode(&mut out).expect("BytesMut grows");
+    out.freeze()
+}
+
+/// A response frame carrying only an error (any response type decodes from it: field 1).
+pub fn error_frame(op_code: u8, message_id: u32, code: ErrorCode, message: String) -> Bytes {
+    let body = m::ErrorResponse {
+        error: Some(code.with_message(message)),
+    };
+    encode_response(op_code, message_id, &body)
+}
+
+/// Decodes a request body, or the `MALFORMED_BODY` error to answer with.
+pub fn decode_body<T: Message + Default>(body: Bytes) -> Result<T, m::Error> {
+    T::decode(body)
+        .map_err(|e| ErrorCode::MALFORMED_BODY.with_message(format!("cannot decode body: {e}")))
+}
