@@ -42,6 +42,10 @@ pub struct ServerArgs {
     /// Default retention of new topics in ms, -1 = forever [default: 604800000].
     #[arg(long, env = "TINYMQ_RETENTION_MS")]
     retention_ms: Option<i64>,
+    /// Most record bytes in one fetch response (one batch larger than what is left is still
+    /// sent whole) [default: 52428800].
+    #[arg(long, env = "TINYMQ_FETCH_BYTES_MAX")]
+    fetch_bytes_max: Option<u32>,
 }
 
 /// The TOML file: every field optional.
@@ -56,6 +60,7 @@ struct FileConfig {
     flush: Option<String>,
     partitions: Option<u32>,
     retention_ms: Option<i64>,
+    fetch_bytes_max: Option<u32>,
 }
 
 fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
@@ -81,6 +86,8 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
     c.advertise = pick!(advertise);
     c.data_dir = pick!(data).unwrap_or(c.data_dir);
     c.listener = args.limits.merge(file_limits, c.listener)?;
+    c.fetch_bytes_max = pick!(fetch_bytes_max).unwrap_or(c.fetch_bytes_max);
+    anyhow::ensure!(c.fetch_bytes_max >= 1, "fetch_bytes_max must be at least 1");
     topics.flush = pick!(flush).unwrap_or(topics.flush);
     topics.partitions = pick!(partitions).unwrap_or(topics.partitions);
     topics.retention_ms = pick!(retention_ms).unwrap_or(topics.retention_ms);
