@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{FlushPolicy, LogError, PartitionLog};
 use tinymq_protocol::batch::{
-    BatchError, BatchIter, RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
+    BatchError, BatchIter, Compression, RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
 };
 use tinymq_protocol::ErrorCode;
 use tokio::sync::watch;
@@ -232,6 +232,39 @@ fn visible_end(log: &PartitionLog, flush: FlushPolicy) -> i64 {
     }
 }
 
+/// Compressed batches checked at once, broker-wide. Checking one may decompress up to
+/// `BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT` (64 MiB), so this bounds what hostile
+/// compressed batches can make the broker allocate (4 × 64 MiB) however many connections send
+/// them; the others wait on their blocking thread.
+pub const DECOMPRESSIONS_IN_FLIGHT_MAX: usize = 4;
+
+static DECOMPRESSIONS: (parking_lot::Mutex<usize>, parking_lot::Condvar) =
+    (parking_lot::Mutex::new(0), parking_lot::Condvar::new());
+
+/// One of the [`DECOMPRESSIONS_IN_FLIGHT_MAX`] slots, released when dropped.
+struct DecompressionSlot;
+
+impl DecompressionSlot {
+    /// Blocks (call it on a blocking thread) until a slot is free.
+    fn take() -> DecompressionSlot {
+        let (count, freed) = &DECOMPRESSIONS;
+        let mut count = count.lock();
+        while *count >= DECOMPRESSIONS_IN_FLIGHT_MAX {
+            freed.wait(&mut count);
+        }
+        *count += 1;
+        DecompressionSlot
+    }
+}
+
+impl Drop for DecompressionSlot {
+    fn drop(&mut self) {
+        let (count, freed) = &DECOMPRESSIONS;
+        *count.lock() -= 1;
+        freed.notify_one();
+    }
+}
+
 /// How far record timestamps may stray from the broker's clock (Kafka's
 /// `message.timestamp.after.max.ms` / `before.max.ms`; `None` = no bound).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,7 +340,12 @@ fn validate_batch(
         ));
     }
     batch.check_producer_fields()?;
-    let summary = batch.verify(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?;
+    let summary = if batch.compression() == Compression::None {
+        batch.verify(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?
+    } else {
+        let _slot = DecompressionSlot::take();
+        batch.verify(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?
+    };
     timestamps.check(summary.timestamp_min, summary.timestamp_max, context.now_ms)?;
     let identity = identity_of(&batch);
     if identity.producer_id >= context.producer_id_end {
