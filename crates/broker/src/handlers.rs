@@ -9,6 +9,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tinymq_protocol::batch::field;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::partition::{Partition, PartitionError, PendingAppend, ProduceContext};
@@ -101,6 +102,7 @@ pub async fn produce_write(
             partitions: vec![],
         });
     }
+    await_producer_ids(&state, &req).await;
     let written = blocking(move || {
         let producer_id_end = state.cluster.image().next_producer_id;
         req.partitions
@@ -192,6 +194,32 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     }
 }
 
+/// How long a produce naming a producer id this broker's image does not cover yet waits for
+/// the image to catch up: the id may come from a block another broker was just given, and the
+/// image here follows the MetaServer by a long poll.
+const PRODUCER_ID_VISIBLE_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (up to [`PRODUCER_ID_VISIBLE_WAIT`]) until this broker's image covers the largest
+/// producer id the request's batches carry, so that an id handed out a moment ago is not
+/// refused as never handed out; an id that really never was is refused after the wait.
+async fn await_producer_ids(state: &BrokerState, req: &m::ProduceRequest) {
+    let newest = req
+        .partitions
+        .iter()
+        .filter_map(|p| p.records.get(field::PRODUCER_ID..field::PRODUCER_ID + 8))
+        .filter_map(|b| b.try_into().ok().map(i64::from_be_bytes))
+        .max();
+    let Some(newest) = newest.filter(|id| *id >= state.cluster.image().next_producer_id) else {
+        return;
+    };
+    state
+        .cluster
+        .wait_until(PRODUCER_ID_VISIBLE_WAIT, |image| {
+            image.next_producer_id > newest
+        })
+        .await;
+}
+
 /// The produce path of one partition once its leadership is checked: every check, then the
 /// write (the wait for the flush policy is [`Partition::finish`]).
 pub(crate) fn write_partition(
@@ -229,7 +257,10 @@ pub(crate) fn list_partition_offset(
     match timestamp {
         -1 => Ok((partition.high_watermark(), -1)),
         -2 => Ok((partition.log.log_start_offset(), -1)),
-        ts => match partition.log.offset_for_timestamp(ts) {
+        // A lookup may decompress a batch: it takes one of the broker's decompression slots.
+        ts => match crate::partition::with_decompression_slot(|| {
+            partition.log.offset_for_timestamp(ts)
+        }) {
             Ok(Some((offset, timestamp))) if offset < partition.high_watermark() => {
                 Ok((offset, timestamp))
             }

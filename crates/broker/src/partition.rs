@@ -265,6 +265,13 @@ impl Drop for DecompressionSlot {
     }
 }
 
+/// Runs `f` (on a blocking thread) holding one of the [`DECOMPRESSIONS_IN_FLIGHT_MAX`]
+/// slots.
+pub(crate) fn with_decompression_slot<T>(f: impl FnOnce() -> T) -> T {
+    let _slot = DecompressionSlot::take();
+    f()
+}
+
 /// How far record timestamps may stray from the broker's clock (Kafka's
 /// `message.timestamp.after.max.ms` / `before.max.ms`; `None` = no bound).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -340,11 +347,10 @@ fn validate_batch(
         ));
     }
     batch.check_producer_fields()?;
-    let summary = if batch.compression() == Compression::None {
-        batch.verify(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?
-    } else {
-        let _slot = DecompressionSlot::take();
-        batch.verify(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?
+    let verify = || batch.verify(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT);
+    let summary = match batch.compression() {
+        Compression::None => verify()?,
+        _ => with_decompression_slot(verify)?,
     };
     timestamps.check(summary.timestamp_min, summary.timestamp_max, context.now_ms)?;
     let identity = identity_of(&batch);
@@ -378,6 +384,12 @@ fn rebuild_producer_state(log: &PartitionLog, dir: &Path) -> Result<ProducerStat
         Some(s) if s.offset <= end => (s.table, s.offset.max(start)),
         _ => (ProducerStateTable::default(), start),
     };
+    // The snapshot describes the log as of the last clean close. Once read it is removed: if
+    // recovery later cut the log below it and new writes passed it again, a crash must not
+    // bring the old table back (the next clean close writes a new one).
+    if let Err(e) = crate::durable_file::remove_durably(&dir.join(PRODUCER_STATE_FILE)) {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not remove the producer state snapshot");
+    }
     let now = now_ms();
     while offset < end {
         let read = log.read(offset, REBUILD_READ_BYTES, None)?;

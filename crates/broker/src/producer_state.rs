@@ -17,7 +17,7 @@
 //! forgotten (Kafka's `producer.id.expiration.ms`), and past [`PRODUCERS_PER_PARTITION_MAX`]
 //! the producer whose last batch is earliest in the log is forgotten to make room.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
@@ -101,8 +101,17 @@ pub enum SequenceError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// (last offset written, producer id) of every producer: the least recent writer first,
+    /// so that eviction never scans the table. Derived from `producers`; rebuilt after a
+    /// snapshot is loaded.
+    #[serde(skip)]
+    by_recency: BTreeSet<(i64, i64)>,
     #[serde(skip)]
     last_expiry_check_ms: i64,
+}
+
+fn recency_key(id: i64, entry: &ProducerEntry) -> (i64, i64) {
+    (entry.batches.back().map_or(i64::MIN, |b| b.last_offset), id)
 }
 
 fn next_sequence(last: i32) -> i32 {
@@ -173,6 +182,9 @@ impl ProducerStateTable {
         if batch.producer_id < 0 {
             return;
         }
+        if self.by_recency.len() != self.producers.len() {
+            self.reindex();
+        }
         if now_ms.saturating_sub(self.last_expiry_check_ms) >= EXPIRY_CHECK_INTERVAL_MS {
             self.expire(now_ms);
         }
@@ -182,6 +194,8 @@ impl ProducerStateTable {
             self.evict_least_recent();
         }
         let entry = self.producers.entry(batch.producer_id).or_default();
+        self.by_recency
+            .remove(&recency_key(batch.producer_id, entry));
         if batch.producer_epoch != entry.epoch {
             entry.epoch = batch.producer_epoch;
             entry.batches.clear();
@@ -196,14 +210,30 @@ impl ProducerStateTable {
             last_offset,
         });
         entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        self.by_recency
+            .insert(recency_key(batch.producer_id, entry));
+    }
+
+    fn reindex(&mut self) {
+        self.by_recency = self
+            .producers
+            .iter()
+            .map(|(id, e)| recency_key(*id, e))
+            .collect();
     }
 
     /// Forgets every producer that has not written for [`PRODUCER_ID_EXPIRATION_MS`].
     pub fn expire(&mut self, now_ms: i64) {
         self.last_expiry_check_ms = now_ms;
         let before = self.producers.len();
-        self.producers
-            .retain(|_, e| now_ms.saturating_sub(e.last_write_ms) < PRODUCER_ID_EXPIRATION_MS);
+        let by_recency = &mut self.by_recency;
+        self.producers.retain(|id, e| {
+            let keep = now_ms.saturating_sub(e.last_write_ms) < PRODUCER_ID_EXPIRATION_MS;
+            if !keep {
+                by_recency.remove(&recency_key(*id, e));
+            }
+            keep
+        });
         let expired = before - self.producers.len();
         if expired > 0 {
             tracing::debug!(expired, "forgot producers idle past their expiration");
@@ -213,12 +243,7 @@ impl ProducerStateTable {
     /// Forgets the producer whose last batch is earliest in the log: the least recent writer,
     /// known without a clock (so the order is the same after a rebuild from the log).
     fn evict_least_recent(&mut self) {
-        let oldest = self
-            .producers
-            .iter()
-            .min_by_key(|(id, e)| (e.batches.back().map_or(i64::MIN, |b| b.last_offset), **id))
-            .map(|(id, _)| *id);
-        if let Some(id) = oldest {
+        if let Some((_, id)) = self.by_recency.pop_first() {
             tracing::debug!(
                 producer = id,
                 "producer table full; forgetting the least recent"

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use tinymq_protocol::messages as m;
+use tinymq_protocol::ErrorCode;
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::{check, ClientError};
@@ -37,8 +38,8 @@ impl Admin {
     }
 
     /// Creates a topic; zero or empty fields of `config` take the server's defaults. Returns
-    /// the settings the topic got. (If an attempt's answer is lost and the retry finds the
-    /// topic, the error is `TOPIC_ALREADY_EXISTS`, as with Kafka's admin client.)
+    /// the settings the topic got. If an attempt's answer was lost and a retry finds the topic,
+    /// the topic counts as created by it (its settings are described).
     pub async fn create_topic(
         &self,
         name: &str,
@@ -49,20 +50,32 @@ impl Admin {
             config: Some(config),
             validate_only: false,
         };
-        self.retry(&format!("create topic {name}"), || async move {
-            let response = self.cluster.request(request).await?;
-            check(response.error.as_ref())?;
-            Ok(response.config.unwrap_or_default())
-        })
-        .await
+        let created = self
+            .retry_change(
+                &format!("create topic {name}"),
+                ErrorCode::TOPIC_ALREADY_EXISTS,
+                || async move {
+                    let response = self.cluster.request(request).await?;
+                    check(response.error.as_ref())?;
+                    Ok(response.config.unwrap_or_default())
+                },
+            )
+            .await?;
+        match created {
+            Some(config) => Ok(config),
+            None => Ok(self.describe_topic(name).await?.config.unwrap_or_default()),
+        }
     }
 
     pub async fn delete_topic(&self, name: &str) -> Result<(), ClientError> {
         let request = &m::DeleteTopicRequest { name: name.into() };
-        self.retry(&format!("delete topic {name}"), || async move {
-            check(self.cluster.request(request).await?.error.as_ref())
-        })
+        self.retry_change(
+            &format!("delete topic {name}"),
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            || async move { check(self.cluster.request(request).await?.error.as_ref()) },
+        )
         .await
+        .map(drop)
     }
 
     pub async fn list_topics(&self) -> Result<Vec<String>, ClientError> {
@@ -80,14 +93,28 @@ impl Admin {
             name: name.into(),
             partitions,
         };
-        self.retry(&format!("grow topic {name}"), || async move {
-            check(self.cluster.request(request).await?.error.as_ref())
-        })
-        .await
+        let grown = self
+            .retry_change(
+                &format!("grow topic {name}"),
+                ErrorCode::INVALID_PARTITIONS,
+                || async move { check(self.cluster.request(request).await?.error.as_ref()) },
+            )
+            .await?;
+        // "Not more than it has" after a lost answer: done if it has exactly that many now.
+        if grown.is_none() {
+            let now = self.describe_topic(name).await?.partitions.len() as u32;
+            if now != partitions {
+                return Err(ClientError::Server {
+                    code: ErrorCode::INVALID_PARTITIONS,
+                    message: format!("topic {name} has {now} partitions, not {partitions}"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Runs `attempt` again after retriable errors, for up to the api timeout.
-    async fn retry<T, F, Fut>(&self, operation: &str, attempt: F) -> Result<T, ClientError>
+    async fn retry<T, F, Fut>(&self, operation: &str, mut attempt: F) -> Result<T, ClientError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
@@ -96,9 +123,41 @@ impl Admin {
             operation,
             self.cluster.config.api_timeout,
             admin_retriable,
-            attempt,
+            |_| attempt(),
         )
         .await
+    }
+
+    /// [`Admin::retry`] for a change: when an earlier attempt may have been applied (its
+    /// answer was lost) and a later one fails with `done_code` (the change is already there),
+    /// that is success, `Ok(None)`.
+    async fn retry_change<T, F, Fut>(
+        &self,
+        operation: &str,
+        done_code: ErrorCode,
+        mut attempt: F,
+    ) -> Result<Option<T>, ClientError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let outcome = retrying(
+            operation,
+            self.cluster.config.api_timeout,
+            admin_retriable,
+            |after_ambiguous| {
+                let attempt = attempt();
+                async move {
+                    match attempt.await {
+                        Ok(value) => Ok(Some(value)),
+                        Err(e) if after_ambiguous && e.code() == Some(done_code) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                }
+            },
+        )
+        .await;
+        outcome
     }
 
     /// Settings, placement and offsets of a topic. Placement comes from any broker; each
@@ -187,11 +246,16 @@ impl Admin {
         let request = &m::DeleteGroupRequest {
             group_id: group.into(),
         };
-        self.retry(&format!("delete group {group}"), || async move {
-            let response = self.to_coordinator(group, request).await?;
-            check(response.error.as_ref())
-        })
+        self.retry_change(
+            &format!("delete group {group}"),
+            ErrorCode::GROUP_ID_NOT_FOUND,
+            || async move {
+                let response = self.to_coordinator(group, request).await?;
+                check(response.error.as_ref())
+            },
+        )
         .await
+        .map(drop)
     }
 
     /// Sets a group's committed offsets; only while the group has no members.

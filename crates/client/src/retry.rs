@@ -30,8 +30,19 @@ pub fn admin_retriable(error: &ClientError) -> bool {
         )
 }
 
+/// Whether an attempt that failed with `error` may have been applied all the same (its answer
+/// was lost, or the server says it does not know): a retry may then find the change done.
+pub fn is_ambiguous(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::Timeout(_) | ClientError::ConnectionClosed(_)
+    ) || error.code() == Some(ErrorCode::REQUEST_TIMED_OUT)
+}
+
 /// Runs `attempt` until it succeeds, fails with an error `retriable` refuses, or `timeout`
-/// has passed; `operation` names it in the final error.
+/// has passed; `operation` names it in the final error. `attempt` is told whether an earlier
+/// attempt's outcome is unknown ([`is_ambiguous`]), so that it can take "already done" for
+/// success.
 pub async fn retrying<T, F, Fut>(
     operation: &str,
     timeout: Duration,
@@ -39,18 +50,20 @@ pub async fn retrying<T, F, Fut>(
     mut attempt: F,
 ) -> Result<T, ClientError>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(bool) -> Fut,
     Fut: Future<Output = Result<T, ClientError>>,
 {
     let started = tokio::time::Instant::now();
     let deadline = started + timeout;
     let mut backoff = RETRY_BACKOFF;
+    let mut after_ambiguous = false;
     loop {
-        let error = match attempt().await {
+        let error = match attempt(after_ambiguous).await {
             Ok(value) => return Ok(value),
             Err(e) if !retriable(&e) => return Err(e),
             Err(e) => e,
         };
+        after_ambiguous |= is_ambiguous(&error);
         if tokio::time::Instant::now() + backoff > deadline {
             return Err(ClientError::GaveUp {
                 operation: operation.to_string(),
@@ -79,7 +92,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn retriable_errors_are_retried_until_success_or_the_deadline() {
         let calls = AtomicU32::new(0);
-        let got = retrying("op", Duration::from_secs(5), admin_retriable, || async {
+        let got = retrying("op", Duration::from_secs(5), admin_retriable, |_| async {
             match calls.fetch_add(1, Ordering::Relaxed) {
                 0 => Err(server(ErrorCode::NOT_LEADER)),
                 1 => Err(ClientError::Connect {
@@ -97,7 +110,7 @@ mod tests {
             "create topic t",
             Duration::from_secs(5),
             admin_retriable,
-            || async { Err::<(), _>(server(ErrorCode::LEADER_NOT_AVAILABLE)) },
+            |_| async { Err::<(), _>(server(ErrorCode::LEADER_NOT_AVAILABLE)) },
         )
         .await
         .unwrap_err();
@@ -108,11 +121,34 @@ mod tests {
             "{never}"
         );
 
-        let answer = retrying("op", Duration::from_secs(5), admin_retriable, || async {
+        let answer = retrying("op", Duration::from_secs(5), admin_retriable, |_| async {
             Err::<(), _>(server(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))
         })
         .await
         .unwrap_err();
         assert_eq!(answer.code(), Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_learns_that_an_earlier_one_may_have_been_applied() {
+        let calls = AtomicU32::new(0);
+        let seen = retrying("op", Duration::from_secs(5), admin_retriable, |ambiguous| {
+            let n = calls.fetch_add(1, Ordering::Relaxed);
+            async move {
+                match n {
+                    0 => Err(server(ErrorCode::NOT_LEADER)),
+                    1 => {
+                        assert!(!ambiguous, "NOT_LEADER is not ambiguous");
+                        Err(server(ErrorCode::REQUEST_TIMED_OUT))
+                    }
+                    _ => Ok(ambiguous),
+                }
+            }
+        })
+        .await;
+        assert!(
+            seen.unwrap(),
+            "the third attempt knows the second may have been applied"
+        );
     }
 }

@@ -378,7 +378,12 @@ impl PartitionLog {
             let too_old = match (self.config.segment_age_max, active.first_batch_timestamp) {
                 (Some(age), Some(first)) => {
                     let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
-                    self.clock.now_ms().saturating_sub(first) >= age_ms
+                    // The first batch's timestamp is the producer's: never older than the
+                    // segment's creation here.
+                    let born = active
+                        .created_ms
+                        .map_or(first, |created| first.max(created));
+                    self.clock.now_ms().saturating_sub(born) >= age_ms
                 }
                 _ => false,
             };
@@ -419,8 +424,9 @@ impl PartitionLog {
             self.fail(format!("fsync before roll failed: {e}"));
             return Err(self.io_error(old_base, e));
         }
-        let segment = Segment::create(&*self.storage, &self.dir, next_offset)
+        let mut segment = Segment::create(&*self.storage, &self.dir, next_offset)
             .map_err(|e| self.io_error(next_offset, e))?;
+        segment.created_ms = Some(self.clock.now_ms());
         if let Err(e) = self.storage.sync_dir(&self.dir) {
             self.fail(format!("directory fsync after roll failed: {e}"));
             return Err(LogError::io(&self.dir, e));

@@ -177,20 +177,26 @@ impl PartitionLog {
                 .collect()
         };
         for snapshot in snapshots {
-            let mut found = None;
+            // Batches whose max timestamp reaches the target are searched record by record
+            // (without keeping records: a batch may hold millions of tiny ones).
+            let mut outcome: Result<Option<(i64, i64)>, LogError> = Ok(None);
             snapshot.walk(|meta| {
-                if meta.max_timestamp >= timestamp_ms {
-                    found = Some(*meta);
-                    return false;
+                if meta.max_timestamp < timestamp_ms {
+                    return true;
                 }
-                true
+                outcome = snapshot
+                    .read(meta.position, meta.size_bytes)
+                    .and_then(|bytes| {
+                        let batch = RecordBatch::parse(bytes)?;
+                        Ok(batch.first_at_or_after(
+                            timestamp_ms,
+                            TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX,
+                        )?)
+                    });
+                matches!(outcome, Ok(None))
             })?;
-            let Some(meta) = found else { continue };
-            let bytes = snapshot.read(meta.position, meta.size_bytes)?;
-            let batch = RecordBatch::parse(bytes)?;
-            let records = batch.records(TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX)?;
-            if let Some(record) = records.iter().find(|r| r.timestamp_ms >= timestamp_ms) {
-                return Ok(Some((record.offset, record.timestamp_ms)));
+            if let Some(found) = outcome? {
+                return Ok(Some(found));
             }
         }
         Ok(None)

@@ -182,6 +182,10 @@ pub(crate) struct Segment {
     pub max_timestamp: Option<i64>,
     /// Largest timestamp of the first batch: the segment's age for rolling.
     pub first_batch_timestamp: Option<i64>,
+    /// When this process created the segment by rolling (by its clock); `None` for segments
+    /// found on disk. A segment never rolls by age sooner than its age limit after this, so
+    /// batches with ancient timestamps cannot make every write roll.
+    pub created_ms: Option<i64>,
     pub bytes_since_index_entry: u64,
 }
 
@@ -219,6 +223,7 @@ impl Segment {
             next_offset: base_offset,
             max_timestamp: None,
             first_batch_timestamp: None,
+            created_ms: None,
             bytes_since_index_entry: 0,
         }
     }

@@ -476,6 +476,20 @@ fn segments_roll_by_age() {
     clock.set(T0 + 60_000);
     log.append(&mut batch(2, 1, T0 + 60_000), 0).unwrap();
     assert_eq!(log.segment_count(), 2);
+    // Batches with ancient timestamps do not make every write roll: a segment created here
+    // rolls by age only its age limit after its creation.
+    for id in 3..10 {
+        log.append(&mut batch(id, 1, T0 - 1_000_000), 0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 2, "no roll before the limit");
+    clock.set(T0 + 120_000);
+    log.append(&mut batch(10, 1, T0 - 1_000_000), 0).unwrap();
+    assert_eq!(log.segment_count(), 3);
+    // The new segment's first batch is ancient; it still does not roll at once.
+    for id in 11..15 {
+        log.append(&mut batch(id, 1, T0 - 9_000_000), 0).unwrap();
+    }
+    assert_eq!(log.segment_count(), 3);
 }
 
 #[test]

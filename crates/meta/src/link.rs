@@ -19,7 +19,7 @@ use crate::{Command, MetadataImage, Reply};
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a write keeps trying while no MetaServer node can be reached or none has a
 /// reachable leader (a leader change), before it fails.
-pub const WRITE_WAIT_MAX: Duration = Duration::from_secs(20);
+pub const WRITE_WAIT_MAX: Duration = Duration::from_secs(15);
 /// Pause between those attempts (doubling up to 1 s).
 const WRITE_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 const WRITE_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
@@ -64,14 +64,15 @@ impl MetaLink {
     }
 
     /// Applies a metadata command and returns its reply. Rides out a leader change: while no
-    /// node can be reached, or the nodes answer `NOT_LEADER` (which means "not applied"), it
-    /// tries again for up to [`WRITE_WAIT_MAX`]. A request that was sent but got no answer
+    /// node can be reached, or the nodes answer `NOT_LEADER` (no leader accepted it), it
+    /// tries again, all within [`WRITE_WAIT_MAX`]. A request that was sent but got no answer
     /// is not repeated (it may have been applied); its error says so.
     pub async fn write(&self, command: Command) -> Result<Reply, LinkError> {
         let deadline = tokio::time::Instant::now() + WRITE_WAIT_MAX;
         let mut backoff = WRITE_RETRY_BACKOFF;
         loop {
-            let attempt = self.write_once(&command).await;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt = self.write_once(&command, left.min(REQUEST_TIMEOUT)).await;
             let retry = match &attempt {
                 Err(Attempt::NotSent(_)) => true,
                 Err(Attempt::Done(LinkError::Server(e))) => {
@@ -88,7 +89,7 @@ impl MetaLink {
         }
     }
 
-    async fn write_once(&self, command: &Command) -> Result<Reply, Attempt> {
+    async fn write_once(&self, command: &Command, timeout: Duration) -> Result<Reply, Attempt> {
         let response = match self {
             MetaLink::Local(service) => service.write(command.clone()).await,
             MetaLink::Remote(remote) => {
@@ -98,7 +99,7 @@ impl MetaLink {
                         .into(),
                 };
                 remote
-                    .send_attempt(&remote.control, &request, REQUEST_TIMEOUT)
+                    .send_attempt(&remote.control, &request, timeout)
                     .await?
             }
         };

@@ -68,7 +68,7 @@ impl tinymq_net::Service for MetaFront {
     fn identity(&self) -> Identity {
         let node = &self.0.node;
         Identity {
-            cluster_id: node.image().cluster_id,
+            cluster_id: node.cluster_id(),
             node_id: u32::try_from(node.id).unwrap_or(u32::MAX),
         }
     }

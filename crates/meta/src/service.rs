@@ -109,7 +109,20 @@ impl MetaService {
         let deadline = tokio::time::Instant::now() + LEADER_WAIT_MAX;
         let mut backoff = LEADER_RETRY_BACKOFF;
         loop {
-            let why_not = match self.node.write(command.clone()).await {
+            // A leader without its majority never answers: bound the wait (the entry may
+            // still be committed later, so this is REQUEST_TIMED_OUT, not NOT_LEADER).
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Ok(written) = tokio::time::timeout(left, self.node.write(command.clone())).await
+            else {
+                return m::MetaWriteResponse {
+                    error: Some(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+                        "not committed within {} s (no majority?); it may or may not be applied",
+                        LEADER_WAIT_MAX.as_secs()
+                    ))),
+                    ..Default::default()
+                };
+            };
+            let why_not = match written {
                 Ok(reply) => {
                     return m::MetaWriteResponse {
                         error: None,

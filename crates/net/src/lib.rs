@@ -37,7 +37,8 @@ pub struct ListenerLimits {
     pub frame_bytes_max: u32,
     /// Requests of one connection processed at once; the connection is not read further
     /// until one finishes (backpressure). Bounds per-connection memory at about
-    /// `requests_in_flight_max × frame_bytes_max` for requests plus as much for responses.
+    /// `requests_in_flight_max × frame_bytes_max` for requests, plus their responses (a
+    /// fetch response holds up to the broker's `fetch_bytes_max` and one more batch).
     pub requests_in_flight_max: usize,
     /// A connection that has not completed its handshake by then is closed.
     pub handshake_timeout: Duration,

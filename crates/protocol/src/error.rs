@@ -121,8 +121,8 @@ error_codes! {
     /// A record batch whose CRC is right but whose fields do not describe its contents
     /// (record count, offset deltas, attribute bits, producer fields); nothing was written.
     INVALID_RECORD = 36, false, "record batch fields do not match its records";
-    /// A record timestamp outside what the topic accepts (too far ahead of the broker's
-    /// clock, or a batch's max timestamp that is not its records' largest).
+    /// A record timestamp outside what the topic accepts: too far ahead of (or behind) the
+    /// broker's clock.
     INVALID_TIMESTAMP = 37, false, "record timestamp out of range";
     /// An operation reserved for cluster nodes (Raft RPCs, metadata writes, broker
     /// heartbeats) from a connection that did not identify as one.

@@ -30,7 +30,11 @@ pub const GROUPS_MAX: usize = 100_000;
 /// Most topics one member may subscribe to.
 pub const MEMBER_TOPICS_MAX: usize = 10_000;
 /// Most offsets one commit may carry.
-pub const COMMIT_OFFSETS_MAX: usize = 10_000;
+pub const COMMIT_OFFSETS_MAX: usize = 1_000;
+/// Most committed offsets (group × partition) one broker stores, over all groups; a commit
+/// that would store more new ones is refused with `LIMIT_EXCEEDED` (offsets of groups empty
+/// for 7 days expire and make room).
+pub const COMMITTED_OFFSETS_MAX: usize = 1_000_000;
 /// Longest metadata string stored with a committed offset (Kafka's
 /// `offset.metadata.max.bytes`).
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
@@ -153,6 +157,16 @@ impl GroupCoordinator {
                 ),
             )
         })?;
+        if let Some(bad) = req
+            .topics
+            .iter()
+            .find(|t| crate::topic::validate_topic_name(t).is_err())
+        {
+            return Err((
+                ErrorCode::INVALID_TOPIC,
+                format!("cannot subscribe to {bad:?}: not a valid topic name"),
+            ));
+        }
         if req.topics.len() > MEMBER_TOPICS_MAX {
             return Err((
                 ErrorCode::INVALID_REQUEST,
@@ -273,6 +287,13 @@ impl GroupCoordinator {
                 )
             })
             .collect();
+        let (new, stored) = self.offsets.growth(&req.group_id, &offsets);
+        if new > 0 && stored + new > COMMITTED_OFFSETS_MAX {
+            return Err((
+                ErrorCode::LIMIT_EXCEEDED,
+                format!("this broker stores {stored} committed offsets; at most {COMMITTED_OFFSETS_MAX}"),
+            ));
+        }
         self.offsets
             .commit(&req.group_id, &offsets)
             .map_err(|e| (e.error_code(), e.to_string()))

@@ -86,6 +86,8 @@ impl OffsetStore {
         let config = LogConfig {
             flush: FlushPolicy::Always,
             segment_bytes: 64 << 20,
+            // One commit is one batch: room for `COMMIT_OFFSETS_MAX` offsets with full metadata.
+            batch_bytes_max: 8 << 20,
             ..LogConfig::default()
         };
         let mut logs = Vec::new();
@@ -165,6 +167,23 @@ impl OffsetStore {
         let mut batch = builder.build()?.to_vec();
         self.logs[partition_for_group(group) as usize].append(&mut batch, 0)?;
         Ok(())
+    }
+
+    /// How many of `offsets` would be new entries (not replacing a stored one), and, when
+    /// there are any, how many entries are stored in all (counted only then: most commits
+    /// move offsets already stored).
+    pub fn growth(&self, group: &str, offsets: &[(Tp, Committed)]) -> (usize, usize) {
+        let groups = self.groups.lock();
+        let stored = groups.get(group);
+        let new = offsets
+            .iter()
+            .filter(|(tp, _)| stored.is_none_or(|g| !g.offsets.contains_key(tp)))
+            .count();
+        let total = match new {
+            0 => 0,
+            _ => groups.values().map(|g| g.offsets.len()).sum(),
+        };
+        (new, total)
     }
 
     pub fn committed(&self, group: &str, tp: &Tp) -> Option<Committed> {

@@ -313,3 +313,14 @@ pub fn error_code(frame: &Frame) -> u32 {
 pub fn op(code: OpCode) -> u8 {
     code.code()
 }
+
+/// Whether the server closed `stream` (EOF or reset) within its read timeout; a timeout is
+/// not a close.
+pub fn closed_by_server(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    }
+}

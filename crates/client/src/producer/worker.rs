@@ -102,8 +102,17 @@ impl ProducerIdentity {
         Ok(Some(identity))
     }
 
-    /// Drops the id of `generation` after a batch failed for good (its sequence would leave a
-    /// gap); the next batch of any partition takes a fresh id and restarts at sequence 0.
+    /// The epoch of the identity of `generation`, if it is still the current one.
+    async fn current_epoch(&self, generation: u64) -> Option<i16> {
+        self.current
+            .lock()
+            .await
+            .filter(|i| i.generation == generation)
+            .map(|i| i.producer_epoch)
+    }
+
+    /// Drops the id of `generation` once a partition has used up its epochs; the next batch
+    /// of any partition takes a fresh id and restarts at sequence 0.
     async fn reset(&self, generation: u64) {
         let mut current = self.current.lock().await;
         if current.is_some_and(|i| i.generation == generation) {
@@ -118,9 +127,16 @@ pub(crate) struct PartitionWorker {
     config: ProducerConfig,
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
-    /// Sequence for the next batch built under `generation`.
+    /// Sequence for the next batch built under `generation` and `sequence_round`.
     next_sequence: i32,
     generation: Option<u64>,
+    /// Added to the identity's epoch for this partition: raised when this partition's
+    /// sequence must start again at 0 (a batch failed for good and left a gap, or the broker
+    /// forgot the producer), so that only this partition's batches are rebuilt. The broker
+    /// keeps epochs per partition, and a higher epoch starts at sequence 0.
+    epoch_bump: i16,
+    /// Counts those restarts; a batch built in an earlier round is rebuilt.
+    sequence_round: u64,
     /// Batches handed to the wire so far, and how many of them are done; flushes wait on these.
     launched: u64,
     completed: u64,
@@ -156,10 +172,11 @@ impl Accumulator {
     }
 }
 
-/// A batch: its records and, once built, its bytes under one identity generation.
+/// A batch: its records and, once built, its bytes under one identity generation and
+/// sequence round.
 struct Batch {
     records: Vec<Queued>,
-    bytes: Option<(Bytes, Option<u64>)>,
+    bytes: Option<(Bytes, (Option<u64>, u64))>,
     created: Instant,
 }
 
@@ -230,6 +247,8 @@ impl PartitionWorker {
             identity,
             next_sequence: 0,
             generation: None,
+            epoch_bump: 0,
+            sequence_round: 0,
             launched: 0,
             completed: 0,
             flushes: Vec::new(),
@@ -372,9 +391,11 @@ impl PartitionWorker {
         if generation != self.generation {
             self.generation = generation;
             self.next_sequence = 0;
+            self.epoch_bump = 0;
         }
+        let built_under_now = (generation, self.sequence_round);
         if let Some((bytes, built_under)) = &batch.bytes {
-            if *built_under == generation {
+            if *built_under == built_under_now {
                 return Ok(bytes.clone());
             }
         }
@@ -384,7 +405,7 @@ impl PartitionWorker {
             .next_sequence
             .checked_add(count)
             .unwrap_or(count - (i32::MAX - self.next_sequence) - 1);
-        batch.bytes = Some((bytes.clone(), generation));
+        batch.bytes = Some((bytes.clone(), built_under_now));
         Ok(bytes)
     }
 
@@ -422,11 +443,11 @@ impl PartitionWorker {
             let out_of_order_expected =
                 first && error.code() == Some(ErrorCode::OUT_OF_ORDER_SEQUENCE);
             first = false;
-            // The broker forgot this producer (expired or evicted) and refused the batch
-            // without writing it: a fresh id, starting at sequence 0, sends it again.
+            // The broker forgot this producer on this partition (expired or evicted) and
+            // refused the batch without writing it: it goes again from sequence 0.
             let state_lost = error.code() == Some(ErrorCode::UNKNOWN_PRODUCER_ID);
             if state_lost {
-                self.abandon_identity().await;
+                self.restart_sequence().await;
             }
             let fatal = (!error.is_retriable() && !out_of_order_expected && !state_lost)
                 || batch.created.elapsed() > self.config.delivery_timeout;
@@ -437,8 +458,9 @@ impl PartitionWorker {
                         last_error: error.to_string(),
                     };
                 }
-                // The batch's sequence will never be written: later batches need a fresh id.
-                self.abandon_identity().await;
+                // The batch's sequence will never be written: this partition's later batches
+                // start again at sequence 0 (the other partitions are not disturbed).
+                self.restart_sequence().await;
                 return self.finish(batch, Err(error));
             }
             if error.needs_metadata_refresh() {
@@ -460,9 +482,20 @@ impl PartitionWorker {
         }
     }
 
-    async fn abandon_identity(&mut self) {
-        if let Some(generation) = self.generation {
-            self.identity.reset(generation).await;
+    /// Starts this partition's sequence again at 0 under the next epoch; when the epoch is
+    /// used up, takes a fresh producer id instead (which restarts every partition).
+    async fn restart_sequence(&mut self) {
+        let Some(generation) = self.generation else {
+            return;
+        };
+        let epoch = self.identity.current_epoch(generation).await;
+        match epoch.and_then(|e| e.checked_add(self.epoch_bump + 1)) {
+            Some(_) => {
+                self.epoch_bump += 1;
+                self.next_sequence = 0;
+                self.sequence_round += 1;
+            }
+            None => self.identity.reset(generation).await,
         }
     }
 
@@ -470,7 +503,8 @@ impl PartitionWorker {
         let stamp = match identity {
             Some(i) => ProducerStamp {
                 producer_id: i.producer_id,
-                producer_epoch: i.producer_epoch,
+                // Never overflows: `restart_sequence` takes a new id first.
+                producer_epoch: i.producer_epoch.saturating_add(self.epoch_bump),
                 base_sequence: self.next_sequence,
             },
             None => ProducerStamp::NONE,

@@ -187,6 +187,12 @@ impl MetaNode {
         }
     }
 
+    /// The cluster id as applied on this node (empty until the cluster is named), without
+    /// copying the rest of the image.
+    pub fn cluster_id(&self) -> String {
+        self.image.read().expect("image lock").cluster_id.clone()
+    }
+
     /// The image as applied on this node (possibly behind the leader's).
     pub fn image(&self) -> MetadataImage {
         self.image.read().expect("image lock").clone()

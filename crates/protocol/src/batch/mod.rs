@@ -331,6 +331,42 @@ impl RecordBatch {
         Ok(records)
     }
 
+    /// The first record whose timestamp is at or after `timestamp_ms`, as (offset,
+    /// timestamp), found by walking the records without keeping them (nothing is allocated
+    /// per record; a compressed batch is decompressed once, within `decompressed_bytes_max`).
+    pub fn first_at_or_after(
+        &self,
+        timestamp_ms: i64,
+        decompressed_bytes_max: usize,
+    ) -> Result<Option<(i64, i64)>, BatchError> {
+        if self.is_log_append_time() {
+            let ts = self.max_timestamp();
+            return Ok((ts >= timestamp_ms).then_some((self.base_offset(), ts)));
+        }
+        let payload = &self.bytes[field::RECORDS..];
+        let decompressed;
+        let records_bytes: &[u8] = match self.compression() {
+            Compression::None => payload,
+            codec => {
+                decompressed = codec.decompress(payload, decompressed_bytes_max)?;
+                &decompressed
+            }
+        };
+        let mut cursor = 0;
+        while cursor < records_bytes.len() {
+            let raw = record::parse_record(records_bytes, cursor)?;
+            let ts = self.base_timestamp().saturating_add(raw.timestamp_delta);
+            if ts >= timestamp_ms {
+                let offset = self
+                    .base_offset()
+                    .saturating_add(i64::from(raw.offset_delta));
+                return Ok(Some((offset, ts)));
+            }
+            cursor = raw.end;
+        }
+        Ok(None)
+    }
+
     /// Full validation: [`RecordBatch::verify`], keeping only whether it passed.
     pub fn validate_records(&self, decompressed_bytes_max: usize) -> Result<(), BatchError> {
         self.verify(decompressed_bytes_max).map(drop)
