@@ -29,6 +29,21 @@ const CONNECTION_ERROR_ID: u32 = 0;
 
 type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Frame>>>>;
 
+/// The server's error about the whole connection (message id 0), once one came: what every
+/// later request on the connection fails with, instead of a bare "closed".
+type ConnectionError = Arc<Mutex<Option<m::Error>>>;
+
+/// The error for a request on a closed connection: the server's reason if it gave one.
+fn closed_error(addr: &str, reason: &ConnectionError) -> ClientError {
+    match reason.lock().clone() {
+        Some(e) => ClientError::Server {
+            code: e.error_code(),
+            message: e.message,
+        },
+        None => ClientError::ConnectionClosed(addr.to_string()),
+    }
+}
+
 /// A handshaken connection. Cheap to share behind an `Arc`; every method takes `&self`.
 #[derive(Debug)]
 pub struct Connection {
@@ -37,6 +52,7 @@ pub struct Connection {
     pending: Pending,
     next_id: AtomicU32,
     closed: Arc<AtomicBool>,
+    closed_reason: ConnectionError,
     /// Bounds requests in flight to what the server said it processes at once.
     in_flight: Arc<Semaphore>,
     pub handshake: m::HandshakeResponse,
@@ -82,6 +98,7 @@ impl Connection {
         let (outgoing, mut queue) = mpsc::channel::<Bytes>(256);
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(AtomicBool::new(false));
+        let closed_reason = ConnectionError::default();
         tokio::spawn(async move {
             while let Some(frame) = queue.recv().await {
                 if writer.write_all(&frame).await.is_err() {
@@ -89,7 +106,7 @@ impl Connection {
                 }
             }
         });
-        let (p, c) = (pending.clone(), closed.clone());
+        let (p, c, r) = (pending.clone(), closed.clone(), closed_reason.clone());
         tokio::spawn(async move {
             let mut buf = BytesMut::with_capacity(64 * 1024);
             let decoder = FrameDecoder::new(RESPONSE_BYTES_MAX);
@@ -98,7 +115,11 @@ impl Connection {
                     match decoder.decode(&mut buf) {
                         Ok(Some(frame)) if frame.header.message_id == CONNECTION_ERROR_ID => {
                             // About the whole connection (e.g. refused at the server's
-                            // connection limit): every request waiting gets its error.
+                            // connection limit): every request waiting gets its error, and
+                            // so does every later one.
+                            if let Ok(body) = m::ErrorResponse::decode(frame.body.clone()) {
+                                *r.lock() = body.error;
+                            }
                             for (_, waiter) in p.lock().drain() {
                                 let _ = waiter.send(frame.clone());
                             }
@@ -130,6 +151,7 @@ impl Connection {
             pending,
             next_id: AtomicU32::new(1),
             closed,
+            closed_reason,
             in_flight: Arc::new(Semaphore::new(1)),
             handshake: m::HandshakeResponse::default(),
         };
@@ -184,7 +206,7 @@ impl Connection {
         &self,
         body: &R,
     ) -> Result<PendingResponse<R>, ClientError> {
-        let closed = || ClientError::ConnectionClosed(self.addr.clone());
+        let closed = || closed_error(&self.addr, &self.closed_reason);
         let permit = self
             .in_flight
             .clone()
@@ -197,6 +219,12 @@ impl Connection {
         let id = self.next_message_id();
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
+        // The reader may have closed the connection (and dropped every waiter) between the
+        // check above and the insert: then nobody would ever answer this one.
+        if self.is_closed() {
+            self.pending.lock().remove(&id);
+            return Err(closed());
+        }
         if self.outgoing.send(encode_request(id, body)).await.is_err() {
             self.pending.lock().remove(&id);
             return Err(closed());
@@ -206,6 +234,7 @@ impl Connection {
             id,
             pending: self.pending.clone(),
             addr: self.addr.clone(),
+            closed_reason: self.closed_reason.clone(),
             _permit: permit,
             _response: std::marker::PhantomData,
         })
@@ -227,6 +256,7 @@ pub struct PendingResponse<R: Request> {
     id: u32,
     pending: Pending,
     addr: String,
+    closed_reason: ConnectionError,
     _permit: OwnedSemaphorePermit,
     _response: std::marker::PhantomData<fn() -> R>,
 }
@@ -236,7 +266,7 @@ impl<R: Request> PendingResponse<R> {
     pub async fn wait(self, timeout: Duration) -> Result<R::Response, ClientError> {
         let frame = match tokio::time::timeout(timeout, self.rx).await {
             Ok(Ok(frame)) => frame,
-            Ok(Err(_)) => return Err(ClientError::ConnectionClosed(self.addr)),
+            Ok(Err(_)) => return Err(closed_error(&self.addr, &self.closed_reason)),
             Err(_) => {
                 self.pending.lock().remove(&self.id);
                 return Err(ClientError::Timeout(timeout.as_millis() as u64));
