@@ -38,7 +38,13 @@ pub struct BrokerConfig {
     /// it; one batch larger than what is left is still returned whole, so a consumer always
     /// progresses). Like Kafka's `fetch.max.bytes`.
     pub fetch_bytes_max: u32,
+    /// Record bytes all fetches of this broker hold at once, read and not yet written to
+    /// their peers; a fetch waits for room (its connection then reads no further requests).
+    pub fetch_memory_bytes_max: u32,
 }
+
+/// Default of `fetch_memory_bytes_max`: 256 MiB.
+pub const FETCH_MEMORY_BYTES_MAX_DEFAULT: u32 = 256 << 20;
 
 /// Default of `fetch_bytes_max`: 50 MiB.
 pub const FETCH_BYTES_MAX_DEFAULT: u32 = 50 << 20;
@@ -57,6 +63,7 @@ impl Default for BrokerConfig {
             retention_check_interval: Duration::from_secs(300),
             topic_defaults: TopicSettings::default(),
             fetch_bytes_max: FETCH_BYTES_MAX_DEFAULT,
+            fetch_memory_bytes_max: FETCH_MEMORY_BYTES_MAX_DEFAULT,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tinymq_net::{
-    decode_body as decode, encode_response, error_frame, Identity, Peer, ResponseFuture,
+    decode_body as decode, encode_response, error_frame, Identity, Peer, Response, ResponseFuture,
 };
 use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
 
@@ -25,10 +25,14 @@ impl tinymq_net::Service for BrokerFront {
         }
     }
 
-    async fn admit(&self, frame: Frame, _peer: &Peer) -> ResponseFuture {
+    async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let state = self.0.clone();
+        if frame.header.op_code() == OpCode::Fetch.code() {
+            return Box::pin(fetch(state, frame));
+        }
         if frame.header.op_code() != OpCode::Produce.code() {
-            return Box::pin(dispatch(state, frame));
+            let node_id = peer.node_id;
+            return Box::pin(async move { dispatch(state, frame, node_id).await.map(Into::into) });
         }
         // Written before the front end reads the next frame: a connection's produce requests
         // are written in the order received. The wait for the flush policy runs concurrently.
@@ -51,14 +55,34 @@ impl tinymq_net::Service for BrokerFront {
                 }
                 Err(response) => Some(response),
             };
-            response.map(|r| encode_response(op, id, &r))
+            response.map(|r| encode_response(op, id, &r).into())
         })
     }
 }
 
+/// A fetch: its response keeps its reservation of the broker's fetch memory until it has
+/// been written to the peer.
+async fn fetch(state: Arc<BrokerState>, frame: Frame) -> Option<Response> {
+    let (op, id) = (frame.header.op_code(), frame.header.message_id);
+    let (response, reservation) = match decode::<m::FetchRequest>(frame.body) {
+        Ok(request) => handlers::fetch(state, request).await,
+        Err(error) => (
+            m::FetchResponse {
+                error: Some(error),
+                partitions: vec![],
+            },
+            None,
+        ),
+    };
+    Some(Response {
+        frame: encode_response(op, id, &response),
+        held: reservation.map(|r| Box::new(r) as Box<dyn std::any::Any + Send>),
+    })
+}
+
 /// Routes one request to its handler; returns the encoded response, or `None` when none is due
 /// (produce with acks = 0).
-async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
+async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> Option<Bytes> {
     let (op_code, id) = (frame.header.op_code(), frame.header.message_id);
     let Some(op) = OpCode::from_code(op_code) else {
         // The front end answers unknown operations; this is only for completeness.
@@ -138,7 +162,7 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
             let MetaLink::Local(service) = &state.cluster.link else {
                 unreachable!("matched above")
             };
-            Some(tinymq_meta::server::handle(service, frame).await)
+            Some(tinymq_meta::server::handle(service, frame, peer_node_id).await)
         }
         OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| topic_handlers::meta_read(&state)),
         OpCode::RaftRpc | OpCode::MetaWrite | OpCode::BrokerHeartbeat => Some(error_frame(
@@ -150,7 +174,8 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame) -> Option<Bytes> {
                 op.name()
             ),
         )),
-        OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r).await),
+        // Answered by `fetch` above, whose response holds a memory reservation.
+        OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r).await.0),
         OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| handlers::list_offsets(state, r)
             .await),
         OpCode::InitProducerId => {

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tinymq_protocol::batch::field;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::topic::TOPIC_MESSAGE_BYTES_MAX_LIMIT;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::partition::{Partition, PartitionError, PendingAppend, ProduceContext};
@@ -93,8 +96,12 @@ pub async fn produce_write(
             partitions: vec![],
         });
     }
-    let timeout = Duration::from_millis(u64::from(req.timeout_ms).max(1))
-        .min(state.config.produce_timeout_max);
+    // 0 (proto3's "absent") is the default wait, not an instant timeout.
+    let timeout = match req.timeout_ms {
+        0 => PRODUCE_TIMEOUT_DEFAULT,
+        ms => Duration::from_millis(u64::from(ms)),
+    }
+    .min(state.config.produce_timeout_max);
     let acks = req.acks;
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return Err(m::ProduceResponse {
@@ -194,6 +201,10 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     }
 }
 
+/// How long a produce waits for its flush policy when its `timeout_ms` is 0: like Kafka's
+/// `request.timeout.ms`.
+pub const PRODUCE_TIMEOUT_DEFAULT: Duration = Duration::from_secs(30);
+
 /// How long a produce naming a producer id this broker's image does not cover yet waits for
 /// the image to catch up: the id may come from a block another broker was just given, and the
 /// image here follows the MetaServer by a long poll.
@@ -275,12 +286,7 @@ fn read_partitions(
     state: &BrokerState,
     req: &m::FetchRequest,
 ) -> (Vec<m::FetchPartitionResult>, usize) {
-    // A zero `max_bytes` means "the broker's cap"; no request may ask for more than the cap.
-    let fetch_bytes_max = state.config.fetch_bytes_max as usize;
-    let mut budget = match req.max_bytes {
-        0 => fetch_bytes_max,
-        asked => (asked as usize).min(fetch_bytes_max),
-    };
+    let mut budget = fetch_budget(state, req);
     let mut total = 0;
     let results = req
         .partitions
@@ -350,16 +356,40 @@ async fn wait_for_any(
     let _ = tokio::time::timeout_at(deadline, any).await;
 }
 
-pub async fn fetch(state: Arc<BrokerState>, req: m::FetchRequest) -> m::FetchResponse {
-    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
-        return m::FetchResponse {
-            error: Some(refusal),
+/// The record bytes one fetch may return: its `max_bytes` (0 = the cap) within the broker's
+/// `fetch_bytes_max`.
+fn fetch_budget(state: &BrokerState, req: &m::FetchRequest) -> usize {
+    let fetch_bytes_max = state.config.fetch_bytes_max as usize;
+    match req.max_bytes {
+        0 => fetch_bytes_max,
+        asked => (asked as usize).min(fetch_bytes_max),
+    }
+}
+
+/// Answers a fetch, with the reservation of the broker's fetch memory its records were read
+/// under (hold it until the response is written). The reservation is taken for each read (not
+/// while a long poll waits) and covers the budget plus one whole batch, the most a read
+/// returns; it is cut to the bytes actually read.
+pub async fn fetch(
+    state: Arc<BrokerState>,
+    req: m::FetchRequest,
+) -> (m::FetchResponse, Option<OwnedSemaphorePermit>) {
+    let failed = |error| {
+        let response = m::FetchResponse {
+            error: Some(error),
             partitions: vec![],
         };
+        (response, None)
+    };
+    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
+        return failed(refusal);
     }
     let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(state.config.fetch_wait_max);
     let deadline = tokio::time::Instant::from_std(Instant::now() + wait);
     let min_bytes = req.min_bytes.max(1) as usize;
+    let reserve = fetch_budget(&state, &req)
+        .saturating_add(TOPIC_MESSAGE_BYTES_MAX_LIMIT as usize)
+        .min(state.config.fetch_memory_bytes_max as usize);
     let req = Arc::new(req);
     loop {
         // Subscribe before reading, so an append between the read and the wait is not missed.
@@ -374,15 +404,18 @@ pub async fn fetch(state: Arc<BrokerState>, req: m::FetchRequest) -> m::FetchRes
                 w
             })
             .collect();
+        let Ok(mut reservation) = state
+            .fetch_memory
+            .clone()
+            .acquire_many_owned(u32::try_from(reserve).unwrap_or(u32::MAX))
+            .await
+        else {
+            return failed(ErrorCode::SHUTTING_DOWN.to_wire());
+        };
         let (s, r) = (state.clone(), req.clone());
         let (results, total) = match blocking(move || read_partitions(&s, &r)).await {
             Ok(read) => read,
-            Err(e) => {
-                return m::FetchResponse {
-                    error: Some(e),
-                    partitions: vec![],
-                }
-            }
+            Err(e) => return failed(e),
         };
         let any_error = results.iter().any(|r| r.error.is_some());
         if total >= min_bytes
@@ -390,11 +423,15 @@ pub async fn fetch(state: Arc<BrokerState>, req: m::FetchRequest) -> m::FetchRes
             || watches.is_empty()
             || tokio::time::Instant::now() >= deadline
         {
-            return m::FetchResponse {
+            // Keep only what the records hold (a read never exceeds the reservation).
+            drop(reservation.split(reservation.num_permits().saturating_sub(total)));
+            let response = m::FetchResponse {
                 error: ok(),
                 partitions: results,
             };
+            return (response, Some(reservation));
         }
+        drop(reservation);
         wait_for_any(watches, deadline).await;
     }
 }

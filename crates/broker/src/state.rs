@@ -43,6 +43,8 @@ pub struct BrokerState {
     /// Partitions placed here whose last open failed, with the reason; they answer
     /// `STORAGE_ERROR` until a later reconciliation opens them. Changed only by `reconcile`.
     pub(crate) open_failures: RwLock<OpenFailures>,
+    /// Permits in bytes: the fetch memory (`fetch_memory_bytes_max`) not reserved by a fetch.
+    pub(crate) fetch_memory: Arc<tokio::sync::Semaphore>,
 }
 
 impl BrokerState {
@@ -52,7 +54,11 @@ impl BrokerState {
         cluster: Arc<ClusterView>,
     ) -> Result<BrokerState, LogError> {
         let groups = GroupCoordinator::open(&config.data_dir)?;
+        let fetch_memory = Arc::new(tokio::sync::Semaphore::new(
+            config.fetch_memory_bytes_max as usize,
+        ));
         Ok(BrokerState {
+            fetch_memory,
             config,
             advertised,
             cluster,
@@ -85,6 +91,11 @@ impl BrokerState {
         topic: &str,
         index: u32,
     ) -> Result<(Arc<Partition>, u32), m::Error> {
+        if tinymq_meta::is_internal_topic(topic) {
+            return Err(ErrorCode::INVALID_TOPIC.with_message(format!(
+                "{topic} is internal: it is reached through the group operations only"
+            )));
+        }
         let image = self.cluster.image();
         let record = image
             .topics

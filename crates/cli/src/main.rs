@@ -60,6 +60,9 @@ enum Command {
     Info,
 }
 
+/// Logging for the server roles, and their file-descriptor limit raised to the hard limit:
+/// every open segment holds three files, and the soft limit (often 1,024) is far below what
+/// the partition limits allow.
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("TINYMQ_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -67,6 +70,31 @@ fn init_logging() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    match raise_open_files_limit() {
+        Ok(limit) => tracing::debug!(limit, "open files limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open files limit"),
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the limit now in force.
+fn raise_open_files_limit() -> std::io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(limit.rlim_cur)
 }
 
 fn main() -> std::process::ExitCode {

@@ -46,6 +46,10 @@ pub struct ServerArgs {
     /// sent whole) [default: 52428800].
     #[arg(long, env = "TINYMQ_FETCH_BYTES_MAX")]
     fetch_bytes_max: Option<u32>,
+    /// Record bytes all fetches hold at once until written to their peers; a fetch waits for
+    /// room [default: 268435456].
+    #[arg(long, env = "TINYMQ_FETCH_MEMORY_BYTES_MAX")]
+    fetch_memory_bytes_max: Option<u32>,
 }
 
 /// The TOML file: every field optional.
@@ -61,6 +65,7 @@ struct FileConfig {
     partitions: Option<u32>,
     retention_ms: Option<i64>,
     fetch_bytes_max: Option<u32>,
+    fetch_memory_bytes_max: Option<u32>,
 }
 
 fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
@@ -88,6 +93,11 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
     c.listener = args.limits.merge(file_limits, c.listener)?;
     c.fetch_bytes_max = pick!(fetch_bytes_max).unwrap_or(c.fetch_bytes_max);
     anyhow::ensure!(c.fetch_bytes_max >= 1, "fetch_bytes_max must be at least 1");
+    c.fetch_memory_bytes_max = pick!(fetch_memory_bytes_max).unwrap_or(c.fetch_memory_bytes_max);
+    anyhow::ensure!(
+        c.fetch_memory_bytes_max >= 1 << 20,
+        "fetch_memory_bytes_max must be at least 1 MiB"
+    );
     topics.flush = pick!(flush).unwrap_or(topics.flush);
     topics.partitions = pick!(partitions).unwrap_or(topics.partitions);
     topics.retention_ms = pick!(retention_ms).unwrap_or(topics.retention_ms);

@@ -219,3 +219,61 @@ fn a_thousand_garbage_connections_leave_memory_flat_and_service_intact() {
     let mut c = RawClient::handshaken(&server.addr);
     assert_eq!(c.call(&m::ListTopicsRequest {}).names, vec!["good"]);
 }
+
+/// A client that pipelines fetches of a 20 MiB partition and never reads the answers holds no
+/// more than the broker's fetch memory (`--fetch-memory-bytes-max`), however many it sends;
+/// other clients are still served.
+#[test]
+fn unread_fetch_responses_stay_within_the_fetch_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start_with(tmp.path(), &["--fetch-memory-bytes-max", "67108864"]);
+    let mut good = GoodClient::new(&server.addr);
+    let value = vec![b'v'; 900 * 1024];
+    for _ in 0..22 {
+        let batch = tinymq_protocol::batch::craft::CraftedBatch::honest(now_ms(), &[&value]);
+        let response = good.raw.call(&m::ProduceRequest {
+            acks: 1,
+            timeout_ms: 10_000,
+            partitions: vec![m::ProducePartition {
+                topic: "good".into(),
+                partition: 0,
+                records: batch.encode(),
+            }],
+        });
+        assert!(response.partitions[0].error.is_none());
+    }
+    good.produced = 22;
+    let rss_before = server.rss_kib();
+    let mut slow = RawClient::handshaken(&server.addr);
+    let fetch = m::FetchRequest {
+        max_wait_ms: 0,
+        min_bytes: 1,
+        max_bytes: 40 << 20,
+        partitions: vec![m::FetchPartition {
+            topic: "good".into(),
+            partition: 0,
+            offset: 0,
+            partition_bytes_max: 40 << 20,
+        }],
+    };
+    let body = prost::Message::encode_to_vec(&fetch);
+    for _ in 0..100 {
+        slow.send_frame(op(OpCode::Fetch), &body);
+    }
+    // Give the server time to answer what it can; what it cannot is held back.
+    std::thread::sleep(Duration::from_secs(3));
+    let grown_mib = server.rss_kib().saturating_sub(rss_before) / 1024;
+    assert!(
+        grown_mib < 200,
+        "100 unread 20 MiB fetch responses grew the server by {grown_mib} MiB"
+    );
+    good.still_served();
+    drop(slow);
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}

@@ -241,3 +241,78 @@ fn the_standalone_server_refuses_node_operations_to_clients() {
     let out = server.run_tool(&["topic", "list"], b"");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "still-works");
 }
+
+/// A peer claiming to be a MetaServer node with absurd Raft fields (a term near u64::MAX, which
+/// openraft would overflow, ending the node for good), a node id it did not identify as, or a
+/// garbage payload: each is refused with a clear error, and the node goes on and restarts.
+#[test]
+fn raft_rpcs_with_absurd_or_forged_fields_are_refused_and_the_node_survives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addrs = vec![format!("127.0.0.1:{}", free_port())];
+    let node = start_with(1, &addrs, tmp.path(), &[]);
+    leader(&addrs[0], None);
+    let mut peer = RawClient::connect(&addrs[0]);
+    let hello_as_node_1 = m::HandshakeRequest {
+        role: m::NodeRole::Meta.into(),
+        node_id: 1,
+        ..hello("", 1, 1)
+    };
+    assert!(peer.call(&hello_as_node_1).error.is_none());
+    let vote = |term: u64, node: u64| {
+        format!(
+            r#"{{"vote":{{"leader_id":{{"term":{term},"node_id":{node}}},"committed":false}},"last_log_id":{{"leader_id":{{"term":{term},"node_id":{node}}},"index":18446744073709551615}}}}"#
+        )
+    };
+    let rpc = |kind: u32, payload: String| m::RaftRpcRequest {
+        kind,
+        payload: payload.into_bytes().into(),
+    };
+    let cases = [
+        (
+            "a term near u64::MAX",
+            rpc(2, vote(u64::MAX - 1, 1)),
+            ErrorCode::INVALID_REQUEST,
+        ),
+        (
+            "the largest term",
+            rpc(2, vote(u64::MAX, 1)),
+            ErrorCode::INVALID_REQUEST,
+        ),
+        (
+            "another node's vote",
+            rpc(2, vote(3, 9)),
+            ErrorCode::INVALID_REQUEST,
+        ),
+        (
+            "garbage",
+            rpc(2, "garbage".into()),
+            ErrorCode::MALFORMED_BODY,
+        ),
+        (
+            "an empty append",
+            rpc(1, String::new()),
+            ErrorCode::MALFORMED_BODY,
+        ),
+        (
+            "an unknown kind",
+            rpc(77, "{}".into()),
+            ErrorCode::INVALID_REQUEST,
+        ),
+    ];
+    for (case, request, expected) in cases {
+        let (code_got, message) = error_of(peer.call(&request).error);
+        assert_eq!(code_got, code(expected), "{case}: {message}");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        status(&addrs[0])["leader"].as_u64().is_some(),
+        "still leading"
+    );
+    drop(node);
+    let _node = start_with(1, &addrs, tmp.path(), &[]);
+    assert_eq!(
+        leader(&addrs[0], None),
+        1,
+        "the node restarts and leads again"
+    );
+}

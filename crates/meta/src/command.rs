@@ -12,6 +12,9 @@ use crate::placement::place;
 
 /// Most partitions one topic may have.
 pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
+/// Most partition replicas placed on one broker: each open partition holds files (three per
+/// segment), so this keeps a broker within its file descriptors.
+pub const PARTITION_REPLICAS_PER_BROKER_MAX: usize = 4000;
 /// Longest topic name.
 pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// A broker not heard from for this long is fenced by the MetaServer leader.
@@ -151,6 +154,9 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             config,
         } => create_topic(image, name, *partitions, *replication_factor, config),
         Command::DeleteTopic { name } => {
+            if crate::is_internal_topic(name) {
+                return Err(MetaError::InvalidTopic(name.clone()));
+            }
             if !image.topics.contains_key(name) {
                 return Err(MetaError::UnknownTopic(name.clone()));
             }
@@ -286,12 +292,28 @@ fn new_partitions(
             live: live.len(),
         });
     }
-    let leader_load = image
-        .load()
-        .into_iter()
-        .map(|(b, (leaders, _))| (b, leaders))
+    let load = image.load();
+    let leader_load = load
+        .iter()
+        .map(|(b, (leaders, _))| (*b, *leaders))
         .collect();
-    Ok(place(count, replication_factor, &live, &leader_load)
+    let placed = place(count, replication_factor, &live, &leader_load);
+    let replicas_on = |broker: u32| load.get(&broker).map_or(0, |(_, replicas)| *replicas);
+    let mut added: BTreeMap<u32, usize> = BTreeMap::new();
+    for broker in placed.iter().flatten() {
+        *added.entry(*broker).or_default() += 1;
+    }
+    if let Some((broker, n)) = added
+        .iter()
+        .map(|(b, n)| (*b, replicas_on(*b) + n))
+        .find(|(_, n)| *n > PARTITION_REPLICAS_PER_BROKER_MAX)
+    {
+        return Err(MetaError::InvalidPartitions(format!(
+            "broker {broker} would hold {n} partition replicas; at most \
+             {PARTITION_REPLICAS_PER_BROKER_MAX} per broker (add brokers or delete topics)"
+        )));
+    }
+    Ok(placed
         .into_iter()
         .map(|replicas| PartitionRecord {
             leader: Some(replicas[0]),
@@ -338,6 +360,9 @@ fn create_topic(
 }
 
 fn alter_partitions(image: &MetadataImage, name: &str, partitions: u32) -> Outcome {
+    if crate::is_internal_topic(name) {
+        return Err(MetaError::InvalidTopic(name.into()));
+    }
     let topic = image
         .topics
         .get(name)

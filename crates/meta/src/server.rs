@@ -73,9 +73,10 @@ impl tinymq_net::Service for MetaFront {
         }
     }
 
-    async fn admit(&self, frame: Frame, _peer: &Peer) -> ResponseFuture {
+    async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let service = self.0.clone();
-        Box::pin(async move { Some(handle(&service, frame).await) })
+        let peer_node_id = peer.node_id;
+        Box::pin(async move { Some(handle(&service, frame, peer_node_id).await.into()) })
     }
 }
 
@@ -134,7 +135,8 @@ impl Drop for MetaServer {
 }
 
 /// Answers one request frame.
-pub async fn handle(service: &MetaService, frame: Frame) -> Bytes {
+/// `peer_node_id` is the node id the connection's handshake gave (0 for clients).
+pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> Bytes {
     let node = &service.node;
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
     let Some(code) = OpCode::from_code(op) else {
@@ -156,14 +158,17 @@ pub async fn handle(service: &MetaService, frame: Frame) -> Bytes {
     match code {
         OpCode::RaftRpc => {
             let request = decode!(m::RaftRpcRequest);
-            encode(
-                op,
-                id,
-                &m::RaftRpcResponse {
+            let response = match raft_rpc(node, request, peer_node_id).await {
+                Ok(payload) => m::RaftRpcResponse {
                     error: None,
-                    payload: Bytes::from(raft_rpc(node, request).await),
+                    payload: Bytes::from(payload),
                 },
-            )
+                Err(error) => m::RaftRpcResponse {
+                    error: Some(error),
+                    payload: Bytes::new(),
+                },
+            };
+            encode(op, id, &response)
         }
         OpCode::MetaWrite => {
             let request = decode!(m::MetaWriteRequest);
@@ -241,25 +246,44 @@ pub async fn handle(service: &MetaService, frame: Frame) -> Bytes {
     }
 }
 
-/// Runs a Raft RPC on the local node and serializes its result.
-async fn raft_rpc(node: &MetaNode, request: m::RaftRpcRequest) -> Vec<u8> {
+/// Runs a Raft RPC from node `sender` on the local node and serializes its result; an RPC
+/// that does not parse, or that [`crate::raft::inbound`] refuses, is an error.
+async fn raft_rpc(
+    node: &MetaNode,
+    request: m::RaftRpcRequest,
+    sender: u64,
+) -> Result<Vec<u8>, m::Error> {
+    use crate::raft::inbound::{check_append, check_snapshot, check_vote_request};
     let raft = &node.raft;
-    let json = |r: Result<Vec<u8>, serde_json::Error>| r.unwrap_or_default();
-    match request.kind {
-        RPC_APPEND => match serde_json::from_slice(&request.payload) {
-            Ok(rpc) => json(serde_json::to_vec(&raft.append_entries(rpc).await)),
-            Err(_) => Vec::new(),
-        },
-        RPC_VOTE => match serde_json::from_slice(&request.payload) {
-            Ok(rpc) => json(serde_json::to_vec(&raft.vote(rpc).await)),
-            Err(_) => Vec::new(),
-        },
-        RPC_SNAPSHOT => match serde_json::from_slice(&request.payload) {
-            Ok(rpc) => json(serde_json::to_vec(&raft.install_snapshot(rpc).await)),
-            Err(_) => Vec::new(),
-        },
-        _ => Vec::new(),
-    }
+    let members: Vec<u64> = node.members();
+    let malformed = |e: serde_json::Error| ErrorCode::MALFORMED_BODY.with_message(e.to_string());
+    let refused = |why: String| {
+        tracing::warn!(sender, %why, "Raft RPC refused");
+        ErrorCode::INVALID_REQUEST.with_message(why)
+    };
+    let reply = match request.kind {
+        RPC_APPEND => {
+            let rpc = serde_json::from_slice(&request.payload).map_err(malformed)?;
+            check_append(&rpc, sender, &members).map_err(refused)?;
+            serde_json::to_vec(&raft.append_entries(rpc).await)
+        }
+        RPC_VOTE => {
+            let rpc = serde_json::from_slice(&request.payload).map_err(malformed)?;
+            check_vote_request(&rpc, sender, &members).map_err(refused)?;
+            serde_json::to_vec(&raft.vote(rpc).await)
+        }
+        RPC_SNAPSHOT => {
+            let rpc = serde_json::from_slice(&request.payload).map_err(malformed)?;
+            check_snapshot(&rpc, sender, &members).map_err(refused)?;
+            serde_json::to_vec(&raft.install_snapshot(rpc).await)
+        }
+        other => {
+            return Err(
+                ErrorCode::INVALID_REQUEST.with_message(format!("unknown Raft RPC kind {other}"))
+            )
+        }
+    };
+    reply.map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
 }
 
 /// Topic settings are validated against the storage limits by brokers; a MetaServer node takes

@@ -2,10 +2,11 @@
 //! request to the service, and a writer task that sends responses as they complete (full
 //! duplex, matched by message id).
 //!
-//! Backpressure: at most `requests_in_flight_max` requests run at once; the reader waits for
-//! one to finish before it reads further, so a flooding peer fills its own socket buffer, not
-//! the server's memory. Responses go through a channel of the same bound, and a peer that
-//! reads none of them for the idle timeout is disconnected.
+//! Backpressure: at most `requests_in_flight_max` requests run at once, counting a request
+//! whose response has not been written to the socket yet; the reader waits for one to finish
+//! before it reads further, so a flooding peer, or one that reads no responses, fills its own
+//! socket buffers, not the server's memory. A peer that reads none of its responses for the
+//! idle timeout is disconnected.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,22 +17,31 @@ use tinymq_protocol::{ErrorCode, FrameError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::handshake;
-use crate::{error_frame, ListenerLimits, Peer, ResponseFuture, Service};
+use crate::{error_frame, ListenerLimits, Peer, Response, ResponseFuture, Service};
+
+/// A response on its way to the socket, with the request's permit (none before the handshake):
+/// both are released once it is written.
+type Outgoing = (Response, Option<OwnedSemaphorePermit>);
 
 /// Bytes read from the socket at a time at most.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Bytes of a response written at a time.
+const WRITE_CHUNK_BYTES: usize = 256 * 1024;
+/// A peer that accepts none of a response's bytes for this long (or the idle timeout, if
+/// shorter) is disconnected: its unread responses hold memory and permits.
+const WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
 struct Connection<S> {
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
     addr: SocketAddr,
     shutdown: CancellationToken,
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<Outgoing>,
     permits: Arc<Semaphore>,
 }
 
@@ -48,7 +58,7 @@ pub(crate) async fn run<S: Service>(
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
     let in_flight_max = limits.requests_in_flight_max;
-    let (tx, rx) = mpsc::channel::<Bytes>(in_flight_max);
+    let (tx, rx) = mpsc::channel::<Outgoing>(in_flight_max);
     let write_task = tokio::spawn(write_loop(writer, rx, limits.clone()));
     let connection = Connection {
         service,
@@ -73,18 +83,25 @@ pub(crate) async fn run<S: Service>(
     let _ = write_task.await;
 }
 
-/// Sends responses in the order they complete; gives up on a peer that accepts no bytes for
-/// the idle timeout (its requests' senders then fail and the reader stops).
+/// Sends responses in the order they complete, releasing each one's permit (and what it
+/// holds) once written; gives up on a peer that accepts no bytes for `WRITE_STALL_MAX` (its
+/// requests' senders then fail and the reader stops).
 async fn write_loop(
     mut writer: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Bytes>,
+    mut rx: mpsc::Receiver<Outgoing>,
     limits: Arc<ListenerLimits>,
 ) {
-    while let Some(frame) = rx.recv().await {
-        match tokio::time::timeout(limits.idle_timeout, writer.write_all(&frame)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) | Err(_) => break,
+    let stall_max = limits.idle_timeout.min(WRITE_STALL_MAX);
+    'responses: while let Some((response, permit)) = rx.recv().await {
+        // Written a chunk at a time, so that a large response to a slow but reading peer is
+        // fine while one that takes nothing for `stall_max` ends the connection.
+        for chunk in response.frame.chunks(WRITE_CHUNK_BYTES) {
+            match tokio::time::timeout(stall_max, writer.write_all(chunk)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => break 'responses,
+            }
         }
+        drop((response, permit));
     }
     let _ = writer.shutdown().await;
 }
@@ -180,10 +197,10 @@ impl<S: Service> Connection<S> {
         };
         let tx = self.tx.clone();
         tokio::spawn(async move {
-            if let Some(bytes) = response.await {
-                let _ = tx.send(bytes).await;
+            // The permit goes with the response and is released once it is written.
+            if let Some(response) = response.await {
+                let _ = tx.send((response, Some(permit))).await;
             }
-            drop(permit);
         });
         Ok(())
     }
@@ -191,7 +208,7 @@ impl<S: Service> Connection<S> {
     /// Sends a pre-handshake answer; a peer that reads none of them cannot hold the
     /// connection past the handshake deadline.
     async fn send_before(&self, deadline: Instant, response: Bytes) -> Result<(), String> {
-        match tokio::time::timeout_at(deadline, self.tx.send(response)).await {
+        match tokio::time::timeout_at(deadline, self.tx.send((response.into(), None))).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err("the writer stopped".into()),
             Err(_) => Err("handshake timed out".into()),
@@ -211,7 +228,9 @@ impl<S: Service> Connection<S> {
         let op = buf.get(3).copied().unwrap_or(0);
         let why = format!("{e}; closing the connection");
         // Not waited for: a peer that does not read gets no error frame, only the close.
-        let _ = self.tx.try_send(error_frame(op, message_id, code, why));
+        let _ = self
+            .tx
+            .try_send((error_frame(op, message_id, code, why).into(), None));
         tracing::info!(peer = %self.addr, error = %e, "invalid frame");
         e.to_string()
     }

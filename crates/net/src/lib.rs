@@ -111,9 +111,23 @@ pub struct Peer {
     pub client_id: String,
 }
 
+/// An encoded response frame, and whatever must stay held until it has been written to the
+/// peer (e.g. the broker's reservation of fetch memory): a response that waits for a slow
+/// reader keeps counting against the limits it was made under.
+pub struct Response {
+    pub frame: Bytes,
+    pub held: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl From<Bytes> for Response {
+    fn from(frame: Bytes) -> Response {
+        Response { frame, held: None }
+    }
+}
+
 /// The rest of a request's work, run concurrently with the connection's other requests; it
-/// yields the encoded response frame, or `None` when none is due (produce with acks = 0).
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Option<Bytes>> + Send + 'static>>;
+/// yields the response, or `None` when none is due (produce with acks = 0).
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Option<Response>> + Send + 'static>>;
 
 /// A server behind the front end.
 pub trait Service: Send + Sync + 'static {
@@ -127,13 +141,14 @@ pub trait Service: Send + Sync + 'static {
     /// The returned future is awaited **before the next frame of the connection is read**, so
     /// work done there happens in arrival order (the broker writes produce requests there);
     /// the [`ResponseFuture`] it yields runs concurrently, holding one of the connection's
-    /// `requests_in_flight_max` permits until it completes.
+    /// `requests_in_flight_max` permits until its response has been written to the peer (so
+    /// responses a peer does not read count against the same bound as requests).
     fn admit(&self, frame: Frame, peer: &Peer) -> impl Future<Output = ResponseFuture> + Send;
 }
 
 /// A response that is already known.
 pub fn ready(response: Option<Bytes>) -> ResponseFuture {
-    Box::pin(std::future::ready(response))
+    Box::pin(std::future::ready(response.map(Response::from)))
 }
 
 /// Encodes a response frame: header and protobuf body in one buffer.

@@ -31,10 +31,11 @@ pub const GROUPS_MAX: usize = 100_000;
 pub const MEMBER_TOPICS_MAX: usize = 10_000;
 /// Most offsets one commit may carry.
 pub const COMMIT_OFFSETS_MAX: usize = 1_000;
-/// Most committed offsets (group × partition) one broker stores, over all groups; a commit
-/// that would store more new ones is refused with `LIMIT_EXCEEDED` (offsets of groups empty
-/// for 7 days expire and make room).
-pub const COMMITTED_OFFSETS_MAX: usize = 1_000_000;
+/// Memory the committed offsets of one broker may take, over all groups (counted by
+/// [`offsets::entry_bytes`]: names, metadata and a fixed cost per entry); a commit that would
+/// take more is refused with `LIMIT_EXCEEDED` (offsets of groups empty for 7 days expire and
+/// make room). About a million offsets with short metadata.
+pub const COMMITTED_OFFSETS_BYTES_MAX: usize = 256 << 20;
 /// Longest metadata string stored with a committed offset (Kafka's
 /// `offset.metadata.max.bytes`).
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
@@ -287,11 +288,14 @@ impl GroupCoordinator {
                 )
             })
             .collect();
-        let (new, stored) = self.offsets.growth(&req.group_id, &offsets);
-        if new > 0 && stored + new > COMMITTED_OFFSETS_MAX {
+        let (stored, growth) = self.offsets.growth(&req.group_id, &offsets);
+        if growth > 0 && stored.saturating_add(growth) > COMMITTED_OFFSETS_BYTES_MAX {
             return Err((
                 ErrorCode::LIMIT_EXCEEDED,
-                format!("this broker stores {stored} committed offsets; at most {COMMITTED_OFFSETS_MAX}"),
+                format!(
+                    "this broker's committed offsets take {stored} bytes; at most \
+                     {COMMITTED_OFFSETS_BYTES_MAX}"
+                ),
             ));
         }
         self.offsets

@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -67,6 +68,24 @@ struct GroupOffsets {
 pub struct OffsetStore {
     logs: Vec<PartitionLog>,
     groups: Mutex<HashMap<String, GroupOffsets>>,
+    /// Bytes the stored offsets take by [`entry_bytes`], kept with every change under the
+    /// `groups` lock, so that a commit's growth is checked without walking every group.
+    stored_bytes: std::sync::atomic::AtomicUsize,
+}
+
+/// The memory one committed offset is counted for: its names, its metadata and a fixed cost
+/// for the map entries.
+pub fn entry_bytes(group: &str, (topic, _): &Tp, committed: &Committed) -> usize {
+    const ENTRY_OVERHEAD_BYTES: usize = 96;
+    group.len() + topic.len() + committed.metadata.len() + ENTRY_OVERHEAD_BYTES
+}
+
+fn group_bytes(name: &str, group: &GroupOffsets) -> usize {
+    group
+        .offsets
+        .iter()
+        .map(|(tp, c)| entry_bytes(name, tp, c))
+        .sum()
 }
 
 fn now_ms() -> i64 {
@@ -98,9 +117,11 @@ impl OffsetStore {
             load(&log, &mut groups)?;
             logs.push(log);
         }
+        let stored: usize = groups.iter().map(|(n, g)| group_bytes(n, g)).sum();
         Ok(OffsetStore {
             logs,
             groups: Mutex::new(groups),
+            stored_bytes: stored.into(),
         })
     }
 
@@ -128,7 +149,13 @@ impl OffsetStore {
         let mut groups = self.groups.lock();
         let entry = groups.entry(group.to_string()).or_default();
         for (tp, c) in offsets {
-            entry.offsets.insert(tp.clone(), c.clone());
+            let added = entry_bytes(group, tp, c);
+            let removed = entry
+                .offsets
+                .insert(tp.clone(), c.clone())
+                .map_or(0, |old| entry_bytes(group, tp, &old));
+            self.stored_bytes.fetch_add(added, Ordering::Relaxed);
+            self.stored_bytes.fetch_sub(removed, Ordering::Relaxed);
         }
         entry.last_commit_ms = now_ms();
         Ok(())
@@ -149,7 +176,11 @@ impl OffsetStore {
         if !records.is_empty() {
             self.append(group, &records)?;
         }
-        self.groups.lock().remove(group);
+        let mut groups = self.groups.lock();
+        if let Some(removed) = groups.remove(group) {
+            self.stored_bytes
+                .fetch_sub(group_bytes(group, &removed), Ordering::Relaxed);
+        }
         Ok(keys.len())
     }
 
@@ -169,21 +200,20 @@ impl OffsetStore {
         Ok(())
     }
 
-    /// How many of `offsets` would be new entries (not replacing a stored one), and, when
-    /// there are any, how many entries are stored in all (counted only then: most commits
-    /// move offsets already stored).
+    /// The bytes stored offsets take now, and how many more they would take after `offsets`
+    /// were committed for `group` (0 when they would take fewer).
     pub fn growth(&self, group: &str, offsets: &[(Tp, Committed)]) -> (usize, usize) {
         let groups = self.groups.lock();
         let stored = groups.get(group);
-        let new = offsets
-            .iter()
-            .filter(|(tp, _)| stored.is_none_or(|g| !g.offsets.contains_key(tp)))
-            .count();
-        let total = match new {
-            0 => 0,
-            _ => groups.values().map(|g| g.offsets.len()).sum(),
-        };
-        (new, total)
+        let (mut added, mut removed) = (0usize, 0usize);
+        for (tp, c) in offsets {
+            added += entry_bytes(group, tp, c);
+            if let Some(old) = stored.and_then(|g| g.offsets.get(tp)) {
+                removed += entry_bytes(group, tp, old);
+            }
+        }
+        let now = self.stored_bytes.load(Ordering::Relaxed);
+        (now, added.saturating_sub(removed))
     }
 
     pub fn committed(&self, group: &str, tp: &Tp) -> Option<Committed> {

@@ -5,6 +5,7 @@
 //! in-process router in tests.
 
 mod durable_file;
+pub mod inbound;
 mod log_file;
 mod log_store;
 pub mod network;
@@ -244,6 +245,18 @@ impl MetaNode {
     }
 
     /// The address of group member `id`, from the current membership.
+    /// Every node of the group's membership (voters and learners).
+    pub fn members(&self) -> Vec<u64> {
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     pub fn member_addr(&self, id: u64) -> Option<String> {
         self.raft
             .metrics()
