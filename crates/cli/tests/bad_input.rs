@@ -277,3 +277,79 @@ fn now_ms() -> i64 {
         .unwrap()
         .as_millis() as i64
 }
+
+/// The internal offsets topic is reached through the group operations only: a plain client
+/// cannot delete it, grow it, produce to it or fetch from it. A produce with `timeout_ms` 0
+/// (proto3's "absent") waits the default time instead of timing out at once.
+#[test]
+fn internal_topics_are_refused_to_clients_and_a_zero_produce_timeout_is_the_default() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let mut good = GoodClient::new(&server.addr);
+    let c = &mut good.raw;
+    let internal = "__consumer_offsets".to_string();
+    let deleted = c.call(&m::DeleteTopicRequest {
+        name: internal.clone(),
+    });
+    assert_eq!(
+        deleted.error.map(|e| e.code),
+        Some(code(ErrorCode::INVALID_TOPIC))
+    );
+    let grown = c.call(&m::AlterPartitionsRequest {
+        name: internal.clone(),
+        partitions: 10,
+    });
+    assert_eq!(
+        grown.error.map(|e| e.code),
+        Some(code(ErrorCode::INVALID_TOPIC))
+    );
+    let batch = tinymq_protocol::batch::craft::CraftedBatch::honest(now_ms(), &[b"x"]).encode();
+    let produced = c.call(&m::ProduceRequest {
+        acks: 1,
+        timeout_ms: 1000,
+        partitions: vec![m::ProducePartition {
+            topic: internal.clone(),
+            partition: 0,
+            records: batch.clone(),
+        }],
+    });
+    let error = produced.partitions[0].error.clone().expect("refused");
+    assert_eq!(
+        error.code,
+        code(ErrorCode::INVALID_TOPIC),
+        "{}",
+        error.message
+    );
+    let fetched = c.call(&m::FetchRequest {
+        max_wait_ms: 0,
+        min_bytes: 1,
+        max_bytes: 1 << 20,
+        partitions: vec![m::FetchPartition {
+            topic: internal,
+            partition: 0,
+            offset: 0,
+            partition_bytes_max: 1 << 20,
+        }],
+    });
+    let error = fetched.partitions[0].error.clone().expect("refused");
+    assert_eq!(error.code, code(ErrorCode::INVALID_TOPIC));
+    // Every one of many produces with timeout_ms 0 is acknowledged, none timed out.
+    for _ in 0..50 {
+        let response = c.call(&m::ProduceRequest {
+            acks: 1,
+            timeout_ms: 0,
+            partitions: vec![m::ProducePartition {
+                topic: "good".into(),
+                partition: 0,
+                records: batch.clone(),
+            }],
+        });
+        assert!(
+            response.partitions[0].error.is_none(),
+            "{:?}",
+            response.partitions[0].error
+        );
+    }
+    good.produced = 50;
+    good.still_served();
+}
