@@ -38,8 +38,9 @@ pub struct BrokerConfig {
     /// it; one batch larger than what is left is still returned whole, so a consumer always
     /// progresses). Like Kafka's `fetch.max.bytes`.
     pub fetch_bytes_max: u32,
-    /// Record bytes all fetches of this broker hold at once, read and not yet written to
-    /// their peers; a fetch waits for room (its connection then reads no further requests).
+    /// Record bytes all fetches of this broker read at once (until their responses are
+    /// encoded); a fetch waits for room. Each connection also has at most one fetch response
+    /// not yet written to its peer.
     pub fetch_memory_bytes_max: u32,
 }
 

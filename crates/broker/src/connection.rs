@@ -28,7 +28,7 @@ impl tinymq_net::Service for BrokerFront {
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let state = self.0.clone();
         if frame.header.op_code() == OpCode::Fetch.code() {
-            return Box::pin(fetch(state, frame));
+            return Box::pin(fetch(state, frame, peer.large_response_gate.clone()));
         }
         if frame.header.op_code() != OpCode::Produce.code() {
             let node_id = peer.node_id;
@@ -60,23 +60,34 @@ impl tinymq_net::Service for BrokerFront {
     }
 }
 
-/// A fetch: its response keeps its reservation of the broker's fetch memory until it has
-/// been written to the peer.
-async fn fetch(state: Arc<BrokerState>, frame: Frame) -> Option<Response> {
+/// A fetch. Each connection has one fetch response at a time that is not yet written to its
+/// peer (the connection's large-response gate, held with the response), so a peer that reads
+/// slowly delays only its own fetches and holds at most one response's memory; the broker's
+/// fetch memory bounds the reads in progress across connections.
+async fn fetch(
+    state: Arc<BrokerState>,
+    frame: Frame,
+    gate: tinymq_net::LargeResponseGate,
+) -> Option<Response> {
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
-    let (response, reservation) = match decode::<m::FetchRequest>(frame.body) {
-        Ok(request) => handlers::fetch(state, request).await,
-        Err(error) => (
-            m::FetchResponse {
+    let (response, turn) = match decode::<m::FetchRequest>(frame.body) {
+        Ok(request) => {
+            let (response, reservation, turn) = handlers::fetch(state, request, Some(gate.0)).await;
+            let frame = encode_response(op, id, &response);
+            drop(reservation);
+            (frame, turn)
+        }
+        Err(error) => {
+            let response = m::FetchResponse {
                 error: Some(error),
                 partitions: vec![],
-            },
-            None,
-        ),
+            };
+            (encode_response(op, id, &response), None)
+        }
     };
     Some(Response {
-        frame: encode_response(op, id, &response),
-        held: reservation.map(|r| Box::new(r) as Box<dyn std::any::Any + Send>),
+        frame: response,
+        held: turn.map(|t| Box::new(t) as Box<dyn std::any::Any + Send>),
     })
 }
 
@@ -175,7 +186,7 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             ),
         )),
         // Answered by `fetch` above, whose response holds a memory reservation.
-        OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r).await.0),
+        OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r, None).await.0),
         OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| handlers::list_offsets(state, r)
             .await),
         OpCode::InitProducerId => {

@@ -367,19 +367,28 @@ fn fetch_budget(state: &BrokerState, req: &m::FetchRequest) -> usize {
 }
 
 /// Answers a fetch, with the reservation of the broker's fetch memory its records were read
-/// under (hold it until the response is written). The reservation is taken for each read (not
+/// under (hold it until the response is encoded). The reservation is taken for each read (not
 /// while a long poll waits) and covers the budget plus one whole batch, the most a read
 /// returns; it is cut to the bytes actually read.
+///
+/// `turn`, when given, is the connection's one-at-a-time permit for fetch responses (see
+/// `connection.rs`): taken before each read, given back while a long poll waits, and returned
+/// with the response to be held until it is written.
 pub async fn fetch(
     state: Arc<BrokerState>,
     req: m::FetchRequest,
-) -> (m::FetchResponse, Option<OwnedSemaphorePermit>) {
+    turn: Option<Arc<tokio::sync::Semaphore>>,
+) -> (
+    m::FetchResponse,
+    Option<OwnedSemaphorePermit>,
+    Option<OwnedSemaphorePermit>,
+) {
     let failed = |error| {
         let response = m::FetchResponse {
             error: Some(error),
             partitions: vec![],
         };
-        (response, None)
+        (response, None, None)
     };
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return failed(refusal);
@@ -404,6 +413,13 @@ pub async fn fetch(
                 w
             })
             .collect();
+        let my_turn = match &turn {
+            Some(gate) => match gate.clone().acquire_owned().await {
+                Ok(permit) => Some(permit),
+                Err(_) => return failed(ErrorCode::SHUTTING_DOWN.to_wire()),
+            },
+            None => None,
+        };
         let Ok(mut reservation) = state
             .fetch_memory
             .clone()
@@ -429,9 +445,9 @@ pub async fn fetch(
                 error: ok(),
                 partitions: results,
             };
-            return (response, Some(reservation));
+            return (response, Some(reservation), my_turn);
         }
-        drop(reservation);
+        drop((reservation, my_turn));
         wait_for_any(watches, deadline).await;
     }
 }

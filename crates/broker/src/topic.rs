@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tinymq_log::{FlushPolicy, LogConfig, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
+use tinymq_log::{FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
 use tinymq_meta::TopicRecord;
 use tinymq_protocol::{messages, ErrorCode};
 
@@ -15,6 +15,10 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
 /// Most copies of a partition.
 pub const REPLICATION_FACTOR_MAX: u32 = 7;
+/// Smallest `segment_bytes` a topic may set. Every segment holds three open files, so tiny
+/// segments would let one partition use up the broker's file descriptors (the log itself
+/// accepts 1 KiB, for tests).
+pub const TOPIC_SEGMENT_BYTES_MIN: u64 = 1 << 20;
 /// Largest `message_bytes_max` a topic may set: one batch must fit a frame.
 pub const TOPIC_MESSAGE_BYTES_MAX_LIMIT: u32 = 16 << 20;
 
@@ -173,9 +177,9 @@ impl TopicSettings {
                 "retention_ms and retention_bytes must be -1 or positive; segment_ms ≥ 0".into(),
             );
         }
-        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) {
+        if !(TOPIC_SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) {
             return invalid(format!(
-                "segment_bytes must be {SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}, got {}",
+                "segment_bytes must be {TOPIC_SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}, got {}",
                 self.segment_bytes
             ));
         }

@@ -253,9 +253,14 @@ async fn raft_rpc(
     request: m::RaftRpcRequest,
     sender: u64,
 ) -> Result<Vec<u8>, m::Error> {
-    use crate::raft::inbound::{check_append, check_snapshot, check_vote_request};
+    use crate::raft::inbound::{check_append, check_snapshot, check_vote_request, Parties};
     let raft = &node.raft;
     let members: Vec<u64> = node.members();
+    let parties = Parties {
+        sender,
+        me: node.id,
+        members: &members,
+    };
     let malformed = |e: serde_json::Error| ErrorCode::MALFORMED_BODY.with_message(e.to_string());
     let refused = |why: String| {
         tracing::warn!(sender, %why, "Raft RPC refused");
@@ -264,17 +269,20 @@ async fn raft_rpc(
     let reply = match request.kind {
         RPC_APPEND => {
             let rpc = serde_json::from_slice(&request.payload).map_err(malformed)?;
-            check_append(&rpc, sender, &members).map_err(refused)?;
+            check_append(&rpc, parties).map_err(refused)?;
             serde_json::to_vec(&raft.append_entries(rpc).await)
         }
         RPC_VOTE => {
             let rpc = serde_json::from_slice(&request.payload).map_err(malformed)?;
-            check_vote_request(&rpc, sender, &members).map_err(refused)?;
+            check_vote_request(&rpc, parties).map_err(refused)?;
             serde_json::to_vec(&raft.vote(rpc).await)
         }
         RPC_SNAPSHOT => {
             let rpc = serde_json::from_slice(&request.payload).map_err(malformed)?;
-            check_snapshot(&rpc, sender, &members).map_err(refused)?;
+            check_snapshot(&rpc, parties).map_err(refused)?;
+            node.snapshot_intake
+                .take(&rpc, sender, crate::raft::check_snapshot_data)
+                .map_err(refused)?;
             serde_json::to_vec(&raft.install_snapshot(rpc).await)
         }
         other => {

@@ -76,6 +76,7 @@ pub(crate) fn answer(
         role: role.unwrap_or(NodeRole::Client),
         node_id: request.node_id,
         client_id: request.client_id,
+        large_response_gate: crate::LargeResponseGate::new(),
     });
     (encode_response(op, id, &response), peer)
 }

@@ -109,7 +109,35 @@ pub struct Peer {
     /// The node id a broker or MetaServer peer gave (0 for clients).
     pub node_id: u64,
     pub client_id: String,
+    /// One permit per connection for a service's large responses (the broker's fetches): a
+    /// service takes it before building one and holds it (in [`Response::held`]) until the
+    /// response is written, so a peer that reads slowly holds up only its own.
+    pub large_response_gate: LargeResponseGate,
 }
+
+/// See [`Peer::large_response_gate`].
+#[derive(Debug, Clone)]
+pub struct LargeResponseGate(pub std::sync::Arc<tokio::sync::Semaphore>);
+
+impl LargeResponseGate {
+    pub fn new() -> LargeResponseGate {
+        LargeResponseGate(std::sync::Arc::new(tokio::sync::Semaphore::new(1)))
+    }
+}
+
+impl Default for LargeResponseGate {
+    fn default() -> LargeResponseGate {
+        LargeResponseGate::new()
+    }
+}
+
+impl PartialEq for LargeResponseGate {
+    fn eq(&self, other: &LargeResponseGate) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for LargeResponseGate {}
 
 /// An encoded response frame, and whatever must stay held until it has been written to the
 /// peer (e.g. the broker's reservation of fetch memory): a response that waits for a slow

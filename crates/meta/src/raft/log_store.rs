@@ -262,13 +262,31 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry<TypeConfig>>, StorageError<u64>> {
-        Ok(self
-            .shared
-            .live()
-            .entries
-            .range(range)
-            .map(|(_, e)| e.clone())
-            .collect())
+        use std::ops::Bound;
+        // `BTreeMap::range` panics on a range whose start is past its end; such a range
+        // (asked for after a peer's odd append) holds no entries.
+        let start = match range.start_bound() {
+            Bound::Included(&s) => Some(s),
+            Bound::Excluded(&s) => s.checked_add(1),
+            Bound::Unbounded => Some(0),
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.checked_add(1),
+            Bound::Excluded(&e) => Some(e),
+            Bound::Unbounded => None,
+        };
+        let Some(start) = start else {
+            return Ok(Vec::new());
+        };
+        if end.is_some_and(|end| end <= start) {
+            return Ok(Vec::new());
+        }
+        let live = self.shared.live();
+        let entries = match end {
+            Some(end) => live.entries.range(start..end),
+            None => live.entries.range(start..),
+        };
+        Ok(entries.map(|(_, e)| e.clone()).collect())
     }
 }
 

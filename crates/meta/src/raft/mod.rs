@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{Command, MetaError, MetadataImage, Reply};
 pub use log_store::LogStore;
-pub use state_machine::StateMachine;
+pub use state_machine::{check_snapshot_data, StateMachine};
 
 /// What a committed command produced on the state machine.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,6 +117,9 @@ pub struct MetaNode {
     pub raft: MetaRaft,
     image: Arc<std::sync::RwLock<MetadataImage>>,
     version: Arc<tokio::sync::watch::Sender<u64>>,
+    /// A copy of the snapshot being received from a peer, checked whole before its last chunk
+    /// reaches openraft.
+    pub(crate) snapshot_intake: inbound::SnapshotIntake,
 }
 
 impl MetaNode {
@@ -160,6 +163,7 @@ impl MetaNode {
             raft,
             image,
             version,
+            snapshot_intake: inbound::SnapshotIntake::default(),
         })
     }
 

@@ -30,6 +30,14 @@ struct Applied {
     image: MetadataImage,
 }
 
+/// Whether `data` is a snapshot this state machine can install (checked before a snapshot
+/// from a peer reaches openraft, which purges its log for it).
+pub fn check_snapshot_data(data: &[u8]) -> Result<(), String> {
+    serde_json::from_slice::<Applied>(data)
+        .map(drop)
+        .map_err(|e| format!("the snapshot is not a metadata image: {e}"))
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct StoredSnapshot {
     meta: SnapshotMeta<u64, BasicNode>,
