@@ -343,18 +343,10 @@ impl RecordBatch {
             let ts = self.max_timestamp();
             return Ok((ts >= timestamp_ms).then_some((self.base_offset(), ts)));
         }
-        let payload = &self.bytes[field::RECORDS..];
-        let decompressed;
-        let records_bytes: &[u8] = match self.compression() {
-            Compression::None => payload,
-            codec => {
-                decompressed = codec.decompress(payload, decompressed_bytes_max)?;
-                &decompressed
-            }
-        };
+        let records_bytes = self.records_section(decompressed_bytes_max)?;
         let mut cursor = 0;
         while cursor < records_bytes.len() {
-            let raw = record::parse_record(records_bytes, cursor)?;
+            let raw = record::parse_record(&records_bytes, cursor)?;
             let ts = self.base_timestamp().saturating_add(raw.timestamp_delta);
             if ts >= timestamp_ms {
                 let offset = self
@@ -365,6 +357,18 @@ impl RecordBatch {
             cursor = raw.end;
         }
         Ok(None)
+    }
+
+    /// The records section, decompressed (within `decompressed_bytes_max`) when compressed.
+    fn records_section(
+        &self,
+        decompressed_bytes_max: usize,
+    ) -> Result<std::borrow::Cow<'_, [u8]>, BatchError> {
+        let payload = &self.bytes[field::RECORDS..];
+        Ok(match self.compression() {
+            Compression::None => std::borrow::Cow::Borrowed(payload),
+            codec => std::borrow::Cow::Owned(codec.decompress(payload, decompressed_bytes_max)?),
+        })
     }
 
     /// Full validation: [`RecordBatch::verify`], keeping only whether it passed.
@@ -390,20 +394,12 @@ impl RecordBatch {
                 self.last_offset_delta()
             )));
         }
-        let payload = &self.bytes[field::RECORDS..];
-        let decompressed;
-        let records_bytes: &[u8] = match self.compression() {
-            Compression::None => payload,
-            codec => {
-                decompressed = codec.decompress(payload, decompressed_bytes_max)?;
-                &decompressed
-            }
-        };
+        let records_bytes = self.records_section(decompressed_bytes_max)?;
         let base_timestamp = self.base_timestamp();
         let (mut found, mut cursor) = (0i32, 0usize);
         let (mut timestamp_min, mut timestamp_max) = (i64::MAX, i64::MIN);
         while cursor < records_bytes.len() {
-            let raw = record::parse_record(records_bytes, cursor)?;
+            let raw = record::parse_record(&records_bytes, cursor)?;
             if raw.offset_delta != found {
                 return Err(BatchError::InvalidHeader(format!(
                     "record {found} has offset delta {} (expected {found})",
