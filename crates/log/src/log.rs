@@ -19,8 +19,8 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use tinymq_protocol::batch::{
-    batch_size, compute_crc, field, stamp_base_offset, stamp_partition_leader_epoch, BatchError,
-    BATCH_MAGIC,
+    batch_size, compute_crc, stamp_base_offset, stamp_partition_leader_epoch, BatchError,
+    BatchHeader, BATCH_HEADER_BYTES, BATCH_MAGIC,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -320,17 +320,20 @@ impl PartitionLog {
                     limit: u64::from(self.config.batch_bytes_max),
                 });
             }
-            // `batch_size` guarantees a whole header: `len` ≥ 61 bytes.
             let batch = &rest[..len];
-            if batch[field::MAGIC] as i8 != BATCH_MAGIC {
-                return Err(BatchError::BadMagic(batch[field::MAGIC] as i8).into());
+            // `batch_size` guarantees a whole header: `len` ≥ 61 bytes.
+            let header = BatchHeader::new(batch).ok_or(BatchError::Truncated {
+                needed: BATCH_HEADER_BYTES,
+                available: len,
+            })?;
+            if header.magic() != BATCH_MAGIC {
+                return Err(BatchError::BadMagic(header.magic()).into());
             }
-            let stored = be_u32(batch, field::CRC);
-            let computed = compute_crc(batch);
+            let (stored, computed) = (header.crc(), compute_crc(batch));
             if stored != computed {
                 return Err(BatchError::CrcMismatch { stored, computed }.into());
             }
-            let delta = be_u32(batch, field::LAST_OFFSET_DELTA) as i32;
+            let delta = header.last_offset_delta();
             let batch_offsets = u64::try_from(delta)
                 .map_err(|_| BatchError::Corrupt(format!("negative last offset delta {delta}")))?
                 + 1;
@@ -522,13 +525,6 @@ impl PartitionLog {
         self.state.write().closed = true;
         Ok(())
     }
-}
-
-/// Reads a big-endian `u32` at `at`; callers pass a whole batch header.
-fn be_u32(batch: &[u8], at: usize) -> u32 {
-    let mut bytes = [0u8; 4];
-    bytes.copy_from_slice(&batch[at..at + 4]);
-    u32::from_be_bytes(bytes)
 }
 
 /// Finds the segments in `dir`, removes stray files, and opens each segment: the active one

@@ -14,7 +14,9 @@
 use std::io;
 use std::path::Path;
 
-use tinymq_protocol::batch::{field, BatchError, Compression, BATCH_HEADER_BYTES, BATCH_MAGIC};
+use tinymq_protocol::batch::{
+    field, BatchError, BatchHeader, Compression, BATCH_HEADER_BYTES, BATCH_MAGIC,
+};
 
 use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
 use crate::segment::{
@@ -69,31 +71,34 @@ impl RecoveryReport {
 /// not depend on the batch lengths a file claims.
 const CRC_READ_CHUNK_BYTES: usize = 64 << 10;
 
-/// Checks what [`tinymq_protocol::batch::RecordBatch::parse`] checks (magic, header sanity, compression, CRC) without
-/// holding the whole batch in memory. The inner error says why the batch is not valid.
-fn verify_batch(file: &dyn StorageFile, meta: &BatchMeta) -> io::Result<Result<(), String>> {
-    let mut header = [0u8; BATCH_HEADER_BYTES];
-    file.read_exact_at(&mut header, meta.position)?;
-    let magic = header[field::MAGIC] as i8;
-    if magic != BATCH_MAGIC {
-        return Ok(Err(BatchError::BadMagic(magic).to_string()));
+/// Checks what [`tinymq_protocol::batch::RecordBatch::parse`] checks (magic, header sanity,
+/// compression, CRC) without holding the whole batch in memory: the CRC is computed over
+/// chunks read into `scratch`, reused from batch to batch. The inner error says why the batch
+/// is not valid.
+fn verify_batch(
+    file: &dyn StorageFile,
+    meta: &BatchMeta,
+    scratch: &mut Vec<u8>,
+) -> io::Result<Result<(), String>> {
+    let mut bytes = [0u8; BATCH_HEADER_BYTES];
+    file.read_exact_at(&mut bytes, meta.position)?;
+    let header = BatchHeader::of(&bytes);
+    if header.magic() != BATCH_MAGIC {
+        return Ok(Err(BatchError::BadMagic(header.magic()).to_string()));
     }
-    let attributes = i16::from_be_bytes([header[field::ATTRIBUTES], header[field::ATTRIBUTES + 1]]);
-    if let Err(e) = Compression::from_attributes(attributes) {
+    if let Err(e) = Compression::from_attributes(header.attributes()) {
         return Ok(Err(e.to_string()));
     }
-    let be_u32 = |at: usize| {
-        u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
-    let record_count = be_u32(field::RECORD_COUNT) as i32;
+    let record_count = header.record_count();
     if record_count < 0 {
         return Ok(Err(format!("negative record count {record_count}")));
     }
-    let stored = be_u32(field::CRC);
+    let stored = header.crc();
     let mut computed = 0;
     let mut position = meta.position + field::ATTRIBUTES as u64;
     let end = meta.end_position();
-    let mut chunk = vec![0u8; CRC_READ_CHUNK_BYTES];
+    scratch.resize(CRC_READ_CHUNK_BYTES, 0);
+    let chunk = scratch.as_mut_slice();
     while position < end {
         let n = usize::try_from(end - position).map_or(chunk.len(), |left| left.min(chunk.len()));
         file.read_exact_at(&mut chunk[..n], position)?;
@@ -145,6 +150,7 @@ fn scan_batches(
     batch_bytes_max: u64,
 ) -> io::Result<(u64, Option<String>)> {
     let file = segment.log_file.clone();
+    let mut scratch = Vec::new();
     let mut position = start;
     while position < end {
         let meta = match read_batch_meta(&*file, position, end)? {
@@ -155,7 +161,7 @@ fn scan_batches(
             return Ok((position, Some(reason)));
         }
         if check == Check::Full {
-            if let Err(reason) = verify_batch(&*file, &meta)? {
+            if let Err(reason) = verify_batch(&*file, &meta, &mut scratch)? {
                 return Ok((position, Some(reason)));
             }
         }

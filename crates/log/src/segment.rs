@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tinymq_protocol::batch::{field, BATCH_HEADER_BYTES, BATCH_LENGTH_PREFIX_BYTES};
+use tinymq_protocol::batch::{BatchHeader, BATCH_HEADER_BYTES, BATCH_LENGTH_PREFIX_BYTES};
 
 use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
 use crate::storage::{Storage, StorageFile};
@@ -48,18 +48,6 @@ pub(crate) struct BatchMeta {
     pub max_timestamp: i64,
 }
 
-fn be_i32(header: &[u8], at: usize) -> i32 {
-    let mut bytes = [0u8; 4];
-    bytes.copy_from_slice(&header[at..at + 4]);
-    i32::from_be_bytes(bytes)
-}
-
-fn be_i64(header: &[u8], at: usize) -> i64 {
-    let mut bytes = [0u8; 8];
-    bytes.copy_from_slice(&header[at..at + 8]);
-    i64::from_be_bytes(bytes)
-}
-
 impl BatchMeta {
     pub fn end_position(&self) -> u64 {
         self.position + self.size_bytes
@@ -73,14 +61,14 @@ impl BatchMeta {
     /// Reads the header fields of a batch at `position` from its first bytes. The error says
     /// why they cannot describe a batch: too short, a length below the header, a negative
     /// offset or delta, or offsets past `i64::MAX`.
-    pub fn from_header(position: u64, header: &[u8]) -> Result<BatchMeta, String> {
-        let Some(header) = header.get(..BATCH_HEADER_BYTES) else {
+    pub fn from_header(position: u64, bytes: &[u8]) -> Result<BatchMeta, String> {
+        let Some(header) = BatchHeader::new(bytes) else {
             return Err(format!(
                 "incomplete batch header: {} of {BATCH_HEADER_BYTES} bytes",
-                header.len()
+                bytes.len()
             ));
         };
-        let length = be_i32(header, field::BATCH_LENGTH);
+        let length = header.batch_length();
         let size_bytes = u64::try_from(length)
             .ok()
             .filter(|&l| l >= (BATCH_HEADER_BYTES - BATCH_LENGTH_PREFIX_BYTES) as u64)
@@ -89,8 +77,7 @@ impl BatchMeta {
         position
             .checked_add(size_bytes)
             .ok_or_else(|| format!("batch at position {position} ends past any file"))?;
-        let base_offset = be_i64(header, field::BASE_OFFSET);
-        let delta = be_i32(header, field::LAST_OFFSET_DELTA);
+        let (base_offset, delta) = (header.base_offset(), header.last_offset_delta());
         if base_offset < 0 || delta < 0 {
             return Err(format!(
                 "negative batch base offset {base_offset} or last offset delta {delta}"
@@ -107,7 +94,7 @@ impl BatchMeta {
             base_offset,
             size_bytes,
             last_offset,
-            max_timestamp: be_i64(header, field::MAX_TIMESTAMP),
+            max_timestamp: header.max_timestamp(),
         })
     }
 }

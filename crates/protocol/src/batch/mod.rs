@@ -118,6 +118,48 @@ pub enum BatchError {
     InvalidHeader(String),
 }
 
+/// The fixed header of a batch, read in place from raw bytes that have not been parsed (the
+/// log reads headers from segment files this way). Holds exactly [`BATCH_HEADER_BYTES`] bytes,
+/// so no accessor can run past them; nothing is checked beyond that.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchHeader<'a>(&'a [u8; BATCH_HEADER_BYTES]);
+
+impl<'a> BatchHeader<'a> {
+    /// The header at the front of `bytes`, or `None` when fewer than
+    /// [`BATCH_HEADER_BYTES`] bytes are there.
+    pub fn new(bytes: &'a [u8]) -> Option<BatchHeader<'a>> {
+        bytes.first_chunk().map(BatchHeader)
+    }
+    /// The header held in a header-sized array.
+    pub fn of(bytes: &'a [u8; BATCH_HEADER_BYTES]) -> BatchHeader<'a> {
+        BatchHeader(bytes)
+    }
+    pub fn base_offset(&self) -> i64 {
+        read_i64(self.0, field::BASE_OFFSET)
+    }
+    pub fn batch_length(&self) -> i32 {
+        read_i32(self.0, field::BATCH_LENGTH)
+    }
+    pub fn magic(&self) -> i8 {
+        self.0[field::MAGIC] as i8
+    }
+    pub fn crc(&self) -> u32 {
+        read_i32(self.0, field::CRC) as u32
+    }
+    pub fn attributes(&self) -> i16 {
+        read_i16(self.0, field::ATTRIBUTES)
+    }
+    pub fn last_offset_delta(&self) -> i32 {
+        read_i32(self.0, field::LAST_OFFSET_DELTA)
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        read_i64(self.0, field::MAX_TIMESTAMP)
+    }
+    pub fn record_count(&self) -> i32 {
+        read_i32(self.0, field::RECORD_COUNT)
+    }
+}
+
 fn read_i16(b: &[u8], at: usize) -> i16 {
     i16::from_be_bytes([b[at], b[at + 1]])
 }
