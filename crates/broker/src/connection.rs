@@ -70,24 +70,23 @@ async fn fetch(
     gate: tinymq_net::LargeResponseGate,
 ) -> Option<Response> {
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
-    let (response, turn) = match decode::<m::FetchRequest>(frame.body) {
-        Ok(request) => {
-            let (response, reservation, turn) = handlers::fetch(state, request, Some(gate.0)).await;
-            let frame = encode_response(op, id, &response);
-            drop(reservation);
-            (frame, turn)
-        }
+    let (response, hold) = match decode::<m::FetchRequest>(frame.body) {
+        Ok(request) => handlers::fetch(state, request, gate.0).await,
         Err(error) => {
             let response = m::FetchResponse {
                 error: Some(error),
                 partitions: vec![],
             };
-            (encode_response(op, id, &response), None)
+            (response, None)
         }
     };
+    let frame = encode_response(op, id, &response);
     Some(Response {
-        frame: response,
-        held: turn.map(|t| Box::new(t) as Box<dyn std::any::Any + Send>),
+        frame,
+        held: hold.map(|hold| {
+            drop(hold.memory);
+            Box::new(hold.turn) as Box<dyn std::any::Any + Send>
+        }),
     })
 }
 
@@ -143,7 +142,7 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             topic_handlers::alter_partitions(state, r).await
         }),
         // Admitted by `BrokerFront::admit`, which writes produce requests in the order received.
-        OpCode::Produce => unreachable!("produce never reaches dispatch"),
+        OpCode::Produce | OpCode::Fetch => unreachable!("admit serves produce and fetch itself"),
         OpCode::FindCoordinator => handle!(m::FindCoordinatorRequest, |r| {
             group_handlers::find_coordinator(state, r).await
         }),
@@ -185,8 +184,6 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
                 op.name()
             ),
         )),
-        // Answered by `fetch` above, whose response holds a memory reservation.
-        OpCode::Fetch => handle!(m::FetchRequest, |r| handlers::fetch(state, r, None).await.0),
         OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| handlers::list_offsets(state, r)
             .await),
         OpCode::InitProducerId => {

@@ -356,6 +356,14 @@ async fn wait_for_any(
     let _ = tokio::time::timeout_at(deadline, any).await;
 }
 
+/// What a fetch's answer holds: its share of the broker's fetch memory (release it once the
+/// response is encoded) and the connection's turn for fetch responses (hold it until the
+/// response is written).
+pub struct FetchHold {
+    pub memory: OwnedSemaphorePermit,
+    pub turn: OwnedSemaphorePermit,
+}
+
 /// The record bytes one fetch may return: its `max_bytes` (0 = the cap) within the broker's
 /// `fetch_bytes_max`.
 fn fetch_budget(state: &BrokerState, req: &m::FetchRequest) -> usize {
@@ -371,24 +379,20 @@ fn fetch_budget(state: &BrokerState, req: &m::FetchRequest) -> usize {
 /// while a long poll waits) and covers the budget plus one whole batch, the most a read
 /// returns; it is cut to the bytes actually read.
 ///
-/// `turn`, when given, is the connection's one-at-a-time permit for fetch responses (see
+/// `turns` is the connection's one-at-a-time permit for fetch responses (see
 /// `connection.rs`): taken before each read, given back while a long poll waits, and returned
-/// with the response to be held until it is written.
+/// in the [`FetchHold`], to be held until the response is written.
 pub async fn fetch(
     state: Arc<BrokerState>,
     req: m::FetchRequest,
-    turn: Option<Arc<tokio::sync::Semaphore>>,
-) -> (
-    m::FetchResponse,
-    Option<OwnedSemaphorePermit>,
-    Option<OwnedSemaphorePermit>,
-) {
+    turns: Arc<tokio::sync::Semaphore>,
+) -> (m::FetchResponse, Option<FetchHold>) {
     let failed = |error| {
         let response = m::FetchResponse {
             error: Some(error),
             partitions: vec![],
         };
-        (response, None, None)
+        (response, None)
     };
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return failed(refusal);
@@ -413,12 +417,8 @@ pub async fn fetch(
                 w
             })
             .collect();
-        let my_turn = match &turn {
-            Some(gate) => match gate.clone().acquire_owned().await {
-                Ok(permit) => Some(permit),
-                Err(_) => return failed(ErrorCode::SHUTTING_DOWN.to_wire()),
-            },
-            None => None,
+        let Ok(turn) = turns.clone().acquire_owned().await else {
+            return failed(ErrorCode::SHUTTING_DOWN.to_wire());
         };
         let Ok(mut reservation) = state
             .fetch_memory
@@ -445,9 +445,13 @@ pub async fn fetch(
                 error: ok(),
                 partitions: results,
             };
-            return (response, Some(reservation), my_turn);
+            let hold = FetchHold {
+                memory: reservation,
+                turn,
+            };
+            return (response, Some(hold));
         }
-        drop((reservation, my_turn));
+        drop((reservation, turn));
         wait_for_any(watches, deadline).await;
     }
 }
