@@ -1,6 +1,5 @@
 //! Replacing a small file so that a crash leaves either the old or the new contents whole:
-//! write a temporary file, fsync it, rename it over the target, fsync the directory. And
-//! removing one so that it stays removed.
+//! write a temporary file, fsync it, rename it over the target, fsync the directory.
 
 use std::io::Write;
 use std::path::Path;
@@ -13,20 +12,6 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     file.write_all(bytes)?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Removes `path` (if it is there) and fsyncs its directory, so the removal survives a crash.
-pub fn remove_durably(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    }
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())

@@ -89,7 +89,22 @@ pub struct PendingAppend {
 struct ProducerStateSnapshot {
     /// The log end offset the table covers.
     offset: i64,
+    /// The CRC of the batch that ended at `offset`: the snapshot is used only while the log
+    /// still holds that very batch there (recovery may have cut below it and new batches
+    /// filled the same offsets since). `None` for an empty log, or a snapshot from before.
+    #[serde(default)]
+    last_batch_crc: Option<u32>,
     table: ProducerStateTable,
+}
+
+/// The CRC of the batch of `log` that ends right before `offset`, if there is one.
+fn crc_of_batch_ending_at(log: &PartitionLog, offset: i64) -> Option<u32> {
+    let last = offset
+        .checked_sub(1)
+        .filter(|&o| o >= log.log_start_offset())?;
+    let read = log.read(last, 1, None).ok()?;
+    let batch = BatchIter::new(read.records).next()?.ok()?;
+    (batch.next_offset() == offset).then(|| batch.crc())
 }
 
 #[derive(Debug)]
@@ -214,8 +229,10 @@ impl Partition {
     /// Flushes everything and saves the producer state, so the next open need not rescan.
     pub fn close(&self) -> Result<(), LogError> {
         self.log.close()?;
+        let offset = self.log.log_end_offset();
         let snapshot = ProducerStateSnapshot {
-            offset: self.log.log_end_offset(),
+            offset,
+            last_batch_crc: crc_of_batch_ending_at(&self.log, offset),
             table: self.producers.lock().clone(),
         };
         if let Err(e) = save_snapshot(&self.dir, &snapshot) {
@@ -380,16 +397,18 @@ fn identity_of(batch: &RecordBatch) -> BatchIdentity {
 /// the batch headers written after it.
 fn rebuild_producer_state(log: &PartitionLog, dir: &Path) -> Result<ProducerStateTable, LogError> {
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
+    // The snapshot describes the log as of the last clean close; it is used only if the log
+    // still holds, at its offset, the batch it was taken after.
     let (mut table, mut offset) = match load_snapshot(dir) {
-        Some(s) if s.offset <= end => (s.table, s.offset.max(start)),
+        Some(s)
+            if s.offset <= end
+                && (s.last_batch_crc.is_none()
+                    || crc_of_batch_ending_at(log, s.offset) == s.last_batch_crc) =>
+        {
+            (s.table, s.offset.max(start))
+        }
         _ => (ProducerStateTable::default(), start),
     };
-    // The snapshot describes the log as of the last clean close. Once read it is removed: if
-    // recovery later cut the log below it and new writes passed it again, a crash must not
-    // bring the old table back (the next clean close writes a new one).
-    if let Err(e) = crate::durable_file::remove_durably(&dir.join(PRODUCER_STATE_FILE)) {
-        tracing::warn!(dir = %dir.display(), error = %e, "could not remove the producer state snapshot");
-    }
     let now = now_ms();
     while offset < end {
         let read = log.read(offset, REBUILD_READ_BYTES, None)?;
@@ -456,4 +475,61 @@ fn save_snapshot(dir: &Path, snapshot: &ProducerStateSnapshot) -> std::io::Resul
     let mut bytes = format!("{:08x}\n", crc32c::crc32c(&json)).into_bytes();
     bytes.extend_from_slice(&json);
     crate::durable_file::write_atomically(&dir.join(PRODUCER_STATE_FILE), &bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tinymq_protocol::batch::craft::CraftedBatch;
+
+    fn batch(value: &str, producer: (i64, i16, i32)) -> Bytes {
+        let mut b = CraftedBatch::honest(now_ms(), &[value.as_bytes()]);
+        (b.producer_id, b.producer_epoch, b.base_sequence) = producer;
+        b.encode()
+    }
+
+    fn write(p: &Partition, records: Bytes) -> Result<i64, PartitionError> {
+        let context = ProduceContext {
+            leader_epoch: 1,
+            producer_id_end: 100,
+            now_ms: now_ms(),
+        };
+        let pending = p.write(records, 1 << 20, context)?;
+        p.finish(pending)
+    }
+
+    /// A producer-state snapshot taken before the log was cut and written again up to the same
+    /// offset is not reused: a retry of a batch that is gone is not answered as a duplicate.
+    #[test]
+    fn a_snapshot_of_a_log_that_changed_below_it_is_not_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let settings = TopicSettings::default();
+        let p = Partition::open(tmp.path(), "t", 0, &settings).unwrap();
+        for seq in 0..3 {
+            assert_eq!(
+                write(&p, batch("old", (5, 0, seq))).unwrap(),
+                i64::from(seq)
+            );
+        }
+        p.close().unwrap();
+        drop(p);
+        let p = Partition::open(tmp.path(), "t", 0, &settings).unwrap();
+        assert_eq!(
+            write(&p, batch("old", (5, 0, 2))).unwrap(),
+            2,
+            "the snapshot answers a retry with its original offset"
+        );
+        p.log.truncate_to(1).unwrap();
+        assert_eq!(write(&p, batch("new", (-1, -1, -1))).unwrap(), 1);
+        assert_eq!(write(&p, batch("new", (-1, -1, -1))).unwrap(), 2);
+        drop(p); // a crash: no new snapshot
+        let p = Partition::open(tmp.path(), "t", 0, &settings).unwrap();
+        let retry = write(&p, batch("old", (5, 0, 2))).unwrap_err();
+        assert_eq!(
+            retry.code,
+            ErrorCode::OUT_OF_ORDER_SEQUENCE,
+            "{}",
+            retry.message
+        );
+    }
 }
