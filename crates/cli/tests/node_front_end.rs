@@ -267,41 +267,46 @@ fn raft_rpcs_with_absurd_or_forged_fields_are_refused_and_the_node_survives() {
         kind,
         payload: payload.into_bytes().into(),
     };
+    let invalid = ErrorCode::INVALID_REQUEST;
+    let malformed = ErrorCode::MALFORMED_BODY;
     let cases = [
         (
             "a term near u64::MAX",
             rpc(2, vote(u64::MAX - 1, 1)),
-            ErrorCode::INVALID_REQUEST,
+            invalid,
+            "is over",
         ),
         (
             "the largest term",
             rpc(2, vote(u64::MAX, 1)),
-            ErrorCode::INVALID_REQUEST,
+            invalid,
+            "is over",
         ),
         (
             "another node's vote",
             rpc(2, vote(3, 9)),
-            ErrorCode::INVALID_REQUEST,
+            invalid,
+            "identified as node 1",
         ),
         (
-            "garbage",
-            rpc(2, "garbage".into()),
-            ErrorCode::MALFORMED_BODY,
+            "the node's own vote",
+            rpc(2, vote(3, 1)),
+            invalid,
+            "to itself",
         ),
-        (
-            "an empty append",
-            rpc(1, String::new()),
-            ErrorCode::MALFORMED_BODY,
-        ),
+        ("garbage", rpc(2, "garbage".into()), malformed, ""),
+        ("an empty append", rpc(1, String::new()), malformed, ""),
         (
             "an unknown kind",
             rpc(77, "{}".into()),
-            ErrorCode::INVALID_REQUEST,
+            invalid,
+            "unknown Raft RPC kind",
         ),
     ];
-    for (case, request, expected) in cases {
+    for (case, request, expected, why) in cases {
         let (code_got, message) = error_of(peer.call(&request).error);
         assert_eq!(code_got, code(expected), "{case}: {message}");
+        assert!(message.contains(why), "{case}: {message}");
     }
     std::thread::sleep(Duration::from_millis(500));
     assert!(

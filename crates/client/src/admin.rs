@@ -141,7 +141,7 @@ impl Admin {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
-        let outcome = retrying(
+        retrying(
             operation,
             self.cluster.config.api_timeout,
             admin_retriable,
@@ -156,8 +156,7 @@ impl Admin {
                 }
             },
         )
-        .await;
-        outcome
+        .await
     }
 
     /// Settings, placement and offsets of a topic. Placement comes from any broker; each

@@ -73,17 +73,22 @@ impl MetaLink {
         loop {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let attempt = self.write_once(&command, left.min(REQUEST_TIMEOUT)).await;
-            let retry = match &attempt {
-                Err(Attempt::NotSent(_)) => true,
-                Err(Attempt::Done(LinkError::Server(e))) => {
+            let error = match attempt {
+                Ok(reply) => return Ok(reply),
+                Err(e) => e,
+            };
+            let retry = match &error {
+                Attempt::NotSent(_) => true,
+                Attempt::Done(LinkError::Server(e)) => {
                     e.code == u32::from(ErrorCode::NOT_LEADER.code())
                 }
-                _ => false,
+                Attempt::Done(_) => false,
             };
+            let error = error.into_link_error();
             if !retry || tokio::time::Instant::now() + backoff > deadline {
-                return attempt.map_err(Attempt::into_link_error);
+                return Err(error);
             }
-            tracing::debug!(error = %attempt.err().map(Attempt::into_link_error).map(|e| e.to_string()).unwrap_or_default(), "MetaServer write not applied yet; retrying");
+            tracing::debug!(%error, "MetaServer write not applied yet; retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(WRITE_RETRY_BACKOFF_MAX);
         }

@@ -39,9 +39,6 @@ fn check_vote(vote: &Vote<u64>, parties: Parties<'_>) -> Result<(), Refusal> {
         members,
     } = parties;
     let leader = &vote.leader_id;
-    if sender == me {
-        return Err(format!("node {me} does not send Raft RPCs to itself"));
-    }
     if leader.term > RAFT_TERM_MAX {
         return Err(format!("term {} is over {RAFT_TERM_MAX}", leader.term));
     }
@@ -50,6 +47,9 @@ fn check_vote(vote: &Vote<u64>, parties: Parties<'_>) -> Result<(), Refusal> {
             "the vote names node {} but this connection identified as node {sender}",
             leader.node_id
         ));
+    }
+    if sender == me {
+        return Err(format!("node {me} does not send Raft RPCs to itself"));
     }
     // A node not yet initialized knows no members: it must hear from the group to join it.
     if !members.is_empty() && !members.contains(&sender) {

@@ -321,6 +321,29 @@ async fn snapshots_and_purges_keep_the_log_file_small_and_a_restart_recovers_eve
     node.shutdown().await;
 }
 
+/// Starts node `id` again from `dir`, puts it on the router, and waits (bounded) until its
+/// image is `image`; the caller asserts it is.
+async fn rejoin(
+    router: &Router,
+    id: u64,
+    dir: &std::path::Path,
+    config: openraft::Config,
+    image: &crate::MetadataImage,
+) -> MetaNode {
+    let node = MetaNode::start_with(id, dir, router.clone(), config)
+        .await
+        .unwrap();
+    router.nodes.lock().unwrap().insert(id, node.raft.clone());
+    for _ in 0..200 {
+        if node.image() == *image {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(node.image(), *image);
+    node
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_restarted_after_the_log_it_missed_was_purged_installs_a_snapshot_and_keeps_it() {
     let config = || openraft::Config {
@@ -356,21 +379,7 @@ async fn a_node_restarted_after_the_log_it_missed_was_purged_installs_a_snapshot
 
     // Restarted, it can only catch up from a snapshot, and its log file then starts after it.
     let dir = tmp.path().join(format!("meta-{down}"));
-    let restarted = MetaNode::start_with(down, &dir, router.clone(), config())
-        .await
-        .unwrap();
-    router
-        .nodes
-        .lock()
-        .unwrap()
-        .insert(down, restarted.raft.clone());
-    for _ in 0..200 {
-        if restarted.image().next_producer_id == image.next_producer_id {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(restarted.image(), image);
+    let restarted = rejoin(&router, down, &dir, config(), &image).await;
     let purged = restarted.raft.metrics().borrow().purged;
     assert!(
         purged.is_some(),
@@ -381,21 +390,7 @@ async fn a_node_restarted_after_the_log_it_missed_was_purged_installs_a_snapshot
     router.nodes.lock().unwrap().remove(&down);
 
     // And a second restart replays that file and the installed snapshot to the same image.
-    let again = MetaNode::start_with(down, &dir, router.clone(), config())
-        .await
-        .unwrap();
-    router
-        .nodes
-        .lock()
-        .unwrap()
-        .insert(down, again.raft.clone());
-    for _ in 0..200 {
-        if again.image() == image {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    assert_eq!(again.image(), image);
+    let again = rejoin(&router, down, &dir, config(), &image).await;
     for node in rest {
         node.shutdown().await;
     }
