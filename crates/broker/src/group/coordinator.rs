@@ -4,8 +4,13 @@
 //! - A member joins with its topics and gets an id; any change of membership, subscriptions or
 //!   partition counts recomputes the target assignment and bumps the generation.
 //! - A member heartbeats with the partitions it owns; the answer is its target assignment
-//!   minus partitions another member still reports owning. So a partition changes hands only
-//!   after the old owner released it (its next heartbeat) or its session expired.
+//!   minus partitions another member still owns. So a partition changes hands only after the
+//!   old owner released it (its next heartbeat, sent after committing what it delivered) or
+//!   its session expired. What a member is granted counts as owned from the moment it is
+//!   granted, before the member reports it: otherwise a member joining right after another
+//!   would be granted the same partitions and both would deliver them.
+//! - While partitions move to or from a member it is told to heartbeat again soon
+//!   ([`Grant::moving`]), so a rebalance takes about one normal heartbeat interval.
 //! - Each member remembers the generation it was last told; a commit from an older generation,
 //!   or from a member no longer in the group, is refused.
 
@@ -23,6 +28,17 @@ pub const SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(300);
 pub const GROUP_MEMBERS_MAX: usize = 1000;
 
 pub type GroupError = (ErrorCode, String);
+
+/// A member's answer to a join or heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub generation: u32,
+    /// What the member may own now: keep these, release the others.
+    pub partitions: BTreeSet<Tp>,
+    /// Whether partitions are moving to or from this member (it owns other than its grant,
+    /// or its grant is short of its target): it should heartbeat again soon.
+    pub moving: bool,
+}
 
 #[derive(Debug, Clone)]
 pub struct Member {
@@ -152,7 +168,7 @@ impl Group {
         session_timeout: Duration,
         now: Instant,
         count: &dyn Fn(&str) -> Option<u32>,
-    ) -> Result<(String, u32, BTreeSet<Tp>), GroupError> {
+    ) -> Result<(String, Grant), GroupError> {
         if !(SESSION_TIMEOUT_MIN..=SESSION_TIMEOUT_MAX).contains(&session_timeout) {
             return Err((
                 ErrorCode::INVALID_REQUEST,
@@ -197,10 +213,25 @@ impl Group {
         );
         let counts = self.counts(count);
         self.rebalance(&counts);
-        let grant = self.grant(&id);
-        let member = self.members.get_mut(&id).expect("inserted");
-        member.generation = self.generation;
-        Ok((id, self.generation, grant))
+        let grant = self.hand_out(&id);
+        Ok((id, grant))
+    }
+
+    /// Answers `member` (present) with its grant, which counts as owned from now on, and
+    /// records the generation it was told.
+    fn hand_out(&mut self, member_id: &str) -> Grant {
+        let partitions = self.grant(member_id);
+        let target_len = self.target.get(member_id).map_or(0, BTreeSet::len);
+        let generation = self.generation;
+        let member = self.members.get_mut(member_id).expect("present");
+        let moving = member.owned != partitions || partitions.len() < target_len;
+        member.owned.extend(partitions.iter().cloned());
+        member.generation = generation;
+        Grant {
+            generation,
+            partitions,
+            moving,
+        }
     }
 
     pub fn heartbeat(
@@ -209,7 +240,7 @@ impl Group {
         owned: BTreeSet<Tp>,
         now: Instant,
         count: &dyn Fn(&str) -> Option<u32>,
-    ) -> Result<(u32, BTreeSet<Tp>), GroupError> {
+    ) -> Result<Grant, GroupError> {
         self.expire(now, count);
         let Some(member) = self.members.get_mut(member_id) else {
             return Err((
@@ -223,10 +254,7 @@ impl Group {
         if counts != self.partitions {
             self.rebalance(&counts);
         }
-        let grant = self.grant(member_id);
-        let member = self.members.get_mut(member_id).expect("present");
-        member.generation = self.generation;
-        Ok((self.generation, grant))
+        Ok(self.hand_out(member_id))
     }
 
     pub fn leave(
@@ -243,6 +271,13 @@ impl Group {
         let counts = self.counts(count);
         self.rebalance(&counts);
         Ok(())
+    }
+
+    /// The session timeout `member_id` asked for (zero for an unknown member).
+    pub fn session_timeout(&self, member_id: &str) -> Duration {
+        self.members
+            .get(member_id)
+            .map_or(Duration::ZERO, |m| m.session_timeout)
     }
 
     /// Whether `member_id` at `generation` may commit.
@@ -294,44 +329,77 @@ mod tests {
     fn partitions_change_hands_only_after_release() {
         let now = Instant::now();
         let mut g = Group::new(Strategy::Sticky);
-        let (a, gen1, grant_a) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        let (a, first) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        let grant_a = first.partitions;
         assert_eq!(grant_a.len(), 6);
-        g.heartbeat(&a, grant_a.clone(), now, &six).unwrap();
-        let (b, gen2, grant_b) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
-        assert!(gen2 > gen1);
-        assert!(grant_b.is_empty(), "a still owns everything");
-        let (_, keep_a) = g.heartbeat(&a, grant_a, now, &six).unwrap();
-        assert_eq!(keep_a.len(), 3, "a is told to release three");
-        let (_, still_b) = g.heartbeat(&b, BTreeSet::new(), now, &six).unwrap();
-        assert!(still_b.is_empty(), "a has not released yet");
-        g.heartbeat(&a, keep_a.clone(), now, &six).unwrap();
-        let (_, now_b) = g.heartbeat(&b, BTreeSet::new(), now, &six).unwrap();
+        assert!(first.moving, "a has yet to report what it took");
+        assert!(!g.heartbeat(&a, grant_a.clone(), now, &six).unwrap().moving);
+        let (b, second) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        assert!(second.generation > first.generation);
+        assert!(second.partitions.is_empty(), "a still owns everything");
+        assert!(second.moving, "b waits for three partitions");
+        let keep_a = g.heartbeat(&a, grant_a, now, &six).unwrap();
+        assert_eq!(keep_a.partitions.len(), 3, "a is told to release three");
+        assert!(keep_a.moving);
+        let keep_a = keep_a.partitions;
+        let still_b = g.heartbeat(&b, BTreeSet::new(), now, &six).unwrap();
+        assert!(still_b.partitions.is_empty(), "a has not released yet");
+        assert!(!g.heartbeat(&a, keep_a.clone(), now, &six).unwrap().moving);
+        let now_b = g
+            .heartbeat(&b, BTreeSet::new(), now, &six)
+            .unwrap()
+            .partitions;
         assert_eq!(now_b.len(), 3);
         assert!(now_b.is_disjoint(&keep_a));
-        g.heartbeat(&b, now_b, now, &six).unwrap();
+        assert!(!g.heartbeat(&b, now_b, now, &six).unwrap().moving);
         assert_eq!(g.state(), "stable");
+    }
+
+    #[test]
+    fn a_grant_counts_as_owned_before_the_member_reports_it() {
+        let now = Instant::now();
+        let mut g = Group::new(Strategy::Sticky);
+        let (_a, first) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        assert_eq!(first.partitions.len(), 6);
+        // b joins before a's first heartbeat: nothing a was granted goes to b as well.
+        let (b, second) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        assert!(second.partitions.is_empty());
+        assert!(g
+            .heartbeat(&b, BTreeSet::new(), now, &six)
+            .unwrap()
+            .partitions
+            .is_empty());
     }
 
     #[test]
     fn expired_members_are_removed_and_their_partitions_move() {
         let start = Instant::now();
         let mut g = Group::new(Strategy::Range);
-        let (a, _, ga) = g.join("", "c", topics(), SESSION, start, &six).unwrap();
-        g.heartbeat(&a, ga, start, &six).unwrap();
-        let (b, _, _) = g.join("", "c", topics(), SESSION, start, &six).unwrap();
-        let (_, ka) = g.heartbeat(&a, g.target[&a].clone(), start, &six).unwrap();
-        let (_, gb) = g.heartbeat(&b, BTreeSet::new(), start, &six).unwrap();
+        let (a, ga) = g.join("", "c", topics(), SESSION, start, &six).unwrap();
+        g.heartbeat(&a, ga.partitions, start, &six).unwrap();
+        let (b, _) = g.join("", "c", topics(), SESSION, start, &six).unwrap();
+        let ka = g
+            .heartbeat(&a, g.target[&a].clone(), start, &six)
+            .unwrap()
+            .partitions;
+        let gb = g
+            .heartbeat(&b, BTreeSet::new(), start, &six)
+            .unwrap()
+            .partitions;
         let mid = start + SESSION / 2;
         g.heartbeat(&b, gb, mid, &six).unwrap();
         assert_eq!(ka.len(), 3);
         // a stops heartbeating; after its session b gets everything.
         let later = start + SESSION + Duration::from_millis(1);
-        let (_, all) = g.heartbeat(&b, g.target[&b].clone(), later, &six).unwrap();
+        let all = g
+            .heartbeat(&b, g.target[&b].clone(), later, &six)
+            .unwrap()
+            .partitions;
         assert!(!g.members.contains_key(&a));
-        let (_, all) = if all.len() < 6 {
-            g.heartbeat(&b, all, later, &six).unwrap()
+        let all = if all.len() < 6 {
+            g.heartbeat(&b, all, later, &six).unwrap().partitions
         } else {
-            (0, all)
+            all
         };
         assert_eq!(all.len(), 6);
         assert_eq!(
@@ -344,12 +412,16 @@ mod tests {
     fn stale_generations_and_departed_members_cannot_commit() {
         let now = Instant::now();
         let mut g = Group::new(Strategy::Sticky);
-        let (a, gen_a, _) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        let (a, first) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        let gen_a = first.generation;
         assert!(g.check_commit(&a, gen_a).is_ok());
-        let (_b, _, _) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        let (_b, _) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
         // a has not heard of the new generation yet: its commits still count.
         assert!(g.check_commit(&a, gen_a).is_ok());
-        let (gen_a2, _) = g.heartbeat(&a, BTreeSet::new(), now, &six).unwrap();
+        let gen_a2 = g
+            .heartbeat(&a, BTreeSet::new(), now, &six)
+            .unwrap()
+            .generation;
         assert!(gen_a2 > gen_a);
         assert_eq!(
             g.check_commit(&a, gen_a).unwrap_err().0,
@@ -370,10 +442,10 @@ mod tests {
     fn new_partitions_are_assigned_on_the_next_heartbeat() {
         let now = Instant::now();
         let mut g = Group::new(Strategy::Sticky);
-        let (a, gen1, grant) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        let (a, first) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
         let eight = |t: &str| (t == "t").then_some(8);
-        let (gen2, grant2) = g.heartbeat(&a, grant, now, &eight).unwrap();
-        assert!(gen2 > gen1);
-        assert_eq!(grant2.len(), 8);
+        let second = g.heartbeat(&a, first.partitions, now, &eight).unwrap();
+        assert!(second.generation > first.generation);
+        assert_eq!(second.partitions.len(), 8);
     }
 }

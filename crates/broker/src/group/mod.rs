@@ -21,8 +21,22 @@ use offsets::{Committed, OffsetStore};
 pub const GROUP_ID_BYTES_MAX: usize = 249;
 /// Offsets of a group without members are deleted this long after its last commit.
 pub const OFFSETS_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-/// Members are asked to heartbeat this often relative to their session timeout.
+/// Members are asked to heartbeat this often relative to their session timeout...
 const HEARTBEATS_PER_SESSION: u32 = 3;
+/// ...but at least this often, because a member learns that it must release partitions only
+/// from a heartbeat: this bounds how long a rebalance takes.
+pub const HEARTBEAT_INTERVAL_MAX: Duration = Duration::from_millis(500);
+/// How soon a member whose partitions are moving is asked to heartbeat again.
+pub const HEARTBEAT_INTERVAL_MOVING: Duration = Duration::from_millis(100);
+
+fn heartbeat_interval_ms(session: Duration, moving: bool) -> u32 {
+    let interval = if moving {
+        HEARTBEAT_INTERVAL_MOVING
+    } else {
+        (session / HEARTBEATS_PER_SESSION).min(HEARTBEAT_INTERVAL_MAX)
+    };
+    interval.as_millis() as u32
+}
 /// Groups with members one broker coordinates at most; a join that would start another is
 /// refused with `LIMIT_EXCEEDED`. (A group without members takes no memory here: it is
 /// dropped, and only its committed offsets stay.)
@@ -189,7 +203,7 @@ impl GroupCoordinator {
             .entry(req.group_id.clone())
             .or_insert_with(|| Group::new(strategy));
         let topics = req.topics.iter().cloned().collect();
-        let (member_id, generation, grant) = group.join(
+        let (member_id, grant) = group.join(
             &req.member_id,
             &req.client_id,
             topics,
@@ -197,13 +211,13 @@ impl GroupCoordinator {
             Instant::now(),
             count,
         )?;
-        tracing::info!(group = %req.group_id, member = %member_id, generation, "member joined");
+        tracing::info!(group = %req.group_id, member = %member_id, generation = grant.generation, "member joined");
         Ok(m::JoinGroupResponse {
             error: None,
             member_id,
-            generation,
-            assignment: to_wire(&grant),
-            heartbeat_interval_ms: (session / HEARTBEATS_PER_SESSION).as_millis() as u32,
+            generation: grant.generation,
+            assignment: to_wire(&grant.partitions),
+            heartbeat_interval_ms: heartbeat_interval_ms(session, grant.moving),
         })
     }
 
@@ -219,12 +233,14 @@ impl GroupCoordinator {
                 format!("group {} has no members; join again", req.group_id),
             )
         })?;
-        let (generation, grant) =
+        let grant =
             group.heartbeat(&req.member_id, from_wire(&req.owned), Instant::now(), count)?;
+        let session = group.session_timeout(&req.member_id);
         Ok(m::HeartbeatResponse {
             error: None,
-            generation,
-            assignment: to_wire(&grant),
+            generation: grant.generation,
+            assignment: to_wire(&grant.partitions),
+            heartbeat_interval_ms: heartbeat_interval_ms(session, grant.moving),
         })
     }
 
