@@ -37,6 +37,8 @@ async fn assigned_consumer(
     let mut c = ConsumerConfig::new(&config.bootstrap);
     c.start_from = start_from;
     c.max_wait = POLL_WAIT;
+    // Counting a record is all the processing here: take each fetch whole.
+    c.max_poll_records = usize::MAX;
     let mut consumer = Consumer::new(c)?;
     consumer.assign(&config.topic, Some(mine)).await?;
     // Resolves the start positions now, before any producer starts.

@@ -2,6 +2,12 @@
 //! assignment the coordinator hands out, and commit offsets under the current generation.
 //! Driven from `Consumer::poll`, so a consumer that stops polling stops heartbeating and,
 //! after its session timeout, loses its partitions to the others.
+//!
+//! The coordinator says how soon to heartbeat again: at the normal interval when nothing is
+//! moving, and within ~100 ms while the member waits for partitions or must release some, so
+//! a rebalance settles in about one normal interval. A member that cannot reach its
+//! coordinator keeps reading what it owns until its own session would have expired, then
+//! drops everything (another member may own it by now) and joins again.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -12,6 +18,7 @@ use tinymq_protocol::{messages as m, ErrorCode};
 use crate::cluster::Cluster;
 use crate::connection::Connection;
 use crate::error::{check, ClientError};
+use crate::retry::{RETRY_BACKOFF, RETRY_BACKOFF_MAX};
 
 pub type Tp = (String, u32);
 
@@ -54,6 +61,12 @@ pub(crate) struct Membership {
     heartbeat_interval: Duration,
     next_heartbeat: Instant,
     coordinator: Option<Arc<Connection>>,
+    /// When the coordinator last accepted a join or heartbeat from this member.
+    last_heard: Instant,
+    /// Pause before the next attempt after a failed join or heartbeat; doubles per failure.
+    retry_backoff: Duration,
+    /// Whether the current run of failures was already logged.
+    warned: bool,
 }
 
 impl Membership {
@@ -66,7 +79,40 @@ impl Membership {
             heartbeat_interval: Duration::from_secs(1),
             next_heartbeat: Instant::now(),
             coordinator: None,
+            last_heard: Instant::now(),
+            retry_backoff: RETRY_BACKOFF,
+            warned: false,
         }
+    }
+
+    /// Whether the coordinator has not heard from this member for a whole session: it has
+    /// dropped the member by now, and its partitions may belong to another.
+    pub fn session_lost(&self, session: Duration) -> bool {
+        self.joined() && self.last_heard.elapsed() >= session
+    }
+
+    /// Sends the next heartbeat at the next poll (to report a release at once).
+    pub fn heartbeat_now(&mut self) {
+        self.next_heartbeat = Instant::now();
+    }
+
+    /// Schedules the next join or heartbeat after a retriable failure; returns true for the
+    /// first failure of a run (worth a warning).
+    pub fn retry_later(&mut self) -> bool {
+        self.next_heartbeat = Instant::now() + self.retry_backoff;
+        self.retry_backoff = (self.retry_backoff * 2).min(RETRY_BACKOFF_MAX);
+        !std::mem::replace(&mut self.warned, true)
+    }
+
+    /// Records an answer from the coordinator; returns true if it ends a run of failures.
+    fn heard(&mut self, interval_ms: u32) -> bool {
+        if interval_ms > 0 {
+            self.heartbeat_interval = Duration::from_millis(u64::from(interval_ms.max(50)));
+        }
+        self.last_heard = Instant::now();
+        self.next_heartbeat = self.last_heard + self.heartbeat_interval;
+        self.retry_backoff = RETRY_BACKOFF;
+        std::mem::replace(&mut self.warned, false)
     }
 
     pub fn joined(&self) -> bool {
@@ -136,9 +182,9 @@ impl Membership {
         check(response.error.as_ref())?;
         self.member_id = response.member_id;
         self.generation = response.generation;
-        self.heartbeat_interval =
-            Duration::from_millis(u64::from(response.heartbeat_interval_ms.max(100)));
-        self.next_heartbeat = Instant::now() + self.heartbeat_interval;
+        if self.heard(response.heartbeat_interval_ms) {
+            tracing::info!(group = %self.group, "coordinator reachable again");
+        }
         Ok(to_set(&response.assignment))
     }
 
@@ -147,7 +193,6 @@ impl Membership {
         cluster: &Cluster,
         owned: &BTreeSet<Tp>,
     ) -> Result<BTreeSet<Tp>, ClientError> {
-        self.next_heartbeat = Instant::now() + self.heartbeat_interval;
         let response = self
             .call(
                 cluster,
@@ -161,6 +206,9 @@ impl Membership {
             .await?;
         check(response.error.as_ref())?;
         self.generation = response.generation;
+        if self.heard(response.heartbeat_interval_ms) {
+            tracing::info!(group = %self.group, "coordinator reachable again");
+        }
         Ok(to_set(&response.assignment))
     }
 
@@ -225,5 +273,6 @@ impl Membership {
     pub fn reset(&mut self) {
         self.member_id.clear();
         self.generation = 0;
+        self.coordinator = None;
     }
 }

@@ -20,7 +20,7 @@ pub use admin::{
 };
 pub use cluster::{ClientConfig, Cluster};
 pub use connection::Connection;
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
 pub use error::ClientError;
 pub use group::GroupEvent;
 pub use producer::{

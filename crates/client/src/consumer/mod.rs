@@ -20,8 +20,8 @@ use tinymq_protocol::ErrorCode;
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::ClientError;
 use crate::group::{GroupEvent, Membership};
-use partitions::{PartitionKey, Partitions};
 pub use partitions::UnavailablePartition;
+use partitions::{PartitionKey, Partitions};
 
 /// Where a partition without a position (and, in a group, without a committed offset) starts:
 /// the group's `auto_offset_reset`.
@@ -83,7 +83,6 @@ pub struct ConsumerRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
 }
 
-
 /// A consumer of explicitly assigned partitions, or a member of a group.
 ///
 /// ```no_run
@@ -116,7 +115,9 @@ pub struct Consumer {
 impl Consumer {
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ClientError> {
         if config.max_poll_records == 0 {
-            return Err(ClientError::Config("max_poll_records must be at least 1".into()));
+            return Err(ClientError::Config(
+                "max_poll_records must be at least 1".into(),
+            ));
         }
         Ok(Consumer {
             cluster: Cluster::new(config.client.clone())?,

@@ -1,0 +1,136 @@
+//! The group side of `poll`: join, heartbeat when due, follow the assignment (committing what
+//! was consumed from a partition before releasing it), auto-commit, and ride out an
+//! unreachable coordinator.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use tinymq_protocol::ErrorCode;
+
+use super::partitions::PartitionKey;
+use super::Consumer;
+use crate::error::ClientError;
+use crate::group::{GroupEvent, Membership};
+
+impl Consumer {
+    /// Joins, heartbeats when due, follows the assignment, and auto-commits when due.
+    pub(super) async fn group_tick(&mut self) -> Result<(), ClientError> {
+        let Some(mut membership) = self.membership.take() else {
+            return Ok(());
+        };
+        let result = self.group_tick_with(&mut membership).await;
+        self.membership = Some(membership);
+        result
+    }
+
+    async fn group_tick_with(&mut self, membership: &mut Membership) -> Result<(), ClientError> {
+        if membership.session_lost(self.config.session_timeout) {
+            tracing::warn!(group = %membership.group,
+                "no answer from the coordinator for a whole session: dropping the partitions and joining again");
+            self.lose_everything(membership);
+        }
+        if membership.heartbeat_due() {
+            let answer = if membership.joined() {
+                let owned = self.parts.keys();
+                membership.heartbeat(&self.cluster, &owned).await
+            } else {
+                let session = self.config.session_timeout;
+                membership
+                    .join(&self.cluster, session, &self.config.strategy)
+                    .await
+            };
+            match answer {
+                Ok(granted) => {
+                    if self.apply_assignment(membership, granted).await? {
+                        membership.heartbeat_now();
+                    }
+                }
+                Err(e) if is_membership_gone(&e) => self.lose_everything(membership),
+                Err(e) if e.is_retriable() => {
+                    if membership.retry_later() {
+                        tracing::warn!(group = %membership.group, error = %e,
+                            "cannot reach the group coordinator; reading owned partitions and retrying");
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(interval) = self.config.auto_commit_interval {
+            if membership.joined() && self.last_auto_commit.elapsed() >= interval {
+                self.last_auto_commit = Instant::now();
+                let offsets = self.parts.commit_offsets(&self.parts.keys());
+                if let Err(e) = membership.commit(&self.cluster, offsets).await {
+                    tracing::warn!(group = %membership.group, error = %e, "auto-commit failed");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The coordinator no longer counts this member: everything it owned may be another's.
+    fn lose_everything(&mut self, membership: &mut Membership) {
+        let lost = self.parts.clear();
+        if !lost.is_empty() {
+            self.events.push(GroupEvent::Revoked(lost));
+        }
+        membership.reset();
+    }
+
+    /// Releases revoked partitions (committing their positions first, with auto-commit on)
+    /// and takes new ones at their committed offsets. Returns whether anything was released,
+    /// so that the release is reported at once.
+    async fn apply_assignment(
+        &mut self,
+        membership: &mut Membership,
+        assignment: BTreeSet<PartitionKey>,
+    ) -> Result<bool, ClientError> {
+        let owned = self.parts.keys();
+        let revoked: BTreeSet<_> = owned.difference(&assignment).cloned().collect();
+        if !revoked.is_empty() {
+            if self.config.auto_commit_interval.is_some() {
+                let offsets = self.parts.commit_offsets(&revoked);
+                if let Err(e) = membership.commit(&self.cluster, offsets).await {
+                    tracing::warn!(group = %membership.group, error = %e, "commit on revoke failed");
+                }
+            }
+            for key in &revoked {
+                self.parts.remove(key);
+            }
+            self.events
+                .push(GroupEvent::Revoked(revoked.iter().cloned().collect()));
+        }
+        let added: BTreeSet<_> = assignment.difference(&owned).cloned().collect();
+        if !added.is_empty() {
+            let committed = match membership.committed(&self.cluster, &added).await {
+                Ok(committed) => committed,
+                // Not taken: the next heartbeat reports them unowned and gets them again.
+                Err(e) if e.is_retriable() => {
+                    tracing::warn!(group = %membership.group, error = %e,
+                        "cannot read committed offsets; taking the new partitions later");
+                    membership.retry_later();
+                    return Ok(!revoked.is_empty());
+                }
+                Err(e) => return Err(e),
+            };
+            for (key, offset) in committed {
+                if added.contains(&key) {
+                    self.parts.add(key, (offset >= 0).then_some(offset));
+                }
+            }
+            for key in &added {
+                self.parts.add(key.clone(), None);
+            }
+            self.events
+                .push(GroupEvent::Assigned(added.into_iter().collect()));
+        }
+        Ok(!revoked.is_empty())
+    }
+}
+
+/// Whether the coordinator says this member is not (or no longer) in the group.
+fn is_membership_gone(error: &ClientError) -> bool {
+    matches!(
+        error.code(),
+        Some(ErrorCode::UNKNOWN_MEMBER_ID | ErrorCode::ILLEGAL_GENERATION)
+    )
+}

@@ -1,0 +1,327 @@
+//! The consumer's per-partition state: the position handed to the application (what a commit
+//! stores), records fetched but not yet returned by `poll`, and whether the partition can be
+//! fetched now or waits out a backoff after its leader could not be reached.
+//!
+//! Two offsets are kept apart on purpose: a fetch may bring more records than one `poll`
+//! returns, and committing the fetch position would skip the records still buffered (the
+//! group would never deliver them). The position moves only when records are returned.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use tinymq_protocol::batch::{BatchIter, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
+use tinymq_protocol::messages as m;
+
+use super::ConsumerRecord;
+use crate::error::{check, ClientError};
+use crate::retry::{RETRY_BACKOFF, RETRY_BACKOFF_MAX};
+
+pub type PartitionKey = (String, u32);
+
+#[derive(Debug, Default)]
+struct PartitionState {
+    /// Next offset to hand to the application; `None` until resolved (committed offset or
+    /// `start_from`).
+    position: Option<i64>,
+    /// Fetched records not yet returned, in offset order, all at or after `position`.
+    buffered: VecDeque<ConsumerRecord>,
+    /// Where `position` goes once `buffered` is drained: past the last fetched batch, so
+    /// that control batches and records below the position are not fetched again.
+    fetched_end: Option<i64>,
+    unavailable: Option<Unavailable>,
+}
+
+/// A partition whose leader could not be reached or has none: skipped until `retry_at`.
+#[derive(Debug, Clone)]
+struct Unavailable {
+    error: String,
+    retry_at: Instant,
+    backoff: Duration,
+}
+
+/// An assigned partition that cannot be read right now, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnavailablePartition {
+    pub topic: String,
+    pub partition: u32,
+    pub error: String,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Partitions {
+    states: BTreeMap<PartitionKey, PartitionState>,
+}
+
+impl Partitions {
+    pub fn keys(&self) -> BTreeSet<PartitionKey> {
+        self.states.keys().cloned().collect()
+    }
+
+    /// Adds a partition (no-op if already assigned) starting at `position`, if known.
+    pub fn add(&mut self, key: PartitionKey, position: Option<i64>) {
+        let state = self.states.entry(key).or_default();
+        if state.position.is_none() {
+            state.position = position;
+        }
+    }
+
+    /// Drops a partition and whatever of it was fetched but not returned.
+    pub fn remove(&mut self, key: &PartitionKey) {
+        self.states.remove(key);
+    }
+
+    /// Drops every partition; returns their keys.
+    pub fn clear(&mut self) -> Vec<PartitionKey> {
+        std::mem::take(&mut self.states).into_keys().collect()
+    }
+
+    pub fn position(&self, key: &PartitionKey) -> Option<i64> {
+        self.states.get(key).and_then(|s| s.position)
+    }
+
+    /// Moves a partition's position, dropping what was fetched from the old one.
+    pub fn seek(&mut self, key: PartitionKey, offset: i64) {
+        let state = self.states.entry(key).or_default();
+        state.position = Some(offset);
+        state.buffered.clear();
+        state.fetched_end = None;
+    }
+
+    /// Positions of `keys` (those known), as offsets to commit.
+    pub fn commit_offsets(&self, keys: &BTreeSet<PartitionKey>) -> Vec<m::CommittedOffset> {
+        keys.iter()
+            .filter_map(|k| {
+                Some(m::CommittedOffset {
+                    topic: k.0.clone(),
+                    partition: k.1,
+                    offset: self.position(k)?,
+                    metadata: String::new(),
+                    error: None,
+                })
+            })
+            .collect()
+    }
+
+    /// Assigned partitions without a position yet.
+    pub fn unresolved(&self) -> Vec<PartitionKey> {
+        self.states
+            .iter()
+            .filter(|(_, s)| s.position.is_none())
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Partitions to fetch now and their positions: resolved, not paused, nothing buffered,
+    /// and not waiting out an unavailability backoff.
+    pub fn fetchable(
+        &self,
+        paused: &BTreeSet<PartitionKey>,
+        now: Instant,
+    ) -> Vec<(PartitionKey, i64)> {
+        self.states
+            .iter()
+            .filter(|(k, s)| {
+                !paused.contains(*k)
+                    && s.buffered.is_empty()
+                    && s.unavailable.as_ref().is_none_or(|u| u.retry_at <= now)
+            })
+            .filter_map(|(k, s)| Some((k.clone(), s.position?)))
+            .collect()
+    }
+
+    pub fn has_buffered(&self, paused: &BTreeSet<PartitionKey>) -> bool {
+        self.states
+            .iter()
+            .any(|(k, s)| !s.buffered.is_empty() && !paused.contains(k))
+    }
+
+    /// Records that `poll` may return: up to `max`, partition by partition, moving each
+    /// partition's position past what is returned.
+    pub fn drain(&mut self, max: usize, paused: &BTreeSet<PartitionKey>) -> Vec<ConsumerRecord> {
+        let mut out = Vec::new();
+        for (key, state) in self.states.iter_mut() {
+            if paused.contains(key) {
+                continue;
+            }
+            while out.len() < max {
+                let Some(record) = state.buffered.pop_front() else {
+                    break;
+                };
+                state.position = Some(record.offset + 1);
+                out.push(record);
+            }
+            if state.buffered.is_empty() {
+                if let Some(end) = state.fetched_end.take() {
+                    state.position = Some(state.position.map_or(end, |p| p.max(end)));
+                }
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Marks a partition unreachable: skipped until a backoff (doubling per failure) passes.
+    /// Returns true if it was available until now (worth a warning).
+    pub fn mark_unavailable(
+        &mut self,
+        key: &PartitionKey,
+        error: &ClientError,
+        now: Instant,
+    ) -> bool {
+        let Some(state) = self.states.get_mut(key) else {
+            return false;
+        };
+        let backoff = state
+            .unavailable
+            .as_ref()
+            .map_or(RETRY_BACKOFF, |u| (u.backoff * 2).min(RETRY_BACKOFF_MAX));
+        let was_available = state.unavailable.is_none();
+        state.unavailable = Some(Unavailable {
+            error: error.to_string(),
+            retry_at: now + backoff,
+            backoff,
+        });
+        was_available
+    }
+
+    /// Marks a partition readable again; returns true if it was unavailable.
+    pub fn mark_available(&mut self, key: &PartitionKey) -> bool {
+        self.states
+            .get_mut(key)
+            .is_some_and(|s| s.unavailable.take().is_some())
+    }
+
+    pub fn unavailable(&self) -> Vec<UnavailablePartition> {
+        self.states
+            .iter()
+            .filter_map(|((topic, partition), s)| {
+                Some(UnavailablePartition {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    error: s.unavailable.as_ref()?.error.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Buffers one partition's fetch result: records at or after its position, in order.
+    /// Every batch's CRC is checked by the batch iterator before its records are read.
+    pub fn buffer(&mut self, p: m::FetchPartitionResult) -> Result<(), ClientError> {
+        check(p.error.as_ref())?;
+        let key = (p.topic.clone(), p.partition);
+        let Some(state) = self.states.get_mut(&key) else {
+            return Ok(()); // revoked while the fetch was in flight
+        };
+        let Some(position) = state.position else {
+            return Ok(());
+        };
+        let mut end = position;
+        for batch in BatchIter::new(p.records) {
+            let batch = batch?;
+            end = end.max(batch.next_offset());
+            if batch.is_control() {
+                continue;
+            }
+            for record in batch.records(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)? {
+                if record.offset < position {
+                    continue;
+                }
+                state.buffered.push_back(ConsumerRecord {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    offset: record.offset,
+                    timestamp_ms: record.timestamp_ms,
+                    key: record.key,
+                    value: record.value,
+                    headers: record
+                        .headers
+                        .into_iter()
+                        .map(|h| (h.key, h.value))
+                        .collect(),
+                });
+            }
+        }
+        state.fetched_end = Some(end);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(offset: i64) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: "t".into(),
+            partition: 0,
+            offset,
+            timestamp_ms: 0,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+        }
+    }
+
+    fn key() -> PartitionKey {
+        ("t".into(), 0)
+    }
+
+    #[test]
+    fn the_position_moves_only_past_records_returned() {
+        let mut parts = Partitions::default();
+        parts.add(key(), Some(0));
+        let state = parts.states.get_mut(&key()).unwrap();
+        state.buffered.extend((0..10).map(record));
+        state.fetched_end = Some(12); // a control batch after the records
+        let none = BTreeSet::new();
+        assert_eq!(parts.drain(3, &none).len(), 3);
+        assert_eq!(parts.position(&key()), Some(3));
+        assert_eq!(parts.commit_offsets(&parts.keys())[0].offset, 3);
+        assert!(
+            parts.fetchable(&none, Instant::now()).is_empty(),
+            "buffered: not fetched"
+        );
+        assert_eq!(parts.drain(100, &none).len(), 7);
+        assert_eq!(
+            parts.position(&key()),
+            Some(12),
+            "past the control batch once drained"
+        );
+        assert_eq!(parts.fetchable(&none, Instant::now()), vec![(key(), 12)]);
+    }
+
+    #[test]
+    fn seek_and_pause_and_backoff() {
+        let mut parts = Partitions::default();
+        parts.add(key(), Some(5));
+        parts
+            .states
+            .get_mut(&key())
+            .unwrap()
+            .buffered
+            .push_back(record(5));
+        let paused = BTreeSet::from([key()]);
+        assert!(
+            parts.drain(10, &paused).is_empty(),
+            "a paused partition returns nothing"
+        );
+        parts.seek(key(), 1);
+        assert!(!parts.has_buffered(&BTreeSet::new()));
+        let now = Instant::now();
+        let error = ClientError::ConnectionClosed("x".into());
+        assert!(parts.mark_unavailable(&key(), &error, now));
+        assert!(!parts.mark_unavailable(&key(), &error, now), "warned once");
+        assert!(parts.fetchable(&BTreeSet::new(), now).is_empty());
+        assert_eq!(
+            parts
+                .fetchable(&BTreeSet::new(), now + RETRY_BACKOFF_MAX)
+                .len(),
+            1
+        );
+        assert_eq!(parts.unavailable().len(), 1);
+        assert!(parts.mark_available(&key()));
+        assert!(parts.unavailable().is_empty());
+    }
+}
