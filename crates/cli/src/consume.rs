@@ -1,9 +1,17 @@
 //! `tinymq consume TOPIC`: print messages one per line (or as JSON).
+//!
+//! In a group it commits exactly what it printed: `--count` takes no more records from the
+//! consumer than it prints, and on exit — the count reached, `--timeout-ms` passed, the reader
+//! gone, Ctrl-C (exit 130) or SIGTERM (exit 0) — it commits the position after the last
+//! printed record and leaves the group. A second Ctrl-C exits at once without committing.
 
+use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tinymq_client::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom};
+use tinymq_client::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
 
 use crate::Bootstrap;
 
@@ -27,7 +35,8 @@ pub struct ConsumeArgs {
     /// Exit after this many messages.
     #[arg(long)]
     count: Option<u64>,
-    /// Exit after this long with nothing new, ms.
+    /// Exit after holding partitions this long with nothing new to read, ms (time without
+    /// partitions, e.g. while a group rebalances, does not count).
     #[arg(long)]
     timeout_ms: Option<u64>,
     /// text (the value) or json (key, partition, offset, timestamp, headers, value).
@@ -63,7 +72,25 @@ fn print(out: &mut impl Write, record: &ConsumerRecord, json: bool) -> std::io::
     }
 }
 
+/// Exit status after Ctrl-C (128 + SIGINT), as shells report it.
+pub struct Interrupted;
+
+impl std::fmt::Debug for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    let stop = watch_signals()?;
     let mut config = ConsumerConfig::new(&args.bootstrap.bootstrap);
     config.start_from = if args.from_beginning {
         StartFrom::Earliest
@@ -85,26 +112,58 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             consumer.seek(&topic, partition, offset);
         }
     }
-    let result = print_until_done(&mut consumer, &args).await;
+    let result = print_until_done(&mut consumer, &args, &stop).await;
     // In a group: commit what was printed and leave, so the partitions move at once.
     let closed = consumer.close().await;
     result?;
     closed?;
+    if stop.load(Ordering::Relaxed) == libc::SIGINT {
+        return Err(Interrupted.into());
+    }
     Ok(())
 }
 
-async fn print_until_done(consumer: &mut Consumer, args: &ConsumeArgs) -> anyhow::Result<()> {
+/// The first SIGINT or SIGTERM is stored for the print loop to stop at its next turn; a
+/// second SIGINT exits at once (nothing more is committed).
+fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let stop = Arc::new(AtomicI32::new(0));
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let flag = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            let got = tokio::select! {
+                _ = interrupt.recv() => libc::SIGINT,
+                _ = terminate.recv() => libc::SIGTERM,
+            };
+            if flag.swap(got, Ordering::Relaxed) != 0 && got == libc::SIGINT {
+                std::process::exit(130);
+            }
+        }
+    });
+    Ok(stop)
+}
+
+async fn print_until_done(
+    consumer: &mut Consumer,
+    args: &ConsumeArgs,
+    stop: &AtomicI32,
+) -> anyhow::Result<()> {
     let json = args.format == "json";
     let stdout = std::io::stdout();
     let mut printed = 0u64;
-    let mut last_new = Instant::now();
-    loop {
-        if args.count.is_some_and(|c| printed >= c) {
+    // Time spent holding partitions with nothing new to read.
+    let mut idle = Duration::ZERO;
+    let mut reported: Vec<UnavailablePartition> = Vec::new();
+    while stop.load(Ordering::Relaxed) == 0 {
+        let left = args.count.map_or(u64::MAX, |c| c.saturating_sub(printed));
+        if left == 0 {
             return Ok(());
         }
         let wait = match args.timeout_ms {
             Some(ms) => {
-                let left = Duration::from_millis(ms).saturating_sub(last_new.elapsed());
+                let left = Duration::from_millis(ms).saturating_sub(idle);
                 if left.is_zero() {
                     return Ok(());
                 }
@@ -112,24 +171,64 @@ async fn print_until_done(consumer: &mut Consumer, args: &ConsumeArgs) -> anyhow
             }
             None => Duration::from_millis(500),
         };
-        let records = consumer.poll(wait).await?;
+        let started = Instant::now();
+        let max = usize::try_from(left).unwrap_or(usize::MAX);
+        let records = consumer.poll_up_to(wait, max).await?;
         if !records.is_empty() {
-            last_new = Instant::now();
+            idle = Duration::ZERO;
+        } else if !consumer.assignment().is_empty() {
+            idle += started.elapsed();
         }
+        report_unavailable(consumer, json, &mut reported);
         let mut out = stdout.lock();
-        let written = records
-            .iter()
-            .take(args.count.map_or(usize::MAX, |c| (c - printed) as usize))
-            .try_for_each(|record| {
-                printed += 1;
-                print(&mut out, record, json)
-            })
-            .and_then(|()| out.flush());
-        match written {
-            Ok(()) => {}
-            // The reader went away (e.g. `| head`): that is a normal way to stop.
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-            Err(e) => return Err(e.into()),
+        for (i, record) in records.iter().enumerate() {
+            match print(&mut out, record, json).and_then(|()| out.flush()) {
+                Ok(()) => printed += 1,
+                Err(e) => {
+                    // Not printed: not consumed, so the group delivers them again.
+                    unconsume(consumer, &records[i..]);
+                    // The reader went away (e.g. `| head`): that is a normal way to stop.
+                    if e.kind() == std::io::ErrorKind::BrokenPipe {
+                        return Ok(());
+                    }
+                    return Err(e.into());
+                }
+            }
         }
     }
+    Ok(())
+}
+
+/// Moves each partition back to its first record in `records`.
+fn unconsume(consumer: &mut Consumer, records: &[ConsumerRecord]) {
+    let mut first: BTreeMap<(&str, u32), i64> = BTreeMap::new();
+    for r in records {
+        first.entry((&r.topic, r.partition)).or_insert(r.offset);
+    }
+    for ((topic, partition), offset) in first {
+        consumer.seek(topic, partition, offset);
+    }
+}
+
+/// Says on stderr when the set of unreadable partitions changes: the client logs a WARN line
+/// per partition; with `--format json` a status line follows, e.g.
+/// `{"status":{"unavailable":[{"topic":"t","partition":2,"error":"…"}]}}`.
+fn report_unavailable(consumer: &Consumer, json: bool, reported: &mut Vec<UnavailablePartition>) {
+    let now = consumer.unavailable();
+    let same = now.len() == reported.len()
+        && now
+            .iter()
+            .zip(reported.iter())
+            .all(|(a, b)| (&a.topic, a.partition) == (&b.topic, b.partition));
+    if same {
+        return;
+    }
+    if json {
+        let list: Vec<_> = now
+            .iter()
+            .map(|u| serde_json::json!({"topic": u.topic, "partition": u.partition, "error": u.error}))
+            .collect();
+        eprintln!("{}", serde_json::json!({"status": {"unavailable": list}}));
+    }
+    *reported = now;
 }

@@ -76,6 +76,17 @@ fn init_logging() {
     }
 }
 
+/// Logging for tools: warnings only (e.g. a partition that cannot be read), unless
+/// `TINYMQ_LOG` says otherwise.
+fn init_tool_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TINYMQ_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the limit now in force.
 fn raise_open_files_limit() -> std::io::Result<u64> {
     let mut limit = libc::rlimit {
@@ -126,7 +137,10 @@ fn main() -> std::process::ExitCode {
             Command::Cluster(cmd) => cluster::run(cmd).await,
             Command::Topic(cmd) => topic::run(cmd).await,
             Command::Produce(args) => produce::run(args).await,
-            Command::Consume(args) => consume::run(args).await,
+            Command::Consume(args) => {
+                init_tool_logging();
+                consume::run(args).await
+            }
             Command::Group(cmd) => group::run(cmd).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Info => {
@@ -143,6 +157,7 @@ fn main() -> std::process::ExitCode {
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.is::<consume::Interrupted>() => std::process::ExitCode::from(130),
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
