@@ -2,6 +2,8 @@
 //! temporary data directories.
 #![allow(dead_code)]
 
+pub mod consume;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
