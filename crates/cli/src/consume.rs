@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use tinymq_client::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
 
@@ -90,7 +90,7 @@ impl std::fmt::Display for Interrupted {
 impl std::error::Error for Interrupted {}
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
-    let stop = watch_signals()?;
+    let mut stop = watch_signals()?;
     let mut config = ConsumerConfig::new(&args.bootstrap.bootstrap);
     config.start_from = if args.from_beginning {
         StartFrom::Earliest
@@ -112,43 +112,43 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
             consumer.seek(&topic, partition, offset);
         }
     }
-    let result = print_until_done(&mut consumer, &args, &stop).await;
+    let result = print_until_done(&mut consumer, &args, &mut stop).await;
     // In a group: commit what was printed and leave, so the partitions move at once.
     let closed = consumer.close().await;
     result?;
     closed?;
-    if stop.load(Ordering::Relaxed) == libc::SIGINT {
+    if *stop.borrow() == libc::SIGINT {
         return Err(Interrupted.into());
     }
     Ok(())
 }
 
-/// The first SIGINT or SIGTERM is stored for the print loop to stop at its next turn; a
-/// second SIGINT exits at once (nothing more is committed).
-fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
+/// The first SIGINT or SIGTERM is published for the print loop, which stops at once (a poll
+/// in progress is dropped: it loses nothing); a second SIGINT exits at once (nothing more is
+/// committed).
+fn watch_signals() -> anyhow::Result<watch::Receiver<i32>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let stop = Arc::new(AtomicI32::new(0));
+    let (tx, rx) = watch::channel(0);
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
-    let flag = stop.clone();
     tokio::spawn(async move {
         loop {
             let got = tokio::select! {
                 _ = interrupt.recv() => libc::SIGINT,
                 _ = terminate.recv() => libc::SIGTERM,
             };
-            if flag.swap(got, Ordering::Relaxed) != 0 && got == libc::SIGINT {
+            if tx.send_replace(got) != 0 && got == libc::SIGINT {
                 std::process::exit(130);
             }
         }
     });
-    Ok(stop)
+    Ok(rx)
 }
 
 async fn print_until_done(
     consumer: &mut Consumer,
     args: &ConsumeArgs,
-    stop: &AtomicI32,
+    stop: &mut watch::Receiver<i32>,
 ) -> anyhow::Result<()> {
     let json = args.format == "json";
     let stdout = std::io::stdout();
@@ -156,7 +156,7 @@ async fn print_until_done(
     // Time spent holding partitions with nothing new to read.
     let mut idle = Duration::ZERO;
     let mut reported: Vec<UnavailablePartition> = Vec::new();
-    while stop.load(Ordering::Relaxed) == 0 {
+    while *stop.borrow_and_update() == 0 {
         let left = args.count.map_or(u64::MAX, |c| c.saturating_sub(printed));
         if left == 0 {
             return Ok(());
@@ -173,7 +173,10 @@ async fn print_until_done(
         };
         let started = Instant::now();
         let max = usize::try_from(left).unwrap_or(usize::MAX);
-        let records = consumer.poll_up_to(wait, max).await?;
+        let records = tokio::select! {
+            records = consumer.poll_up_to(wait, max) => records?,
+            _ = stop.changed() => break,
+        };
         if !records.is_empty() {
             idle = Duration::ZERO;
         } else if !consumer.assignment().is_empty() {

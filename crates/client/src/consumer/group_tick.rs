@@ -7,62 +7,92 @@ use std::time::Instant;
 
 use tinymq_protocol::ErrorCode;
 
-use super::partitions::PartitionKey;
-use super::Consumer;
+use super::partitions::{PartitionKey, Partitions};
+use super::{Consumer, ConsumerConfig};
+use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::group::{GroupEvent, Membership};
 
 impl Consumer {
     /// Joins, heartbeats when due, follows the assignment, and auto-commits when due.
+    ///
+    /// Cancel-safe: the membership stays in place across every await, so a dropped `poll`
+    /// leaves at worst a heartbeat unanswered (the next one repairs it) — never a consumer
+    /// that forgot its group.
     pub(super) async fn group_tick(&mut self) -> Result<(), ClientError> {
-        let Some(mut membership) = self.membership.take() else {
+        let Consumer {
+            config,
+            cluster,
+            parts,
+            membership,
+            events,
+            last_auto_commit,
+            ..
+        } = self;
+        let Some(membership) = membership.as_mut() else {
             return Ok(());
         };
-        let result = self.group_tick_with(&mut membership).await;
-        self.membership = Some(membership);
-        result
+        let mut side = GroupSide {
+            config,
+            cluster,
+            parts,
+            events,
+        };
+        side.tick(membership).await?;
+        if let Some(interval) = config.auto_commit_interval {
+            if membership.joined() && last_auto_commit.elapsed() >= interval {
+                *last_auto_commit = Instant::now();
+                let offsets = side.parts.commit_offsets(&side.parts.keys());
+                if let Err(e) = membership.commit(cluster, offsets).await {
+                    tracing::warn!(group = %membership.group, error = %e, "auto-commit failed");
+                }
+            }
+        }
+        Ok(())
     }
+}
 
-    async fn group_tick_with(&mut self, membership: &mut Membership) -> Result<(), ClientError> {
+/// The parts of a consumer the group protocol changes, borrowed apart from its membership.
+struct GroupSide<'a> {
+    config: &'a ConsumerConfig,
+    cluster: &'a Cluster,
+    parts: &'a mut Partitions,
+    events: &'a mut Vec<GroupEvent>,
+}
+
+impl GroupSide<'_> {
+    async fn tick(&mut self, membership: &mut Membership) -> Result<(), ClientError> {
         if membership.session_lost(self.config.session_timeout) {
             tracing::warn!(group = %membership.group,
                 "no answer from the coordinator for a whole session: dropping the partitions and joining again");
             self.lose_everything(membership);
         }
-        if membership.heartbeat_due() {
-            let answer = if membership.joined() {
-                let owned = self.parts.keys();
-                membership.heartbeat(&self.cluster, &owned).await
-            } else {
-                let session = self.config.session_timeout;
-                membership
-                    .join(&self.cluster, session, &self.config.strategy)
-                    .await
-            };
-            match answer {
-                Ok(granted) => {
-                    if self.apply_assignment(membership, granted).await? {
-                        membership.heartbeat_now();
-                    }
-                }
-                Err(e) if is_membership_gone(&e) => self.lose_everything(membership),
-                Err(e) if e.is_retriable() => {
-                    if membership.retry_later() {
-                        tracing::warn!(group = %membership.group, error = %e,
-                            "cannot reach the group coordinator; reading owned partitions and retrying");
-                    }
-                }
-                Err(e) => return Err(e),
-            }
+        if !membership.heartbeat_due() {
+            return Ok(());
         }
-        if let Some(interval) = self.config.auto_commit_interval {
-            if membership.joined() && self.last_auto_commit.elapsed() >= interval {
-                self.last_auto_commit = Instant::now();
-                let offsets = self.parts.commit_offsets(&self.parts.keys());
-                if let Err(e) = membership.commit(&self.cluster, offsets).await {
-                    tracing::warn!(group = %membership.group, error = %e, "auto-commit failed");
+        let answer = if membership.joined() {
+            let owned = self.parts.keys();
+            membership.heartbeat(self.cluster, &owned).await
+        } else {
+            let session = self.config.session_timeout;
+            membership
+                .join(self.cluster, session, &self.config.strategy)
+                .await
+        };
+        match answer {
+            Ok(granted) => {
+                if self.apply_assignment(membership, granted).await? {
+                    membership.heartbeat_now();
                 }
             }
+            Err(e) if is_membership_gone(&e) => self.lose_everything(membership),
+            Err(e) if e.is_retriable() => {
+                if membership.retry_later() {
+                    tracing::warn!(group = %membership.group, error = %e,
+                        "cannot reach the group coordinator; reading owned partitions and retrying");
+                }
+            }
+            Err(e) => return Err(e),
         }
         Ok(())
     }
@@ -89,7 +119,7 @@ impl Consumer {
         if !revoked.is_empty() {
             if self.config.auto_commit_interval.is_some() {
                 let offsets = self.parts.commit_offsets(&revoked);
-                if let Err(e) = membership.commit(&self.cluster, offsets).await {
+                if let Err(e) = membership.commit(self.cluster, offsets).await {
                     tracing::warn!(group = %membership.group, error = %e, "commit on revoke failed");
                 }
             }
@@ -101,7 +131,7 @@ impl Consumer {
         }
         let added: BTreeSet<_> = assignment.difference(&owned).cloned().collect();
         if !added.is_empty() {
-            let committed = match membership.committed(&self.cluster, &added).await {
+            let committed = match membership.committed(self.cluster, &added).await {
                 Ok(committed) => committed,
                 // Not taken: the next heartbeat reports them unowned and gets them again.
                 Err(e) if e.is_retriable() => {

@@ -99,9 +99,9 @@ pub struct ConsumerRecord {
 /// # Ok(()) }
 /// ```
 ///
-/// `poll` is not cancel-safe in a group: dropping its future mid-way may leave a heartbeat or
-/// commit half done (the next `poll` repairs it, at worst by joining again). Stop a consumer
-/// between polls, then `close` it.
+/// `poll` may be cancelled (e.g. in `tokio::select!`): records reach the consumer's buffer
+/// only once a fetch completed and count as consumed only once `poll` returned them, and the
+/// group membership is kept across every await, so a dropped `poll` loses and skips nothing.
 pub struct Consumer {
     config: ConsumerConfig,
     cluster: Arc<Cluster>,
