@@ -155,9 +155,6 @@ impl Partitions {
                     state.position = Some(state.position.map_or(end, |p| p.max(end)));
                 }
             }
-            if out.len() >= max {
-                break;
-            }
         }
         out
     }
