@@ -45,7 +45,10 @@ fn start_fails(args: &[&str]) -> String {
 fn assert_names_holder(refusal: &str, dir: &Path, pid: u32) {
     let dir = dir.display().to_string();
     assert!(refusal.contains(&dir), "names {dir}: {refusal}");
-    assert!(refusal.contains(&format!("pid {pid}")), "names pid {pid}: {refusal}");
+    assert!(
+        refusal.contains(&format!("pid {pid}")),
+        "names pid {pid}: {refusal}"
+    );
 }
 
 fn lines(prefix: &str, count: usize) -> Vec<String> {

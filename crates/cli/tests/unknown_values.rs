@@ -1,6 +1,7 @@
 //! What a tool does not know it never shows as a number: a partition whose leader is offline
 //! (or cannot be reached) has no leader, log end or lag — `null` in JSON, `-` in text — in
-//! `topic describe` and `group describe`.
+//! `topic describe` and `group describe`; `group reset-offsets` refuses to reset from offsets it
+//! does not know.
 
 mod common;
 
@@ -147,4 +148,24 @@ fn an_offline_leader_shows_unknown_never_zero() {
             .any(|b| b["id"] == 2 && b["live"] == false)
     });
     check_unknowns(s, &offline, false);
+
+    // Offsets that are not known are not reset to -1: nothing is committed.
+    let before = json(&["group", "describe", "g9", "--json"], s)["partitions"].clone();
+    let out = Command::new(BIN)
+        .args([
+            "group",
+            "reset-offsets",
+            "g9",
+            "--topic",
+            "t9",
+            "--to-latest",
+        ])
+        .args(["--bootstrap", s])
+        .output()
+        .expect("run tinymq");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "reset from unknown offsets refused");
+    assert!(stderr.contains("not known"), "{stderr}");
+    let after = json(&["group", "describe", "g9", "--json"], s)["partitions"].clone();
+    assert_eq!(before, after);
 }

@@ -20,10 +20,7 @@ pub enum DirLockError {
     #[error("data directory {dir} is in use by another process, {holder} (it holds {dir}/{LOCK_FILE}): a data directory serves one tinymq process at a time")]
     Held { dir: String, holder: String },
     #[error("cannot lock data directory {dir}: {source}")]
-    Io {
-        dir: String,
-        source: std::io::Error,
-    },
+    Io { dir: String, source: std::io::Error },
 }
 
 /// A held lock on a data directory; dropping it releases the lock.
