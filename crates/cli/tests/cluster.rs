@@ -40,13 +40,16 @@ fn describe(topic: &str, bootstrap: &str) -> serde_json::Value {
     serde_json::from_str(&out).expect("describe prints JSON")
 }
 
-/// Partition index → leader id (0 = offline).
+/// Partition index → leader id (0 here for offline: `null` in the JSON).
 fn leaders(topic: &str, bootstrap: &str) -> Vec<u64> {
     describe(topic, bootstrap)["partitions"]
         .as_array()
         .expect("partitions")
         .iter()
-        .map(|p| p["leader"].as_u64().expect("leader"))
+        .map(|p| match &p["leader"] {
+            serde_json::Value::Null => 0,
+            id => id.as_u64().expect("a leader id or null"),
+        })
         .collect()
 }
 
