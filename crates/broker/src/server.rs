@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use tinymq_meta::dir_lock::{DirLock, DirLockError};
 use tinymq_meta::link::MetaLink;
 use tinymq_meta::service::MetaService;
 
@@ -38,6 +39,8 @@ const EMBEDDED_LEADER_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    #[error(transparent)]
+    Lock(#[from] DirLockError),
     #[error("invalid listener limits: {0}")]
     Limits(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -65,14 +68,22 @@ pub struct Broker {
     embedded_meta: Option<Arc<MetaService>>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    /// The data directory's lock, held for the broker's life (released after shutdown).
+    _dir_lock: DirLock,
 }
 
 impl Broker {
     /// Starts a broker: the standalone server (with a single-node MetaServer embedded, its
     /// data in `<data>/__meta`) when `config.meta` is empty, else a broker of the cluster whose
     /// MetaServer nodes `config.meta` lists.
+    ///
+    /// Before anything else it locks the data directory, so a second process on the same
+    /// directory fails here, naming the holder. The embedded MetaServer locks `<data>/__meta`
+    /// on its own: a lock file per directory, so the two never meet.
     pub async fn start(config: BrokerConfig) -> Result<Broker, StartError> {
         config.listener.check().map_err(StartError::Limits)?;
+        let dir = config.data_dir.clone();
+        let dir_lock = tokio::task::spawn_blocking(move || DirLock::acquire(&dir)).await??;
         let listener =
             TcpListener::bind(config.listen)
                 .await
@@ -162,6 +173,7 @@ impl Broker {
             embedded_meta,
             shutdown,
             tasks,
+            _dir_lock: dir_lock,
         })
     }
 
@@ -304,7 +316,7 @@ async fn group_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         }
         state.groups.expire(&|t| state.partition_count(t));
         ticks += 1;
-        if ticks % OFFSETS_EXPIRY_EVERY_TICKS == 0 {
+        if ticks.is_multiple_of(OFFSETS_EXPIRY_EVERY_TICKS) {
             let s = state.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 s.groups.expire_offsets(crate::group::OFFSETS_RETENTION)

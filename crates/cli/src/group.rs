@@ -1,4 +1,6 @@
-//! `tinymq group list|describe|reset-offsets|delete`.
+//! `tinymq group list|describe|reset-offsets|delete`. A log end (and so a lag) that cannot be
+//! known — the partition's leader is offline or unreachable — is `null` in JSON and `-` in
+//! text, never a number; offsets are not reset from positions that are not known.
 
 use clap::Subcommand;
 use tinymq_client::{Admin, ClientConfig};
@@ -72,6 +74,12 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
         } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
             let partitions = admin.describe_topic(&topic).await?.partitions;
+            if let Some(p) = partitions.iter().find(|p| !crate::topic::offsets_known(p)) {
+                anyhow::bail!(
+                    "{topic}/{}: its leader is offline or unreachable, so its offsets are not known; nothing was reset",
+                    p.partition
+                );
+            }
             let mut offsets = Vec::new();
             for p in &partitions {
                 let offset = match (to_earliest, to_latest, to_offset, to_timestamp) {
@@ -122,20 +130,44 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
     topics.sort();
     topics.dedup();
     for topic in topics {
-        let Ok(t) = admin.describe_topic(&topic).await else {
-            continue;
+        // Per partition, its log end when known. A topic that cannot be described still
+        // shows the partitions the group has offsets or owners in, with the log end unknown.
+        let ends: Vec<(u32, Option<i64>)> = match admin.describe_topic(&topic).await {
+            Ok(t) => t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let known = crate::topic::offsets_known(p);
+                    (p.partition, known.then_some(p.high_watermark))
+                })
+                .collect(),
+            Err(e) => {
+                eprintln!("topic {topic}: log ends unknown: {e}");
+                let mut seen: Vec<u32> = d
+                    .offsets
+                    .iter()
+                    .filter(|o| o.topic == topic)
+                    .map(|o| o.partition)
+                    .chain(owner.keys().filter(|k| k.0 == topic).map(|k| k.1))
+                    .collect();
+                seen.sort_unstable();
+                seen.dedup();
+                seen.into_iter().map(|p| (p, None)).collect()
+            }
         };
-        for p in t.partitions {
+        for (partition, log_end) in ends {
             let committed = d
                 .offsets
                 .iter()
-                .find(|o| o.topic == topic && o.partition == p.partition)
+                .find(|o| o.topic == topic && o.partition == partition)
                 .map(|o| o.offset);
-            let lag = committed.map(|c| (p.high_watermark - c).max(0));
+            let lag = committed
+                .zip(log_end)
+                .map(|(c, end)| end.saturating_sub(c).max(0));
             rows.push(serde_json::json!({
-                "topic": topic, "partition": p.partition,
-                "member": owner.get(&(topic.clone(), p.partition)),
-                "committed_offset": committed, "log_end_offset": p.high_watermark, "lag": lag,
+                "topic": topic, "partition": partition,
+                "member": owner.get(&(topic.clone(), partition)),
+                "committed_offset": committed, "log_end_offset": log_end, "lag": lag,
             }));
         }
     }

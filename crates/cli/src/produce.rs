@@ -1,5 +1,7 @@
 //! `tinymq produce TOPIC`: one message per stdin line. Exits 0 only after every line is
-//! acknowledged.
+//! acknowledged. A line that fails (e.g. too large for the topic) is reported on stderr with
+//! its line number while the other lines are still delivered; the exit status is then
+//! non-zero.
 
 use std::collections::VecDeque;
 
@@ -12,6 +14,9 @@ use crate::Bootstrap;
 
 /// Deliveries awaited at most at once; further lines wait (bounded memory for any input size).
 const DELIVERIES_PENDING_MAX: usize = 50_000;
+/// Failed lines reported one by one; past this only their count is (a broker that is down
+/// would otherwise print a line per message).
+const FAILED_LINES_REPORTED_MAX: u64 = 100;
 
 #[derive(clap::Args, Debug)]
 pub struct ProduceArgs {
@@ -64,12 +69,16 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     let producer = Producer::new(config)?;
-    let mut pending: VecDeque<DeliveryFuture> = VecDeque::new();
+    // Each delivery with its line number (from 1).
+    let mut pending: VecDeque<(u64, DeliveryFuture)> = VecDeque::new();
     let (mut sent, mut failed) = (0u64, 0u64);
     let mut first_error = None;
-    let mut settle = |result: Result<_, tinymq_client::ClientError>| {
+    let mut settle = |line: u64, result: Result<_, tinymq_client::ClientError>| {
         if let Err(e) = result {
             failed += 1;
+            if failed <= FAILED_LINES_REPORTED_MAX {
+                eprintln!("line {line}: not produced: {e}");
+            }
             first_error.get_or_insert(e);
         }
     };
@@ -89,19 +98,24 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             partition: args.partition,
             timestamp_ms: None,
         };
-        pending.push_back(producer.send(&args.topic, record).await?);
         sent += 1;
+        pending.push_back((sent, producer.send(&args.topic, record).await?));
         if pending.len() >= DELIVERIES_PENDING_MAX {
-            settle(pending.pop_front().expect("non-empty").await);
+            let (line, delivery) = pending.pop_front().expect("non-empty");
+            settle(line, delivery.await);
         }
     }
-    for delivery in pending {
-        settle(delivery.await);
+    for (line, delivery) in pending {
+        settle(line, delivery.await);
     }
     producer.close().await;
     match first_error {
         None => Ok(()),
         Some(e) => {
+            let unlisted = failed.saturating_sub(FAILED_LINES_REPORTED_MAX);
+            if unlisted > 0 {
+                eprintln!("… and {unlisted} more lines not produced");
+            }
             anyhow::bail!("{failed} of {sent} messages were not acknowledged; first error: {e}")
         }
     }

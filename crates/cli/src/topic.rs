@@ -1,7 +1,9 @@
-//! `tinymq topic create|alter|list|describe|delete`.
+//! `tinymq topic create|alter|list|describe|delete`. What is not known (no leader; offsets of a
+//! partition whose leader cannot be reached) is `null` in JSON and `-` in text, never a number.
 
 use clap::Subcommand;
 use tinymq_client::{Admin, ClientConfig, TopicConfig};
+use tinymq_protocol::messages::PartitionState;
 
 use crate::Bootstrap;
 
@@ -136,11 +138,14 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                     .partitions
                     .iter()
                     .map(|p| {
+                        let known = offsets_known(p);
                         serde_json::json!({
-                            "partition": p.partition, "leader": p.leader, "leader_epoch": p.leader_epoch,
-                            "replicas": p.replicas, "isr": p.isr, "log_start_offset": p.log_start_offset,
-                            "log_end_offset": p.log_end_offset, "high_watermark": p.high_watermark,
-                            "size_bytes": p.size_bytes,
+                            "partition": p.partition, "leader": leader(p), "leader_epoch": p.leader_epoch,
+                            "replicas": p.replicas, "isr": p.isr,
+                            "log_start_offset": known.then_some(p.log_start_offset),
+                            "log_end_offset": known.then_some(p.log_end_offset),
+                            "high_watermark": known.then_some(p.high_watermark),
+                            "size_bytes": known.then_some(p.size_bytes),
                         })
                     })
                     .collect();
@@ -165,18 +170,15 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                     "partition", "leader", "start", "end", "hw", "bytes"
                 );
                 for p in &d.partitions {
-                    let leader = match p.leader {
-                        0 => "-".to_string(),
-                        id => id.to_string(),
-                    };
+                    let known = offsets_known(p);
                     println!(
                         "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  {:?} / {:?}",
                         p.partition,
-                        leader,
-                        p.log_start_offset,
-                        p.log_end_offset,
-                        p.high_watermark,
-                        p.size_bytes,
+                        or_dash(leader(p)),
+                        or_dash(known.then_some(p.log_start_offset)),
+                        or_dash(known.then_some(p.log_end_offset)),
+                        or_dash(known.then_some(p.high_watermark)),
+                        or_dash(known.then_some(p.size_bytes)),
                         p.replicas,
                         p.isr
                     );
@@ -190,4 +192,20 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The partition's leader; none while it is offline (0 on the wire).
+fn leader(p: &PartitionState) -> Option<u32> {
+    (p.leader != 0).then_some(p.leader)
+}
+
+/// Whether the partition's offsets and size came from its leader (-1 on the wire when the
+/// leader is offline or could not be asked).
+pub fn offsets_known(p: &PartitionState) -> bool {
+    p.log_end_offset >= 0 && p.log_start_offset >= 0 && p.high_watermark >= 0
+}
+
+/// A value for a text table: `-` when unknown.
+pub fn or_dash<T: std::fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "-".to_string(), |v| v.to_string())
 }

@@ -40,13 +40,16 @@ fn describe(topic: &str, bootstrap: &str) -> serde_json::Value {
     serde_json::from_str(&out).expect("describe prints JSON")
 }
 
-/// Partition index → leader id (0 = offline).
+/// Partition index → leader id (0 here for offline: `null` in the JSON).
 fn leaders(topic: &str, bootstrap: &str) -> Vec<u64> {
     describe(topic, bootstrap)["partitions"]
         .as_array()
         .expect("partitions")
         .iter()
-        .map(|p| p["leader"].as_u64().expect("leader"))
+        .map(|p| match &p["leader"] {
+            serde_json::Value::Null => 0,
+            id => id.as_u64().expect("a leader id or null"),
+        })
         .collect()
 }
 
@@ -383,13 +386,13 @@ fn a_broker_id_cannot_be_served_twice_or_from_another_data_directory() {
     let refusal = broker_fails(1, &other, &meta_addr, &tmp.path().join("dup"));
     assert!(refusal.contains("broker id 1 is registered"), "{refusal}");
 
-    // Broker 1's data directory under another id: refused before registering.
+    // Broker 1 dies. Its data directory under another id: refused before registering.
+    first.kill9();
     let refusal = broker_fails(2, &other, &meta_addr, &tmp.path().join("b1"));
     assert!(refusal.contains("belongs to broker 1"), "{refusal}");
 
-    // Broker 1 dies and comes back at another address (moved machines): it waits until its
-    // old registration is fenced, then takes the id over.
-    first.kill9();
+    // Broker 1 comes back at another address (moved machines): it waits until its old
+    // registration is fenced, then takes the id over.
     let moved = Server::start_broker(1, &other, &meta_addr, &tmp.path().join("b1"));
     let status = tool_ok(&["cluster", "status", "--json", "--bootstrap", &meta_addr]);
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();

@@ -24,6 +24,14 @@ pub enum ClientError {
     DeliveryTimeout { timeout_ms: u64, last_error: String },
     #[error("the producer is closed")]
     Closed,
+    /// Refused by the producer before batching: alone in a batch, the record would exceed
+    /// the topic's `message_bytes_max`, so no broker would take it. Not retriable.
+    #[error("MESSAGE_TOO_LARGE: a record of {bytes} bytes (as a batch of its own) exceeds message_bytes_max {limit} of topic {topic}; not sent")]
+    RecordTooLarge {
+        topic: String,
+        bytes: usize,
+        limit: usize,
+    },
     /// A retriable error lasted past the operation's deadline.
     #[error(
         "{operation} did not succeed within {waited_ms} ms of retrying; last error: {last_error}"
@@ -66,6 +74,7 @@ impl ClientError {
         match self {
             ClientError::Server { code, .. } => Some(*code),
             ClientError::GaveUp { last_error, .. } => last_error.code(),
+            ClientError::RecordTooLarge { .. } => Some(ErrorCode::MESSAGE_TOO_LARGE),
             _ => None,
         }
     }

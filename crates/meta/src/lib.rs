@@ -5,6 +5,7 @@
 //! applies them in order and so holds the same image. Snapshots are the serialized image.
 
 pub mod command;
+pub mod dir_lock;
 pub mod image;
 pub mod link;
 pub mod placement;

@@ -150,6 +150,12 @@ pub struct MetaProc {
     child: Child,
 }
 
+impl MetaProc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for MetaProc {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -6,6 +6,11 @@
 //! once), and retries failures on retriable errors until the delivery timeout, keeping the
 //! partition's order. With idempotence (the default) every batch carries the producer id, epoch
 //! and sequence, so a retried batch is never written twice.
+//!
+//! Size: the producer learns each topic's `message_bytes_max` (the largest batch its brokers
+//! take) the first time it sends to it. A record too large for a batch of its own fails alone
+//! in `send` with `MESSAGE_TOO_LARGE`, before batching, and a worker closes a batch before the
+//! next record would take it past the limit, so records never sink with a neighbour.
 
 mod partitioner;
 mod worker;
@@ -19,7 +24,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tinymq_protocol::batch::Compression;
+use tinymq_protocol::batch::{record_bytes, Compression, RecordInput, BATCH_HEADER_BYTES};
+use tinymq_protocol::messages as m;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cluster::{ClientConfig, Cluster};
@@ -125,6 +131,23 @@ impl ProducerRecord {
         self
     }
 
+    /// Exact bytes the record takes in an uncompressed batch at `offset_delta`, with
+    /// `timestamp_ms` `timestamp_delta` after the batch's first record.
+    pub(crate) fn encoded_bytes(&self, offset_delta: i32, timestamp_delta: i64) -> usize {
+        let headers: Vec<(&str, Option<&[u8]>)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_deref()))
+            .collect();
+        let input = RecordInput {
+            timestamp_ms: self.timestamp_ms.unwrap_or(0),
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            headers: &headers,
+        };
+        record_bytes(&input, offset_delta, timestamp_delta)
+    }
+
     pub(crate) fn size_estimate(&self) -> usize {
         let field = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
         16 + field(&self.key)
@@ -185,6 +208,9 @@ struct Inner {
     sticky: StickyPartitioner,
     /// Queue of each partition's worker, by topic then partition.
     workers: Mutex<HashMap<String, HashMap<u32, mpsc::Sender<WorkerMessage>>>>,
+    /// Each topic's `message_bytes_max` (None: the broker did not say), learned at its first
+    /// send.
+    message_bytes_max: Mutex<HashMap<String, Option<usize>>>,
 }
 
 impl Producer {
@@ -202,20 +228,35 @@ impl Producer {
                 cluster,
                 sticky: StickyPartitioner::default(),
                 workers: Mutex::new(HashMap::new()),
+                message_bytes_max: Mutex::new(HashMap::new()),
             }),
         })
     }
 
     /// Queues a record for `topic`. Waits while the partition's queue is full; the returned
-    /// future resolves when the record is acknowledged.
+    /// future resolves when the record is acknowledged. A record too large for the topic
+    /// even in a batch of its own is not queued: its future resolves at once with
+    /// [`ClientError::RecordTooLarge`] (`MESSAGE_TOO_LARGE`).
     pub async fn send(
         &self,
         topic: &str,
-        record: ProducerRecord,
+        mut record: ProducerRecord,
     ) -> Result<DeliveryFuture, ClientError> {
-        let partition = self.choose_partition(topic, &record).await?;
+        // Stamped now, not when its batch is built, so batches are sized exactly as built.
+        record.timestamp_ms.get_or_insert_with(worker::now_ms);
+        let limit = self.message_bytes_max(topic).await?;
         let (tx, rx) = oneshot::channel();
-        let queue = self.worker(topic, partition);
+        let alone = BATCH_HEADER_BYTES + record.encoded_bytes(0, 0);
+        if let Some(limit) = limit.filter(|limit| alone > *limit) {
+            let _ = tx.send(Err(ClientError::RecordTooLarge {
+                topic: topic.to_string(),
+                bytes: alone,
+                limit,
+            }));
+            return Ok(DeliveryFuture { rx });
+        }
+        let partition = self.choose_partition(topic, &record).await?;
+        let queue = self.worker(topic, partition, limit);
         queue
             .send(WorkerMessage::Record(worker::Queued::new(record, tx)))
             .await
@@ -253,7 +294,34 @@ impl Producer {
         })
     }
 
-    fn worker(&self, topic: &str, partition: u32) -> mpsc::Sender<WorkerMessage> {
+    /// The topic's `message_bytes_max`, asked of a broker (`DescribeTopic`) the first time.
+    async fn message_bytes_max(&self, topic: &str) -> Result<Option<usize>, ClientError> {
+        if let Some(known) = self.inner.message_bytes_max.lock().get(topic) {
+            return Ok(*known);
+        }
+        let response = self
+            .inner
+            .cluster
+            .request(&m::DescribeTopicRequest { name: topic.into() })
+            .await?;
+        crate::error::check(response.error.as_ref())?;
+        let limit = response
+            .config
+            .map(|c| c.message_bytes_max as usize)
+            .filter(|l| *l > 0);
+        self.inner
+            .message_bytes_max
+            .lock()
+            .insert(topic.to_string(), limit);
+        Ok(limit)
+    }
+
+    fn worker(
+        &self,
+        topic: &str,
+        partition: u32,
+        message_bytes_max: Option<usize>,
+    ) -> mpsc::Sender<WorkerMessage> {
         let mut workers = self.inner.workers.lock();
         // Looked up by &str first: the hot path allocates nothing.
         if let Some(queue) = workers.get(topic).and_then(|t| t.get(&partition)) {
@@ -266,6 +334,7 @@ impl Producer {
             self.inner.config.clone(),
             self.inner.cluster.clone(),
             self.inner.identity.clone(),
+            message_bytes_max,
         );
         tokio::spawn(worker.run(rx));
         workers

@@ -2,6 +2,10 @@
 //! `batches_in_flight_max` of them in flight on the leader's connection, retries failures, and
 //! resolves each record's delivery future.
 //!
+//! Size: a batch is sent once it reaches `batch_bytes`, and is closed earlier when the next
+//! record would take it past the topic's `message_bytes_max` (that record starts the next
+//! batch), so a batch the producer builds is never refused for its size.
+//!
 //! Order: batches are sent in order on one connection, and the broker writes a connection's
 //! produce requests in arrival order. When a batch fails, every batch after it is drained and
 //! then resent one at a time, in order, each with the same bytes (and so the same sequence):
@@ -13,7 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use tinymq_protocol::batch::{BatchBuilder, ProducerStamp, RecordInput};
+use tinymq_protocol::batch::{
+    BatchBuilder, Compression, ProducerStamp, RecordInput, BATCH_HEADER_BYTES,
+};
 use tinymq_protocol::{messages as m, ErrorCode};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -127,6 +133,9 @@ pub(crate) struct PartitionWorker {
     config: ProducerConfig,
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
+    /// Largest batch (uncompressed bytes) to build: the topic's `message_bytes_max`, less
+    /// room for what compression may add to incompressible data. None: no known limit.
+    batch_bytes_cap: Option<usize>,
     /// Sequence for the next batch built under `generation` and `sequence_round`.
     next_sequence: i32,
     generation: Option<u64>,
@@ -143,7 +152,7 @@ pub(crate) struct PartitionWorker {
     flushes: Vec<(u64, oneshot::Sender<()>)>,
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -153,7 +162,12 @@ fn now_ms() -> i64 {
 #[derive(Default)]
 struct Accumulator {
     records: Vec<Queued>,
+    /// The batch's exact size if built now, uncompressed (0 while empty).
     bytes: usize,
+    /// The first record's timestamp: the batch's base.
+    base_timestamp: i64,
+    /// A record that would have taken the batch past the size cap: it starts the next batch.
+    held: Option<Queued>,
     deadline: Option<tokio::time::Instant>,
     /// A flush arrived: send what is here without waiting for linger.
     flush_requested: bool,
@@ -165,11 +179,23 @@ struct Accumulator {
 impl Accumulator {
     fn is_ready(&self, batch_bytes: usize) -> bool {
         !self.records.is_empty()
-            && (self.bytes >= batch_bytes
+            && (self.is_full(batch_bytes)
                 || self.flush_requested
                 || self.closed
                 || self.linger_passed)
     }
+
+    /// Takes no more records: big enough, or a record is already waiting for the next batch.
+    fn is_full(&self, batch_bytes: usize) -> bool {
+        self.bytes >= batch_bytes || self.held.is_some()
+    }
+}
+
+/// Compression may make incompressible data slightly larger (frame and block headers, a
+/// checksum): a compressed batch is cut this much below the limit (far more than lz4 or zstd
+/// add to a batch of at most 16 MiB).
+fn compression_room(limit: usize) -> usize {
+    256 + limit / 1024
 }
 
 /// A batch: its records and, once built, its bytes under one identity generation and
@@ -238,8 +264,14 @@ impl PartitionWorker {
         config: ProducerConfig,
         cluster: Arc<Cluster>,
         identity: Arc<ProducerIdentity>,
+        message_bytes_max: Option<usize>,
     ) -> PartitionWorker {
+        let batch_bytes_cap = message_bytes_max.map(|limit| match config.compression {
+            Compression::None => limit,
+            _ => limit.saturating_sub(compression_room(limit)),
+        });
         PartitionWorker {
+            batch_bytes_cap,
             topic,
             partition,
             config,
@@ -275,10 +307,14 @@ impl PartitionWorker {
                 && in_flight.len() < self.batches_in_flight_max()
             {
                 let records = std::mem::take(&mut acc.records);
+                let held = acc.held.take();
                 acc = Accumulator {
                     closed: acc.closed,
                     ..Accumulator::default()
                 };
+                if let Some(next) = held {
+                    self.accept(&mut acc, WorkerMessage::Record(next));
+                }
                 self.launch(records, &mut in_flight).await;
                 continue;
             }
@@ -290,7 +326,7 @@ impl PartitionWorker {
                 .is_some_and(|d| d <= tokio::time::Instant::now())
                 && !acc.linger_passed
             {
-                while acc.bytes < self.config.batch_bytes && !acc.closed {
+                while !acc.is_full(self.config.batch_bytes) && !acc.closed {
                     match queue.try_recv() {
                         Ok(message) => self.accept(&mut acc, message),
                         Err(mpsc::error::TryRecvError::Empty) => break,
@@ -300,7 +336,7 @@ impl PartitionWorker {
                 acc.linger_passed = true;
                 continue;
             }
-            let full = acc.bytes >= self.config.batch_bytes;
+            let full = acc.is_full(self.config.batch_bytes);
             let deadline = acc.deadline;
             tokio::select! {
                 biased;
@@ -327,7 +363,25 @@ impl PartitionWorker {
     fn accept(&mut self, acc: &mut Accumulator, message: WorkerMessage) {
         match message {
             WorkerMessage::Record(q) => {
-                acc.bytes += q.record.size_estimate();
+                // Stamped by `send`; a record without a timestamp is sized as at the base.
+                let timestamp = q.record.timestamp_ms.unwrap_or(acc.base_timestamp);
+                if acc.records.is_empty() {
+                    acc.bytes = BATCH_HEADER_BYTES;
+                    acc.base_timestamp = timestamp;
+                }
+                let offset_delta = i32::try_from(acc.records.len()).unwrap_or(i32::MAX);
+                let size = q
+                    .record
+                    .encoded_bytes(offset_delta, timestamp.saturating_sub(acc.base_timestamp));
+                // A record alone is sent whatever its size: `send` refused those too large.
+                let over_cap = self
+                    .batch_bytes_cap
+                    .is_some_and(|cap| acc.bytes.saturating_add(size) > cap);
+                if over_cap && !acc.records.is_empty() {
+                    acc.held = Some(q);
+                    return;
+                }
+                acc.bytes = acc.bytes.saturating_add(size);
                 let linger = self.config.linger;
                 acc.deadline
                     .get_or_insert_with(|| tokio::time::Instant::from_std(q.enqueued + linger));
@@ -335,7 +389,9 @@ impl PartitionWorker {
             }
             WorkerMessage::Flush(done) => {
                 acc.flush_requested = true;
-                let upto = self.launched + u64::from(!acc.records.is_empty());
+                let upto = self.launched
+                    + u64::from(!acc.records.is_empty())
+                    + u64::from(acc.held.is_some());
                 self.flushes.push((upto, done));
                 self.answer_flushes();
             }

@@ -53,6 +53,8 @@ pub enum MetaNodeError {
     Raft(String),
     #[error("storage: {0}")]
     Storage(#[from] std::io::Error),
+    #[error(transparent)]
+    Locked(#[from] crate::dir_lock::DirLockError),
     #[error("data directory {dir} belongs to MetaServer node {stored}, not {asked}: node ids are never reused or changed")]
     WrongNodeId {
         dir: String,
@@ -120,6 +122,8 @@ pub struct MetaNode {
     /// A copy of the snapshot being received from a peer, checked whole before its last chunk
     /// reaches openraft.
     pub(crate) snapshot_intake: inbound::SnapshotIntake,
+    /// The data directory's lock, held from start until [`MetaNode::shutdown`] (or drop).
+    dir_lock: std::sync::Mutex<Option<crate::dir_lock::DirLock>>,
 }
 
 impl MetaNode {
@@ -147,9 +151,12 @@ impl MetaNode {
                 .map_err(|e| MetaNodeError::Raft(e.to_string()))?,
         );
         let owned = dir.to_path_buf();
-        let (log, sm) = tokio::task::spawn_blocking(move || {
+        let (dir_lock, log, sm) = tokio::task::spawn_blocking(move || {
+            // Before anything in the directory is read: another process may be writing it.
+            let dir_lock = crate::dir_lock::DirLock::acquire(&owned)?;
             claim_dir(&owned, id)?;
-            Ok::<_, MetaNodeError>((LogStore::open(&owned)?, StateMachine::open(&owned)?))
+            let (log, sm) = (LogStore::open(&owned)?, StateMachine::open(&owned)?);
+            Ok::<_, MetaNodeError>((dir_lock, log, sm))
         })
         .await
         .map_err(|e| MetaNodeError::Raft(format!("opening the Raft storage failed: {e}")))??;
@@ -164,6 +171,7 @@ impl MetaNode {
             image,
             version,
             snapshot_intake: inbound::SnapshotIntake::default(),
+            dir_lock: std::sync::Mutex::new(Some(dir_lock)),
         })
     }
 
@@ -271,8 +279,11 @@ impl MetaNode {
             .map(|n| n.addr.clone())
     }
 
+    /// Stops the Raft core, then releases the data directory: the core wrote its last, so
+    /// another node (or this one, restarted) may open it.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
+        self.dir_lock.lock().expect("dir lock mutex").take();
     }
 }
 

@@ -31,7 +31,7 @@ pub mod varint;
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use compression::Compression;
-pub use record::{Record, RecordHeader, RecordInput};
+pub use record::{record_bytes, Record, RecordHeader, RecordInput};
 
 /// Size of the fixed batch header.
 pub const BATCH_HEADER_BYTES: usize = 61;

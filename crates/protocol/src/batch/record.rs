@@ -81,6 +81,14 @@ fn body_len(input: &RecordInput<'_>, offset_delta: i32, timestamp_delta: i64) ->
         + headers
 }
 
+/// Bytes the record takes in a batch's records section (before compression) at
+/// `offset_delta` and `timestamp_delta` from the batch's first record: what [`encode_record`]
+/// writes. Producers size batches with it before building them.
+pub fn record_bytes(input: &RecordInput<'_>, offset_delta: i32, timestamp_delta: i64) -> usize {
+    let body = body_len(input, offset_delta, timestamp_delta);
+    varint_len(i32::try_from(body).unwrap_or(i32::MAX)) + body
+}
+
 /// Appends one encoded record to `out`; returns the bytes written.
 pub(crate) fn encode_record(
     out: &mut impl BufMut,

@@ -364,3 +364,39 @@ fn documented_example_batch_bytes() {
         )
     );
 }
+
+proptest! {
+    /// `record_bytes` is what the builder really adds for a record, so a producer can size a
+    /// batch before building it.
+    #[test]
+    fn record_bytes_is_what_the_builder_adds(
+        records in proptest::collection::vec(
+            (
+                -100_000i64..100_000,
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..300)),
+                proptest::collection::vec(("[a-z]{0,8}", proptest::option::of(proptest::collection::vec(any::<u8>(), 0..20))), 0..3),
+            ),
+            1..20,
+        )
+    ) {
+        let mut builder = BatchBuilder::new(Compression::None, ProducerStamp::NONE);
+        let base = 1_700_000_000_000i64;
+        let mut expected = BATCH_HEADER_BYTES;
+        for (i, (delta, key, value, headers)) in records.iter().enumerate() {
+            let headers: Vec<(&str, Option<&[u8]>)> =
+                headers.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+            // The first record's timestamp is the batch's base.
+            let timestamp_delta = if i == 0 { 0 } else { *delta };
+            let input = RecordInput {
+                timestamp_ms: base + timestamp_delta,
+                key: key.as_deref(),
+                value: value.as_deref(),
+                headers: &headers,
+            };
+            expected += record_bytes(&input, i as i32, timestamp_delta);
+            builder.push(&input);
+            prop_assert_eq!(builder.uncompressed_bytes(), expected);
+        }
+    }
+}
