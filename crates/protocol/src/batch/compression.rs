@@ -148,6 +148,32 @@ mod tests {
         }
     }
 
+    /// The producer cuts compressed batches `256 + limit / 1024` bytes below the limit
+    /// (`compression_room` in the client); incompressible data must not grow more than that.
+    #[test]
+    fn incompressible_data_grows_by_less_than_a_thousandth() {
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for len in [1000usize, 64 * 1024, 1 << 20, 16 << 20] {
+            let input: Vec<u8> = (0..len)
+                .map(|_| {
+                    // xorshift: bytes no codec can shrink
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    state as u8
+                })
+                .collect();
+            for codec in [Compression::Lz4, Compression::Zstd] {
+                let compressed = codec.compress(&input).unwrap();
+                assert!(
+                    compressed.len() <= len + 256 + len / 1024,
+                    "{codec:?} made {len} random bytes {}",
+                    compressed.len()
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_bomb_is_refused_at_the_limit() {
         let input = vec![0u8; 10 * 1024 * 1024];
