@@ -81,11 +81,12 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
     );
-    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
-    println!("tinymq meta listening on {}", server.local_addr);
+    // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    println!("tinymq meta listening on {}", server.local_addr);
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
