@@ -128,9 +128,7 @@ impl Broker {
         let opening = state.clone();
         tokio::task::spawn_blocking(move || {
             let image = opening.cluster.image();
-            if let Err(e) =
-                crate::reconcile::remove_deleted_topics(&opening.config.data_dir, &image)
-            {
+            if let Err(e) = opening.retire_deleted_topics(&image) {
                 tracing::warn!(error = %e, "cleaning up deleted topics failed");
             }
             opening.reconcile(&image);

@@ -44,8 +44,9 @@ async fn wait_until_open(state: &BrokerState, topic: &str, deadline: tokio::time
     }
 }
 
-/// Waits until no partition of `topic` is open here (reconciliation closes them and removes
-/// their data after the image drops the topic), so that the answer means "gone here".
+/// Waits until no partition of `topic` is open here and its directories are renamed away
+/// (reconciliation does both after the image drops the topic; the files are removed later, in
+/// the background), so that the answer means "gone here".
 async fn wait_until_closed(
     state: &BrokerState,
     topic: &str,
