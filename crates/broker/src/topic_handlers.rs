@@ -178,6 +178,31 @@ pub async fn delete_topic(
     m::DeleteTopicResponse { error: None }
 }
 
+/// Removes a stopped broker from the cluster for good (the MetaServer decides; see
+/// [`Command::DecommissionBroker`]); answers once this broker's image has it removed, so its
+/// partitions' new placement is what the next request here finds.
+pub async fn decommission_broker(
+    state: Arc<BrokerState>,
+    req: m::DecommissionBrokerRequest,
+) -> m::DecommissionBrokerResponse {
+    let command = Command::DecommissionBroker {
+        id: req.broker_id,
+        move_partitions: req.move_partitions,
+    };
+    if let Err(e) = state.cluster.write(command).await {
+        return m::DecommissionBrokerResponse { error: Some(e) };
+    }
+    let id = req.broker_id;
+    state
+        .cluster
+        .wait_until(VISIBLE_WAIT, |image| {
+            image.decommissioned_brokers.contains(&id)
+        })
+        .await;
+    tracing::info!(broker = id, "broker decommissioned");
+    m::DecommissionBrokerResponse { error: None }
+}
+
 pub fn list_topics(state: &BrokerState) -> m::ListTopicsResponse {
     m::ListTopicsResponse {
         error: None,
