@@ -141,6 +141,9 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
         OpCode::AlterPartitions => handle!(m::AlterPartitionsRequest, |r| {
             topic_handlers::alter_partitions(state, r).await
         }),
+        OpCode::DecommissionBroker => handle!(m::DecommissionBrokerRequest, |r| {
+            topic_handlers::decommission_broker(state, r).await
+        }),
         // Admitted by `BrokerFront::admit`, which writes produce requests in the order received.
         OpCode::Produce | OpCode::Fetch => unreachable!("admit serves produce and fetch itself"),
         OpCode::FindCoordinator => handle!(m::FindCoordinatorRequest, |r| {

@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod config;
 mod connection;
+mod deletion;
 mod durable_file;
 #[doc(hidden)]
 pub mod fuzzing;

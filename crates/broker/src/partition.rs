@@ -226,6 +226,13 @@ impl Partition {
         Ok(())
     }
 
+    /// Refuses further appends, flushing nothing and saving no producer state: the partition is
+    /// deleted, and its directory is about to be renamed for removal (a snapshot written later
+    /// would land in whatever directory then has the old name).
+    pub fn abandon(&self) {
+        self.log.abandon();
+    }
+
     /// Flushes everything and saves the producer state, so the next open need not rescan.
     pub fn close(&self) -> Result<(), LogError> {
         self.log.close()?;

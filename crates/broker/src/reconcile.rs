@@ -3,9 +3,10 @@
 //!
 //! A topic is known by its id, not only its name: each partition directory holds a `topic-id`
 //! file, and a directory (open or on disk) whose id differs from the image's topic of the same
-//! name belongs to a deleted topic; its data is removed before the new topic's partition is
-//! created. So a topic deleted and created again while a broker was down or between two
-//! image reads never shows the old records.
+//! name belongs to a deleted topic; its directory is renamed away (and removed in the
+//! background, [`crate::deletion`]) before the new topic's partition is created. So a topic
+//! deleted and created again while a broker was down or between two image reads never shows
+//! the old records.
 //!
 //! A partition that cannot be opened (an I/O error, or even a panic while opening) stays
 //! offline with its reason recorded, and the broker serves the rest; the next reconciliation
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use tinymq_meta::{is_internal_topic, MetadataImage, TopicRecord};
 
 use crate::partition::Partition;
-use crate::state::{remove_partition_dir, BrokerState};
+use crate::state::BrokerState;
 
 /// The file in a partition directory naming the topic id it belongs to.
 const TOPIC_ID_FILE: &str = "topic-id";
@@ -91,8 +92,10 @@ impl BrokerState {
         }
     }
 
-    /// Closes and removes every open partition of a topic the image no longer has, or has
-    /// under another id.
+    /// Drops every open partition of a topic the image no longer has, or has under another
+    /// id: appends are refused, the directory is renamed for the background removal
+    /// ([`crate::deletion`]), and nothing is flushed, so deleting thousands of partitions takes
+    /// a rename each, not fsyncs and file removals.
     fn drop_gone_topics(&self, image: &MetadataImage) {
         let gone: Vec<String> = self
             .partitions
@@ -106,21 +109,21 @@ impl BrokerState {
             })
             .map(|(name, _)| name.clone())
             .collect();
-        for name in gone {
-            let Some(local) = self.partitions.write().remove(&name) else {
+        for name in &gone {
+            let Some(local) = self.partitions.write().remove(name) else {
                 continue;
             };
             for (index, partition) in local.partitions {
-                if let Err(e) = partition.close() {
-                    tracing::error!(topic = %name, partition = index, error = %e, "close failed");
-                }
-                match remove_partition_dir(&self.config.data_dir, &name, index) {
-                    Ok(()) => tracing::info!(topic = %name, partition = index, "deleted"),
-                    Err(e) => {
-                        tracing::error!(topic = %name, partition = index, error = %e, "removing the data failed")
-                    }
+                partition.abandon();
+                let dir = Partition::dir_for(&self.config.data_dir, name, index);
+                if let Err(e) = crate::deletion::retire(&dir) {
+                    tracing::error!(topic = %name, partition = index, error = %e, "cannot rename the data of a deleted partition for removal");
                 }
             }
+            tracing::info!(topic = %name, "deleted; its data is removed in the background");
+        }
+        if !gone.is_empty() {
+            self.deleter.wake();
         }
     }
 
@@ -160,8 +163,9 @@ impl BrokerState {
                     partition = index,
                     "removing data of an earlier topic with this name"
                 );
-                remove_partition_dir(data_dir, name, index)
+                crate::deletion::retire(&dir)
                     .map_err(|e| format!("cannot remove the data of an earlier topic: {e}"))?;
+                self.deleter.wake();
             }
             let settings = self.settings_of(name, topic);
             let partition =
@@ -197,30 +201,37 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
         .unwrap_or("a panic without a message")
 }
 
-/// Removes partition directories of topics the image does not have (deleted while this broker
-/// was down) or has under another id. Safe because the directory's identity matched the
-/// cluster: the image is this cluster's. Internal (`__…`) directories are left alone.
-pub fn remove_deleted_topics(data_dir: &Path, image: &MetadataImage) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(data_dir)? {
-        let entry = entry?;
-        if !entry.file_type()?.is_dir() {
-            continue;
+impl BrokerState {
+    /// At start: hands the partition directories of topics the image does not have (deleted
+    /// while this broker was down), or has under another id, to the background removal. Safe
+    /// because the directory's identity matched the cluster: the image is this cluster's.
+    /// Internal (`__…`) directories are left alone.
+    pub fn retire_deleted_topics(&self, image: &MetadataImage) -> std::io::Result<()> {
+        let mut retired = false;
+        for entry in std::fs::read_dir(&self.config.data_dir)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if crate::deletion::is_retired(&name) || !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let Some((topic, index)) = name.rsplit_once('-') else {
+                continue;
+            };
+            if is_internal_topic(topic) || index.parse::<u32>().is_err() {
+                continue;
+            }
+            let current = image.topics.get(topic);
+            if current.is_none_or(|t| !same_topic(recorded_topic_id(&entry.path()), t.id)) {
+                tracing::info!(topic, dir = %entry.path().display(), "removing data of a deleted topic");
+                crate::deletion::retire(&entry.path())?;
+                retired = true;
+            }
         }
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((topic, index)) = name.rsplit_once('-') else {
-            continue;
-        };
-        if is_internal_topic(topic) || index.parse::<u32>().is_err() {
-            continue;
+        if retired {
+            self.deleter.wake();
         }
-        let current = image.topics.get(topic);
-        let stale = current.is_none_or(|t| !same_topic(recorded_topic_id(&entry.path()), t.id));
-        if stale {
-            tracing::info!(topic, dir = %entry.path().display(), "removing data of a deleted topic");
-            std::fs::remove_dir_all(entry.path())?;
-        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

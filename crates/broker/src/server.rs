@@ -33,6 +33,9 @@ const OFFSETS_EXPIRY_EVERY_TICKS: u64 = 1200;
 pub const META_DIR: &str = "__meta";
 /// The embedded MetaServer's node id.
 const EMBEDDED_META_ID: u64 = 1;
+/// How long a stopping broker waits for the MetaServer to take note (it is fenced by session
+/// expiry anyway if this fails).
+const UNREGISTER_WAIT: Duration = Duration::from_secs(5);
 /// How long a standalone start waits for its single-node MetaServer to lead (it does at once
 /// in practice; past this, registration retries on its own).
 const EMBEDDED_LEADER_WAIT: Duration = Duration::from_secs(5);
@@ -139,9 +142,7 @@ impl Broker {
         let opening = state.clone();
         tokio::task::spawn_blocking(move || {
             let image = opening.cluster.image();
-            if let Err(e) =
-                crate::reconcile::remove_deleted_topics(&opening.config.data_dir, &image)
-            {
+            if let Err(e) = opening.retire_deleted_topics(&image) {
                 tracing::warn!(error = %e, "cleaning up deleted topics failed");
             }
             opening.reconcile(&image);
@@ -181,11 +182,23 @@ impl Broker {
         &self.state
     }
 
-    /// Stops accepting, lets in-flight requests finish, then flushes and closes every partition.
+    /// Stops accepting and heartbeating, tells the MetaServer it is stopping (so nothing new is
+    /// placed here), lets in-flight requests finish, then flushes and closes every partition.
     pub async fn shutdown(self) {
         tracing::info!("shutting down");
         self.shutdown.cancel();
         self.tasks.close();
+        // After the heartbeats stop: a heartbeat answered "fenced" would register again.
+        let cluster = &self.state.cluster;
+        match tokio::time::timeout(UNREGISTER_WAIT, cluster.unregister()).await {
+            Ok(Ok(())) => tracing::info!("left the cluster: no new partitions are placed here"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e.message, "could not tell the MetaServer this broker stops; it is fenced when its session expires")
+            }
+            Err(_) => {
+                tracing::warn!("the MetaServer did not answer in time; this broker is fenced when its session expires")
+            }
+        }
         let grace = self.state.config.listener.shutdown_grace.saturating_mul(2);
         let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
         let state = self.state.clone();

@@ -14,6 +14,7 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::cluster::ClusterView;
 use crate::config::BrokerConfig;
+use crate::deletion::Deleter;
 use crate::group::GroupCoordinator;
 use crate::partition::Partition;
 use crate::topic::TopicSettings;
@@ -45,6 +46,8 @@ pub struct BrokerState {
     pub(crate) open_failures: RwLock<OpenFailures>,
     /// Permits in bytes: the fetch memory (`fetch_memory_bytes_max`) not reserved by a fetch.
     pub(crate) fetch_memory: Arc<tokio::sync::Semaphore>,
+    /// Removes the data of deleted partitions in the background.
+    pub(crate) deleter: Deleter,
 }
 
 impl BrokerState {
@@ -54,6 +57,10 @@ impl BrokerState {
         cluster: Arc<ClusterView>,
     ) -> Result<BrokerState, LogError> {
         let groups = GroupCoordinator::open(&config.data_dir)?;
+        let deleter = Deleter::start(&config.data_dir).map_err(|source| LogError::Io {
+            path: config.data_dir.clone(),
+            source,
+        })?;
         let fetch_memory = Arc::new(tokio::sync::Semaphore::new(
             config.fetch_memory_bytes_max as usize,
         ));
@@ -65,6 +72,7 @@ impl BrokerState {
             groups,
             partitions: RwLock::new(HashMap::new()),
             open_failures: RwLock::new(HashMap::new()),
+            deleter,
         })
     }
 
@@ -215,20 +223,4 @@ impl BrokerState {
 pub fn unknown_partition(topic: &str, partition: u32) -> m::Error {
     ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
         .with_message(format!("unknown topic or partition {topic}/{partition}"))
-}
-
-pub fn remove_partition_dir(
-    data_dir: &std::path::Path,
-    topic: &str,
-    index: u32,
-) -> Result<(), LogError> {
-    let dir = Partition::dir_for(data_dir, topic, index);
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(LogError::Io {
-            path: dir,
-            source: e,
-        }),
-    }
 }

@@ -44,8 +44,9 @@ async fn wait_until_open(state: &BrokerState, topic: &str, deadline: tokio::time
     }
 }
 
-/// Waits until no partition of `topic` is open here (reconciliation closes them and removes
-/// their data after the image drops the topic), so that the answer means "gone here".
+/// Waits until no partition of `topic` is open here and its directories are renamed away
+/// (reconciliation does both after the image drops the topic; the files are removed later, in
+/// the background), so that the answer means "gone here".
 async fn wait_until_closed(
     state: &BrokerState,
     topic: &str,
@@ -175,6 +176,31 @@ pub async fn delete_topic(
     wait_until_closed(&state, &req.name, partitions, deadline).await;
     tracing::info!(topic = %req.name, "topic deleted");
     m::DeleteTopicResponse { error: None }
+}
+
+/// Removes a stopped broker from the cluster for good (the MetaServer decides; see
+/// [`Command::DecommissionBroker`]); answers once this broker's image has it removed, so its
+/// partitions' new placement is what the next request here finds.
+pub async fn decommission_broker(
+    state: Arc<BrokerState>,
+    req: m::DecommissionBrokerRequest,
+) -> m::DecommissionBrokerResponse {
+    let command = Command::DecommissionBroker {
+        id: req.broker_id,
+        move_partitions: req.move_partitions,
+    };
+    if let Err(e) = state.cluster.write(command).await {
+        return m::DecommissionBrokerResponse { error: Some(e) };
+    }
+    let id = req.broker_id;
+    state
+        .cluster
+        .wait_until(VISIBLE_WAIT, |image| {
+            image.decommissioned_brokers.contains(&id)
+        })
+        .await;
+    tracing::info!(broker = id, "broker decommissioned");
+    m::DecommissionBrokerResponse { error: None }
 }
 
 pub fn list_topics(state: &BrokerState) -> m::ListTopicsResponse {

@@ -1,4 +1,4 @@
-//! `tinymq meta` (a MetaServer node) and `tinymq cluster status`.
+//! `tinymq meta` (a MetaServer node), `tinymq cluster status` and `tinymq broker decommission`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -81,11 +81,12 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
     );
-    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
-    println!("tinymq meta listening on {}", server.local_addr);
+    // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    println!("tinymq meta listening on {}", server.local_addr);
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
@@ -96,6 +97,51 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         }
     }
     server.shutdown().await;
+    Ok(())
+}
+
+/// `tinymq broker`: runs a broker, or (with a subcommand) administers one.
+#[derive(clap::Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BrokerCli {
+    #[command(subcommand)]
+    pub action: Option<BrokerAction>,
+    #[command(flatten)]
+    pub run: crate::server::ServerArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum BrokerAction {
+    /// Remove a stopped broker from the cluster for good: nothing is placed on it again and
+    /// its id can never register again (a replacement machine gets a new id and an empty data
+    /// directory). Refused while the broker runs, and while it holds partitions unless
+    /// --move-partitions.
+    Decommission {
+        /// The broker's id.
+        id: u32,
+        /// Place the broker's partitions on live brokers. Partition data is not replicated
+        /// yet: where this broker held the only copy, the moved partition starts empty and
+        /// its records are lost.
+        #[arg(long)]
+        move_partitions: bool,
+        #[command(flatten)]
+        bootstrap: Bootstrap,
+    },
+}
+
+pub async fn run_broker_action(action: BrokerAction) -> anyhow::Result<()> {
+    let BrokerAction::Decommission {
+        id,
+        move_partitions,
+        bootstrap,
+    } = action;
+    let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(&bootstrap.bootstrap))?;
+    admin.decommission_broker(id, move_partitions).await?;
+    if move_partitions {
+        println!("decommissioned broker {id}; its partitions are placed on live brokers");
+    } else {
+        println!("decommissioned broker {id}");
+    }
     Ok(())
 }
 
@@ -126,6 +172,7 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
                     let out = serde_json::json!({
                         "answered_by": read.node_id, "leader": (read.leader != 0).then_some(read.leader),
                         "voters": read.voters, "brokers": brokers, "topics": image.topics.keys().collect::<Vec<_>>(),
+                        "decommissioned_brokers": image.decommissioned_brokers,
                     });
                     println!("{}", serde_json::to_string_pretty(&out)?);
                 } else {
@@ -147,6 +194,9 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
                             b.epoch,
                             if b.fenced { "fenced" } else { "live" }
                         );
+                    }
+                    for id in &image.decommissioned_brokers {
+                        println!("broker {id} decommissioned");
                     }
                 }
                 return Ok(());

@@ -36,8 +36,8 @@ enum Command {
     /// Run a standalone server: one MetaServer and one broker in one process.
     Server(server::ServerArgs),
     /// Run a broker of a cluster: registers with the MetaServer nodes of --meta and serves the
-    /// partitions placed on it.
-    Broker(server::ServerArgs),
+    /// partitions placed on it. `tinymq broker decommission ID` removes a stopped broker.
+    Broker(cluster::BrokerCli),
     /// Run a MetaServer node: cluster metadata replicated with Raft.
     Meta(cluster::MetaArgs),
     /// Show the MetaServer nodes, the Raft leader and the brokers.
@@ -126,9 +126,13 @@ fn main() -> std::process::ExitCode {
                 init_logging();
                 server::run(args, false).await
             }
+            Command::Broker(cluster::BrokerCli {
+                action: Some(action),
+                ..
+            }) => cluster::run_broker_action(action).await,
             Command::Broker(args) => {
                 init_logging();
-                server::run(args, true).await
+                server::run(args.run, true).await
             }
             Command::Meta(args) => {
                 init_logging();

@@ -108,13 +108,17 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
     Ok(c)
 }
 
-async fn shutdown_signal() -> anyhow::Result<&'static str> {
+/// Waits for SIGTERM or SIGINT. The handlers are installed when this is called (not when it is
+/// first polled), so a signal that arrives right after the broker says it listens is handled.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        }
     })
 }
 
@@ -132,11 +136,12 @@ pub async fn run(args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
             "--meta is for `tinymq broker`; `tinymq server` runs its own MetaServer"
         );
     }
+    let stop_signal = shutdown_signal()?;
     let broker = Broker::start(config).await?;
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);
     let stop = tokio::select! {
-        signal = shutdown_signal() => signal?,
+        signal = stop_signal => signal,
         fatal = broker.embedded_meta_failed() => {
             // The metadata can no longer change; a restart recovers from the data directory.
             tracing::error!(error = %fatal, "the embedded MetaServer stopped; exiting");

@@ -113,6 +113,25 @@ impl Admin {
         Ok(())
     }
 
+    /// Removes a stopped broker from the cluster for good: its id is never registered again.
+    /// Refused while the broker is live, and while it holds partition replicas unless
+    /// `move_partitions` (they are then placed on live brokers, empty where the broker held
+    /// the only in-sync copy). Asking again after it is done succeeds.
+    pub async fn decommission_broker(
+        &self,
+        broker_id: u32,
+        move_partitions: bool,
+    ) -> Result<(), ClientError> {
+        let request = &m::DecommissionBrokerRequest {
+            broker_id,
+            move_partitions,
+        };
+        self.retry(&format!("decommission broker {broker_id}"), || async move {
+            check(self.cluster.request(request).await?.error.as_ref())
+        })
+        .await
+    }
+
     /// Runs `attempt` again after retriable errors, for up to the api timeout.
     async fn retry<T, F, Fut>(&self, operation: &str, mut attempt: F) -> Result<T, ClientError>
     where

@@ -516,6 +516,13 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Refuses further appends without flushing anything: for a log whose files are about to
+    /// be deleted, where a flush would only cost fsyncs. Reads still work.
+    pub fn abandon(&self) {
+        let _writer = self.writer.lock();
+        self.state.write().closed = true;
+    }
+
     /// Flushes everything (log and indexes) and refuses further appends. Reads still work.
     pub fn close(&self) -> Result<(), LogError> {
         let _writer = self.writer.lock();

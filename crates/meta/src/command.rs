@@ -57,6 +57,15 @@ pub enum Command {
     AllocateProducerIds {
         count: i64,
     },
+    /// Removes a stopped broker from the cluster for good (`tinymq broker decommission`): it
+    /// is refused while the broker is live, and while it holds partition replicas unless
+    /// `move_partitions` (then each is placed on a live broker instead; where it held the only
+    /// in-sync copy, the new replica starts empty: those records are lost). Its id is never
+    /// registered again. Deciding twice is the same as once.
+    DecommissionBroker {
+        id: u32,
+        move_partitions: bool,
+    },
     /// Creates the internal topic [`OFFSETS_TOPIC`] (one replica per partition, placed like any
     /// topic) if it does not exist yet; its partition leaders coordinate consumer groups.
     EnsureOffsetsTopic {
@@ -99,6 +108,16 @@ pub enum MetaError {
     },
     #[error("invalid request: {0}")]
     Invalid(String),
+    #[error("broker {0} was decommissioned: its id is retired for good; start the broker with a new id and an empty data directory")]
+    BrokerDecommissioned(u32),
+    #[error("broker {id} is live at {address}; stop it first (SIGTERM), then decommission it")]
+    BrokerLive { id: u32, address: String },
+    #[error("broker {id} holds {count} partition replicas ({examples}); their data is not replicated, so removing the broker loses it: delete those topics first, or decommission with --move-partitions to place them, empty, on live brokers")]
+    BrokerHoldsPartitions {
+        id: u32,
+        count: usize,
+        examples: String,
+    },
 }
 
 impl MetaError {
@@ -109,7 +128,11 @@ impl MetaError {
             MetaError::InvalidTopic(_) => ErrorCode::INVALID_TOPIC,
             MetaError::InvalidPartitions(_) => ErrorCode::INVALID_PARTITIONS,
             MetaError::NotEnoughBrokers { .. } => ErrorCode::NOT_ENOUGH_REPLICAS,
-            MetaError::UnknownBroker(_) | MetaError::Invalid(_) => ErrorCode::INVALID_REQUEST,
+            MetaError::UnknownBroker(_)
+            | MetaError::Invalid(_)
+            | MetaError::BrokerDecommissioned(_)
+            | MetaError::BrokerLive { .. }
+            | MetaError::BrokerHoldsPartitions { .. } => ErrorCode::INVALID_REQUEST,
             MetaError::BrokerIdInUse { .. } => ErrorCode::BROKER_ID_IN_USE,
         }
     }
@@ -166,6 +189,10 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             ))
         }
         Command::AlterPartitions { name, partitions } => alter_partitions(image, name, *partitions),
+        Command::DecommissionBroker {
+            id,
+            move_partitions,
+        } => decommission_broker(image, *id, *move_partitions),
         Command::EnsureOffsetsTopic { partitions } => {
             if image.topics.contains_key(OFFSETS_TOPIC) {
                 return Ok((vec![], Reply::Done));
@@ -206,6 +233,9 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
 }
 
 fn register_broker(image: &MetadataImage, id: u32, host: &str, port: u16) -> Outcome {
+    if image.decommissioned_brokers.contains(&id) {
+        return Err(MetaError::BrokerDecommissioned(id));
+    }
     if let Some(other) = image
         .brokers
         .get(&id)
@@ -385,4 +415,100 @@ fn alter_partitions(image: &MetadataImage, name: &str, partitions: u32) -> Outco
         }],
         Reply::Done,
     ))
+}
+
+/// Most partitions a refused decommission names in its message.
+const DECOMMISSION_EXAMPLES_MAX: usize = 5;
+
+fn decommission_broker(image: &MetadataImage, id: u32, move_partitions: bool) -> Outcome {
+    if image.decommissioned_brokers.contains(&id) {
+        return Ok((vec![], Reply::Done));
+    }
+    let broker = image.brokers.get(&id).ok_or(MetaError::UnknownBroker(id))?;
+    if !broker.fenced {
+        return Err(MetaError::BrokerLive {
+            id,
+            address: format!("{}:{}", broker.host, broker.port),
+        });
+    }
+    let held: Vec<(&String, usize, &PartitionRecord)> = image
+        .topics
+        .iter()
+        .flat_map(|(name, t)| {
+            t.partitions
+                .iter()
+                .enumerate()
+                .map(move |(i, p)| (name, i, p))
+        })
+        .filter(|(_, _, p)| p.replicas.contains(&id))
+        .collect();
+    if !held.is_empty() && !move_partitions {
+        let mut examples: Vec<String> = held
+            .iter()
+            .take(DECOMMISSION_EXAMPLES_MAX)
+            .map(|(name, i, _)| format!("{name}/{i}"))
+            .collect();
+        if held.len() > DECOMMISSION_EXAMPLES_MAX {
+            examples.push("…".into());
+        }
+        return Err(MetaError::BrokerHoldsPartitions {
+            id,
+            count: held.len(),
+            examples: examples.join(", "),
+        });
+    }
+    let mut records = vec![MetadataRecord::DecommissionBroker { id }];
+    let mut replicas_held: BTreeMap<u32, usize> = image
+        .load()
+        .into_iter()
+        .filter(|(b, _)| *b != id)
+        .map(|(b, (_, replicas))| (b, replicas))
+        .collect();
+    for (name, index, p) in held {
+        let (replacement, _) = replicas_held
+            .iter()
+            .filter(|(b, _)| !p.replicas.contains(b))
+            .min_by_key(|(b, n)| (**n, **b))
+            .map(|(b, n)| (*b, *n))
+            .ok_or(MetaError::NotEnoughBrokers {
+                want: p.replicas.len() as u32,
+                live: replicas_held.len(),
+            })?;
+        *replicas_held.entry(replacement).or_default() += 1;
+        let replicas = p
+            .replicas
+            .iter()
+            .map(|r| if *r == id { replacement } else { *r })
+            .collect();
+        let (leader, isr) = leader_after_removing(image, p, id, replacement);
+        records.push(MetadataRecord::MovePartition {
+            name: name.clone(),
+            partition: index as u32,
+            replicas,
+            leader,
+            isr,
+        });
+    }
+    Ok((records, Reply::Done))
+}
+
+/// Leader and ISR of a partition once broker `id` leaves its replicas for `replacement`. The
+/// other in-sync replicas keep the data (the leader stays, or a live one of them leads); where
+/// `id` held the only in-sync copy, the replacement leads with an empty log.
+fn leader_after_removing(
+    image: &MetadataImage,
+    p: &PartitionRecord,
+    id: u32,
+    replacement: u32,
+) -> (Option<u32>, Vec<u32>) {
+    let isr: Vec<u32> = p.isr.iter().copied().filter(|b| *b != id).collect();
+    if isr.is_empty() {
+        return (Some(replacement), vec![replacement]);
+    }
+    let live = |b: &u32| image.brokers.get(b).is_some_and(|r| !r.fenced);
+    let leader = match p.leader {
+        Some(l) if l != id => Some(l),
+        _ => isr.iter().copied().find(live),
+    };
+    (leader, isr)
 }

@@ -3,7 +3,7 @@
 //! fit the image (it cannot, if commands produced it) is ignored, never a panic, so every
 //! replica of the log computes the same image.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -86,6 +86,19 @@ pub enum MetadataRecord {
         first: i64,
         count: i64,
     },
+    /// Removes a broker for good: it leaves `brokers` and its id is never registered again.
+    DecommissionBroker {
+        id: u32,
+    },
+    /// Sets a partition's replica list, leader and ISR at once (a partition moved off a
+    /// decommissioned broker); a different leader bumps the leader epoch.
+    MovePartition {
+        name: String,
+        partition: u32,
+        replicas: Vec<u32>,
+        leader: Option<u32>,
+        isr: Vec<u32>,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +113,9 @@ pub struct MetadataImage {
     /// Topic ids are never reused.
     #[serde(default)]
     pub next_topic_id: u64,
+    /// Ids of decommissioned brokers: never registered again.
+    #[serde(default)]
+    pub decommissioned_brokers: BTreeSet<u32>,
 }
 
 impl MetadataImage {
@@ -150,6 +166,30 @@ impl MetadataImage {
             }
             MetadataRecord::AllocateProducerIds { first, count } => {
                 self.next_producer_id = self.next_producer_id.max(first + count);
+            }
+            MetadataRecord::DecommissionBroker { id } => {
+                self.brokers.remove(id);
+                self.decommissioned_brokers.insert(*id);
+            }
+            MetadataRecord::MovePartition {
+                name,
+                partition,
+                replicas,
+                leader,
+                isr,
+            } => {
+                if let Some(p) = self
+                    .topics
+                    .get_mut(name)
+                    .and_then(|t| t.partitions.get_mut(*partition as usize))
+                {
+                    if p.leader != *leader {
+                        p.leader_epoch += 1;
+                    }
+                    p.replicas = replicas.clone();
+                    p.leader = *leader;
+                    p.isr = isr.clone();
+                }
             }
         }
     }

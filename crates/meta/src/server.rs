@@ -1,9 +1,9 @@
 //! The MetaServer process's TCP front: the shared connection front end ([`tinymq_net`]) in
 //! front of a [`MetaService`]. It answers Raft RPCs from its peers, metadata commands (a
 //! follower forwards them to the leader), image reads, broker heartbeats, and the topic
-//! operations of the tools (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`),
-//! which it turns into commands. The front end keeps Raft RPCs to MetaServer peers and
-//! metadata writes and heartbeats to brokers and peers.
+//! operations of the tools (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`,
+//! `DecommissionBroker`), which it turns into commands. The front end keeps Raft RPCs to
+//! MetaServer peers and metadata writes and heartbeats to brokers and peers.
 //!
 //! Requests of one connection run concurrently (up to `requests_in_flight_max`), so a
 //! long-polling `MetaRead` does not hold up the others.
@@ -220,6 +220,15 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
             };
             let w = service.write(command).await;
             encode(op, id, &m::AlterPartitionsResponse { error: w.error })
+        }
+        OpCode::DecommissionBroker => {
+            let r = decode!(m::DecommissionBrokerRequest);
+            let command = Command::DecommissionBroker {
+                id: r.broker_id,
+                move_partitions: r.move_partitions,
+            };
+            let w = service.write(command).await;
+            encode(op, id, &m::DecommissionBrokerResponse { error: w.error })
         }
         OpCode::DeleteTopic => {
             let r = decode!(m::DeleteTopicRequest);

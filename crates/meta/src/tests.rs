@@ -378,3 +378,132 @@ fn a_broker_holds_a_bounded_number_of_partitions_and_internal_topics_are_not_for
         Err(MetaError::InvalidTopic(_))
     ));
 }
+
+fn fence(image: &mut MetadataImage, id: u32) {
+    let epoch = image.brokers[&id].epoch;
+    execute_and_apply(image, &Command::FenceBroker { id, epoch }).unwrap();
+}
+
+fn decommission(
+    image: &mut MetadataImage,
+    id: u32,
+    move_partitions: bool,
+) -> Result<Reply, MetaError> {
+    execute_and_apply(
+        image,
+        &Command::DecommissionBroker {
+            id,
+            move_partitions,
+        },
+    )
+}
+
+#[test]
+fn a_stopped_broker_is_not_placed_on_and_returns_when_it_registers_again() {
+    let mut image = MetadataImage::default();
+    for id in 1..=3 {
+        register(&mut image, id);
+    }
+    // A clean stop fences the broker's own epoch at once.
+    fence(&mut image, 3);
+    create(&mut image, "after-stop", 30, 1).unwrap();
+    assert!(image.topics["after-stop"]
+        .partitions
+        .iter()
+        .all(|p| !p.replicas.contains(&3)));
+    assert!(matches!(
+        create(&mut image, "three-copies", 1, 3),
+        Err(MetaError::NotEnoughBrokers { want: 3, live: 2 })
+    ));
+    register(&mut image, 3);
+    create(&mut image, "after-restart", 3, 1).unwrap();
+    assert!(
+        image.topics["after-restart"]
+            .partitions
+            .iter()
+            .all(|p| p.replicas == vec![3]),
+        "the returning broker, least loaded, leads every new partition"
+    );
+}
+
+#[test]
+fn decommission_needs_a_stopped_broker_and_its_partitions_moved_and_retires_the_id() {
+    let mut image = MetadataImage::default();
+    for id in 1..=3 {
+        register(&mut image, id);
+    }
+    create(&mut image, "single", 6, 1).unwrap();
+    create(&mut image, "copies", 3, 2).unwrap();
+    assert!(matches!(
+        decommission(&mut image, 3, true),
+        Err(MetaError::BrokerLive { id: 3, .. })
+    ));
+    assert!(matches!(
+        decommission(&mut image, 9, true),
+        Err(MetaError::UnknownBroker(9))
+    ));
+    fence(&mut image, 3);
+    let refused = decommission(&mut image, 3, false).unwrap_err();
+    assert!(
+        matches!(&refused, MetaError::BrokerHoldsPartitions { id: 3, .. }),
+        "{refused}"
+    );
+    assert!(
+        refused.to_string().contains("--move-partitions"),
+        "{refused}"
+    );
+    assert!(image.brokers.contains_key(&3), "a refusal changes nothing");
+
+    let before = image.clone();
+    decommission(&mut image, 3, true).unwrap();
+    assert!(!image.brokers.contains_key(&3));
+    for (name, topic) in &image.topics {
+        for (i, p) in topic.partitions.iter().enumerate() {
+            let old = &before.topics[name].partitions[i];
+            assert!(
+                !p.replicas.contains(&3) && !p.isr.contains(&3),
+                "{name}/{i}: {p:?}"
+            );
+            assert_eq!(p.replicas.len(), old.replicas.len());
+            let mut distinct = p.replicas.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), p.replicas.len(), "{name}/{i}: {p:?}");
+            assert!(p.leader.is_some(), "{name}/{i} has a leader");
+            // Fencing broker 3 took its partitions offline; moved, they lead again.
+            if old.leader.is_none() {
+                assert!(p.leader_epoch > old.leader_epoch, "{name}/{i}");
+            } else {
+                assert_eq!((p.leader, p.leader_epoch), (old.leader, old.leader_epoch));
+            }
+        }
+    }
+    // Deciding again is done; registering the id again is refused for good.
+    assert_eq!(decommission(&mut image, 3, false), Ok(Reply::Done));
+    let again = Command::RegisterBroker {
+        id: 3,
+        host: "127.0.0.1".into(),
+        port: 9003,
+    };
+    assert!(matches!(
+        execute(&image, &again),
+        Err(MetaError::BrokerDecommissioned(3))
+    ));
+    // The image survives a snapshot with the retired id.
+    let restored = MetadataImage::from_snapshot(&image.to_snapshot()).unwrap();
+    assert_eq!(restored, image);
+}
+
+#[test]
+fn a_broker_holding_nothing_is_decommissioned_without_moving_anything() {
+    let mut image = MetadataImage::default();
+    for id in 1..=2 {
+        register(&mut image, id);
+    }
+    fence(&mut image, 2);
+    create(&mut image, "t", 2, 1).unwrap();
+    let before = image.topics.clone();
+    decommission(&mut image, 2, false).unwrap();
+    assert_eq!(image.topics, before);
+    assert_eq!(image.decommissioned_brokers, [2].into());
+}

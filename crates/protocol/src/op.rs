@@ -82,6 +82,8 @@ operations! {
     DeleteGroup = 19 => DeleteGroupRequest, DeleteGroupResponse;
     /// Grow a topic to more partitions (never fewer).
     AlterPartitions = 20 => AlterPartitionsRequest, AlterPartitionsResponse;
+    /// Remove a stopped broker from the cluster for good.
+    DecommissionBroker = 21 => DecommissionBrokerRequest, DecommissionBrokerResponse;
     /// Raft messages between MetaServer nodes.
     RaftRpc = 40 => RaftRpcRequest, RaftRpcResponse;
     /// A metadata command, applied through Raft (followers forward it to the leader).
