@@ -90,7 +90,7 @@ impl std::fmt::Display for Interrupted {
 impl std::error::Error for Interrupted {}
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
-    let mut stop = watch_signals()?;
+    let stop = watch_signals()?;
     let mut config = ConsumerConfig::new(&args.bootstrap.bootstrap);
     config.start_from = if args.from_beginning {
         StartFrom::Earliest
@@ -109,10 +109,10 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(offset) = args.offset {
         // Every assigned partition (one with --partition) starts at the same offset.
         for (topic, partition) in consumer.assignment() {
-            consumer.seek(&topic, partition, offset);
+            consumer.seek(&topic, partition, offset)?;
         }
     }
-    let result = print_until_done(&mut consumer, &args, &mut stop).await;
+    let result = print_until_done(&mut consumer, &args, &stop).await;
     // In a group: commit what was printed and leave, so the partitions move at once.
     let closed = consumer.close().await;
     result?;
@@ -123,8 +123,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first SIGINT or SIGTERM is published for the print loop, which stops at once (a poll
-/// in progress is dropped: it loses nothing); a second SIGINT exits at once (nothing more is
+/// The first SIGINT or SIGTERM is published for the print loop, which stops after the poll in
+/// progress (at most half a second, or half a session while the group coordinator does not
+/// answer) and decides the exit status; a second SIGINT exits at once (nothing more is
 /// committed).
 fn watch_signals() -> anyhow::Result<watch::Receiver<i32>> {
     use tokio::signal::unix::{signal, SignalKind};
@@ -137,7 +138,10 @@ fn watch_signals() -> anyhow::Result<watch::Receiver<i32>> {
                 _ = interrupt.recv() => libc::SIGINT,
                 _ = terminate.recv() => libc::SIGTERM,
             };
-            if tx.send_replace(got) != 0 && got == libc::SIGINT {
+            let first = *tx.borrow();
+            if first == 0 {
+                tx.send_replace(got);
+            } else if got == libc::SIGINT {
                 std::process::exit(130);
             }
         }
@@ -148,7 +152,7 @@ fn watch_signals() -> anyhow::Result<watch::Receiver<i32>> {
 async fn print_until_done(
     consumer: &mut Consumer,
     args: &ConsumeArgs,
-    stop: &mut watch::Receiver<i32>,
+    stop: &watch::Receiver<i32>,
 ) -> anyhow::Result<()> {
     let json = args.format == "json";
     let stdout = std::io::stdout();
@@ -156,7 +160,7 @@ async fn print_until_done(
     // Time spent holding partitions with nothing new to read.
     let mut idle = Duration::ZERO;
     let mut reported: Vec<UnavailablePartition> = Vec::new();
-    while *stop.borrow_and_update() == 0 {
+    while *stop.borrow() == 0 {
         let left = args.count.map_or(u64::MAX, |c| c.saturating_sub(printed));
         if left == 0 {
             return Ok(());
@@ -173,10 +177,9 @@ async fn print_until_done(
         };
         let started = Instant::now();
         let max = usize::try_from(left).unwrap_or(usize::MAX);
-        let records = tokio::select! {
-            records = consumer.poll_up_to(wait, max) => records?,
-            _ = stop.changed() => break,
-        };
+        // Not raced against the signal: a group request dropped half-way could leave a
+        // member the coordinator still counts, or a commit landing after the final one.
+        let records = consumer.poll_up_to(wait, max).await?;
         if !records.is_empty() {
             idle = Duration::ZERO;
         } else if !consumer.assignment().is_empty() {
@@ -209,7 +212,8 @@ fn unconsume(consumer: &mut Consumer, records: &[ConsumerRecord]) {
         first.entry((&r.topic, r.partition)).or_insert(r.offset);
     }
     for ((topic, partition), offset) in first {
-        consumer.seek(topic, partition, offset);
+        // Assigned: poll just returned its records.
+        let _ = consumer.seek(topic, partition, offset);
     }
 }
 

@@ -61,7 +61,10 @@ pub(crate) struct Membership {
     heartbeat_interval: Duration,
     next_heartbeat: Instant,
     coordinator: Option<Arc<Connection>>,
-    /// When the coordinator last accepted a join or heartbeat from this member.
+    /// How long one group request may take.
+    request_timeout: Duration,
+    /// When the last join or heartbeat the coordinator accepted was sent (its clock for the
+    /// session started no earlier).
     last_heard: Instant,
     /// Pause before the next attempt after a failed join or heartbeat; doubles per failure.
     retry_backoff: Duration,
@@ -70,8 +73,17 @@ pub(crate) struct Membership {
 }
 
 impl Membership {
-    pub fn new(group: &str, topics: Vec<String>) -> Membership {
+    /// `session`: the session timeout the member will ask for. A group request waits at most
+    /// half of it (and at most the client's request timeout): a coordinator that does not
+    /// answer must not hold `poll` for longer than the session the member is trying to keep.
+    pub fn new(
+        group: &str,
+        topics: Vec<String>,
+        session: Duration,
+        request_timeout: Duration,
+    ) -> Membership {
         Membership {
+            request_timeout: request_timeout.min(session / 2),
             group: group.into(),
             topics,
             member_id: String::new(),
@@ -104,13 +116,14 @@ impl Membership {
         !std::mem::replace(&mut self.warned, true)
     }
 
-    /// Records an answer from the coordinator; returns true if it ends a run of failures.
-    fn heard(&mut self, interval_ms: u32) -> bool {
+    /// Records an answer from the coordinator to a request sent at `sent`; returns true if it
+    /// ends a run of failures.
+    fn heard(&mut self, sent: Instant, interval_ms: u32) -> bool {
         if interval_ms > 0 {
             self.heartbeat_interval = Duration::from_millis(u64::from(interval_ms.max(50)));
         }
-        self.last_heard = Instant::now();
-        self.next_heartbeat = self.last_heard + self.heartbeat_interval;
+        self.last_heard = sent;
+        self.next_heartbeat = Instant::now() + self.heartbeat_interval;
         self.retry_backoff = RETRY_BACKOFF;
         std::mem::replace(&mut self.warned, false)
     }
@@ -152,7 +165,7 @@ impl Membership {
         body: &R,
     ) -> Result<R::Response, ClientError> {
         let c = self.coordinator(cluster).await?;
-        let result = c.request(body, cluster.config.request_timeout).await;
+        let result = c.request(body, self.request_timeout).await;
         if matches!(&result, Err(e) if e.needs_metadata_refresh() || e.code() == Some(ErrorCode::NOT_COORDINATOR))
         {
             self.coordinator = None;
@@ -166,6 +179,7 @@ impl Membership {
         session: Duration,
         strategy: &str,
     ) -> Result<BTreeSet<Tp>, ClientError> {
+        let sent = Instant::now();
         let response = self
             .call(
                 cluster,
@@ -182,7 +196,7 @@ impl Membership {
         check(response.error.as_ref())?;
         self.member_id = response.member_id;
         self.generation = response.generation;
-        if self.heard(response.heartbeat_interval_ms) {
+        if self.heard(sent, response.heartbeat_interval_ms) {
             tracing::info!(group = %self.group, "coordinator reachable again");
         }
         Ok(to_set(&response.assignment))
@@ -193,6 +207,7 @@ impl Membership {
         cluster: &Cluster,
         owned: &BTreeSet<Tp>,
     ) -> Result<BTreeSet<Tp>, ClientError> {
+        let sent = Instant::now();
         let response = self
             .call(
                 cluster,
@@ -206,7 +221,7 @@ impl Membership {
             .await?;
         check(response.error.as_ref())?;
         self.generation = response.generation;
-        if self.heard(response.heartbeat_interval_ms) {
+        if self.heard(sent, response.heartbeat_interval_ms) {
             tracing::info!(group = %self.group, "coordinator reachable again");
         }
         Ok(to_set(&response.assignment))

@@ -61,6 +61,9 @@ pub struct Group {
     /// Partition counts the target was computed with.
     partitions: BTreeMap<String, u32>,
     next_member: u64,
+    /// Nothing is granted before this: members of the group from before this coordinator
+    /// started may still be reading (see [`Group::hold_until`]).
+    hold_until: Option<Instant>,
 }
 
 impl Group {
@@ -72,7 +75,16 @@ impl Group {
             target: Assignment::new(),
             partitions: BTreeMap::new(),
             next_member: 1,
+            hold_until: None,
         }
+    }
+
+    /// Grants nothing before `until`. A coordinator that starts (or restarts) knows nothing
+    /// of the members the group had: they keep reading what they own until their heartbeat
+    /// is refused or, if the coordinator was unreachable, until their own session runs out.
+    /// Granting their partitions before then would let two members read them.
+    pub fn hold_until(&mut self, until: Instant) {
+        self.hold_until = Some(until);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -213,14 +225,19 @@ impl Group {
         );
         let counts = self.counts(count);
         self.rebalance(&counts);
-        let grant = self.hand_out(&id);
+        let grant = self.hand_out(&id, now);
         Ok((id, grant))
     }
 
     /// Answers `member` (present) with its grant, which counts as owned from now on, and
     /// records the generation it was told.
-    fn hand_out(&mut self, member_id: &str) -> Grant {
-        let partitions = self.grant(member_id);
+    fn hand_out(&mut self, member_id: &str, now: Instant) -> Grant {
+        let held = self.hold_until.is_some_and(|until| now < until);
+        let partitions = if held {
+            BTreeSet::new()
+        } else {
+            self.grant(member_id)
+        };
         let target_len = self.target.get(member_id).map_or(0, BTreeSet::len);
         let generation = self.generation;
         let member = self.members.get_mut(member_id).expect("present");
@@ -254,7 +271,7 @@ impl Group {
         if counts != self.partitions {
             self.rebalance(&counts);
         }
-        Ok(self.hand_out(member_id))
+        Ok(self.hand_out(member_id, now))
     }
 
     pub fn leave(
@@ -353,6 +370,23 @@ mod tests {
         assert!(now_b.is_disjoint(&keep_a));
         assert!(!g.heartbeat(&b, now_b, now, &six).unwrap().moving);
         assert_eq!(g.state(), "stable");
+    }
+
+    #[test]
+    fn a_held_group_grants_nothing_until_the_hold_ends() {
+        let now = Instant::now();
+        let mut g = Group::new(Strategy::Sticky);
+        g.hold_until(now + SESSION / 2);
+        let (a, first) = g.join("", "c", topics(), SESSION, now, &six).unwrap();
+        assert!(first.partitions.is_empty() && first.moving);
+        let later = now + SESSION / 2;
+        assert_eq!(
+            g.heartbeat(&a, BTreeSet::new(), later, &six)
+                .unwrap()
+                .partitions
+                .len(),
+            6
+        );
     }
 
     #[test]

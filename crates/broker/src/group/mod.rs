@@ -147,6 +147,10 @@ fn check_commit_offsets(
 pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
     offsets: OffsetStore,
+    /// When this coordinator started: a group with committed offsets that gets its first
+    /// member within a session of this grants nothing until that session has passed
+    /// ([`Group::hold_until`]).
+    started: Instant,
 }
 
 impl GroupCoordinator {
@@ -154,6 +158,7 @@ impl GroupCoordinator {
         Ok(GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
             offsets: OffsetStore::open(data_dir)?,
+            started: Instant::now(),
         })
     }
 
@@ -199,18 +204,19 @@ impl GroupCoordinator {
                 format!("this broker coordinates {GROUPS_MAX} groups with members already"),
             ));
         }
-        let group = groups
-            .entry(req.group_id.clone())
-            .or_insert_with(|| Group::new(strategy));
+        let now = Instant::now();
+        let group = groups.entry(req.group_id.clone()).or_insert_with(|| {
+            let mut group = Group::new(strategy);
+            // Members from before this coordinator started may still read for a session.
+            let hold = self.started + session;
+            if now < hold && !self.offsets.all(&req.group_id).is_empty() {
+                group.hold_until(hold);
+            }
+            group
+        });
         let topics = req.topics.iter().cloned().collect();
-        let (member_id, grant) = group.join(
-            &req.member_id,
-            &req.client_id,
-            topics,
-            session,
-            Instant::now(),
-            count,
-        )?;
+        let (member_id, grant) =
+            group.join(&req.member_id, &req.client_id, topics, session, now, count)?;
         tracing::info!(group = %req.group_id, member = %member_id, generation = grant.generation, "member joined");
         Ok(m::JoinGroupResponse {
             error: None,

@@ -1,98 +1,191 @@
-//! One fetch round: the fetchable partitions grouped by leader, one long-polling request per
-//! leader sent concurrently, and the results buffered. A leader that cannot be reached or
-//! answers a retriable error makes only its partitions unavailable for a backoff.
+//! Requests for partition data run as background tasks that outlive a `poll`: a fetch per
+//! leader and an offset lookup per partition without a position. `poll` starts what is due,
+//! waits up to its timeout for answers, and applies whichever arrived; a request still in
+//! flight is picked up by a later `poll`. So a leader that hangs (stopped process, lost host)
+//! holds up only its own partitions, for at most its request timeout, never the others, and a
+//! cancelled `poll` loses no answer.
+//!
+//! An answer is applied only if it still fits: the partition is assigned, not being released,
+//! and (for a fetch) still at the offset the fetch asked for.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use tinymq_protocol::messages as m;
+use tinymq_protocol::{messages as m, ErrorCode};
+use tokio::time::Instant;
 
 use super::partitions::PartitionKey;
 use super::Consumer;
 use crate::error::ClientError;
 
+/// A finished background request.
+pub(super) enum Answer {
+    Fetched {
+        requested: Vec<(PartitionKey, i64)>,
+        result: Result<m::FetchResponse, ClientError>,
+    },
+    Resolved {
+        key: PartitionKey,
+        result: Result<i64, ClientError>,
+    },
+}
+
 impl Consumer {
-    /// Fetches every fetchable partition once, waiting up to `wait` on the brokers.
+    /// Starts what is due, then applies answers until records are buffered or `wait` passed.
     pub(super) async fn fetch(&mut self, wait: Duration) -> Result<(), ClientError> {
-        let mut by_leader: HashMap<String, Vec<m::FetchPartition>> = HashMap::new();
-        for (key, offset) in self.parts.fetchable(&self.paused, Instant::now()) {
+        let deadline = Instant::now() + wait;
+        loop {
+            self.start_lookups();
+            self.start_fetches(wait).await?;
+            if self.parts.has_buffered(&self.paused) {
+                return Ok(());
+            }
+            if self.in_flight.is_empty() {
+                // Nothing to fetch (no assignment yet, all paused or unavailable): wait
+                // instead of spinning.
+                tokio::time::sleep_until(deadline).await;
+                return Ok(());
+            }
+            let Ok(Some(joined)) =
+                tokio::time::timeout_at(deadline, self.in_flight.join_next()).await
+            else {
+                return Ok(());
+            };
+            let answer = joined.map_err(|e| ClientError::Protocol(e.to_string()))?;
+            self.apply(answer)?;
+            while let Some(joined) = self.in_flight.try_join_next() {
+                self.apply(joined.map_err(|e| ClientError::Protocol(e.to_string()))?)?;
+            }
+        }
+    }
+
+    /// Looks up the start offset of every partition without a position (by `start_from`).
+    fn start_lookups(&mut self) {
+        let timestamp = self.config.start_from.timestamp();
+        for key in self.parts.unresolved(std::time::Instant::now()) {
+            self.parts.set_busy(&key, true);
+            let cluster = self.cluster.clone();
+            self.in_flight.spawn(async move {
+                let result = cluster.list_offset(&key.0, key.1, timestamp).await;
+                Answer::Resolved { key, result }
+            });
+        }
+    }
+
+    /// One long-polling fetch per leader for the fetchable partitions.
+    async fn start_fetches(&mut self, wait: Duration) -> Result<(), ClientError> {
+        let mut by_leader: HashMap<String, Vec<(PartitionKey, i64)>> = HashMap::new();
+        for (key, offset) in self
+            .parts
+            .fetchable(&self.paused, std::time::Instant::now())
+        {
             let leader = match self.cluster.route(&key.0).await {
                 Ok(route) => route.leader(key.1).map(str::to_string),
                 Err(e) => Err(e),
             };
             match leader {
-                Ok(leader) => by_leader
-                    .entry(leader)
-                    .or_default()
-                    .push(m::FetchPartition {
-                        topic: key.0,
-                        partition: key.1,
-                        offset,
-                        partition_bytes_max: self.config.partition_bytes_max,
-                    }),
+                Ok(leader) => by_leader.entry(leader).or_default().push((key, offset)),
                 Err(e) if e.is_retriable() => self.now_unavailable(&key, &e),
                 Err(e) => return Err(e),
             }
         }
-        if by_leader.is_empty() {
-            // Nothing to fetch (no assignment yet, all paused or unavailable): wait instead
-            // of spinning.
-            tokio::time::sleep(wait).await;
-            return Ok(());
-        }
-        let fetches: Vec<_> = by_leader
-            .into_iter()
-            .map(|(leader, partitions)| {
-                let keys: Vec<PartitionKey> = partitions
+        for (leader, requested) in by_leader {
+            let request = m::FetchRequest {
+                max_wait_ms: wait.as_millis() as u32,
+                min_bytes: self.config.min_bytes,
+                max_bytes: self.config.max_bytes,
+                partitions: requested
                     .iter()
-                    .map(|p| (p.topic.clone(), p.partition))
-                    .collect();
-                let cluster = self.cluster.clone();
-                let request = m::FetchRequest {
-                    max_wait_ms: wait.as_millis() as u32,
-                    min_bytes: self.config.min_bytes,
-                    max_bytes: self.config.max_bytes,
-                    partitions,
-                };
-                let timeout = wait + self.config.client.request_timeout;
-                let task = tokio::spawn(async move {
-                    cluster
-                        .connection(&leader)
-                        .await?
-                        .request(&request, timeout)
-                        .await
-                });
-                (keys, task)
-            })
-            .collect();
-        let mut fatal = None;
-        for (keys, task) in fetches {
-            let response = match task.await {
-                Ok(Ok(response)) => response,
-                Ok(Err(e)) if e.is_retriable() => {
-                    keys.iter().for_each(|k| self.now_unavailable(k, &e));
-                    continue;
-                }
-                Ok(Err(e)) => {
-                    fatal.get_or_insert(e);
-                    continue;
-                }
-                Err(e) => return Err(ClientError::Protocol(e.to_string())),
+                    .map(|((topic, partition), offset)| m::FetchPartition {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        offset: *offset,
+                        partition_bytes_max: self.config.partition_bytes_max,
+                    })
+                    .collect(),
             };
-            for p in response.partitions {
-                let key = (p.topic.clone(), p.partition);
-                match self.parts.buffer(p) {
-                    Ok(()) => self.now_available(&key),
-                    Err(e) if e.is_retriable() => self.now_unavailable(&key, &e),
+            for (key, _) in &requested {
+                self.parts.set_busy(key, true);
+            }
+            let cluster = self.cluster.clone();
+            let timeout = wait + self.config.client.request_timeout;
+            self.in_flight.spawn(async move {
+                let result = match cluster.connection(&leader).await {
+                    Ok(connection) => connection.request(&request, timeout).await,
+                    Err(e) => Err(e),
+                };
+                Answer::Fetched { requested, result }
+            });
+        }
+        Ok(())
+    }
+
+    /// Applies one answer. Errors a retry may cure make partitions unavailable for a backoff;
+    /// others end `poll`, unless records are buffered to return first.
+    fn apply(&mut self, answer: Answer) -> Result<(), ClientError> {
+        match answer {
+            Answer::Resolved { key, result } => {
+                self.parts.set_busy(&key, false);
+                match result {
+                    Ok(offset) => {
+                        self.parts.resolve(&key, offset);
+                        self.now_available(&key);
+                    }
+                    Err(e) => self.partition_failed(&key, e)?,
+                }
+            }
+            Answer::Fetched { requested, result } => {
+                for (key, _) in &requested {
+                    self.parts.set_busy(key, false);
+                }
+                let response = match result {
+                    Ok(response) => response,
                     Err(e) => {
-                        fatal.get_or_insert(e);
+                        for (key, _) in &requested {
+                            self.partition_failed(key, e.clone())?;
+                        }
+                        return Ok(());
+                    }
+                };
+                let offsets: HashMap<&PartitionKey, i64> =
+                    requested.iter().map(|(k, o)| (k, *o)).collect();
+                for p in response.partitions {
+                    let key = (p.topic.clone(), p.partition);
+                    let Some(requested) = offsets.get(&key).copied() else {
+                        continue; // not asked for
+                    };
+                    match self.parts.buffer(p, requested) {
+                        Ok(()) => self.now_available(&key),
+                        Err(e) => self.partition_failed(&key, e)?,
                     }
                 }
             }
         }
-        match fatal {
-            Some(e) if !self.parts.has_buffered(&self.paused) => Err(e),
-            _ => Ok(()),
+        Ok(())
+    }
+
+    /// A request for one partition failed: an offset the log no longer has is reset by the
+    /// start policy (as Kafka's `auto.offset.reset`), a retriable error makes the partition
+    /// unavailable for a backoff, and any other error is returned.
+    fn partition_failed(
+        &mut self,
+        key: &PartitionKey,
+        error: ClientError,
+    ) -> Result<(), ClientError> {
+        if error.code() == Some(ErrorCode::OFFSET_OUT_OF_RANGE) {
+            tracing::warn!(topic = %key.0, partition = key.1, %error,
+                "position out of range; starting again by the start policy");
+            self.parts.reset(key);
+            return Ok(());
         }
+        if error.is_retriable() {
+            self.now_unavailable(key, &error);
+            return Ok(());
+        }
+        if self.parts.has_buffered(&self.paused) {
+            tracing::warn!(topic = %key.0, partition = key.1, %error, "partition failed");
+            return Ok(());
+        }
+        Err(error)
     }
 }

@@ -42,8 +42,8 @@ impl Consumer {
         if let Some(interval) = config.auto_commit_interval {
             if membership.joined() && last_auto_commit.elapsed() >= interval {
                 *last_auto_commit = Instant::now();
-                let offsets = side.parts.commit_offsets(&side.parts.keys());
-                if let Err(e) = membership.commit(cluster, offsets).await {
+                let keys = side.parts.keys();
+                if let Err(e) = commit_positions(membership, cluster, side.parts, &keys).await {
                     tracing::warn!(group = %membership.group, error = %e, "auto-commit failed");
                 }
             }
@@ -106,28 +106,53 @@ impl GroupSide<'_> {
         membership.reset();
     }
 
-    /// Releases revoked partitions (committing their positions first, with auto-commit on)
+    /// Releases revoked partitions once their positions are committed (with auto-commit on)
     /// and takes new ones at their committed offsets. Returns whether anything was released,
     /// so that the release is reported at once.
+    ///
+    /// A partition whose commit fails for a reason a retry may cure is kept — nothing more is
+    /// fetched or returned from it — and the commit is tried again at the next heartbeat: it
+    /// moves to another member only after what this one delivered is committed.
     async fn apply_assignment(
         &mut self,
         membership: &mut Membership,
         assignment: BTreeSet<PartitionKey>,
     ) -> Result<bool, ClientError> {
         let owned = self.parts.keys();
+        self.parts
+            .stop_revoking(&owned.intersection(&assignment).cloned().collect());
         let revoked: BTreeSet<_> = owned.difference(&assignment).cloned().collect();
+        let mut released = false;
         if !revoked.is_empty() {
-            if self.config.auto_commit_interval.is_some() {
-                let offsets = self.parts.commit_offsets(&revoked);
-                if let Err(e) = membership.commit(self.cluster, offsets).await {
-                    tracing::warn!(group = %membership.group, error = %e, "commit on revoke failed");
+            self.parts.start_revoking(&revoked);
+            let committed = if self.config.auto_commit_interval.is_some() {
+                commit_positions(membership, self.cluster, self.parts, &revoked).await
+            } else {
+                Ok(())
+            };
+            match committed {
+                Err(e) if is_membership_gone(&e) => {
+                    self.lose_everything(membership);
+                    return Ok(false);
+                }
+                Err(e) if e.is_retriable() => {
+                    tracing::warn!(group = %membership.group, error = %e,
+                        "commit on revoke failed; keeping the partitions until it succeeds");
+                    membership.retry_later();
+                }
+                result => {
+                    if let Err(e) = result {
+                        tracing::warn!(group = %membership.group, error = %e,
+                            "commit on revoke refused; releasing the partitions uncommitted");
+                    }
+                    for key in &revoked {
+                        self.parts.remove(key);
+                    }
+                    self.events
+                        .push(GroupEvent::Revoked(revoked.iter().cloned().collect()));
+                    released = true;
                 }
             }
-            for key in &revoked {
-                self.parts.remove(key);
-            }
-            self.events
-                .push(GroupEvent::Revoked(revoked.iter().cloned().collect()));
         }
         let added: BTreeSet<_> = assignment.difference(&owned).cloned().collect();
         if !added.is_empty() {
@@ -138,7 +163,7 @@ impl GroupSide<'_> {
                     tracing::warn!(group = %membership.group, error = %e,
                         "cannot read committed offsets; taking the new partitions later");
                     membership.retry_later();
-                    return Ok(!revoked.is_empty());
+                    return Ok(released);
                 }
                 Err(e) => return Err(e),
             };
@@ -153,7 +178,28 @@ impl GroupSide<'_> {
             self.events
                 .push(GroupEvent::Assigned(added.into_iter().collect()));
         }
-        Ok(!revoked.is_empty())
+        Ok(released)
+    }
+}
+
+/// Commits the positions of `keys`. A commit refused with `ILLEGAL_GENERATION` (the answer to
+/// a heartbeat was lost, e.g. in a cancelled `poll`, so the member holds an old generation)
+/// is sent again after one heartbeat has fetched the current generation; that heartbeat's
+/// assignment is followed at the next one, which is due at once.
+pub(super) async fn commit_positions(
+    membership: &mut Membership,
+    cluster: &Cluster,
+    parts: &Partitions,
+    keys: &BTreeSet<PartitionKey>,
+) -> Result<(), ClientError> {
+    let offsets = parts.commit_offsets(keys);
+    match membership.commit(cluster, offsets.clone()).await {
+        Err(e) if e.code() == Some(ErrorCode::ILLEGAL_GENERATION) => {
+            membership.heartbeat(cluster, &parts.keys()).await?;
+            membership.heartbeat_now();
+            membership.commit(cluster, offsets).await
+        }
+        result => result,
     }
 }
 

@@ -31,6 +31,16 @@ pub enum StartFrom {
     Latest,
 }
 
+impl StartFrom {
+    /// The ListOffsets timestamp that finds this offset.
+    fn timestamp(self) -> i64 {
+        match self {
+            StartFrom::Earliest => -2,
+            StartFrom::Latest => -1,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ConsumerConfig {
     pub client: ClientConfig,
@@ -110,6 +120,8 @@ pub struct Consumer {
     paused: BTreeSet<PartitionKey>,
     events: Vec<GroupEvent>,
     last_auto_commit: Instant,
+    /// Fetches and offset lookups running in the background (see `fetch.rs`).
+    in_flight: tokio::task::JoinSet<fetch::Answer>,
 }
 
 impl Consumer {
@@ -127,6 +139,7 @@ impl Consumer {
             paused: BTreeSet::new(),
             events: Vec::new(),
             last_auto_commit: Instant::now(),
+            in_flight: tokio::task::JoinSet::new(),
         })
     }
 
@@ -140,6 +153,8 @@ impl Consumer {
         self.membership = Some(Membership::new(
             group,
             topics.iter().map(|t| t.to_string()).collect(),
+            self.config.session_timeout,
+            self.config.client.request_timeout,
         ));
         Ok(())
     }
@@ -174,13 +189,13 @@ impl Consumer {
     /// returned yet, so the group resumes right after what this consumer handed out. Needs a
     /// group.
     pub async fn commit(&mut self) -> Result<(), ClientError> {
-        let offsets = self.parts.commit_offsets(&self.parts.keys());
         let Some(membership) = self.membership.as_mut() else {
             return Err(ClientError::Config(
                 "commit needs a group: use subscribe".into(),
             ));
         };
-        membership.commit(&self.cluster, offsets).await
+        let keys = self.parts.keys();
+        group_tick::commit_positions(membership, &self.cluster, &self.parts, &keys).await
     }
 
     /// At-most-once: fetches records and commits past them *before* returning them, so a crash
@@ -202,8 +217,8 @@ impl Consumer {
             return Ok(());
         };
         let committed = if self.config.auto_commit_interval.is_some() && membership.joined() {
-            let offsets = self.parts.commit_offsets(&self.parts.keys());
-            membership.commit(&self.cluster, offsets).await
+            let keys = self.parts.keys();
+            group_tick::commit_positions(&mut membership, &self.cluster, &self.parts, &keys).await
         } else {
             Ok(())
         };
@@ -232,9 +247,17 @@ impl Consumer {
         Ok(())
     }
 
-    /// Moves a partition's position: the next `poll` returns records from `offset` on.
-    pub fn seek(&mut self, topic: &str, partition: u32, offset: i64) {
-        self.parts.seek((topic.to_string(), partition), offset);
+    /// Moves an assigned partition's position: the next `poll` returns records from `offset`
+    /// on. A partition not assigned (in a group: not owned) is refused, since reading it
+    /// would read another member's partition.
+    pub fn seek(&mut self, topic: &str, partition: u32, offset: i64) -> Result<(), ClientError> {
+        if self.parts.seek(&(topic.to_string(), partition), offset) {
+            Ok(())
+        } else {
+            Err(ClientError::Config(format!(
+                "cannot seek {topic}/{partition}: not assigned to this consumer"
+            )))
+        }
     }
 
     /// The next offset `poll` will return from a partition (what a commit stores), once known.
@@ -257,14 +280,11 @@ impl Consumer {
     /// before producers start. A partition whose leader cannot be reached stays unresolved
     /// (and is listed by `unavailable`); the others are resolved.
     pub async fn resolve_positions(&mut self) -> Result<(), ClientError> {
-        let timestamp = match self.config.start_from {
-            StartFrom::Earliest => -2,
-            StartFrom::Latest => -1,
-        };
-        for key in self.parts.unresolved() {
+        let timestamp = self.config.start_from.timestamp();
+        for key in self.parts.unresolved(Instant::now()) {
             match self.list_offset(&key.0, key.1, timestamp).await {
                 Ok(offset) => {
-                    self.parts.add(key.clone(), Some(offset));
+                    self.parts.resolve(&key, offset);
                     self.now_available(&key);
                 }
                 Err(e) if e.is_retriable() => self.now_unavailable(&key, &e),
@@ -306,7 +326,6 @@ impl Consumer {
         let max_records = max_records.max(1);
         self.group_tick().await?;
         if !self.parts.has_buffered(&self.paused) {
-            self.resolve_positions().await?;
             // In a group, wake up in time for the next heartbeat.
             let timeout = match &self.membership {
                 Some(m) => timeout.min(m.until_heartbeat().max(Duration::from_millis(1))),

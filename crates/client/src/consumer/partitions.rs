@@ -1,6 +1,7 @@
 //! The consumer's per-partition state: the position handed to the application (what a commit
-//! stores), records fetched but not yet returned by `poll`, and whether the partition can be
-//! fetched now or waits out a backoff after its leader could not be reached.
+//! stores), records fetched but not yet returned by `poll`, whether a request for it is in
+//! flight, whether it is being released from a group, and whether it can be fetched now or
+//! waits out a backoff after its leader could not be reached.
 //!
 //! Two offsets are kept apart on purpose: a fetch may bring more records than one `poll`
 //! returns, and committing the fetch position would skip the records still buffered (the
@@ -29,6 +30,21 @@ struct PartitionState {
     /// that control batches and records below the position are not fetched again.
     fetched_end: Option<i64>,
     unavailable: Option<Unavailable>,
+    /// A fetch or offset lookup for this partition is in flight: start no other.
+    busy: bool,
+    /// The group took it away and it is released once its position is committed: nothing
+    /// more is fetched or returned from it meanwhile.
+    revoking: bool,
+}
+
+impl PartitionState {
+    /// Whether new requests for it may start (not whether it has a position).
+    fn idle(&self, now: Instant) -> bool {
+        !self.busy
+            && !self.revoking
+            && self.buffered.is_empty()
+            && self.unavailable.as_ref().is_none_or(|u| u.retry_at <= now)
+    }
 }
 
 /// A partition whose leader could not be reached or has none: skipped until `retry_at`.
@@ -65,6 +81,13 @@ impl Partitions {
         }
     }
 
+    /// Sets the position of a partition that has none yet (a start offset looked up).
+    pub fn resolve(&mut self, key: &PartitionKey, offset: i64) {
+        if let Some(state) = self.states.get_mut(key) {
+            state.position.get_or_insert(offset);
+        }
+    }
+
     /// Drops a partition and whatever of it was fetched but not returned.
     pub fn remove(&mut self, key: &PartitionKey) {
         self.states.remove(key);
@@ -79,12 +102,53 @@ impl Partitions {
         self.states.get(key).and_then(|s| s.position)
     }
 
-    /// Moves a partition's position, dropping what was fetched from the old one.
-    pub fn seek(&mut self, key: PartitionKey, offset: i64) {
-        let state = self.states.entry(key).or_default();
+    /// Moves an assigned partition's position, dropping what was fetched from the old one (a
+    /// fetch in flight is dropped when it answers, as its offset no longer matches). Returns
+    /// false for a partition not assigned.
+    pub fn seek(&mut self, key: &PartitionKey, offset: i64) -> bool {
+        let Some(state) = self.states.get_mut(key) else {
+            return false;
+        };
         state.position = Some(offset);
         state.buffered.clear();
         state.fetched_end = None;
+        true
+    }
+
+    /// Forgets a partition's position (it is resolved again by the start policy).
+    pub fn reset(&mut self, key: &PartitionKey) {
+        if let Some(state) = self.states.get_mut(key) {
+            state.position = None;
+            state.buffered.clear();
+            state.fetched_end = None;
+        }
+    }
+
+    /// Marks partitions as being released: nothing more is fetched or returned from them.
+    pub fn start_revoking(&mut self, keys: &BTreeSet<PartitionKey>) {
+        for key in keys {
+            if let Some(state) = self.states.get_mut(key) {
+                state.revoking = true;
+                state.buffered.clear();
+                state.fetched_end = None;
+            }
+        }
+    }
+
+    /// Takes back partitions the group granted again while they were being released.
+    pub fn stop_revoking(&mut self, keys: &BTreeSet<PartitionKey>) {
+        for key in keys {
+            if let Some(state) = self.states.get_mut(key) {
+                state.revoking = false;
+            }
+        }
+    }
+
+    /// Marks whether a request for a partition is in flight.
+    pub fn set_busy(&mut self, key: &PartitionKey, busy: bool) {
+        if let Some(state) = self.states.get_mut(key) {
+            state.busy = busy;
+        }
     }
 
     /// Positions of `keys` (those known), as offsets to commit.
@@ -102,17 +166,17 @@ impl Partitions {
             .collect()
     }
 
-    /// Assigned partitions without a position yet.
-    pub fn unresolved(&self) -> Vec<PartitionKey> {
+    /// Assigned partitions without a position yet, not in flight or backing off.
+    pub fn unresolved(&self, now: Instant) -> Vec<PartitionKey> {
         self.states
             .iter()
-            .filter(|(_, s)| s.position.is_none())
+            .filter(|(_, s)| s.position.is_none() && s.idle(now))
             .map(|(k, _)| k.clone())
             .collect()
     }
 
     /// Partitions to fetch now and their positions: resolved, not paused, nothing buffered,
-    /// and not waiting out an unavailability backoff.
+    /// not in flight, not being released, and not waiting out an unavailability backoff.
     pub fn fetchable(
         &self,
         paused: &BTreeSet<PartitionKey>,
@@ -120,11 +184,7 @@ impl Partitions {
     ) -> Vec<(PartitionKey, i64)> {
         self.states
             .iter()
-            .filter(|(k, s)| {
-                !paused.contains(*k)
-                    && s.buffered.is_empty()
-                    && s.unavailable.as_ref().is_none_or(|u| u.retry_at <= now)
-            })
+            .filter(|(k, s)| !paused.contains(*k) && s.idle(now))
             .filter_map(|(k, s)| Some((k.clone(), s.position?)))
             .collect()
     }
@@ -147,7 +207,7 @@ impl Partitions {
                 let Some(record) = state.buffered.pop_front() else {
                     break;
                 };
-                state.position = Some(record.offset + 1);
+                state.position = Some(record.offset.saturating_add(1));
                 out.push(record);
             }
             if state.buffered.is_empty() {
@@ -203,18 +263,24 @@ impl Partitions {
             .collect()
     }
 
-    /// Buffers one partition's fetch result: records at or after its position, in order.
-    /// Every batch's CRC is checked by the batch iterator before its records are read.
-    pub fn buffer(&mut self, p: m::FetchPartitionResult) -> Result<(), ClientError> {
+    /// Buffers one partition's fetch result, sent for offset `requested`: records at or after
+    /// it, in order. Dropped if the partition was revoked, moved (seek, reset) or already has
+    /// records since the fetch was sent. Every batch's CRC is checked by the batch iterator
+    /// before its records are read.
+    pub fn buffer(
+        &mut self,
+        p: m::FetchPartitionResult,
+        requested: i64,
+    ) -> Result<(), ClientError> {
         check(p.error.as_ref())?;
         let key = (p.topic.clone(), p.partition);
         let Some(state) = self.states.get_mut(&key) else {
-            return Ok(()); // revoked while the fetch was in flight
-        };
-        let Some(position) = state.position else {
             return Ok(());
         };
-        let mut end = position;
+        if state.position != Some(requested) || state.revoking || !state.buffered.is_empty() {
+            return Ok(());
+        }
+        let mut end = requested;
         for batch in BatchIter::new(p.records) {
             let batch = batch?;
             end = end.max(batch.next_offset());
@@ -222,7 +288,7 @@ impl Partitions {
                 continue;
             }
             for record in batch.records(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)? {
-                if record.offset < position {
+                if record.offset < requested {
                     continue;
                 }
                 state.buffered.push_back(ConsumerRecord {
@@ -304,8 +370,22 @@ mod tests {
             parts.drain(10, &paused).is_empty(),
             "a paused partition returns nothing"
         );
-        parts.seek(key(), 1);
+        assert!(parts.seek(&key(), 1));
+        assert!(!parts.seek(&("other".into(), 0), 1), "not assigned");
         assert!(!parts.has_buffered(&BTreeSet::new()));
+        parts.set_busy(&key(), true);
+        assert!(
+            parts.fetchable(&BTreeSet::new(), Instant::now()).is_empty(),
+            "in flight"
+        );
+        parts.set_busy(&key(), false);
+        parts.start_revoking(&BTreeSet::from([key()]));
+        assert!(
+            parts.fetchable(&BTreeSet::new(), Instant::now()).is_empty(),
+            "revoking"
+        );
+        parts.remove(&key());
+        parts.add(key(), Some(1));
         let now = Instant::now();
         let error = ClientError::ConnectionClosed("x".into());
         assert!(parts.mark_unavailable(&key(), &error, now));
