@@ -109,9 +109,14 @@ pub struct ConsumerRecord {
 /// # Ok(()) }
 /// ```
 ///
-/// `poll` may be cancelled (e.g. in `tokio::select!`): records reach the consumer's buffer
-/// only once a fetch completed and count as consumed only once `poll` returned them, and the
-/// group membership is kept across every await, so a dropped `poll` loses and skips nothing.
+/// `poll` may be cancelled (e.g. in `tokio::select!`) without losing or skipping records:
+/// fetches run in the background and their answers wait for the next `poll`, records count as
+/// consumed only once `poll` returned them, and the group membership is kept across every
+/// await. What a cancel cannot undo is a group request already sent: a join whose answer is
+/// dropped leaves the coordinator counting a member nobody runs (its partitions wait one
+/// session), and a dropped commit may still land after a later one (moving the committed
+/// offset back, so records are delivered again). Where that matters, stop between polls, as
+/// `tinymq consume` does.
 pub struct Consumer {
     config: ConsumerConfig,
     cluster: Arc<Cluster>,
