@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -10,11 +11,22 @@ pub struct Consume {
     pub child: Child,
     printed: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
+    /// While held, the stdout reader of a gated consumer has stopped reading.
+    gate: Option<mpsc::Sender<()>>,
 }
 
 impl Consume {
     /// Spawns `command` (a `tinymq consume …` command line).
-    pub fn start(mut command: Command) -> Consume {
+    pub fn start(command: Command) -> Consume {
+        let mut c = Consume::start_gated(command, usize::MAX);
+        c.release();
+        c
+    }
+
+    /// Like [`Consume::start`], but stops reading its stdout after `lines` lines until
+    /// [`Consume::release`]: once the pipe is full the process is blocked writing, i.e. still
+    /// printing, whatever happens to it meanwhile (a signal, say).
+    pub fn start_gated(mut command: Command, lines: usize) -> Consume {
         let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -22,9 +34,16 @@ impl Consume {
             .expect("spawn consume");
         let printed = Arc::new(Mutex::new(Vec::new()));
         let (out, sink) = (child.stdout.take().expect("stdout"), printed.clone());
+        let (gate, closed) = mpsc::channel::<()>();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
+                let mut sink = sink.lock().unwrap();
+                sink.push(line);
+                if sink.len() == lines {
+                    drop(sink);
+                    // Returns once the gate's sender is dropped.
+                    let _ = closed.recv();
+                }
             }
         });
         let stderr = Arc::new(Mutex::new(String::new()));
@@ -44,7 +63,35 @@ impl Consume {
             child,
             printed,
             stderr,
+            gate: Some(gate),
         }
+    }
+
+    /// Lets a gated consumer's stdout be read again.
+    pub fn release(&mut self) {
+        self.gate = None;
+    }
+
+    /// Sends `signal` without waiting for the process to exit.
+    pub fn send(&self, signal: i32) {
+        // SAFETY: sending a signal to our own child process.
+        let rc = unsafe { libc::kill(self.child.id() as i32, signal) };
+        assert_eq!(rc, 0, "kill");
+    }
+
+    /// The printed lines once no new line has arrived for a second (bounded wait), so that a
+    /// late record (a duplicate, say) shows up before the caller compares.
+    pub fn settled(&self) -> Vec<String> {
+        let mut seen = self.printed().len();
+        for _ in 0..60 {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = self.printed().len();
+            if now == seen {
+                return self.printed();
+            }
+            seen = now;
+        }
+        panic!("still printing after a minute ({seen} lines)");
     }
 
     pub fn printed(&self) -> Vec<String> {
@@ -75,9 +122,7 @@ impl Consume {
     }
 
     pub fn signal(&mut self, signal: i32) -> ExitStatus {
-        // SAFETY: sending a signal to our own child process.
-        let rc = unsafe { libc::kill(self.child.id() as i32, signal) };
-        assert_eq!(rc, 0, "kill");
+        self.send(signal);
         self.wait()
     }
 
