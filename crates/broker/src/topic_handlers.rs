@@ -334,19 +334,25 @@ pub fn metadata(state: &BrokerState, req: m::MetadataRequest) -> m::MetadataResp
     }
 }
 
-/// The image as this cluster broker has it, for `tinymq cluster status` pointed at a broker
-/// (the standalone server answers from its embedded MetaServer instead). It does not know the
-/// Raft leader (0) or the voters: ask a MetaServer node for those. It never waits.
-pub fn meta_read(state: &BrokerState) -> m::MetaReadResponse {
-    let view = state.cluster.versioned();
-    m::MetaReadResponse {
-        error: None,
-        image: serde_json::to_vec(&*view.image)
-            .expect("the image serializes")
-            .into(),
-        leader: 0,
-        voters: vec![],
-        node_id: 0,
-        version: view.version,
+/// `MetaRead` sent to a cluster broker (`tinymq cluster status` pointed at a broker): the
+/// answer of a MetaServer node, asked through the broker's link (the standalone server answers
+/// from its embedded MetaServer instead). When no node answers, the image as this broker last
+/// saw it, with the error saying so (leader 0, no voters).
+pub async fn meta_read(state: &BrokerState) -> m::MetaReadResponse {
+    match state.cluster.link.status().await {
+        Ok(response) => response,
+        Err(e) => {
+            let view = state.cluster.versioned();
+            m::MetaReadResponse {
+                error: Some(ErrorCode::LEADER_NOT_AVAILABLE.with_message(format!(
+                    "no MetaServer node answered this broker ({e}); the image is as it last saw it"
+                ))),
+                image: serde_json::to_vec(&*view.image)
+                    .expect("the image serializes")
+                    .into(),
+                version: view.version,
+                ..Default::default()
+            }
+        }
     }
 }

@@ -1,16 +1,13 @@
-//! `tinymq meta` (a MetaServer node), `tinymq cluster status` and `tinymq broker decommission`.
+//! `tinymq meta` (a MetaServer node), `tinymq cluster status` (shown by `cluster_status.rs`)
+//! and `tinymq broker decommission`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use serde::Deserialize;
-use tinymq_client::Connection;
 use tinymq_meta::server::MetaServer;
-use tinymq_meta::MetadataImage;
-use tinymq_protocol::messages as m;
 
 use crate::limits::{read_file, LimitArgs};
 use crate::Bootstrap;
@@ -158,60 +155,5 @@ pub enum ClusterCommand {
 
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     let ClusterCommand::Status { json, bootstrap } = command;
-    let mut last = None;
-    for addr in bootstrap.bootstrap.split(',') {
-        match status_of(addr).await {
-            Ok(status) => {
-                let (read, image) = status;
-                if json {
-                    let brokers: Vec<_> = image
-                        .brokers
-                        .values()
-                        .map(|b| serde_json::json!({"id": b.id, "host": b.host, "port": b.port, "epoch": b.epoch, "live": !b.fenced}))
-                        .collect();
-                    let out = serde_json::json!({
-                        "answered_by": read.node_id, "leader": (read.leader != 0).then_some(read.leader),
-                        "voters": read.voters, "brokers": brokers, "topics": image.topics.keys().collect::<Vec<_>>(),
-                        "decommissioned_brokers": image.decommissioned_brokers,
-                    });
-                    println!("{}", serde_json::to_string_pretty(&out)?);
-                } else {
-                    println!(
-                        "meta nodes {:?}, leader {}",
-                        read.voters,
-                        if read.leader == 0 {
-                            "none".to_string()
-                        } else {
-                            read.leader.to_string()
-                        }
-                    );
-                    for b in image.brokers.values() {
-                        println!(
-                            "broker {} {}:{} epoch {} {}",
-                            b.id,
-                            b.host,
-                            b.port,
-                            b.epoch,
-                            if b.fenced { "fenced" } else { "live" }
-                        );
-                    }
-                    for id in &image.decommissioned_brokers {
-                        println!("broker {id} decommissioned");
-                    }
-                }
-                return Ok(());
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or_else(|| anyhow::anyhow!("no --bootstrap address")))
-}
-
-async fn status_of(addr: &str) -> anyhow::Result<(m::MetaReadResponse, MetadataImage)> {
-    let c = Connection::connect(addr, "tinymq-cluster-status", "").await?;
-    let read = c
-        .request(&m::MetaReadRequest::default(), Duration::from_secs(10))
-        .await?;
-    let image = serde_json::from_slice(&read.image)?;
-    Ok((read, image))
+    crate::cluster_status::run(json, &bootstrap.bootstrap).await
 }

@@ -3,6 +3,7 @@
 
 mod bench;
 mod cluster;
+mod cluster_status;
 mod consume;
 mod group;
 mod limits;

@@ -137,6 +137,19 @@ impl MetaLink {
         Ok((response.version, image))
     }
 
+    /// A MetaServer node's own view (leader, voters, node addresses, image), asked without
+    /// waiting: what `tinymq cluster status` shows when pointed at a broker.
+    pub async fn status(&self) -> Result<m::MetaReadResponse, LinkError> {
+        let request = m::MetaReadRequest {
+            since_version: 0,
+            wait_ms: 0,
+        };
+        match self {
+            MetaLink::Local(service) => Ok(service.read(request).await),
+            MetaLink::Remote(remote) => remote.control(&request, REQUEST_TIMEOUT).await,
+        }
+    }
+
     /// Tells the leader that broker `id` (of registration `epoch`) is alive. `Ok(true)` means
     /// the broker is fenced and must register again.
     pub async fn heartbeat(&self, broker_id: u32, epoch: u64) -> Result<bool, LinkError> {

@@ -194,6 +194,15 @@ impl MetaService {
             voters: self.node.voters().into_iter().collect(),
             node_id: self.node.id,
             version,
+            nodes: self
+                .node
+                .members()
+                .into_iter()
+                .filter_map(|id| {
+                    let addr = self.node.member_addr(id)?;
+                    Some(m::MetaNodeAddress { id, addr })
+                })
+                .collect(),
         }
     }
 
