@@ -280,6 +280,23 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     let survivor = &meta_addrs[first_leader as usize % 3];
     let second_leader = leader(survivor, Some(first_leader));
     assert_ne!(second_leader, first_leader);
+    // `cluster status` pointed at a broker asks the MetaServer: every node with its state,
+    // the killed one down, and the new leader.
+    let status: serde_json::Value = serde_json::from_str(&tool_ok(&[
+        "cluster",
+        "status",
+        "--json",
+        "--bootstrap",
+        b3,
+    ]))
+    .expect("status JSON");
+    assert_eq!(status["leader"].as_u64(), Some(second_leader), "{status}");
+    let nodes = status["meta_nodes"].as_array().expect("meta_nodes");
+    assert_eq!(nodes.len(), 3, "{status}");
+    for node in nodes {
+        let down = node["id"].as_u64() == Some(first_leader);
+        assert_eq!(node["up"].as_bool(), Some(!down), "{node}");
+    }
     // Each is described through the broker that created it (which answered once it saw it).
     assert_eq!(leaders("after-failover", b2).len(), 3);
     assert_eq!(leaders("during-election", b1).len(), 3);
