@@ -84,9 +84,10 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let mut int = signal(SignalKind::interrupt())?;
     let server = MetaServer::start(id, listen, peers, &data, limits).await?;
     println!("tinymq meta listening on {}", server.local_addr);
+    tracing::info!(node = id, addr = %server.local_addr, data = %data.display(), "MetaServer node started");
     tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+        _ = term.recv() => tracing::info!(signal = "SIGTERM", "stopping"),
+        _ = int.recv() => tracing::info!(signal = "SIGINT", "stopping"),
         fatal = server.node().fatal() => {
             // This node can no longer vote or apply; a restart recovers from its data.
             tracing::error!(error = %fatal, "the Raft core stopped; exiting");
@@ -94,6 +95,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         }
     }
     server.shutdown().await;
+    tracing::info!(node = id, "MetaServer node stopped");
     Ok(())
 }
 

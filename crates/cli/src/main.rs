@@ -7,6 +7,7 @@ mod cluster_status;
 mod consume;
 mod group;
 mod limits;
+mod logging;
 mod produce;
 mod server;
 mod topic;
@@ -61,31 +62,19 @@ enum Command {
     Info,
 }
 
-/// Logging for the server roles, and their file-descriptor limit raised to the hard limit:
-/// every open segment holds three files, and the soft limit (often 1,024) is far below what
-/// the partition limits allow.
+/// Logging for the server roles ([`logging::init_server`]), and their file-descriptor limit
+/// raised to the hard limit: every open segment holds three files, and the soft limit (often
+/// 1,024) is far below what the partition limits allow.
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TINYMQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init_server();
     match raise_open_files_limit() {
         Ok(limit) => tracing::debug!(limit, "open files limit"),
         Err(e) => tracing::warn!(error = %e, "could not raise the open files limit"),
     }
 }
 
-/// Logging for tools: warnings only (e.g. a partition that cannot be read), unless
-/// `TINYMQ_LOG` says otherwise.
 fn init_tool_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TINYMQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init_tool();
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the limit now in force.

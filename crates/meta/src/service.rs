@@ -72,7 +72,17 @@ impl MetaService {
         dir: &Path,
         cluster_id: Option<String>,
     ) -> Result<Arc<MetaService>, MetaNodeError> {
-        let node = Arc::new(MetaNode::start(id, dir, TcpNetwork { from: id }).await?);
+        let node = Arc::new(
+            MetaNode::start(
+                id,
+                dir,
+                TcpNetwork {
+                    from: id,
+                    ..Default::default()
+                },
+            )
+            .await?,
+        );
         let initialized = node.raft.is_initialized().await.unwrap_or(true);
         if peers.keys().next() == Some(&id) && !initialized {
             // Initializing an already initialized group is refused by openraft: harmless.

@@ -126,6 +126,33 @@ pub struct MetaNode {
     dir_lock: std::sync::Mutex<Option<crate::dir_lock::DirLock>>,
 }
 
+/// Logs every change of the Raft leader as this node sees it (INFO), until the node stops.
+async fn log_leader_changes(
+    id: u64,
+    mut metrics: tokio::sync::watch::Receiver<openraft::RaftMetrics<u64, BasicNode>>,
+) {
+    let mut last = None;
+    loop {
+        let (leader, term) = {
+            let m = metrics.borrow_and_update();
+            (m.current_leader, m.current_term)
+        };
+        if leader != last {
+            match leader {
+                Some(l) if l == id => {
+                    tracing::info!(node = id, term, "this node is the MetaServer leader")
+                }
+                Some(l) => tracing::info!(node = id, leader = l, term, "MetaServer leader elected"),
+                None => tracing::info!(node = id, term, "no MetaServer leader; electing"),
+            }
+            last = leader;
+        }
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 impl MetaNode {
     /// Opens the node's storage in `dir` and starts Raft with `network`.
     pub async fn start<N>(id: u64, dir: &Path, network: N) -> Result<MetaNode, MetaNodeError>
@@ -165,6 +192,7 @@ impl MetaNode {
         let raft = Raft::new(id, config, network, log, sm)
             .await
             .map_err(|e| MetaNodeError::Raft(e.to_string()))?;
+        tokio::spawn(log_leader_changes(id, raft.metrics()));
         Ok(MetaNode {
             id,
             raft,

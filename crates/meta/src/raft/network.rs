@@ -1,7 +1,9 @@
 //! Raft messages between MetaServer nodes over the native protocol: each RPC is a `RaftRpc`
 //! frame whose body carries the openraft request as JSON, answered with the JSON result.
+//! A peer that becomes unreachable is logged once (WARN), and again (INFO) when it answers.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,6 +32,8 @@ const RPC_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone, Default)]
 pub struct TcpNetwork {
     pub from: u64,
+    /// Peers whose last RPC failed to reach them, shared by every link of this node.
+    pub unreachable: Arc<Mutex<BTreeSet<u64>>>,
 }
 
 pub struct TcpLink {
@@ -37,6 +41,7 @@ pub struct TcpLink {
     target: u64,
     addr: String,
     connection: Option<Arc<Connection>>,
+    unreachable: Arc<Mutex<BTreeSet<u64>>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -48,6 +53,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             target,
             addr: node.addr.clone(),
             connection: None,
+            unreachable: self.unreachable.clone(),
         }
     }
 }
@@ -57,6 +63,20 @@ fn network_error<E: std::error::Error>(e: impl std::fmt::Display) -> RPCError<u6
 }
 
 impl TcpLink {
+    /// Logs a change in whether the peer can be reached (openraft's own errors for it are
+    /// off by default: it retries every heartbeat).
+    fn note_reachable(&self, reachable: bool, error: Option<&str>) {
+        let Ok(mut unreachable) = self.unreachable.lock() else {
+            return;
+        };
+        if reachable && unreachable.remove(&self.target) {
+            tracing::info!(peer = self.target, addr = %self.addr, "MetaServer peer reachable again");
+        } else if !reachable && unreachable.insert(self.target) {
+            tracing::warn!(peer = self.target, addr = %self.addr, error = error.unwrap_or(""),
+                "MetaServer peer unreachable; retrying");
+        }
+    }
+
     /// Sends one RPC and decodes its result; transport failures become `Unreachable`, so
     /// openraft backs off before trying this peer again.
     async fn call<
@@ -77,6 +97,7 @@ impl TcpLink {
                     Connection::connect_as(&self.addr, &client_id, "", NodeRole::Meta, self.from)
                         .await
                         .map_err(|e| {
+                            self.note_reachable(false, Some(&e.to_string()));
                             RPCError::Unreachable(Unreachable::new(&std::io::Error::other(
                                 e.to_string(),
                             )))
@@ -98,8 +119,10 @@ impl TcpLink {
             .await
             .map_err(|e| {
                 self.connection = None;
+                self.note_reachable(false, Some(&e.to_string()));
                 RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
             })?;
+        self.note_reachable(true, None);
         let result: Result<Resp, E> =
             serde_json::from_slice(&response.payload).map_err(network_error)?;
         result.map_err(|e| RPCError::RemoteError(openraft::error::RemoteError::new(self.target, e)))
