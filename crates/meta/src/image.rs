@@ -39,6 +39,17 @@ pub struct PartitionRecord {
     pub isr: Vec<u32>,
 }
 
+impl PartitionRecord {
+    /// Sets the leader and ISR; a new leader starts a new leader epoch.
+    fn lead(&mut self, leader: Option<u32>, isr: &[u32]) {
+        if self.leader != leader {
+            self.leader_epoch += 1;
+        }
+        self.leader = leader;
+        self.isr = isr.to_vec();
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicRecord {
     /// Unique over the cluster's life: a topic deleted and created again under the same name
@@ -119,6 +130,12 @@ pub struct MetadataImage {
 }
 
 impl MetadataImage {
+    fn partition_mut(&mut self, topic: &str, partition: u32) -> Option<&mut PartitionRecord> {
+        self.topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.get_mut(partition as usize))
+    }
+
     /// Applies one record.
     pub fn apply(&mut self, record: &MetadataRecord) {
         match record {
@@ -152,16 +169,8 @@ impl MetadataImage {
                 leader,
                 isr,
             } => {
-                if let Some(p) = self
-                    .topics
-                    .get_mut(name)
-                    .and_then(|t| t.partitions.get_mut(*partition as usize))
-                {
-                    if p.leader != *leader {
-                        p.leader_epoch += 1;
-                    }
-                    p.leader = *leader;
-                    p.isr = isr.clone();
+                if let Some(p) = self.partition_mut(name, *partition) {
+                    p.lead(*leader, isr);
                 }
             }
             MetadataRecord::AllocateProducerIds { first, count } => {
@@ -178,17 +187,9 @@ impl MetadataImage {
                 leader,
                 isr,
             } => {
-                if let Some(p) = self
-                    .topics
-                    .get_mut(name)
-                    .and_then(|t| t.partitions.get_mut(*partition as usize))
-                {
-                    if p.leader != *leader {
-                        p.leader_epoch += 1;
-                    }
+                if let Some(p) = self.partition_mut(name, *partition) {
                     p.replicas = replicas.clone();
-                    p.leader = *leader;
-                    p.isr = isr.clone();
+                    p.lead(*leader, isr);
                 }
             }
         }
