@@ -209,7 +209,7 @@ impl GroupCoordinator {
             let mut group = Group::new(strategy);
             // Members from before this coordinator started may still read for a session.
             let hold = self.started + session;
-            if now < hold && !self.offsets.all(&req.group_id).is_empty() {
+            if now < hold && self.offsets.has_offsets(&req.group_id) {
                 group.hold_until(hold);
             }
             group

@@ -228,6 +228,14 @@ impl OffsetStore {
             .unwrap_or_default()
     }
 
+    /// Whether `group` has any committed offset.
+    pub fn has_offsets(&self, group: &str) -> bool {
+        self.groups
+            .lock()
+            .get(group)
+            .is_some_and(|g| !g.offsets.is_empty())
+    }
+
     pub fn groups(&self) -> Vec<String> {
         self.groups.lock().keys().cloned().collect()
     }
