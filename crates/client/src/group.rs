@@ -20,6 +20,10 @@ use crate::connection::Connection;
 use crate::error::{check, ClientError};
 use crate::retry::{RETRY_BACKOFF, RETRY_BACKOFF_MAX};
 
+/// Shortest heartbeat interval taken from a coordinator, so that a bad answer cannot make a
+/// member heartbeat in a busy loop.
+const HEARTBEAT_INTERVAL_MIN: Duration = Duration::from_millis(50);
+
 pub type Tp = (String, u32);
 
 /// What happened to the consumer's assignment, for applications that react to it.
@@ -120,7 +124,8 @@ impl Membership {
     /// ends a run of failures.
     fn heard(&mut self, sent: Instant, interval_ms: u32) -> bool {
         if interval_ms > 0 {
-            self.heartbeat_interval = Duration::from_millis(u64::from(interval_ms.max(50)));
+            self.heartbeat_interval =
+                Duration::from_millis(u64::from(interval_ms)).max(HEARTBEAT_INTERVAL_MIN);
         }
         self.last_heard = sent;
         self.next_heartbeat = Instant::now() + self.heartbeat_interval;
