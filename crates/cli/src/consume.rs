@@ -7,9 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use tokio::sync::watch;
 
 use tinymq_client::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
 
@@ -117,7 +117,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let closed = consumer.close().await;
     result?;
     closed?;
-    if *stop.borrow() == libc::SIGINT {
+    if stop.load(Ordering::SeqCst) == libc::SIGINT {
         return Err(Interrupted.into());
     }
     Ok(())
@@ -127,32 +127,31 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
 /// progress (at most half a second, or half a session while the group coordinator does not
 /// answer) and decides the exit status; a second SIGINT exits at once (nothing more is
 /// committed).
-fn watch_signals() -> anyhow::Result<watch::Receiver<i32>> {
+fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (tx, rx) = watch::channel(0);
+    let stop = Arc::new(AtomicI32::new(0));
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let first = stop.clone();
     tokio::spawn(async move {
         loop {
             let got = tokio::select! {
                 _ = interrupt.recv() => libc::SIGINT,
                 _ = terminate.recv() => libc::SIGTERM,
             };
-            let first = *tx.borrow();
-            if first == 0 {
-                tx.send_replace(got);
-            } else if got == libc::SIGINT {
+            let earlier = first.compare_exchange(0, got, Ordering::SeqCst, Ordering::SeqCst);
+            if earlier.is_err() && got == libc::SIGINT {
                 std::process::exit(130);
             }
         }
     });
-    Ok(rx)
+    Ok(stop)
 }
 
 async fn print_until_done(
     consumer: &mut Consumer,
     args: &ConsumeArgs,
-    stop: &watch::Receiver<i32>,
+    stop: &AtomicI32,
 ) -> anyhow::Result<()> {
     let json = args.format == "json";
     let stdout = std::io::stdout();
@@ -160,7 +159,7 @@ async fn print_until_done(
     // Time spent holding partitions with nothing new to read.
     let mut idle = Duration::ZERO;
     let mut reported: Vec<UnavailablePartition> = Vec::new();
-    while *stop.borrow() == 0 {
+    while stop.load(Ordering::SeqCst) == 0 {
         let left = args.count.map_or(u64::MAX, |c| c.saturating_sub(printed));
         if left == 0 {
             return Ok(());
