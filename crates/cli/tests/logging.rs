@@ -23,6 +23,14 @@ fn server_log(env: &[(&str, &str)]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Drain stderr from the start: at debug level the server logs more than a pipe holds, and
+    // a full pipe would block it mid-request.
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr_reader = std::thread::spawn(move || {
+        let mut stderr = String::new();
+        stderr_pipe.read_to_string(&mut stderr).unwrap();
+        stderr
+    });
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -43,14 +51,9 @@ fn server_log(env: &[(&str, &str)]) -> String {
     );
     // SAFETY: sending a signal to our own child process.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    let status = child.wait().unwrap();
+    let stderr = stderr_reader.join().unwrap();
+    assert!(status.success(), "{stderr}");
     stderr
 }
 
