@@ -21,6 +21,8 @@ pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 pub const BROKER_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(9);
 /// Most producer ids handed out at once.
 pub const PRODUCER_ID_BLOCK_MAX: i64 = 1_000_000;
+/// The first producer id a cluster hands out (0 is never used; see `AllocateProducerIds`).
+pub const PRODUCER_ID_FIRST: i64 = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
@@ -217,7 +219,9 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             if !(1..=PRODUCER_ID_BLOCK_MAX).contains(count) {
                 return Err(MetaError::Invalid(format!("producer id block of {count}")));
             }
-            let first = image.next_producer_id;
+            // Id 0 is never handed out: proto3 cannot tell it from an absent field, so a
+            // client that forgot to set its producer id would look like producer 0.
+            let first = image.next_producer_id.max(PRODUCER_ID_FIRST);
             Ok((
                 vec![MetadataRecord::AllocateProducerIds {
                     first,

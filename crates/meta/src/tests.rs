@@ -261,6 +261,7 @@ fn producer_id_blocks_never_overlap() {
     for w in seen.windows(2) {
         assert!(w[0].1 <= w[1].0, "{seen:?}");
     }
+    assert_eq!(seen[0].0, 1, "id 0 (proto3's absent) is never handed out");
 }
 
 #[test]

@@ -268,7 +268,8 @@ async fn snapshots_and_purges_keep_the_log_file_small_and_a_restart_recovers_eve
     let bound = (8 * (INTERVAL + KEPT)) as usize;
     assert!(most_lines <= bound, "{most_lines} lines, bound {bound}");
     let image = node.image();
-    assert_eq!(image.next_producer_id, WRITES as i64);
+    // Ids start at 1 (0 is never handed out), one per write.
+    assert_eq!(image.next_producer_id, 1 + WRITES as i64);
 
     // Once a snapshot covers the last entry, the file holds the kept entries and two lines.
     // (Both read from one metrics report: the log is purged only after the entries are in.)
