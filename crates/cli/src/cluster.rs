@@ -13,7 +13,7 @@ use tinymq_meta::MetadataImage;
 use tinymq_protocol::messages as m;
 
 use crate::limits::{read_file, LimitArgs};
-use crate::Bootstrap;
+use crate::{outln, Bootstrap};
 
 #[derive(clap::Args, Debug)]
 pub struct MetaArgs {
@@ -138,17 +138,17 @@ pub async fn run_broker_action(action: BrokerAction) -> anyhow::Result<()> {
     let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(&bootstrap.bootstrap))?;
     admin.decommission_broker(id, move_partitions).await?;
     if move_partitions {
-        println!("decommissioned broker {id}; its partitions are placed on live brokers");
+        outln!("decommissioned broker {id}; its partitions are placed on live brokers")
     } else {
-        println!("decommissioned broker {id}");
+        outln!("decommissioned broker {id}")
     }
-    Ok(())
 }
 
 #[derive(clap::Subcommand, Debug)]
 pub enum ClusterCommand {
     /// MetaServer nodes with the Raft leader, and each broker with its liveness.
     Status {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -174,9 +174,9 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
                         "voters": read.voters, "brokers": brokers, "topics": image.topics.keys().collect::<Vec<_>>(),
                         "decommissioned_brokers": image.decommissioned_brokers,
                     });
-                    println!("{}", serde_json::to_string_pretty(&out)?);
+                    outln!("{}", serde_json::to_string_pretty(&out)?)?;
                 } else {
-                    println!(
+                    outln!(
                         "meta nodes {:?}, leader {}",
                         read.voters,
                         if read.leader == 0 {
@@ -184,19 +184,19 @@ pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
                         } else {
                             read.leader.to_string()
                         }
-                    );
+                    )?;
                     for b in image.brokers.values() {
-                        println!(
+                        outln!(
                             "broker {} {}:{} epoch {} {}",
                             b.id,
                             b.host,
                             b.port,
                             b.epoch,
                             if b.fenced { "fenced" } else { "live" }
-                        );
+                        )?;
                     }
                     for id in &image.decommissioned_brokers {
-                        println!("broker {id} decommissioned");
+                        outln!("broker {id} decommissioned")?;
                     }
                 }
                 return Ok(());
