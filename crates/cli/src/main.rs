@@ -4,6 +4,7 @@
 mod args;
 mod bench;
 mod cluster;
+mod codec;
 mod consume;
 mod group;
 mod limits;
