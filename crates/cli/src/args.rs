@@ -43,6 +43,24 @@ pub fn positive_or_unbounded(text: &str) -> Result<i64, String> {
     }
 }
 
+/// `HOST:PORT` to the address to bind: an IP address, or a host name resolved here (its first
+/// address, IPv4 first), as clients accept both.
+pub fn socket_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let all: Vec<_> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("{text}: not HOST:PORT, or the host name does not resolve ({e})"))?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or_else(|| format!("{text}: the host name resolves to no address"))
+}
+
 /// `n noun` with the noun in the plural unless n is 1.
 pub fn count(n: impl Into<u64>, noun: &str) -> String {
     let n = n.into();
@@ -67,5 +85,7 @@ mod tests {
         assert!(positive_secs("0").is_err());
         assert_eq!(count(1u32, "partition"), "1 partition");
         assert_eq!(count(2u32, "partition"), "2 partitions");
+        assert!(socket_addr("localhost:7").unwrap().ip().is_loopback());
+        assert!(socket_addr("localhost").is_err(), "no port");
     }
 }

@@ -9,7 +9,9 @@ use serde_json::Value;
 pub enum Encoding {
     /// UTF-8 text (in JSON: base64 for bytes that are not UTF-8).
     Utf8,
+    /// Standard base64 with padding (RFC 4648).
     Base64,
+    /// Lowercase hex, two digits a byte.
     Hex,
 }
 
@@ -71,7 +73,11 @@ const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 pub fn base64(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {

@@ -20,6 +20,7 @@ use crate::Bootstrap;
 
 #[derive(clap::Args, Debug)]
 pub struct ConsumeArgs {
+    /// The topic to read.
     topic: String,
     /// Start at the earliest stored message instead of new ones only (with --group: where
     /// the group has no committed offset).
@@ -29,10 +30,11 @@ pub struct ConsumeArgs {
     /// members, and positions are committed (at-least-once) and resumed from.
     #[arg(long, conflicts_with_all = ["offset", "partition"])]
     group: Option<String>,
-    /// Start at this offset (in every consumed partition).
+    /// Start at this offset (in every consumed partition) [default: the end, or the start
+    /// with --from-beginning].
     #[arg(long)]
     offset: Option<i64>,
-    /// Consume only this partition.
+    /// Consume only this partition [default: every partition].
     #[arg(long)]
     partition: Option<u32>,
     /// Exit after this many messages [default: no limit].

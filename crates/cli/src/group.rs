@@ -205,7 +205,11 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
     )?;
     outln!(
         "{:<20} {:>9} {:>12} {:>12} {:>8}  member",
-        "topic", "partition", "committed", "log end", "lag"
+        "topic",
+        "partition",
+        "committed",
+        "log end",
+        "lag"
     )?;
     let dash = |v: &serde_json::Value| {
         if v.is_null() {

@@ -132,10 +132,7 @@ fn field(
 }
 
 /// A JSON line as a record (its headers before `extra`).
-fn json_record(
-    line: &[u8],
-    extra: &[(String, Option<Bytes>)],
-) -> Result<Parts, String> {
+fn json_record(line: &[u8], extra: &[(String, Option<Bytes>)]) -> Result<Parts, String> {
     let r: JsonRecord = serde_json::from_slice(line).map_err(|e| e.to_string())?;
     let key = field("key", r.key, r.key_encoding.as_deref())?;
     let value = field("value", r.value, r.value_encoding.as_deref())?;

@@ -175,7 +175,12 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 )?;
                 outln!(
                     "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  replicas / isr",
-                    "partition", "leader", "start", "end", "hw", "bytes"
+                    "partition",
+                    "leader",
+                    "start",
+                    "end",
+                    "hw",
+                    "bytes"
                 )?;
                 for p in &d.partitions {
                     let known = offsets_known(p);

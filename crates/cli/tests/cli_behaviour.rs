@@ -154,15 +154,21 @@ fn random_binary_records_round_trip_byte_identical_through_json() {
             value: rng.maybe(),
             // Few names, so duplicate keys are common; their order must be kept.
             headers: (0..rng.below(5))
-                .map(|_| (["a", "b", "é"][rng.below(3) as usize].to_string(), rng.maybe()))
+                .map(|_| {
+                    (
+                        ["a", "b", "é"][rng.below(3) as usize].to_string(),
+                        rng.maybe(),
+                    )
+                })
                 .collect(),
         })
         .collect();
     assert!(records.iter().any(|r| r.value.as_deref() == Some(b"")));
     assert!(records.iter().any(|r| r.value.is_none()));
-    assert!(records
-        .iter()
-        .any(|r| r.value.as_ref().is_some_and(|v| std::str::from_utf8(v).is_err())));
+    assert!(records.iter().any(|r| r
+        .value
+        .as_ref()
+        .is_some_and(|v| std::str::from_utf8(v).is_err())));
     let input: String = records
         .iter()
         .enumerate()
@@ -172,14 +178,25 @@ fn random_binary_records_round_trip_byte_identical_through_json() {
     for topic in ["src", "copy"] {
         server.run_tool(&["topic", "create", topic, "--partitions", "1"], b"");
     }
-    server.run_tool(&["produce", "src", "--input-format", "json"], input.as_bytes());
+    server.run_tool(
+        &["produce", "src", "--input-format", "json"],
+        input.as_bytes(),
+    );
     for format in ["utf8", "base64", "hex"] {
         let got = consume_json(&server, "src", &["--value-format", format]);
         assert_eq!(got, records, "--value-format {format}");
     }
     // What consume prints, produce reads: the copy holds the same records.
     let printed = server.run_tool(
-        &["consume", "src", "--from-beginning", "--timeout-ms", "0", "--format", "json"],
+        &[
+            "consume",
+            "src",
+            "--from-beginning",
+            "--timeout-ms",
+            "0",
+            "--format",
+            "json",
+        ],
         b"",
     );
     server.run_tool(
@@ -200,14 +217,25 @@ fn produce_takes_any_bytes_and_names_the_line_it_refuses() {
     let values: Vec<_> = got.iter().map(|r| r.value.clone().unwrap()).collect();
     assert_eq!(
         values,
-        [b"plain".to_vec(), b"\xff\xfe bytes".to_vec(), b"k:v".to_vec()]
+        [
+            b"plain".to_vec(),
+            b"\xff\xfe bytes".to_vec(),
+            b"k:v".to_vec()
+        ]
     );
     // Binary: the whole input is one record, newlines and all.
     server.run_tool(&["topic", "create", "b", "--partitions", "1"], b"");
     let blob = b"\x00\n\xff\n\r\nend".to_vec();
     server.run_tool(&["produce", "b", "--input-format", "binary"], &blob);
-    let text = server.run_tool(&["consume", "b", "--from-beginning", "--timeout-ms", "0"], b"");
-    assert_eq!(text.stdout, [blob.as_slice(), b"\n"].concat(), "text mode prints raw bytes");
+    let text = server.run_tool(
+        &["consume", "b", "--from-beginning", "--timeout-ms", "0"],
+        b"",
+    );
+    assert_eq!(
+        text.stdout,
+        [blob.as_slice(), b"\n"].concat(),
+        "text mode prints raw bytes"
+    );
     // JSON: a bad line is named and skipped; the others are produced; the exit is non-zero.
     server.run_tool(&["topic", "create", "j", "--partitions", "1"], b"");
     let mut child = server
@@ -260,7 +288,15 @@ fn every_listing_exits_quietly_when_its_reader_goes_away() {
     }
     server.run_tool(&["produce", "a"], b"x\ny\n");
     server.run_tool(
-        &["consume", "a", "--group", "g", "--from-beginning", "--timeout-ms", "0"],
+        &[
+            "consume",
+            "a",
+            "--group",
+            "g",
+            "--from-beginning",
+            "--timeout-ms",
+            "0",
+        ],
         b"",
     );
     let listings: [&[&str]; 10] = [
@@ -301,7 +337,11 @@ fn values_that_mean_nothing_are_refused_while_parsing() {
     for args in refused {
         let out = server.tool(args).stdin(Stdio::null()).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?} is a usage error: {stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?} is a usage error: {stderr}"
+        );
         let flag = args.iter().find(|a| a.starts_with("--")).unwrap();
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
         assert!(stderr.contains("at least 1"), "{args:?}: {stderr}");
@@ -310,7 +350,15 @@ fn values_that_mean_nothing_are_refused_while_parsing() {
     assert!(list.stdout.is_empty(), "nothing was created");
     // -1 is the documented "no bound" and is taken.
     let out = server.run_tool(
-        &["topic", "create", "z", "--partitions", "1", "--retention-ms", "-1"],
+        &[
+            "topic",
+            "create",
+            "z",
+            "--partitions",
+            "1",
+            "--retention-ms",
+            "-1",
+        ],
         b"",
     );
     assert_eq!(
@@ -344,7 +392,10 @@ fn timeout_zero_prints_what_is_there_and_exits() {
     let again = server.run_tool(&["consume", "t", "--group", "g", "--timeout-ms", "0"], b"");
     assert!(again.stdout.is_empty());
     // Nothing stored: it exits with nothing printed rather than waiting.
-    let out = server.run_tool(&["consume", "empty", "--from-beginning", "--timeout-ms", "0"], b"");
+    let out = server.run_tool(
+        &["consume", "empty", "--from-beginning", "--timeout-ms", "0"],
+        b"",
+    );
     assert!(out.stdout.is_empty());
 }
 
@@ -379,7 +430,9 @@ fn entries(help: &str) -> Vec<(String, String)> {
         }
         let indent = line.len() - line.trim_start().len();
         let trimmed = line.trim();
-        if indent <= 6 && (trimmed.starts_with('-') || trimmed.starts_with('<') || trimmed.starts_with('[')) {
+        if indent <= 6
+            && (trimmed.starts_with('-') || trimmed.starts_with('<') || trimmed.starts_with('['))
+        {
             // A spec, maybe followed by its description after two spaces (short form).
             let (spec, rest) = trimmed.split_once("  ").unwrap_or((trimmed, ""));
             out.push((spec.to_string(), rest.trim().to_string()));
@@ -394,9 +447,13 @@ fn entries(help: &str) -> Vec<(String, String)> {
 #[test]
 fn every_flag_of_every_command_is_described_with_at_most_one_default() {
     let mut queue: Vec<Vec<String>> = vec![vec![]];
-    let mut seen = 0;
+    let (mut seen, mut faults) = (0, Vec::new());
     while let Some(path) = queue.pop() {
-        let out = Command::new(BIN).args(&path).arg("--help").output().unwrap();
+        let out = Command::new(BIN)
+            .args(&path)
+            .arg("--help")
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{path:?} --help");
         let help = String::from_utf8(out.stdout).unwrap();
         for sub in subcommands(&help) {
@@ -414,17 +471,73 @@ fn every_flag_of_every_command_is_described_with_at_most_one_default() {
                 }
                 words.replace_range(a..=b, "");
             }
-            assert!(
-                words.chars().any(char::is_alphabetic),
-                "tinymq {} {spec} has no description",
-                path.join(" ")
-            );
-            assert!(
-                description.matches("[default:").count() <= 1,
-                "tinymq {} {spec} states two defaults: {description}",
-                path.join(" ")
-            );
+            let command = format!("tinymq {} {spec}", path.join(" "));
+            if !words.chars().any(char::is_alphabetic) {
+                faults.push(format!("{command} has no description"));
+            }
+            if description.matches("[default:").count() > 1 {
+                faults.push(format!("{command} states two defaults: {description}"));
+            }
         }
     }
+    assert!(faults.is_empty(), "{}", faults.join("\n"));
     assert!(seen > 50, "the walk found only {seen} arguments");
+}
+
+#[test]
+fn errors_say_each_cause_once_and_listen_takes_a_host_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A host name is resolved, as clients accept one.
+    let mut child = Command::new(BIN)
+        .args(["server", "--listen", "localhost:0", "--data"])
+        .arg(tmp.path().join("a"))
+        .env("TINYMQ_LOG", "error")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    use std::io::BufRead;
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let taken = line
+        .trim()
+        .strip_prefix("tinymq listening on ")
+        .unwrap()
+        .to_string();
+    let created = Command::new(BIN)
+        .args(["topic", "create", "t", "--bootstrap", &taken])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "the server on localhost answers");
+    let out = Command::new(BIN)
+        .args(["server", "--listen", &taken, "--data"])
+        .arg(tmp.path().join("b"))
+        .env("TINYMQ_LOG", "error")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&taken), "names the address: {stderr}");
+    assert_eq!(stderr.matches("in use").count(), 1, "said once: {stderr}");
+    // SAFETY: kill only signals the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
+fn bench_deletes_the_topic_it_created_unless_asked_to_keep_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let run = |extra: &[&str]| {
+        let mut args = vec!["bench", "produce", "--count", "50", "--json", "--topic"];
+        args.extend_from_slice(extra);
+        server.run_tool(&args, b"")
+    };
+    run(&["gone"]);
+    run(&["kept", "--keep-topic"]);
+    server.run_tool(&["topic", "create", "mine"], b"");
+    run(&["mine"]);
+    let list = server.run_tool(&["topic", "list"], b"");
+    assert_eq!(String::from_utf8_lossy(&list.stdout), "kept\nmine\n");
 }
