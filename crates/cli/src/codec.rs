@@ -92,7 +92,7 @@ pub fn base64(bytes: &[u8]) -> String {
 
 fn unbase64(text: &str) -> Result<Vec<u8>, String> {
     let text = text.as_bytes();
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return Err("base64 text must be a multiple of 4 characters long (padded)".into());
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);
@@ -122,7 +122,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Result<Vec<u8>, String> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return Err("hex text must have an even number of digits".into());
     }
     text.as_bytes()
