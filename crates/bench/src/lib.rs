@@ -65,8 +65,15 @@ pub struct BenchConfig {
     pub limit: Limit,
     /// Messages per second over all producers; `None` sends as fast as possible.
     pub rate: Option<f64>,
+    /// Report progress on stderr: a live line on a terminal, else a plain line every
+    /// [`PLAIN_PROGRESS_EVERY`].
     pub progress: bool,
+    /// Keep the topic if the bench created it (by default it is deleted after the run).
+    pub keep_topic: bool,
 }
+
+/// How often progress is printed when stderr is not a terminal.
+const PLAIN_PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
@@ -124,10 +131,11 @@ impl BenchConfig {
         Ok(())
     }
 
-    async fn ensure_topic(&self) -> Result<u32, BenchError> {
+    /// The topic's partition count, and whether this run created it.
+    async fn ensure_topic(&self) -> Result<(u32, bool), BenchError> {
         let admin = Admin::new(ClientConfig::new(&self.bootstrap))?;
         match admin.describe_topic(&self.topic).await {
-            Ok(d) => Ok(d.partitions.len() as u32),
+            Ok(d) => Ok((d.partitions.len() as u32, false)),
             Err(ClientError::Server {
                 code: tinymq_client::ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
                 ..
@@ -138,7 +146,10 @@ impl BenchConfig {
                     message_bytes_max: (self.batch_bytes * 2).clamp(1 << 20, 16 << 20) as u32,
                     ..TopicConfig::default()
                 };
-                Ok(admin.create_topic(&self.topic, config).await?.partitions)
+                Ok((
+                    admin.create_topic(&self.topic, config).await?.partitions,
+                    true,
+                ))
             }
             Err(e) => Err(e.into()),
         }
@@ -153,9 +164,16 @@ fn progress_line(
     if !config.progress {
         return None;
     }
+    use std::io::IsTerminal;
+    let live = std::io::stderr().is_terminal();
     let bar = indicatif::ProgressBar::new_spinner();
+    let of = match config.limit {
+        Limit::Count(n) => format!("/{n}"),
+        Limit::Duration(d) => format!(" in {:.0} s", d.as_secs_f64()),
+    };
     Some(tokio::spawn(async move {
         let start = Instant::now();
+        let mut printed = Instant::now();
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let (acked, received) = (
@@ -168,14 +186,20 @@ fn progress_line(
                 received
             };
             let secs = start.elapsed().as_secs_f64().max(1e-3);
-            bar.set_message(format!(
-                "{} {done} messages, {:.0} msg/s, sent {} acked {acked} received {received} failed {}",
+            let line = format!(
+                "{} {done}{of} messages, {:.0} msg/s, sent {} acked {acked} received {received} failed {}",
                 mode.name(),
                 done as f64 / secs,
                 progress.sent.load(Ordering::Relaxed),
                 progress.failed.load(Ordering::Relaxed),
-            ));
-            bar.tick();
+            );
+            if live {
+                bar.set_message(line);
+                bar.tick();
+            } else if printed.elapsed() >= PLAIN_PROGRESS_EVERY {
+                printed = Instant::now();
+                eprintln!("{line}");
+            }
         }
     }))
 }
@@ -183,7 +207,7 @@ fn progress_line(
 /// Runs one benchmark against the cluster at `config.bootstrap`.
 pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchError> {
     config.validate(mode)?;
-    let partitions = config.ensure_topic().await?;
+    let (partitions, created) = config.ensure_topic().await?;
     let progress = Arc::new(Progress::default());
     let ticker = progress_line(&config, progress.clone(), mode);
     let result = match mode {
@@ -199,6 +223,16 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
     };
     if let Some(t) = ticker {
         t.abort();
+    }
+    if created && !config.keep_topic {
+        // The run's data is not wanted afterwards; a failure to delete is not the run's.
+        let deleted = match Admin::new(ClientConfig::new(&config.bootstrap)) {
+            Ok(admin) => admin.delete_topic(&config.topic).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = deleted {
+            tracing::warn!(topic = %config.topic, error = %e, "could not delete the bench topic");
+        }
     }
     result
 }

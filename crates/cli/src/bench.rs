@@ -1,6 +1,5 @@
 //! `tinymq bench produce|consume|e2e`: flags to a `BenchConfig`, and the report.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -18,10 +17,11 @@ pub enum BenchCommand {
     E2e(BenchArgs),
     /// Open many handshaken connections and keep them idle (to measure their memory cost).
     IdleConnections {
-        #[arg(long, default_value_t = 10_000)]
+        /// Connections to open.
+        #[arg(long, default_value_t = 10_000, value_parser = crate::args::positive_usize)]
         count: usize,
         /// Seconds to hold them.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, default_value_t = 10.0, value_parser = crate::args::positive_secs)]
         hold_s: f64,
         #[command(flatten)]
         bootstrap: crate::Bootstrap,
@@ -31,23 +31,31 @@ pub enum BenchCommand {
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// Producer tasks, each with its own connection.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive_usize)]
     producers: usize,
     /// Consumer tasks, each with its own connection (partitions are split among them).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive_usize)]
     consumers: usize,
+    /// The topic; created if missing, and then deleted after the run unless --keep-topic.
     #[arg(long, default_value = "bench")]
     topic: String,
+    /// Keep the topic after the run if the bench created it.
+    #[arg(long)]
+    keep_topic: bool,
     /// Partitions, if the bench creates the topic.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::positive_u32)]
     partitions: u32,
-    /// Flush policy, if the bench creates the topic [default: the server's].
-    #[arg(long, default_value = "")]
-    flush: String,
-    #[arg(long, default_value_t = 1024)]
+    /// Flush policy, if the bench creates the topic: always, interval:MS or os [default: the
+    /// server's].
+    #[arg(long)]
+    flush: Option<String>,
+    /// Size of each message's value, bytes.
+    #[arg(long, default_value_t = 1024, value_parser = crate::args::positive_usize)]
     message_bytes: usize,
-    #[arg(long, default_value_t = 1024 * 1024)]
+    /// Producers' target batch size, bytes.
+    #[arg(long, default_value_t = 1024 * 1024, value_parser = crate::args::positive_usize)]
     batch_bytes: usize,
+    /// Producers wait this long for more messages before sending a batch, ms (0: at once).
     #[arg(long, default_value_t = 5)]
     linger_ms: u64,
     /// 0, 1 or all.
@@ -56,16 +64,17 @@ pub struct BenchArgs {
     /// none, lz4 or zstd.
     #[arg(long, default_value = "none")]
     compression: String,
-    /// Messages to send (consume: to read).
-    #[arg(long, conflicts_with = "duration")]
+    /// Messages to send (consume: to read) [default: 1000000, unless --duration].
+    #[arg(long, conflicts_with = "duration", value_parser = crate::args::positive_u64)]
     count: Option<u64>,
-    /// Seconds to send for.
-    #[arg(long)]
+    /// Seconds to send for, instead of --count.
+    #[arg(long, value_parser = crate::args::positive_secs)]
     duration: Option<f64>,
-    /// Messages per second over all producers (fixed rate; latency from the intended send time).
-    #[arg(long)]
+    /// Messages per second over all producers (fixed rate; latency from the intended send
+    /// time) [default: as fast as possible].
+    #[arg(long, value_parser = crate::args::positive_secs)]
     rate: Option<f64>,
-    /// Print one JSON object instead of text.
+    /// Print one JSON object instead of text (and no progress on stderr).
     #[arg(long)]
     json: bool,
     /// Start a server in this process with data in DIR, instead of using --bootstrap.
@@ -118,7 +127,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         bootstrap,
         topic: args.topic,
         partitions: args.partitions,
-        flush: args.flush,
+        flush: args.flush.unwrap_or_default(),
         producers: args.producers,
         consumers: args.consumers,
         message_bytes: args.message_bytes,
@@ -134,7 +143,8 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         })?,
         limit,
         rate: args.rate,
-        progress: !args.json && std::io::stderr().is_terminal(),
+        progress: !args.json,
+        keep_topic: args.keep_topic,
     };
     let result = tinymq_bench::run(mode, config).await;
     if let Some(broker) = embedded {
@@ -146,10 +156,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     } else {
         result.text()
     };
-    use std::io::Write;
-    match writeln!(std::io::stdout(), "{text}") {
-        // A reader that went away (`| head`) is not an error of the bench.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(e.into()),
+    // A reader that went away (`| head`) is not an error of the bench.
+    match crate::outln!("{text}") {
+        Err(e) if !e.is::<crate::out::Closed>() => return Err(e),
         _ => {}
     }
     anyhow::ensure!(result.failed == 0, "{} messages failed", result.failed);

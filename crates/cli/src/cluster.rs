@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tinymq_meta::server::MetaServer;
 
 use crate::limits::{read_file, LimitArgs};
-use crate::Bootstrap;
+use crate::{outln, Bootstrap};
 
 #[derive(clap::Args, Debug)]
 pub struct MetaArgs {
@@ -20,8 +20,8 @@ pub struct MetaArgs {
     /// This node's id (never reuse the id of a removed node) [required].
     #[arg(long, env = "TINYMQ_META_ID")]
     id: Option<u64>,
-    /// Address to listen on [required].
-    #[arg(long, env = "TINYMQ_LISTEN")]
+    /// Address to listen on, HOST:PORT (a host name is resolved at start) [required].
+    #[arg(long, env = "TINYMQ_LISTEN", value_parser = crate::args::socket_addr)]
     listen: Option<SocketAddr>,
     /// Every node of the group, this one included: `1=host:port,2=host:port,3=host:port`
     /// [required].
@@ -39,7 +39,7 @@ pub struct MetaArgs {
 #[serde(deny_unknown_fields)]
 struct MetaFileConfig {
     id: Option<u64>,
-    listen: Option<SocketAddr>,
+    listen: Option<String>,
     peers: Option<String>,
     data: Option<PathBuf>,
 }
@@ -64,9 +64,13 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let missing =
         |what: &str| anyhow::anyhow!("tinymq meta needs --{what} (or `{what}` in --config)");
     let id = args.id.or(file.id).ok_or_else(|| missing("id"))?;
+    let file_listen = file
+        .listen
+        .map(|t| crate::args::socket_addr(&t).map_err(anyhow::Error::msg))
+        .transpose()?;
     let listen = args
         .listen
-        .or(file.listen)
+        .or(file_listen)
         .ok_or_else(|| missing("listen"))?;
     let peers = args.peers.or(file.peers).ok_or_else(|| missing("peers"))?;
     let data = args.data.or(file.data).ok_or_else(|| missing("data"))?;
@@ -137,17 +141,17 @@ pub async fn run_broker_action(action: BrokerAction) -> anyhow::Result<()> {
     let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(&bootstrap.bootstrap))?;
     admin.decommission_broker(id, move_partitions).await?;
     if move_partitions {
-        println!("decommissioned broker {id}; its partitions are placed on live brokers");
+        outln!("decommissioned broker {id}; its partitions are placed on live brokers")
     } else {
-        println!("decommissioned broker {id}");
+        outln!("decommissioned broker {id}")
     }
-    Ok(())
 }
 
 #[derive(clap::Subcommand, Debug)]
 pub enum ClusterCommand {
     /// MetaServer nodes with the Raft leader, and each broker with its liveness.
     Status {
+        /// Print JSON.
         #[arg(long)]
         json: bool,
         #[command(flatten)]

@@ -9,6 +9,8 @@ use tinymq_client::Connection;
 use tinymq_meta::MetadataImage;
 use tinymq_protocol::messages as m;
 
+use crate::outln;
+
 /// How long each MetaServer node gets to answer before it is shown as down.
 const NODE_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
@@ -101,11 +103,11 @@ async fn show(read: m::MetaReadResponse, json: bool) -> anyhow::Result<()> {
             "topics": image.topics.keys().collect::<Vec<_>>(),
             "decommissioned_brokers": image.decommissioned_brokers, "warning": warning,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(());
     }
     let leader_text = leader.map_or_else(|| "unknown".to_string(), |l| l.to_string());
-    println!("meta nodes {:?}, leader {leader_text}", read.voters);
+    outln!("meta nodes {:?}, leader {leader_text}", read.voters)?;
     for n in &nodes {
         let role = if Some(n.id) == leader {
             "leader"
@@ -113,19 +115,22 @@ async fn show(read: m::MetaReadResponse, json: bool) -> anyhow::Result<()> {
             "follower"
         };
         match &n.answer {
-            Ok(version) => println!("meta {} {} up ({role}, applied {version})", n.id, n.addr),
-            Err(e) => println!("meta {} {} down: {e}", n.id, n.addr),
+            Ok(version) => outln!("meta {} {} up ({role}, applied {version})", n.id, n.addr)?,
+            Err(e) => outln!("meta {} {} down: {e}", n.id, n.addr)?,
         }
     }
     for b in image.brokers.values() {
         let state = if b.fenced { "fenced" } else { "live" };
-        println!(
+        outln!(
             "broker {} {}:{} epoch {} {state}",
-            b.id, b.host, b.port, b.epoch
-        );
+            b.id,
+            b.host,
+            b.port,
+            b.epoch
+        )?;
     }
     for id in &image.decommissioned_brokers {
-        println!("broker {id} decommissioned");
+        outln!("broker {id} decommissioned")?;
     }
     Ok(())
 }

@@ -4,6 +4,8 @@
 //! consumer than it prints, and on exit — the count reached, `--timeout-ms` passed, the reader
 //! gone, Ctrl-C (exit 130) or SIGTERM (exit 0) — it commits the position after the last
 //! printed record and leaves the group. A second Ctrl-C exits at once without committing.
+//! `--timeout-ms 0` reads each partition up to the end it had when the consumer got it, then
+//! exits.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -13,10 +15,12 @@ use std::time::{Duration, Instant};
 
 use tinymq_client::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
 
+use crate::codec::{self, Encoding};
 use crate::Bootstrap;
 
 #[derive(clap::Args, Debug)]
 pub struct ConsumeArgs {
+    /// The topic to read.
     topic: String,
     /// Start at the earliest stored message instead of new ones only (with --group: where
     /// the group has no committed offset).
@@ -26,48 +30,63 @@ pub struct ConsumeArgs {
     /// members, and positions are committed (at-least-once) and resumed from.
     #[arg(long, conflicts_with_all = ["offset", "partition"])]
     group: Option<String>,
-    /// Start at this offset (in every consumed partition).
+    /// Start at this offset (in every consumed partition) [default: the end, or the start
+    /// with --from-beginning].
     #[arg(long)]
     offset: Option<i64>,
-    /// Consume only this partition.
+    /// Consume only this partition [default: every partition].
     #[arg(long)]
     partition: Option<u32>,
-    /// Exit after this many messages.
-    #[arg(long)]
+    /// Exit after this many messages [default: no limit].
+    #[arg(long, value_parser = crate::args::positive_u64)]
     count: Option<u64>,
     /// Exit after holding partitions this long with nothing new to read, ms (time without
-    /// partitions, e.g. while a group rebalances, does not count).
+    /// partitions, e.g. while a group rebalances, does not count). 0: do not wait; print what
+    /// the partitions held when consuming started, then exit [default: never exit].
     #[arg(long)]
     timeout_ms: Option<u64>,
-    /// text (the value) or json (key, partition, offset, timestamp, headers, value).
+    /// text (the value, one per line) or json (one object per line: partition, offset,
+    /// timestamp, key, headers, value; see the README).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     format: String,
+    /// How keys, values and header values are written. In JSON, utf8 writes bytes that are not
+    /// UTF-8 as base64, and each `*_encoding` field names what was used; in text, utf8 writes
+    /// the value's raw bytes.
+    #[arg(long, value_enum, default_value = "utf8")]
+    value_format: Encoding,
     #[command(flatten)]
     bootstrap: Bootstrap,
 }
 
-fn text(bytes: &Option<bytes::Bytes>) -> serde_json::Value {
-    match bytes {
-        Some(b) => serde_json::Value::String(String::from_utf8_lossy(b).into_owned()),
-        None => serde_json::Value::Null,
-    }
-}
-
-fn print(out: &mut impl Write, record: &ConsumerRecord, json: bool) -> std::io::Result<()> {
+fn print(
+    out: &mut impl Write,
+    record: &ConsumerRecord,
+    json: bool,
+    encoding: Encoding,
+) -> std::io::Result<()> {
     if json {
-        let headers: serde_json::Map<String, serde_json::Value> = record
+        let headers: Vec<_> = record
             .headers
             .iter()
-            .map(|(k, v)| (k.clone(), text(v)))
+            .map(|(k, v)| {
+                let (value, used) = codec::to_json(v.as_deref(), encoding);
+                serde_json::json!({"key": k, "value": value, "value_encoding": used})
+            })
             .collect();
+        let (key, key_encoding) = codec::to_json(record.key.as_deref(), encoding);
+        let (value, value_encoding) = codec::to_json(record.value.as_deref(), encoding);
         let line = serde_json::json!({
             "partition": record.partition, "offset": record.offset, "timestamp": record.timestamp_ms,
-            "key": text(&record.key), "headers": headers, "value": text(&record.value),
+            "key": key, "key_encoding": key_encoding, "headers": headers,
+            "value": value, "value_encoding": value_encoding,
         });
         writeln!(out, "{line}")
     } else {
         let value = record.value.as_deref().unwrap_or_default();
-        out.write_all(value)?;
+        match encoding {
+            Encoding::Utf8 => out.write_all(value)?,
+            other => out.write_all(codec::encode(value, other).0.as_bytes())?,
+        }
         out.write_all(b"\n")
     }
 }
@@ -159,12 +178,20 @@ async fn print_until_done(
     // Time spent holding partitions with nothing new to read.
     let mut idle = Duration::ZERO;
     let mut reported: Vec<UnavailablePartition> = Vec::new();
+    // With --timeout-ms 0: each assigned partition's end, taken when first seen.
+    let mut ends = BTreeMap::new();
     while stop.load(Ordering::SeqCst) == 0 {
         let left = args.count.map_or(u64::MAX, |c| c.saturating_sub(printed));
         if left == 0 {
             return Ok(());
         }
         let wait = match args.timeout_ms {
+            Some(0) => {
+                if caught_up(consumer, &mut ends).await? {
+                    return Ok(());
+                }
+                Duration::from_millis(500)
+            }
             Some(ms) => {
                 let left = Duration::from_millis(ms).saturating_sub(idle);
                 if left.is_zero() {
@@ -187,7 +214,7 @@ async fn print_until_done(
         report_unavailable(consumer, json, &mut reported);
         let mut out = stdout.lock();
         for (i, record) in records.iter().enumerate() {
-            match print(&mut out, record, json).and_then(|()| out.flush()) {
+            match print(&mut out, record, json, args.value_format).and_then(|()| out.flush()) {
                 Ok(()) => printed += 1,
                 Err(e) => {
                     // Not printed: not consumed, so the group delivers them again.
@@ -202,6 +229,51 @@ async fn print_until_done(
         }
     }
     Ok(())
+}
+
+/// Whether the consumer holds partitions and has read each up to the end it had when first
+/// seen. A partition that cannot be read now (its leader is unreachable) has nothing to print
+/// now, so it does not hold the exit back.
+async fn caught_up(
+    consumer: &mut Consumer,
+    ends: &mut BTreeMap<(String, u32), Option<i64>>,
+) -> anyhow::Result<bool> {
+    let assigned = consumer.assignment();
+    if assigned.is_empty() {
+        return Ok(false);
+    }
+    consumer.resolve_positions().await?;
+    let unavailable = consumer.unavailable();
+    for (topic, partition) in assigned {
+        if unavailable
+            .iter()
+            .any(|u| u.topic == topic && u.partition == partition)
+        {
+            continue;
+        }
+        let key = (topic, partition);
+        let end = match ends.get(&key) {
+            Some(end) => *end,
+            None => {
+                let end = match consumer.list_offset(&key.0, partition, -1).await {
+                    Ok(end) => Some(end),
+                    Err(e) if e.is_retriable() => {
+                        tracing::warn!(topic = %key.0, partition, error = %e,
+                            "cannot learn the partition's end; not waiting for it");
+                        None
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                ends.insert(key.clone(), end);
+                end
+            }
+        };
+        let Some(end) = end else { continue };
+        if consumer.position(&key.0, partition).is_none_or(|p| p < end) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Moves each partition back to its first record in `records`.

@@ -5,7 +5,8 @@
 use clap::Subcommand;
 use tinymq_client::{Admin, ClientConfig};
 
-use crate::Bootstrap;
+use crate::args::count;
+use crate::{outln, Bootstrap};
 
 #[derive(Subcommand, Debug)]
 pub enum GroupCommand {
@@ -16,7 +17,9 @@ pub enum GroupCommand {
     },
     /// Show members, their partitions, and per partition the committed offset, log end and lag.
     Describe {
+        /// The group's id.
         group: String,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -25,13 +28,18 @@ pub enum GroupCommand {
     /// Set a group's committed offsets for every partition of a topic (the group must have
     /// no members).
     ResetOffsets {
+        /// The group's id.
         group: String,
+        /// The topic whose partitions are reset [required].
         #[arg(long)]
         topic: String,
+        /// To each partition's first stored offset.
         #[arg(long, group = "to")]
         to_earliest: bool,
+        /// To each partition's end (the group skips what is stored now).
         #[arg(long, group = "to")]
         to_latest: bool,
+        /// To this offset, moved into each partition's stored range.
         #[arg(long, group = "to")]
         to_offset: Option<i64>,
         /// The first offset at or after this time (ms since the Unix epoch).
@@ -42,6 +50,7 @@ pub enum GroupCommand {
     },
     /// Delete a group without members, with its committed offsets.
     Delete {
+        /// The group's id.
         group: String,
         #[command(flatten)]
         bootstrap: Bootstrap,
@@ -55,7 +64,7 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
                 .list_groups()
                 .await?
             {
-                println!("{g}");
+                outln!("{g}")?;
             }
         }
         GroupCommand::Describe {
@@ -96,14 +105,14 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
             }
             admin.commit_group_offsets(&group, offsets.clone()).await?;
             for (t, p, o) in offsets {
-                println!("{group} {t}/{p} -> {o}");
+                outln!("{group} {t}/{p} -> {o}")?;
             }
         }
         GroupCommand::Delete { group, bootstrap } => {
             Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
                 .delete_group(&group)
                 .await?;
-            println!("deleted group {group}");
+            outln!("deleted group {group}")?;
         }
     }
     Ok(())
@@ -184,21 +193,24 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
             "group": d.group_id, "state": d.state, "generation": d.generation, "strategy": d.strategy,
             "members": members, "partitions": rows,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
-        return Ok(());
+        return outln!("{}", serde_json::to_string_pretty(&out)?);
     }
-    println!(
-        "group {}: {} (generation {}, strategy {}, {} members)",
+    outln!(
+        "group {}: {} (generation {}, strategy {}, {})",
         d.group_id,
         d.state,
         d.generation,
         d.strategy,
-        d.members.len()
-    );
-    println!(
+        count(d.members.len() as u64, "member")
+    )?;
+    outln!(
         "{:<20} {:>9} {:>12} {:>12} {:>8}  member",
-        "topic", "partition", "committed", "log end", "lag"
-    );
+        "topic",
+        "partition",
+        "committed",
+        "log end",
+        "lag"
+    )?;
     let dash = |v: &serde_json::Value| {
         if v.is_null() {
             "-".to_string()
@@ -207,7 +219,7 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
         }
     };
     for r in rows {
-        println!(
+        outln!(
             "{:<20} {:>9} {:>12} {:>12} {:>8}  {}",
             dash(&r["topic"]),
             dash(&r["partition"]),
@@ -215,7 +227,7 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
             dash(&r["log_end_offset"]),
             dash(&r["lag"]),
             dash(&r["member"])
-        );
+        )?;
     }
     Ok(())
 }

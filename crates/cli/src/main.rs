@@ -1,13 +1,16 @@
 //! The `tinymq` binary: every role and every tool behind one command. This file only parses
 //! arguments and hands off; the roles live in the library crates.
 
+mod args;
 mod bench;
 mod cluster;
 mod cluster_status;
+mod codec;
 mod consume;
 mod group;
 mod limits;
 mod logging;
+mod out;
 mod produce;
 mod server;
 mod topic;
@@ -138,23 +141,41 @@ fn main() -> std::process::ExitCode {
             Command::Group(cmd) => group::run(cmd).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Info => {
-                println!(
+                outln!(
                     "tinymq {} protocol {}..={} frame_bytes_max {}",
                     env!("CARGO_PKG_VERSION"),
                     tinymq_protocol::PROTOCOL_VERSION_MIN,
                     tinymq_protocol::PROTOCOL_VERSION_MAX,
                     tinymq_protocol::frame::FRAME_BODY_BYTES_MAX_DEFAULT
-                );
-                Ok(())
+                )
             }
         }
     });
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if e.is::<consume::Interrupted>() => std::process::ExitCode::from(130),
+        // The reader of stdout went away (`| head`): a normal end for a listing.
+        Err(e) if e.is::<out::Closed>() => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, `: `-separated, each said once: many errors' own text already
+/// includes their source's, which `{:#}` would then print a second time.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
 }

@@ -1,15 +1,19 @@
-//! `tinymq produce TOPIC`: one message per stdin line. Exits 0 only after every line is
-//! acknowledged. A line that fails (e.g. too large for the topic) is reported on stderr with
-//! its line number while the other lines are still delivered; the exit status is then
-//! non-zero.
+//! `tinymq produce TOPIC`: records from stdin — one per line (any bytes; a line's `\n` or
+//! `\r\n` is not part of it), the whole input as one record, or one JSON object per line in
+//! the form `consume --format json` prints. Exits 0 only after every record is acknowledged.
+//! A record that fails (e.g. too large for the topic, or a JSON line that does not parse) is
+//! reported on stderr with its line number while the others are still delivered; the exit
+//! status is then non-zero.
 
 use std::collections::VecDeque;
 
 use anyhow::Context;
 use bytes::Bytes;
+use serde::Deserialize;
 use tinymq_client::{Acks, Compression, DeliveryFuture, Producer, ProducerConfig, ProducerRecord};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt};
 
+use crate::codec::{self, Encoding};
 use crate::Bootstrap;
 
 /// Deliveries awaited at most at once; further lines wait (bounded memory for any input size).
@@ -17,33 +21,266 @@ const DELIVERIES_PENDING_MAX: usize = 50_000;
 /// Failed lines reported one by one; past this only their count is (a broker that is down
 /// would otherwise print a line per message).
 const FAILED_LINES_REPORTED_MAX: u64 = 100;
+/// Largest record read from stdin, bytes: no request can carry more (the default
+/// `frame_bytes_max`), so a longer line is refused without being held in memory.
+const RECORD_BYTES_MAX: usize = tinymq_protocol::frame::FRAME_BODY_BYTES_MAX_DEFAULT as usize;
+/// Largest JSON line: a record's bytes as base64 (4/3) or hex (2×) plus the field names.
+const JSON_LINE_BYTES_MAX: usize = 2 * RECORD_BYTES_MAX + 64 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum InputFormat {
+    /// One record per line; the value is the line's bytes (UTF-8 or not).
+    Lines,
+    /// The whole input is one record's value.
+    Binary,
+    /// One JSON object per line, as `consume --format json` prints (see the README).
+    Json,
+}
 
 #[derive(clap::Args, Debug)]
 pub struct ProduceArgs {
+    /// The topic to send to.
     topic: String,
-    /// Split each line at the first SEP into key and value.
+    /// How stdin is read.
+    #[arg(long, value_enum, default_value = "lines")]
+    input_format: InputFormat,
+    /// Split each line at the first SEP into key and value (--input-format lines only)
+    /// [default: no key].
     #[arg(long)]
     key_separator: Option<String>,
-    /// A header for every message, `key=value`; repeatable.
+    /// A header for every message, `key=value`; repeatable (added after a JSON line's own).
     #[arg(long = "header")]
     headers: Vec<String>,
     /// 0, 1 or all.
     #[arg(long, default_value = "all")]
     acks: String,
-    /// Send every message to this partition.
+    /// Send every message to this partition [default: by key, or spread when there is none].
     #[arg(long)]
     partition: Option<u32>,
     /// none, lz4 or zstd.
     #[arg(long, default_value = "none")]
     compression: String,
-    /// Wait this long for more messages before sending a batch, ms.
+    /// Wait this long for more messages before sending a batch, ms (0: send at once).
     #[arg(long, default_value_t = 5)]
     linger_ms: u64,
     /// Target batch size, bytes.
-    #[arg(long, default_value_t = 64 * 1024)]
+    #[arg(long, default_value_t = 64 * 1024, value_parser = crate::args::positive_usize)]
     batch_bytes: usize,
     #[command(flatten)]
     bootstrap: Bootstrap,
+}
+
+/// A `--input-format json` line; `partition` and `offset` (printed by `consume`) are
+/// accepted and ignored: the record goes where `--partition` or its key sends it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonRecord {
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    key_encoding: Option<String>,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    value_encoding: Option<String>,
+    #[serde(default)]
+    headers: Vec<JsonHeader>,
+    #[serde(default)]
+    timestamp: Option<i64>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    partition: Option<u32>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    offset: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JsonHeader {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    value_encoding: Option<String>,
+}
+
+/// A record read from stdin: key, value, headers and timestamp (absent: now).
+type Parts = (
+    Option<Bytes>,
+    Option<Bytes>,
+    Vec<(String, Option<Bytes>)>,
+    Option<i64>,
+);
+
+/// One field's bytes from its text and the name of its encoding (absent: utf8).
+fn field(
+    what: &str,
+    text: Option<String>,
+    encoding: Option<&str>,
+) -> Result<Option<Bytes>, String> {
+    let encoding = encoding.unwrap_or("utf8");
+    let encoding = Encoding::from_name(encoding).ok_or_else(|| {
+        format!("{what}_encoding {encoding:?}: expected \"utf8\", \"base64\" or \"hex\"")
+    })?;
+    match text {
+        None => Ok(None),
+        Some(t) => codec::decode(&t, encoding)
+            .map(|b| Some(Bytes::from(b)))
+            .map_err(|e| format!("{what}: {e}")),
+    }
+}
+
+/// A JSON line as a record (its headers before `extra`).
+fn json_record(line: &[u8], extra: &[(String, Option<Bytes>)]) -> Result<Parts, String> {
+    let r: JsonRecord = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    let key = field("key", r.key, r.key_encoding.as_deref())?;
+    let value = field("value", r.value, r.value_encoding.as_deref())?;
+    let mut headers = Vec::with_capacity(r.headers.len() + extra.len());
+    for h in r.headers {
+        let what = format!("header {:?}", h.key);
+        let value = field(&what, h.value, h.value_encoding.as_deref())?;
+        headers.push((h.key, value));
+    }
+    headers.extend_from_slice(extra);
+    Ok((key, value, headers, r.timestamp))
+}
+
+/// What [`next_line`] read.
+enum Line {
+    Read,
+    /// Longer than allowed: skipped to its end, not kept.
+    TooLong,
+    End,
+}
+
+/// Reads the next line into `line`, without its `\n` (or `\r\n`), holding at most `max` bytes.
+async fn next_line(
+    input: &mut (impl AsyncBufRead + Unpin),
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<Line> {
+    line.clear();
+    let (mut any, mut too_long) = (false, false);
+    loop {
+        let buf = input.fill_buf().await?;
+        if buf.is_empty() {
+            break;
+        }
+        any = true;
+        let newline = buf.iter().position(|&b| b == b'\n');
+        let chunk = &buf[..newline.unwrap_or(buf.len())];
+        if !too_long && line.len().saturating_add(chunk.len()) > max {
+            too_long = true;
+            line.clear();
+        } else if !too_long {
+            line.extend_from_slice(chunk);
+        }
+        let used = newline.map_or(buf.len(), |i| i + 1);
+        input.consume(used);
+        if newline.is_some() {
+            break;
+        }
+    }
+    if !any {
+        return Ok(Line::End);
+    }
+    if too_long {
+        return Ok(Line::TooLong);
+    }
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    Ok(Line::Read)
+}
+
+/// Splits `line` at the first `sep` into key and value.
+fn split_key(line: &[u8], sep: &[u8]) -> (Option<Bytes>, Bytes) {
+    if !sep.is_empty() {
+        if let Some(i) = line.windows(sep.len()).position(|w| w == sep) {
+            return (
+                Some(Bytes::copy_from_slice(&line[..i])),
+                Bytes::copy_from_slice(&line[i + sep.len()..]),
+            );
+        }
+    }
+    (None, Bytes::copy_from_slice(line))
+}
+
+/// Sends records and settles their deliveries, counting and reporting failures by line.
+struct Sender {
+    producer: Producer,
+    topic: String,
+    partition: Option<u32>,
+    /// Each delivery with its line number (from 1).
+    pending: VecDeque<(u64, DeliveryFuture)>,
+    records: u64,
+    failed: u64,
+    first_error: Option<String>,
+}
+
+impl Sender {
+    async fn send(
+        &mut self,
+        line: u64,
+        (key, value, headers, timestamp_ms): Parts,
+    ) -> anyhow::Result<()> {
+        let record = ProducerRecord {
+            key,
+            value,
+            headers,
+            partition: self.partition,
+            timestamp_ms,
+        };
+        self.records += 1;
+        let delivery = self.producer.send(&self.topic, record).await?;
+        self.pending.push_back((line, delivery));
+        if self.pending.len() >= DELIVERIES_PENDING_MAX {
+            if let Some((line, delivery)) = self.pending.pop_front() {
+                let result = delivery.await;
+                self.settle(line, result.map(|_| ()).map_err(|e| e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// A line that is not sent at all (it cannot be read as a record).
+    fn refuse(&mut self, line: u64, why: String) {
+        self.records += 1;
+        self.settle(line, Err(why));
+    }
+
+    fn settle(&mut self, line: u64, result: Result<(), String>) {
+        if let Err(e) = result {
+            self.failed += 1;
+            if self.failed <= FAILED_LINES_REPORTED_MAX {
+                eprintln!("line {line}: not produced: {e}");
+            }
+            self.first_error.get_or_insert(format!("line {line}: {e}"));
+        }
+    }
+
+    async fn finish(mut self) -> anyhow::Result<()> {
+        while let Some((line, delivery)) = self.pending.pop_front() {
+            let result = delivery.await;
+            self.settle(line, result.map(|_| ()).map_err(|e| e.to_string()));
+        }
+        self.producer.close().await;
+        match self.first_error {
+            None => Ok(()),
+            Some(e) => {
+                let unlisted = self.failed.saturating_sub(FAILED_LINES_REPORTED_MAX);
+                if unlisted > 0 {
+                    eprintln!("… and {unlisted} more lines not produced");
+                }
+                anyhow::bail!(
+                    "{} of {} messages were not produced; first error: {e}",
+                    self.failed,
+                    self.records
+                )
+            }
+        }
+    }
 }
 
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
@@ -58,6 +295,10 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     })?;
     config.linger = std::time::Duration::from_millis(args.linger_ms);
     config.batch_bytes = args.batch_bytes;
+    anyhow::ensure!(
+        args.key_separator.is_none() || args.input_format == InputFormat::Lines,
+        "--key-separator is for --input-format lines"
+    );
     let headers: Vec<(String, Option<Bytes>)> = args
         .headers
         .iter()
@@ -68,55 +309,59 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             Ok((k.to_string(), Some(Bytes::copy_from_slice(v.as_bytes()))))
         })
         .collect::<anyhow::Result<_>>()?;
-    let producer = Producer::new(config)?;
-    // Each delivery with its line number (from 1).
-    let mut pending: VecDeque<(u64, DeliveryFuture)> = VecDeque::new();
-    let (mut sent, mut failed) = (0u64, 0u64);
-    let mut first_error = None;
-    let mut settle = |line: u64, result: Result<_, tinymq_client::ClientError>| {
-        if let Err(e) = result {
-            failed += 1;
-            if failed <= FAILED_LINES_REPORTED_MAX {
-                eprintln!("line {line}: not produced: {e}");
-            }
-            first_error.get_or_insert(e);
-        }
+    let mut sender = Sender {
+        producer: Producer::new(config)?,
+        topic: args.topic.clone(),
+        partition: args.partition,
+        pending: VecDeque::new(),
+        records: 0,
+        failed: 0,
+        first_error: None,
     };
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = lines.next_line().await.context("reading stdin")? {
-        let (key, value) = match &args.key_separator {
-            Some(sep) => match line.split_once(sep.as_str()) {
-                Some((k, v)) => (Some(Bytes::copy_from_slice(k.as_bytes())), v.to_string()),
-                None => (None, line),
+    let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
+    if args.input_format == InputFormat::Binary {
+        let mut value = Vec::new();
+        let limit = RECORD_BYTES_MAX as u64 + 1;
+        (&mut stdin)
+            .take(limit)
+            .read_to_end(&mut value)
+            .await
+            .context("reading stdin")?;
+        anyhow::ensure!(
+            value.len() <= RECORD_BYTES_MAX,
+            "stdin holds more than {RECORD_BYTES_MAX} bytes, more than one record can"
+        );
+        let record = (None, Some(Bytes::from(value)), headers, None);
+        sender.send(1, record).await?;
+        return sender.finish().await;
+    }
+    let (json, max) = match args.input_format {
+        InputFormat::Json => (true, JSON_LINE_BYTES_MAX),
+        _ => (false, RECORD_BYTES_MAX),
+    };
+    let separator = args.key_separator.as_deref().unwrap_or("").as_bytes();
+    let (mut number, mut line) = (0u64, Vec::new());
+    loop {
+        let read = next_line(&mut stdin, &mut line, max)
+            .await
+            .context("reading stdin")?;
+        number += 1;
+        match read {
+            Line::End => break,
+            Line::TooLong => sender.refuse(number, format!("longer than {max} bytes")),
+            // JSON Lines: a blank line (e.g. a trailing one) holds no record.
+            Line::Read if json && line.trim_ascii().is_empty() => {}
+            Line::Read if json => match json_record(&line, &headers) {
+                Ok(record) => sender.send(number, record).await?,
+                Err(e) => sender.refuse(number, e),
             },
-            None => (None, line),
-        };
-        let record = ProducerRecord {
-            key,
-            value: Some(Bytes::from(value)),
-            headers: headers.clone(),
-            partition: args.partition,
-            timestamp_ms: None,
-        };
-        sent += 1;
-        pending.push_back((sent, producer.send(&args.topic, record).await?));
-        if pending.len() >= DELIVERIES_PENDING_MAX {
-            let (line, delivery) = pending.pop_front().expect("non-empty");
-            settle(line, delivery.await);
-        }
-    }
-    for (line, delivery) in pending {
-        settle(line, delivery.await);
-    }
-    producer.close().await;
-    match first_error {
-        None => Ok(()),
-        Some(e) => {
-            let unlisted = failed.saturating_sub(FAILED_LINES_REPORTED_MAX);
-            if unlisted > 0 {
-                eprintln!("… and {unlisted} more lines not produced");
+            Line::Read => {
+                let (key, value) = split_key(&line, separator);
+                sender
+                    .send(number, (key, Some(value), headers.clone(), None))
+                    .await?;
             }
-            anyhow::bail!("{failed} of {sent} messages were not acknowledged; first error: {e}")
         }
     }
+    sender.finish().await
 }

@@ -22,11 +22,13 @@ pub struct ServerArgs {
     /// MetaServer node addresses, comma-separated (`tinymq broker` only).
     #[arg(long, env = "TINYMQ_META")]
     meta: Option<String>,
-    /// Address to listen on [default: 127.0.0.1:21581].
-    #[arg(long, env = "TINYMQ_LISTEN")]
+    /// Address to listen on, HOST:PORT (a host name is resolved at start) [default:
+    /// 127.0.0.1:21581].
+    #[arg(long, env = "TINYMQ_LISTEN", value_parser = crate::args::socket_addr)]
     listen: Option<SocketAddr>,
-    /// Address clients are told to connect to [default: the listen address].
-    #[arg(long, env = "TINYMQ_ADVERTISE")]
+    /// Address clients are told to connect to, HOST:PORT (resolved at start) [default: the
+    /// listen address].
+    #[arg(long, env = "TINYMQ_ADVERTISE", value_parser = crate::args::socket_addr)]
     advertise: Option<SocketAddr>,
     /// Data directory [default: ./tinymq-data].
     #[arg(long, env = "TINYMQ_DATA")]
@@ -58,8 +60,8 @@ pub struct ServerArgs {
 struct FileConfig {
     id: Option<u32>,
     meta: Option<String>,
-    listen: Option<SocketAddr>,
-    advertise: Option<SocketAddr>,
+    listen: Option<String>,
+    advertise: Option<String>,
     data: Option<PathBuf>,
     flush: Option<String>,
     partitions: Option<u32>,
@@ -85,10 +87,14 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
         .map(|a| a.trim().to_string())
         .filter(|a| !a.is_empty())
         .collect();
-    if let Some(v) = pick!(listen) {
+    let resolve = |text: Option<String>| {
+        text.map(|t| crate::args::socket_addr(&t).map_err(anyhow::Error::msg))
+            .transpose()
+    };
+    if let Some(v) = args.listen.or(resolve(file.listen)?) {
         c.listen = v;
     }
-    c.advertise = pick!(advertise);
+    c.advertise = args.advertise.or(resolve(file.advertise)?);
     c.data_dir = pick!(data).unwrap_or(c.data_dir);
     c.listener = args.limits.merge(file_limits, c.listener)?;
     c.fetch_bytes_max = pick!(fetch_bytes_max).unwrap_or(c.fetch_bytes_max);

@@ -5,51 +5,55 @@ use clap::Subcommand;
 use tinymq_client::{Admin, ClientConfig, TopicConfig};
 use tinymq_protocol::messages::PartitionState;
 
-use crate::Bootstrap;
+use crate::args::count;
+use crate::{outln, Bootstrap};
 
 #[derive(Subcommand, Debug)]
 pub enum TopicCommand {
     /// Create a topic.
     Create {
+        /// The topic's name.
         name: String,
-        /// Number of partitions [default: the server's, 1].
-        #[arg(long, default_value_t = 0)]
-        partitions: u32,
+        /// Number of partitions [default: the server's, normally 1].
+        #[arg(long, value_parser = crate::args::positive_u32)]
+        partitions: Option<u32>,
         /// Copies of each partition, on different brokers [default: 1].
-        #[arg(long, default_value_t = 0)]
-        replicas: u32,
-        /// Delete segments older than this, ms; -1 keeps forever [default: the server's].
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        retention_ms: i64,
-        /// Keep at most about this many bytes per partition; -1 = no limit.
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        retention_bytes: i64,
-        /// Segment file size in bytes [default: 1 GiB].
-        #[arg(long, default_value_t = 0)]
-        segment_bytes: u64,
-        /// always, interval:MS or os [default: the server's, always].
-        #[arg(long, default_value = "")]
-        flush: String,
+        #[arg(long, value_parser = crate::args::positive_u32)]
+        replicas: Option<u32>,
+        /// Delete segments older than this, ms; -1 keeps forever [default: the server's,
+        /// normally 604800000, 7 days].
+        #[arg(long, value_parser = crate::args::positive_or_unbounded, allow_hyphen_values = true)]
+        retention_ms: Option<i64>,
+        /// Keep at most about this many bytes per partition; -1 = no limit [default: no limit].
+        #[arg(long, value_parser = crate::args::positive_or_unbounded, allow_hyphen_values = true)]
+        retention_bytes: Option<i64>,
+        /// Segment file size in bytes [default: 1073741824, 1 GiB].
+        #[arg(long, value_parser = crate::args::positive_u64)]
+        segment_bytes: Option<u64>,
+        /// always, interval:MS or os [default: the server's, normally always].
+        #[arg(long)]
+        flush: Option<String>,
         /// Largest record batch accepted, bytes [default: 1048576].
-        #[arg(long, default_value_t = 0)]
-        message_bytes_max: u32,
+        #[arg(long, value_parser = crate::args::positive_u32)]
+        message_bytes_max: Option<u32>,
         /// Refuse records timestamped more than this many ms ahead of the broker's clock;
         /// -1 = no bound [default: 3600000, one hour].
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        message_timestamp_after_max_ms: i64,
+        #[arg(long, value_parser = crate::args::positive_or_unbounded, allow_hyphen_values = true)]
+        message_timestamp_after_max_ms: Option<i64>,
         /// Refuse records timestamped more than this many ms behind the broker's clock;
         /// -1 = no bound [default: no bound].
-        #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
-        message_timestamp_before_max_ms: i64,
+        #[arg(long, value_parser = crate::args::positive_or_unbounded, allow_hyphen_values = true)]
+        message_timestamp_before_max_ms: Option<i64>,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
     /// Grow a topic to more partitions (never fewer). Keys map to partitions by count, so
     /// keyed records go to new partitions from now on.
     Alter {
+        /// The topic's name.
         name: String,
-        /// The new partition count.
-        #[arg(long)]
+        /// The new partition count (more than the topic has now) [required].
+        #[arg(long, value_parser = crate::args::positive_u32)]
         partitions: u32,
         #[command(flatten)]
         bootstrap: Bootstrap,
@@ -61,6 +65,7 @@ pub enum TopicCommand {
     },
     /// Show a topic's settings and partitions.
     Describe {
+        /// The topic's name.
         name: String,
         /// Print JSON.
         #[arg(long)]
@@ -70,6 +75,7 @@ pub enum TopicCommand {
     },
     /// Delete a topic and its data.
     Delete {
+        /// The topic's name.
         name: String,
         #[command(flatten)]
         bootstrap: Bootstrap,
@@ -92,23 +98,25 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             bootstrap,
         } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            // 0 (and "") on the wire: the server's default.
             let config = TopicConfig {
-                partitions,
-                replication_factor: replicas,
-                retention_ms,
-                retention_bytes,
-                segment_bytes,
-                flush,
-                message_bytes_max,
+                partitions: partitions.unwrap_or(0),
+                replication_factor: replicas.unwrap_or(0),
+                retention_ms: retention_ms.unwrap_or(0),
+                retention_bytes: retention_bytes.unwrap_or(0),
+                segment_bytes: segment_bytes.unwrap_or(0),
+                flush: flush.unwrap_or_default(),
+                message_bytes_max: message_bytes_max.unwrap_or(0),
                 segment_ms: 0,
-                message_timestamp_after_max_ms,
-                message_timestamp_before_max_ms,
+                message_timestamp_after_max_ms: message_timestamp_after_max_ms.unwrap_or(0),
+                message_timestamp_before_max_ms: message_timestamp_before_max_ms.unwrap_or(0),
             };
             let got = admin.create_topic(&name, config).await?;
-            println!(
-                "created topic {name} with {} partitions (flush {})",
-                got.partitions, got.flush
-            );
+            outln!(
+                "created topic {name} with {} (flush {})",
+                count(got.partitions, "partition"),
+                got.flush
+            )?;
         }
         TopicCommand::Alter {
             name,
@@ -117,12 +125,12 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
         } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
             admin.alter_partitions(&name, partitions).await?;
-            println!("topic {name} now has {partitions} partitions");
+            outln!("topic {name} now has {}", count(partitions, "partition"))?;
         }
         TopicCommand::List { bootstrap } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
             for name in admin.list_topics().await? {
-                println!("{name}");
+                outln!("{name}")?;
             }
         }
         TopicCommand::Describe {
@@ -159,19 +167,24 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                     },
                     "partitions": partitions,
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                outln!("{}", serde_json::to_string_pretty(&out)?)?;
             } else {
-                println!(
-                    "topic {}: {} partitions, flush {}, retention_ms {}, retention_bytes {}, segment_bytes {}, message_bytes_max {}",
-                    d.name, c.partitions, c.flush, c.retention_ms, c.retention_bytes, c.segment_bytes, c.message_bytes_max
-                );
-                println!(
+                outln!(
+                    "topic {}: {}, flush {}, retention_ms {}, retention_bytes {}, segment_bytes {}, message_bytes_max {}",
+                    d.name, count(c.partitions, "partition"), c.flush, c.retention_ms, c.retention_bytes, c.segment_bytes, c.message_bytes_max
+                )?;
+                outln!(
                     "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  replicas / isr",
-                    "partition", "leader", "start", "end", "hw", "bytes"
-                );
+                    "partition",
+                    "leader",
+                    "start",
+                    "end",
+                    "hw",
+                    "bytes"
+                )?;
                 for p in &d.partitions {
                     let known = offsets_known(p);
-                    println!(
+                    outln!(
                         "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  {:?} / {:?}",
                         p.partition,
                         or_dash(leader(p)),
@@ -181,14 +194,14 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                         or_dash(known.then_some(p.size_bytes)),
                         p.replicas,
                         p.isr
-                    );
+                    )?;
                 }
             }
         }
         TopicCommand::Delete { name, bootstrap } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
             admin.delete_topic(&name).await?;
-            println!("deleted topic {name}");
+            outln!("deleted topic {name}")?;
         }
     }
     Ok(())

@@ -165,7 +165,10 @@ fn text_output_headers_offsets_and_timeouts() {
         .collect();
     assert_eq!(lines.len(), 2);
     assert_eq!(lines[0]["value"], "two");
-    assert_eq!(lines[0]["headers"]["trace"], "abc");
+    assert_eq!(
+        lines[0]["headers"],
+        serde_json::json!([{"key": "trace", "value": "abc", "value_encoding": "utf8"}])
+    );
     // Without --from-beginning only new messages are shown: none arrive, so it times out empty.
     let out = server.run_tool(&["consume", "t", "--timeout-ms", "300"], b"");
     assert!(out.stdout.is_empty());
