@@ -126,14 +126,14 @@ impl Cluster {
         if let Some(c) = live.into_iter().next() {
             return Ok(c);
         }
-        let mut last = ClientError::Config("no bootstrap address".into());
+        let mut failures = Vec::new();
         for addr in &self.config.bootstrap {
             match self.connection(addr).await {
                 Ok(c) => return Ok(c),
-                Err(e) => last = e,
+                Err(e) => failures.push(e),
             }
         }
-        Err(last)
+        Err(every_address_failed(failures))
     }
 
     /// Sends a request to any node.
@@ -255,5 +255,51 @@ impl Cluster {
             .ok_or_else(|| ClientError::Protocol("empty list-offsets response".into()))?;
         check(p.error.as_ref())?;
         Ok(p.offset)
+    }
+}
+
+/// One error for a bootstrap list none of whose addresses answered, naming each address and
+/// why it failed (a single failure is returned as it is).
+fn every_address_failed(mut failures: Vec<ClientError>) -> ClientError {
+    if failures.len() <= 1 {
+        return failures
+            .pop()
+            .unwrap_or_else(|| ClientError::Config("no bootstrap address".into()));
+    }
+    let reasons: Vec<String> = failures
+        .iter()
+        .map(|e| match e {
+            ClientError::Connect { addr, reason } => format!("{addr}: {reason}"),
+            other => other.to_string(),
+        })
+        .collect();
+    ClientError::Connect {
+        addr: format!("any of the {} bootstrap addresses", failures.len()),
+        reason: reasons.join("; "),
+    }
+}
+
+#[cfg(test)]
+mod bootstrap_tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_bootstrap_list_names_every_address_tried() {
+        let e = every_address_failed(vec![
+            ClientError::Connect {
+                addr: "h1:1".into(),
+                reason: "refused".into(),
+            },
+            ClientError::Connect {
+                addr: "h2:2".into(),
+                reason: "timed out".into(),
+            },
+        ]);
+        assert!(e.is_retriable());
+        let text = e.to_string();
+        assert!(
+            text.contains("h1:1: refused") && text.contains("h2:2: timed out"),
+            "{text}"
+        );
     }
 }
