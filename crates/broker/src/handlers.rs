@@ -260,7 +260,7 @@ pub(crate) fn read_partition(
 
 /// The list-offsets path of one partition: `-1` latest (the high watermark), `-2` earliest,
 /// otherwise the first record at or after the timestamp, with its timestamp (`-1, -1` when
-/// none is visible).
+/// none is visible). Other negative timestamps are refused.
 pub(crate) fn list_partition_offset(
     partition: &Partition,
     timestamp: i64,
@@ -268,6 +268,11 @@ pub(crate) fn list_partition_offset(
     match timestamp {
         -1 => Ok((partition.high_watermark(), -1)),
         -2 => Ok((partition.log.log_start_offset(), -1)),
+        // Kafka gives other negative values meanings tinymq does not have (-3: the record with
+        // the largest timestamp, …): refused rather than searched for as times.
+        ts if ts < 0 => Err(ErrorCode::INVALID_REQUEST.with_message(format!(
+            "timestamp {ts}: the negative timestamps are -1 (latest) and -2 (earliest)"
+        ))),
         // A lookup may decompress a batch: it takes one of the broker's decompression slots.
         ts => match crate::partition::with_decompression_slot(|| {
             partition.log.offset_for_timestamp(ts)

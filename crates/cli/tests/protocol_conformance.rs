@@ -687,6 +687,22 @@ fn headers_timestamps_list_offsets_and_metadata_as_documented() {
         assert_eq!(error_of(&p.error), 0);
         assert_eq!((p.offset, p.timestamp), expected, "ListOffsets {timestamp}");
     }
+    // Other negative timestamps are refused, not searched for as times.
+    for timestamp in [-3, i64::MIN] {
+        let r = c.call(&m::ListOffsetsRequest {
+            partitions: vec![m::ListOffsetsPartition {
+                topic: "h".into(),
+                partition: 0,
+                timestamp,
+            }],
+        });
+        let p = &r.partitions[0];
+        assert_eq!(
+            error_of(&p.error),
+            code(ErrorCode::INVALID_REQUEST),
+            "ListOffsets {timestamp}"
+        );
+    }
 
     // Metadata for an unknown topic: error 3, no partitions, the response a success with the
     // brokers; and the topic is not created.
