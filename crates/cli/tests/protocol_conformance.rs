@@ -201,6 +201,20 @@ fn answer_of(c: &mut RawClient, frame: Frame) -> Answer {
     }
 }
 
+/// Sends `bytes` and takes the answer (the first frame back) as an [`Answer`].
+fn exchange(c: &mut RawClient, bytes: &[u8]) -> Answer {
+    c.send_raw(bytes).unwrap();
+    let frame = c.read_frame().expect("an answer");
+    answer_of(c, frame)
+}
+
+/// A request frame of `kind` with message id `id` around `body`.
+fn framed(kind: u8, id: u32, body: &[u8]) -> Vec<u8> {
+    let mut bytes = header(1, kind, id, body.len() as u32);
+    bytes.extend_from_slice(body);
+    bytes
+}
+
 fn list_topics_frame(id: u32) -> Vec<u8> {
     let mut out = vec![0x54, 0x4d, 1, 5];
     out.extend_from_slice(&id.to_be_bytes());
@@ -269,9 +283,7 @@ fn frames_that_close_the_connection_get_kind_0x80_or_op_and_their_message_id() {
         } else {
             RawClient::connect(&server.addr)
         };
-        c.send_raw(&bytes).unwrap();
-        let frame = c.read_frame().expect("an error frame before the close");
-        let got = answer_of(&mut c, frame);
+        let got = exchange(&mut c, &bytes);
         assert_eq!(got, expected, "sent {bytes:02x?}");
     }
 }
@@ -322,12 +334,8 @@ fn errors_that_keep_the_connection_and_the_handshake_rules() {
         ),
     ];
     for (kind, body, expected) in pre {
-        let mut bytes = header(1, kind, expected.id, body.len() as u32);
-        bytes.extend_from_slice(&body);
-        c.send_raw(&bytes).unwrap();
-        let frame = c.read_frame().expect("an answer");
         // Still before the handshake, the ListTopics probe itself gets HANDSHAKE_REQUIRED.
-        let got = answer_of(&mut c, frame);
+        let got = exchange(&mut c, &framed(kind, expected.id, &body));
         assert_eq!(got, expected, "pre-handshake kind {kind:#04x}");
     }
     let ok = c.call(&m::HandshakeRequest {
@@ -360,11 +368,7 @@ fn errors_that_keep_the_connection_and_the_handshake_rules() {
         ),
     ];
     for (kind, body, expected) in post {
-        let mut bytes = header(1, kind, expected.id, body.len() as u32);
-        bytes.extend_from_slice(&body);
-        c.send_raw(&bytes).unwrap();
-        let frame = c.read_frame().expect("an answer");
-        let got = answer_of(&mut c, frame);
+        let got = exchange(&mut c, &framed(kind, expected.id, &body));
         assert_eq!(got, expected, "handshaken, kind {kind:#04x}");
     }
 }
