@@ -236,12 +236,19 @@ impl Sender {
         let delivery = self.producer.send(&self.topic, record).await?;
         self.pending.push_back((line, delivery));
         if self.pending.len() >= DELIVERIES_PENDING_MAX {
-            if let Some((line, delivery)) = self.pending.pop_front() {
-                let result = delivery.await;
-                self.settle(line, result.map(|_| ()).map_err(|e| e.to_string()));
-            }
+            self.settle_oldest().await;
         }
         Ok(())
+    }
+
+    /// Waits for the oldest pending delivery and settles it; false when none is pending.
+    async fn settle_oldest(&mut self) -> bool {
+        let Some((line, delivery)) = self.pending.pop_front() else {
+            return false;
+        };
+        let result = delivery.await;
+        self.settle(line, result.map(|_| ()).map_err(|e| e.to_string()));
+        true
     }
 
     /// A line that is not sent at all (it cannot be read as a record).
@@ -261,10 +268,7 @@ impl Sender {
     }
 
     async fn finish(mut self) -> anyhow::Result<()> {
-        while let Some((line, delivery)) = self.pending.pop_front() {
-            let result = delivery.await;
-            self.settle(line, result.map(|_| ()).map_err(|e| e.to_string()));
-        }
+        while self.settle_oldest().await {}
         self.producer.close().await;
         match self.first_error {
             None => Ok(()),
