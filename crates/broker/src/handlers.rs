@@ -305,6 +305,7 @@ fn read_partitions(
                 log_start_offset: -1,
                 records: Bytes::new(),
                 current_leader: 0,
+                ..Default::default()
             };
             let partition = match state.led_partition(&fp.topic, fp.partition) {
                 Ok((partition, _)) => partition,

@@ -418,7 +418,9 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
             partition: 0,
             offset: 0,
             partition_bytes_max: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     });
     assert_eq!(error_of(&f.partitions[0].error), 0);
     assert_eq!(BatchIter::new(f.partitions[0].records.clone()).count(), 1);
@@ -478,7 +480,9 @@ fn fetch(c: &mut RawClient, topic: &str, offset: i64) -> m::FetchPartitionResult
             partition: 0,
             offset,
             partition_bytes_max: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     });
     r.partitions.into_iter().next().expect("one result")
 }

@@ -101,8 +101,10 @@ impl Consumer {
                         partition: *partition,
                         offset: *offset,
                         partition_bytes_max: self.config.partition_bytes_max,
+                        ..Default::default()
                     })
                     .collect(),
+                ..Default::default()
             };
             for (key, _) in &requested {
                 self.parts.set_busy(key, true);
