@@ -17,12 +17,14 @@
 
 mod clock;
 mod config;
+mod epoch;
 mod error;
 pub mod fault;
 mod index;
 mod log;
 mod maintenance;
 mod read;
+mod replica;
 mod recovery;
 mod segment;
 mod storage;
