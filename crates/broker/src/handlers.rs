@@ -117,6 +117,12 @@ pub async fn produce_write(
             .map(|p| {
                 let outcome = match state.led_partition(&p.topic, p.partition) {
                     Err(e) => Err(e),
+                    Ok((partition, _)) if acks == -1 && !state.enough_in_sync(&partition) => {
+                        Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+                            "{}/{}: fewer in-sync replicas than min_insync_replicas",
+                            p.topic, p.partition
+                        )))
+                    }
                     Ok((partition, leader_epoch)) => {
                         let context = ProduceContext {
                             leader_epoch,
@@ -152,7 +158,7 @@ pub async fn produce_write(
 /// The second half: waits (concurrently across partitions) for each write to meet its flush
 /// policy, and builds the response.
 pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
-    let timeout = prepared.timeout;
+    let (timeout, acks) = (prepared.timeout, prepared.acks);
     let waits: Vec<_> = prepared
         .partitions
         .into_iter()
@@ -160,7 +166,17 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
             let task = tokio::spawn(async move {
                 let (p, pending) = written?;
                 let log_start = p.log.log_start_offset();
-                let work = blocking(move || p.finish(pending));
+                let partition = p.clone();
+                let work = async move {
+                    let offset = blocking(move || p.finish(pending)).await?;
+                    if acks == -1 {
+                        if let Ok(offset) = offset {
+                            await_replicas(&partition, pending.end_offset).await?;
+                            return Ok(Ok(offset));
+                        }
+                    }
+                    Ok(offset)
+                };
                 match tokio::time::timeout(timeout, work).await {
                     Ok(Ok(Ok(offset))) => Ok((offset, log_start)),
                     Ok(Ok(Err(PartitionError { code, message }))) => {
@@ -198,6 +214,27 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     m::ProduceResponse {
         error: ok(),
         partitions: results,
+    }
+}
+
+/// Waits until the high watermark passes `end_offset` (every in-sync replica holds the write
+/// durably), or fails once this broker stops leading the partition: the write may then be
+/// lost, and the producer retries against the new leader (idempotence makes that safe).
+async fn await_replicas(partition: &Partition, end_offset: i64) -> Result<(), m::Error> {
+    let mut hw = partition.watch_high_watermark();
+    let led_epoch = partition.leading_epoch();
+    loop {
+        if *hw.borrow_and_update() >= end_offset {
+            return Ok(());
+        }
+        if led_epoch.is_none() || partition.leading_epoch() != led_epoch {
+            return Err(ErrorCode::NOT_LEADER.with_message(format!(
+                "{}/{}: leadership moved before the in-sync replicas confirmed the write; retry",
+                partition.topic, partition.index
+            )));
+        }
+        // Woken by the high watermark, and at least every 100 ms to notice a lost leadership.
+        let _ = tokio::time::timeout(Duration::from_millis(100), hw.changed()).await;
     }
 }
 
@@ -297,6 +334,12 @@ fn read_partitions(
         .partitions
         .iter()
         .map(|fp| {
+            if req.replica_id != 0 {
+                let result = crate::replica::serve::read_for_follower(state, fp, budget);
+                budget = budget.saturating_sub(result.records.len());
+                total += result.records.len();
+                return result;
+            }
             let mut result = m::FetchPartitionResult {
                 topic: fp.topic.clone(),
                 partition: fp.partition,
@@ -409,16 +452,26 @@ pub async fn fetch(
     let reserve = fetch_budget(&state, &req)
         .saturating_add(TOPIC_MESSAGE_BYTES_MAX_LIMIT as usize)
         .min(state.config.fetch_memory_bytes_max as usize);
+    if req.replica_id != 0 {
+        for fp in &req.partitions {
+            crate::replica::serve::note_follower(&state, req.replica_id, fp);
+        }
+    }
     let req = Arc::new(req);
     loop {
         // Subscribe before reading, so an append between the read and the wait is not missed.
+        // Consumers wait for the high watermark, followers for the log end.
         let watches: Vec<_> = req
             .partitions
             .iter()
             .filter_map(|fp| state.led_partition(&fp.topic, fp.partition).ok())
             .map(|(p, _)| p)
             .map(|p| {
-                let mut w = p.watch_high_watermark();
+                let mut w = if req.replica_id != 0 {
+                    p.watch_log_end()
+                } else {
+                    p.watch_high_watermark()
+                };
                 w.borrow_and_update();
                 w
             })
@@ -439,7 +492,9 @@ pub async fn fetch(
             Ok(read) => read,
             Err(e) => return failed(e),
         };
-        let any_error = results.iter().any(|r| r.error.is_some());
+        let any_error = results
+            .iter()
+            .any(|r| r.error.is_some() || r.diverging_epoch.is_some());
         if total >= min_bytes
             || any_error
             || watches.is_empty()

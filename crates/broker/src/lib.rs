@@ -23,6 +23,7 @@ mod legacy;
 pub mod partition;
 pub mod producer_state;
 mod reconcile;
+pub mod replica;
 mod server;
 pub mod state;
 pub mod topic;

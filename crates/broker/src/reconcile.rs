@@ -90,6 +90,22 @@ impl BrokerState {
                 }
             }
         }
+        self.assume_roles(image);
+    }
+
+    /// Gives each open partition the role the image names: leader or follower, with the
+    /// leader epoch and ISR.
+    fn assume_roles(&self, image: &MetadataImage) {
+        let me = self.node_id();
+        for partition in self.all_partitions() {
+            let record = image
+                .topics
+                .get(&partition.topic)
+                .and_then(|t| t.partitions.get(partition.index as usize));
+            if let Some(record) = record {
+                partition.assume_role(me, record.leader, record.leader_epoch, &record.isr);
+            }
+        }
     }
 
     /// Drops every open partition of a topic the image no longer has, or has under another
@@ -168,8 +184,12 @@ impl BrokerState {
                 self.deleter.wake();
             }
             let settings = self.settings_of(name, topic);
-            let partition =
-                Partition::open(data_dir, name, index, &settings).map_err(|e| e.to_string())?;
+            let replicated = topic
+                .partitions
+                .get(index as usize)
+                .is_some_and(|p| p.replicas.len() > 1);
+            let partition = Partition::open(data_dir, name, index, &settings, replicated)
+                .map_err(|e| e.to_string())?;
             record_topic_id(&dir, topic.id)
                 .map_err(|e| format!("cannot record the topic id in {}: {e}", dir.display()))?;
             Ok(partition)

@@ -148,6 +148,7 @@ impl Broker {
             opening.reconcile(&image);
         })
         .await?;
+        state.fetchers.sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(tinymq_net::serve(
@@ -167,6 +168,7 @@ impl Broker {
         );
         tasks.spawn(cluster.clone().watch_loop(shutdown.clone()));
         tasks.spawn(reconcile_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(crate::replica::isr::isr_loop(state.clone(), shutdown.clone()));
         tracing::info!(%local_addr, broker = state.node_id(), data = %state.config.data_dir.display(), cluster = %cluster.cluster_id(), "broker started");
         Ok(Broker {
             local_addr,
@@ -201,6 +203,7 @@ impl Broker {
         }
         let grace = self.state.config.listener.shutdown_grace.saturating_mul(2);
         let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
+        self.state.fetchers.stop();
         let state = self.state.clone();
         let closed = tokio::task::spawn_blocking(move || {
             if let Err(e) = state.groups.close() {
@@ -266,6 +269,7 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         if let Err(e) = tokio::task::spawn_blocking(move || s.reconcile(&image)).await {
             tracing::error!(error = %e, "reconciling partitions failed");
         }
+        state.fetchers.sync(&state);
     }
 }
 

@@ -48,6 +48,8 @@ pub struct BrokerState {
     pub(crate) fetch_memory: Arc<tokio::sync::Semaphore>,
     /// Removes the data of deleted partitions in the background.
     pub(crate) deleter: Deleter,
+    /// The follower fetch tasks, by leader.
+    pub(crate) fetchers: crate::replica::fetcher::Fetchers,
 }
 
 impl BrokerState {
@@ -73,6 +75,7 @@ impl BrokerState {
             partitions: RwLock::new(HashMap::new()),
             open_failures: RwLock::new(HashMap::new()),
             deleter,
+            fetchers: Default::default(),
         })
     }
 

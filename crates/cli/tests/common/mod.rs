@@ -46,6 +46,20 @@ impl Server {
         Server::spawn(&args, data, &[])
     }
 
+    /// [`Server::start_broker`] with extra flags.
+    pub fn start_broker_with(
+        id: u32,
+        listen: &str,
+        meta: &str,
+        data: &Path,
+        extra: &[&str],
+    ) -> Server {
+        let id = id.to_string();
+        let mut args = vec!["broker", "--id", &id, "--listen", listen, "--meta", meta];
+        args.extend_from_slice(extra);
+        Server::spawn(&args, data, &[])
+    }
+
     /// Runs `tinymq ARGS --data DATA` and waits for the line naming its address.
     fn spawn(args: &[&str], data: &Path, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
