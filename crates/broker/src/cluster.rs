@@ -131,6 +131,8 @@ impl ClusterView {
             id: self.broker_id,
             host: host.into(),
             port,
+            // TODO(issue 13): from the data directory's clean-shutdown marker.
+            clean_shutdown: true,
         };
         let mut attempts = 0u32;
         let started = tokio::time::Instant::now();

@@ -275,6 +275,7 @@ mod tests {
             leader: Some(1),
             leader_epoch: 1,
             isr: vec![1],
+            ..PartitionRecord::default()
         };
         image.topics.insert(
             "t".into(),

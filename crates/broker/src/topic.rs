@@ -374,6 +374,7 @@ mod tests {
             leader: Some(1),
             leader_epoch: 0,
             isr: vec![1],
+            ..tinymq_meta::PartitionRecord::default()
         };
         let mut record = TopicRecord {
             id: 1,

@@ -6,14 +6,19 @@
 
 pub mod command;
 pub mod dir_lock;
+pub mod election;
 pub mod image;
+mod isr;
 pub mod link;
 pub mod placement;
 pub mod raft;
+mod reassign;
 pub mod server;
 pub mod service;
 
 pub use command::{execute, Command, MetaError, Reply};
+pub use election::choose_leader;
+pub use placement::PlannedMove;
 pub use image::{
     is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord,
 };

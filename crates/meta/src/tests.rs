@@ -12,6 +12,7 @@ fn register(image: &mut MetadataImage, id: u32) -> u64 {
             id,
             host: "127.0.0.1".into(),
             port: 9000 + id as u16,
+            clean_shutdown: true,
         },
     )
     .unwrap()
@@ -164,6 +165,7 @@ fn a_broker_id_is_not_shared_by_two_live_brokers() {
         id: 1,
         host: "10.0.0.9".into(),
         port: 1,
+        clean_shutdown: true,
     };
     assert!(matches!(
         execute(&image, &other_address),
@@ -281,6 +283,7 @@ fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
             id: 1,
             host: "a".into(),
             port: 1,
+            clean_shutdown: true,
         },
     );
     run(
@@ -289,6 +292,7 @@ fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
             id: 2,
             host: "b".into(),
             port: 2,
+            clean_shutdown: true,
         },
     );
     run(
@@ -485,6 +489,7 @@ fn decommission_needs_a_stopped_broker_and_its_partitions_moved_and_retires_the_
         id: 3,
         host: "127.0.0.1".into(),
         port: 9003,
+        clean_shutdown: true,
     };
     assert!(matches!(
         execute(&image, &again),
