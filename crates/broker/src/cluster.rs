@@ -126,13 +126,19 @@ impl ClusterView {
     /// Registers this broker at `host:port`, retrying while the MetaServer is unreachable or
     /// has no leader, until the registration is in the image this broker watches. Fails only
     /// when the id stays held by another live broker for [`ID_IN_USE_WAIT`].
-    pub async fn register(&self, host: &str, port: u16) -> Result<u64, m::Error> {
+    /// `clean_shutdown`: whether this broker's data is as its last run left it when stopping
+    /// cleanly (see `join.rs`); a registration after a fence within one run is clean.
+    pub async fn register(
+        &self,
+        host: &str,
+        port: u16,
+        clean_shutdown: bool,
+    ) -> Result<u64, m::Error> {
         let command = Command::RegisterBroker {
             id: self.broker_id,
             host: host.into(),
             port,
-            // TODO(issue 13): from the data directory's clean-shutdown marker.
-            clean_shutdown: true,
+            clean_shutdown,
         };
         let mut attempts = 0u32;
         let started = tokio::time::Instant::now();
@@ -246,7 +252,7 @@ impl ClusterView {
                         epoch = self.epoch(),
                         "fenced by the MetaServer (session expired); registering again"
                     );
-                    let registering = self.register(&host, port);
+                    let registering = self.register(&host, port, true);
                     tokio::select! {
                         r = registering => if let Err(e) = r {
                             tracing::error!(error = %e.message, "registering again was refused");

@@ -431,7 +431,10 @@ pub(crate) fn identity_of(batch: &RecordBatch) -> BatchIdentity {
 
 /// Loads the snapshot saved at the last clean close (if it still matches the log) and replays
 /// the batch headers written after it.
-pub(crate) fn rebuild_producer_state(log: &PartitionLog, dir: &Path) -> Result<ProducerStateTable, LogError> {
+pub(crate) fn rebuild_producer_state(
+    log: &PartitionLog,
+    dir: &Path,
+) -> Result<ProducerStateTable, LogError> {
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
     // The snapshot describes the log as of the last clean close; it is used only if the log
     // still holds, at its offset, the batch it was taken after.

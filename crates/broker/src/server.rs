@@ -168,7 +168,10 @@ impl Broker {
         );
         tasks.spawn(cluster.clone().watch_loop(shutdown.clone()));
         tasks.spawn(reconcile_loop(state.clone(), shutdown.clone()));
-        tasks.spawn(crate::replica::isr::isr_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(crate::replica::isr::isr_loop(
+            state.clone(),
+            shutdown.clone(),
+        ));
         tracing::info!(%local_addr, broker = state.node_id(), data = %state.config.data_dir.display(), cluster = %cluster.cluster_id(), "broker started");
         Ok(Broker {
             local_addr,
@@ -209,9 +212,16 @@ impl Broker {
             if let Err(e) = state.groups.close() {
                 tracing::error!(error = %e, "closing the offsets log failed");
             }
+            let mut clean = true;
             for partition in state.all_partitions() {
                 if let Err(e) = partition.close() {
+                    clean = false;
                     tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "close failed");
+                }
+            }
+            if clean {
+                if let Err(e) = crate::join::mark_clean_shutdown(&state.config.data_dir) {
+                    tracing::warn!(error = %e, "could not record the clean shutdown");
                 }
             }
         })

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::{free_port, start, MetaProc, RawClient, Server, BIN};
-use tinymq_protocol::batch::CraftedBatch;
+use tinymq_protocol::batch::craft::CraftedBatch;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 /// Followers leave the ISR after this long without catching up (the default is 10 s).
@@ -89,7 +89,14 @@ fn tool_ok(args: &[&str]) -> String {
 
 /// Each partition's (leader or 0, ISR).
 fn partitions(topic: &str, bootstrap: &str) -> Vec<(u64, Vec<u64>)> {
-    let out = tool(&["topic", "describe", topic, "--json", "--bootstrap", bootstrap]);
+    let out = tool(&[
+        "topic",
+        "describe",
+        topic,
+        "--json",
+        "--bootstrap",
+        bootstrap,
+    ]);
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
         return vec![];
     };
@@ -180,7 +187,9 @@ fn a_three_replica_topic_keeps_every_acknowledged_record_when_any_broker_is_kill
     wait_isr("r", &cluster.addrs[0], 3);
     let mut expected: Vec<String> = Vec::new();
     for victim in 1..=3u32 {
-        let before: Vec<String> = (0..200).map(|i| format!("before-{victim}-{i:03}")).collect();
+        let before: Vec<String> = (0..200)
+            .map(|i| format!("before-{victim}-{i:03}"))
+            .collect();
         produce("r", cluster.live_other_than(victim), &before);
         expected.extend(before);
         cluster.kill9(victim);

@@ -123,12 +123,12 @@ async fn fetch_loop(
             },
         };
         match outcome {
-            Ok(progress) => {
+            // The long poll at the leader was the wait: fetch again at once.
+            Ok(Fetched::Progress | Fetched::Idle) => {
                 backoff = BACKOFF_MIN;
-                if progress {
-                    continue;
-                }
+                continue;
             }
+            Ok(Fetched::Refused) => backoff = (backoff * 2).min(BACKOFF_MAX),
             Err(e) => {
                 tracing::debug!(leader, error = %e, "follower fetch failed; retrying");
                 backoff = (backoff * 2).min(BACKOFF_MAX);
@@ -161,15 +161,25 @@ async fn connect(state: &BrokerState, leader: u32, me: u32) -> Result<Connection
     .map_err(|e| e.to_string())
 }
 
-/// One fetch of every followed partition and what came of it; `Ok(true)` when the answer
-/// carried something to act on (so the next fetch goes at once).
+/// What one fetch from a leader came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetched {
+    /// Records appended or a divergent tail cut.
+    Progress,
+    /// Nothing new within the long poll.
+    Idle,
+    /// Nothing to fetch, or a partition refused or failed: wait before asking again.
+    Refused,
+}
+
+/// One fetch of every followed partition and what came of it.
 async fn fetch_once(
     state: &Arc<BrokerState>,
     connection: &Connection,
     parts: &[Followed],
-) -> Result<bool, String> {
+) -> Result<Fetched, String> {
     if parts.is_empty() {
-        return Ok(false);
+        return Ok(Fetched::Refused);
     }
     let request = m::FetchRequest {
         max_wait_ms: REPLICA_FETCH_WAIT_MS,
@@ -204,9 +214,9 @@ fn fetch_partition(followed: &Followed) -> m::FetchPartition {
 }
 
 /// Applies a fetch's results to the followed partitions. Blocks (appends, fsyncs,
-/// truncations). Returns whether any partition got records or was truncated.
-fn apply(parts: &[Followed], results: Vec<m::FetchPartitionResult>) -> bool {
-    let mut progress = false;
+/// truncations).
+fn apply(parts: &[Followed], results: Vec<m::FetchPartitionResult>) -> Fetched {
+    let (mut progress, mut failed) = (false, false);
     for result in results {
         let Some(followed) = parts
             .iter()
@@ -218,17 +228,30 @@ fn apply(parts: &[Followed], results: Vec<m::FetchPartitionResult>) -> bool {
         match apply_one(p, result) {
             Ok(moved) => progress |= moved,
             Err(e) => {
-                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "replicating from the leader failed; retrying");
+                failed = true;
+                tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "replicating from the leader failed; retrying");
             }
         }
     }
-    progress
+    match (progress, failed) {
+        (true, _) => Fetched::Progress,
+        (false, false) => Fetched::Idle,
+        (false, true) => Fetched::Refused,
+    }
 }
 
+/// Applies one partition's result; `Ok(true)` if the log changed. A failure here is
+/// logged at WARN (the local log refused or failed); a refusal by the leader is returned
+/// for a DEBUG line (expected while leadership moves).
 fn apply_one(p: &Partition, result: m::FetchPartitionResult) -> Result<bool, String> {
+    let local = |e: String| {
+        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot apply what the leader sent; fetching again");
+        e
+    };
     if let Some(diverging) = result.diverging_epoch {
         let point = truncation_point(p, &diverging);
-        p.truncate_for_leader(point).map_err(|e| e.to_string())?;
+        p.truncate_for_leader(point)
+            .map_err(|e| local(e.to_string()))?;
         return Ok(true);
     }
     if let Some(error) = result.error {
@@ -238,14 +261,14 @@ fn apply_one(p: &Partition, result: m::FetchPartitionResult) -> Result<bool, Str
         {
             // The leader no longer has what comes next here: start over at its log start.
             p.restart_at(result.log_start_offset)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| local(e.to_string()))?;
             return Ok(true);
         }
         return Err(format!("leader answered {}: {}", error.code, error.message));
     }
     let moved = !result.records.is_empty();
     p.append_from_leader(result.records, result.high_watermark)
-        .map_err(|e| e.message)?;
+        .map_err(|e| local(e.message))?;
     Ok(moved)
 }
 

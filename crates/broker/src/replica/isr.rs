@@ -45,14 +45,16 @@ fn proposal_for(state: &BrokerState, partition: &Partition) -> Option<Command> {
         .partitions
         .get(partition.index as usize)?;
     let hw = partition.high_watermark();
-    let lag_max_ms = i64::try_from(state.config.replica_lag_time_max.as_millis()).unwrap_or(i64::MAX);
+    let lag_max_ms =
+        i64::try_from(state.config.replica_lag_time_max.as_millis()).unwrap_or(i64::MAX);
     let mut role = partition.role.lock();
     let Role::Leader(leader) = &mut *role else {
         return None;
     };
+    // A partition not yet given its role (just opened) has nothing to propose.
     if leader.proposal_pending()
         || record.leader != Some(state.node_id())
-        || record.leader_epoch != leader.leader_epoch
+        || !leader.is(state.node_id(), record.leader_epoch)
     {
         return None;
     }
@@ -77,7 +79,12 @@ async fn propose(state: &BrokerState, partition: &Partition, command: Command) {
     match state.cluster.write(command).await {
         Ok(Reply::Partition(record)) => {
             tracing::info!(topic = %partition.topic, partition = partition.index, isr = ?record.isr, "in-sync replicas changed");
-            partition.assume_role(state.node_id(), record.leader, record.leader_epoch, &record.isr);
+            partition.assume_role(
+                state.node_id(),
+                record.leader,
+                record.leader_epoch,
+                &record.isr,
+            );
         }
         Ok(_) => {}
         Err(e) => {

@@ -93,7 +93,14 @@ impl LeaderState {
 
     /// A fetch from follower `id` at `log_end` reporting `durable_end`, while the leader's
     /// log ends at `leader_end`.
-    pub fn on_fetch(&mut self, id: u32, log_end: i64, durable_end: i64, leader_end: i64, now_ms: i64) {
+    pub fn on_fetch(
+        &mut self,
+        id: u32,
+        log_end: i64,
+        durable_end: i64,
+        leader_end: i64,
+        now_ms: i64,
+    ) {
         let state = self
             .followers
             .entry(id)
@@ -138,7 +145,13 @@ impl LeaderState {
     /// The ISR this leader should propose now, if it differs from the current one: followers
     /// that have not been caught up for `lag_max_ms` leave; replicas outside it that have
     /// reached the high watermark `hw` and this epoch's start rejoin.
-    pub fn wanted_isr(&self, replicas: &[u32], hw: i64, lag_max_ms: i64, now_ms: i64) -> Option<Vec<u32>> {
+    pub fn wanted_isr(
+        &self,
+        replicas: &[u32],
+        hw: i64,
+        lag_max_ms: i64,
+        now_ms: i64,
+    ) -> Option<Vec<u32>> {
         let keep = |id: u32| {
             id == self.me
                 || self
@@ -156,8 +169,18 @@ impl LeaderState {
         let wanted: Vec<u32> = replicas
             .iter()
             .copied()
-            .filter(|&id| if self.isr.contains(&id) { keep(id) } else { rejoin(id) })
+            .filter(|&id| {
+                if self.isr.contains(&id) {
+                    keep(id)
+                } else {
+                    rejoin(id)
+                }
+            })
             .collect();
+        if !wanted.contains(&self.me) {
+            // This broker is not (or no longer) a replica: not for it to change the ISR.
+            return None;
+        }
         let mut current = self.isr.clone();
         current.sort_unstable();
         let mut sorted = wanted.clone();
@@ -189,11 +212,18 @@ mod tests {
     #[test]
     fn the_high_watermark_is_the_lowest_durable_end_in_the_isr() {
         let mut l = LeaderState::new(1, 5, &[1, 2, 3], 100, 0);
-        assert!(l.high_watermark(100) < 0, "followers not heard from hold it");
+        assert!(
+            l.high_watermark(100) < 0,
+            "followers not heard from hold it"
+        );
         l.on_fetch(2, 100, 90, 100, 1);
         l.on_fetch(3, 100, 95, 100, 1);
         assert_eq!(l.high_watermark(100), 90);
-        assert_eq!(l.high_watermark(80), 80, "the leader's own durable end counts");
+        assert_eq!(
+            l.high_watermark(80),
+            80,
+            "the leader's own durable end counts"
+        );
         // A follower outside the ISR does not hold it back.
         l.set_isr(&[1, 3], 2);
         assert_eq!(l.high_watermark(100), 95);
@@ -220,11 +250,17 @@ mod tests {
         // Follower 3 never catches up; after the lag time it leaves.
         l.on_fetch(2, 100, 100, 100, 10_500);
         l.on_fetch(3, 60, 60, 100, 10_500);
-        assert_eq!(l.wanted_isr(&[1, 2, 3], 60, 10_000, 10_500), Some(vec![1, 2]));
+        assert_eq!(
+            l.wanted_isr(&[1, 2, 3], 60, 10_000, 10_500),
+            Some(vec![1, 2])
+        );
         l.set_isr(&[1, 2], 10_600);
         // It catches up: back in.
         l.on_fetch(3, 100, 100, 100, 11_000);
-        assert_eq!(l.wanted_isr(&[1, 2, 3], 100, 10_000, 11_000), Some(vec![1, 2, 3]));
+        assert_eq!(
+            l.wanted_isr(&[1, 2, 3], 100, 10_000, 11_000),
+            Some(vec![1, 2, 3])
+        );
     }
 
     #[test]

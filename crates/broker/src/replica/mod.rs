@@ -101,7 +101,12 @@ impl Partition {
             let mut producers = self.producers.lock();
             for batch in BatchIter::new(records) {
                 let batch = batch?;
-                producers.record(&identity_of(&batch), batch.base_offset(), batch.last_offset(), now);
+                producers.record(
+                    &identity_of(&batch),
+                    batch.base_offset(),
+                    batch.last_offset(),
+                    now,
+                );
             }
             drop(producers);
             self.log_end.send_replace(info.log_end_offset);

@@ -35,18 +35,15 @@ fn led_for_follower(
 ) -> Result<Arc<Partition>, m::Error> {
     let (partition, _) = state.led_partition(&fp.topic, fp.partition)?;
     let epoch = partition.leading_epoch().ok_or_else(|| {
-        ErrorCode::NOT_LEADER.with_message(format!(
-            "{}/{} is not led here yet",
-            fp.topic, fp.partition
-        ))
+        ErrorCode::NOT_LEADER
+            .with_message(format!("{}/{} is not led here yet", fp.topic, fp.partition))
     })?;
     match fp.current_leader_epoch {
-        Some(theirs) if i64::from(theirs) != i64::from(epoch) => {
-            Err(ErrorCode::NOT_LEADER.with_message(format!(
-                "{}/{}: the follower follows leader epoch {theirs}; this leader is in epoch {epoch}",
-                fp.topic, fp.partition
-            )))
-        }
+        Some(theirs) if i64::from(theirs) != i64::from(epoch) => Err(ErrorCode::NOT_LEADER
+            .with_message(format!(
+            "{}/{}: the follower follows leader epoch {theirs}; this leader is in epoch {epoch}",
+            fp.topic, fp.partition
+        ))),
         _ => Ok(partition),
     }
 }
@@ -62,7 +59,13 @@ pub(crate) fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPart
     }
     let leader_end = partition.log.log_end_offset();
     if let Role::Leader(leader) = &mut *partition.role.lock() {
-        leader.on_fetch(replica, fp.offset, fp.replica_durable_end, leader_end, now_ms());
+        leader.on_fetch(
+            replica,
+            fp.offset,
+            fp.replica_durable_end,
+            leader_end,
+            now_ms(),
+        );
     }
     partition.publish_high_watermark();
 }
@@ -112,8 +115,7 @@ pub(crate) fn read_for_follower(
 
 /// A fetch may carry a replica id only from the broker with that id.
 pub(crate) fn authorize(replica: u32, peer: &tinymq_net::Peer) -> Result<(), m::Error> {
-    let is_that_broker =
-        peer.role == m::NodeRole::Broker && peer.node_id == u64::from(replica);
+    let is_that_broker = peer.role == m::NodeRole::Broker && peer.node_id == u64::from(replica);
     if is_that_broker {
         Ok(())
     } else {
