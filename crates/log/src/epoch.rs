@@ -43,7 +43,9 @@ impl EpochCache {
     /// A cache of `entries` if they are well formed (see the type).
     pub fn from_entries(entries: Vec<(i32, i64)>) -> Option<EpochCache> {
         let sane = entries.iter().all(|&(e, o)| e >= 0 && o >= 0)
-            && entries.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
+            && entries
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
         sane.then_some(EpochCache { entries })
     }
 
@@ -64,8 +66,11 @@ impl EpochCache {
     /// newer epoch that wrote nothing yet is superseded), so both columns stay increasing.
     /// Callers pass an epoch newer than the latest ([`EpochCache::is_new`]).
     pub fn push(&mut self, epoch: i32, start_offset: i64) {
-        assert!(self.is_new(epoch) && epoch >= 0 && start_offset >= 0,
-            "the log adds only a newer epoch ({epoch} after {:?}) at an offset ≥ 0", self.latest());
+        assert!(
+            self.is_new(epoch) && epoch >= 0 && start_offset >= 0,
+            "the log adds only a newer epoch ({epoch} after {:?}) at an offset ≥ 0",
+            self.latest()
+        );
         self.truncate_from_end(start_offset);
         self.entries.push((epoch, start_offset));
     }
@@ -101,7 +106,9 @@ impl EpochCache {
     /// ends (the next epoch's start, or `log_end` for the latest). `None` when every epoch is
     /// above `requested` or there is none.
     pub fn end_offset_for(&self, requested: i32, log_end: i64) -> Option<(i32, i64)> {
-        let count = self.entries.partition_point(|&(epoch, _)| epoch <= requested);
+        let count = self
+            .entries
+            .partition_point(|&(epoch, _)| epoch <= requested);
         let (epoch, _) = *self.entries.get(count.checked_sub(1)?)?;
         let end = self.entries.get(count).map_or(log_end, |&(_, start)| start);
         Some((epoch, end))
@@ -157,7 +164,8 @@ fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("bad number {text:?}"));
     }
-    text.parse().map_err(|_| format!("number {text:?} out of range"))
+    text.parse()
+        .map_err(|_| format!("number {text:?} out of range"))
 }
 
 pub(crate) fn checkpoint_path(dir: &Path) -> PathBuf {
@@ -308,7 +316,10 @@ mod tests {
         let text = std::str::from_utf8(&bytes).unwrap();
         assert!(text.ends_with("\n1\n3\n0 0\n3 17\n9 4000\n"), "{text}");
         assert_eq!(decode(&bytes), Ok(c));
-        assert_eq!(decode(&encode(&EpochCache::default())), Ok(EpochCache::default()));
+        assert_eq!(
+            decode(&encode(&EpochCache::default())),
+            Ok(EpochCache::default())
+        );
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x04;
@@ -318,7 +329,9 @@ mod tests {
         // A well-sealed body with entries out of order is refused too.
         let body = "1\n2\n5 10\n4 20\n";
         let sealed = format!("{:08x}\n{body}", crc32c::crc32c(body.as_bytes()));
-        assert!(decode(sealed.as_bytes()).unwrap_err().contains("increasing"));
+        assert!(decode(sealed.as_bytes())
+            .unwrap_err()
+            .contains("increasing"));
     }
 
     #[test]

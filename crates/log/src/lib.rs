@@ -24,8 +24,8 @@ mod index;
 mod log;
 mod maintenance;
 mod read;
-mod replica;
 mod recovery;
+mod replica;
 mod segment;
 mod storage;
 

@@ -25,9 +25,9 @@ use tinymq_protocol::batch::{
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{FlushPolicy, LogConfig};
+use crate::epoch::EpochCache;
 use crate::error::LogError;
 use crate::recovery::{open_segment, Check, RecoveryReport, Truncation};
-use crate::epoch::EpochCache;
 use crate::segment::{
     broken_invariant, parse_segment_path, segment_path, BatchMeta, Segment, SegmentFiles,
     LOG_SUFFIX, SEGMENT_OFFSETS_MAX,
@@ -351,7 +351,10 @@ impl PartitionLog {
     /// checkpoint durably, then publishes the copy. A failed write fails the log: the file on
     /// disk may then be either version, and only a reopen (which checks it against the log)
     /// makes that safe again.
-    pub(crate) fn update_epochs(&self, change: impl FnOnce(&mut EpochCache)) -> Result<(), LogError> {
+    pub(crate) fn update_epochs(
+        &self,
+        change: impl FnOnce(&mut EpochCache),
+    ) -> Result<(), LogError> {
         let mut next = self.state.read().epochs.clone();
         change(&mut next);
         if let Err(e) = crate::epoch::store(&*self.storage, &self.dir, &next) {

@@ -255,7 +255,13 @@ impl PartitionLog {
     /// opening the log trims them again.
     fn forget_epochs_below(&self, log_start: i64) {
         let _writer = self.writer.lock();
-        if !self.state.read().epochs.clone().truncate_from_start(log_start) {
+        if !self
+            .state
+            .read()
+            .epochs
+            .clone()
+            .truncate_from_start(log_start)
+        {
             return;
         }
         if let Err(e) = crate::epoch::store(&*self.storage, &self.dir, &{

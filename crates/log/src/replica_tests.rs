@@ -68,8 +68,15 @@ fn appends_record_each_new_epoch_durably_and_refuse_older_ones() {
     let fs = FaultyStorage::new();
     let (log, _) = open(&fs, small_segments());
     assert_eq!(log.latest_epoch(), None);
-    assert_eq!(log.end_offset_for_epoch(5), None, "an empty log has no epochs");
-    assert!(fs.contents(&checkpoint()).is_none(), "nothing to record yet");
+    assert_eq!(
+        log.end_offset_for_epoch(5),
+        None,
+        "an empty log has no epochs"
+    );
+    assert!(
+        fs.contents(&checkpoint()).is_none(),
+        "nothing to record yet"
+    );
     for (id, epoch) in [(0, 1), (1, 1), (2, 3), (3, 3), (4, 7)] {
         log.append(&mut batch(id, 2, T0), epoch).unwrap();
     }
@@ -80,15 +87,26 @@ fn appends_record_each_new_epoch_durably_and_refuse_older_ones() {
 
     assert_eq!(log.end_offset_for_epoch(0), None, "below the first epoch");
     assert_eq!(log.end_offset_for_epoch(1), Some((1, 4)));
-    assert_eq!(log.end_offset_for_epoch(2), Some((1, 4)), "an epoch that never wrote");
+    assert_eq!(
+        log.end_offset_for_epoch(2),
+        Some((1, 4)),
+        "an epoch that never wrote"
+    );
     assert_eq!(log.end_offset_for_epoch(3), Some((3, 8)));
-    assert_eq!(log.end_offset_for_epoch(7), Some((7, 10)), "the latest ends at the log end");
+    assert_eq!(
+        log.end_offset_for_epoch(7),
+        Some((7, 10)),
+        "the latest ends at the log end"
+    );
     assert_eq!(log.end_offset_for_epoch(9), Some((7, 10)));
 
     let before = snapshot(&log);
     assert!(matches!(
         log.append(&mut batch(9, 1, T0), 6),
-        Err(LogError::StaleLeaderEpoch { epoch: 6, latest: 7 })
+        Err(LogError::StaleLeaderEpoch {
+            epoch: 6,
+            latest: 7
+        })
     ));
     assert!(matches!(
         log.append(&mut batch(9, 1, T0), -1),
@@ -181,10 +199,15 @@ fn a_missing_damaged_or_disagreeing_checkpoint_is_rebuilt_from_the_log() {
 
 #[test]
 fn a_follower_replicates_byte_for_byte_across_its_own_segments() {
-    let epochs: Vec<(u32, u32, i32)> = (0..60).map(|i| (i, 1 + i % 4, (i / 20) as i32 * 2)).collect();
+    let epochs: Vec<(u32, u32, i32)> = (0..60)
+        .map(|i| (i, 1 + i % 4, (i / 20) as i32 * 2))
+        .collect();
     let leader = leader(&epochs);
     let fetched = fetch_all(&leader, 0);
-    assert!(fetched.len() as u64 > small_segments().segment_bytes, "spans segments");
+    assert!(
+        fetched.len() as u64 > small_segments().segment_bytes,
+        "spans segments"
+    );
 
     let fs = FaultyStorage::new();
     let (follower, _) = open(&fs, small_segments());
@@ -193,7 +216,11 @@ fn a_follower_replicates_byte_for_byte_across_its_own_segments() {
     assert_eq!(info.base_offset, 0);
     assert_eq!(info.log_end_offset, leader.log_end_offset());
     assert_eq!(info.batch_count, 60);
-    assert_eq!(follower.durable_offset(), info.log_end_offset, "always: fsynced");
+    assert_eq!(
+        follower.durable_offset(),
+        info.log_end_offset,
+        "always: fsynced"
+    );
     assert!(follower.segment_count() > 1);
     assert_eq!(fetch_all(&follower, 0), fetched, "byte for byte");
     assert_eq!(follower.epoch_entries(), leader.epoch_entries());
@@ -237,23 +264,59 @@ fn replicated_batches_that_do_not_continue_the_log_are_refused_and_change_nothin
     // Starts past the log end (a batch skipped).
     let err = follower.append_replicated(&batches[4].1).unwrap_err();
     assert!(
-        matches!(err, LogError::NotContiguous { batch: 0, expected: 6, found: 8 }),
+        matches!(
+            err,
+            LogError::NotContiguous {
+                batch: 0,
+                expected: 6,
+                found: 8
+            }
+        ),
         "{err}"
     );
     // Starts below the log end (already have it).
     let err = follower.append_replicated(&batches[2].1).unwrap_err();
-    assert!(matches!(err, LogError::NotContiguous { expected: 6, found: 4, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            LogError::NotContiguous {
+                expected: 6,
+                found: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
     // A gap between two batches of one fetch.
     let err = follower
         .append_replicated(&join(&[&batches[3].1, &batches[3].1]))
         .unwrap_err();
-    assert!(matches!(err, LogError::NotContiguous { batch: 1, expected: 8, found: 6 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            LogError::NotContiguous {
+                batch: 1,
+                expected: 8,
+                found: 6
+            }
+        ),
+        "{err}"
+    );
     // An epoch below the log's latest.
     let mut old_epoch = batches[3].1.clone();
     old_epoch[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
         .copy_from_slice(&2i32.to_be_bytes());
     let err = follower.append_replicated(&old_epoch).unwrap_err();
-    assert!(matches!(err, LogError::StaleLeaderEpoch { epoch: 2, latest: 3 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            LogError::StaleLeaderEpoch {
+                epoch: 2,
+                latest: 3
+            }
+        ),
+        "{err}"
+    );
     // Epochs going back within the batches.
     let mut going_back = batches[4].1.clone();
     going_back[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
@@ -264,7 +327,16 @@ fn replicated_batches_that_do_not_continue_the_log_are_refused_and_change_nothin
     let err = follower
         .append_replicated(&join(&[&newer, &going_back]))
         .unwrap_err();
-    assert!(matches!(err, LogError::StaleLeaderEpoch { epoch: 3, latest: 4 }), "{err}");
+    assert!(
+        matches!(
+            err,
+            LogError::StaleLeaderEpoch {
+                epoch: 3,
+                latest: 4
+            }
+        ),
+        "{err}"
+    );
     // A negative epoch.
     let mut negative = batches[3].1.clone();
     negative[field::PARTITION_LEADER_EPOCH..field::PARTITION_LEADER_EPOCH + 4]
@@ -331,7 +403,11 @@ fn truncation_cuts_batches_segments_and_epochs_and_appends_go_on_from_there() {
     // At an epoch's first offset: the epoch goes.
     assert_eq!(log.truncate_to(100).unwrap(), 100);
     assert_eq!(log.epoch_entries(), vec![(1, 0)]);
-    assert_eq!(log.truncate_to(500).unwrap(), 100, "past the end: nothing to do");
+    assert_eq!(
+        log.truncate_to(500).unwrap(),
+        100,
+        "past the end: nothing to do"
+    );
 
     // Power cut right after: nothing of the tail comes back.
     fs.crash(CrashMode::LoseUnsynced);
@@ -343,7 +419,10 @@ fn truncation_cuts_batches_segments_and_epochs_and_appends_go_on_from_there() {
     assert_eq!(all_values(&log), expected_values((0..20).map(|i| (i, 5))));
 
     // Round trip: the new leader's batches go where the old tail was.
-    assert_eq!(log.append(&mut batch(70, 5, T0), 6).unwrap().base_offset, 100);
+    assert_eq!(
+        log.append(&mut batch(70, 5, T0), 6).unwrap().base_offset,
+        100
+    );
     assert_eq!(log.epoch_entries(), vec![(1, 0), (6, 100)]);
     let mut expected: Vec<(u32, u32)> = (0..20).map(|i| (i, 5)).collect();
     expected.push((70, 5));
@@ -368,12 +447,20 @@ fn truncation_below_the_start_is_refused_and_truncate_fully_restarts_the_log() {
     };
     let (log, _) = open(&fs, config.clone());
     for id in 0..40u32 {
-        log.append(&mut batch(id, 5, T0), if id < 20 { 1 } else { 2 }).unwrap();
+        log.append(&mut batch(id, 5, T0), if id < 20 { 1 } else { 2 })
+            .unwrap();
     }
     let report = log.apply_retention().unwrap();
     let start = report.log_start_offset;
-    assert!(start > 100, "retention moved the start past epoch 2's start");
-    assert_eq!(log.epoch_entries(), vec![(2, start)], "trimmed to the log start");
+    assert!(
+        start > 100,
+        "retention moved the start past epoch 2's start"
+    );
+    assert_eq!(
+        log.epoch_entries(),
+        vec![(2, start)],
+        "trimmed to the log start"
+    );
     let before = snapshot(&log);
     let err = log.truncate_to(start - 1).unwrap_err();
     assert!(matches!(err, LogError::OffsetOutOfRange { .. }), "{err}");
@@ -388,7 +475,10 @@ fn truncation_below_the_start_is_refused_and_truncate_fully_restarts_the_log() {
     let (log, report) = open(&fs, config.clone());
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (1000, 1000));
     assert_eq!(report.leader_epochs_rebuilt, None);
-    assert_eq!(log.append(&mut batch(5, 2, T0), 3).unwrap().base_offset, 1000);
+    assert_eq!(
+        log.append(&mut batch(5, 2, T0), 3).unwrap().base_offset,
+        1000
+    );
     assert_eq!(log.epoch_entries(), vec![(3, 1000)]);
     // Below the start too, and at the start itself.
     log.truncate_fully_and_start_at(10).unwrap();
@@ -439,8 +529,11 @@ fn reads_racing_truncation_never_return_torn_batches() {
     for round in 0..200u32 {
         log.truncate_to(30).unwrap();
         for id in 0..10u32 {
-            log.append(&mut batch(1000 + round * 10 + id, 1 + (round + id) % 4, T0), 1)
-                .unwrap();
+            log.append(
+                &mut batch(1000 + round * 10 + id, 1 + (round + id) % 4, T0),
+                1,
+            )
+            .unwrap();
         }
     }
     stop.store(true, Ordering::Relaxed);
