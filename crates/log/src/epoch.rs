@@ -326,6 +326,12 @@ mod tests {
             assert!(decode(&bad).is_err(), "a flipped bit at {i} is caught");
             assert!(decode(&bytes[..i]).is_err(), "a cut at {i} is caught");
         }
+        // The example in docs/storage.md, byte for byte.
+        let documented = cache(&[(0, 0), (4, 1520), (7, 88211)]);
+        assert_eq!(
+            encode(&documented),
+            b"b94979af\n1\n3\n0 0\n4 1520\n7 88211\n"
+        );
         // A well-sealed body with entries out of order is refused too.
         let body = "1\n2\n5 10\n4 20\n";
         let sealed = format!("{:08x}\n{body}", crc32c::crc32c(body.as_bytes()));
