@@ -84,6 +84,12 @@ impl EpochCache {
         changed
     }
 
+    /// Whether an entry starts below `start`: what [`EpochCache::truncate_from_start`] would
+    /// change.
+    pub fn starts_below(&self, start: i64) -> bool {
+        self.entries.first().is_some_and(|&(_, s)| s < start)
+    }
+
     /// Forgets epochs wholly below `start` (retention deleted their batches): of the entries
     /// that start before it, only the last stays, moved to `start`. Returns whether anything
     /// changed.
