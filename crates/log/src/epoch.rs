@@ -84,6 +84,12 @@ impl EpochCache {
         changed
     }
 
+    /// Whether an entry starts below `start`: what [`EpochCache::truncate_from_start`] would
+    /// change.
+    pub fn starts_below(&self, start: i64) -> bool {
+        self.entries.first().is_some_and(|&(_, s)| s < start)
+    }
+
     /// Forgets epochs wholly below `start` (retention deleted their batches): of the entries
     /// that start before it, only the last stays, moved to `start`. Returns whether anything
     /// changed.
@@ -326,6 +332,12 @@ mod tests {
             assert!(decode(&bad).is_err(), "a flipped bit at {i} is caught");
             assert!(decode(&bytes[..i]).is_err(), "a cut at {i} is caught");
         }
+        // The example in docs/storage.md, byte for byte.
+        let documented = cache(&[(0, 0), (4, 1520), (7, 88211)]);
+        assert_eq!(
+            encode(&documented),
+            b"b94979af\n1\n3\n0 0\n4 1520\n7 88211\n"
+        );
         // A well-sealed body with entries out of order is refused too.
         let body = "1\n2\n5 10\n4 20\n";
         let sealed = format!("{:08x}\n{body}", crc32c::crc32c(body.as_bytes()));

@@ -44,4 +44,6 @@ pub use storage::{OsStorage, Storage, StorageFile};
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
+mod replica_tests;
+#[cfg(test)]
 mod tests;

@@ -254,26 +254,18 @@ impl PartitionLog {
     /// the checkpoint is only logged: extra entries below the log start mislead nothing, and
     /// opening the log trims them again.
     fn forget_epochs_below(&self, log_start: i64) {
-        let _writer = self.writer.lock();
-        if !self
-            .state
-            .read()
-            .epochs
-            .clone()
-            .truncate_from_start(log_start)
-        {
-            return;
+        if !self.state.read().epochs.starts_below(log_start) {
+            return; // every retention pass asks; the writer lock is taken only for a change
         }
-        if let Err(e) = crate::epoch::store(&*self.storage, &self.dir, &{
-            let mut cache = self.state.read().epochs.clone();
-            cache.truncate_from_start(log_start);
-            cache
-        }) {
+        let _writer = self.writer.lock();
+        let mut trimmed = self.state.read().epochs.clone();
+        trimmed.truncate_from_start(log_start);
+        if let Err(e) = crate::epoch::store(&*self.storage, &self.dir, &trimmed) {
             tracing::warn!(dir = %self.dir.display(), error = %e,
                 "leader-epoch checkpoint not rewritten after retention");
             return;
         }
-        self.state.write().epochs.truncate_from_start(log_start);
+        self.state.write().epochs = trimmed;
     }
 }
 
