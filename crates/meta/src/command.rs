@@ -136,8 +136,13 @@ pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     Done,
-    BrokerRegistered { epoch: u64 },
-    ProducerIds { first: i64, count: i64 },
+    BrokerRegistered {
+        epoch: u64,
+    },
+    ProducerIds {
+        first: i64,
+        count: i64,
+    },
     /// A partition's state after the command (`AlterPartition`, `ReassignPartition`): the
     /// sender updates its cache from it (leader, epochs, ISR, replicas).
     Partition(PartitionRecord),
@@ -541,10 +546,7 @@ fn create_topic(
         )));
     }
     let replication_factor = match replication_factor {
-        0 => default_replication_factor(
-            image.live_brokers().len(),
-            DEFAULT_REPLICATION_FACTOR_MAX,
-        ),
+        0 => default_replication_factor(image.live_brokers().len(), DEFAULT_REPLICATION_FACTOR_MAX),
         n => n,
     };
     let placed = new_partitions(image, partitions, replication_factor)?;

@@ -26,7 +26,6 @@ pub fn choose_leader(
     }
 }
 
-
 /// The record that moves partition `index` of `name` from `p` to `next`, if anything changes.
 pub(crate) fn update(
     name: &str,
@@ -245,7 +244,10 @@ mod tests {
 
     #[test]
     fn the_first_live_in_sync_replica_leads_and_unclean_falls_back_to_any_live_one() {
-        assert_eq!(choose_leader(&[1, 2, 3], &[3, 2], &[1, 2, 3], false), Some(2));
+        assert_eq!(
+            choose_leader(&[1, 2, 3], &[3, 2], &[1, 2, 3], false),
+            Some(2)
+        );
         assert_eq!(choose_leader(&[1, 2, 3], &[1, 2], &[2, 3], false), Some(2));
         assert_eq!(choose_leader(&[1, 2, 3], &[1], &[2, 3], false), None);
         assert_eq!(choose_leader(&[1, 2, 3], &[1], &[3, 2], true), Some(2));

@@ -18,10 +18,10 @@ pub mod service;
 
 pub use command::{execute, Command, MetaError, Reply};
 pub use election::choose_leader;
-pub use placement::PlannedMove;
 pub use image::{
     is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord,
 };
+pub use placement::PlannedMove;
 
 /// Executes a command and applies its records: what a single-node MetaServer does, and what
 /// the tests use to drive the image.

@@ -78,7 +78,13 @@ fn spread_replicas(placed: &mut [Vec<u32>], frozen: &[bool], live: &[u32]) {
     let total: usize = placed
         .iter()
         .zip(frozen)
-        .map(|(r, f)| if *f { r.iter().filter(|b| live.contains(b)).count() } else { r.len() })
+        .map(|(r, f)| {
+            if *f {
+                r.iter().filter(|b| live.contains(b)).count()
+            } else {
+                r.len()
+            }
+        })
         .sum();
     // Shares: the mean, one more for the brokers already holding most.
     let mut by_count: Vec<u32> = live.to_vec();

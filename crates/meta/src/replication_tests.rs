@@ -12,7 +12,11 @@ use tinymq_protocol::ErrorCode;
 use crate::command::{default_replication_factor, DEFAULT_REPLICATION_FACTOR_MAX};
 use crate::*;
 
-fn register_as(image: &mut MetadataImage, id: u32, clean_shutdown: bool) -> Result<Reply, MetaError> {
+fn register_as(
+    image: &mut MetadataImage,
+    id: u32,
+    clean_shutdown: bool,
+) -> Result<Reply, MetaError> {
     execute_and_apply(
         image,
         &Command::RegisterBroker {
@@ -138,7 +142,11 @@ fn every_change_of_leader_isr_or_replicas_bumps_the_partition_epoch() {
     assert_eq!(reply, Reply::Partition(p.clone()));
     fence(&mut image, p.leader.unwrap());
     let q = part(&image, "t", 0);
-    assert_eq!((q.leader_epoch, q.partition_epoch), (1, 2), "leader and ISR changed");
+    assert_eq!(
+        (q.leader_epoch, q.partition_epoch),
+        (1, 2),
+        "leader and ISR changed"
+    );
 }
 
 #[test]
@@ -241,7 +249,11 @@ fn alter_partition_is_accepted_only_from_the_current_leader_with_current_epochs(
     // A fenced follower cannot be added; once registered again it can.
     fence(&mut image, follower);
     let refused = execute(&image, &alter_by_leader(&image, "t", 0, &full)).unwrap_err();
-    assert_eq!(refused.error_code(), ErrorCode::INELIGIBLE_REPLICA, "{refused}");
+    assert_eq!(
+        refused.error_code(),
+        ErrorCode::INELIGIBLE_REPLICA,
+        "{refused}"
+    );
     register(&mut image, follower);
     let reply = alter(&mut image, "t", 0, &full).unwrap();
     let after = part(&image, "t", 0).clone();
@@ -272,7 +284,10 @@ fn replication_settings_have_defaults_by_replication_factor_and_are_checked() {
         "set",
         1,
         3,
-        &[("min_insync_replicas", "3"), ("unclean_leader_election", "true")],
+        &[
+            ("min_insync_replicas", "3"),
+            ("unclean_leader_election", "true"),
+        ],
     )
     .unwrap();
     assert_eq!(image.topics["set"].min_insync_replicas(), 3);
@@ -306,23 +321,40 @@ fn a_controlled_shutdown_moves_leadership_to_the_isr_and_a_single_copy_waits() {
     fence(&mut image, stopping);
     let q = part(&image, "rf3", 0);
     let expected = p.replicas.iter().copied().find(|r| *r != stopping);
-    assert_eq!(q.leader, expected, "the first in-sync replica in replica order");
+    assert_eq!(
+        q.leader, expected,
+        "the first in-sync replica in replica order"
+    );
     assert_eq!(q.leader_epoch, p.leader_epoch + 1);
     assert!(!q.isr.contains(&stopping) && q.isr.len() == 2);
     let offline = part(&image, "rf1", single).clone();
-    assert_eq!((offline.leader, offline.isr.clone()), (None, vec![stopping]));
+    assert_eq!(
+        (offline.leader, offline.isr.clone()),
+        (None, vec![stopping])
+    );
     register(&mut image, stopping);
     let back = part(&image, "rf1", single);
     assert_eq!(back.leader, Some(stopping));
     assert!(back.leader_epoch > offline.leader_epoch);
-    assert_eq!(part(&image, "rf3", 0).leader, expected, "the new leader keeps it");
+    assert_eq!(
+        part(&image, "rf3", 0).leader,
+        expected,
+        "the new leader keeps it"
+    );
 }
 
 #[test]
 fn unclean_election_only_where_the_topic_allows_it() {
     let mut image = cluster(3);
     create_with(&mut image, "clean", 1, 3, &[]).unwrap();
-    create_with(&mut image, "unclean", 1, 3, &[("unclean_leader_election", "true")]).unwrap();
+    create_with(
+        &mut image,
+        "unclean",
+        1,
+        3,
+        &[("unclean_leader_election", "true")],
+    )
+    .unwrap();
     // Followers never caught up: each ISR is the leader alone.
     let leader = part(&image, "unclean", 0).leader.unwrap();
     let clean_leader = part(&image, "clean", 0).leader.unwrap();
@@ -330,7 +362,11 @@ fn unclean_election_only_where_the_topic_allows_it() {
     let p = part(&image, "unclean", 0);
     let first_live = p.replicas.iter().copied().find(|r| *r != leader);
     assert_eq!(p.leader, first_live);
-    assert_eq!(p.isr, vec![first_live.unwrap()], "the new leader alone is in sync");
+    assert_eq!(
+        p.isr,
+        vec![first_live.unwrap()],
+        "the new leader alone is in sync"
+    );
     if clean_leader == leader {
         assert_eq!(part(&image, "clean", 0).leader, None);
     }
@@ -395,8 +431,16 @@ fn a_broker_back_from_an_unclean_shutdown_leaves_the_isr_and_leads_only_what_it_
     if single_owner != 1 {
         register_as(&mut image, single_owner, false).unwrap();
     }
-    assert_eq!(part(&image, "always", 0).leader, Some(1), "every ack was fsynced");
-    assert_eq!(part(&image, "single", 0).leader, Some(single_owner), "no other copy");
+    assert_eq!(
+        part(&image, "always", 0).leader,
+        Some(1),
+        "every ack was fsynced"
+    );
+    assert_eq!(
+        part(&image, "single", 0).leader,
+        Some(single_owner),
+        "no other copy"
+    );
     let os = part(&image, "os", 0).clone();
     assert_eq!((os.leader, os.isr.clone()), (None, vec![1]));
     assert!(os.needs_unclean_election);
@@ -442,7 +486,10 @@ fn leadership_returns_to_the_preferred_replica_once_it_is_back_in_sync() {
             assert_eq!(p.leader_epoch, old.leader_epoch + 1);
         }
     }
-    assert!(before.partitions.iter().any(|p| p.leader != Some(p.replicas[0])));
+    assert!(before
+        .partitions
+        .iter()
+        .any(|p| p.leader != Some(p.replicas[0])));
     let (records, _) = execute(&image, &elect(vec![])).unwrap();
     assert!(records.is_empty(), "nothing more to move");
 }
@@ -454,7 +501,12 @@ fn a_reassignment_adds_replicas_then_removes_the_old_ones_once_they_are_in_sync(
     all_in_sync(&mut image, "t");
     let p = part(&image, "t", 0).clone();
     let old_leader = p.leader.unwrap();
-    let kept = p.replicas.iter().copied().find(|r| *r != old_leader).unwrap();
+    let kept = p
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| *r != old_leader)
+        .unwrap();
     let new: Vec<u32> = (1..=4).filter(|b| !p.replicas.contains(b)).collect();
     let target = vec![new[0], kept];
     let reply = execute_and_apply(
@@ -493,7 +545,11 @@ fn a_reassignment_adds_replicas_then_removes_the_old_ones_once_they_are_in_sync(
     assert_eq!(reply, Reply::Partition(done.clone()));
     assert_eq!(done.replicas, target);
     assert_eq!(done.isr, vec![kept, new[1]]);
-    assert_eq!(done.leader, Some(new[1]), "the first in-sync target replica");
+    assert_eq!(
+        done.leader,
+        Some(new[1]),
+        "the first in-sync target replica"
+    );
     assert_eq!(done.leader_epoch, moving.leader_epoch + 1);
     assert!(!done.is_reassigning());
     // Shrinking to replicas already in sync completes at once.
@@ -507,7 +563,10 @@ fn a_reassignment_adds_replicas_then_removes_the_old_ones_once_they_are_in_sync(
     )
     .unwrap();
     let shrunk = part(&image, "t", 0);
-    assert_eq!((shrunk.replicas.clone(), shrunk.leader), (vec![kept], Some(kept)));
+    assert_eq!(
+        (shrunk.replicas.clone(), shrunk.leader),
+        (vec![kept], Some(kept))
+    );
     // Refusals.
     fence(&mut image, new[0]);
     for target in [vec![], vec![kept, kept], vec![kept, 9], vec![kept, new[0]]] {
@@ -520,7 +579,11 @@ fn a_reassignment_adds_replicas_then_removes_the_old_ones_once_they_are_in_sync(
             },
         )
         .unwrap_err();
-        assert_eq!(e.error_code(), ErrorCode::INVALID_REQUEST, "{target:?}: {e}");
+        assert_eq!(
+            e.error_code(),
+            ErrorCode::INVALID_REQUEST,
+            "{target:?}: {e}"
+        );
     }
 }
 
@@ -545,25 +608,57 @@ fn rebalance_spreads_a_topic_over_a_new_broker_and_drain_empties_one() {
     };
     assert!(!plan.is_empty());
     execute_and_apply(&mut image, &Command::Rebalance { dry_run: false }).unwrap();
-    assert!(image.topics["t"].partitions.iter().any(|p| p.is_reassigning()));
+    assert!(image.topics["t"]
+        .partitions
+        .iter()
+        .any(|p| p.is_reassigning()));
     // The leaders bring the new replicas in sync; each move completes.
     all_in_sync(&mut image, "t");
     let t = &image.topics["t"];
     assert!(t.partitions.iter().all(|p| !p.is_reassigning()));
     assert_eq!(replicas_per_broker(t), [(1, 4), (2, 4), (3, 4)].into());
-    let again = execute(&image, &Command::Rebalance { dry_run: true }).unwrap().1;
+    let again = execute(&image, &Command::Rebalance { dry_run: true })
+        .unwrap()
+        .1;
     assert_eq!(again, Reply::Plan(vec![]), "balanced: nothing more to do");
 
-    execute_and_apply(&mut image, &Command::DrainBroker { id: 3, dry_run: false }).unwrap();
+    execute_and_apply(
+        &mut image,
+        &Command::DrainBroker {
+            id: 3,
+            dry_run: false,
+        },
+    )
+    .unwrap();
     all_in_sync(&mut image, "t");
     let t = &image.topics["t"];
-    assert!(t.partitions.iter().all(|p| !p.replicas.contains(&3) && p.leader != Some(3)));
+    assert!(t
+        .partitions
+        .iter()
+        .all(|p| !p.replicas.contains(&3) && p.leader != Some(3)));
     assert_eq!(replicas_per_broker(t), [(1, 6), (2, 6)].into());
-    let unknown = execute(&image, &Command::DrainBroker { id: 9, dry_run: true }).unwrap_err();
+    let unknown = execute(
+        &image,
+        &Command::DrainBroker {
+            id: 9,
+            dry_run: true,
+        },
+    )
+    .unwrap_err();
     assert_eq!(unknown, MetaError::UnknownBroker(9));
     fence(&mut image, 3);
-    let no_room = execute(&image, &Command::DrainBroker { id: 1, dry_run: true }).unwrap_err();
-    assert!(matches!(no_room, MetaError::NotEnoughBrokers { .. }), "{no_room}");
+    let no_room = execute(
+        &image,
+        &Command::DrainBroker {
+            id: 1,
+            dry_run: true,
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(no_room, MetaError::NotEnoughBrokers { .. }),
+        "{no_room}"
+    );
 }
 
 #[test]
@@ -584,15 +679,37 @@ fn the_default_replication_factor_is_capped_and_stays_one_until_replication_land
 /// One step of a random scenario.
 #[derive(Debug, Clone)]
 enum Step {
-    Register { id: u32, clean: bool },
-    Fence { id: u32 },
-    Create { partitions: u32, rf: u32, flush_always: bool, unclean: bool },
+    Register {
+        id: u32,
+        clean: bool,
+    },
+    Fence {
+        id: u32,
+    },
+    Create {
+        partitions: u32,
+        rf: u32,
+        flush_always: bool,
+        unclean: bool,
+    },
     /// `stale`: 0 valid, 1 old broker epoch, 2 a follower, 3 old leader epoch, 4 old
     /// partition epoch.
-    Alter { topic: usize, partition: usize, members: u8, stale: u8 },
-    Reassign { topic: usize, partition: usize, seed: u32, rf: usize },
+    Alter {
+        topic: usize,
+        partition: usize,
+        members: u8,
+        stale: u8,
+    },
+    Reassign {
+        topic: usize,
+        partition: usize,
+        seed: u32,
+        rf: usize,
+    },
     Rebalance,
-    Drain { id: u32 },
+    Drain {
+        id: u32,
+    },
     ElectPreferred,
 }
 
@@ -665,7 +782,10 @@ fn command_for(image: &MetadataImage, step: &Step, topics: &mut u32) -> Option<(
             *topics += 1;
             let config = [
                 ("flush", if *flush_always { "always" } else { "os" }),
-                ("unclean_leader_election", if *unclean { "true" } else { "false" }),
+                (
+                    "unclean_leader_election",
+                    if *unclean { "true" } else { "false" },
+                ),
             ];
             (
                 Command::CreateTopic {
@@ -747,7 +867,13 @@ fn command_for(image: &MetadataImage, step: &Step, topics: &mut u32) -> Option<(
             )
         }
         Step::Rebalance => (Command::Rebalance { dry_run: false }, false),
-        Step::Drain { id } => (Command::DrainBroker { id: *id, dry_run: false }, false),
+        Step::Drain { id } => (
+            Command::DrainBroker {
+                id: *id,
+                dry_run: false,
+            },
+            false,
+        ),
         Step::ElectPreferred => (
             Command::ElectPreferredLeaders {
                 topic: None,
@@ -781,13 +907,19 @@ fn check_invariants(
                 prop_assert!(p.replicas.contains(r), "{}", at);
             }
             prop_assert!(
-                p.adding_replicas.iter().all(|r| !p.removing_replicas.contains(r)),
+                p.adding_replicas
+                    .iter()
+                    .all(|r| !p.removing_replicas.contains(r)),
                 "{}",
                 at
             );
             let now = (p.leader_epoch, p.partition_epoch);
             let before = epochs.insert((t.id, i), now).unwrap_or((0, 0));
-            prop_assert!(now.0 >= before.0 && now.1 >= before.1, "epochs went back: {}", at);
+            prop_assert!(
+                now.0 >= before.0 && now.1 >= before.1,
+                "epochs went back: {}",
+                at
+            );
         }
     }
     Ok(())

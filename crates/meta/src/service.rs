@@ -372,13 +372,16 @@ async fn elect_preferred_leaders(service: std::sync::Weak<MetaService>) {
             continue;
         }
         let image = node.image();
-        first_seen.retain(|(id, epoch), _| image.brokers.get(id).is_some_and(|b| b.epoch == *epoch));
+        first_seen
+            .retain(|(id, epoch), _| image.brokers.get(id).is_some_and(|b| b.epoch == *epoch));
         let except_brokers = image
             .brokers
             .values()
             .filter(|b| !b.fenced)
             .filter(|b| {
-                let since = *first_seen.entry((b.id, b.epoch)).or_insert_with(Instant::now);
+                let since = *first_seen
+                    .entry((b.id, b.epoch))
+                    .or_insert_with(Instant::now);
                 since.elapsed() < PREFERRED_LEADER_SETTLE
             })
             .map(|b| b.id)
