@@ -34,4 +34,6 @@ pub fn execute_and_apply(image: &mut MetadataImage, command: &Command) -> Result
 }
 
 #[cfg(test)]
+mod replication_tests;
+#[cfg(test)]
 mod tests;

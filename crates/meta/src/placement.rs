@@ -323,6 +323,136 @@ mod tests {
         }
     }
 
+    use crate::image::{BrokerRecord, PartitionRecord, TopicRecord};
+    use proptest::prelude::*;
+
+    /// An image of `live` brokers (ids 1..), `dead` fenced ones after them, and topics whose
+    /// partitions hold the replica lists given.
+    fn image_of(live: u32, dead: u32, topics: &[Vec<Vec<u32>>]) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for id in 1..=live + dead {
+            let broker = BrokerRecord {
+                id,
+                host: "h".into(),
+                port: 1,
+                epoch: u64::from(id),
+                fenced: id > live,
+            };
+            image.brokers.insert(id, broker);
+        }
+        for (t, partitions) in topics.iter().enumerate() {
+            let partitions = partitions
+                .iter()
+                .map(|r| PartitionRecord {
+                    replicas: r.clone(),
+                    leader: Some(r[0]),
+                    isr: vec![r[0]],
+                    ..PartitionRecord::default()
+                })
+                .collect();
+            let topic = TopicRecord {
+                id: t as u64 + 1,
+                partitions,
+                config: BTreeMap::new(),
+            };
+            image.topics.insert(format!("t{t}"), topic);
+        }
+        image
+    }
+
+    /// Random topics: replica lists of `rf` distinct brokers out of `brokers`, from `seeds`.
+    fn topics_from(brokers: u32, rf: usize, seeds: &[Vec<u64>]) -> Vec<Vec<Vec<u32>>> {
+        seeds
+            .iter()
+            .map(|partitions| {
+                partitions
+                    .iter()
+                    .map(|seed| {
+                        let mut pool: Vec<u32> = (1..=brokers).collect();
+                        let mut seed = *seed;
+                        let mut replicas = Vec::new();
+                        for _ in 0..rf {
+                            let i = (seed % pool.len() as u64) as usize;
+                            seed /= pool.len() as u64;
+                            replicas.push(pool.remove(i));
+                        }
+                        replicas
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn a_rebalance_plan_evens_out_replicas_and_leaders_moving_only_the_excess(
+            live in 1..=6u32,
+            dead in 0..=2u32,
+            rf in 1..=3usize,
+            seeds in proptest::collection::vec(
+                proptest::collection::vec(any::<u64>(), 1..=12), 1..=3),
+        ) {
+            prop_assume!(rf <= live as usize);
+            let image = image_of(live, dead, &topics_from(live + dead, rf, &seeds));
+            let plan = rebalance_plan(&image);
+            let mut after = image.clone();
+            for m in &plan {
+                after.topics.get_mut(&m.topic).unwrap().partitions[m.partition as usize]
+                    .replicas = m.replicas.clone();
+            }
+            let n = live as usize;
+            for (name, topic) in &after.topics {
+                let before = &image.topics[name];
+                let mut replicas: BTreeMap<u32, usize> = (1..=live).map(|b| (b, 0)).collect();
+                let mut leaders = replicas.clone();
+                let mut moved = 0;
+                for (p, old) in topic.partitions.iter().zip(&before.partitions) {
+                    prop_assert_eq!(p.replicas.len(), rf, "replication factor kept");
+                    let mut distinct = p.replicas.clone();
+                    distinct.sort_unstable();
+                    distinct.dedup();
+                    prop_assert_eq!(distinct.len(), rf, "no broker twice: {:?}", p.replicas);
+                    for r in &p.replicas {
+                        prop_assert!(*r <= live, "only live brokers: {:?}", p.replicas);
+                        *replicas.get_mut(r).unwrap() += 1;
+                    }
+                    *leaders.get_mut(&p.replicas[0]).unwrap() += 1;
+                    moved += p.replicas.iter().filter(|r| !old.replicas.contains(r)).count();
+                }
+                let total = rf * topic.partitions.len();
+                for (b, count) in &replicas {
+                    prop_assert!(count * n + n >= total && *count * n <= total + n,
+                        "broker {} holds {} of {} replicas over {} brokers", b, count, total, n);
+                }
+                let partitions = topic.partitions.len();
+                for (b, count) in &leaders {
+                    prop_assert!(count * n + n >= partitions && *count * n <= partitions + n,
+                        "broker {} leads {} of {} partitions over {} brokers: {:?}",
+                        b, count, partitions, n, leaders);
+                }
+                // Only the excess moves: the replicas above the shares (the larger shares going
+                // to the brokers holding most), the fewest possible; and replicas on dead
+                // brokers, each of which may push one more broker over its share when the
+                // brokers below theirs already hold that partition.
+                let mut held: Vec<usize> = (1..=live)
+                    .map(|b| before.partitions.iter().filter(|p| p.replicas.contains(&b)).count())
+                    .collect();
+                held.sort_unstable_by(|a, b| b.cmp(a));
+                let dead_slots = before.partitions.iter().flat_map(|p| &p.replicas)
+                    .filter(|r| **r > live).count();
+                let excess: usize = held.iter().enumerate()
+                    .map(|(i, h)| h.saturating_sub(total / n + usize::from(i < total % n)))
+                    .sum();
+                if dead_slots == 0 {
+                    prop_assert_eq!(moved, excess);
+                }
+                prop_assert!(moved <= 2 * dead_slots + excess, "{} moved; {} dead, {} excess",
+                    moved, dead_slots, excess);
+            }
+            prop_assert!(rebalance_plan(&after).is_empty(), "a balanced image needs no plan");
+        }
+    }
+
     #[test]
     fn the_least_loaded_broker_leads_first() {
         let load = [(1, 5), (2, 5), (4, 0)].into();

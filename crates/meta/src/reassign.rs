@@ -29,6 +29,8 @@ pub(crate) fn complete_if_in_sync(next: &mut PartitionRecord, live: &[u32]) {
             Some(l) => Some(l),
             None => return,
         },
+        // An offline partition gets a leader here only if its ISR can be trusted.
+        None if next.needs_unclean_election => None,
         None => choose_leader(&target, &isr, live, false),
     };
     if isr.is_empty() {

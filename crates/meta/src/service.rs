@@ -27,6 +27,11 @@ const LEADER_RETRY_BACKOFF: Duration = Duration::from_millis(50);
 const LEADER_RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
 /// How often the leader looks for expired broker sessions.
 const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the leader moves leadership back to preferred replicas.
+const PREFERRED_LEADER_INTERVAL: Duration = Duration::from_secs(10);
+/// A broker gets preferred leaderships back only once it has been registered this long (as
+/// seen by the current leader), so a broker that flaps is not handed leadership each time.
+const PREFERRED_LEADER_SETTLE: Duration = Duration::from_secs(10);
 /// Longest a `MetaRead` waits for a change.
 pub const READ_WAIT_MAX: Duration = Duration::from_secs(30);
 
@@ -95,6 +100,7 @@ impl MetaService {
             sessions: Sessions::default(),
         });
         tokio::spawn(fence_expired_brokers(Arc::downgrade(&service)));
+        tokio::spawn(elect_preferred_leaders(Arc::downgrade(&service)));
         tokio::spawn(name_the_cluster(Arc::downgrade(&service), cluster_id));
         Ok(service)
     }
@@ -345,6 +351,51 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
             if let Err(e) = node.write(fence).await {
                 tracing::warn!(broker = broker.id, error = %e, "fencing failed");
             }
+        }
+    }
+}
+
+/// On the leader, every [`PREFERRED_LEADER_INTERVAL`]: hands each partition back to its first
+/// replica where that one is live and in sync, skipping brokers registered (as far as this
+/// leader has seen) for less than [`PREFERRED_LEADER_SETTLE`]. The command runs against the
+/// local image first, so a cluster already balanced writes nothing to the log.
+async fn elect_preferred_leaders(service: std::sync::Weak<MetaService>) {
+    let mut first_seen: HashMap<(u32, u64), Instant> = HashMap::new();
+    loop {
+        tokio::time::sleep(PREFERRED_LEADER_INTERVAL).await;
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        let node = &service.node;
+        if node.current_leader() != Some(node.id) {
+            first_seen.clear();
+            continue;
+        }
+        let image = node.image();
+        first_seen
+            .retain(|(id, epoch), _| image.brokers.get(id).is_some_and(|b| b.epoch == *epoch));
+        let except_brokers = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter(|b| {
+                let since = *first_seen
+                    .entry((b.id, b.epoch))
+                    .or_insert_with(Instant::now);
+                since.elapsed() < PREFERRED_LEADER_SETTLE
+            })
+            .map(|b| b.id)
+            .collect();
+        let elect = Command::ElectPreferredLeaders {
+            topic: None,
+            except_brokers,
+        };
+        if crate::execute(&image, &elect).is_ok_and(|(records, _)| records.is_empty()) {
+            continue;
+        }
+        tracing::info!("moving leadership back to preferred replicas");
+        if let Err(e) = node.write(elect).await {
+            tracing::warn!(error = %e, "preferred leader election failed");
         }
     }
 }
