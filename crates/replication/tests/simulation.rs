@@ -13,7 +13,10 @@ use sim::world::Stats;
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
-    Some(v.parse().unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}")))
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, got {v:?}")),
+    )
 }
 
 fn report(f: &sim::Failure, steps: u64) -> String {

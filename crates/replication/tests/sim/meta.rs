@@ -91,7 +91,10 @@ impl Meta {
         now_ms: u64,
         log: &mut Vec<String>,
     ) -> PartitionState {
-        let s = self.sessions.get_mut(&id).expect("a replica of the partition");
+        let s = self
+            .sessions
+            .get_mut(&id)
+            .expect("a replica of the partition");
         let new_incarnation = s.incarnation != incarnation;
         let was_fenced = s.fenced;
         s.incarnation = incarnation;

@@ -92,10 +92,7 @@ pub struct Replica {
 }
 
 pub enum Reply {
-    FetchOk {
-        entries: Vec<Entry>,
-        hw: i64,
-    },
+    FetchOk { entries: Vec<Entry>, hw: i64 },
     FetchErr,
 }
 
@@ -161,7 +158,9 @@ impl Replica {
     /// The high watermark a consumer may read up to here, if this replica leads.
     pub fn visible_hw(&self) -> Option<(i32, i64)> {
         match &self.role {
-            Role::Leader(l) => visible_high_watermark(self.hw, l.epoch_start).map(|hw| (l.leader_epoch, hw)),
+            Role::Leader(l) => {
+                visible_high_watermark(self.hw, l.epoch_start).map(|hw| (l.leader_epoch, hw))
+            }
             _ => None,
         }
     }
@@ -192,7 +191,10 @@ impl Replica {
         if st.leader == Some(self.id) {
             let start = self.log_end();
             if let Err(e) = self.cache.assign(st.leader_epoch, start) {
-                panic!("replica {}: epoch cache refused its own leader epoch: {e}", self.id);
+                panic!(
+                    "replica {}: epoch cache refused its own leader epoch: {e}",
+                    self.id
+                );
             }
             let followers = REPLICAS
                 .iter()
@@ -232,7 +234,13 @@ impl Replica {
         let Role::Leader(l) = &mut self.role else {
             return Vec::new();
         };
-        self.hw = high_watermark(self.hw, self.id, durable_end, &l.maximal_isr(), &l.followers);
+        self.hw = high_watermark(
+            self.hw,
+            self.id,
+            durable_end,
+            &l.maximal_isr(),
+            &l.followers,
+        );
         let (hw, log) = (self.hw, &self.log);
         let mut acked = Vec::new();
         l.unacked.retain(|&o| {
@@ -317,7 +325,10 @@ impl Replica {
                 for e in entries {
                     let at = off(self.log.len());
                     if let Err(err) = self.cache.assign(e.epoch, at) {
-                        panic!("replica {}: fetched entry breaks its epoch cache: {err}", self.id);
+                        panic!(
+                            "replica {}: fetched entry breaks its epoch cache: {err}",
+                            self.id
+                        );
                     }
                     self.log.push(*e);
                 }
@@ -390,12 +401,24 @@ impl Replica {
             }
             l.pending = None;
         }
-        let out = isr_shrink(now_ms, self.id, log_end, &l.isr, &l.followers, REPLICA_LAG_TIME_MAX_MS);
+        let out = isr_shrink(
+            now_ms,
+            self.id,
+            log_end,
+            &l.isr,
+            &l.followers,
+            REPLICA_LAG_TIME_MAX_MS,
+        );
         let add = isr_expand_candidates(self.id, &l.isr, &l.followers, hw, l.epoch_start);
         if out.is_empty() && add.is_empty() {
             return None;
         }
-        let mut isr: Vec<u32> = l.isr.iter().copied().filter(|id| !out.contains(id)).collect();
+        let mut isr: Vec<u32> = l
+            .isr
+            .iter()
+            .copied()
+            .filter(|id| !out.contains(id))
+            .collect();
         isr.extend(add);
         isr.sort_unstable();
         l.pending = Some(Pending {

@@ -356,7 +356,9 @@ impl World {
         if deliverable.is_empty() {
             return;
         }
-        let msg = self.net.remove(deliverable[self.rng.index(deliverable.len())]);
+        let msg = self
+            .net
+            .remove(deliverable[self.rng.index(deliverable.len())]);
         let t = self.now;
         let cut = |n: Node| matches!(n, Node::Broker(id) if self.cut.contains(&id));
         let gone = match msg.to {
@@ -433,7 +435,9 @@ impl World {
                     };
                     self.send(msg.to, msg.from, back, body);
                 } else {
-                    self.log(format!("t={t} r{l} ignores an epoch query (not its leadership)"));
+                    self.log(format!(
+                        "t={t} r{l} ignores an epoch query (not its leadership)"
+                    ));
                 }
             }
             (
@@ -460,7 +464,10 @@ impl World {
                 },
             ) => {
                 let res = self.meta.alter_isr(l, leader_epoch, partition_epoch, &isr);
-                self.log(format!("t={t} meta alter isr {isr:?} from r{l}: ok {}", res.is_ok()));
+                self.log(format!(
+                    "t={t} meta alter isr {isr:?} from r{l}: ok {}",
+                    res.is_ok()
+                ));
                 let state = res.unwrap_or_else(|s| s);
                 self.send(Node::Meta, msg.from, back, Body::AlterIsrReply { state });
             }
@@ -529,7 +536,10 @@ impl World {
             }
             let (first, max) = self.epoch_hw.entry(epoch).or_insert((hw, hw));
             if hw < *max {
-                return Err(format!("leader r{} of epoch {epoch} moved hw back to {hw}", r.id));
+                return Err(format!(
+                    "leader r{} of epoch {epoch} moved hw back to {hw}",
+                    r.id
+                ));
             }
             *max = (*max).max(hw);
             let (first, max) = (*first, *max);
@@ -540,7 +550,10 @@ impl World {
                     ));
                 }
             }
-            for (o, entry) in r.log[..usize::try_from(hw).expect("hw >= 0")].iter().enumerate() {
+            for (o, entry) in r.log[..usize::try_from(hw).expect("hw >= 0")]
+                .iter()
+                .enumerate()
+            {
                 match self.visible.get(o) {
                     Some(seen) if seen != entry => {
                         return Err(format!(
@@ -581,7 +594,12 @@ impl World {
             p.leader_epoch,
             p.isr,
             p.partition_epoch,
-            self.meta.sessions.iter().filter(|(_, x)| x.fenced).map(|(id, _)| *id).collect::<Vec<_>>()
+            self.meta
+                .sessions
+                .iter()
+                .filter(|(_, x)| x.fenced)
+                .map(|(id, _)| *id)
+                .collect::<Vec<_>>()
         );
         for r in &self.reps {
             let role = match &r.role {
@@ -599,7 +617,11 @@ impl World {
                     l.pending.as_ref().map(|p| &p.isr)
                 ),
             };
-            let log: Vec<String> = r.log.iter().map(|e| format!("{}:{}", e.epoch, e.value)).collect();
+            let log: Vec<String> = r
+                .log
+                .iter()
+                .map(|e| format!("{}:{}", e.epoch, e.value))
+                .collect();
             let _ = writeln!(
                 s,
                 "r{}: up {} paused {} {role}; hw {} durable {} cache {:?}\n    log [{}]",
