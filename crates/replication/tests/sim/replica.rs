@@ -29,7 +29,11 @@ pub struct Acked {
     pub entry: Entry,
 }
 
+/// An ISR change sent to the MetaServer and not settled yet. It is kept (and resent) until an
+/// answer to it or a newer partition epoch settles it: the MetaServer may have applied it even
+/// if no answer came back, so its additions must keep counting for the high watermark.
 pub struct Pending {
+    pub id: u64,
     pub isr: Vec<u32>,
     pub sent_ms: u64,
 }
@@ -44,6 +48,7 @@ pub struct LeaderRole {
     pub followers: Followers,
     /// Offsets of `acks=all` produces not answered yet.
     pub unacked: Vec<i64>,
+    pub next_proposal: u64,
 }
 
 impl LeaderRole {
@@ -213,6 +218,7 @@ impl Replica {
                 pending: None,
                 followers,
                 unacked: Vec::new(),
+                next_proposal: 0,
             });
         } else {
             trace.push(format!(
@@ -388,18 +394,38 @@ impl Replica {
         }
     }
 
-    /// The leader's periodic ISR check: a proposal to send to the MetaServer, if any.
-    pub fn isr_proposal(&mut self, now_ms: u64) -> Option<(i32, i32, Vec<u32>)> {
+    /// The leader's answer from the MetaServer to its ISR proposal `id`.
+    pub fn on_isr_reply(
+        &mut self,
+        id: u64,
+        st: &PartitionState,
+        now_ms: u64,
+        trace: &mut Vec<String>,
+    ) -> Vec<Acked> {
+        if let Role::Leader(l) = &mut self.role {
+            let same = st.leader_epoch == l.leader_epoch && st.partition_epoch == l.partition_epoch;
+            if same && l.pending.as_ref().is_some_and(|p| p.id == id) {
+                // Refused at the partition epoch this leader knows: nothing was applied.
+                l.pending = None;
+            }
+        }
+        self.apply_state(st, now_ms, trace)
+    }
+
+    /// The leader's periodic ISR check: a proposal (id, leader epoch, partition epoch, ISR) to
+    /// send to the MetaServer, if any; an unsettled one is resent after a while.
+    pub fn isr_proposal(&mut self, now_ms: u64) -> Option<(u64, i32, i32, Vec<u32>)> {
         let log_end = self.log_end();
         let hw = self.hw;
         let Role::Leader(l) = &mut self.role else {
             return None;
         };
-        if let Some(p) = &l.pending {
+        if let Some(p) = &mut l.pending {
             if now_ms.saturating_sub(p.sent_ms) < ALTER_ISR_RETRY_MS {
                 return None;
             }
-            l.pending = None;
+            p.sent_ms = now_ms;
+            return Some((p.id, l.leader_epoch, l.partition_epoch, p.isr.clone()));
         }
         let out = isr_shrink(
             now_ms,
@@ -421,10 +447,13 @@ impl Replica {
             .collect();
         isr.extend(add);
         isr.sort_unstable();
+        let id = l.next_proposal;
+        l.next_proposal += 1;
         l.pending = Some(Pending {
+            id,
             isr: isr.clone(),
             sent_ms: now_ms,
         });
-        Some((l.leader_epoch, l.partition_epoch, isr))
+        Some((id, l.leader_epoch, l.partition_epoch, isr))
     }
 }

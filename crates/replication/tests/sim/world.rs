@@ -40,11 +40,13 @@ enum Body {
         answer: Option<EpochEnd>,
     },
     AlterIsr {
+        id: u64,
         leader_epoch: i32,
         partition_epoch: i32,
         isr: Vec<u32>,
     },
     AlterIsrReply {
+        id: u64,
         state: PartitionState,
     },
 }
@@ -333,11 +335,12 @@ impl World {
 
     fn leader_tick(&mut self, id: u32) {
         let t = self.now;
-        if let Some((leader_epoch, partition_epoch, isr)) =
+        if let Some((proposal, leader_epoch, partition_epoch, isr)) =
             self.reps[id as usize].isr_proposal(self.now)
         {
-            self.log(format!("t={t} r{id} proposes isr {isr:?}"));
+            self.log(format!("t={t} r{id} proposes isr {isr:?} (#{proposal})"));
             let body = Body::AlterIsr {
+                id: proposal,
                 leader_epoch,
                 partition_epoch,
                 isr,
@@ -458,6 +461,7 @@ impl World {
                 Node::Broker(l),
                 Node::Meta,
                 Body::AlterIsr {
+                    id,
                     leader_epoch,
                     partition_epoch,
                     isr,
@@ -469,11 +473,16 @@ impl World {
                     res.is_ok()
                 ));
                 let state = res.unwrap_or_else(|s| s);
-                self.send(Node::Meta, msg.from, back, Body::AlterIsrReply { state });
+                self.send(
+                    Node::Meta,
+                    msg.from,
+                    back,
+                    Body::AlterIsrReply { id, state },
+                );
             }
-            (Node::Meta, Node::Broker(l), Body::AlterIsrReply { state }) => {
-                self.log(format!("t={t} r{l} gets isr answer {:?}", state.isr));
-                let acked = self.reps[l as usize].apply_state(&state, t, &mut self.trace);
+            (Node::Meta, Node::Broker(l), Body::AlterIsrReply { id, state }) => {
+                self.log(format!("t={t} r{l} gets isr answer #{id} {:?}", state.isr));
+                let acked = self.reps[l as usize].on_isr_reply(id, &state, t, &mut self.trace);
                 self.record_acks(acked);
             }
             _ => unreachable!("the simulation sends no other message"),
