@@ -196,8 +196,8 @@ pub fn isr_expand_candidates(
         .collect()
 }
 
-/// Whether an `acks=all` produce whose batch ends at `batch_end_offset` (exclusive: last offset
-/// + 1) may be answered: the high watermark covers the whole batch. The caller also checks
+/// Whether an `acks=all` produce whose batch ends at `batch_end_offset` (exclusive: its last
+/// offset plus one) may be answered: the high watermark covers the whole batch. The caller also checks
 /// [`min_insync_check`] at that moment and answers `NOT_ENOUGH_REPLICAS` (after append) if the
 /// ISR shrank below the minimum meanwhile, since the batch is then on too few disks.
 pub fn acks_all_ready(batch_end_offset: Offset, hw: Offset) -> bool {
