@@ -135,7 +135,10 @@ impl Meta {
     }
 
     /// The leader's ISR change: accepted only from the current leader with the current leader
-    /// epoch and partition epoch (compare-and-set), never adding a fenced broker.
+    /// epoch and partition epoch (compare-and-set), never adding a fenced broker. Refusing the
+    /// current leader's proposal at the current epochs still moves the partition epoch, so no
+    /// delayed copy of it can apply later: the leader settles a proposal only on a newer
+    /// partition epoch (seed 32925 found the late copy).
     pub fn alter_isr(
         &mut self,
         from: u32,
@@ -151,6 +154,12 @@ impl Meta {
             && isr.iter().all(|id| self.replicas.contains(id))
             && isr.iter().all(|&id| p.isr.contains(&id) || self.live(id));
         if !ok {
+            let current = p.leader == Some(from)
+                && p.leader_epoch == leader_epoch
+                && p.partition_epoch == partition_epoch;
+            if current {
+                self.part.partition_epoch += 1;
+            }
             return Err(self.part.clone());
         }
         self.part.isr = isr.to_vec();

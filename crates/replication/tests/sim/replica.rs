@@ -394,21 +394,15 @@ impl Replica {
         }
     }
 
-    /// The leader's answer from the MetaServer to its ISR proposal `id`.
+    /// The MetaServer's answer to an ISR proposal: settles it only by a newer partition epoch
+    /// (a refusal moves the partition epoch too), never by the proposal id alone, since a
+    /// delayed copy of a refused proposal could otherwise still apply.
     pub fn on_isr_reply(
         &mut self,
-        id: u64,
         st: &PartitionState,
         now_ms: u64,
         trace: &mut Vec<String>,
     ) -> Vec<Acked> {
-        if let Role::Leader(l) = &mut self.role {
-            let same = st.leader_epoch == l.leader_epoch && st.partition_epoch == l.partition_epoch;
-            if same && l.pending.as_ref().is_some_and(|p| p.id == id) {
-                // Refused at the partition epoch this leader knows: nothing was applied.
-                l.pending = None;
-            }
-        }
         self.apply_state(st, now_ms, trace)
     }
 

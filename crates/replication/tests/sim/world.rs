@@ -482,7 +482,7 @@ impl World {
             }
             (Node::Meta, Node::Broker(l), Body::AlterIsrReply { id, state }) => {
                 self.log(format!("t={t} r{l} gets isr answer #{id} {:?}", state.isr));
-                let acked = self.reps[l as usize].on_isr_reply(id, &state, t, &mut self.trace);
+                let acked = self.reps[l as usize].on_isr_reply(&state, t, &mut self.trace);
                 self.record_acks(acked);
             }
             _ => unreachable!("the simulation sends no other message"),
