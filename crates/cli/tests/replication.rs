@@ -193,8 +193,14 @@ fn a_three_replica_topic_keeps_every_acknowledged_record_when_any_broker_is_kill
         produce("r", cluster.live_other_than(victim), &before);
         expected.extend(before);
         cluster.kill9(victim);
-        // Writes go on: the producer follows the partitions to their new leaders.
         let survivor = cluster.live_other_than(victim).to_string();
+        // Failover: the MetaServer fences the dead broker when its session ends and moves
+        // each of its leaderships to an in-sync survivor.
+        wait_for("every partition to have a live leader", || {
+            let ps = partitions("r", &survivor);
+            !ps.is_empty() && ps.iter().all(|(l, _)| *l != 0 && *l != u64::from(victim))
+        });
+        // Writes go on: the producer follows the partitions to their new leaders.
         let after: Vec<String> = (0..100).map(|i| format!("after-{victim}-{i:03}")).collect();
         produce("r", &survivor, &after);
         expected.extend(after);
