@@ -103,7 +103,7 @@ impl BrokerState {
                 .get(&partition.topic)
                 .and_then(|t| t.partitions.get(partition.index as usize));
             if let Some(record) = record {
-                partition.assume_role(me, record.leader, record.leader_epoch, &record.isr);
+                partition.assume_role(me, record);
             }
         }
     }

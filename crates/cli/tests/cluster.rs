@@ -229,7 +229,11 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
         assert_eq!(p["replicas"][0], p["leader"], "the preferred leader leads");
         let isr = p["isr"].as_array().unwrap();
         assert!(isr.contains(&p["leader"]), "{p}");
-        assert!(isr.iter().all(|r| p["replicas"].as_array().unwrap().contains(r)), "{p}");
+        assert!(
+            isr.iter()
+                .all(|r| p["replicas"].as_array().unwrap().contains(r)),
+            "{p}"
+        );
         replicas.sort_unstable();
         assert_eq!(replicas, vec![1, 2, 3]);
     }

@@ -59,13 +59,8 @@ pub(crate) fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPart
     }
     let leader_end = partition.log.log_end_offset();
     if let Role::Leader(leader) = &mut *partition.role.lock() {
-        leader.on_fetch(
-            replica,
-            fp.offset,
-            fp.replica_durable_end,
-            leader_end,
-            now_ms(),
-        );
+        let durable_end = fp.replica_durable_end.min(fp.offset);
+        leader.on_fetch(replica, durable_end, leader_end, now_ms());
     }
     partition.publish_high_watermark();
 }
