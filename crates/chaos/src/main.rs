@@ -196,7 +196,10 @@ async fn run(args: Args) -> Result<bool> {
     let net = proxy::Net::new();
     let layout = Layout::new(&dir, &bin, &net, args.replica_lag_time_max_ms).await?;
     let mut procs = Procs::new(layout, net.clone());
-    let outcome = drive(&args, seed, &plan, &mut procs, &net, started).await;
+    let outcome = tokio::select! {
+        outcome = drive(&args, seed, &plan, &mut procs, &net, started) => outcome,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
     procs.stop_all().await;
     let passed = match outcome {
         Ok(p) => p,

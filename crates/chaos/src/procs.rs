@@ -224,6 +224,16 @@ fn spawn(mut cmd: Command, log: &Path) -> Result<Child> {
         .stdout(file.try_clone()?)
         .stderr(file)
         .kill_on_drop(true);
+    // The cluster dies with the tool even when the tool is killed outright (SIGKILL, a test
+    // timeout), instead of leaving brokers behind on the machine. The signal follows the
+    // spawning thread: a runtime worker, alive as long as the tool.
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     cmd.spawn().context("start tinymq (see --tinymq)")
 }
 

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -32,6 +33,9 @@ pub struct Net {
     /// Broker id of each running broker process, by pid.
     pids: Mutex<HashMap<u32, u32>>,
     changed: watch::Sender<u64>,
+    /// Connections a cut broker opened to another broker, closed or refused: shows that the
+    /// cut reaches its follower fetches too.
+    outbound_blocked: AtomicU64,
 }
 
 impl Net {
@@ -40,6 +44,7 @@ impl Net {
             cut: Mutex::new(BTreeSet::new()),
             pids: Mutex::new(HashMap::new()),
             changed: watch::channel(0).0,
+            outbound_blocked: AtomicU64::new(0),
         })
     }
 
@@ -62,10 +67,22 @@ impl Net {
         }
     }
 
+    /// Connections from a cut broker to another broker closed or refused so far.
+    pub fn outbound_blocked(&self) -> u64 {
+        self.outbound_blocked.load(Ordering::Relaxed)
+    }
+
     fn blocked(&self, route: Route, source: Option<u32>) -> bool {
         let cut = self.cut.lock();
         match route {
-            Route::ToBroker(b) => cut.contains(&b) || source.is_some_and(|s| cut.contains(&s)),
+            Route::ToBroker(b) if cut.contains(&b) => true,
+            Route::ToBroker(_) => {
+                let from_cut = source.is_some_and(|s| cut.contains(&s));
+                if from_cut {
+                    self.outbound_blocked.fetch_add(1, Ordering::Relaxed);
+                }
+                from_cut
+            }
             Route::BrokerToMeta(b) => cut.contains(&b),
         }
     }

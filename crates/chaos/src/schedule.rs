@@ -228,9 +228,12 @@ impl Runner<'_> {
                 self.procs.pause_broker(target, false)?;
             }
             Kind::Cut => {
+                let before = self.net.outbound_blocked();
                 self.net.cut(target);
                 tokio::time::sleep(hold).await;
                 self.net.heal_all();
+                let blocked = self.net.outbound_blocked() - before;
+                println!("  cut closed or refused {blocked} connections from broker {target} to other brokers");
             }
             Kind::MetaKill => {
                 self.procs.kill_meta(target).await;
