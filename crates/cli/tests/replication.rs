@@ -311,7 +311,10 @@ fn a_leader_cut_off_from_the_metaserver_stops_acknowledging_writes() {
         std::thread::sleep(Duration::from_millis(200));
     }
     signal(meta_pid, "-CONT");
-    assert!(refused, "the leader kept acknowledging without a MetaServer session");
+    assert!(
+        refused,
+        "the leader kept acknowledging without a MetaServer session"
+    );
     wait_for("writes to be taken again", || {
         produce_raw(&mut c, "z", b"after", 1).is_none()
     });
