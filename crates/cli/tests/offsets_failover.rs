@@ -89,7 +89,14 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 /// Whether every partition of `topic` has a leader and `size` in-sync replicas.
 fn isr_complete(topic: &str, bootstrap: &str, size: usize) -> bool {
     let out = Command::new(BIN)
-        .args(["topic", "describe", topic, "--json", "--bootstrap", bootstrap])
+        .args([
+            "topic",
+            "describe",
+            topic,
+            "--json",
+            "--bootstrap",
+            bootstrap,
+        ])
         .output()
         .expect("run tinymq");
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {

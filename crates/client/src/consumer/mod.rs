@@ -202,8 +202,14 @@ impl Consumer {
         };
         let keys = self.parts.keys();
         let timeout = self.config.session_timeout;
-        group_tick::commit_positions_retrying(membership, &self.cluster, &self.parts, &keys, timeout)
-            .await
+        group_tick::commit_positions_retrying(
+            membership,
+            &self.cluster,
+            &self.parts,
+            &keys,
+            timeout,
+        )
+        .await
     }
 
     /// At-most-once: fetches records and commits past them *before* returning them, so a crash
