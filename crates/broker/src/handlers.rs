@@ -245,7 +245,7 @@ fn session_lost(topic: &str, partition: u32) -> m::Error {
 /// Waits until the high watermark passes `end_offset` (every in-sync replica holds the write
 /// durably), or fails once this broker stops leading the partition: the write may then be
 /// lost, and the producer retries against the new leader (idempotence makes that safe).
-async fn await_replicas(partition: &Partition, end_offset: i64) -> Result<(), m::Error> {
+pub(crate) async fn await_replicas(partition: &Partition, end_offset: i64) -> Result<(), m::Error> {
     let mut hw = partition.watch_high_watermark();
     let led_epoch = partition.leading_epoch();
     loop {
@@ -489,7 +489,13 @@ pub async fn fetch(
         let watches: Vec<_> = req
             .partitions
             .iter()
-            .filter_map(|fp| state.led_partition(&fp.topic, fp.partition).ok())
+            .filter_map(|fp| {
+                if req.replica_id != 0 {
+                    state.led_partition_any(&fp.topic, fp.partition).ok()
+                } else {
+                    state.led_partition(&fp.topic, fp.partition).ok()
+                }
+            })
             .map(|(p, _)| p)
             .map(|p| {
                 let mut w = if req.replica_id != 0 {

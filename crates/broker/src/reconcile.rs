@@ -55,8 +55,6 @@ impl BrokerState {
         let wanted: BTreeMap<(&String, u32), &TopicRecord> = image
             .topics
             .iter()
-            // Internal topics (the group offsets) are opened by their own owners.
-            .filter(|(name, _)| !is_internal_topic(name))
             .flat_map(|(name, topic)| {
                 topic
                     .partitions

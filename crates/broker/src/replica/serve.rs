@@ -33,7 +33,8 @@ fn led_for_follower(
     state: &BrokerState,
     fp: &m::FetchPartition,
 ) -> Result<Arc<Partition>, m::Error> {
-    let (partition, _) = state.led_partition(&fp.topic, fp.partition)?;
+    // Internal topics (the group offsets) are replicated like any other.
+    let (partition, _) = state.led_partition_any(&fp.topic, fp.partition)?;
     let epoch = partition.leading_epoch().ok_or_else(|| {
         ErrorCode::NOT_LEADER
             .with_message(format!("{}/{} is not led here yet", fp.topic, fp.partition))
