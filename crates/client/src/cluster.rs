@@ -4,7 +4,7 @@
 //!
 //! A node that is stalled (a stopped process, a hung host) keeps its TCP connections open and
 //! answers nothing, so metadata requests ask one node at a time, each for at most
-//! [`METADATA_NODE_TIMEOUT`], and ask last the nodes that recently let one time out
+//! [`failover::METADATA_NODE_TIMEOUT`], and ask last the nodes that recently let one time out
 //! (`failover.rs`). Requests to a partition's leader can watch the route meanwhile and give
 //! up once another node names a new leader (`Cluster::leader_moved`).
 
@@ -94,7 +94,7 @@ pub struct Cluster {
     connecting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     routes: Mutex<HashMap<String, Arc<TopicRoute>>>,
     /// Nodes that let a metadata request time out, and when: asked last until
-    /// [`SUSPECT_FOR`] has passed or they answer.
+    /// [`failover::SUSPECT_FOR`] has passed or they answer.
     suspects: Mutex<HashMap<String, Instant>>,
 }
 
