@@ -169,13 +169,10 @@ impl ClusterView {
         let mut attempts = 0u32;
         let started = tokio::time::Instant::now();
         let mut warned_in_use = false;
-        let epoch = loop {
+        let (epoch, sent) = loop {
             let sent = std::time::Instant::now();
             match self.link.write(command.clone()).await {
-                Ok(Reply::BrokerRegistered { epoch }) => {
-                    self.confirm_session(sent);
-                    break epoch;
-                }
+                Ok(Reply::BrokerRegistered { epoch }) => break (epoch, sent),
                 Ok(other) => {
                     return Err(ErrorCode::UNKNOWN_SERVER_ERROR
                         .with_message(format!("unexpected reply to a registration: {other:?}")))
@@ -224,6 +221,9 @@ impl ClusterView {
                 tokio::time::sleep(RETRY_BACKOFF).await;
             }
         }
+        // Only now: until this image, a broker back from a fence still reads its old
+        // leaderships in its stale image and would take writes for partitions others lead.
+        self.confirm_session(sent);
         tracing::info!(broker = id, epoch, "registered with the MetaServer");
         Ok(epoch)
     }
