@@ -167,12 +167,16 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     let (b1, b2, b3) = (&broker_addrs[0], &broker_addrs[1], &broker_addrs[2]);
 
     // Placement: six partitions, two leaders per broker, seen the same through any broker.
+    // One copy each (the default is three): the failover below checks that a partition whose
+    // only copy is down stays offline.
     tool_ok(&[
         "topic",
         "create",
         "orders",
         "--partitions",
         "6",
+        "--replicas",
+        "1",
         "--bootstrap",
         b1,
     ]);
@@ -229,7 +233,11 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
         assert_eq!(p["replicas"][0], p["leader"], "the preferred leader leads");
         let isr = p["isr"].as_array().unwrap();
         assert!(isr.contains(&p["leader"]), "{p}");
-        assert!(isr.iter().all(|r| p["replicas"].as_array().unwrap().contains(r)), "{p}");
+        assert!(
+            isr.iter()
+                .all(|r| p["replicas"].as_array().unwrap().contains(r)),
+            "{p}"
+        );
         replicas.sort_unstable();
         assert_eq!(replicas, vec![1, 2, 3]);
     }
@@ -438,12 +446,15 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
     assert!(status.contains("broker 2"), "{status}");
 
     // New partitions go to the new, least-loaded broker; both brokers route every partition.
+    // One copy each, so that only broker 2 holds the partitions it leads.
     tool_ok(&[
         "topic",
         "create",
         "after",
         "--partitions",
         "4",
+        "--replicas",
+        "1",
         "--bootstrap",
         s,
     ]);
@@ -467,6 +478,8 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
         "after",
         "--partitions",
         "4",
+        "--replicas",
+        "1",
         "--bootstrap",
         s,
     ]);

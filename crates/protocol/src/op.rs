@@ -84,6 +84,10 @@ operations! {
     AlterPartitions = 20 => AlterPartitionsRequest, AlterPartitionsResponse;
     /// Remove a stopped broker from the cluster for good.
     DecommissionBroker = 21 => DecommissionBrokerRequest, DecommissionBrokerResponse;
+    /// Spread replicas and preferred leaders over the live brokers (reassignments).
+    Rebalance = 22 => RebalanceRequest, RebalanceResponse;
+    /// Move every replica off one broker (reassignments).
+    DrainBroker = 23 => DrainBrokerRequest, DrainBrokerResponse;
     /// Raft messages between MetaServer nodes.
     RaftRpc = 40 => RaftRpcRequest, RaftRpcResponse;
     /// A metadata command, applied through Raft (followers forward it to the leader).
