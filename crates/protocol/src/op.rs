@@ -112,6 +112,43 @@ mod tests {
         assert_eq!(OpCode::from_code(0x7F), None);
     }
 
+    /// The DrainBroker exchange shown byte for byte in docs/protocol.md.
+    #[test]
+    fn documented_drain_broker_example() {
+        use crate::frame::FrameHeader;
+        use prost::Message;
+        let request = messages::DrainBrokerRequest {
+            broker_id: 2,
+            dry_run: true,
+        }
+        .encode_to_vec();
+        assert_eq!(request, [0x08, 0x02, 0x10, 0x01]);
+        let header = FrameHeader::request(OpCode::DrainBroker.code(), 7, request.len() as u32);
+        assert_eq!(
+            header.to_bytes(),
+            [0x54, 0x4d, 0x01, 0x17, 0, 0, 0, 7, 0, 0, 0, 4]
+        );
+        let response = messages::DrainBrokerResponse {
+            error: None,
+            moves: vec![messages::PartitionMove {
+                topic: "orders".into(),
+                partition: 1,
+                from_replicas: vec![1, 2, 3],
+                to_replicas: vec![1, 3, 4],
+            }],
+        }
+        .encode_to_vec();
+        let mut expected = vec![0x12, 0x14, 0x0a, 0x06];
+        expected.extend_from_slice(b"orders");
+        expected.extend_from_slice(&[0x10, 0x01, 0x1a, 0x03, 1, 2, 3, 0x22, 0x03, 1, 3, 4]);
+        assert_eq!(response, expected);
+        let header = FrameHeader::response(OpCode::DrainBroker.code(), 7, response.len() as u32);
+        assert_eq!(
+            header.to_bytes(),
+            [0x54, 0x4d, 0x01, 0x97, 0, 0, 0, 7, 0, 0, 0, 0x16]
+        );
+    }
+
     /// The ListTopics response shown byte for byte in docs/protocol.md.
     #[test]
     fn documented_list_topics_example() {
