@@ -125,12 +125,17 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 unclean_leader_election,
             };
             let got = admin.create_topic(&name, config).await?;
+            // Created through a MetaServer node, the storage settings are the brokers' own.
+            let flush = if got.flush.is_empty() {
+                String::new()
+            } else {
+                format!(", flush {}", got.flush)
+            };
             outln!(
-                "created topic {name} with {}, {} (min_insync_replicas {}, flush {})",
+                "created topic {name} with {}, {} (min_insync_replicas {}{flush})",
                 count(got.partitions, "partition"),
                 count(got.replication_factor, "replica"),
                 got.min_insync_replicas,
-                got.flush
             )?;
         }
         TopicCommand::Alter {

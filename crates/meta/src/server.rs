@@ -196,6 +196,7 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
                 };
                 return encode(op, id, &response);
             }
+            let name = r.name.clone();
             let command = Command::CreateTopic {
                 name: r.name,
                 partitions: config.partitions.max(1),
@@ -204,6 +205,7 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
                 config: replication_settings(&config),
             };
             let w = service.write(command).await;
+            let config = created_config(node, &name, config);
             encode(
                 op,
                 id,
@@ -319,6 +321,23 @@ async fn raft_rpc(
         }
     };
     reply.map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
+}
+
+/// The placement and replication settings a created topic got, as far as this node's image
+/// has it yet (a follower may lag a moment: then the request's own values). The storage
+/// settings stay unset: brokers apply their defaults to them.
+fn created_config(node: &MetaNode, name: &str, asked: m::TopicConfig) -> m::TopicConfig {
+    let image = node.image();
+    let Some(topic) = image.topics.get(name) else {
+        return asked;
+    };
+    m::TopicConfig {
+        partitions: topic.partitions.len() as u32,
+        replication_factor: topic.replication_factor(),
+        min_insync_replicas: topic.min_insync_replicas(),
+        unclean_leader_election: topic.unclean_leader_election(),
+        ..asked
+    }
 }
 
 /// The error and plan of a `Rebalance` or `DrainBroker` write.
