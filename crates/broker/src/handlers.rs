@@ -69,6 +69,7 @@ fn leader_hint(state: &BrokerState, topic: &str, partition: u32, error: &m::Erro
 
 /// A produce request whose batches are written and that waits for the flush policy.
 pub struct PreparedProduce {
+    state: Arc<BrokerState>,
     acks: i32,
     timeout: Duration,
     partitions: Vec<PartitionWrite>,
@@ -110,6 +111,7 @@ pub async fn produce_write(
         });
     }
     await_producer_ids(&state, &req).await;
+    let state_for_finish = state.clone();
     let written = blocking(move || {
         let producer_id_end = state.cluster.image().next_producer_id;
         req.partitions
@@ -117,6 +119,9 @@ pub async fn produce_write(
             .map(|p| {
                 let outcome = match state.led_partition(&p.topic, p.partition) {
                     Err(e) => Err(e),
+                    Ok(_) if !state.cluster.session_current() => {
+                        Err(session_lost(&p.topic, p.partition))
+                    }
                     Ok((partition, _)) if acks == -1 && !state.enough_in_sync(&partition) => {
                         Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
                             "{}/{}: fewer in-sync replicas than min_insync_replicas",
@@ -144,6 +149,7 @@ pub async fn produce_write(
     .await;
     match written {
         Ok(partitions) => Ok(PreparedProduce {
+            state: state_for_finish,
             acks,
             timeout,
             partitions,
@@ -159,21 +165,32 @@ pub async fn produce_write(
 /// policy, and builds the response.
 pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     let (timeout, acks) = (prepared.timeout, prepared.acks);
+    let state = prepared.state;
     let waits: Vec<_> = prepared
         .partitions
         .into_iter()
         .map(|(topic, partition, hint, written)| {
+            let state = state.clone();
             let task = tokio::spawn(async move {
                 let (p, pending) = written?;
                 let log_start = p.log.log_start_offset();
                 let partition = p.clone();
                 let work = async move {
                     let offset = blocking(move || p.finish(pending)).await?;
-                    if acks == -1 {
-                        if let Ok(offset) = offset {
-                            await_replicas(&partition, pending.end_offset).await?;
-                            return Ok(Ok(offset));
+                    if acks == -1 && offset.is_ok() {
+                        await_replicas(&partition, pending.end_offset).await?;
+                        // The ISR may have shrunk below the minimum while waiting: the write
+                        // is then on too few disks to acknowledge.
+                        if !state.enough_in_sync(&partition) {
+                            return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+                                "{}/{}: written, but fewer in-sync replicas than min_insync_replicas hold it",
+                                partition.topic, partition.index
+                            )));
                         }
+                    }
+                    // A leader that lost its MetaServer session may have been replaced.
+                    if offset.is_ok() && !state.cluster.session_current() {
+                        return Err(session_lost(&partition.topic, partition.index));
                     }
                     Ok(offset)
                 };
@@ -217,10 +234,18 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     }
 }
 
+/// A leader whose MetaServer session is not confirmed (cut off, or paused and resumed) neither
+/// takes nor acknowledges writes: another broker may already lead the partition.
+fn session_lost(topic: &str, partition: u32) -> m::Error {
+    ErrorCode::NOT_LEADER.with_message(format!(
+        "{topic}/{partition}: this broker cannot confirm its MetaServer session and may no longer lead; retry"
+    ))
+}
+
 /// Waits until the high watermark passes `end_offset` (every in-sync replica holds the write
 /// durably), or fails once this broker stops leading the partition: the write may then be
 /// lost, and the producer retries against the new leader (idempotence makes that safe).
-async fn await_replicas(partition: &Partition, end_offset: i64) -> Result<(), m::Error> {
+pub(crate) async fn await_replicas(partition: &Partition, end_offset: i64) -> Result<(), m::Error> {
     let mut hw = partition.watch_high_watermark();
     let led_epoch = partition.leading_epoch();
     loop {
@@ -464,7 +489,13 @@ pub async fn fetch(
         let watches: Vec<_> = req
             .partitions
             .iter()
-            .filter_map(|fp| state.led_partition(&fp.topic, fp.partition).ok())
+            .filter_map(|fp| {
+                if req.replica_id != 0 {
+                    state.led_partition_any(&fp.topic, fp.partition).ok()
+                } else {
+                    state.led_partition(&fp.topic, fp.partition).ok()
+                }
+            })
             .map(|(p, _)| p)
             .map(|p| {
                 let mut w = if req.replica_id != 0 {

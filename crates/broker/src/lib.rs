@@ -20,6 +20,7 @@ mod group_handlers;
 mod handlers;
 mod join;
 mod legacy;
+mod offsets_partitions;
 pub mod partition;
 pub mod producer_state;
 mod reconcile;

@@ -185,8 +185,9 @@ impl Partition {
     /// it is the only one in sync); never lowers it.
     pub(crate) fn publish_high_watermark(&self) {
         let own = visible_end(&self.log, self.flush);
+        let current = self.high_watermark();
         let hw = match &*self.role.lock() {
-            crate::replica::Role::Leader(leader) => leader.high_watermark(own),
+            crate::replica::Role::Leader(leader) => leader.high_watermark(current, own),
             // A follower learns its high watermark from the leader's answers.
             crate::replica::Role::Follower { .. } => return,
         };

@@ -55,8 +55,6 @@ impl BrokerState {
         let wanted: BTreeMap<(&String, u32), &TopicRecord> = image
             .topics
             .iter()
-            // Internal topics (the group offsets) are opened by their own owners.
-            .filter(|(name, _)| !is_internal_topic(name))
             .flat_map(|(name, topic)| {
                 topic
                     .partitions
@@ -103,7 +101,7 @@ impl BrokerState {
                 .get(&partition.topic)
                 .and_then(|t| t.partitions.get(partition.index as usize));
             if let Some(record) = record {
-                partition.assume_role(me, record.leader, record.leader_epoch, &record.isr);
+                partition.assume_role(me, record);
             }
         }
     }

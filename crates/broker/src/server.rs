@@ -3,7 +3,7 @@
 //! (interval flushes, retention, group sessions, heartbeats, watching the metadata and opening
 //! or closing partitions as it changes), and shuts down gracefully: stop accepting, let
 //! requests in flight finish, flush and close every partition. Disk work at start (the legacy
-//! import, the data directory's identity, the group offsets) runs on the blocking pool.
+//! import, the data directory's identity, opening partitions) runs on the blocking pool.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -134,7 +134,6 @@ impl Broker {
             }
             cluster.refresh(Duration::ZERO).await.ok();
         }
-        // Opening the group offsets replays their log from disk: not on an async thread.
         let view = cluster.clone();
         let state = tokio::task::spawn_blocking(move || BrokerState::new(config, advertised, view))
             .await??;
@@ -149,6 +148,7 @@ impl Broker {
         })
         .await?;
         state.fetchers.sync(&state);
+        crate::offsets_partitions::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(tinymq_net::serve(
@@ -209,9 +209,6 @@ impl Broker {
         self.state.fetchers.stop();
         let state = self.state.clone();
         let closed = tokio::task::spawn_blocking(move || {
-            if let Err(e) = state.groups.close() {
-                tracing::error!(error = %e, "closing the offsets log failed");
-            }
             let mut clean = true;
             for partition in state.all_partitions() {
                 if let Err(e) = partition.close() {
@@ -280,6 +277,7 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
             tracing::error!(error = %e, "reconciling partitions failed");
         }
         state.fetchers.sync(&state);
+        crate::offsets_partitions::sync(&state);
     }
 }
 
@@ -344,11 +342,20 @@ async fn group_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         state.groups.expire(&|t| state.partition_count(t));
         ticks += 1;
         if ticks.is_multiple_of(OFFSETS_EXPIRY_EVERY_TICKS) {
-            let s = state.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                s.groups.expire_offsets(crate::group::OFFSETS_RETENTION)
-            })
-            .await;
+            let expired = state
+                .groups
+                .expired_offsets(crate::group::OFFSETS_RETENTION);
+            for (group, tombstones) in expired {
+                let count = tombstones.len();
+                match crate::offsets_partitions::append(&state, &group, tombstones).await {
+                    Ok(()) => {
+                        tracing::info!(%group, offsets = count, "expired the offsets of an empty group")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%group, error = %e.message, "could not expire offsets")
+                    }
+                }
+            }
         }
     }
 }

@@ -271,3 +271,54 @@ fn acks_all_writes_are_refused_below_min_insync_replicas_and_resume_when_a_repli
     let stored = stored("m", &leader_addr);
     assert_eq!(stored, ["all-in-sync", "leader-only", "two-in-sync"]);
 }
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
+}
+
+/// A leader that cannot confirm its MetaServer session (here: the MetaServer is paused) stops
+/// taking and acknowledging writes before the MetaServer could fence it and elect another
+/// leader, and takes them again once its session is confirmed.
+#[test]
+fn a_leader_cut_off_from_the_metaserver_stops_acknowledging_writes() {
+    let cluster = Cluster::start();
+    tool_ok(&[
+        "topic",
+        "create",
+        "z",
+        "--replicas",
+        "1",
+        "--bootstrap",
+        &cluster.addrs[0],
+    ]);
+    let leader = partitions("z", &cluster.addrs[0])[0].0 as usize;
+    let mut c = RawClient::handshaken(&cluster.addrs[leader - 1]);
+    assert_eq!(produce_raw(&mut c, "z", b"before", 1), None);
+
+    let meta_pid = cluster._meta.pid();
+    signal(meta_pid, "-STOP");
+    let not_leader = u32::from(ErrorCode::NOT_LEADER.code());
+    let mut refused = false;
+    for _ in 0..100 {
+        if produce_raw(&mut c, "z", b"during", 1) == Some(not_leader) {
+            refused = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal(meta_pid, "-CONT");
+    assert!(
+        refused,
+        "the leader kept acknowledging without a MetaServer session"
+    );
+    wait_for("writes to be taken again", || {
+        produce_raw(&mut c, "z", b"after", 1).is_none()
+    });
+    let stored = stored("z", &cluster.addrs[leader - 1]);
+    assert!(stored.contains(&"before".to_string()), "{stored:?}");
+    assert!(stored.contains(&"after".to_string()), "{stored:?}");
+}

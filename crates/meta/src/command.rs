@@ -73,8 +73,10 @@ pub enum Command {
         id: u32,
         move_partitions: bool,
     },
-    /// Creates the internal topic [`OFFSETS_TOPIC`] (one replica per partition, placed like any
-    /// topic) if it does not exist yet; its partition leaders coordinate consumer groups.
+    /// Creates the internal topic [`OFFSETS_TOPIC`] if it does not exist yet, placed like any
+    /// topic with `min(OFFSETS_REPLICATION_FACTOR_MAX, live brokers)` replicas per partition,
+    /// `min_insync_replicas` by the default rule and flush `always`; its partition leaders
+    /// coordinate consumer groups.
     EnsureOffsetsTopic {
         partitions: u32,
     },
@@ -132,6 +134,9 @@ fn yes() -> bool {
 /// The internal topic whose partition leaders coordinate consumer groups and store their
 /// committed offsets.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// Most replicas of each offsets partition (Kafka's `offsets.topic.replication.factor`): with
+/// three, committed offsets survive losing any one broker and commits go on meanwhile.
+pub const OFFSETS_REPLICATION_FACTOR_MAX: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
@@ -315,10 +320,16 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             if *partitions == 0 || *partitions > TOPIC_PARTITIONS_MAX {
                 return Err(MetaError::InvalidPartitions(partitions.to_string()));
             }
+            let replication_factor = default_replication_factor(
+                image.live_brokers().len(),
+                OFFSETS_REPLICATION_FACTOR_MAX,
+            );
+            // Commits are fsynced on every in-sync replica before they are acknowledged.
+            let config = [(crate::image::FLUSH.to_string(), "always".to_string())].into();
             let topic = TopicRecord {
                 id: image.new_topic_id(),
-                partitions: new_partitions(image, *partitions, 1)?,
-                config: BTreeMap::new(),
+                partitions: new_partitions(image, *partitions, replication_factor)?,
+                config: replication_config(&config, replication_factor)?,
             };
             Ok((
                 vec![MetadataRecord::CreateTopic {

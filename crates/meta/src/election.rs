@@ -9,21 +9,22 @@ use crate::image::{MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};
 /// The leader among `replicas` (in their order, the preferred leader first): the first one
 /// that is live and in the ISR. When none is and `unclean_allowed`, the first live replica at
 /// all (an unclean election: records only the old ISR held are lost). `None`: offline.
+/// The rule is [`tinymq_replication::election::choose_leader`], property-tested and stepped by
+/// the replication simulation there; eligibility (a replica back from an unclean shutdown) is
+/// already folded into `isr` by the callers here.
 pub fn choose_leader(
     replicas: &[u32],
     isr: &[u32],
     live: &[u32],
     unclean_allowed: bool,
 ) -> Option<u32> {
-    let clean = replicas
-        .iter()
-        .copied()
-        .find(|r| live.contains(r) && isr.contains(r));
-    match clean {
-        Some(leader) => Some(leader),
-        None if unclean_allowed => replicas.iter().copied().find(|r| live.contains(r)),
-        None => None,
-    }
+    tinymq_replication::election::choose_leader(
+        replicas,
+        isr,
+        |r| live.contains(&r),
+        unclean_allowed,
+        |_| true,
+    )
 }
 
 /// The record that moves partition `index` of `name` from `p` to `next`, if anything changes.

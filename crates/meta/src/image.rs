@@ -224,6 +224,14 @@ pub enum MetadataRecord {
         partition: u32,
         state: PartitionRecord,
     },
+    /// Moves a partition's epoch past `partition_epoch` (if it is still there) without any
+    /// other change: the MetaServer refused its leader's ISR proposal at the current epochs,
+    /// and no delayed copy of that proposal may apply later.
+    BumpPartitionEpoch {
+        name: String,
+        partition: u32,
+        partition_epoch: u32,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -318,6 +326,17 @@ impl MetadataImage {
             } => {
                 if let Some(p) = self.partition_mut(name, *partition) {
                     p.take_state(state);
+                }
+            }
+            MetadataRecord::BumpPartitionEpoch {
+                name,
+                partition,
+                partition_epoch,
+            } => {
+                if let Some(p) = self.partition_mut(name, *partition) {
+                    if p.partition_epoch == *partition_epoch {
+                        p.partition_epoch = p.partition_epoch.saturating_add(1);
+                    }
                 }
             }
         }

@@ -59,7 +59,9 @@ pub(crate) fn alter_partition(image: &MetadataImage, req: &Proposal) -> Outcome 
             current: p.partition_epoch,
         });
     }
-    check_isr(image, p, req)?;
+    if let Err(refusal) = check_isr(image, p, req) {
+        return Ok(refuse_at_current_epochs(req, p, &refusal));
+    }
     let live = image.live_brokers();
     let mut next = PartitionRecord {
         isr: req.isr.to_vec(),
@@ -72,6 +74,27 @@ pub(crate) fn alter_partition(image: &MetadataImage, req: &Proposal) -> Outcome 
         .into_iter()
         .collect();
     Ok((records, Reply::Partition(after)))
+}
+
+/// Refuses the current leader's proposal at the current epochs by moving the partition epoch:
+/// the leader keeps a proposal it has no answer to and resends it, and settles it only when the
+/// partition epoch moves, so a delayed copy of this refused proposal must not apply later at
+/// the same epoch (the simulation's seed 32925 found that). The reply carries the partition
+/// unchanged but for its epoch; the leader sees its ISR was not taken.
+fn refuse_at_current_epochs(
+    req: &Proposal,
+    p: &PartitionRecord,
+    refusal: &MetaError,
+) -> (Vec<crate::image::MetadataRecord>, Reply) {
+    tracing::info!(topic = req.topic, partition = req.partition, isr = ?req.isr, %refusal, "ISR proposal refused");
+    let mut after = p.clone();
+    after.partition_epoch = after.partition_epoch.saturating_add(1);
+    let bump = crate::image::MetadataRecord::BumpPartitionEpoch {
+        name: req.topic.into(),
+        partition: req.partition,
+        partition_epoch: p.partition_epoch,
+    };
+    (vec![bump], Reply::Partition(after))
 }
 
 /// The proposed ISR holds the leader, only replicas, no broker twice, and only live brokers

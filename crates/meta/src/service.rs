@@ -320,7 +320,9 @@ fn no_leader() -> m::Error {
 async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
     let mut leading_since: Option<Instant> = None;
     loop {
+        let slept_from = Instant::now();
         tokio::time::sleep(FENCE_CHECK_INTERVAL).await;
+        let slept = slept_from.elapsed();
         let Some(service) = service.upgrade() else {
             return;
         };
@@ -328,6 +330,15 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
         if node.current_leader() != Some(node.id) {
             leading_since = None;
             continue;
+        }
+        // This process itself stalled (paused, starved): the heartbeats brokers sent meanwhile
+        // were not read yet, so every session restarts now instead of all being fenced at once.
+        if slept > FENCE_CHECK_INTERVAL * 4 {
+            tracing::warn!(
+                stalled_ms = slept.as_millis() as u64,
+                "the MetaServer was stalled; broker sessions restart"
+            );
+            leading_since = Some(Instant::now());
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
         let image = node.image();

@@ -340,6 +340,32 @@ fn the_offsets_topic_is_created_once_and_spread_over_the_brokers() {
 }
 
 #[test]
+fn the_offsets_topic_has_up_to_three_replicas_and_needs_two_in_sync_with_three() {
+    for (brokers, rf, min_insync) in [(1, 1, "1"), (2, 2, "1"), (4, 3, "2")] {
+        let mut image = MetadataImage::default();
+        for id in 1..=brokers {
+            register(&mut image, id);
+        }
+        execute_and_apply(&mut image, &Command::EnsureOffsetsTopic { partitions: 4 }).unwrap();
+        let topic = &image.topics[command::OFFSETS_TOPIC];
+        for p in &topic.partitions {
+            assert_eq!(p.replicas.len(), rf, "{brokers} brokers");
+            assert_eq!(
+                p.isr,
+                vec![p.replicas[0]],
+                "followers join as they catch up"
+            );
+        }
+        assert_eq!(topic.config["min_insync_replicas"], min_insync);
+        assert!(
+            topic.flushes_always(),
+            "commits are fsynced on every replica"
+        );
+        assert!(!topic.unclean_leader_election());
+    }
+}
+
+#[test]
 fn a_topic_created_again_under_its_name_gets_a_new_id() {
     let mut image = MetadataImage::default();
     register(&mut image, 1);

@@ -138,6 +138,9 @@ error_codes! {
     INVALID_UPDATE_VERSION = 41, false, "stale partition epoch";
     /// An ISR change adding a broker that cannot be in sync: not a replica, not live, fenced.
     INELIGIBLE_REPLICA = 42, false, "replica not eligible for the ISR";
+    /// This broker has just become the group's coordinator and is still reading its
+    /// committed offsets from the offsets partition; retry the same broker shortly.
+    COORDINATOR_LOAD_IN_PROGRESS = 43, true, "the coordinator is loading the group's offsets";
 }
 
 impl ErrorCode {

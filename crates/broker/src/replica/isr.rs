@@ -35,8 +35,9 @@ pub async fn isr_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
     }
 }
 
-/// The AlterPartition command this leader should send for `partition` now, if any; marks it
-/// pending so that it is not sent twice.
+/// The AlterPartition command this leader should send for `partition` now, if any: its
+/// unsettled proposal again (unchanged: the MetaServer may have applied it, and only a newer
+/// partition epoch tells), or a new one, kept pending until the image settles it.
 fn proposal_for(state: &BrokerState, partition: &Partition) -> Option<Command> {
     let image = state.cluster.image();
     let record = image
@@ -45,28 +46,34 @@ fn proposal_for(state: &BrokerState, partition: &Partition) -> Option<Command> {
         .partitions
         .get(partition.index as usize)?;
     let hw = partition.high_watermark();
+    let leader_end = partition.log.log_end_offset();
     let lag_max_ms =
         i64::try_from(state.config.replica_lag_time_max.as_millis()).unwrap_or(i64::MAX);
     let mut role = partition.role.lock();
     let Role::Leader(leader) = &mut *role else {
         return None;
     };
-    // A partition not yet given its role (just opened) has nothing to propose.
-    if leader.proposal_pending()
-        || record.leader != Some(state.node_id())
-        || !leader.is(state.node_id(), record.leader_epoch)
-    {
+    if record.leader != Some(state.node_id()) || !leader.is(state.node_id(), record.leader_epoch) {
         return None;
     }
-    let isr = leader.wanted_isr(&record.replicas, hw, lag_max_ms, now_ms())?;
-    leader.propose(isr.clone());
+    let (isr, partition_epoch) = match leader.pending() {
+        Some(pending) => (pending.isr.clone(), pending.partition_epoch),
+        None => {
+            // The MetaServer refuses adding a fenced broker; do not ask.
+            let live = |id: u32| image.brokers.get(&id).is_some_and(|b| !b.fenced);
+            let isr =
+                leader.wanted_isr(&record.replicas, hw, leader_end, lag_max_ms, now_ms(), live)?;
+            leader.propose(isr.clone());
+            (isr, record.partition_epoch)
+        }
+    };
     Some(Command::AlterPartition {
         topic: partition.topic.clone(),
         partition: partition.index,
         broker_id: state.node_id(),
         broker_epoch: state.cluster.epoch(),
         leader_epoch: record.leader_epoch,
-        partition_epoch: record.partition_epoch,
+        partition_epoch,
         isr,
     })
 }
@@ -78,20 +85,18 @@ async fn propose(state: &BrokerState, partition: &Partition, command: Command) {
     let proposed = proposed.clone();
     match state.cluster.write(command).await {
         Ok(Reply::Partition(record)) => {
-            tracing::info!(topic = %partition.topic, partition = partition.index, isr = ?record.isr, "in-sync replicas changed");
-            partition.assume_role(
-                state.node_id(),
-                record.leader,
-                record.leader_epoch,
-                &record.isr,
-            );
+            if record.isr == proposed {
+                tracing::info!(topic = %partition.topic, partition = partition.index, isr = ?record.isr, "in-sync replicas changed");
+            } else {
+                tracing::info!(topic = %partition.topic, partition = partition.index, proposed = ?proposed, isr = ?record.isr, "ISR change refused");
+            }
+            partition.assume_role(state.node_id(), &record);
         }
         Ok(_) => {}
+        // No answer, or a refusal for stale epochs: the proposal stays pending and is sent
+        // again until an image with a newer partition epoch settles it.
         Err(e) => {
-            tracing::warn!(topic = %partition.topic, partition = partition.index, isr = ?proposed, error = %e.message, "ISR change refused or not delivered; retried at the next check");
-            if let Role::Leader(leader) = &mut *partition.role.lock() {
-                leader.proposal_failed();
-            }
+            tracing::warn!(topic = %partition.topic, partition = partition.index, isr = ?proposed, error = %e.message, "ISR change not settled; sent again at the next check");
         }
     }
 }

@@ -35,7 +35,7 @@ pub enum Role {
 impl Default for Role {
     /// A partition on its own (no image yet, or a tool opening it): its own ISR.
     fn default() -> Role {
-        Role::Leader(LeaderState::new(0, 0, &[0], 0, 0))
+        Role::Leader(LeaderState::new(0, 0, 0, &[0], 0, 0))
     }
 }
 
@@ -48,18 +48,36 @@ pub struct FollowerPosition {
 }
 
 impl Partition {
-    /// Takes the role the image gives this broker: leader in `leader_epoch` with `isr`, or a
-    /// follower of `leader`. A leader keeping its epoch only takes the new ISR.
-    pub fn assume_role(&self, me: u32, leader: Option<u32>, leader_epoch: u32, isr: &[u32]) {
+    /// Takes the role the image (or the MetaServer's answer to an ISR proposal) gives this
+    /// broker for `record`: leader in its leader epoch with its ISR, or a follower of its
+    /// leader. A leader keeping its epoch only takes the new ISR and partition epoch.
+    pub fn assume_role(&self, me: u32, record: &tinymq_meta::PartitionRecord) {
+        let (leader, leader_epoch, isr) = (record.leader, record.leader_epoch, &record.isr);
         let now = now_ms();
         let mut role = self.role.lock();
+        let known_epoch = match &*role {
+            Role::Leader(state) => state.leader_epoch,
+            Role::Follower { leader_epoch, .. } => *leader_epoch,
+        };
+        if leader_epoch < known_epoch {
+            // An answer older than the image already taken (they race): it must not bring back
+            // a leadership that has moved on.
+            return;
+        }
         match (&mut *role, leader) {
             (Role::Leader(state), Some(l)) if l == me && state.is(me, leader_epoch) => {
-                state.set_isr(isr, now);
+                state.set_isr(isr, record.partition_epoch, now);
             }
             (_, Some(l)) if l == me => {
                 let log_end = self.log.log_end_offset();
-                *role = Role::Leader(LeaderState::new(me, leader_epoch, isr, log_end, now));
+                *role = Role::Leader(LeaderState::new(
+                    me,
+                    leader_epoch,
+                    record.partition_epoch,
+                    isr,
+                    log_end,
+                    now,
+                ));
                 tracing::info!(topic = %self.topic, partition = self.index, leader_epoch, "leading");
             }
             (_, leader) => {

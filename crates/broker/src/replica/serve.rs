@@ -33,7 +33,8 @@ fn led_for_follower(
     state: &BrokerState,
     fp: &m::FetchPartition,
 ) -> Result<Arc<Partition>, m::Error> {
-    let (partition, _) = state.led_partition(&fp.topic, fp.partition)?;
+    // Internal topics (the group offsets) are replicated like any other.
+    let (partition, _) = state.led_partition_any(&fp.topic, fp.partition)?;
     let epoch = partition.leading_epoch().ok_or_else(|| {
         ErrorCode::NOT_LEADER
             .with_message(format!("{}/{} is not led here yet", fp.topic, fp.partition))
@@ -59,13 +60,8 @@ pub(crate) fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPart
     }
     let leader_end = partition.log.log_end_offset();
     if let Role::Leader(leader) = &mut *partition.role.lock() {
-        leader.on_fetch(
-            replica,
-            fp.offset,
-            fp.replica_durable_end,
-            leader_end,
-            now_ms(),
-        );
+        let durable_end = fp.replica_durable_end.min(fp.offset);
+        leader.on_fetch(replica, durable_end, leader_end, now_ms());
     }
     partition.publish_high_watermark();
 }
