@@ -146,6 +146,12 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
         OpCode::DecommissionBroker => handle!(m::DecommissionBrokerRequest, |r| {
             topic_handlers::decommission_broker(state, r).await
         }),
+        OpCode::Rebalance => handle!(m::RebalanceRequest, |r| {
+            topic_handlers::rebalance(state, r).await
+        }),
+        OpCode::DrainBroker => handle!(m::DrainBrokerRequest, |r| {
+            topic_handlers::drain_broker(state, r).await
+        }),
         // Admitted by `BrokerFront::admit`, which writes produce requests in the order received.
         OpCode::Produce | OpCode::Fetch => unreachable!("admit serves produce and fetch itself"),
         OpCode::FindCoordinator => handle!(m::FindCoordinatorRequest, |r| {

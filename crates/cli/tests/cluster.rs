@@ -167,12 +167,16 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     let (b1, b2, b3) = (&broker_addrs[0], &broker_addrs[1], &broker_addrs[2]);
 
     // Placement: six partitions, two leaders per broker, seen the same through any broker.
+    // One copy each (the default is three): the failover below checks that a partition whose
+    // only copy is down stays offline.
     tool_ok(&[
         "topic",
         "create",
         "orders",
         "--partitions",
         "6",
+        "--replicas",
+        "1",
         "--bootstrap",
         b1,
     ]);
@@ -442,12 +446,15 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
     assert!(status.contains("broker 2"), "{status}");
 
     // New partitions go to the new, least-loaded broker; both brokers route every partition.
+    // One copy each, so that only broker 2 holds the partitions it leads.
     tool_ok(&[
         "topic",
         "create",
         "after",
         "--partitions",
         "4",
+        "--replicas",
+        "1",
         "--bootstrap",
         s,
     ]);
@@ -471,6 +478,8 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
         "after",
         "--partitions",
         "4",
+        "--replicas",
+        "1",
         "--bootstrap",
         s,
     ]);

@@ -387,6 +387,9 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
         segment_ms: 0,
         message_timestamp_after_max_ms: 3600 * 1000,
         message_timestamp_before_max_ms: -1,
+        // By the replication factor: 1 for a single copy.
+        min_insync_replicas: 1,
+        unclean_leader_election: false,
     };
     for (name, config) in [("absent", None), ("zeros", Some(m::TopicConfig::default()))] {
         let r = create(&mut c, name, config);

@@ -447,9 +447,9 @@ fn fence_broker(image: &MetadataImage, id: u32, epoch: u64) -> Outcome {
     Ok((records, Reply::Done))
 }
 
-/// At most this many replicas for a topic created without a replication factor; the lead
-/// raises it to 3 once followers copy partition data (until then more replicas hold nothing).
-pub const DEFAULT_REPLICATION_FACTOR_MAX: u32 = 1;
+/// At most this many replicas for a topic created without a replication factor: three copies
+/// survive losing one broker while `min_insync_replicas` 2 still accepts writes.
+pub const DEFAULT_REPLICATION_FACTOR_MAX: u32 = 3;
 
 /// The replication factor of a topic created without one: `min(max, live brokers)`.
 pub fn default_replication_factor(live_brokers: usize, max: u32) -> u32 {

@@ -16,10 +16,12 @@ mod reassign;
 pub mod server;
 pub mod service;
 
+pub use command::{default_replication_factor, DEFAULT_REPLICATION_FACTOR_MAX};
 pub use command::{execute, Command, MetaError, Reply};
 pub use election::choose_leader;
 pub use image::{
-    is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord,
+    default_min_insync_replicas, is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord,
+    PartitionRecord, TopicRecord, MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION,
 };
 pub use placement::PlannedMove;
 

@@ -10,13 +10,27 @@ use serde::{Deserialize, Serialize};
 use crate::command::MetaError;
 use crate::image::MetadataImage;
 
-/// One reassignment of a plan: partition `partition` of `topic` moves to `replicas`
-/// (preferred leader first).
+/// One reassignment of a plan: partition `partition` of `topic` moves from `from` to
+/// `replicas` (preferred leader first).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedMove {
     pub topic: String,
     pub partition: u32,
     pub replicas: Vec<u32>,
+    /// The partition's (target) replicas when the plan was made, for people reading it.
+    #[serde(default)]
+    pub from: Vec<u32>,
+}
+
+impl PlannedMove {
+    pub fn to_wire(&self) -> tinymq_protocol::messages::PartitionMove {
+        tinymq_protocol::messages::PartitionMove {
+            topic: self.topic.clone(),
+            partition: self.partition,
+            from_replicas: self.from.clone(),
+            to_replicas: self.replicas.clone(),
+        }
+    }
 }
 
 /// Reassignments that spread each topic's replicas, and then its preferred leaders (first
@@ -54,6 +68,7 @@ pub fn rebalance_plan(image: &MetadataImage) -> Vec<PlannedMove> {
                     topic: name.clone(),
                     partition: i as u32,
                     replicas: new,
+                    from: old.clone(),
                 });
             }
         }
@@ -249,6 +264,7 @@ pub fn drain_plan(image: &MetadataImage, id: u32) -> Result<Vec<PlannedMove>, Me
                 topic: name.clone(),
                 partition: i as u32,
                 replicas,
+                from: target.clone(),
             });
         }
     }

@@ -676,18 +676,23 @@ fn rebalance_spreads_a_topic_over_a_new_broker_and_drain_empties_one() {
 }
 
 #[test]
-fn the_default_replication_factor_is_capped_and_stays_one_until_replication_lands() {
-    assert_eq!(DEFAULT_REPLICATION_FACTOR_MAX, 1);
-    assert_eq!(default_replication_factor(5, 1), 1);
+fn the_default_replication_factor_is_three_at_most_and_min_insync_follows_it() {
+    assert_eq!(DEFAULT_REPLICATION_FACTOR_MAX, 3);
     assert_eq!(default_replication_factor(5, 3), 3);
     assert_eq!(default_replication_factor(2, 3), 2);
     assert_eq!(default_replication_factor(1, 3), 1);
-    let mut image = cluster(3);
-    create_with(&mut image, "t", 2, 0, &[]).unwrap();
-    assert!(image.topics["t"]
-        .partitions
-        .iter()
-        .all(|p| p.replicas.len() as u32 == DEFAULT_REPLICATION_FACTOR_MAX));
+    // (live brokers, replication factor and min_insync_replicas a topic gets by default)
+    for (live, rf, min_insync) in [(1, 1, "1"), (2, 2, "1"), (3, 3, "2"), (5, 3, "2")] {
+        let mut image = cluster(live);
+        create_with(&mut image, "t", 2, 0, &[]).unwrap();
+        let t = &image.topics["t"];
+        assert!(
+            t.partitions.iter().all(|p| p.replicas.len() as u32 == rf),
+            "{live} live brokers: {t:?}"
+        );
+        assert_eq!(t.config[crate::image::MIN_INSYNC_REPLICAS], min_insync);
+        assert_eq!(t.config[crate::image::UNCLEAN_LEADER_ELECTION], "false");
+    }
 }
 
 /// One step of a random scenario.

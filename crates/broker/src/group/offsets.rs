@@ -54,6 +54,9 @@ pub fn topic_settings(partitions: u32, replication_factor: u32) -> TopicSettings
         message_bytes_max: OFFSETS_BATCH_BYTES_MAX,
         message_timestamp_after_max_ms: -1,
         message_timestamp_before_max_ms: -1,
+        // The MetaServer's defaults for the replication factor (`EnsureOffsetsTopic`).
+        min_insync_replicas: 0,
+        unclean_leader_election: false,
     }
 }
 

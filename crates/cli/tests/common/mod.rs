@@ -2,6 +2,7 @@
 //! temporary data directories.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod consume;
 
 use std::io::{BufRead, BufReader, Read, Write};
