@@ -119,7 +119,10 @@ pub async fn produce_write(
             .map(|p| {
                 let outcome = match state.led_partition(&p.topic, p.partition) {
                     Err(e) => Err(e),
-                    Ok(_) if !state.cluster.session_current() => {
+                    Ok((partition, epoch))
+                        if !state.cluster.session_current()
+                            || partition.leading_epoch() != Some(epoch) =>
+                    {
                         Err(session_lost(&p.topic, p.partition))
                     }
                     Ok((partition, _)) if acks == -1 && !state.enough_in_sync(&partition) => {
@@ -178,7 +181,8 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
                 let work = async move {
                     let offset = blocking(move || p.finish(pending)).await?;
                     if acks == -1 && offset.is_ok() {
-                        await_replicas(&partition, pending.end_offset).await?;
+                        await_replicas(&partition, pending.end_offset, pending.leader_epoch)
+                            .await?;
                         // The ISR may have shrunk below the minimum while waiting: the write
                         // is then on too few disks to acknowledge.
                         if !state.enough_in_sync(&partition) {
@@ -238,25 +242,34 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
 /// takes nor acknowledges writes: another broker may already lead the partition.
 fn session_lost(topic: &str, partition: u32) -> m::Error {
     ErrorCode::NOT_LEADER.with_message(format!(
-        "{topic}/{partition}: this broker cannot confirm its MetaServer session and may no longer lead; retry"
+        "{topic}/{partition}: this broker cannot confirm its MetaServer session, or has not taken the leadership its metadata names yet; retry"
     ))
 }
 
 /// Waits until the high watermark passes `end_offset` (every in-sync replica holds the write
-/// durably), or fails once this broker stops leading the partition: the write may then be
-/// lost, and the producer retries against the new leader (idempotence makes that safe).
-pub(crate) async fn await_replicas(partition: &Partition, end_offset: i64) -> Result<(), m::Error> {
+/// durably) while this broker still leads the partition in `leader_epoch`, the epoch the write
+/// was taken in; fails once it does not: the write may then be lost, and the producer retries
+/// against the new leader (idempotence makes that safe). Leadership is checked after the high
+/// watermark too: a broker deposed meanwhile learns its high watermark from the new leader,
+/// whose records may sit where this write was.
+pub(crate) async fn await_replicas(
+    partition: &Partition,
+    end_offset: i64,
+    leader_epoch: u32,
+) -> Result<(), m::Error> {
     let mut hw = partition.watch_high_watermark();
-    let led_epoch = partition.leading_epoch();
     loop {
-        if *hw.borrow_and_update() >= end_offset {
-            return Ok(());
-        }
-        if led_epoch.is_none() || partition.leading_epoch() != led_epoch {
+        let reached = *hw.borrow_and_update() >= end_offset;
+        // Roles only move to higher epochs, so leading in `leader_epoch` now means leading in
+        // it all along: the high watermark seen is this leadership's.
+        if partition.leading_epoch() != Some(leader_epoch) {
             return Err(ErrorCode::NOT_LEADER.with_message(format!(
                 "{}/{}: leadership moved before the in-sync replicas confirmed the write; retry",
                 partition.topic, partition.index
             )));
+        }
+        if reached {
+            return Ok(());
         }
         // Woken by the high watermark, and at least every 100 ms to notice a lost leadership.
         let _ = tokio::time::timeout(Duration::from_millis(100), hw.changed()).await;

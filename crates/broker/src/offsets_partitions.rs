@@ -103,6 +103,11 @@ pub async fn append(
     let (partition, epoch) = state
         .led_partition_any(OFFSETS_TOPIC, index)
         .map_err(not_coordinator)?;
+    if !state.cluster.session_current() || partition.leading_epoch() != Some(epoch) {
+        return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
+            "{OFFSETS_TOPIC}/{index}: this broker cannot confirm its MetaServer session or does not lead it yet; retry"
+        )));
+    }
     if !state.enough_in_sync(&partition) {
         return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
             "{OFFSETS_TOPIC}/{index}: fewer in-sync replicas than min_insync_replicas; retry"
@@ -127,7 +132,7 @@ pub async fn append(
     })
     .await
     .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    let replicated = crate::handlers::await_replicas(&partition, written.end_offset);
+    let replicated = crate::handlers::await_replicas(&partition, written.end_offset, epoch);
     match tokio::time::timeout(OFFSET_COMMIT_TIMEOUT, replicated).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(not_coordinator(e)),

@@ -83,6 +83,9 @@ pub struct ProduceContext {
 pub struct PendingAppend {
     pub base_offset: i64,
     pub end_offset: i64,
+    /// The leader epoch the write was taken in: an `acks=all` answer needs this broker to
+    /// still lead in it once the high watermark passes `end_offset`.
+    pub leader_epoch: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -223,6 +226,7 @@ impl Partition {
             return Ok(PendingAppend {
                 base_offset,
                 end_offset: last_offset + 1,
+                leader_epoch: context.leader_epoch,
             });
         }
         let mut buf = records.to_vec();
@@ -238,6 +242,7 @@ impl Partition {
         Ok(PendingAppend {
             base_offset: info.base_offset,
             end_offset: info.log_end_offset,
+            leader_epoch: context.leader_epoch,
         })
     }
 

@@ -195,6 +195,11 @@ impl BrokerState {
         let partition = opened.inspect_err(|reason| {
             tracing::error!(topic = name, partition = index, error = %reason, "cannot open partition; it stays offline here");
         })?;
+        // Its role before anyone can reach it: a freshly opened partition would otherwise lead
+        // with an ISR of itself alone until the next `assume_roles`.
+        if let Some(record) = topic.partitions.get(index as usize) {
+            partition.assume_role(self.node_id(), record);
+        }
         let mut partitions = self.partitions.write();
         let local = partitions.entry(name.to_string()).or_default();
         local.id = topic.id;

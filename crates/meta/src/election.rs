@@ -144,7 +144,24 @@ pub(crate) fn after_registration(
         } else {
             None
         };
-        if let Some(next) = next {
+        let Some(next) = next else {
+            continue;
+        };
+        let keeps_leading = p.leader == Some(id) && next.leader == Some(id);
+        if !clean_shutdown && keeps_leading {
+            // A new incarnation that lost its unfsynced tail keeps leading: followers may have
+            // copied that tail, so its epoch must move, or new records written at the same
+            // offsets in the same epoch would look like the copied ones. Passing through
+            // "no leader" in the same command bumps it (no image shows the gap).
+            let gap = PartitionRecord {
+                leader: None,
+                ..p.clone()
+            };
+            let mut between = p.clone();
+            between.take_state(&gap);
+            records.extend(update(name, i, p, gap));
+            records.extend(update(name, i, &between, next));
+        } else {
             records.extend(update(name, i, p, next));
         }
     }

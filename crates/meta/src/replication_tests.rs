@@ -971,3 +971,31 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_leader_back_from_an_unclean_restart_that_keeps_leading_gets_a_new_leader_epoch() {
+    let mut image = cluster(3);
+    create_with(&mut image, "t", 1, 3, &[("flush", "always")]).unwrap();
+    let leader = part(&image, "t", 0).leader.unwrap();
+    // Its followers are out of sync (they may still have copied its unfsynced tail).
+    alter(&mut image, "t", 0, &[leader]).unwrap();
+    let before = part(&image, "t", 0).clone();
+    // Restarted (power loss) before its session expired: not fenced, still the leader.
+    register_as(&mut image, leader, false).unwrap();
+    let after = part(&image, "t", 0);
+    assert_eq!(
+        after.leader,
+        Some(leader),
+        "flush always: it may keep leading"
+    );
+    assert!(
+        after.leader_epoch > before.leader_epoch,
+        "a new incarnation leads in a new epoch: {} -> {}",
+        before.leader_epoch,
+        after.leader_epoch
+    );
+    // A clean restart keeps the epoch: nothing it wrote was lost.
+    let before = after.clone();
+    register_as(&mut image, leader, true).unwrap();
+    assert_eq!(part(&image, "t", 0).leader_epoch, before.leader_epoch);
+}

@@ -113,7 +113,11 @@ async fn fetch_loop(
     while !stop.is_cancelled() {
         let parts = followed.lock().clone();
         let outcome = match connection.as_ref().filter(|c| !c.is_closed()) {
-            Some(c) => fetch_once(&state, c, &parts).await,
+            Some(c) => tokio::select! {
+                fetched = fetch_once(&state, leader, c, &parts) => fetched,
+                // An answer to a fetch sent before this loop was stopped must not be applied.
+                _ = stop.cancelled() => break,
+            },
             None => match connect(&state, leader, me).await {
                 Ok(c) => {
                     connection = Some(c);
@@ -175,6 +179,7 @@ enum Fetched {
 /// One fetch of every followed partition and what came of it.
 async fn fetch_once(
     state: &Arc<BrokerState>,
+    leader: u32,
     connection: &Connection,
     parts: &[Followed],
 ) -> Result<Fetched, String> {
@@ -194,7 +199,7 @@ async fn fetch_once(
         .await
         .map_err(|e| e.to_string())?;
     let parts = parts.to_vec();
-    tokio::task::spawn_blocking(move || apply(&parts, response.partitions))
+    tokio::task::spawn_blocking(move || apply(leader, &parts, response.partitions))
         .await
         .map_err(|e| e.to_string())
 }
@@ -215,7 +220,7 @@ fn fetch_partition(followed: &Followed) -> m::FetchPartition {
 
 /// Applies a fetch's results to the followed partitions. Blocks (appends, fsyncs,
 /// truncations).
-fn apply(parts: &[Followed], results: Vec<m::FetchPartitionResult>) -> Fetched {
+fn apply(leader: u32, parts: &[Followed], results: Vec<m::FetchPartitionResult>) -> Fetched {
     let (mut progress, mut failed) = (false, false);
     for result in results {
         let Some(followed) = parts
@@ -225,7 +230,19 @@ fn apply(parts: &[Followed], results: Vec<m::FetchPartitionResult>) -> Fetched {
             continue;
         };
         let p = &followed.partition;
-        match apply_one(p, result) {
+        // The answer counts only while the partition still follows this leader in the epoch
+        // it was fetched in; the role stays locked while it is applied, so a role change
+        // waits for it (a stale answer must not cut or extend a log that leads or follows
+        // another leader now).
+        let role = p.role.lock();
+        let current = matches!(&*role, Role::Follower { leader: Some(l), leader_epoch }
+            if *l == leader && *leader_epoch == followed.leader_epoch);
+        if !current {
+            continue;
+        }
+        let applied = apply_one(p, result);
+        drop(role);
+        match applied {
             Ok(moved) => progress |= moved,
             Err(e) => {
                 failed = true;

@@ -58,6 +58,9 @@ fn proposal_for(state: &BrokerState, partition: &Partition) -> Option<Command> {
     }
     let (isr, partition_epoch) = match leader.pending() {
         Some(pending) => (pending.isr.clone(), pending.partition_epoch),
+        // The image is ahead of this leader's state (reconcile has not applied it yet): a
+        // proposal must be computed from, sent at and kept pending at one partition epoch.
+        None if leader.partition_epoch() != record.partition_epoch => return None,
         None => {
             // The MetaServer refuses adding a fenced broker; do not ask.
             let live = |id: u32| image.brokers.get(&id).is_some_and(|b| !b.fenced);

@@ -72,6 +72,11 @@ impl LeaderState {
         &self.isr
     }
 
+    /// The partition epoch of the ISR this leader holds.
+    pub fn partition_epoch(&self) -> u32 {
+        self.partition_epoch
+    }
+
     /// The image's ISR and partition epoch (this leader's proposal applied or refused, or
     /// another change). A newer partition epoch settles the pending proposal; an older one
     /// (an image that lags a reply already taken) changes nothing.

@@ -184,11 +184,12 @@ pub fn min_insync_replicas(topic: &TopicRecord) -> usize {
 }
 
 impl BrokerState {
-    /// Whether `partition`, led here, has at least its topic's `min_insync_replicas` in sync.
+    /// Whether `partition` is led here with at least its topic's `min_insync_replicas` in
+    /// sync (a follower has none to count on).
     pub fn enough_in_sync(&self, partition: &Partition) -> bool {
         let isr = match &*partition.role.lock() {
             Role::Leader(leader) => leader.isr().len(),
-            Role::Follower { .. } => return true,
+            Role::Follower { .. } => return false,
         };
         let image = self.cluster.image();
         image

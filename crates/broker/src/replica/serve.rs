@@ -45,7 +45,12 @@ fn led_for_follower(
             "{}/{}: the follower follows leader epoch {theirs}; this leader is in epoch {epoch}",
             fp.topic, fp.partition
         ))),
-        _ => Ok(partition),
+        Some(_) => Ok(partition),
+        // Without its epoch a follower's report could come from following another leader.
+        None => Err(ErrorCode::INVALID_REQUEST.with_message(format!(
+            "{}/{}: a replica fetch must carry current_leader_epoch",
+            fp.topic, fp.partition
+        ))),
     }
 }
 
