@@ -84,7 +84,7 @@ impl ClusterView {
             .is_some_and(|at| at.elapsed() < SESSION_TRUST)
     }
 
-    fn confirm_session(&self, sent: std::time::Instant) {
+    pub(crate) fn confirm_session(&self, sent: std::time::Instant) {
         let mut confirmed = self.session_confirmed.lock();
         if confirmed.is_none_or(|at| at < sent) {
             *confirmed = Some(sent);
