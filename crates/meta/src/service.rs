@@ -25,6 +25,8 @@ pub const LEADER_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Pause between attempts to find a reachable leader (doubling up to 500 ms).
 const LEADER_RETRY_BACKOFF: Duration = Duration::from_millis(50);
 const LEADER_RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// How long a heartbeat waits for the leader to confirm it still leads a majority.
+const LEADERSHIP_CONFIRM_WAIT: Duration = Duration::from_secs(2);
 /// How often the leader looks for expired broker sessions.
 const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
 /// How often the leader moves leadership back to preferred replicas.
@@ -229,6 +231,23 @@ impl MetaService {
     ) -> m::BrokerHeartbeatResponse {
         match self.node.current_leader() {
             Some(leader) if leader == self.node.id => {
+                // A leader cut off from its majority still believes it leads (openraft has no
+                // check-quorum); the majority may have fenced this broker meanwhile. Answering
+                // "not fenced" renews the broker's trust in its leaderships, so confirm this
+                // node still leads a majority first.
+                let confirmed = tokio::time::timeout(
+                    LEADERSHIP_CONFIRM_WAIT,
+                    self.node.raft.ensure_linearizable(),
+                )
+                .await;
+                if !matches!(confirmed, Ok(Ok(_))) {
+                    return m::BrokerHeartbeatResponse {
+                        error: Some(ErrorCode::NOT_LEADER.with_message(
+                            "this MetaServer node cannot confirm that it still leads a majority; retry",
+                        )),
+                        fenced: false,
+                    };
+                }
                 let image = self.node.image();
                 let current = image
                     .brokers
