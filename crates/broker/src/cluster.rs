@@ -24,6 +24,11 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(250);
 /// MetaServer's 9 s session, and some): long enough for a broker restarted elsewhere to
 /// replace its dead predecessor, short enough to fail a true duplicate clearly.
 const ID_IN_USE_WAIT: Duration = Duration::from_secs(15);
+/// How long after its last heartbeat the MetaServer answered (counted from when it was sent)
+/// this broker still trusts its session: less than the MetaServer's 9 s session, so that a
+/// broker cut off from the MetaServer, or paused and resumed (a zombie), stops acknowledging
+/// writes before the MetaServer fences it and elects other leaders.
+pub const SESSION_TRUST: Duration = Duration::from_secs(6);
 /// Producer ids reserved from the MetaServer at once.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
@@ -40,6 +45,8 @@ pub struct ClusterView {
     /// The epoch of this broker's current registration (0 before the first).
     epoch: AtomicU64,
     image: watch::Sender<VersionedImage>,
+    /// When the last heartbeat or registration the MetaServer accepted was sent.
+    session_confirmed: parking_lot::Mutex<Option<std::time::Instant>>,
     /// The unused rest of the current producer-id block: `next..end`.
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
 }
@@ -61,7 +68,26 @@ impl ClusterView {
             link,
             epoch: AtomicU64::new(0),
             image: watch::Sender::new(VersionedImage::default()),
+            session_confirmed: parking_lot::Mutex::new(None),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
+        }
+    }
+
+    /// Whether this broker may still act as a leader: the MetaServer confirmed its session
+    /// within [`SESSION_TRUST`] (always, with the MetaServer in this process).
+    pub fn session_current(&self) -> bool {
+        if matches!(self.link, MetaLink::Local(_)) {
+            return true;
+        }
+        self.session_confirmed
+            .lock()
+            .is_some_and(|at| at.elapsed() < SESSION_TRUST)
+    }
+
+    pub(crate) fn confirm_session(&self, sent: std::time::Instant) {
+        let mut confirmed = self.session_confirmed.lock();
+        if confirmed.is_none_or(|at| at < sent) {
+            *confirmed = Some(sent);
         }
     }
 
@@ -126,18 +152,27 @@ impl ClusterView {
     /// Registers this broker at `host:port`, retrying while the MetaServer is unreachable or
     /// has no leader, until the registration is in the image this broker watches. Fails only
     /// when the id stays held by another live broker for [`ID_IN_USE_WAIT`].
-    pub async fn register(&self, host: &str, port: u16) -> Result<u64, m::Error> {
+    /// `clean_shutdown`: whether this broker's data is as its last run left it when stopping
+    /// cleanly (see `join.rs`); a registration after a fence within one run is clean.
+    pub async fn register(
+        &self,
+        host: &str,
+        port: u16,
+        clean_shutdown: bool,
+    ) -> Result<u64, m::Error> {
         let command = Command::RegisterBroker {
             id: self.broker_id,
             host: host.into(),
             port,
+            clean_shutdown,
         };
         let mut attempts = 0u32;
         let started = tokio::time::Instant::now();
         let mut warned_in_use = false;
-        let epoch = loop {
+        let (epoch, sent) = loop {
+            let sent = std::time::Instant::now();
             match self.link.write(command.clone()).await {
-                Ok(Reply::BrokerRegistered { epoch }) => break epoch,
+                Ok(Reply::BrokerRegistered { epoch }) => break (epoch, sent),
                 Ok(other) => {
                     return Err(ErrorCode::UNKNOWN_SERVER_ERROR
                         .with_message(format!("unexpected reply to a registration: {other:?}")))
@@ -186,6 +221,9 @@ impl ClusterView {
                 tokio::time::sleep(RETRY_BACKOFF).await;
             }
         }
+        // Only now: until this image, a broker back from a fence still reads its old
+        // leaderships in its stale image and would take writes for partitions others lead.
+        self.confirm_session(sent);
         tracing::info!(broker = id, epoch, "registered with the MetaServer");
         Ok(epoch)
     }
@@ -234,8 +272,9 @@ impl ClusterView {
                 _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
                 _ = stop.cancelled() => return,
             }
+            let sent = std::time::Instant::now();
             match self.link.heartbeat(self.broker_id, self.epoch()).await {
-                Ok(false) => {}
+                Ok(false) => self.confirm_session(sent),
                 // Stopping: the fence is this broker's own controlled shutdown.
                 Ok(true) if stop.is_cancelled() => return,
                 Ok(true) => {
@@ -244,7 +283,7 @@ impl ClusterView {
                         epoch = self.epoch(),
                         "fenced by the MetaServer (session expired); registering again"
                     );
-                    let registering = self.register(&host, port);
+                    let registering = self.register(&host, port, true);
                     tokio::select! {
                         r = registering => if let Err(e) = r {
                             tracing::error!(error = %e.message, "registering again was refused");

@@ -42,7 +42,13 @@ pub struct BrokerConfig {
     /// encoded); a fetch waits for room. Each connection also has at most one fetch response
     /// not yet written to its peer.
     pub fetch_memory_bytes_max: u32,
+    /// A follower that has not caught up with the leader for this long leaves the ISR (like
+    /// Kafka's `replica.lag.time.max.ms`, scaled to tinymq's heartbeats).
+    pub replica_lag_time_max: Duration,
 }
+
+/// Default of `replica_lag_time_max`: 10 s.
+pub const REPLICA_LAG_TIME_MAX_DEFAULT: Duration = Duration::from_secs(10);
 
 /// Default of `fetch_memory_bytes_max`: 256 MiB.
 pub const FETCH_MEMORY_BYTES_MAX_DEFAULT: u32 = 256 << 20;
@@ -65,6 +71,7 @@ impl Default for BrokerConfig {
             topic_defaults: TopicSettings::default(),
             fetch_bytes_max: FETCH_BYTES_MAX_DEFAULT,
             fetch_memory_bytes_max: FETCH_MEMORY_BYTES_MAX_DEFAULT,
+            replica_lag_time_max: REPLICA_LAG_TIME_MAX_DEFAULT,
         }
     }
 }

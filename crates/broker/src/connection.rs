@@ -28,7 +28,7 @@ impl tinymq_net::Service for BrokerFront {
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let state = self.0.clone();
         if frame.header.op_code() == OpCode::Fetch.code() {
-            return Box::pin(fetch(state, frame, peer.large_response_gate.clone()));
+            return Box::pin(fetch(state, frame, peer.clone()));
         }
         if frame.header.op_code() != OpCode::Produce.code() {
             let node_id = peer.node_id;
@@ -64,14 +64,16 @@ impl tinymq_net::Service for BrokerFront {
 /// peer (the connection's large-response gate, held with the response), so a peer that reads
 /// slowly delays only its own fetches and holds at most one response's memory; the broker's
 /// fetch memory bounds the reads in progress across connections.
-async fn fetch(
-    state: Arc<BrokerState>,
-    frame: Frame,
-    gate: tinymq_net::LargeResponseGate,
-) -> Option<Response> {
+async fn fetch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Response> {
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
-    let (response, hold) = match decode::<m::FetchRequest>(frame.body) {
-        Ok(request) => handlers::fetch(state, request, gate.0).await,
+    let request = decode::<m::FetchRequest>(frame.body).and_then(|request| {
+        if request.replica_id != 0 {
+            crate::replica::serve::authorize(request.replica_id, &peer)?;
+        }
+        Ok(request)
+    });
+    let (response, hold) = match request {
+        Ok(request) => handlers::fetch(state, request, peer.large_response_gate.0).await,
         Err(error) => {
             let response = m::FetchResponse {
                 error: Some(error),
@@ -143,6 +145,12 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
         }),
         OpCode::DecommissionBroker => handle!(m::DecommissionBrokerRequest, |r| {
             topic_handlers::decommission_broker(state, r).await
+        }),
+        OpCode::Rebalance => handle!(m::RebalanceRequest, |r| {
+            topic_handlers::rebalance(state, r).await
+        }),
+        OpCode::DrainBroker => handle!(m::DrainBrokerRequest, |r| {
+            topic_handlers::drain_broker(state, r).await
         }),
         // Admitted by `BrokerFront::admit`, which writes produce requests in the order received.
         OpCode::Produce | OpCode::Fetch => unreachable!("admit serves produce and fetch itself"),

@@ -125,24 +125,28 @@ pub fn leave(state: &BrokerState, req: m::LeaveGroupRequest) -> m::LeaveGroupRes
     }
 }
 
+/// Checks a commit, appends it to the group's offsets partition and answers once every
+/// in-sync replica holds it ([`crate::offsets_partitions::append`]).
 pub async fn commit(
     state: Arc<BrokerState>,
     req: m::OffsetCommitRequest,
 ) -> m::OffsetCommitResponse {
     coordinated_here!(state, &req.group_id, m::OffsetCommitResponse);
-    let offsets = req.offsets.clone();
-    let outcome = tokio::task::spawn_blocking(move || {
-        state.groups.commit(&req, &|t| state.partition_count(t))
-    })
-    .await
-    .unwrap_or_else(|e| Err((ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string())));
+    let changes = state
+        .groups
+        .prepare_commit(&req, &|t| state.partition_count(t))
+        .map_err(|(code, message)| code.with_message(message));
+    let outcome = match changes {
+        Ok(changes) => crate::offsets_partitions::append(&state, &req.group_id, changes).await,
+        Err(e) => Err(e),
+    };
     match outcome {
         Ok(()) => m::OffsetCommitResponse {
             error: None,
-            offsets,
+            offsets: req.offsets,
         },
         Err(e) => m::OffsetCommitResponse {
-            error: wire(e),
+            error: Some(e),
             offsets: vec![],
         },
     }
@@ -200,10 +204,13 @@ pub fn describe(state: &BrokerState, req: m::DescribeGroupRequest) -> m::Describ
 
 pub async fn delete(state: Arc<BrokerState>, req: m::DeleteGroupRequest) -> m::DeleteGroupResponse {
     coordinated_here!(state, &req.group_id, m::DeleteGroupResponse);
-    let outcome = tokio::task::spawn_blocking(move || state.groups.delete(&req.group_id))
-        .await
-        .unwrap_or_else(|e| Err((ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string())));
+    let outcome = match state.groups.prepare_delete(&req.group_id) {
+        Ok(tombstones) => {
+            crate::offsets_partitions::append(&state, &req.group_id, tombstones).await
+        }
+        Err((code, message)) => Err(code.with_message(message)),
+    };
     m::DeleteGroupResponse {
-        error: outcome.err().and_then(wire),
+        error: outcome.err(),
     }
 }

@@ -69,6 +69,7 @@ fn leader_hint(state: &BrokerState, topic: &str, partition: u32, error: &m::Erro
 
 /// A produce request whose batches are written and that waits for the flush policy.
 pub struct PreparedProduce {
+    state: Arc<BrokerState>,
     acks: i32,
     timeout: Duration,
     partitions: Vec<PartitionWrite>,
@@ -110,6 +111,7 @@ pub async fn produce_write(
         });
     }
     await_producer_ids(&state, &req).await;
+    let state_for_finish = state.clone();
     let written = blocking(move || {
         let producer_id_end = state.cluster.image().next_producer_id;
         req.partitions
@@ -117,6 +119,18 @@ pub async fn produce_write(
             .map(|p| {
                 let outcome = match state.led_partition(&p.topic, p.partition) {
                     Err(e) => Err(e),
+                    Ok((partition, epoch))
+                        if !state.cluster.session_current()
+                            || partition.leading_epoch() != Some(epoch) =>
+                    {
+                        Err(session_lost(&p.topic, p.partition))
+                    }
+                    Ok((partition, _)) if acks == -1 && !state.enough_in_sync(&partition) => {
+                        Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+                            "{}/{}: fewer in-sync replicas than min_insync_replicas",
+                            p.topic, p.partition
+                        )))
+                    }
                     Ok((partition, leader_epoch)) => {
                         let context = ProduceContext {
                             leader_epoch,
@@ -138,6 +152,7 @@ pub async fn produce_write(
     .await;
     match written {
         Ok(partitions) => Ok(PreparedProduce {
+            state: state_for_finish,
             acks,
             timeout,
             partitions,
@@ -152,15 +167,37 @@ pub async fn produce_write(
 /// The second half: waits (concurrently across partitions) for each write to meet its flush
 /// policy, and builds the response.
 pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
-    let timeout = prepared.timeout;
+    let (timeout, acks) = (prepared.timeout, prepared.acks);
+    let state = prepared.state;
     let waits: Vec<_> = prepared
         .partitions
         .into_iter()
         .map(|(topic, partition, hint, written)| {
+            let state = state.clone();
             let task = tokio::spawn(async move {
                 let (p, pending) = written?;
                 let log_start = p.log.log_start_offset();
-                let work = blocking(move || p.finish(pending));
+                let partition = p.clone();
+                let work = async move {
+                    let offset = blocking(move || p.finish(pending)).await?;
+                    if acks == -1 && offset.is_ok() {
+                        await_replicas(&partition, pending.end_offset, pending.leader_epoch)
+                            .await?;
+                        // The ISR may have shrunk below the minimum while waiting: the write
+                        // is then on too few disks to acknowledge.
+                        if !state.enough_in_sync(&partition) {
+                            return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+                                "{}/{}: written, but fewer in-sync replicas than min_insync_replicas hold it",
+                                partition.topic, partition.index
+                            )));
+                        }
+                    }
+                    // A leader that lost its MetaServer session may have been replaced.
+                    if offset.is_ok() && !state.cluster.session_current() {
+                        return Err(session_lost(&partition.topic, partition.index));
+                    }
+                    Ok(offset)
+                };
                 match tokio::time::timeout(timeout, work).await {
                     Ok(Ok(Ok(offset))) => Ok((offset, log_start)),
                     Ok(Ok(Err(PartitionError { code, message }))) => {
@@ -198,6 +235,44 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     m::ProduceResponse {
         error: ok(),
         partitions: results,
+    }
+}
+
+/// A leader whose MetaServer session is not confirmed (cut off, or paused and resumed) neither
+/// takes nor acknowledges writes: another broker may already lead the partition.
+fn session_lost(topic: &str, partition: u32) -> m::Error {
+    ErrorCode::NOT_LEADER.with_message(format!(
+        "{topic}/{partition}: this broker cannot confirm its MetaServer session, or has not taken the leadership its metadata names yet; retry"
+    ))
+}
+
+/// Waits until the high watermark passes `end_offset` (every in-sync replica holds the write
+/// durably) while this broker still leads the partition in `leader_epoch`, the epoch the write
+/// was taken in; fails once it does not: the write may then be lost, and the producer retries
+/// against the new leader (idempotence makes that safe). Leadership is checked after the high
+/// watermark too: a broker deposed meanwhile learns its high watermark from the new leader,
+/// whose records may sit where this write was.
+pub(crate) async fn await_replicas(
+    partition: &Partition,
+    end_offset: i64,
+    leader_epoch: u32,
+) -> Result<(), m::Error> {
+    let mut hw = partition.watch_high_watermark();
+    loop {
+        let reached = *hw.borrow_and_update() >= end_offset;
+        // Roles only move to higher epochs, so leading in `leader_epoch` now means leading in
+        // it all along: the high watermark seen is this leadership's.
+        if partition.leading_epoch() != Some(leader_epoch) {
+            return Err(ErrorCode::NOT_LEADER.with_message(format!(
+                "{}/{}: leadership moved before the in-sync replicas confirmed the write; retry",
+                partition.topic, partition.index
+            )));
+        }
+        if reached {
+            return Ok(());
+        }
+        // Woken by the high watermark, and at least every 100 ms to notice a lost leadership.
+        let _ = tokio::time::timeout(Duration::from_millis(100), hw.changed()).await;
     }
 }
 
@@ -297,6 +372,12 @@ fn read_partitions(
         .partitions
         .iter()
         .map(|fp| {
+            if req.replica_id != 0 {
+                let result = crate::replica::serve::read_for_follower(state, fp, budget);
+                budget = budget.saturating_sub(result.records.len());
+                total += result.records.len();
+                return result;
+            }
             let mut result = m::FetchPartitionResult {
                 topic: fp.topic.clone(),
                 partition: fp.partition,
@@ -305,6 +386,7 @@ fn read_partitions(
                 log_start_offset: -1,
                 records: Bytes::new(),
                 current_leader: 0,
+                ..Default::default()
             };
             let partition = match state.led_partition(&fp.topic, fp.partition) {
                 Ok((partition, _)) => partition,
@@ -408,16 +490,32 @@ pub async fn fetch(
     let reserve = fetch_budget(&state, &req)
         .saturating_add(TOPIC_MESSAGE_BYTES_MAX_LIMIT as usize)
         .min(state.config.fetch_memory_bytes_max as usize);
+    if req.replica_id != 0 {
+        for fp in &req.partitions {
+            crate::replica::serve::note_follower(&state, req.replica_id, fp);
+        }
+    }
     let req = Arc::new(req);
     loop {
         // Subscribe before reading, so an append between the read and the wait is not missed.
+        // Consumers wait for the high watermark, followers for the log end.
         let watches: Vec<_> = req
             .partitions
             .iter()
-            .filter_map(|fp| state.led_partition(&fp.topic, fp.partition).ok())
+            .filter_map(|fp| {
+                if req.replica_id != 0 {
+                    state.led_partition_any(&fp.topic, fp.partition).ok()
+                } else {
+                    state.led_partition(&fp.topic, fp.partition).ok()
+                }
+            })
             .map(|(p, _)| p)
             .map(|p| {
-                let mut w = p.watch_high_watermark();
+                let mut w = if req.replica_id != 0 {
+                    p.watch_log_end()
+                } else {
+                    p.watch_high_watermark()
+                };
                 w.borrow_and_update();
                 w
             })
@@ -438,7 +536,9 @@ pub async fn fetch(
             Ok(read) => read,
             Err(e) => return failed(e),
         };
-        let any_error = results.iter().any(|r| r.error.is_some());
+        let any_error = results
+            .iter()
+            .any(|r| r.error.is_some() || r.diverging_epoch.is_some());
         if total >= min_bytes
             || any_error
             || watches.is_empty()

@@ -11,6 +11,10 @@ use crate::cluster::ClusterView;
 
 /// The identity file in a broker's data directory.
 const IDENTITY_FILE: &str = "broker.json";
+/// Written to the data directory when a broker stops cleanly (every partition flushed and
+/// closed) and removed when it starts: missing at a start, the previous run crashed, and the
+/// MetaServer is told so (a replica whose unflushed tail may be gone is not elected from).
+const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 /// How long a start waits for the MetaServer to name the cluster.
 const CLUSTER_ID_WAIT: Duration = Duration::from_secs(30);
 
@@ -61,11 +65,17 @@ pub async fn join(
     port: u16,
 ) -> Result<u64, JoinError> {
     let dir = data_dir.to_path_buf();
-    let stored = blocking(move || {
+    let (stored, clean_shutdown) = blocking(move || {
         std::fs::create_dir_all(&dir)?;
-        read_identity(&dir)
+        let identity = read_identity(&dir)?;
+        // A directory that never belonged to a broker holds nothing to lose.
+        let clean = take_clean_shutdown_marker(&dir)? || identity.is_none();
+        Ok((identity, clean))
     })
     .await?;
+    if !clean_shutdown {
+        tracing::warn!(dir = %data_dir.display(), "the previous run did not stop cleanly");
+    }
     if let Some(stored) = stored.as_ref().filter(|s| s.broker_id != cluster.broker_id) {
         return Err(JoinError::WrongBrokerId {
             dir: data_dir.into(),
@@ -74,7 +84,7 @@ pub async fn join(
         });
     }
     let epoch = cluster
-        .register(host, port)
+        .register(host, port, clean_shutdown)
         .await
         .map_err(|e| JoinError::Refused(e.message))?;
     let deadline = tokio::time::Instant::now() + CLUSTER_ID_WAIT;
@@ -105,6 +115,24 @@ pub async fn join(
             Ok(epoch)
         }
     }
+}
+
+/// Whether the last run left the clean-shutdown marker; removes it (durably), so that a crash
+/// of this run is seen at the next start.
+fn take_clean_shutdown_marker(dir: &Path) -> std::io::Result<bool> {
+    match std::fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE)) {
+        Ok(()) => {
+            std::fs::File::open(dir)?.sync_all()?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Leaves the clean-shutdown marker: call once every partition is flushed and closed.
+pub fn mark_clean_shutdown(data_dir: &Path) -> std::io::Result<()> {
+    crate::durable_file::write_atomically(&data_dir.join(CLEAN_SHUTDOWN_FILE), b"")
 }
 
 /// Runs disk work on the blocking pool, not on an async thread.

@@ -82,7 +82,10 @@ pub struct ProduceContext {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PendingAppend {
     pub base_offset: i64,
-    end_offset: i64,
+    pub end_offset: i64,
+    /// The leader epoch the write was taken in: an `acks=all` answer needs this broker to
+    /// still lead in it once the high watermark passes `end_offset`.
+    pub leader_epoch: u32,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -112,11 +115,15 @@ pub struct Partition {
     pub topic: String,
     pub index: u32,
     pub log: PartitionLog,
-    dir: PathBuf,
-    flush: FlushPolicy,
+    pub(crate) dir: PathBuf,
+    pub(crate) flush: FlushPolicy,
     timestamps: TimestampBounds,
-    producers: Mutex<ProducerStateTable>,
-    high_watermark: watch::Sender<i64>,
+    pub(crate) producers: Mutex<ProducerStateTable>,
+    pub(crate) high_watermark: watch::Sender<i64>,
+    /// The log end, published after every write: what followers' long polls wait on.
+    pub(crate) log_end: watch::Sender<i64>,
+    /// Leader or follower, and the leader's view of its followers.
+    pub(crate) role: Mutex<crate::replica::Role>,
 }
 
 impl Partition {
@@ -130,6 +137,7 @@ impl Partition {
         topic: &str,
         index: u32,
         settings: &TopicSettings,
+        replicated: bool,
     ) -> Result<Partition, LogError> {
         let dir = Partition::dir_for(data_dir, topic, index);
         let (log, report) = PartitionLog::open(&dir, settings.log_config())?;
@@ -143,7 +151,15 @@ impl Partition {
         }
         let producers = rebuild_producer_state(&log, &dir)?;
         let flush = settings.flush_policy();
-        let hw = visible_end(&log, flush);
+        // A replicated partition's records past the high watermark may exist on this broker
+        // only: they become visible once the replicas say they hold them. One replica alone
+        // is its own ISR.
+        let hw = if replicated {
+            log.log_start_offset()
+        } else {
+            visible_end(&log, flush)
+        };
+        let log_end = log.log_end_offset();
         Ok(Partition {
             topic: topic.into(),
             index,
@@ -153,6 +169,8 @@ impl Partition {
             timestamps: TimestampBounds::of(settings),
             producers: Mutex::new(producers),
             high_watermark: watch::Sender::new(hw),
+            log_end: watch::Sender::new(log_end),
+            role: Mutex::new(crate::replica::Role::default()),
         })
     }
 
@@ -166,8 +184,21 @@ impl Partition {
         self.high_watermark.subscribe()
     }
 
-    fn publish_high_watermark(&self) {
-        let hw = visible_end(&self.log, self.flush);
+    /// Raises the high watermark to what the replicas support (this broker's durable end when
+    /// it is the only one in sync); never lowers it.
+    pub(crate) fn publish_high_watermark(&self) {
+        let own = visible_end(&self.log, self.flush);
+        let current = self.high_watermark();
+        let hw = match &*self.role.lock() {
+            crate::replica::Role::Leader(leader) => leader.high_watermark(current, own),
+            // A follower learns its high watermark from the leader's answers.
+            crate::replica::Role::Follower { .. } => return,
+        };
+        self.raise_high_watermark(hw);
+    }
+
+    /// Raises the published high watermark to `hw` if that is higher.
+    pub(crate) fn raise_high_watermark(&self, hw: i64) {
         self.high_watermark.send_if_modified(|current| {
             let grew = hw > *current;
             *current = hw.max(*current);
@@ -195,6 +226,7 @@ impl Partition {
             return Ok(PendingAppend {
                 base_offset,
                 end_offset: last_offset + 1,
+                leader_epoch: context.leader_epoch,
             });
         }
         let mut buf = records.to_vec();
@@ -205,9 +237,12 @@ impl Partition {
             info.last_offset,
             context.now_ms,
         );
+        drop(producers);
+        self.log_end.send_replace(info.log_end_offset);
         Ok(PendingAppend {
             base_offset: info.base_offset,
             end_offset: info.log_end_offset,
+            leader_epoch: context.leader_epoch,
         })
     }
 
@@ -249,7 +284,7 @@ impl Partition {
     }
 }
 
-fn visible_end(log: &PartitionLog, flush: FlushPolicy) -> i64 {
+pub(crate) fn visible_end(log: &PartitionLog, flush: FlushPolicy) -> i64 {
     match flush {
         FlushPolicy::Always => log.durable_offset().min(log.log_end_offset()),
         _ => log.log_end_offset(),
@@ -391,7 +426,7 @@ fn validate_batch(
     Ok(identity)
 }
 
-fn identity_of(batch: &RecordBatch) -> BatchIdentity {
+pub(crate) fn identity_of(batch: &RecordBatch) -> BatchIdentity {
     BatchIdentity {
         producer_id: batch.producer_id(),
         producer_epoch: batch.producer_epoch(),
@@ -402,7 +437,10 @@ fn identity_of(batch: &RecordBatch) -> BatchIdentity {
 
 /// Loads the snapshot saved at the last clean close (if it still matches the log) and replays
 /// the batch headers written after it.
-fn rebuild_producer_state(log: &PartitionLog, dir: &Path) -> Result<ProducerStateTable, LogError> {
+pub(crate) fn rebuild_producer_state(
+    log: &PartitionLog,
+    dir: &Path,
+) -> Result<ProducerStateTable, LogError> {
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
     // The snapshot describes the log as of the last clean close; it is used only if the log
     // still holds, at its offset, the batch it was taken after.
@@ -511,7 +549,7 @@ mod tests {
     fn a_snapshot_of_a_log_that_changed_below_it_is_not_used() {
         let tmp = tempfile::tempdir().unwrap();
         let settings = TopicSettings::default();
-        let p = Partition::open(tmp.path(), "t", 0, &settings).unwrap();
+        let p = Partition::open(tmp.path(), "t", 0, &settings, false).unwrap();
         for seq in 0..3 {
             assert_eq!(
                 write(&p, batch("old", (5, 0, seq))).unwrap(),
@@ -520,7 +558,7 @@ mod tests {
         }
         p.close().unwrap();
         drop(p);
-        let p = Partition::open(tmp.path(), "t", 0, &settings).unwrap();
+        let p = Partition::open(tmp.path(), "t", 0, &settings, false).unwrap();
         assert_eq!(
             write(&p, batch("old", (5, 0, 2))).unwrap(),
             2,
@@ -530,7 +568,7 @@ mod tests {
         assert_eq!(write(&p, batch("new", (-1, -1, -1))).unwrap(), 1);
         assert_eq!(write(&p, batch("new", (-1, -1, -1))).unwrap(), 2);
         drop(p); // a crash: no new snapshot
-        let p = Partition::open(tmp.path(), "t", 0, &settings).unwrap();
+        let p = Partition::open(tmp.path(), "t", 0, &settings, false).unwrap();
         let retry = write(&p, batch("old", (5, 0, 2))).unwrap_err();
         assert_eq!(
             retry.code,

@@ -55,8 +55,6 @@ impl BrokerState {
         let wanted: BTreeMap<(&String, u32), &TopicRecord> = image
             .topics
             .iter()
-            // Internal topics (the group offsets) are opened by their own owners.
-            .filter(|(name, _)| !is_internal_topic(name))
             .flat_map(|(name, topic)| {
                 topic
                     .partitions
@@ -88,6 +86,22 @@ impl BrokerState {
                             .insert(index, reason);
                     }
                 }
+            }
+        }
+        self.assume_roles(image);
+    }
+
+    /// Gives each open partition the role the image names: leader or follower, with the
+    /// leader epoch and ISR.
+    fn assume_roles(&self, image: &MetadataImage) {
+        let me = self.node_id();
+        for partition in self.all_partitions() {
+            let record = image
+                .topics
+                .get(&partition.topic)
+                .and_then(|t| t.partitions.get(partition.index as usize));
+            if let Some(record) = record {
+                partition.assume_role(me, record);
             }
         }
     }
@@ -168,8 +182,12 @@ impl BrokerState {
                 self.deleter.wake();
             }
             let settings = self.settings_of(name, topic);
-            let partition =
-                Partition::open(data_dir, name, index, &settings).map_err(|e| e.to_string())?;
+            let replicated = topic
+                .partitions
+                .get(index as usize)
+                .is_some_and(|p| p.replicas.len() > 1);
+            let partition = Partition::open(data_dir, name, index, &settings, replicated)
+                .map_err(|e| e.to_string())?;
             record_topic_id(&dir, topic.id)
                 .map_err(|e| format!("cannot record the topic id in {}: {e}", dir.display()))?;
             Ok(partition)
@@ -177,6 +195,11 @@ impl BrokerState {
         let partition = opened.inspect_err(|reason| {
             tracing::error!(topic = name, partition = index, error = %reason, "cannot open partition; it stays offline here");
         })?;
+        // Its role before anyone can reach it: a freshly opened partition would otherwise lead
+        // with an ISR of itself alone until the next `assume_roles`.
+        if let Some(record) = topic.partitions.get(index as usize) {
+            partition.assume_role(self.node_id(), record);
+        }
         let mut partitions = self.partitions.write();
         let local = partitions.entry(name.to_string()).or_default();
         local.id = topic.id;
@@ -255,6 +278,7 @@ mod tests {
             leader: Some(1),
             leader_epoch: 1,
             isr: vec![1],
+            ..PartitionRecord::default()
         };
         image.topics.insert(
             "t".into(),

@@ -3,7 +3,7 @@
 //! (interval flushes, retention, group sessions, heartbeats, watching the metadata and opening
 //! or closing partitions as it changes), and shuts down gracefully: stop accepting, let
 //! requests in flight finish, flush and close every partition. Disk work at start (the legacy
-//! import, the data directory's identity, the group offsets) runs on the blocking pool.
+//! import, the data directory's identity, opening partitions) runs on the blocking pool.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -134,7 +134,6 @@ impl Broker {
             }
             cluster.refresh(Duration::ZERO).await.ok();
         }
-        // Opening the group offsets replays their log from disk: not on an async thread.
         let view = cluster.clone();
         let state = tokio::task::spawn_blocking(move || BrokerState::new(config, advertised, view))
             .await??;
@@ -148,6 +147,8 @@ impl Broker {
             opening.reconcile(&image);
         })
         .await?;
+        state.fetchers.sync(&state);
+        crate::offsets_partitions::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(tinymq_net::serve(
@@ -167,6 +168,10 @@ impl Broker {
         );
         tasks.spawn(cluster.clone().watch_loop(shutdown.clone()));
         tasks.spawn(reconcile_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(crate::replica::isr::isr_loop(
+            state.clone(),
+            shutdown.clone(),
+        ));
         tracing::info!(%local_addr, broker = state.node_id(), data = %state.config.data_dir.display(), cluster = %cluster.cluster_id(), "broker started");
         Ok(Broker {
             local_addr,
@@ -201,14 +206,19 @@ impl Broker {
         }
         let grace = self.state.config.listener.shutdown_grace.saturating_mul(2);
         let _ = tokio::time::timeout(grace, self.tasks.wait()).await;
+        self.state.fetchers.stop();
         let state = self.state.clone();
         let closed = tokio::task::spawn_blocking(move || {
-            if let Err(e) = state.groups.close() {
-                tracing::error!(error = %e, "closing the offsets log failed");
-            }
+            let mut clean = true;
             for partition in state.all_partitions() {
                 if let Err(e) = partition.close() {
+                    clean = false;
                     tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "close failed");
+                }
+            }
+            if clean {
+                if let Err(e) = crate::join::mark_clean_shutdown(&state.config.data_dir) {
+                    tracing::warn!(error = %e, "could not record the clean shutdown");
                 }
             }
         })
@@ -266,6 +276,8 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         if let Err(e) = tokio::task::spawn_blocking(move || s.reconcile(&image)).await {
             tracing::error!(error = %e, "reconciling partitions failed");
         }
+        state.fetchers.sync(&state);
+        crate::offsets_partitions::sync(&state);
     }
 }
 
@@ -330,11 +342,20 @@ async fn group_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         state.groups.expire(&|t| state.partition_count(t));
         ticks += 1;
         if ticks.is_multiple_of(OFFSETS_EXPIRY_EVERY_TICKS) {
-            let s = state.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                s.groups.expire_offsets(crate::group::OFFSETS_RETENTION)
-            })
-            .await;
+            let expired = state
+                .groups
+                .expired_offsets(crate::group::OFFSETS_RETENTION);
+            for (group, tombstones) in expired {
+                let count = tombstones.len();
+                match crate::offsets_partitions::append(&state, &group, tombstones).await {
+                    Ok(()) => {
+                        tracing::info!(%group, offsets = count, "expired the offsets of an empty group")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%group, error = %e.message, "could not expire offsets")
+                    }
+                }
+            }
         }
     }
 }

@@ -48,6 +48,8 @@ pub struct BrokerState {
     pub(crate) fetch_memory: Arc<tokio::sync::Semaphore>,
     /// Removes the data of deleted partitions in the background.
     pub(crate) deleter: Deleter,
+    /// The follower fetch tasks, by leader.
+    pub(crate) fetchers: crate::replica::fetcher::Fetchers,
 }
 
 impl BrokerState {
@@ -56,7 +58,7 @@ impl BrokerState {
         advertised: SocketAddr,
         cluster: Arc<ClusterView>,
     ) -> Result<BrokerState, LogError> {
-        let groups = GroupCoordinator::open(&config.data_dir)?;
+        let groups = GroupCoordinator::default();
         let deleter = Deleter::start(&config.data_dir).map_err(|source| LogError::Io {
             path: config.data_dir.clone(),
             source,
@@ -73,6 +75,7 @@ impl BrokerState {
             partitions: RwLock::new(HashMap::new()),
             open_failures: RwLock::new(HashMap::new()),
             deleter,
+            fetchers: Default::default(),
         })
     }
 
@@ -80,8 +83,13 @@ impl BrokerState {
         self.cluster.broker_id
     }
 
-    /// A topic's settings: its stored config over this broker's defaults.
+    /// A topic's settings: its stored config over this broker's defaults (the offsets
+    /// topic's are fixed: [`crate::group::offsets::topic_settings`]).
     pub fn settings_of(&self, name: &str, topic: &TopicRecord) -> TopicSettings {
+        if name == OFFSETS_TOPIC {
+            let partitions = topic.partitions.len() as u32;
+            return crate::group::offsets::topic_settings(partitions, topic.replication_factor());
+        }
         TopicSettings::from_record(topic, &self.config.topic_defaults).unwrap_or_else(|(_, why)| {
             tracing::error!(topic = %name, error = %why, "stored topic settings are invalid; using the defaults");
             TopicSettings {
@@ -92,8 +100,9 @@ impl BrokerState {
     }
 
     /// The partition if this broker leads it now, with its leader epoch; otherwise the error
-    /// for the client: unknown, offline, led elsewhere (with the leader in the message), or
-    /// led here but not openable (`STORAGE_ERROR` with the reason; nothing is written to it).
+    /// for the client: internal (clients reach those only through the group operations),
+    /// unknown, offline, led elsewhere (with the leader in the message), or led here but not
+    /// openable (`STORAGE_ERROR` with the reason; nothing is written to it).
     pub fn led_partition(
         &self,
         topic: &str,
@@ -104,6 +113,16 @@ impl BrokerState {
                 "{topic} is internal: it is reached through the group operations only"
             )));
         }
+        self.led_partition_any(topic, index)
+    }
+
+    /// [`BrokerState::led_partition`] for internal topics too: for follower fetches and the
+    /// group coordinator, never for a client's produce, fetch or list-offsets.
+    pub(crate) fn led_partition_any(
+        &self,
+        topic: &str,
+        index: u32,
+    ) -> Result<(Arc<Partition>, u32), m::Error> {
         let image = self.cluster.image();
         let record = image
             .topics
@@ -172,11 +191,28 @@ impl BrokerState {
             })
     }
 
-    /// `NOT_COORDINATOR` (naming the coordinator) unless this broker coordinates `group`.
+    /// `NOT_COORDINATOR` (naming the coordinator) unless this broker coordinates `group`;
+    /// `COORDINATOR_LOAD_IN_PROGRESS` while it is still reading the group's offsets partition
+    /// in its current leader epoch.
     pub fn check_coordinator(&self, group: &str) -> Result<(), m::Error> {
         let coordinator = self.coordinator_of(group)?;
         if coordinator.id == self.node_id() {
-            return Ok(());
+            let index = crate::group::offsets::partition_for_group(group);
+            let image = self.cluster.image();
+            let epoch = image
+                .topics
+                .get(OFFSETS_TOPIC)
+                .and_then(|t| t.partitions.get(index as usize))
+                .map_or(0, |p| p.leader_epoch);
+            if self.groups.offsets.loaded_since(index, epoch).is_some() {
+                return Ok(());
+            }
+            return Err(
+                ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.with_message(format!(
+                    "broker {} is loading the offsets of group {group} ({OFFSETS_TOPIC}/{index})",
+                    self.node_id()
+                )),
+            );
         }
         Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
             "group {group} is coordinated by broker {} at {}:{}",

@@ -45,6 +45,13 @@ pub struct TopicSettings {
     /// bound.
     #[serde(default = "no_bound")]
     pub message_timestamp_before_max_ms: i64,
+    /// In-sync replicas an `acks=all` write needs; 0 = by the replication factor (see
+    /// [`tinymq_meta::default_min_insync_replicas`]). The MetaServer checks and stores it.
+    #[serde(default)]
+    pub min_insync_replicas: u32,
+    /// Whether a replica outside the ISR may lead when no in-sync one can.
+    #[serde(default)]
+    pub unclean_leader_election: bool,
 }
 
 /// Default of `message_timestamp_after_max_ms`: one hour, as Kafka's. A timestamp far in the
@@ -72,6 +79,8 @@ impl Default for TopicSettings {
             message_bytes_max: 1 << 20,
             message_timestamp_after_max_ms: MESSAGE_TIMESTAMP_AFTER_MAX_MS_DEFAULT,
             message_timestamp_before_max_ms: -1,
+            min_insync_replicas: 0,
+            unclean_leader_election: false,
         }
     }
 }
@@ -143,6 +152,10 @@ impl TopicSettings {
             if w.message_timestamp_before_max_ms != 0 {
                 s.message_timestamp_before_max_ms = w.message_timestamp_before_max_ms;
             }
+            if w.min_insync_replicas != 0 {
+                s.min_insync_replicas = w.min_insync_replicas;
+            }
+            s.unclean_leader_election |= w.unclean_leader_election;
         }
         s.validate()?;
         Ok(s)
@@ -163,6 +176,12 @@ impl TopicSettings {
             return invalid(format!(
                 "replication_factor must be 1 to {REPLICATION_FACTOR_MAX}, got {}",
                 self.replication_factor
+            ));
+        }
+        if self.min_insync_replicas > REPLICATION_FACTOR_MAX {
+            return invalid(format!(
+                "min_insync_replicas must be 1 to the replication factor, got {}",
+                self.min_insync_replicas
             ));
         }
         if self.message_timestamp_after_max_ms < -1 || self.message_timestamp_before_max_ms < -1 {
@@ -216,8 +235,15 @@ impl TopicSettings {
     }
 
     /// The settings stored in the cluster metadata: everything but the partition count and
-    /// replication factor, which the placement records carry.
+    /// replication factor, which the placement records carry (an unset `min_insync_replicas`
+    /// is left to the MetaServer, which stores the default for the replication factor).
     pub fn to_config_map(&self) -> BTreeMap<String, String> {
+        let min_insync = (self.min_insync_replicas != 0).then(|| {
+            (
+                tinymq_meta::MIN_INSYNC_REPLICAS,
+                self.min_insync_replicas.to_string(),
+            )
+        });
         [
             ("retention_ms", self.retention_ms.to_string()),
             ("retention_bytes", self.retention_bytes.to_string()),
@@ -233,8 +259,13 @@ impl TopicSettings {
                 "message_timestamp_before_max_ms",
                 self.message_timestamp_before_max_ms.to_string(),
             ),
+            (
+                tinymq_meta::UNCLEAN_LEADER_ELECTION,
+                self.unclean_leader_election.to_string(),
+            ),
         ]
         .into_iter()
+        .chain(min_insync)
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
@@ -247,10 +278,9 @@ impl TopicSettings {
     ) -> Result<TopicSettings, TopicError> {
         let mut s = defaults.clone();
         s.partitions = topic.partitions.len() as u32;
-        s.replication_factor = topic
-            .partitions
-            .first()
-            .map_or(1, |p| p.replicas.len() as u32);
+        s.replication_factor = topic.replication_factor();
+        s.min_insync_replicas = topic.min_insync_replicas();
+        s.unclean_leader_election = topic.unclean_leader_election();
         for (key, value) in &topic.config {
             let bad = |e: &dyn std::fmt::Display| {
                 (
@@ -271,6 +301,8 @@ impl TopicSettings {
                 "message_timestamp_before_max_ms" => {
                     s.message_timestamp_before_max_ms = value.parse().map_err(|e| bad(&e))?
                 }
+                // Read by the MetaServer's rules; taken from the record above.
+                tinymq_meta::MIN_INSYNC_REPLICAS | tinymq_meta::UNCLEAN_LEADER_ELECTION => {}
                 // A setting from a newer version: ignored rather than refusing the topic.
                 _ => tracing::debug!(key, "unknown topic setting ignored"),
             }
@@ -291,6 +323,8 @@ impl TopicSettings {
             segment_ms: self.segment_ms,
             message_timestamp_after_max_ms: self.message_timestamp_after_max_ms,
             message_timestamp_before_max_ms: self.message_timestamp_before_max_ms,
+            min_insync_replicas: self.min_insync_replicas,
+            unclean_leader_election: self.unclean_leader_election,
         }
     }
 }
@@ -367,6 +401,7 @@ mod tests {
             partitions: 2,
             retention_ms: 5000,
             flush: "os".into(),
+            min_insync_replicas: 1,
             ..defaults.clone()
         };
         let partition = tinymq_meta::PartitionRecord {
@@ -374,6 +409,7 @@ mod tests {
             leader: Some(1),
             leader_epoch: 0,
             isr: vec![1],
+            ..tinymq_meta::PartitionRecord::default()
         };
         let mut record = TopicRecord {
             id: 1,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tinymq_meta::{Command, MetadataImage, PartitionRecord};
+use tinymq_meta::{Command, MetadataImage, PartitionRecord, Reply};
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::partition::Partition;
@@ -80,11 +80,19 @@ pub async fn create_topic(
     if let Err((code, msg)) = validate_topic_name(&req.name) {
         return fail(code.with_message(msg));
     }
-    let settings = match TopicSettings::from_wire(req.config.as_ref(), &state.config.topic_defaults)
-    {
-        Ok(s) => s,
-        Err((code, msg)) => return fail(code.with_message(msg)),
-    };
+    let mut settings =
+        match TopicSettings::from_wire(req.config.as_ref(), &state.config.topic_defaults) {
+            Ok(s) => s,
+            Err((code, msg)) => return fail(code.with_message(msg)),
+        };
+    // Not given: the MetaServer picks min(3, live brokers) when it places the topic.
+    let replication_factor = req.config.as_ref().map_or(0, |c| c.replication_factor);
+    if replication_factor == 0 {
+        settings.replication_factor = tinymq_meta::default_replication_factor(
+            state.cluster.image().live_brokers().len(),
+            tinymq_meta::DEFAULT_REPLICATION_FACTOR_MAX,
+        );
+    }
     if req.validate_only {
         if state.partition_count(&req.name).is_some() {
             return fail(
@@ -100,7 +108,7 @@ pub async fn create_topic(
     let command = Command::CreateTopic {
         name: req.name.clone(),
         partitions: settings.partitions,
-        replication_factor: settings.replication_factor,
+        replication_factor,
         config: settings.to_config_map(),
     };
     if let Err(e) = state.cluster.write(command).await {
@@ -117,9 +125,15 @@ pub async fn create_topic(
         .await;
     wait_until_open(&state, &req.name, deadline).await;
     tracing::info!(topic = %req.name, partitions = settings.partitions, "topic created");
+    // What the MetaServer made of it (replication factor, min_insync_replicas defaults).
+    let image = state.cluster.image();
+    let created = match image.topics.get(&req.name) {
+        Some(record) => state.settings_of(&req.name, record),
+        None => settings,
+    };
     m::CreateTopicResponse {
         error: None,
-        config: Some(settings.to_wire()),
+        config: Some(created.to_wire()),
     }
 }
 
@@ -203,6 +217,62 @@ pub async fn decommission_broker(
     m::DecommissionBrokerResponse { error: None }
 }
 
+/// Starts the reassignments of a plan (`Rebalance` or `DrainBroker`; the MetaServer computes
+/// it) and answers with the plan once this broker's image has every move started, so a tool
+/// polling this broker for their completion does not see the partitions before they move.
+async fn run_plan(
+    state: &BrokerState,
+    command: Command,
+) -> (Option<m::Error>, Vec<m::PartitionMove>) {
+    let plan = match state.cluster.write(command).await {
+        Ok(Reply::Plan(plan)) => plan,
+        Ok(other) => {
+            let why = format!("unexpected reply to a plan: {other:?}");
+            return (err(ErrorCode::UNKNOWN_SERVER_ERROR, why), vec![]);
+        }
+        Err(e) => return (Some(e), vec![]),
+    };
+    state
+        .cluster
+        .wait_until(VISIBLE_WAIT, |image| {
+            plan.iter().all(|m| {
+                image
+                    .topics
+                    .get(&m.topic)
+                    .and_then(|t| t.partitions.get(m.partition as usize))
+                    .is_none_or(|p| p.target_replicas() == m.replicas)
+            })
+        })
+        .await;
+    (None, plan.iter().map(|m| m.to_wire()).collect())
+}
+
+/// `tinymq cluster rebalance`: spreads replicas and preferred leaders over the live brokers.
+pub async fn rebalance(state: Arc<BrokerState>, req: m::RebalanceRequest) -> m::RebalanceResponse {
+    let dry_run = req.dry_run;
+    let (error, moves) = run_plan(&state, Command::Rebalance { dry_run }).await;
+    if error.is_none() && !dry_run {
+        tracing::info!(moves = moves.len(), "rebalance started");
+    }
+    m::RebalanceResponse { error, moves }
+}
+
+/// `tinymq broker drain ID`: moves every replica off a broker.
+pub async fn drain_broker(
+    state: Arc<BrokerState>,
+    req: m::DrainBrokerRequest,
+) -> m::DrainBrokerResponse {
+    let command = Command::DrainBroker {
+        id: req.broker_id,
+        dry_run: req.dry_run,
+    };
+    let (error, moves) = run_plan(&state, command).await;
+    if error.is_none() && !req.dry_run {
+        tracing::info!(broker = req.broker_id, moves = moves.len(), "drain started");
+    }
+    m::DrainBrokerResponse { error, moves }
+}
+
 pub fn list_topics(state: &BrokerState) -> m::ListTopicsResponse {
     m::ListTopicsResponse {
         error: None,
@@ -227,6 +297,8 @@ fn partition_state(
         log_end_offset: -1,
         high_watermark: -1,
         size_bytes: 0,
+        adding_replicas: p.adding_replicas.clone(),
+        removing_replicas: p.removing_replicas.clone(),
     };
     if let Ok((local, _)) = state.led_partition(topic, index) {
         out.log_start_offset = local.log.log_start_offset();

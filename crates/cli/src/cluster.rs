@@ -1,5 +1,5 @@
-//! `tinymq meta` (a MetaServer node), `tinymq cluster status` (shown by `cluster_status.rs`)
-//! and `tinymq broker decommission`.
+//! `tinymq meta` (a MetaServer node), `tinymq cluster status` (shown by `cluster_status.rs`),
+//! `tinymq cluster rebalance`, and `tinymq broker drain|decommission` (plans: `reassign.rs`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -115,6 +115,15 @@ pub struct BrokerCli {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum BrokerAction {
+    /// Move every replica off a broker (before removing it): each partition gets a replica on
+    /// another live broker, which copies the data; once in sync, the drained one leaves. The
+    /// partitions stay writable throughout. Prints the moves.
+    Drain {
+        /// The broker's id.
+        id: u32,
+        #[command(flatten)]
+        plan: crate::reassign::PlanArgs,
+    },
     /// Remove a stopped broker from the cluster for good: nothing is placed on it again and
     /// its id can never register again (a replacement machine gets a new id and an empty data
     /// directory). Refused while the broker runs, and while it holds partitions unless
@@ -133,11 +142,16 @@ pub enum BrokerAction {
 }
 
 pub async fn run_broker_action(action: BrokerAction) -> anyhow::Result<()> {
-    let BrokerAction::Decommission {
-        id,
-        move_partitions,
-        bootstrap,
-    } = action;
+    let (id, move_partitions, bootstrap) = match action {
+        BrokerAction::Drain { id, plan } => {
+            return crate::reassign::run(crate::reassign::Plan::Drain(id), plan).await
+        }
+        BrokerAction::Decommission {
+            id,
+            move_partitions,
+            bootstrap,
+        } => (id, move_partitions, bootstrap),
+    };
     let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(&bootstrap.bootstrap))?;
     admin.decommission_broker(id, move_partitions).await?;
     if move_partitions {
@@ -157,9 +171,22 @@ pub enum ClusterCommand {
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
+    /// Spread replicas and preferred leaders evenly over the live brokers (after a broker
+    /// joins): the new replicas copy the data, and once in sync the old ones leave. The topics
+    /// stay writable throughout. Prints the moves.
+    Rebalance {
+        #[command(flatten)]
+        plan: crate::reassign::PlanArgs,
+    },
 }
 
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
-    let ClusterCommand::Status { json, bootstrap } = command;
-    crate::cluster_status::run(json, &bootstrap.bootstrap).await
+    match command {
+        ClusterCommand::Status { json, bootstrap } => {
+            crate::cluster_status::run(json, &bootstrap.bootstrap).await
+        }
+        ClusterCommand::Rebalance { plan } => {
+            crate::reassign::run(crate::reassign::Plan::Rebalance, plan).await
+        }
+    }
 }

@@ -12,6 +12,7 @@ mod limits;
 mod logging;
 mod out;
 mod produce;
+mod reassign;
 mod server;
 mod topic;
 
@@ -41,11 +42,12 @@ enum Command {
     /// Run a standalone server: one MetaServer and one broker in one process.
     Server(server::ServerArgs),
     /// Run a broker of a cluster: registers with the MetaServer nodes of --meta and serves the
-    /// partitions placed on it. `tinymq broker decommission ID` removes a stopped broker.
+    /// partitions placed on it. `tinymq broker drain ID` moves every replica off a broker;
+    /// `tinymq broker decommission ID` removes a stopped broker.
     Broker(cluster::BrokerCli),
     /// Run a MetaServer node: cluster metadata replicated with Raft.
     Meta(cluster::MetaArgs),
-    /// Show the MetaServer nodes, the Raft leader and the brokers.
+    /// Show the MetaServer nodes, the Raft leader and the brokers; rebalance replicas.
     #[command(subcommand)]
     Cluster(cluster::ClusterCommand),
     /// Create, list, describe and delete topics.

@@ -52,6 +52,10 @@ pub struct ServerArgs {
     /// room [default: 268435456].
     #[arg(long, env = "TINYMQ_FETCH_MEMORY_BYTES_MAX")]
     fetch_memory_bytes_max: Option<u32>,
+    /// A follower that has not caught up with its leader for this long (ms) leaves the
+    /// in-sync replicas [default: 10000].
+    #[arg(long, env = "TINYMQ_REPLICA_LAG_TIME_MAX_MS")]
+    replica_lag_time_max_ms: Option<u64>,
 }
 
 /// The TOML file: every field optional.
@@ -68,6 +72,7 @@ struct FileConfig {
     retention_ms: Option<i64>,
     fetch_bytes_max: Option<u32>,
     fetch_memory_bytes_max: Option<u32>,
+    replica_lag_time_max_ms: Option<u64>,
 }
 
 fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
@@ -104,6 +109,13 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
         c.fetch_memory_bytes_max >= 1 << 20,
         "fetch_memory_bytes_max must be at least 1 MiB"
     );
+    if let Some(ms) = pick!(replica_lag_time_max_ms) {
+        anyhow::ensure!(
+            ms >= 1000,
+            "replica_lag_time_max_ms must be at least 1000 (an idle follower's fetch waits up to 500 ms at the leader)"
+        );
+        c.replica_lag_time_max = std::time::Duration::from_millis(ms);
+    }
     topics.flush = pick!(flush).unwrap_or(topics.flush);
     topics.partitions = pick!(partitions).unwrap_or(topics.partitions);
     topics.retention_ms = pick!(retention_ms).unwrap_or(topics.retention_ms);

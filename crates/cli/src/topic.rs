@@ -17,9 +17,18 @@ pub enum TopicCommand {
         /// Number of partitions [default: the server's, normally 1].
         #[arg(long, value_parser = crate::args::positive_u32)]
         partitions: Option<u32>,
-        /// Copies of each partition, on different brokers [default: 1].
+        /// Copies of each partition, on different brokers [default: min(3, live brokers); 1
+        /// for the standalone server].
         #[arg(long, value_parser = crate::args::positive_u32)]
         replicas: Option<u32>,
+        /// In-sync replicas an acks=all write needs; fewer refuse writes with
+        /// NOT_ENOUGH_REPLICAS (1 to --replicas) [default: 2 with 3 or more replicas, else 1].
+        #[arg(long, value_parser = crate::args::positive_u32)]
+        min_insync_replicas: Option<u32>,
+        /// Let a replica outside the ISR lead when no in-sync one is left: the partition comes
+        /// back sooner, but acknowledged records may be lost [default: off].
+        #[arg(long)]
+        unclean_leader_election: bool,
         /// Delete segments older than this, ms; -1 keeps forever [default: the server's,
         /// normally 604800000, 7 days].
         #[arg(long, value_parser = crate::args::positive_or_unbounded, allow_hyphen_values = true)]
@@ -88,6 +97,8 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             name,
             partitions,
             replicas,
+            min_insync_replicas,
+            unclean_leader_election,
             retention_ms,
             retention_bytes,
             segment_bytes,
@@ -110,12 +121,21 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 segment_ms: 0,
                 message_timestamp_after_max_ms: message_timestamp_after_max_ms.unwrap_or(0),
                 message_timestamp_before_max_ms: message_timestamp_before_max_ms.unwrap_or(0),
+                min_insync_replicas: min_insync_replicas.unwrap_or(0),
+                unclean_leader_election,
             };
             let got = admin.create_topic(&name, config).await?;
+            // Created through a MetaServer node, the storage settings are the brokers' own.
+            let flush = if got.flush.is_empty() {
+                String::new()
+            } else {
+                format!(", flush {}", got.flush)
+            };
             outln!(
-                "created topic {name} with {} (flush {})",
+                "created topic {name} with {}, {} (min_insync_replicas {}{flush})",
                 count(got.partitions, "partition"),
-                got.flush
+                count(got.replication_factor, "replica"),
+                got.min_insync_replicas,
             )?;
         }
         TopicCommand::Alter {
@@ -154,6 +174,8 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                             "log_end_offset": known.then_some(p.log_end_offset),
                             "high_watermark": known.then_some(p.high_watermark),
                             "size_bytes": known.then_some(p.size_bytes),
+                            "adding_replicas": p.adding_replicas,
+                            "removing_replicas": p.removing_replicas,
                         })
                     })
                     .collect();
@@ -164,14 +186,18 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                         "retention_ms": c.retention_ms, "retention_bytes": c.retention_bytes,
                         "segment_bytes": c.segment_bytes, "flush": c.flush,
                         "message_bytes_max": c.message_bytes_max,
+                        "min_insync_replicas": c.min_insync_replicas,
+                        "unclean_leader_election": c.unclean_leader_election,
                     },
                     "partitions": partitions,
                 });
                 outln!("{}", serde_json::to_string_pretty(&out)?)?;
             } else {
                 outln!(
-                    "topic {}: {}, flush {}, retention_ms {}, retention_bytes {}, segment_bytes {}, message_bytes_max {}",
-                    d.name, count(c.partitions, "partition"), c.flush, c.retention_ms, c.retention_bytes, c.segment_bytes, c.message_bytes_max
+                    "topic {}: {}, {}, min_insync_replicas {}, unclean_leader_election {}, flush {}, retention_ms {}, retention_bytes {}, segment_bytes {}, message_bytes_max {}",
+                    d.name, count(c.partitions, "partition"), count(c.replication_factor, "replica"),
+                    c.min_insync_replicas, c.unclean_leader_election, c.flush, c.retention_ms,
+                    c.retention_bytes, c.segment_bytes, c.message_bytes_max
                 )?;
                 outln!(
                     "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  replicas / isr",
@@ -184,8 +210,16 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 )?;
                 for p in &d.partitions {
                     let known = offsets_known(p);
+                    let moving = if p.adding_replicas.is_empty() && p.removing_replicas.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "  (reassigning: adding {:?}, removing {:?})",
+                            p.adding_replicas, p.removing_replicas
+                        )
+                    };
                     outln!(
-                        "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  {:?} / {:?}",
+                        "{:>9} {:>6} {:>12} {:>12} {:>12} {:>12}  {:?} / {:?}{moving}",
                         p.partition,
                         or_dash(leader(p)),
                         or_dash(known.then_some(p.log_start_offset)),

@@ -254,7 +254,9 @@ fn unread_fetch_responses_stay_within_the_fetch_memory() {
             partition: 0,
             offset: 0,
             partition_bytes_max: 40 << 20,
+            ..Default::default()
         }],
+        ..Default::default()
     };
     let body = prost::Message::encode_to_vec(&fetch);
     for _ in 0..100 {
@@ -329,7 +331,9 @@ fn internal_topics_are_refused_to_clients_and_a_zero_produce_timeout_is_the_defa
             partition: 0,
             offset: 0,
             partition_bytes_max: 1 << 20,
+            ..Default::default()
         }],
+        ..Default::default()
     });
     let error = fetched.partitions[0].error.clone().expect("refused");
     assert_eq!(error.code, code(ErrorCode::INVALID_TOPIC));

@@ -66,7 +66,9 @@ fn fetch(c: &mut RawClient, topic: &str, offset: i64, max_wait_ms: u32) -> m::Fe
             partition: 0,
             offset,
             partition_bytes_max: 1 << 20,
+            ..Default::default()
         }],
+        ..Default::default()
     })
     .partitions
     .remove(0)

@@ -363,7 +363,7 @@ fn values_that_mean_nothing_are_refused_while_parsing() {
     );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
-        "created topic z with 1 partition (flush always)"
+        "created topic z with 1 partition, 1 replica (min_insync_replicas 1, flush always)"
     );
 }
 

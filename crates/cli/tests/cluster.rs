@@ -167,12 +167,16 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     let (b1, b2, b3) = (&broker_addrs[0], &broker_addrs[1], &broker_addrs[2]);
 
     // Placement: six partitions, two leaders per broker, seen the same through any broker.
+    // One copy each (the default is three): the failover below checks that a partition whose
+    // only copy is down stays offline.
     tool_ok(&[
         "topic",
         "create",
         "orders",
         "--partitions",
         "6",
+        "--replicas",
+        "1",
         "--bootstrap",
         b1,
     ]);
@@ -205,8 +209,9 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
     );
     assert_eq!(u64::from(result.current_leader), led_by);
 
-    // Replica lists of the requested length on distinct brokers; until data replication the
-    // ISR is the leader alone. More replicas than live brokers is refused.
+    // Replica lists of the requested length on distinct brokers; the ISR starts as the
+    // leader alone and grows as followers catch up. More replicas than live brokers is
+    // refused.
     tool_ok(&[
         "topic",
         "create",
@@ -226,7 +231,13 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
             .map(|r| r.as_u64().unwrap())
             .collect();
         assert_eq!(p["replicas"][0], p["leader"], "the preferred leader leads");
-        assert_eq!(p["isr"], serde_json::json!([p["leader"]]));
+        let isr = p["isr"].as_array().unwrap();
+        assert!(isr.contains(&p["leader"]), "{p}");
+        assert!(
+            isr.iter()
+                .all(|r| p["replicas"].as_array().unwrap().contains(r)),
+            "{p}"
+        );
         replicas.sort_unstable();
         assert_eq!(replicas, vec![1, 2, 3]);
     }
@@ -435,12 +446,15 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
     assert!(status.contains("broker 2"), "{status}");
 
     // New partitions go to the new, least-loaded broker; both brokers route every partition.
+    // One copy each, so that only broker 2 holds the partitions it leads.
     tool_ok(&[
         "topic",
         "create",
         "after",
         "--partitions",
         "4",
+        "--replicas",
+        "1",
         "--bootstrap",
         s,
     ]);
@@ -464,6 +478,8 @@ fn a_standalone_server_grows_into_a_cluster_without_a_restart() {
         "after",
         "--partitions",
         "4",
+        "--replicas",
+        "1",
         "--bootstrap",
         s,
     ]);

@@ -195,6 +195,9 @@ impl Cluster {
                 "t",
                 "--partitions",
                 "4",
+                // One copy each: a killed broker's partitions go offline (not over).
+                "--replicas",
+                "1",
                 "--bootstrap",
                 bootstrap,
             ],

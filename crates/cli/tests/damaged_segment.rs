@@ -190,7 +190,9 @@ fn fetch(c: &mut RawClient, topic: &str, partition: u32, offset: i64) -> m::Fetc
             partition,
             offset,
             partition_bytes_max: 1 << 20,
+            ..Default::default()
         }],
+        ..Default::default()
     })
     .partitions
     .remove(0)

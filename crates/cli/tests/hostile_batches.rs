@@ -60,7 +60,9 @@ fn read_all(c: &mut RawClient) -> Vec<String> {
             partition: 0,
             offset: 0,
             partition_bytes_max: 1 << 20,
+            ..Default::default()
         }],
+        ..Default::default()
     });
     let p = &response.partitions[0];
     assert!(p.error.is_none(), "{:?}", p.error);

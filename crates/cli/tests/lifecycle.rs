@@ -290,12 +290,15 @@ fn a_stopped_broker_gets_no_partitions_and_a_decommissioned_one_never_returns() 
     // Restarted after a clean stop, it registers again and is placed on.
     brokers[2] = Server::start_broker(3, &addrs[2], &meta, &dir(3));
     assert_eq!(broker_states(&meta), vec![(1, true), (2, true), (3, true)]);
+    // One copy each: decommissioning broker 3 then moves its partitions to the two others.
     tool_ok(&[
         "topic",
         "create",
         "after-restart",
         "--partitions",
         "6",
+        "--replicas",
+        "1",
         "--bootstrap",
         b1,
     ]);

@@ -391,6 +391,9 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
         segment_ms: 0,
         message_timestamp_after_max_ms: 3600 * 1000,
         message_timestamp_before_max_ms: -1,
+        // By the replication factor: 1 for a single copy.
+        min_insync_replicas: 1,
+        unclean_leader_election: false,
     };
     for (name, config) in [("absent", None), ("zeros", Some(m::TopicConfig::default()))] {
         let r = create(&mut c, name, config);
@@ -422,7 +425,9 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
             partition: 0,
             offset: 0,
             partition_bytes_max: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     });
     assert_eq!(error_of(&f.partitions[0].error), 0);
     assert_eq!(BatchIter::new(f.partitions[0].records.clone()).count(), 1);
@@ -482,7 +487,9 @@ fn fetch(c: &mut RawClient, topic: &str, offset: i64) -> m::FetchPartitionResult
             partition: 0,
             offset,
             partition_bytes_max: 0,
+            ..Default::default()
         }],
+        ..Default::default()
     });
     r.partitions.into_iter().next().expect("one result")
 }

@@ -105,7 +105,19 @@ fn an_offline_leader_shows_unknown_never_zero() {
     let s = server.addr.as_str();
     let joined_addr = format!("127.0.0.1:{}", free_port());
     let mut joined = Server::start_broker(2, &joined_addr, s, &tmp.path().join("broker-2"));
-    tool_ok(&["topic", "create", "t9", "--partitions", "8"], s);
+    // One copy each: a dead broker's partitions have no leader once it is fenced.
+    tool_ok(
+        &[
+            "topic",
+            "create",
+            "t9",
+            "--partitions",
+            "8",
+            "--replicas",
+            "1",
+        ],
+        s,
+    );
     let placed = json(&["topic", "describe", "t9", "--json"], s);
     let offline: Vec<u32> = placed["partitions"]
         .as_array()

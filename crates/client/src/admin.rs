@@ -1,4 +1,5 @@
-//! Topic administration: create, delete, list, describe.
+//! Cluster administration: topics (create, grow, delete, list, describe), groups, and
+//! brokers (decommission, rebalance, drain).
 
 use std::sync::Arc;
 
@@ -10,7 +11,8 @@ use crate::error::{check, ClientError};
 use crate::retry::{admin_retriable, retrying};
 
 pub use tinymq_protocol::messages::{
-    CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionState, TopicConfig,
+    CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove, PartitionState,
+    TopicConfig,
 };
 
 /// Administrative operations against any node of the cluster. Each rides out a leader change
@@ -128,6 +130,38 @@ impl Admin {
         };
         self.retry(&format!("decommission broker {broker_id}"), || async move {
             check(self.cluster.request(request).await?.error.as_ref())
+        })
+        .await
+    }
+
+    /// Spreads replicas and preferred leaders evenly over the live brokers (after a broker
+    /// joins) by starting partition reassignments; with `dry_run` only computes them. Returns
+    /// the moves (empty: already balanced). A reassignment adds the new replicas, waits until
+    /// they are in sync, then drops the old ones; [`PartitionState::adding_replicas`] shows it
+    /// under way. A retry after a lost answer finds the moves started and returns fewer.
+    pub async fn rebalance(&self, dry_run: bool) -> Result<Vec<PartitionMove>, ClientError> {
+        let request = &m::RebalanceRequest { dry_run };
+        self.retry("rebalance", || async move {
+            let response = self.cluster.request(request).await?;
+            check(response.error.as_ref())?;
+            Ok(response.moves)
+        })
+        .await
+    }
+
+    /// Moves every replica off broker `broker_id` (before removing it) by starting partition
+    /// reassignments; with `dry_run` only computes them. Returns the moves, as
+    /// [`Admin::rebalance`].
+    pub async fn drain_broker(
+        &self,
+        broker_id: u32,
+        dry_run: bool,
+    ) -> Result<Vec<PartitionMove>, ClientError> {
+        let request = &m::DrainBrokerRequest { broker_id, dry_run };
+        self.retry(&format!("drain broker {broker_id}"), || async move {
+            let response = self.cluster.request(request).await?;
+            check(response.error.as_ref())?;
+            Ok(response.moves)
         })
         .await
     }

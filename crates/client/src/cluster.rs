@@ -1,6 +1,14 @@
 //! What the client knows of the cluster: connections per broker address and the route cache
 //! (topic → partition leaders), fetched from any node and refreshed when stale or when a broker
 //! says it is not the leader.
+//!
+//! A node that is stalled (a stopped process, a hung host) keeps its TCP connections open and
+//! answers nothing, so metadata requests ask one node at a time, each for at most
+//! [`failover::METADATA_NODE_TIMEOUT`], and ask last the nodes that recently let one time out
+//! (`failover.rs`). Requests to a partition's leader can watch the route meanwhile and give
+//! up once another node names a new leader (`Cluster::leader_moved`).
+
+mod failover;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +19,7 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::connection::Connection;
 use crate::error::{check, ClientError};
+pub use failover::LEADER_CHECK_INTERVAL;
 
 /// Routes older than this are fetched again before use.
 pub const METADATA_AGE_MAX: Duration = Duration::from_secs(300);
@@ -80,9 +89,13 @@ impl TopicRoute {
 pub struct Cluster {
     pub config: ClientConfig,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
-    /// Serializes connection attempts so that concurrent callers share one connection.
-    connecting: tokio::sync::Mutex<()>,
+    /// Serializes connection attempts per address, so that concurrent callers share one
+    /// connection and a node that hangs in the handshake holds up only callers of that node.
+    connecting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     routes: Mutex<HashMap<String, Arc<TopicRoute>>>,
+    /// Nodes that let a metadata request time out, and when: asked last until
+    /// [`failover::SUSPECT_FOR`] has passed or they answer.
+    suspects: Mutex<HashMap<String, Instant>>,
 }
 
 impl Cluster {
@@ -93,8 +106,9 @@ impl Cluster {
         Ok(Arc::new(Cluster {
             config,
             connections: Mutex::new(HashMap::new()),
-            connecting: tokio::sync::Mutex::new(()),
+            connecting: Mutex::new(HashMap::new()),
             routes: Mutex::new(HashMap::new()),
+            suspects: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -103,7 +117,13 @@ impl Cluster {
         if let Some(c) = self.connections.lock().get(addr).filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let _guard = self.connecting.lock().await;
+        let lock = self
+            .connecting
+            .lock()
+            .entry(addr.to_string())
+            .or_default()
+            .clone();
+        let _guard = lock.lock().await;
         if let Some(c) = self.connections.lock().get(addr).filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
@@ -114,21 +134,12 @@ impl Cluster {
         Ok(c)
     }
 
-    /// A connection to any node: known brokers first, then the bootstrap list.
+    /// A connection to any node: known brokers first, then the bootstrap list, nodes that
+    /// recently timed out last.
     pub async fn any_connection(&self) -> Result<Arc<Connection>, ClientError> {
-        let live: Vec<_> = self
-            .connections
-            .lock()
-            .values()
-            .filter(|c| !c.is_closed())
-            .cloned()
-            .collect();
-        if let Some(c) = live.into_iter().next() {
-            return Ok(c);
-        }
         let mut failures = Vec::new();
-        for addr in &self.config.bootstrap {
-            match self.connection(addr).await {
+        for addr in self.candidates(None) {
+            match self.connection(&addr).await {
                 Ok(c) => return Ok(c),
                 Err(e) => failures.push(e),
             }
@@ -147,10 +158,22 @@ impl Cluster {
 
     /// Fetches routes for `topic` now.
     pub async fn refresh(&self, topic: &str) -> Result<Arc<TopicRoute>, ClientError> {
+        self.refresh_avoiding(topic, None).await
+    }
+
+    /// Fetches routes for `topic` now, asking `avoid` only if no other node answers.
+    async fn refresh_avoiding(
+        &self,
+        topic: &str,
+        avoid: Option<&str>,
+    ) -> Result<Arc<TopicRoute>, ClientError> {
         let response = self
-            .request(&m::MetadataRequest {
-                topics: vec![topic.to_string()],
-            })
+            .metadata(
+                &m::MetadataRequest {
+                    topics: vec![topic.to_string()],
+                },
+                avoid,
+            )
             .await?;
         let brokers: HashMap<u32, String> = response
             .brokers
@@ -193,7 +216,9 @@ impl Cluster {
 
     /// Every live broker's id and address.
     pub async fn broker_addresses(&self) -> Result<HashMap<u32, String>, ClientError> {
-        let response = self.request(&m::MetadataRequest { topics: vec![] }).await?;
+        let response = self
+            .metadata(&m::MetadataRequest { topics: vec![] }, None)
+            .await?;
         check(response.error.as_ref())?;
         Ok(response
             .brokers
@@ -245,9 +270,14 @@ impl Cluster {
                 timestamp,
             }],
         };
-        let response = connection
-            .request(&request, self.config.request_timeout)
-            .await?;
+        // A read: giving it up when the leader moved is always safe.
+        let watched = [(topic.to_string(), partition)];
+        let response = tokio::select! {
+            r = connection.request(&request, self.config.request_timeout) => r?,
+            moved = self.leader_moved(&watched, connection.addr(), LEADER_CHECK_INTERVAL) => {
+                return Err(moved)
+            }
+        };
         let p = response
             .partitions
             .into_iter()

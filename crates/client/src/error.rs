@@ -32,6 +32,16 @@ pub enum ClientError {
         bytes: usize,
         limit: usize,
     },
+    /// A request to a partition's leader went unanswered while the metadata (asked of other
+    /// nodes) came to name another leader, or none: the attempt was given up so that it can
+    /// be made again to the new leader. Retriable; the routes are already fresh.
+    #[error("{topic}/{partition}: leader moved from {from} to {to} while a request to it was unanswered")]
+    LeaderMoved {
+        topic: String,
+        partition: u32,
+        from: String,
+        to: String,
+    },
     /// A retriable error lasted past the operation's deadline.
     #[error(
         "{operation} did not succeed within {waited_ms} ms of retrying; last error: {last_error}"
@@ -50,7 +60,8 @@ impl ClientError {
         match self {
             ClientError::Connect { .. }
             | ClientError::ConnectionClosed(_)
-            | ClientError::Timeout(_) => true,
+            | ClientError::Timeout(_)
+            | ClientError::LeaderMoved { .. } => true,
             ClientError::Server { code, .. } => code.is_retriable(),
             _ => false,
         }

@@ -15,8 +15,8 @@ mod producer;
 mod retry;
 
 pub use admin::{
-    Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionState,
-    TopicConfig,
+    Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove,
+    PartitionState, TopicConfig,
 };
 pub use cluster::{ClientConfig, Cluster};
 pub use connection::Connection;

@@ -33,6 +33,20 @@ pub enum LogError {
         "the log's offsets are exhausted: it ends at {log_end} and the write needs {offsets} more"
     )]
     OffsetsExhausted { log_end: i64, offsets: u64 },
+    /// A write under a leader epoch below the latest one in the log (a deposed leader), or
+    /// replicated batches whose epochs go back.
+    #[error("leader epoch {epoch} is below the log's latest leader epoch {latest}")]
+    StaleLeaderEpoch { epoch: i32, latest: i32 },
+    #[error("leader epoch {0} is negative")]
+    InvalidLeaderEpoch(i32),
+    /// Replicated batches that do not continue the log: the first does not start at the log
+    /// end, or one does not start right after the batch before it. Nothing was written.
+    #[error("replicated batch {batch} starts at offset {found}, expected {expected}")]
+    NotContiguous {
+        batch: usize,
+        expected: i64,
+        found: i64,
+    },
     #[error("invalid log configuration: {0}")]
     InvalidConfig(String),
     /// A write or fsync failed in a way that leaves the on-disk state unknown. The log refuses
@@ -64,7 +78,12 @@ impl LogError {
             }
             LogError::InvalidBatch(_) => ErrorCode::CORRUPT_MESSAGE,
             LogError::BatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
-            LogError::OffsetOutOfRange { .. } => ErrorCode::OFFSET_OUT_OF_RANGE,
+            LogError::OffsetOutOfRange { .. } | LogError::NotContiguous { .. } => {
+                ErrorCode::OFFSET_OUT_OF_RANGE
+            }
+            // The writer's epoch is older than its own log's: it is not the leader any more.
+            LogError::StaleLeaderEpoch { .. } => ErrorCode::NOT_LEADER,
+            LogError::InvalidLeaderEpoch(_) => ErrorCode::INVALID_REQUEST,
             LogError::InvalidConfig(_) => ErrorCode::INVALID_CONFIG,
         }
     }

@@ -282,6 +282,13 @@ impl Storage for FaultyStorage {
             .ok_or_else(|| not_found(path))
     }
 
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut tree = self.tree.lock();
+        let file = tree.files.remove(from).ok_or_else(|| not_found(from))?;
+        tree.files.insert(to.to_path_buf(), file);
+        Ok(())
+    }
+
     fn exists(&self, path: &Path) -> bool {
         let tree = self.tree.lock();
         tree.files.contains_key(path) || tree.dirs.contains(path)

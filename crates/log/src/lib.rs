@@ -17,6 +17,7 @@
 
 mod clock;
 mod config;
+mod epoch;
 mod error;
 pub mod fault;
 mod index;
@@ -24,6 +25,7 @@ mod log;
 mod maintenance;
 mod read;
 mod recovery;
+mod replica;
 mod segment;
 mod storage;
 
@@ -41,5 +43,7 @@ pub use storage::{OsStorage, Storage, StorageFile};
 
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod replica_tests;
 #[cfg(test)]
 mod tests;

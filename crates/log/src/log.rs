@@ -25,27 +25,28 @@ use tinymq_protocol::batch::{
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{FlushPolicy, LogConfig};
+use crate::epoch::EpochCache;
 use crate::error::LogError;
 use crate::recovery::{open_segment, Check, RecoveryReport, Truncation};
 use crate::segment::{
-    parse_segment_path, segment_path, BatchMeta, Segment, SegmentFiles, LOG_SUFFIX,
-    SEGMENT_OFFSETS_MAX,
+    broken_invariant, parse_segment_path, segment_path, BatchMeta, Segment, SegmentFiles,
+    LOG_SUFFIX, SEGMENT_OFFSETS_MAX,
 };
 use crate::storage::{OsStorage, Storage, StorageFile};
 
 /// One batch of an append: where it lies in the caller's buffer.
 #[derive(Debug, Clone, Copy)]
-struct Span {
-    start: usize,
-    len: usize,
+pub(crate) struct Span {
+    pub start: usize,
+    pub len: usize,
 }
 
 /// Where the next write goes: the active segment as the writer found it (or rolled it to).
-struct WriteTarget {
-    file: Arc<dyn StorageFile>,
-    base_offset: i64,
-    position: u64,
-    next_offset: i64,
+pub(crate) struct WriteTarget {
+    pub file: Arc<dyn StorageFile>,
+    pub base_offset: i64,
+    pub position: u64,
+    pub next_offset: i64,
 }
 
 /// Where an append landed.
@@ -64,6 +65,13 @@ pub struct AppendInfo {
 pub(crate) struct LogState {
     /// Never empty: the last segment is the active one.
     pub segments: BTreeMap<i64, Segment>,
+    /// The leader epochs of the log, as in `leader-epoch-checkpoint` (see `epoch.rs`).
+    pub epochs: EpochCache,
+    /// Bumped (under this state's write lock) whenever bytes the log held are cut or
+    /// unlinked by truncation. A reader that copied a segment's extent checks it is unchanged
+    /// after reading the file, and reads again if not, so it never returns bytes a truncation
+    /// cut from under it (or new ones written over them).
+    pub truncations: u64,
     pub failed: Option<String>,
     pub closed: bool,
 }
@@ -101,6 +109,9 @@ pub(crate) struct SyncState {
     pub durable_offset: i64,
     pub syncing: bool,
     pub last_sync: Instant,
+    /// Bumped by truncation: an fsync that started before it covers an end offset that may
+    /// no longer exist, so its result is not counted.
+    pub truncations: u64,
 }
 
 /// One partition's log. Share it with `Arc`; every method takes `&self`.
@@ -139,7 +150,9 @@ impl PartitionLog {
         clock: Arc<dyn Clock>,
     ) -> Result<(PartitionLog, RecoveryReport), LogError> {
         config.validate().map_err(LogError::InvalidConfig)?;
-        let (segments, report) = recover_segments(&*storage, dir, &config)?;
+        let (segments, mut report) = recover_segments(&*storage, dir, &config)?;
+        let epochs = crate::epoch::recover(&*storage, dir, &segments, &mut report)
+            .map_err(|e| LogError::io(crate::epoch::checkpoint_path(dir), e))?;
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             storage,
@@ -148,6 +161,8 @@ impl PartitionLog {
             writer: Mutex::new(()),
             state: RwLock::new(LogState {
                 segments,
+                epochs,
+                truncations: 0,
                 failed: None,
                 closed: false,
             }),
@@ -155,6 +170,7 @@ impl PartitionLog {
                 durable_offset: 0,
                 syncing: false,
                 last_sync: Instant::now(),
+                truncations: 0,
             }),
             sync_done: Condvar::new(),
         };
@@ -213,7 +229,7 @@ impl PartitionLog {
     }
 
     /// Marks the log failed: it refuses writes until reopened.
-    fn fail(&self, why: String) {
+    pub(crate) fn fail(&self, why: String) {
         tracing::error!(dir = %self.dir.display(), %why, "log failed; it refuses writes until reopened");
         self.state.write().failed.get_or_insert(why);
     }
@@ -242,9 +258,19 @@ impl PartitionLog {
     /// returns without waiting for any fsync. Callers that must order appends (idempotence
     /// checks) do this under their own lock and call [`PartitionLog::await_flush_policy`]
     /// after releasing it, so that fsyncs stay shared.
+    ///
+    /// `leader_epoch` must be ≥ 0 and not below the log's latest epoch
+    /// ([`LogError::StaleLeaderEpoch`]: a deposed leader). A newer epoch is recorded in the
+    /// leader-epoch checkpoint, durably, before its first batch is written; that costs an
+    /// fsync only when the epoch changes.
     pub fn write(&self, batches: &mut [u8], leader_epoch: i32) -> Result<AppendInfo, LogError> {
-        let (spans, offsets) = self.check_batches(batches)?;
+        if leader_epoch < 0 {
+            return Err(LogError::InvalidLeaderEpoch(leader_epoch));
+        }
+        let limit = u64::from(self.config.batch_bytes_max);
+        let (spans, offsets) = self.check_batches(batches, limit, true)?;
         let _writer = self.writer.lock();
+        self.enter_epoch(leader_epoch)?;
         let target = self.prepare_write(offsets, batches.len() as u64)?;
         let mut next_offset = target.next_offset;
         let mut metas = Vec::with_capacity(spans.len());
@@ -257,9 +283,27 @@ impl PartitionLog {
             next_offset = meta.next_offset();
             metas.push(meta);
         }
+        self.commit_write(&target, batches, &metas)
+    }
+
+    /// Writes `bytes` (the batches `metas` describe, positioned for `target`) at the end of
+    /// the active segment and publishes them. The caller holds the writer lock and got
+    /// `target` from [`PartitionLog::prepare_write`].
+    pub(crate) fn commit_write(
+        &self,
+        target: &WriteTarget,
+        bytes: &[u8],
+        metas: &[BatchMeta],
+    ) -> Result<AppendInfo, LogError> {
+        let (Some(first), Some(last)) = (metas.first(), metas.last()) else {
+            return Err(self.io_error(
+                target.base_offset,
+                broken_invariant("a write of no batches".into()),
+            ));
+        };
         // Readers never look past the published length, so the bytes go down without the
         // segment map's lock; only publishing them below takes it.
-        if let Err(e) = target.file.write_all_at(batches, target.position) {
+        if let Err(e) = target.file.write_all_at(bytes, target.position) {
             // Drop whatever part of the write landed, so the next append starts clean.
             if let Err(cleanup) = target.file.set_len(target.position) {
                 self.fail(format!("write failed ({e}); cleanup failed ({cleanup})"));
@@ -269,7 +313,7 @@ impl PartitionLog {
         let mut state = self.state.write();
         let active = state.active_mut();
         let interval = self.config.index_interval_bytes;
-        for meta in &metas {
+        for meta in metas {
             if let Err(e) = active.track_batch(meta, interval) {
                 let base = active.base_offset;
                 state.failed = Some(format!("index write failed: {e}"));
@@ -277,9 +321,9 @@ impl PartitionLog {
             }
         }
         Ok(AppendInfo {
-            base_offset: target.next_offset,
-            last_offset: next_offset - 1,
-            log_end_offset: next_offset,
+            base_offset: first.base_offset,
+            last_offset: last.last_offset,
+            log_end_offset: last.next_offset(),
             batch_count: metas.len(),
             max_timestamp: metas
                 .iter()
@@ -288,11 +332,50 @@ impl PartitionLog {
         })
     }
 
-    /// Splits `batches` into spans and checks each batch's size, magic, CRC and offset delta
-    /// before the log is locked. Returns the spans and the offsets they take together, which
-    /// must fit one segment.
-    fn check_batches(&self, batches: &[u8]) -> Result<(Vec<Span>, u64), LogError> {
-        if batches.len() as u64 > self.config.segment_bytes {
+    /// Holding the writer lock: checks that `epoch` may write (not below the latest) and, if
+    /// it is newer, records it as starting at the log end. O(1) unless the epoch changes.
+    pub(crate) fn enter_epoch(&self, epoch: i32) -> Result<(), LogError> {
+        let (latest, end) = {
+            let state = self.state.read();
+            state.check_writable()?;
+            (state.epochs.latest(), state.log_end_offset())
+        };
+        match latest {
+            Some(latest) if epoch < latest => Err(LogError::StaleLeaderEpoch { epoch, latest }),
+            Some(latest) if epoch == latest => Ok(()),
+            _ => self.update_epochs(|cache| cache.push(epoch, end)),
+        }
+    }
+
+    /// Holding the writer lock: applies `change` to a copy of the epoch cache, writes the
+    /// checkpoint durably, then publishes the copy. A failed write fails the log: the file on
+    /// disk may then be either version, and only a reopen (which checks it against the log)
+    /// makes that safe again.
+    pub(crate) fn update_epochs(
+        &self,
+        change: impl FnOnce(&mut EpochCache),
+    ) -> Result<(), LogError> {
+        let mut next = self.state.read().epochs.clone();
+        change(&mut next);
+        if let Err(e) = crate::epoch::store(&*self.storage, &self.dir, &next) {
+            self.fail(format!("leader-epoch checkpoint write failed: {e}"));
+            return Err(LogError::io(crate::epoch::checkpoint_path(&self.dir), e));
+        }
+        self.state.write().epochs = next;
+        Ok(())
+    }
+
+    /// Splits `batches` into spans and checks each batch's size (at most `batch_bytes_max`),
+    /// magic, CRC and offset delta before the log is locked. Returns the spans and the
+    /// offsets they take together, which must fit one segment when `one_segment` is set (a
+    /// leader's append is one write); a follower's replicated batches may span several.
+    pub(crate) fn check_batches(
+        &self,
+        batches: &[u8],
+        batch_bytes_max: u64,
+        one_segment: bool,
+    ) -> Result<(Vec<Span>, u64), LogError> {
+        if one_segment && batches.len() as u64 > self.config.segment_bytes {
             return Err(LogError::BatchTooLarge {
                 size: batches.len(),
                 limit: self.config.segment_bytes,
@@ -314,10 +397,10 @@ impl PartitionLog {
                 }
                 .into());
             }
-            if len > self.config.batch_bytes_max as usize {
+            if len as u64 > batch_bytes_max {
                 return Err(LogError::BatchTooLarge {
                     size: len,
-                    limit: u64::from(self.config.batch_bytes_max),
+                    limit: batch_bytes_max,
                 });
             }
             let batch = &rest[..len];
@@ -348,7 +431,7 @@ impl PartitionLog {
             }
             .into());
         }
-        if offsets > SEGMENT_OFFSETS_MAX {
+        if one_segment && offsets > SEGMENT_OFFSETS_MAX {
             return Err(LogError::OffsetSpanTooLarge {
                 offsets,
                 limit: SEGMENT_OFFSETS_MAX,
@@ -361,7 +444,7 @@ impl PartitionLog {
     /// active segment is too big or too old, or when the write's last offset would be past
     /// what the segment's indexes can encode. The caller holds the writer lock, so the active
     /// segment cannot change until it has written.
-    fn prepare_write(&self, offsets: u64, bytes: u64) -> Result<WriteTarget, LogError> {
+    pub(crate) fn prepare_write(&self, offsets: u64, bytes: u64) -> Result<WriteTarget, LogError> {
         let (roll, target, files) = {
             let state = self.state.read();
             state.check_writable()?;
@@ -460,6 +543,7 @@ impl PartitionLog {
                 continue;
             }
             sync.syncing = true;
+            let truncations = sync.truncations;
             drop(sync);
             let outcome = self.sync_active();
             sync = self.sync.lock();
@@ -467,7 +551,11 @@ impl PartitionLog {
             sync.last_sync = Instant::now();
             self.sync_done.notify_all();
             match outcome {
-                Ok(covered) => sync.durable_offset = sync.durable_offset.max(covered),
+                // A truncation meanwhile may have cut what this fsync covered: not counted.
+                Ok(covered) if sync.truncations == truncations => {
+                    sync.durable_offset = sync.durable_offset.max(covered)
+                }
+                Ok(_) => {}
                 Err(e) => return Err(e),
             }
         }

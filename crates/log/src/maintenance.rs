@@ -1,8 +1,10 @@
 //! Changing the log other than by appending: truncation (a follower cutting back to its
 //! leader after a failover) and retention (deleting whole old segments).
 
+use std::ops::Bound;
 use std::path::Path;
 
+use crate::epoch::EpochCache;
 use crate::error::LogError;
 use crate::log::PartitionLog;
 use crate::segment::{
@@ -48,10 +50,27 @@ pub(crate) fn remove_segment_files(
 }
 
 impl PartitionLog {
-    /// Removes every record at or after `offset`; a batch that holds `offset` is removed whole,
-    /// so the new end may be below `offset`. Returns the new log end offset. Cutting below the
-    /// log start empties the log and restarts it at `offset`.
+    /// Removes every record at or after `offset`, durably, and the leader epochs that start
+    /// there or later: a follower cutting a divergent tail. Offsets are cut at batch
+    /// boundaries: a batch that holds `offset` is removed whole (as Kafka does), so the new
+    /// end may be below `offset`. Returns the new log end offset; compare it with `offset` to
+    /// see whether a batch was split. An `offset` at or past the end changes nothing; one
+    /// below the log start is refused (`OffsetOutOfRange`; see
+    /// [`PartitionLog::truncate_fully_and_start_at`]). When it returns, the cut, the deleted
+    /// segments and the checkpoint are fsynced: a crash never brings the tail back.
+    ///
+    /// Concurrent reads return either the log before the cut or after it, never bytes of
+    /// both: a read that overlapped the cut is redone (see `read.rs`).
     pub fn truncate_to(&self, offset: i64) -> Result<i64, LogError> {
+        let _writer = self.writer.lock();
+        self.truncate_locked(offset)
+    }
+
+    /// Empties the log and restarts it at `offset`, durably: for a follower whose log ends
+    /// below its leader's log start (Kafka's `truncateFullyAndStartAt`). Every segment is
+    /// deleted and the leader-epoch cache cleared; the next append (replicated or not) gets
+    /// offset `offset`. `offset` may be anywhere ≥ 0.
+    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), LogError> {
         if offset < 0 {
             return Err(LogError::OffsetOutOfRange {
                 offset,
@@ -60,51 +79,118 @@ impl PartitionLog {
             });
         }
         let _writer = self.writer.lock();
-        let (files, base, end) = {
+        // First empty the log where it starts (crash-safe: every state on the way is a
+        // prefix of the old log), then move the empty log to `offset`.
+        let start = self.log_start_offset();
+        self.truncate_locked(start)?;
+        if !self.state.read().epochs.entries().is_empty() {
+            self.update_epochs(|cache| *cache = EpochCache::default())?;
+        }
+        if start == offset {
+            return Ok(());
+        }
+        let segment = Segment::create(&*self.storage, &self.dir, offset)
+            .map_err(|e| self.io_error(offset, e))?;
+        let files = segment.files();
+        let outcome = files
+            .sync()
+            .map_err(|e| self.io_error(offset, e))
+            .and_then(|()| self.sync_dir())
+            .and_then(|()| {
+                let mut state = self.state.write();
+                state.truncations += 1;
+                state.segments.clear();
+                state.segments.insert(offset, segment);
+                drop(state);
+                // A crash before this removal leaves two empty segments: no data either way.
+                remove_segment_files(&*self.storage, &self.dir, start)
+            })
+            .and_then(|()| self.sync_dir());
+        if let Err(e) = outcome {
+            self.fail(format!("restarting the log at {offset} failed: {e}"));
+            return Err(e);
+        }
+        self.truncated(offset);
+        tracing::info!(dir = %self.dir.display(), offset, "log emptied and restarted");
+        Ok(())
+    }
+
+    /// [`PartitionLog::truncate_to`] with the writer lock held.
+    fn truncate_locked(&self, offset: i64) -> Result<i64, LogError> {
+        let (files, base, end, epochs_changed) = {
             let mut state = self.state.write();
             state.check_writable()?;
-            if offset >= state.log_end_offset() {
-                return Ok(state.log_end_offset());
+            let (start, log_end) = (state.log_start_offset(), state.log_end_offset());
+            if offset < start {
+                return Err(LogError::OffsetOutOfRange {
+                    offset,
+                    log_start: start,
+                    log_end,
+                });
             }
-            let doomed: Vec<i64> = state.segments.range(offset..).map(|(&b, _)| b).collect();
+            if offset >= log_end {
+                return Ok(log_end);
+            }
+            state.truncations += 1;
+            // Newest first, so that a crash part way leaves a prefix of the log (recovery
+            // would keep a later segment after a gap).
+            let doomed: Vec<i64> = state
+                .segments
+                .range((Bound::Excluded(offset), Bound::Unbounded))
+                .map(|(&b, _)| b)
+                .rev()
+                .collect();
             for base in &doomed {
                 state.segments.remove(base);
                 remove_segment_files(&*self.storage, &self.dir, *base)?;
             }
-            if state.segments.is_empty() {
-                let segment = Segment::create(&*self.storage, &self.dir, offset)
-                    .map_err(|e| self.io_error(offset, e))?;
-                state.segments.insert(offset, segment);
-            } else {
-                let interval = self.config.index_interval_bytes;
-                let active = state.active_mut();
-                let base = active.base_offset;
-                cut_segment(active, offset, interval).map_err(|e| self.io_error(base, e))?;
-            }
-            let active = state.active();
-            (active.files(), active.base_offset, active.next_offset)
+            // `offset` ≥ the log start, so a segment holds it and survives.
+            let interval = self.config.index_interval_bytes;
+            let active = state.active_mut();
+            let base = active.base_offset;
+            cut_segment(active, offset, interval).map_err(|e| self.io_error(base, e))?;
+            let (files, end) = (active.files(), active.next_offset);
+            let epochs_changed = state.epochs.clone().truncate_from_end(end);
+            (files, base, end, epochs_changed)
         };
         // The cut is made durable without the segment map's lock (the writer lock keeps
-        // appends out); readers meanwhile see the cut log.
+        // appends out); readers meanwhile see the cut log. The checkpoint is rewritten only
+        // after the cut is durable: a crash in between leaves entries past the log end,
+        // which opening drops.
         let synced = files
             .sync()
             .map_err(|e| self.io_error(base, e))
+            .and_then(|()| self.sync_dir())
             .and_then(|()| {
-                self.storage
-                    .sync_dir(&self.dir)
-                    .map_err(|e| LogError::io(&self.dir, e))
+                if epochs_changed {
+                    self.update_epochs(|cache| {
+                        cache.truncate_from_end(end);
+                    })
+                } else {
+                    Ok(())
+                }
             });
         if let Err(e) = synced {
-            self.state
-                .write()
-                .failed
-                .get_or_insert(format!("fsync after truncation failed: {e}"));
+            self.fail(format!("making a truncation durable failed: {e}"));
             return Err(e);
         }
-        let mut sync = self.sync.lock();
-        sync.durable_offset = sync.durable_offset.min(end);
+        self.truncated(end);
         tracing::info!(dir = %self.dir.display(), offset, new_end = end, "log truncated");
         Ok(end)
+    }
+
+    /// After a durable truncation to `end`: everything below it is on disk, and fsyncs that
+    /// started before it do not count.
+    fn truncated(&self, end: i64) {
+        let mut sync = self.sync.lock();
+        sync.truncations += 1;
+        sync.durable_offset = end;
+    }
+
+    fn sync_dir(&self) -> Result<(), LogError> {
+        self.storage
+            .sync_dir(&self.dir)
+            .map_err(|e| LogError::io(&self.dir, e))
     }
 
     /// Deletes whole segments past the retention limits: those whose newest record is older
@@ -158,7 +244,28 @@ impl PartitionLog {
                 bytes = report.bytes_deleted, "retention deleted segments");
         }
         report.segments_deleted = doomed.len();
+        self.forget_epochs_below(report.log_start_offset);
         Ok(report)
+    }
+}
+
+impl PartitionLog {
+    /// Trims the epoch entries below a log start that retention moved. A failure to rewrite
+    /// the checkpoint is only logged: extra entries below the log start mislead nothing, and
+    /// opening the log trims them again.
+    fn forget_epochs_below(&self, log_start: i64) {
+        if !self.state.read().epochs.starts_below(log_start) {
+            return; // every retention pass asks; the writer lock is taken only for a change
+        }
+        let _writer = self.writer.lock();
+        let mut trimmed = self.state.read().epochs.clone();
+        trimmed.truncate_from_start(log_start);
+        if let Err(e) = crate::epoch::store(&*self.storage, &self.dir, &trimmed) {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
+                "leader-epoch checkpoint not rewritten after retention");
+            return;
+        }
+        self.state.write().epochs = trimmed;
     }
 }
 

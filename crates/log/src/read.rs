@@ -3,6 +3,12 @@
 //! A read holds the segment map's lock only long enough to pick the segment and copy its file
 //! handle and valid length; the file is then read without the lock. Data below the length
 //! taken under the lock is complete, since appends `pwrite` before they publish the new length.
+//!
+//! Truncation is the one thing that changes bytes below a published length: it cuts the file,
+//! and appends then write new batches at the same positions. So a read also copies the log's
+//! truncation count, and after reading the file checks it under the lock again: if a
+//! truncation ran in between, what it read may mix the old and new logs, and it reads again.
+//! A read therefore returns the log as it was either before or after any truncation.
 
 use std::ops::Bound;
 use std::sync::Arc;
@@ -14,6 +20,10 @@ use crate::error::LogError;
 use crate::log::{LogState, PartitionLog};
 use crate::segment::{read_batch_meta, BatchMeta, Segment};
 use crate::storage::StorageFile;
+
+/// Reads redone because truncations kept overlapping them before one gives up with an error
+/// (truncation is rare: a follower after a leader change).
+const READ_ATTEMPTS_MAX: u32 = 16;
 
 /// Decompressed bytes allowed when decoding one batch to look up a timestamp.
 const TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
@@ -101,6 +111,27 @@ fn segment_for(state: &LogState, offset: i64) -> Option<&Segment> {
 }
 
 impl PartitionLog {
+    /// Runs `read` until no truncation overlapped it (see the module doc). `read` gets the
+    /// truncation count to compare with, copied under the same lock as its snapshot.
+    fn consistent<T>(
+        &self,
+        mut read: impl FnMut() -> (u64, Result<T, LogError>),
+    ) -> Result<T, LogError> {
+        for _ in 0..READ_ATTEMPTS_MAX {
+            let (truncations, outcome) = read();
+            if self.state.read().truncations == truncations {
+                return outcome;
+            }
+        }
+        Err(LogError::Io {
+            path: self.dir.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::Interrupted,
+                format!("the log was truncated during each of {READ_ATTEMPTS_MAX} reads"),
+            ),
+        })
+    }
+
     /// Reads whole batches starting with the one that holds `offset`, up to `bytes_max` bytes
     /// (but always at least one batch, so a consumer can make progress past a large batch),
     /// and only batches that end below `offset_limit` (e.g. the high watermark).
@@ -110,8 +141,23 @@ impl PartitionLog {
         bytes_max: usize,
         offset_limit: Option<i64>,
     ) -> Result<ReadResult, LogError> {
+        self.consistent(|| {
+            let mut truncations = 0;
+            let outcome = self.read_once(offset, bytes_max, offset_limit, &mut truncations);
+            (truncations, outcome)
+        })
+    }
+
+    fn read_once(
+        &self,
+        offset: i64,
+        bytes_max: usize,
+        offset_limit: Option<i64>,
+        truncations: &mut u64,
+    ) -> Result<ReadResult, LogError> {
         let (snapshot, log_start_offset, log_end_offset) = {
             let state = self.state.read();
+            *truncations = state.truncations;
             let (start, end) = (state.log_start_offset(), state.log_end_offset());
             if offset < start || offset > end {
                 return Err(LogError::OffsetOutOfRange {
@@ -167,8 +213,21 @@ impl PartitionLog {
     /// The first offset whose record timestamp is at or after `timestamp_ms`, with that
     /// record's timestamp; `None` when every record is older.
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> Result<Option<(i64, i64)>, LogError> {
+        self.consistent(|| {
+            let mut truncations = 0;
+            let outcome = self.offset_for_timestamp_once(timestamp_ms, &mut truncations);
+            (truncations, outcome)
+        })
+    }
+
+    fn offset_for_timestamp_once(
+        &self,
+        timestamp_ms: i64,
+        truncations: &mut u64,
+    ) -> Result<Option<(i64, i64)>, LogError> {
         let snapshots: Vec<SegmentSnapshot> = {
             let state = self.state.read();
+            *truncations = state.truncations;
             state
                 .segments
                 .values()

@@ -59,6 +59,9 @@ pub struct RecoveryReport {
     pub segments_deleted: Vec<i64>,
     /// Stray files removed (temporary files, indexes without a log).
     pub stray_files_removed: usize,
+    /// Why the leader-epoch checkpoint was rebuilt from the batch headers (missing while the
+    /// log holds batches, damaged, or disagreeing with the log), if it was.
+    pub leader_epochs_rebuilt: Option<String>,
 }
 
 impl RecoveryReport {

@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use tinymq_protocol::batch::{BatchHeader, BATCH_HEADER_BYTES, BATCH_LENGTH_PREFIX_BYTES};
+use tinymq_protocol::batch::{field, BatchHeader, BATCH_HEADER_BYTES, BATCH_LENGTH_PREFIX_BYTES};
 
 use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
 use crate::storage::{Storage, StorageFile};
@@ -46,6 +46,8 @@ pub(crate) struct BatchMeta {
     pub size_bytes: u64,
     pub last_offset: i64,
     pub max_timestamp: i64,
+    /// The `partitionLeaderEpoch` the batch was written under.
+    pub leader_epoch: i32,
 }
 
 impl BatchMeta {
@@ -95,8 +97,17 @@ impl BatchMeta {
             size_bytes,
             last_offset,
             max_timestamp: header.max_timestamp(),
+            leader_epoch: leader_epoch_of(bytes),
         })
     }
+}
+
+/// The `partitionLeaderEpoch` field of a batch whose whole header `bytes` starts with.
+pub(crate) fn leader_epoch_of(bytes: &[u8]) -> i32 {
+    let at = field::PARTITION_LEADER_EPOCH;
+    let mut epoch = [0u8; 4];
+    epoch.copy_from_slice(&bytes[at..at + 4]);
+    i32::from_be_bytes(epoch)
 }
 
 /// Reads the header of the batch at `position`. The inner error says why no whole, plausible

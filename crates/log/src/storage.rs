@@ -44,6 +44,9 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Opens a file for reading and writing, creating it when `create` is set.
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>>;
     fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Atomically replaces `to` with `from` (`rename(2)`); durable once the directory is
+    /// synced.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn exists(&self, path: &Path) -> bool;
     /// The paths of the files directly inside `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<PathBuf>>;
@@ -89,6 +92,9 @@ impl Storage for OsStorage {
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
     }
     fn exists(&self, path: &Path) -> bool {
         path.exists()

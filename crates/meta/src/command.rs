@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use tinymq_protocol::ErrorCode;
 
 use crate::image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};
-use crate::placement::place;
+use crate::placement::{place, PlannedMove};
 
 /// Most partitions one topic may have.
 pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
@@ -36,6 +36,11 @@ pub enum Command {
         id: u32,
         host: String,
         port: u16,
+        /// Whether the broker's previous run ended cleanly (its data directory's marker says
+        /// so). After an unclean end its disk may lack acknowledged records: it leaves the
+        /// ISRs it was in (see `register_broker`). Log entries from before this field: true.
+        #[serde(default = "yes")]
+        clean_shutdown: bool,
     },
     /// Issued by the MetaServer leader when a broker's session expired.
     FenceBroker {
@@ -68,22 +73,86 @@ pub enum Command {
         id: u32,
         move_partitions: bool,
     },
-    /// Creates the internal topic [`OFFSETS_TOPIC`] (one replica per partition, placed like any
-    /// topic) if it does not exist yet; its partition leaders coordinate consumer groups.
+    /// Creates the internal topic [`OFFSETS_TOPIC`] if it does not exist yet, placed like any
+    /// topic with `min(OFFSETS_REPLICATION_FACTOR_MAX, live brokers)` replicas per partition,
+    /// `min_insync_replicas` by the default rule and flush `always`; its partition leaders
+    /// coordinate consumer groups.
     EnsureOffsetsTopic {
         partitions: u32,
     },
+    /// Sent by a partition's leader to change its ISR: refused unless `broker_id` leads the
+    /// partition under `broker_epoch` (its current, unfenced registration) and `leader_epoch`
+    /// and `partition_epoch` are the partition's current ones, so a proposal from a deposed
+    /// leader or an outdated view changes nothing. The new ISR holds the leader, only replicas,
+    /// and only live brokers among the members it adds. Replies [`Reply::Partition`]. When the
+    /// ISR then holds every replica a reassignment adds, the reassignment completes.
+    AlterPartition {
+        topic: String,
+        partition: u32,
+        broker_id: u32,
+        broker_epoch: u64,
+        leader_epoch: u32,
+        partition_epoch: u32,
+        isr: Vec<u32>,
+    },
+    /// Moves leadership to each partition's first replica where it is live, in sync and not
+    /// leading (of `topic`, or of every topic), except to `except_brokers` (ones registered
+    /// too recently). Issued periodically by the MetaServer leader.
+    ElectPreferredLeaders {
+        #[serde(default)]
+        topic: Option<String>,
+        #[serde(default)]
+        except_brokers: Vec<u32>,
+    },
+    /// Starts moving a partition to `target_replicas` (preferred leader first): the new
+    /// replicas are added, and once all are in sync the others leave. Replaces a reassignment
+    /// under way. Replies [`Reply::Partition`].
+    ReassignPartition {
+        topic: String,
+        partition: u32,
+        target_replicas: Vec<u32>,
+    },
+    /// Spreads replicas and preferred leaders evenly over the live brokers
+    /// ([`crate::placement::rebalance_plan`]): starts those reassignments, or with `dry_run`
+    /// only returns them. Replies [`Reply::Plan`].
+    Rebalance {
+        #[serde(default)]
+        dry_run: bool,
+    },
+    /// Moves every replica off broker `id` ([`crate::placement::drain_plan`]), as `Rebalance`.
+    DrainBroker {
+        id: u32,
+        #[serde(default)]
+        dry_run: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The internal topic whose partition leaders coordinate consumer groups and store their
 /// committed offsets.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// Most replicas of each offsets partition (Kafka's `offsets.topic.replication.factor`): with
+/// three, committed offsets survive losing any one broker and commits go on meanwhile.
+pub const OFFSETS_REPLICATION_FACTOR_MAX: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Reply {
     Done,
-    BrokerRegistered { epoch: u64 },
-    ProducerIds { first: i64, count: i64 },
+    BrokerRegistered {
+        epoch: u64,
+    },
+    ProducerIds {
+        first: i64,
+        count: i64,
+    },
+    /// A partition's state after the command (`AlterPartition`, `ReassignPartition`): the
+    /// sender updates its cache from it (leader, epochs, ISR, replicas).
+    Partition(PartitionRecord),
+    /// The reassignments a `Rebalance` or `DrainBroker` started (or would start: dry run).
+    Plan(Vec<PlannedMove>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -120,6 +189,43 @@ pub enum MetaError {
         count: usize,
         examples: String,
     },
+    #[error("unknown partition {topic}/{partition}")]
+    UnknownPartition { topic: String, partition: u32 },
+    #[error("invalid topic setting: {0}")]
+    InvalidConfig(String),
+    #[error("broker {id} sent broker epoch {sent}, but its current registration is {current:?} (or fenced): a previous incarnation; register again")]
+    StaleBrokerEpoch {
+        id: u32,
+        sent: u64,
+        current: Option<u64>,
+    },
+    #[error("broker {broker} does not lead {topic}/{partition} (leader {leader:?})")]
+    NotLeader {
+        topic: String,
+        partition: u32,
+        broker: u32,
+        leader: Option<u32>,
+    },
+    #[error("{topic}/{partition}: leader epoch {sent} is not the current {current}")]
+    FencedLeaderEpoch {
+        topic: String,
+        partition: u32,
+        sent: u32,
+        current: u32,
+    },
+    #[error("{topic}/{partition}: partition epoch {sent} is not the current {current}; refresh and propose again")]
+    StalePartitionEpoch {
+        topic: String,
+        partition: u32,
+        sent: u32,
+        current: u32,
+    },
+    #[error("{topic}/{partition}: broker {broker} cannot join the ISR (not a replica, not live, or fenced)")]
+    IneligibleReplica {
+        topic: String,
+        partition: u32,
+        broker: u32,
+    },
 }
 
 impl MetaError {
@@ -136,6 +242,13 @@ impl MetaError {
             | MetaError::BrokerLive { .. }
             | MetaError::BrokerHoldsPartitions { .. } => ErrorCode::INVALID_REQUEST,
             MetaError::BrokerIdInUse { .. } => ErrorCode::BROKER_ID_IN_USE,
+            MetaError::UnknownPartition { .. } => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            MetaError::InvalidConfig(_) => ErrorCode::INVALID_CONFIG,
+            MetaError::StaleBrokerEpoch { .. } => ErrorCode::STALE_BROKER_EPOCH,
+            MetaError::NotLeader { .. } => ErrorCode::NOT_LEADER,
+            MetaError::FencedLeaderEpoch { .. } => ErrorCode::FENCED_LEADER_EPOCH,
+            MetaError::StalePartitionEpoch { .. } => ErrorCode::INVALID_UPDATE_VERSION,
+            MetaError::IneligibleReplica { .. } => ErrorCode::INELIGIBLE_REPLICA,
         }
     }
 }
@@ -170,7 +283,12 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
                 Reply::Done,
             ))
         }
-        Command::RegisterBroker { id, host, port } => register_broker(image, *id, host, *port),
+        Command::RegisterBroker {
+            id,
+            host,
+            port,
+            clean_shutdown,
+        } => register_broker(image, *id, host, *port, *clean_shutdown),
         Command::FenceBroker { id, epoch } => fence_broker(image, *id, *epoch),
         Command::CreateTopic {
             name,
@@ -202,10 +320,16 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             if *partitions == 0 || *partitions > TOPIC_PARTITIONS_MAX {
                 return Err(MetaError::InvalidPartitions(partitions.to_string()));
             }
+            let replication_factor = default_replication_factor(
+                image.live_brokers().len(),
+                OFFSETS_REPLICATION_FACTOR_MAX,
+            );
+            // Commits are fsynced on every in-sync replica before they are acknowledged.
+            let config = [(crate::image::FLUSH.to_string(), "always".to_string())].into();
             let topic = TopicRecord {
                 id: image.new_topic_id(),
-                partitions: new_partitions(image, *partitions, 1)?,
-                config: BTreeMap::new(),
+                partitions: new_partitions(image, *partitions, replication_factor)?,
+                config: replication_config(&config, replication_factor)?,
             };
             Ok((
                 vec![MetadataRecord::CreateTopic {
@@ -214,6 +338,42 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
                 }],
                 Reply::Done,
             ))
+        }
+        Command::AlterPartition {
+            topic,
+            partition,
+            broker_id,
+            broker_epoch,
+            leader_epoch,
+            partition_epoch,
+            isr,
+        } => crate::isr::alter_partition(
+            image,
+            &crate::isr::Proposal {
+                topic,
+                partition: *partition,
+                broker_id: *broker_id,
+                broker_epoch: *broker_epoch,
+                leader_epoch: *leader_epoch,
+                partition_epoch: *partition_epoch,
+                isr,
+            },
+        ),
+        Command::ElectPreferredLeaders {
+            topic,
+            except_brokers,
+        } => crate::election::elect_preferred_leaders(image, topic.as_deref(), except_brokers),
+        Command::ReassignPartition {
+            topic,
+            partition,
+            target_replicas,
+        } => crate::reassign::reassign_partition(image, topic, *partition, target_replicas),
+        Command::Rebalance { dry_run } => {
+            crate::reassign::start_plan(image, crate::placement::rebalance_plan(image), *dry_run)
+        }
+        Command::DrainBroker { id, dry_run } => {
+            let plan = crate::placement::drain_plan(image, *id)?;
+            crate::reassign::start_plan(image, plan, *dry_run)
         }
         Command::AllocateProducerIds { count } => {
             if !(1..=PRODUCER_ID_BLOCK_MAX).contains(count) {
@@ -236,7 +396,13 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
     }
 }
 
-fn register_broker(image: &MetadataImage, id: u32, host: &str, port: u16) -> Outcome {
+fn register_broker(
+    image: &MetadataImage,
+    id: u32,
+    host: &str,
+    port: u16,
+    clean_shutdown: bool,
+) -> Outcome {
     if image.decommissioned_brokers.contains(&id) {
         return Err(MetaError::BrokerDecommissioned(id));
     }
@@ -261,57 +427,68 @@ fn register_broker(image: &MetadataImage, id: u32, host: &str, port: u16) -> Out
             fenced: false,
         },
     }];
-    // Offline partitions whose in-sync replicas include this broker come back with it as leader.
-    for (name, topic) in &image.topics {
-        for (i, p) in topic.partitions.iter().enumerate() {
-            if p.leader.is_none() && p.isr.contains(&id) {
-                records.push(MetadataRecord::ChangePartition {
-                    name: name.clone(),
-                    partition: i as u32,
-                    leader: Some(id),
-                    isr: p.isr.clone(),
-                });
-            }
-        }
-    }
+    records.extend(crate::election::after_registration(
+        image,
+        id,
+        clean_shutdown,
+    ));
     Ok((records, Reply::BrokerRegistered { epoch }))
 }
 
-/// Fences a broker: its leaderships move to another live in-sync replica, or the partition
-/// goes offline (keeping its ISR, so it returns when a member of it does). Never an unclean
-/// election: only in-sync replicas lead.
+/// Fences a broker: it leaves every ISR it is in but the last one, and the partitions it led
+/// get a leader from the rest ([`crate::election::after_fence`]).
 fn fence_broker(image: &MetadataImage, id: u32, epoch: u64) -> Outcome {
     let broker = image.brokers.get(&id).ok_or(MetaError::UnknownBroker(id))?;
     if broker.epoch != epoch || broker.fenced {
         return Ok((vec![], Reply::Done));
     }
-    let live = |b: &u32| *b != id && image.brokers.get(b).is_some_and(|r| !r.fenced);
     let mut records = vec![MetadataRecord::FenceBroker { id, epoch }];
-    for (name, topic) in &image.topics {
-        for (i, p) in topic.partitions.iter().enumerate() {
-            if !p.isr.contains(&id) {
-                continue;
-            }
-            let others: Vec<u32> = p.isr.iter().copied().filter(live).collect();
-            let (leader, isr) = if others.is_empty() {
-                // The fenced broker holds the only in-sync copy: wait for it.
-                (None, p.isr.clone())
-            } else if p.leader == Some(id) {
-                (Some(others[0]), others)
-            } else {
-                (p.leader, others)
-            };
-            if leader != p.leader || isr != p.isr {
-                records.push(MetadataRecord::ChangePartition {
-                    name: name.clone(),
-                    partition: i as u32,
-                    leader,
-                    isr,
-                });
-            }
-        }
-    }
+    records.extend(crate::election::after_fence(image, id));
     Ok((records, Reply::Done))
+}
+
+/// At most this many replicas for a topic created without a replication factor: three copies
+/// survive losing one broker while `min_insync_replicas` 2 still accepts writes.
+pub const DEFAULT_REPLICATION_FACTOR_MAX: u32 = 3;
+
+/// The replication factor of a topic created without one: `min(max, live brokers)`.
+pub fn default_replication_factor(live_brokers: usize, max: u32) -> u32 {
+    u32::try_from(live_brokers).unwrap_or(u32::MAX).min(max)
+}
+
+/// The replication settings of a new topic, checked, with their defaults filled in: stored
+/// with the topic so later default changes do not alter it.
+fn replication_config(
+    config: &BTreeMap<String, String>,
+    replication_factor: u32,
+) -> Result<BTreeMap<String, String>, MetaError> {
+    use crate::image::{MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION};
+    let mut config = config.clone();
+    let min_insync = match config.get(MIN_INSYNC_REPLICAS) {
+        None => crate::image::default_min_insync_replicas(replication_factor),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=replication_factor).contains(n))
+            .ok_or_else(|| {
+                MetaError::InvalidConfig(format!(
+                    "{MIN_INSYNC_REPLICAS} must be 1 to the replication factor \
+                     {replication_factor}, got {v:?}"
+                ))
+            })?,
+    };
+    let unclean = match config.get(UNCLEAN_LEADER_ELECTION).map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => {
+            return Err(MetaError::InvalidConfig(format!(
+                "{UNCLEAN_LEADER_ELECTION} must be true or false, got {v:?}"
+            )))
+        }
+    };
+    config.insert(MIN_INSYNC_REPLICAS.into(), min_insync.to_string());
+    config.insert(UNCLEAN_LEADER_ELECTION.into(), unclean.to_string());
+    Ok(config)
 }
 
 fn new_partitions(
@@ -351,11 +528,12 @@ fn new_partitions(
         .into_iter()
         .map(|replicas| PartitionRecord {
             leader: Some(replicas[0]),
-            leader_epoch: 0,
-            // Only the leader holds the data until followers copy it (partition replication
-            // comes later); an ISR claiming more would let a fence elect an empty replica.
+            // A new partition is empty: its leader alone is in sync, and followers join the
+            // ISR as they catch up (the leader's `AlterPartition`). An ISR claiming more
+            // would let a fence elect a replica that holds nothing.
             isr: vec![replicas[0]],
             replicas,
+            ..PartitionRecord::default()
         })
         .collect())
 }
@@ -378,11 +556,15 @@ fn create_topic(
             "{partitions} (1 to {TOPIC_PARTITIONS_MAX})"
         )));
     }
+    let replication_factor = match replication_factor {
+        0 => default_replication_factor(image.live_brokers().len(), DEFAULT_REPLICATION_FACTOR_MAX),
+        n => n,
+    };
     let placed = new_partitions(image, partitions, replication_factor)?;
     let topic = TopicRecord {
         id: image.new_topic_id(),
         partitions: placed,
-        config: config.clone(),
+        config: replication_config(config, replication_factor)?,
     };
     Ok((
         vec![MetadataRecord::CreateTopic {

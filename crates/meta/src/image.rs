@@ -27,26 +27,83 @@ pub struct BrokerRecord {
 }
 
 /// One partition's placement.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionRecord {
-    /// Broker ids holding a copy, the preferred leader first.
+    /// Broker ids holding a copy, the preferred leader first. During a reassignment: the
+    /// target replicas first, then the ones being removed.
     pub replicas: Vec<u32>,
     /// `None` while no in-sync replica is alive (the partition is offline).
     pub leader: Option<u32>,
     /// Bumped at every leader change; stamped into every batch the leader writes.
     pub leader_epoch: u32,
-    /// In-sync replicas.
+    /// In-sync replicas: the leader, and followers that hold every record it acknowledged.
     pub isr: Vec<u32>,
+    /// Bumped at every change of leader, ISR, replicas or reassignment state: an
+    /// `AlterPartition` must name the current one, so a proposal made from an outdated view
+    /// changes nothing. (0 in images from before partition epochs.)
+    #[serde(default)]
+    pub partition_epoch: u32,
+    /// Replicas a reassignment adds (in `replicas`, copying the data, not yet all in sync).
+    #[serde(default)]
+    pub adding_replicas: Vec<u32>,
+    /// Replicas a reassignment removes once every adding replica is in sync (in `replicas`).
+    #[serde(default)]
+    pub removing_replicas: Vec<u32>,
+    /// The last in-sync replica restarted after an unclean shutdown under a flush policy other
+    /// than `always`, so its disk may lack acknowledged records: the partition stays offline
+    /// until an unclean election (topic setting `unclean_leader_election`) picks a leader.
+    #[serde(default)]
+    pub needs_unclean_election: bool,
 }
 
 impl PartitionRecord {
     /// Sets the leader and ISR; a new leader starts a new leader epoch.
     fn lead(&mut self, leader: Option<u32>, isr: &[u32]) {
-        if self.leader != leader {
-            self.leader_epoch += 1;
+        let next = PartitionRecord {
+            leader,
+            isr: isr.to_vec(),
+            ..self.clone()
+        };
+        self.take_state(&next);
+    }
+
+    /// Takes `next`'s replicas, leader, ISR, reassignment state and flag (its epochs are
+    /// ignored): a different leader bumps the leader epoch, any change the partition epoch.
+    /// Commands compute their replies with this too, so a reply matches the applied state.
+    pub fn take_state(&mut self, next: &PartitionRecord) {
+        let same = self.replicas == next.replicas
+            && self.leader == next.leader
+            && self.isr == next.isr
+            && self.adding_replicas == next.adding_replicas
+            && self.removing_replicas == next.removing_replicas
+            && self.needs_unclean_election == next.needs_unclean_election;
+        if same {
+            return;
         }
-        self.leader = leader;
-        self.isr = isr.to_vec();
+        if self.leader != next.leader {
+            self.leader_epoch = self.leader_epoch.saturating_add(1);
+        }
+        self.partition_epoch = self.partition_epoch.saturating_add(1);
+        self.replicas.clone_from(&next.replicas);
+        self.leader = next.leader;
+        self.isr.clone_from(&next.isr);
+        self.adding_replicas.clone_from(&next.adding_replicas);
+        self.removing_replicas.clone_from(&next.removing_replicas);
+        self.needs_unclean_election = next.needs_unclean_election;
+    }
+
+    /// Whether a reassignment is under way.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas once the reassignment under way (if any) completes.
+    pub fn target_replicas(&self) -> Vec<u32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing_replicas.contains(r))
+            .collect()
     }
 }
 
@@ -60,6 +117,56 @@ pub struct TopicRecord {
     pub partitions: Vec<PartitionRecord>,
     /// Topic settings by name (`retention_ms`, `flush`, …), validated where they are used.
     pub config: BTreeMap<String, String>,
+}
+
+/// Topic setting: in-sync replicas an `acks=all` write needs (1 to the replication factor).
+pub const MIN_INSYNC_REPLICAS: &str = "min_insync_replicas";
+/// Topic setting: `true` lets a replica outside the ISR lead when no in-sync one can
+/// (acknowledged records may be lost); `false` (the default) keeps the partition offline.
+pub const UNCLEAN_LEADER_ELECTION: &str = "unclean_leader_election";
+/// Topic setting read by the MetaServer: the flush policy (`always`, `interval:<ms>`, `os`).
+pub const FLUSH: &str = "flush";
+
+/// `min_insync_replicas` when a topic does not set it: 2 for three or more replicas (one
+/// broker may be lost without refusing writes or losing acknowledged ones), else 1.
+pub fn default_min_insync_replicas(replication_factor: u32) -> u32 {
+    if replication_factor >= 3 {
+        2
+    } else {
+        1
+    }
+}
+
+impl TopicRecord {
+    /// The replication factor (of its first partition; a reassignment may change one).
+    pub fn replication_factor(&self) -> u32 {
+        self.partitions
+            .first()
+            .map_or(1, |p| p.target_replicas().len() as u32)
+    }
+
+    /// The topic's `min_insync_replicas`, or its default (also for an unreadable value, which
+    /// `CreateTopic` never stores).
+    pub fn min_insync_replicas(&self) -> u32 {
+        self.config
+            .get(MIN_INSYNC_REPLICAS)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| default_min_insync_replicas(self.replication_factor()))
+    }
+
+    /// Whether the topic opted in to unclean leader election.
+    pub fn unclean_leader_election(&self) -> bool {
+        self.config
+            .get(UNCLEAN_LEADER_ELECTION)
+            .is_some_and(|v| v == "true")
+    }
+
+    /// Whether every acknowledged record was fsynced on every in-sync replica: flush policy
+    /// `always`. A topic without the setting (created before settings were stored, or the
+    /// offsets topic) counts as not, which is the cautious answer.
+    pub fn flushes_always(&self) -> bool {
+        self.config.get(FLUSH).is_some_and(|v| v == "always")
+    }
 }
 
 /// A change to the image; the replicated log is a sequence of these.
@@ -102,13 +209,28 @@ pub enum MetadataRecord {
         id: u32,
     },
     /// Sets a partition's replica list, leader and ISR at once (a partition moved off a
-    /// decommissioned broker); a different leader bumps the leader epoch.
+    /// decommissioned broker); a different leader bumps the leader epoch. Ends a reassignment.
     MovePartition {
         name: String,
         partition: u32,
         replicas: Vec<u32>,
         leader: Option<u32>,
         isr: Vec<u32>,
+    },
+    /// Sets every part of a partition's state but its epochs, which follow
+    /// ([`PartitionRecord::take_state`]): what ISR changes, elections and reassignments write.
+    UpdatePartition {
+        name: String,
+        partition: u32,
+        state: PartitionRecord,
+    },
+    /// Moves a partition's epoch past `partition_epoch` (if it is still there) without any
+    /// other change: the MetaServer refused its leader's ISR proposal at the current epochs,
+    /// and no delayed copy of that proposal may apply later.
+    BumpPartitionEpoch {
+        name: String,
+        partition: u32,
+        partition_epoch: u32,
     },
 }
 
@@ -188,8 +310,33 @@ impl MetadataImage {
                 isr,
             } => {
                 if let Some(p) = self.partition_mut(name, *partition) {
-                    p.replicas = replicas.clone();
-                    p.lead(*leader, isr);
+                    let next = PartitionRecord {
+                        replicas: replicas.clone(),
+                        leader: *leader,
+                        isr: isr.clone(),
+                        ..PartitionRecord::default()
+                    };
+                    p.take_state(&next);
+                }
+            }
+            MetadataRecord::UpdatePartition {
+                name,
+                partition,
+                state,
+            } => {
+                if let Some(p) = self.partition_mut(name, *partition) {
+                    p.take_state(state);
+                }
+            }
+            MetadataRecord::BumpPartitionEpoch {
+                name,
+                partition,
+                partition_epoch,
+            } => {
+                if let Some(p) = self.partition_mut(name, *partition) {
+                    if p.partition_epoch == *partition_epoch {
+                        p.partition_epoch = p.partition_epoch.saturating_add(1);
+                    }
                 }
             }
         }

@@ -6,17 +6,24 @@
 
 pub mod command;
 pub mod dir_lock;
+pub mod election;
 pub mod image;
+mod isr;
 pub mod link;
 pub mod placement;
 pub mod raft;
+mod reassign;
 pub mod server;
 pub mod service;
 
+pub use command::{default_replication_factor, DEFAULT_REPLICATION_FACTOR_MAX};
 pub use command::{execute, Command, MetaError, Reply};
+pub use election::choose_leader;
 pub use image::{
-    is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord,
+    default_min_insync_replicas, is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord,
+    PartitionRecord, TopicRecord, MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION,
 };
+pub use placement::PlannedMove;
 
 /// Executes a command and applies its records: what a single-node MetaServer does, and what
 /// the tests use to drive the image.
@@ -28,5 +35,7 @@ pub fn execute_and_apply(image: &mut MetadataImage, command: &Command) -> Result
     Ok(reply)
 }
 
+#[cfg(test)]
+mod replication_tests;
 #[cfg(test)]
 mod tests;

@@ -196,13 +196,16 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
                 };
                 return encode(op, id, &response);
             }
+            let name = r.name.clone();
             let command = Command::CreateTopic {
                 name: r.name,
                 partitions: config.partitions.max(1),
-                replication_factor: config.replication_factor.max(1),
-                config: BTreeMap::new(),
+                // 0: the cluster default, min(3, live brokers).
+                replication_factor: config.replication_factor,
+                config: replication_settings(&config),
             };
             let w = service.write(command).await;
+            let config = created_config(node, &name, config);
             encode(
                 op,
                 id,
@@ -229,6 +232,23 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
             };
             let w = service.write(command).await;
             encode(op, id, &m::DecommissionBrokerResponse { error: w.error })
+        }
+        OpCode::Rebalance => {
+            let r = decode!(m::RebalanceRequest);
+            let w = service
+                .write(Command::Rebalance { dry_run: r.dry_run })
+                .await;
+            let (error, moves) = plan_of(w);
+            encode(op, id, &m::RebalanceResponse { error, moves })
+        }
+        OpCode::DrainBroker => {
+            let r = decode!(m::DrainBrokerRequest);
+            let command = Command::DrainBroker {
+                id: r.broker_id,
+                dry_run: r.dry_run,
+            };
+            let (error, moves) = plan_of(service.write(command).await);
+            encode(op, id, &m::DrainBrokerResponse { error, moves })
         }
         OpCode::DeleteTopic => {
             let r = decode!(m::DeleteTopicRequest);
@@ -303,17 +323,73 @@ async fn raft_rpc(
     reply.map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
 }
 
+/// The placement and replication settings a created topic got, as far as this node's image
+/// has it yet (a follower may lag a moment: then the request's own values). The storage
+/// settings stay unset: brokers apply their defaults to them.
+fn created_config(node: &MetaNode, name: &str, asked: m::TopicConfig) -> m::TopicConfig {
+    let image = node.image();
+    let Some(topic) = image.topics.get(name) else {
+        return asked;
+    };
+    m::TopicConfig {
+        partitions: topic.partitions.len() as u32,
+        replication_factor: topic.replication_factor(),
+        min_insync_replicas: topic.min_insync_replicas(),
+        unclean_leader_election: topic.unclean_leader_election(),
+        ..asked
+    }
+}
+
+/// The error and plan of a `Rebalance` or `DrainBroker` write.
+fn plan_of(w: m::MetaWriteResponse) -> (Option<m::Error>, Vec<m::PartitionMove>) {
+    if w.error.is_some() {
+        return (w.error, vec![]);
+    }
+    match serde_json::from_slice::<crate::command::Reply>(&w.reply) {
+        Ok(crate::command::Reply::Plan(plan)) => (None, plan.iter().map(|m| m.to_wire()).collect()),
+        other => (
+            Some(
+                ErrorCode::UNKNOWN_SERVER_ERROR
+                    .with_message(format!("unexpected reply to a plan: {other:?}")),
+            ),
+            vec![],
+        ),
+    }
+}
+
+/// The replication settings of a create request, which the MetaServer checks and stores
+/// itself (0 and false: the defaults).
+fn replication_settings(config: &m::TopicConfig) -> BTreeMap<String, String> {
+    let mut settings = BTreeMap::new();
+    if config.min_insync_replicas != 0 {
+        settings.insert(
+            crate::image::MIN_INSYNC_REPLICAS.to_string(),
+            config.min_insync_replicas.to_string(),
+        );
+    }
+    if config.unclean_leader_election {
+        settings.insert(
+            crate::image::UNCLEAN_LEADER_ELECTION.to_string(),
+            "true".to_string(),
+        );
+    }
+    settings
+}
+
 /// Topic settings are validated against the storage limits by brokers; a MetaServer node takes
-/// only the partition count and replication factor (brokers apply their defaults to the rest).
+/// only the partition count, replication factor and replication settings (brokers apply their
+/// defaults to the rest).
 fn settings_need_a_broker(config: &m::TopicConfig) -> Option<m::Error> {
     let only_placement = m::TopicConfig {
         partitions: config.partitions,
         replication_factor: config.replication_factor,
+        min_insync_replicas: config.min_insync_replicas,
+        unclean_leader_election: config.unclean_leader_election,
         ..Default::default()
     };
     (*config != only_placement).then(|| {
         ErrorCode::INVALID_CONFIG.with_message(
-            "a MetaServer node takes only --partitions and --replicas; create the topic through a broker to set other settings",
+            "a MetaServer node takes only --partitions, --replicas, --min-insync-replicas and --unclean-leader-election; create the topic through a broker to set other settings",
         )
     })
 }

@@ -25,8 +25,15 @@ pub const LEADER_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Pause between attempts to find a reachable leader (doubling up to 500 ms).
 const LEADER_RETRY_BACKOFF: Duration = Duration::from_millis(50);
 const LEADER_RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
+/// How long a heartbeat waits for the leader to confirm it still leads a majority.
+const LEADERSHIP_CONFIRM_WAIT: Duration = Duration::from_secs(2);
 /// How often the leader looks for expired broker sessions.
 const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the leader moves leadership back to preferred replicas.
+const PREFERRED_LEADER_INTERVAL: Duration = Duration::from_secs(10);
+/// A broker gets preferred leaderships back only once it has been registered this long (as
+/// seen by the current leader), so a broker that flaps is not handed leadership each time.
+const PREFERRED_LEADER_SETTLE: Duration = Duration::from_secs(10);
 /// Longest a `MetaRead` waits for a change.
 pub const READ_WAIT_MAX: Duration = Duration::from_secs(30);
 
@@ -95,6 +102,7 @@ impl MetaService {
             sessions: Sessions::default(),
         });
         tokio::spawn(fence_expired_brokers(Arc::downgrade(&service)));
+        tokio::spawn(elect_preferred_leaders(Arc::downgrade(&service)));
         tokio::spawn(name_the_cluster(Arc::downgrade(&service), cluster_id));
         Ok(service)
     }
@@ -223,6 +231,23 @@ impl MetaService {
     ) -> m::BrokerHeartbeatResponse {
         match self.node.current_leader() {
             Some(leader) if leader == self.node.id => {
+                // A leader cut off from its majority still believes it leads (openraft has no
+                // check-quorum); the majority may have fenced this broker meanwhile. Answering
+                // "not fenced" renews the broker's trust in its leaderships, so confirm this
+                // node still leads a majority first.
+                let confirmed = tokio::time::timeout(
+                    LEADERSHIP_CONFIRM_WAIT,
+                    self.node.raft.ensure_linearizable(),
+                )
+                .await;
+                if !matches!(confirmed, Ok(Ok(_))) {
+                    return m::BrokerHeartbeatResponse {
+                        error: Some(ErrorCode::NOT_LEADER.with_message(
+                            "this MetaServer node cannot confirm that it still leads a majority; retry",
+                        )),
+                        fenced: false,
+                    };
+                }
                 let image = self.node.image();
                 let current = image
                     .brokers
@@ -314,7 +339,9 @@ fn no_leader() -> m::Error {
 async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
     let mut leading_since: Option<Instant> = None;
     loop {
+        let slept_from = Instant::now();
         tokio::time::sleep(FENCE_CHECK_INTERVAL).await;
+        let slept = slept_from.elapsed();
         let Some(service) = service.upgrade() else {
             return;
         };
@@ -322,6 +349,15 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
         if node.current_leader() != Some(node.id) {
             leading_since = None;
             continue;
+        }
+        // This process itself stalled (paused, starved): the heartbeats brokers sent meanwhile
+        // were not read yet, so every session restarts now instead of all being fenced at once.
+        if slept > FENCE_CHECK_INTERVAL * 4 {
+            tracing::warn!(
+                stalled_ms = slept.as_millis() as u64,
+                "the MetaServer was stalled; broker sessions restart"
+            );
+            leading_since = Some(Instant::now());
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
         let image = node.image();
@@ -345,6 +381,51 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
             if let Err(e) = node.write(fence).await {
                 tracing::warn!(broker = broker.id, error = %e, "fencing failed");
             }
+        }
+    }
+}
+
+/// On the leader, every [`PREFERRED_LEADER_INTERVAL`]: hands each partition back to its first
+/// replica where that one is live and in sync, skipping brokers registered (as far as this
+/// leader has seen) for less than [`PREFERRED_LEADER_SETTLE`]. The command runs against the
+/// local image first, so a cluster already balanced writes nothing to the log.
+async fn elect_preferred_leaders(service: std::sync::Weak<MetaService>) {
+    let mut first_seen: HashMap<(u32, u64), Instant> = HashMap::new();
+    loop {
+        tokio::time::sleep(PREFERRED_LEADER_INTERVAL).await;
+        let Some(service) = service.upgrade() else {
+            return;
+        };
+        let node = &service.node;
+        if node.current_leader() != Some(node.id) {
+            first_seen.clear();
+            continue;
+        }
+        let image = node.image();
+        first_seen
+            .retain(|(id, epoch), _| image.brokers.get(id).is_some_and(|b| b.epoch == *epoch));
+        let except_brokers = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter(|b| {
+                let since = *first_seen
+                    .entry((b.id, b.epoch))
+                    .or_insert_with(Instant::now);
+                since.elapsed() < PREFERRED_LEADER_SETTLE
+            })
+            .map(|b| b.id)
+            .collect();
+        let elect = Command::ElectPreferredLeaders {
+            topic: None,
+            except_brokers,
+        };
+        if crate::execute(&image, &elect).is_ok_and(|(records, _)| records.is_empty()) {
+            continue;
+        }
+        tracing::info!("moving leadership back to preferred replicas");
+        if let Err(e) = node.write(elect).await {
+            tracing::warn!(error = %e, "preferred leader election failed");
         }
     }
 }

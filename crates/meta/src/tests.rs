@@ -12,6 +12,7 @@ fn register(image: &mut MetadataImage, id: u32) -> u64 {
             id,
             host: "127.0.0.1".into(),
             port: 9000 + id as u16,
+            clean_shutdown: true,
         },
     )
     .unwrap()
@@ -164,6 +165,7 @@ fn a_broker_id_is_not_shared_by_two_live_brokers() {
         id: 1,
         host: "10.0.0.9".into(),
         port: 1,
+        clean_shutdown: true,
     };
     assert!(matches!(
         execute(&image, &other_address),
@@ -281,6 +283,7 @@ fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
             id: 1,
             host: "a".into(),
             port: 1,
+            clean_shutdown: true,
         },
     );
     run(
@@ -289,6 +292,7 @@ fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
             id: 2,
             host: "b".into(),
             port: 2,
+            clean_shutdown: true,
         },
     );
     run(
@@ -333,6 +337,32 @@ fn the_offsets_topic_is_created_once_and_spread_over_the_brokers() {
         create(&mut image, command::OFFSETS_TOPIC, 1, 1),
         Err(MetaError::InvalidTopic(_))
     ));
+}
+
+#[test]
+fn the_offsets_topic_has_up_to_three_replicas_and_needs_two_in_sync_with_three() {
+    for (brokers, rf, min_insync) in [(1, 1, "1"), (2, 2, "1"), (4, 3, "2")] {
+        let mut image = MetadataImage::default();
+        for id in 1..=brokers {
+            register(&mut image, id);
+        }
+        execute_and_apply(&mut image, &Command::EnsureOffsetsTopic { partitions: 4 }).unwrap();
+        let topic = &image.topics[command::OFFSETS_TOPIC];
+        for p in &topic.partitions {
+            assert_eq!(p.replicas.len(), rf, "{brokers} brokers");
+            assert_eq!(
+                p.isr,
+                vec![p.replicas[0]],
+                "followers join as they catch up"
+            );
+        }
+        assert_eq!(topic.config["min_insync_replicas"], min_insync);
+        assert!(
+            topic.flushes_always(),
+            "commits are fsynced on every replica"
+        );
+        assert!(!topic.unclean_leader_election());
+    }
 }
 
 #[test]
@@ -485,6 +515,7 @@ fn decommission_needs_a_stopped_broker_and_its_partitions_moved_and_retires_the_
         id: 3,
         host: "127.0.0.1".into(),
         port: 9003,
+        clean_shutdown: true,
     };
     assert!(matches!(
         execute(&image, &again),

@@ -127,6 +127,20 @@ error_codes! {
     /// An operation reserved for cluster nodes (Raft RPCs, metadata writes, broker
     /// heartbeats) from a connection that did not identify as one.
     CLUSTER_AUTHORIZATION_FAILED = 38, false, "operation allowed only between cluster nodes";
+    /// A broker request (e.g. `AlterPartition`) carrying a broker epoch that is not the
+    /// broker's current, unfenced registration: a previous incarnation; register again.
+    STALE_BROKER_EPOCH = 39, false, "stale broker epoch";
+    /// A request naming a leader epoch that is not the partition's current one (a deposed
+    /// leader, or a stale view); refresh metadata and retry with the current epoch.
+    FENCED_LEADER_EPOCH = 40, true, "leader epoch is not the current one";
+    /// An `AlterPartition` made from an outdated partition state (its partition epoch is not
+    /// the current one); nothing changed: refresh and propose again.
+    INVALID_UPDATE_VERSION = 41, false, "stale partition epoch";
+    /// An ISR change adding a broker that cannot be in sync: not a replica, not live, fenced.
+    INELIGIBLE_REPLICA = 42, false, "replica not eligible for the ISR";
+    /// This broker has just become the group's coordinator and is still reading its
+    /// committed offsets from the offsets partition; retry the same broker shortly.
+    COORDINATOR_LOAD_IN_PROGRESS = 43, true, "the coordinator is loading the group's offsets";
 }
 
 impl ErrorCode {

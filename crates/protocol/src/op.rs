@@ -84,6 +84,10 @@ operations! {
     AlterPartitions = 20 => AlterPartitionsRequest, AlterPartitionsResponse;
     /// Remove a stopped broker from the cluster for good.
     DecommissionBroker = 21 => DecommissionBrokerRequest, DecommissionBrokerResponse;
+    /// Spread replicas and preferred leaders over the live brokers (reassignments).
+    Rebalance = 22 => RebalanceRequest, RebalanceResponse;
+    /// Move every replica off one broker (reassignments).
+    DrainBroker = 23 => DrainBrokerRequest, DrainBrokerResponse;
     /// Raft messages between MetaServer nodes.
     RaftRpc = 40 => RaftRpcRequest, RaftRpcResponse;
     /// A metadata command, applied through Raft (followers forward it to the leader).
@@ -106,6 +110,43 @@ mod tests {
         }
         assert_eq!(OpCode::from_code(0), None);
         assert_eq!(OpCode::from_code(0x7F), None);
+    }
+
+    /// The DrainBroker exchange shown byte for byte in docs/protocol.md.
+    #[test]
+    fn documented_drain_broker_example() {
+        use crate::frame::FrameHeader;
+        use prost::Message;
+        let request = messages::DrainBrokerRequest {
+            broker_id: 2,
+            dry_run: true,
+        }
+        .encode_to_vec();
+        assert_eq!(request, [0x08, 0x02, 0x10, 0x01]);
+        let header = FrameHeader::request(OpCode::DrainBroker.code(), 7, request.len() as u32);
+        assert_eq!(
+            header.to_bytes(),
+            [0x54, 0x4d, 0x01, 0x17, 0, 0, 0, 7, 0, 0, 0, 4]
+        );
+        let response = messages::DrainBrokerResponse {
+            error: None,
+            moves: vec![messages::PartitionMove {
+                topic: "orders".into(),
+                partition: 1,
+                from_replicas: vec![1, 2, 3],
+                to_replicas: vec![1, 3, 4],
+            }],
+        }
+        .encode_to_vec();
+        let mut expected = vec![0x12, 0x14, 0x0a, 0x06];
+        expected.extend_from_slice(b"orders");
+        expected.extend_from_slice(&[0x10, 0x01, 0x1a, 0x03, 1, 2, 3, 0x22, 0x03, 1, 3, 4]);
+        assert_eq!(response, expected);
+        let header = FrameHeader::response(OpCode::DrainBroker.code(), 7, response.len() as u32);
+        assert_eq!(
+            header.to_bytes(),
+            [0x54, 0x4d, 0x01, 0x97, 0, 0, 0, 7, 0, 0, 0, 0x16]
+        );
     }
 
     /// The ListTopics response shown byte for byte in docs/protocol.md.

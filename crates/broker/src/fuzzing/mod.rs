@@ -158,7 +158,7 @@ impl Harness {
 
     fn reopen(&mut self) {
         self.partition = None;
-        let opened = Partition::open(&self.dir, TOPIC, 0, &self.settings);
+        let opened = Partition::open(&self.dir, TOPIC, 0, &self.settings, false);
         self.partition = Some(opened.unwrap_or_else(|e| panic!("reopening failed: {e}")));
         self.check_log();
     }

@@ -1,21 +1,21 @@
 //! Consumer groups: the coordinator (membership, server-side assignment, generations) and the
-//! durable committed offsets, behind one thread-safe [`GroupCoordinator`].
+//! committed offsets, behind one thread-safe [`GroupCoordinator`]. It does no I/O: commits
+//! are appended to the replicated offsets partitions by `crate::offsets_partitions`, which
+//! also loads and drops the groups of each offsets partition as its leadership moves.
 
 pub mod assignment;
 pub mod coordinator;
 pub mod offsets;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use tinymq_log::LogError;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use assignment::{Strategy, Tp};
 use coordinator::{Group, GroupError};
-use offsets::{Committed, OffsetStore};
+use offsets::{partition_for_group, Change, Committed, OffsetStore};
 
 /// Longest group id.
 pub const GROUP_ID_BYTES_MAX: usize = 249;
@@ -143,23 +143,24 @@ fn check_commit_offsets(
 }
 
 /// Every group this broker coordinates and their offsets.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct GroupCoordinator {
     groups: Mutex<HashMap<String, Group>>,
-    offsets: OffsetStore,
-    /// When this coordinator started: a group with committed offsets that gets its first
-    /// member within a session of this grants nothing until that session has passed
-    /// ([`Group::hold_until`]).
-    started: Instant,
+    /// The committed offsets of the offsets partitions led here. A group with committed
+    /// offsets that gets its first member within a session of its partition's load grants
+    /// nothing until that session has passed ([`Group::hold_until`]): members of the previous
+    /// coordinator may still be reading.
+    pub offsets: OffsetStore,
 }
 
 impl GroupCoordinator {
-    pub fn open(data_dir: &Path) -> Result<GroupCoordinator, LogError> {
-        Ok(GroupCoordinator {
-            groups: Mutex::new(HashMap::new()),
-            offsets: OffsetStore::open(data_dir)?,
-            started: Instant::now(),
-        })
+    /// This broker no longer coordinates the groups of offsets partition `partition` (or
+    /// starts over with them in a new leader epoch): drops their members and offsets.
+    pub fn drop_partition(&self, partition: u32) {
+        self.groups
+            .lock()
+            .retain(|name, _| partition_for_group(name) != partition);
+        self.offsets.drop_partition(partition);
     }
 
     pub fn join(
@@ -207,8 +208,9 @@ impl GroupCoordinator {
         let now = Instant::now();
         let group = groups.entry(req.group_id.clone()).or_insert_with(|| {
             let mut group = Group::new(strategy);
-            // Members from before this coordinator started may still read for a session.
-            let hold = self.started + session;
+            // Members of the previous coordinator may still read for a session.
+            let loaded = self.offsets.loaded_at(partition_for_group(&req.group_id));
+            let hold = loaded.unwrap_or(now) + session;
             if now < hold && self.offsets.has_offsets(&req.group_id) {
                 group.hold_until(hold);
             }
@@ -280,13 +282,13 @@ impl GroupCoordinator {
         groups.retain(|_, group| !group.is_empty());
     }
 
-    /// Checks the committer and the offsets (existing partitions, bounded metadata), then
-    /// stores them durably. Blocks on fsync.
-    pub fn commit(
+    /// Checks the committer and the offsets (existing partitions, bounded metadata, the
+    /// memory they would take) and returns the changes to append to the offsets partition.
+    pub fn prepare_commit(
         &self,
         req: &m::OffsetCommitRequest,
         count: &dyn Fn(&str) -> Option<u32>,
-    ) -> Result<(), GroupError> {
+    ) -> Result<Vec<Change>, GroupError> {
         validate_group_id(&req.group_id)?;
         check_commit_offsets(&req.offsets, count)?;
         if let Some(group) = self.groups.lock().get(&req.group_id) {
@@ -297,16 +299,16 @@ impl GroupCoordinator {
                 format!("{} is not in group {}", req.member_id, req.group_id),
             ));
         }
-        let offsets: Vec<(Tp, Committed)> = req
+        let offsets: Vec<Change> = req
             .offsets
             .iter()
             .map(|o| {
                 (
                     (o.topic.clone(), o.partition),
-                    Committed {
+                    Some(Committed {
                         offset: o.offset,
                         metadata: o.metadata.clone(),
-                    },
+                    }),
                 )
             })
             .collect();
@@ -320,9 +322,7 @@ impl GroupCoordinator {
                 ),
             ));
         }
-        self.offsets
-            .commit(&req.group_id, &offsets)
-            .map_err(|e| (e.error_code(), e.to_string()))
+        Ok(offsets)
     }
 
     pub fn committed(&self, group: &str) -> BTreeMap<Tp, Committed> {
@@ -370,8 +370,8 @@ impl GroupCoordinator {
         })
     }
 
-    /// Deletes a group without members and its offsets.
-    pub fn delete(&self, group_id: &str) -> Result<(), GroupError> {
+    /// Deletes a group without members, returning the tombstones of its offsets to append.
+    pub fn prepare_delete(&self, group_id: &str) -> Result<Vec<Change>, GroupError> {
         let mut groups = self.groups.lock();
         if groups.get(group_id).is_some_and(|g| !g.is_empty()) {
             return Err((
@@ -381,36 +381,37 @@ impl GroupCoordinator {
         }
         let had_group = groups.remove(group_id).is_some();
         drop(groups);
-        let removed = self
-            .offsets
-            .delete_group(group_id)
-            .map_err(|e| (e.error_code(), e.to_string()))?;
-        if !had_group && removed == 0 {
+        let tombstones = self.tombstones(group_id);
+        if !had_group && tombstones.is_empty() {
             return Err((
                 ErrorCode::GROUP_ID_NOT_FOUND,
                 format!("unknown group {group_id}"),
             ));
         }
-        Ok(())
+        Ok(tombstones)
     }
 
-    /// Deletes the offsets of groups that have had no members and no commit for `retention`.
-    pub fn expire_offsets(&self, retention: Duration) {
-        for group in self.offsets.idle_groups(retention) {
-            let empty = self.groups.lock().get(&group).is_none_or(Group::is_empty);
-            if empty {
-                match self.offsets.delete_group(&group) {
-                    Ok(n) => {
-                        tracing::info!(%group, offsets = n, "expired the offsets of an empty group")
-                    }
-                    Err(e) => tracing::warn!(%group, error = %e, "could not expire offsets"),
-                }
-            }
-        }
+    fn tombstones(&self, group_id: &str) -> Vec<Change> {
+        self.offsets
+            .all(group_id)
+            .into_keys()
+            .map(|tp| (tp, None))
+            .collect()
     }
 
-    pub fn close(&self) -> Result<(), LogError> {
-        self.offsets.close()
+    /// The groups that have had no members and no commit for `retention`, with the
+    /// tombstones that delete their offsets.
+    pub fn expired_offsets(&self, retention: Duration) -> Vec<(String, Vec<Change>)> {
+        self.offsets
+            .idle_groups(retention)
+            .into_iter()
+            .filter(|group| self.groups.lock().get(group).is_none_or(Group::is_empty))
+            .map(|group| {
+                let tombstones = self.tombstones(&group);
+                (group, tombstones)
+            })
+            .filter(|(_, tombstones)| !tombstones.is_empty())
+            .collect()
     }
 }
 
@@ -422,10 +423,34 @@ mod tests {
         None
     }
 
+    /// A coordinator leading (in epoch 1, loaded, empty) every offsets partition.
+    fn leading_everything() -> GroupCoordinator {
+        let coordinator = GroupCoordinator::default();
+        for p in 0..offsets::OFFSETS_PARTITIONS {
+            coordinator.offsets.begin_load(p, 1);
+            coordinator
+                .offsets
+                .finish_load(p, 1, offsets::LoadedOffsets::new());
+        }
+        coordinator
+    }
+
+    /// Appends `changes` as if written at the next offset and replicated at once.
+    fn append_replicated(coordinator: &GroupCoordinator, group: &str, changes: Vec<Change>) {
+        static END: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+        let end = END.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        coordinator
+            .offsets
+            .append(group, 1, changes, || Ok(((), end)))
+            .unwrap();
+        coordinator
+            .offsets
+            .apply_up_to(partition_for_group(group), 1, end);
+    }
+
     #[test]
     fn offsets_of_empty_groups_expire_but_not_of_groups_with_members() {
-        let tmp = tempfile::tempdir().unwrap();
-        let coordinator = GroupCoordinator::open(tmp.path()).unwrap();
+        let coordinator = leading_everything();
         let commit = |group: &str, member: &str, generation: u32| m::OffsetCommitRequest {
             group_id: group.into(),
             member_id: member.into(),
@@ -439,9 +464,10 @@ mod tests {
             }],
         };
         let topic_t = |t: &str| (t == "t").then_some(1);
-        coordinator
-            .commit(&commit("idle", "", 0), &topic_t)
+        let changes = coordinator
+            .prepare_commit(&commit("idle", "", 0), &topic_t)
             .unwrap();
+        append_replicated(&coordinator, "idle", changes);
         let join = coordinator
             .join(
                 &m::JoinGroupRequest {
@@ -454,24 +480,64 @@ mod tests {
                 &none,
             )
             .unwrap();
-        coordinator
-            .commit(&commit("busy", &join.member_id, join.generation), &topic_t)
+        let changes = coordinator
+            .prepare_commit(&commit("busy", &join.member_id, join.generation), &topic_t)
             .unwrap();
+        append_replicated(&coordinator, "busy", changes);
         std::thread::sleep(Duration::from_millis(5));
-        coordinator.expire_offsets(Duration::ZERO);
-        assert!(
-            coordinator.committed("idle").is_empty(),
-            "an empty group's offsets expire"
-        );
+        let expired = coordinator.expired_offsets(Duration::ZERO);
         assert_eq!(
-            coordinator.committed("busy").len(),
-            1,
-            "a group with members keeps them"
+            expired,
+            vec![("idle".to_string(), vec![(("t".to_string(), 0), None)])],
+            "an empty group's offsets expire, a group with members keeps them"
         );
+        for (group, tombstones) in expired {
+            append_replicated(&coordinator, &group, tombstones);
+        }
+        assert!(coordinator.committed("idle").is_empty());
+        assert_eq!(coordinator.committed("busy").len(), 1);
         assert_eq!(coordinator.list(), vec!["busy".to_string()]);
         assert_eq!(
             validate_group_id("bad/id").unwrap_err().0,
             ErrorCode::INVALID_GROUP_ID
         );
+    }
+
+    #[test]
+    fn losing_an_offsets_partition_drops_its_groups_members_and_offsets() {
+        let coordinator = leading_everything();
+        let join = |group: &str| {
+            coordinator
+                .join(
+                    &m::JoinGroupRequest {
+                        group_id: group.into(),
+                        topics: vec!["t".into()],
+                        session_timeout_ms: 10_000,
+                        client_id: "c".into(),
+                        ..Default::default()
+                    },
+                    &none,
+                )
+                .unwrap()
+        };
+        let a = "a";
+        let b = ["b", "c", "d", "e", "f", "g"]
+            .into_iter()
+            .find(|b| partition_for_group(b) != partition_for_group(a))
+            .unwrap();
+        join(a);
+        join(b);
+        let committed = Some(Committed {
+            offset: 1,
+            metadata: String::new(),
+        });
+        append_replicated(&coordinator, a, vec![(("t".into(), 0), committed)]);
+        coordinator.drop_partition(partition_for_group(a));
+        assert!(
+            coordinator.describe(a).is_none(),
+            "members and offsets are gone"
+        );
+        assert!(coordinator.describe(b).is_some());
+        assert_eq!(coordinator.list(), vec![b.to_string()]);
     }
 }

@@ -1,30 +1,64 @@
-//! Committed offsets, stored durably in an internal log-backed topic and served from memory.
+//! Committed offsets of the groups this broker coordinates: their records in the internal
+//! topic `__consumer_offsets`, and the in-memory copy served to clients.
 //!
-//! The topic `__consumer_offsets` has [`OFFSETS_PARTITIONS`] partitions; a group's commits go
-//! to partition `murmur2(group) % OFFSETS_PARTITIONS`, whose leader is the group's coordinator.
-//! Each commit is one record per partition: key `{"g":group,"t":topic,"p":partition}`, value
-//! `{"o":offset,"m":metadata}`, or no value (a tombstone) when the offset is deleted. On start
-//! every record is read back, the last one per key winning. Partitions use flush `always`: a
-//! commit is acknowledged only once it is on disk.
+//! The topic has [`OFFSETS_PARTITIONS`] partitions, replicated like any other; a group's
+//! commits go to partition `murmur2(group) % OFFSETS_PARTITIONS`, whose leader is the group's
+//! coordinator. Each commit is one batch with one record per partition: key
+//! `{"g":group,"t":topic,"p":partition}`, value `{"o":offset,"m":metadata}`, or no value (a
+//! tombstone) when the offset is deleted.
+//!
+//! Memory holds the offsets of the partitions led here only. When this broker becomes the
+//! leader of one, it reads that partition's log to its end ([`read_log`], the last record per
+//! key winning) before answering for its groups; when it stops leading one, that partition's
+//! groups are dropped. A commit is written to the log under this store's lock and staged; it
+//! reaches memory (and so readers) only once the high watermark has passed it, and staged
+//! commits are applied in log order ([`OffsetStore::apply_up_to`]), so memory always equals a
+//! replay of the log up to the high watermark.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tinymq_log::{FlushPolicy, LogConfig, LogError, PartitionLog};
+use tinymq_log::{LogError, PartitionLog};
 use tinymq_protocol::batch::{BatchBuilder, BatchIter, Compression, ProducerStamp, RecordInput};
+use tinymq_protocol::{messages as m, ErrorCode};
 
 use super::assignment::Tp;
+use crate::topic::TopicSettings;
 
 /// Name of the internal topic (user topics may not start with `__`).
-pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+pub use tinymq_meta::command::OFFSETS_TOPIC;
 pub const OFFSETS_PARTITIONS: u32 = 4;
-/// Bytes read at a time when loading the offsets log.
+/// Bytes read at a time when loading an offsets partition.
 const LOAD_READ_BYTES: usize = 8 << 20;
+/// Segment size of the offsets partitions (the topic is not compacted yet: it is replayed
+/// whole when a broker starts leading a partition).
+const OFFSETS_SEGMENT_BYTES: u64 = 64 << 20;
+/// Largest batch in an offsets partition: one commit is one batch, with room for
+/// `COMMIT_OFFSETS_MAX` offsets with full metadata.
+const OFFSETS_BATCH_BYTES_MAX: u32 = 8 << 20;
+
+/// The settings of the offsets partitions, whatever the broker's topic defaults: kept
+/// forever, flush `always` (a commit is acknowledged once fsynced on every in-sync replica).
+pub fn topic_settings(partitions: u32, replication_factor: u32) -> TopicSettings {
+    TopicSettings {
+        partitions,
+        replication_factor,
+        retention_ms: -1,
+        retention_bytes: -1,
+        segment_bytes: OFFSETS_SEGMENT_BYTES,
+        segment_ms: 0,
+        flush: tinymq_log::FlushPolicy::Always.to_string(),
+        message_bytes_max: OFFSETS_BATCH_BYTES_MAX,
+        message_timestamp_after_max_ms: -1,
+        message_timestamp_before_max_ms: -1,
+        // The MetaServer's defaults for the replication factor (`EnsureOffsetsTopic`).
+        min_insync_replicas: 0,
+        unclean_leader_election: false,
+    }
+}
 
 #[derive(Serialize, Deserialize)]
 struct Key {
@@ -47,8 +81,8 @@ pub struct Committed {
 }
 
 impl Committed {
-    pub fn to_wire(self, (topic, partition): Tp) -> tinymq_protocol::messages::CommittedOffset {
-        tinymq_protocol::messages::CommittedOffset {
+    pub fn to_wire(self, (topic, partition): Tp) -> m::CommittedOffset {
+        m::CommittedOffset {
             topic,
             partition,
             offset: self.offset,
@@ -58,20 +92,17 @@ impl Committed {
     }
 }
 
-#[derive(Debug, Default)]
-struct GroupOffsets {
+/// One change to a group's offsets: a new committed offset, or `None` to delete it.
+pub type Change = (Tp, Option<Committed>);
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct GroupOffsets {
     offsets: BTreeMap<Tp, Committed>,
     last_commit_ms: i64,
 }
 
-#[derive(Debug)]
-pub struct OffsetStore {
-    logs: Vec<PartitionLog>,
-    groups: Mutex<HashMap<String, GroupOffsets>>,
-    /// Bytes the stored offsets take by [`entry_bytes`], kept with every change under the
-    /// `groups` lock, so that a commit's growth is checked without walking every group.
-    stored_bytes: std::sync::atomic::AtomicUsize,
-}
+/// The committed offsets of every group of one offsets partition, as read from its log.
+pub type LoadedOffsets = HashMap<String, GroupOffsets>;
 
 /// The memory one committed offset is counted for: its names, its metadata and a fixed cost
 /// for the map entries.
@@ -99,130 +130,227 @@ pub fn partition_for_group(group: &str) -> u32 {
     tinymq_protocol::hash::murmur2_positive(group.as_bytes()) % OFFSETS_PARTITIONS
 }
 
+/// Where an offsets partition led here stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// Its log is being read; its groups are not answered for yet.
+    Loading,
+    /// Its groups are served from memory since this instant.
+    Loaded(Instant),
+}
+
+/// Writes staged until the high watermark passes them: per write, its group, changes and
+/// time, by the log end after the write.
+type Staged = BTreeMap<i64, (String, Vec<Change>, i64)>;
+
+/// An offsets partition this broker leads, in one leader epoch.
+#[derive(Debug)]
+struct Led {
+    leader_epoch: u32,
+    load: Load,
+    staged: Staged,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    groups: HashMap<String, GroupOffsets>,
+    led: BTreeMap<u32, Led>,
+    /// Bytes the offsets in `groups` take by [`entry_bytes`], kept with every change.
+    stored_bytes: usize,
+}
+
+impl Inner {
+    fn apply(&mut self, group: &str, changes: Vec<Change>, timestamp_ms: i64) {
+        let mut bytes = self.stored_bytes;
+        let entry = self.groups.entry(group.to_string()).or_default();
+        for (tp, value) in changes {
+            let removed = match value {
+                Some(c) => {
+                    bytes += entry_bytes(group, &tp, &c);
+                    entry.offsets.insert(tp.clone(), c)
+                }
+                None => entry.offsets.remove(&tp),
+            };
+            if let Some(old) = removed {
+                bytes = bytes.saturating_sub(entry_bytes(group, &tp, &old));
+            }
+        }
+        entry.last_commit_ms = entry.last_commit_ms.max(timestamp_ms);
+        if entry.offsets.is_empty() {
+            self.groups.remove(group);
+        }
+        self.stored_bytes = bytes;
+    }
+
+    /// Forgets the groups of offsets partition `partition`.
+    fn drop_groups(&mut self, partition: u32) {
+        let mut freed = 0;
+        self.groups.retain(|name, g| {
+            let keep = partition_for_group(name) != partition;
+            if !keep {
+                freed += group_bytes(name, g);
+            }
+            keep
+        });
+        self.stored_bytes = self.stored_bytes.saturating_sub(freed);
+    }
+}
+
+/// The offsets of the groups coordinated here, and which offsets partitions are led here.
+#[derive(Debug, Default)]
+pub struct OffsetStore {
+    inner: Mutex<Inner>,
+}
+
+/// Refusal of a write to an offsets partition no longer led here in the expected epoch.
+fn moved(partition: u32) -> m::Error {
+    ErrorCode::NOT_COORDINATOR.with_message(format!(
+        "{OFFSETS_TOPIC}/{partition} is no longer led here; find the coordinator again"
+    ))
+}
+
 impl OffsetStore {
-    /// Opens (recovering) the offsets partitions under `data_dir` and loads every commit.
-    pub fn open(data_dir: &Path) -> Result<OffsetStore, LogError> {
-        let config = LogConfig {
-            flush: FlushPolicy::Always,
-            segment_bytes: 64 << 20,
-            // One commit is one batch: room for `COMMIT_OFFSETS_MAX` offsets with full metadata.
-            batch_bytes_max: 8 << 20,
-            ..LogConfig::default()
+    /// When the offsets of `partition` were loaded here in `leader_epoch`, if they are.
+    pub fn loaded_since(&self, partition: u32, leader_epoch: u32) -> Option<Instant> {
+        match self.inner.lock().led.get(&partition)? {
+            Led {
+                leader_epoch: e,
+                load: Load::Loaded(since),
+                ..
+            } if *e == leader_epoch => Some(*since),
+            _ => None,
+        }
+    }
+
+    /// When the offsets of `partition` were loaded here, in whatever epoch.
+    pub fn loaded_at(&self, partition: u32) -> Option<Instant> {
+        match self.inner.lock().led.get(&partition)?.load {
+            Load::Loaded(since) => Some(since),
+            Load::Loading => None,
+        }
+    }
+
+    /// The offsets partitions led here (loaded or loading) and their leader epochs.
+    pub fn led(&self) -> BTreeMap<u32, u32> {
+        let inner = self.inner.lock();
+        inner
+            .led
+            .iter()
+            .map(|(p, led)| (*p, led.leader_epoch))
+            .collect()
+    }
+
+    /// This broker leads `partition` in `leader_epoch`: forgets what it held of it and marks
+    /// it loading. Returns false (and changes nothing) if it already is, in that epoch.
+    pub fn begin_load(&self, partition: u32, leader_epoch: u32) -> bool {
+        let mut inner = self.inner.lock();
+        if inner
+            .led
+            .get(&partition)
+            .is_some_and(|l| l.leader_epoch == leader_epoch)
+        {
+            return false;
+        }
+        inner.drop_groups(partition);
+        inner.led.insert(
+            partition,
+            Led {
+                leader_epoch,
+                load: Load::Loading,
+                staged: Staged::new(),
+            },
+        );
+        true
+    }
+
+    /// Serves `loaded` as the offsets of `partition`, if it is still loading in
+    /// `leader_epoch` (leadership may have moved while the log was read). Returns whether it
+    /// was taken.
+    pub fn finish_load(&self, partition: u32, leader_epoch: u32, loaded: LoadedOffsets) -> bool {
+        let mut inner = self.inner.lock();
+        match inner.led.get_mut(&partition) {
+            Some(led) if led.leader_epoch == leader_epoch && led.load == Load::Loading => {
+                led.load = Load::Loaded(Instant::now());
+            }
+            _ => return false,
+        }
+        let bytes: usize = loaded.iter().map(|(n, g)| group_bytes(n, g)).sum();
+        inner.stored_bytes += bytes;
+        inner.groups.extend(loaded);
+        true
+    }
+
+    /// This broker no longer leads `partition`: drops its groups and staged writes.
+    pub fn drop_partition(&self, partition: u32) {
+        let mut inner = self.inner.lock();
+        inner.led.remove(&partition);
+        inner.drop_groups(partition);
+    }
+
+    /// Runs `write` (the append of `group`'s `changes` to its offsets partition, returning
+    /// its outcome and the log end after it) under this store's lock, so that staged writes
+    /// are ordered as in the log, and stages the changes until the high watermark passes that
+    /// end. Refused with `NOT_COORDINATOR` unless the partition is loaded here in
+    /// `leader_epoch`.
+    pub fn append<T>(
+        &self,
+        group: &str,
+        leader_epoch: u32,
+        changes: Vec<Change>,
+        write: impl FnOnce() -> Result<(T, i64), m::Error>,
+    ) -> Result<T, m::Error> {
+        let partition = partition_for_group(group);
+        let mut inner = self.inner.lock();
+        let led = inner
+            .led
+            .get_mut(&partition)
+            .filter(|l| l.leader_epoch == leader_epoch && matches!(l.load, Load::Loaded(_)))
+            .ok_or_else(|| moved(partition))?;
+        let (outcome, end) = write()?;
+        led.staged
+            .insert(end, (group.to_string(), changes, now_ms()));
+        Ok(outcome)
+    }
+
+    /// Applies, in log order, every staged write of `partition` in `leader_epoch` that ends
+    /// at or below the high watermark `hw`.
+    pub fn apply_up_to(&self, partition: u32, leader_epoch: u32, hw: i64) {
+        let mut inner = self.inner.lock();
+        let Some(led) = inner
+            .led
+            .get_mut(&partition)
+            .filter(|l| l.leader_epoch == leader_epoch)
+        else {
+            return;
         };
-        let mut logs = Vec::new();
-        let mut groups: HashMap<String, GroupOffsets> = HashMap::new();
-        for p in 0..OFFSETS_PARTITIONS {
-            let dir = data_dir.join(format!("{OFFSETS_TOPIC}-{p}"));
-            let (log, _) = PartitionLog::open(&dir, config.clone())?;
-            load(&log, &mut groups)?;
-            logs.push(log);
+        let later = led.staged.split_off(&hw.saturating_add(1));
+        let due = std::mem::replace(&mut led.staged, later);
+        for (_, (group, changes, timestamp_ms)) in due {
+            inner.apply(&group, changes, timestamp_ms);
         }
-        let stored: usize = groups.iter().map(|(n, g)| group_bytes(n, g)).sum();
-        Ok(OffsetStore {
-            logs,
-            groups: Mutex::new(groups),
-            stored_bytes: stored.into(),
-        })
-    }
-
-    /// Durably records `offsets` for `group` (blocks until fsynced), then serves them.
-    pub fn commit(&self, group: &str, offsets: &[(Tp, Committed)]) -> Result<(), LogError> {
-        if offsets.is_empty() {
-            return Ok(());
-        }
-        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = offsets
-            .iter()
-            .map(|((t, p), c)| {
-                (
-                    encode_key(group, t, *p),
-                    Some(
-                        serde_json::to_vec(&Value {
-                            o: c.offset,
-                            m: c.metadata.clone(),
-                        })
-                        .expect("serializable"),
-                    ),
-                )
-            })
-            .collect();
-        self.append(group, &records)?;
-        let mut groups = self.groups.lock();
-        let entry = groups.entry(group.to_string()).or_default();
-        for (tp, c) in offsets {
-            let added = entry_bytes(group, tp, c);
-            let removed = entry
-                .offsets
-                .insert(tp.clone(), c.clone())
-                .map_or(0, |old| entry_bytes(group, tp, &old));
-            self.stored_bytes.fetch_add(added, Ordering::Relaxed);
-            self.stored_bytes.fetch_sub(removed, Ordering::Relaxed);
-        }
-        entry.last_commit_ms = now_ms();
-        Ok(())
-    }
-
-    /// Deletes every offset of `group` (tombstones), returning how many were removed.
-    pub fn delete_group(&self, group: &str) -> Result<usize, LogError> {
-        let keys: Vec<Tp> = self
-            .groups
-            .lock()
-            .get(group)
-            .map(|g| g.offsets.keys().cloned().collect())
-            .unwrap_or_default();
-        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = keys
-            .iter()
-            .map(|(t, p)| (encode_key(group, t, *p), None))
-            .collect();
-        if !records.is_empty() {
-            self.append(group, &records)?;
-        }
-        let mut groups = self.groups.lock();
-        if let Some(removed) = groups.remove(group) {
-            self.stored_bytes
-                .fetch_sub(group_bytes(group, &removed), Ordering::Relaxed);
-        }
-        Ok(keys.len())
-    }
-
-    fn append(&self, group: &str, records: &[(Vec<u8>, Option<Vec<u8>>)]) -> Result<(), LogError> {
-        let mut builder = BatchBuilder::new(Compression::None, ProducerStamp::NONE);
-        let now = now_ms();
-        for (key, value) in records {
-            builder.push(&RecordInput {
-                timestamp_ms: now,
-                key: Some(key),
-                value: value.as_deref(),
-                headers: &[],
-            });
-        }
-        let mut batch = builder.build()?.to_vec();
-        self.logs[partition_for_group(group) as usize].append(&mut batch, 0)?;
-        Ok(())
     }
 
     /// The bytes stored offsets take now, and how many more they would take after `offsets`
     /// were committed for `group` (0 when they would take fewer).
-    pub fn growth(&self, group: &str, offsets: &[(Tp, Committed)]) -> (usize, usize) {
-        let groups = self.groups.lock();
-        let stored = groups.get(group);
+    pub fn growth(&self, group: &str, offsets: &[Change]) -> (usize, usize) {
+        let inner = self.inner.lock();
+        let stored = inner.groups.get(group);
         let (mut added, mut removed) = (0usize, 0usize);
         for (tp, c) in offsets {
-            added += entry_bytes(group, tp, c);
+            if let Some(c) = c {
+                added += entry_bytes(group, tp, c);
+            }
             if let Some(old) = stored.and_then(|g| g.offsets.get(tp)) {
                 removed += entry_bytes(group, tp, old);
             }
         }
-        let now = self.stored_bytes.load(Ordering::Relaxed);
-        (now, added.saturating_sub(removed))
-    }
-
-    pub fn committed(&self, group: &str, tp: &Tp) -> Option<Committed> {
-        self.groups.lock().get(group)?.offsets.get(tp).cloned()
+        (inner.stored_bytes, added.saturating_sub(removed))
     }
 
     pub fn all(&self, group: &str) -> BTreeMap<Tp, Committed> {
-        self.groups
+        self.inner
             .lock()
+            .groups
             .get(group)
             .map(|g| g.offsets.clone())
             .unwrap_or_default()
@@ -230,32 +358,28 @@ impl OffsetStore {
 
     /// Whether `group` has any committed offset.
     pub fn has_offsets(&self, group: &str) -> bool {
-        self.groups
+        self.inner
             .lock()
+            .groups
             .get(group)
             .is_some_and(|g| !g.offsets.is_empty())
     }
 
     pub fn groups(&self) -> Vec<String> {
-        self.groups.lock().keys().cloned().collect()
+        self.inner.lock().groups.keys().cloned().collect()
     }
 
     /// Groups whose last commit is older than `retention` (the caller checks they are empty).
     pub fn idle_groups(&self, retention: Duration) -> Vec<String> {
-        let cutoff = now_ms() - retention.as_millis() as i64;
-        self.groups
+        let cutoff =
+            now_ms().saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+        self.inner
             .lock()
+            .groups
             .iter()
             .filter(|(_, g)| g.last_commit_ms < cutoff)
             .map(|(name, _)| name.clone())
             .collect()
-    }
-
-    pub fn close(&self) -> Result<(), LogError> {
-        for log in &self.logs {
-            log.close()?;
-        }
-        Ok(())
     }
 }
 
@@ -265,34 +389,68 @@ fn encode_key(group: &str, topic: &str, partition: u32) -> Vec<u8> {
         t: topic.into(),
         p: partition,
     })
-    .expect("serializable")
+    .expect("a struct of strings and integers serializes")
 }
 
-/// Replays one offsets partition into `groups`.
-fn load(log: &PartitionLog, groups: &mut HashMap<String, GroupOffsets>) -> Result<(), LogError> {
+/// The batch recording `changes` to `group`'s offsets, stamped `now_ms`.
+pub fn encode_batch(
+    group: &str,
+    changes: &[Change],
+    now_ms: i64,
+) -> Result<Bytes, tinymq_protocol::batch::BatchError> {
+    let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
+        .iter()
+        .map(|((t, p), c)| {
+            let value = c.as_ref().map(|c| {
+                serde_json::to_vec(&Value {
+                    o: c.offset,
+                    m: c.metadata.clone(),
+                })
+                .expect("a struct of strings and integers serializes")
+            });
+            (encode_key(group, t, *p), value)
+        })
+        .collect();
+    let mut builder = BatchBuilder::new(Compression::None, ProducerStamp::NONE);
+    for (key, value) in &records {
+        builder.push(&RecordInput {
+            timestamp_ms: now_ms,
+            key: Some(key),
+            value: value.as_deref(),
+            headers: &[],
+        });
+    }
+    builder.build()
+}
+
+/// Replays one offsets partition's log, from its start to its end, into the offsets of its
+/// groups (the last record per key wins). Blocks.
+pub fn read_log(log: &PartitionLog) -> Result<LoadedOffsets, LogError> {
+    let mut groups = LoadedOffsets::new();
     let mut offset = log.log_start_offset();
-    while offset < log.log_end_offset() {
+    let end = log.log_end_offset();
+    while offset < end {
         let read = log.read(offset, LOAD_READ_BYTES, None)?;
         if read.records.is_empty() {
             break;
         }
+        let started_at = offset;
         for batch in BatchIter::new(read.records) {
             let batch = batch?;
-            offset = batch.next_offset();
+            offset = batch.next_offset().max(offset);
             for record in batch.records(LOAD_READ_BYTES)? {
-                apply(groups, record.key, record.value, record.timestamp_ms);
+                replay(&mut groups, record.key, record.value, record.timestamp_ms);
             }
         }
+        if offset <= started_at {
+            tracing::warn!(offset, "offsets load made no progress; stopping");
+            break;
+        }
     }
-    Ok(())
+    Ok(groups)
 }
 
-fn apply(
-    groups: &mut HashMap<String, GroupOffsets>,
-    key: Option<Bytes>,
-    value: Option<Bytes>,
-    timestamp_ms: i64,
-) {
+fn replay(groups: &mut LoadedOffsets, key: Option<Bytes>, value: Option<Bytes>, timestamp_ms: i64) {
     let Some(Ok(key)) = key.map(|k| serde_json::from_slice::<Key>(&k)) else {
         tracing::warn!("skipping an unreadable offsets record");
         return;
@@ -323,28 +481,4 @@ fn apply(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn commits_survive_reopening_and_deletes_too() {
-        let tmp = tempfile::tempdir().unwrap();
-        let store = OffsetStore::open(tmp.path()).unwrap();
-        let c = |o| Committed {
-            offset: o,
-            metadata: "m".into(),
-        };
-        store
-            .commit("g1", &[(("t".into(), 0), c(5)), (("t".into(), 1), c(7))])
-            .unwrap();
-        store.commit("g1", &[(("t".into(), 0), c(9))]).unwrap();
-        store.commit("g2", &[(("t".into(), 0), c(1))]).unwrap();
-        store.delete_group("g2").unwrap();
-        drop(store);
-        let store = OffsetStore::open(tmp.path()).unwrap();
-        assert_eq!(store.committed("g1", &("t".into(), 0)), Some(c(9)));
-        assert_eq!(store.committed("g1", &("t".into(), 1)), Some(c(7)));
-        assert_eq!(store.committed("g2", &("t".into(), 0)), None);
-        assert_eq!(store.groups(), vec!["g1".to_string()]);
-    }
-}
+mod tests;

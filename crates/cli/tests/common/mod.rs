@@ -2,6 +2,7 @@
 //! temporary data directories.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod consume;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -43,6 +44,20 @@ impl Server {
     pub fn start_broker(id: u32, listen: &str, meta: &str, data: &Path) -> Server {
         let id = id.to_string();
         let args = ["broker", "--id", &id, "--listen", listen, "--meta", meta];
+        Server::spawn(&args, data, &[])
+    }
+
+    /// [`Server::start_broker`] with extra flags.
+    pub fn start_broker_with(
+        id: u32,
+        listen: &str,
+        meta: &str,
+        data: &Path,
+        extra: &[&str],
+    ) -> Server {
+        let id = id.to_string();
+        let mut args = vec!["broker", "--id", &id, "--listen", listen, "--meta", meta];
+        args.extend_from_slice(extra);
         Server::spawn(&args, data, &[])
     }
 

@@ -2,8 +2,11 @@
 //! leader and an offset lookup per partition without a position. `poll` starts what is due,
 //! waits up to its timeout for answers, and applies whichever arrived; a request still in
 //! flight is picked up by a later `poll`. So a leader that hangs (stopped process, lost host)
-//! holds up only its own partitions, for at most its request timeout, never the others, and a
-//! cancelled `poll` loses no answer.
+//! holds up only its own partitions, never the others, and a cancelled `poll` loses no answer.
+//! A fetch still unanswered [`FETCH_CHECK_MARGIN`] past its long-poll wait checks the route
+//! through other nodes and is given up once they name a new leader (a stopped leader would
+//! otherwise hold its partitions for the whole request timeout); offset lookups do the same
+//! (`Cluster::list_offset`).
 //!
 //! An answer is applied only if it still fits: the partition is assigned, not being released,
 //! and (for a fetch) still at the offset the fetch asked for.
@@ -17,6 +20,9 @@ use tokio::time::Instant;
 use super::partitions::PartitionKey;
 use super::Consumer;
 use crate::error::ClientError;
+
+/// How long past its long-poll wait a fetch may stay unanswered before the route is checked.
+pub const FETCH_CHECK_MARGIN: Duration = Duration::from_secs(2);
 
 /// A finished background request.
 pub(super) enum Answer {
@@ -101,17 +107,26 @@ impl Consumer {
                         partition: *partition,
                         offset: *offset,
                         partition_bytes_max: self.config.partition_bytes_max,
+                        ..Default::default()
                     })
                     .collect(),
+                ..Default::default()
             };
             for (key, _) in &requested {
                 self.parts.set_busy(key, true);
             }
             let cluster = self.cluster.clone();
             let timeout = wait + self.config.client.request_timeout;
+            // A fetch unanswered well past its long-poll wait watches the route: a read is
+            // always safe to give up, and its partitions move on to the new leader.
+            let first_check = wait + FETCH_CHECK_MARGIN;
+            let watched: Vec<PartitionKey> = requested.iter().map(|(k, _)| k.clone()).collect();
             self.in_flight.spawn(async move {
                 let result = match cluster.connection(&leader).await {
-                    Ok(connection) => connection.request(&request, timeout).await,
+                    Ok(connection) => tokio::select! {
+                        r = connection.request(&request, timeout) => r,
+                        moved = cluster.leader_moved(&watched, &leader, first_check) => Err(moved),
+                    },
                     Err(e) => Err(e),
                 };
                 Answer::Fetched { requested, result }

@@ -3,7 +3,7 @@
 //! unreachable coordinator.
 
 use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tinymq_protocol::ErrorCode;
 
@@ -12,6 +12,7 @@ use super::{Consumer, ConsumerConfig};
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::group::{GroupEvent, Membership};
+use crate::retry::{RETRY_BACKOFF, RETRY_BACKOFF_MAX};
 
 impl Consumer {
     /// Joins, heartbeats when due, follows the assignment, and auto-commits when due.
@@ -200,6 +201,32 @@ pub(super) async fn commit_positions(
             membership.commit(cluster, offsets).await
         }
         result => result,
+    }
+}
+
+/// Commits like [`commit_positions`], sending the commit again after a retriable failure (the
+/// coordinator moved or died, is still loading the group's offsets, or its offsets partition
+/// is short of in-sync replicas) until `timeout` has passed. For the commits a caller waits
+/// on (an explicit `commit`, and on `close`), which would otherwise be lost: the periodic and
+/// the revoking commits are retried by the next tick.
+pub(super) async fn commit_positions_retrying(
+    membership: &mut Membership,
+    cluster: &Cluster,
+    parts: &Partitions,
+    keys: &BTreeSet<PartitionKey>,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    let deadline = Instant::now() + timeout;
+    let mut backoff = RETRY_BACKOFF;
+    loop {
+        match commit_positions(membership, cluster, parts, keys).await {
+            Err(e) if e.is_retriable() && Instant::now() + backoff < deadline => {
+                tracing::debug!(group = %membership.group, error = %e, "commit failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            }
+            result => return result,
+        }
     }
 }
 

@@ -192,7 +192,8 @@ impl Consumer {
 
     /// Commits the position of every owned partition: the next offset `poll` has not
     /// returned yet, so the group resumes right after what this consumer handed out. Needs a
-    /// group.
+    /// group. A retriable failure (the coordinator moving, say) is retried for up to the
+    /// session timeout.
     pub async fn commit(&mut self) -> Result<(), ClientError> {
         let Some(membership) = self.membership.as_mut() else {
             return Err(ClientError::Config(
@@ -200,7 +201,15 @@ impl Consumer {
             ));
         };
         let keys = self.parts.keys();
-        group_tick::commit_positions(membership, &self.cluster, &self.parts, &keys).await
+        let timeout = self.config.session_timeout;
+        group_tick::commit_positions_retrying(
+            membership,
+            &self.cluster,
+            &self.parts,
+            &keys,
+            timeout,
+        )
+        .await
     }
 
     /// At-most-once: fetches records and commits past them *before* returning them, so a crash
@@ -223,7 +232,15 @@ impl Consumer {
         };
         let committed = if self.config.auto_commit_interval.is_some() && membership.joined() {
             let keys = self.parts.keys();
-            group_tick::commit_positions(&mut membership, &self.cluster, &self.parts, &keys).await
+            let timeout = self.config.session_timeout;
+            group_tick::commit_positions_retrying(
+                &mut membership,
+                &self.cluster,
+                &self.parts,
+                &keys,
+                timeout,
+            )
+            .await
         } else {
             Ok(())
         };

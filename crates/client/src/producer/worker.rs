@@ -11,6 +11,13 @@
 //! then resent one at a time, in order, each with the same bytes (and so the same sequence):
 //! the broker drops any that it already had. Without idempotence only one batch is in flight,
 //! since a resend could otherwise land after a later batch.
+//!
+//! A stalled leader (stopped, hung) answers nothing: with idempotence each attempt also
+//! watches the route and fails as retriable `LeaderMoved` once other nodes name another
+//! leader (see `start_send`), so the recovery above resends to the new leader without
+//! waiting out the request timeout. A batch's sequence changes only when it is rebuilt after a
+//! restart of the partition's sequence (`restart_sequence`, under a higher epoch): once a
+//! leader has the new epoch it refuses any late attempt of the old one.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -25,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{Acks, ProducerConfig, ProducerRecord, RecordMetadata};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, LEADER_CHECK_INTERVAL};
 use crate::error::{check, ClientError};
 
 pub(crate) enum WorkerMessage {
@@ -228,8 +235,16 @@ fn produce_request(
 /// Puts built bytes on the wire to the partition's leader and returns a task awaiting the
 /// answer. The send itself happens before this returns, so batches launched one after another
 /// reach the broker in that order.
+///
+/// With idempotence, an attempt unanswered for [`LEADER_CHECK_INTERVAL`] watches the route
+/// and is given up (as retriable `LeaderMoved`) once other nodes name a new leader: the
+/// leader it went to is stalled or deposed. The batch is then resent with the same bytes and
+/// so the same sequence: the new leader either has it (replicated: answered as a duplicate
+/// with its original offset) or not, and the old leader's copy, if it ever writes one, is
+/// truncated away when it rejoins as a follower. Without idempotence the attempt waits out
+/// the request timeout, since a resend could write the batch twice.
 async fn start_send(
-    cluster: &Cluster,
+    cluster: &Arc<Cluster>,
     config: &ProducerConfig,
     topic: &str,
     partition: u32,
@@ -244,9 +259,24 @@ async fn start_send(
     let pending = connection.start_request(&request).await?;
     // The broker's own timeout is the request's; allow a little more for the round trip.
     let timeout = config.client.request_timeout + Duration::from_secs(1);
+    let watch = config.idempotence.then(|| {
+        (
+            cluster.clone(),
+            [(topic.to_string(), partition)],
+            connection.addr().to_string(),
+        )
+    });
     let (topic, partition) = (topic.to_string(), partition);
     Ok(tokio::spawn(async move {
-        let response = pending.wait(timeout).await?;
+        let response = match watch {
+            Some((cluster, watched, leader)) => tokio::select! {
+                r = pending.wait(timeout) => r?,
+                moved = cluster.leader_moved(&watched, &leader, LEADER_CHECK_INTERVAL) => {
+                    return Err(moved)
+                }
+            },
+            None => pending.wait(timeout).await?,
+        };
         let result = response
             .partitions
             .into_iter()

@@ -1,0 +1,310 @@
+//! Follower fetching: one task per leader broker fetches every partition this broker follows
+//! from it, in one long-polling request at a time, and appends what comes back byte for byte
+//! (or truncates where the leader says the logs diverge). Each request reports how far this
+//! replica's log is durable, which is what moves the leader's high watermark.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tinymq_client::{Connection, NodeRole};
+use tinymq_protocol::{messages as m, ErrorCode};
+use tokio_util::sync::CancellationToken;
+
+use crate::partition::Partition;
+use crate::replica::Role;
+use crate::state::BrokerState;
+
+/// How long a follower's fetch waits at the leader for new records.
+pub const REPLICA_FETCH_WAIT_MS: u32 = 500;
+/// Most record bytes one follower fetch asks for, over all its partitions.
+pub const REPLICA_FETCH_BYTES_MAX: u32 = 16 << 20;
+/// Most record bytes one follower fetch asks for per partition.
+pub const REPLICA_FETCH_PARTITION_BYTES_MAX: u32 = 4 << 20;
+/// How long a follower waits for a fetch's answer beyond the long poll.
+const REPLICA_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pauses after a failed connection or fetch: it doubles up to the maximum.
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// A partition followed from one leader, in one leader epoch.
+#[derive(Debug, Clone)]
+struct Followed {
+    partition: Arc<Partition>,
+    leader_epoch: u32,
+}
+
+#[derive(Debug)]
+struct FetcherHandle {
+    followed: Arc<Mutex<Vec<Followed>>>,
+    stop: CancellationToken,
+}
+
+/// The follower fetch tasks of this broker, by leader.
+#[derive(Debug, Default)]
+pub struct Fetchers {
+    by_leader: Mutex<HashMap<u32, FetcherHandle>>,
+    stop: CancellationToken,
+}
+
+impl Fetchers {
+    /// Starts, updates and stops fetch tasks so that each partition followed here is fetched
+    /// from its current leader. Call after every reconciliation, on the runtime.
+    pub fn sync(&self, state: &Arc<BrokerState>) {
+        let mut wanted: HashMap<u32, Vec<Followed>> = HashMap::new();
+        for partition in state.all_partitions() {
+            let role = partition.role.lock().clone();
+            if let Role::Follower {
+                leader: Some(leader),
+                leader_epoch,
+            } = role
+            {
+                wanted.entry(leader).or_default().push(Followed {
+                    partition,
+                    leader_epoch,
+                });
+            }
+        }
+        let mut by_leader = self.by_leader.lock();
+        by_leader.retain(|leader, handle| {
+            let keep = wanted.contains_key(leader);
+            if !keep {
+                handle.stop.cancel();
+            }
+            keep
+        });
+        for (leader, followed) in wanted {
+            if let Some(handle) = by_leader.get(&leader) {
+                *handle.followed.lock() = followed;
+                continue;
+            }
+            let handle = FetcherHandle {
+                followed: Arc::new(Mutex::new(followed)),
+                stop: self.stop.child_token(),
+            };
+            tokio::spawn(fetch_loop(
+                state.clone(),
+                leader,
+                handle.followed.clone(),
+                handle.stop.clone(),
+            ));
+            by_leader.insert(leader, handle);
+        }
+    }
+
+    /// Stops every fetch task (the broker is shutting down).
+    pub fn stop(&self) {
+        self.stop.cancel();
+    }
+}
+
+/// Fetches from `leader` until stopped.
+async fn fetch_loop(
+    state: Arc<BrokerState>,
+    leader: u32,
+    followed: Arc<Mutex<Vec<Followed>>>,
+    stop: CancellationToken,
+) {
+    let me = state.node_id();
+    let mut connection: Option<Connection> = None;
+    let mut backoff = BACKOFF_MIN;
+    tracing::info!(leader, "following partitions led by broker {leader}");
+    while !stop.is_cancelled() {
+        let parts = followed.lock().clone();
+        let outcome = match connection.as_ref().filter(|c| !c.is_closed()) {
+            Some(c) => tokio::select! {
+                fetched = fetch_once(&state, leader, c, &parts) => fetched,
+                // An answer to a fetch sent before this loop was stopped must not be applied.
+                _ = stop.cancelled() => break,
+            },
+            None => match connect(&state, leader, me).await {
+                Ok(c) => {
+                    connection = Some(c);
+                    continue;
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match outcome {
+            // The long poll at the leader was the wait: fetch again at once.
+            Ok(Fetched::Progress | Fetched::Idle) => {
+                backoff = BACKOFF_MIN;
+                continue;
+            }
+            Ok(Fetched::Refused) => backoff = (backoff * 2).min(BACKOFF_MAX),
+            Err(e) => {
+                tracing::debug!(leader, error = %e, "follower fetch failed; retrying");
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.cancelled() => {}
+        }
+    }
+    tracing::debug!(leader, "stopped following broker {leader}");
+}
+
+async fn connect(state: &BrokerState, leader: u32, me: u32) -> Result<Connection, String> {
+    let image = state.cluster.image();
+    let broker = image
+        .brokers
+        .get(&leader)
+        .filter(|b| !b.fenced)
+        .ok_or_else(|| format!("broker {leader} is not live"))?;
+    let addr = format!("{}:{}", broker.host, broker.port);
+    Connection::connect_as(
+        &addr,
+        &format!("tinymq-replica-{me}"),
+        &image.cluster_id,
+        NodeRole::Broker,
+        u64::from(me),
+    )
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// What one fetch from a leader came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fetched {
+    /// Records appended or a divergent tail cut.
+    Progress,
+    /// Nothing new within the long poll.
+    Idle,
+    /// Nothing to fetch, or a partition refused or failed: wait before asking again.
+    Refused,
+}
+
+/// One fetch of every followed partition and what came of it.
+async fn fetch_once(
+    state: &Arc<BrokerState>,
+    leader: u32,
+    connection: &Connection,
+    parts: &[Followed],
+) -> Result<Fetched, String> {
+    if parts.is_empty() {
+        return Ok(Fetched::Refused);
+    }
+    let request = m::FetchRequest {
+        max_wait_ms: REPLICA_FETCH_WAIT_MS,
+        min_bytes: 1,
+        max_bytes: REPLICA_FETCH_BYTES_MAX,
+        replica_id: state.node_id(),
+        partitions: parts.iter().map(fetch_partition).collect(),
+    };
+    let wait = REPLICA_FETCH_TIMEOUT + Duration::from_millis(u64::from(REPLICA_FETCH_WAIT_MS));
+    let response = connection
+        .request(&request, wait)
+        .await
+        .map_err(|e| e.to_string())?;
+    let parts = parts.to_vec();
+    tokio::task::spawn_blocking(move || apply(leader, &parts, response.partitions))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn fetch_partition(followed: &Followed) -> m::FetchPartition {
+    let p = &followed.partition;
+    let position = p.follower_position();
+    m::FetchPartition {
+        topic: p.topic.clone(),
+        partition: p.index,
+        offset: position.log_end,
+        partition_bytes_max: REPLICA_FETCH_PARTITION_BYTES_MAX,
+        current_leader_epoch: i32::try_from(followed.leader_epoch).ok(),
+        last_fetched_epoch: position.last_epoch,
+        replica_durable_end: position.durable_end,
+    }
+}
+
+/// Applies a fetch's results to the followed partitions. Blocks (appends, fsyncs,
+/// truncations).
+fn apply(leader: u32, parts: &[Followed], results: Vec<m::FetchPartitionResult>) -> Fetched {
+    let (mut progress, mut failed) = (false, false);
+    for result in results {
+        let Some(followed) = parts
+            .iter()
+            .find(|f| f.partition.topic == result.topic && f.partition.index == result.partition)
+        else {
+            continue;
+        };
+        let p = &followed.partition;
+        // The answer counts only while the partition still follows this leader in the epoch
+        // it was fetched in; the role stays locked while it is applied, so a role change
+        // waits for it (a stale answer must not cut or extend a log that leads or follows
+        // another leader now).
+        let role = p.role.lock();
+        let current = matches!(&*role, Role::Follower { leader: Some(l), leader_epoch }
+            if *l == leader && *leader_epoch == followed.leader_epoch);
+        if !current {
+            continue;
+        }
+        let applied = apply_one(p, result);
+        drop(role);
+        match applied {
+            Ok(moved) => progress |= moved,
+            Err(e) => {
+                failed = true;
+                tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "replicating from the leader failed; retrying");
+            }
+        }
+    }
+    match (progress, failed) {
+        (true, _) => Fetched::Progress,
+        (false, false) => Fetched::Idle,
+        (false, true) => Fetched::Refused,
+    }
+}
+
+/// Applies one partition's result; `Ok(true)` if the log changed. A failure here is
+/// logged at WARN (the local log refused or failed); a refusal by the leader is returned
+/// for a DEBUG line (expected while leadership moves).
+fn apply_one(p: &Partition, result: m::FetchPartitionResult) -> Result<bool, String> {
+    let local = |e: String| {
+        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "cannot apply what the leader sent; fetching again");
+        e
+    };
+    if let Some(diverging) = result.diverging_epoch {
+        let point = truncation_point(p, &diverging);
+        p.truncate_for_leader(point)
+            .map_err(|e| local(e.to_string()))?;
+        return Ok(true);
+    }
+    if let Some(error) = result.error {
+        let code = ErrorCode::from_code(error.code);
+        if code == Some(ErrorCode::OFFSET_OUT_OF_RANGE)
+            && p.log.log_end_offset() < result.log_start_offset
+        {
+            // The leader no longer has what comes next here: start over at its log start.
+            p.restart_at(result.log_start_offset)
+                .map_err(|e| local(e.to_string()))?;
+            return Ok(true);
+        }
+        return Err(format!("leader answered {}: {}", error.code, error.message));
+    }
+    let moved = !result.records.is_empty();
+    p.append_from_leader(result.records, result.high_watermark)
+        .map_err(|e| local(e.message))?;
+    Ok(moved)
+}
+
+/// Where a follower cuts its log when the leader reports a divergence: at the leader's end
+/// of the epoch, or at this log's own end of that epoch if that is lower (KIP-279). A
+/// leader that knows no epoch at or below this log's last one sends epoch -1: everything
+/// from the log start diverges.
+fn truncation_point(p: &Partition, diverging: &m::DivergingEpoch) -> i64 {
+    let own_end = if diverging.epoch < 0 {
+        p.log.log_start_offset()
+    } else {
+        match p.log.end_offset_for_epoch(diverging.epoch) {
+            Some((_, end)) => end,
+            None => p.log.log_start_offset(),
+        }
+    };
+    diverging
+        .end_offset
+        .min(own_end)
+        .min(p.log.log_end_offset())
+        .max(p.log.log_start_offset())
+}

@@ -1,0 +1,200 @@
+//! Replication on the broker. Each partition placed here is led here or followed from its
+//! leader ([`Role`]): followers fetch the leader's batches ([`fetcher`]) and append them byte
+//! for byte; the leader answers those fetches ([`serve`]), keeps what each follower holds
+//! ([`leader`]), raises the high watermark to the lowest durable end among the in-sync
+//! replicas, and proposes ISR changes to the MetaServer ([`isr`]). Which role a partition has
+//! comes only from the metadata image (leader and leader epoch).
+
+pub mod fetcher;
+pub mod isr;
+
+pub mod leader;
+pub mod serve;
+
+use bytes::Bytes;
+use tinymq_log::LogError;
+use tinymq_protocol::batch::BatchIter;
+
+use tinymq_meta::TopicRecord;
+
+use crate::partition::{identity_of, now_ms, visible_end, Partition, PartitionError};
+use crate::state::BrokerState;
+use leader::LeaderState;
+
+/// A partition's part in replication on this broker.
+#[derive(Debug, Clone)]
+pub enum Role {
+    Leader(LeaderState),
+    /// Following `leader` (none while the partition is offline) in `leader_epoch`.
+    Follower {
+        leader: Option<u32>,
+        leader_epoch: u32,
+    },
+}
+
+impl Default for Role {
+    /// A partition on its own (no image yet, or a tool opening it): its own ISR.
+    fn default() -> Role {
+        Role::Leader(LeaderState::new(0, 0, 0, &[0], 0, 0))
+    }
+}
+
+/// What a follower fetch needs to know about the follower's side of a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerPosition {
+    pub log_end: i64,
+    pub durable_end: i64,
+    pub last_epoch: Option<i32>,
+}
+
+impl Partition {
+    /// Takes the role the image (or the MetaServer's answer to an ISR proposal) gives this
+    /// broker for `record`: leader in its leader epoch with its ISR, or a follower of its
+    /// leader. A leader keeping its epoch only takes the new ISR and partition epoch.
+    pub fn assume_role(&self, me: u32, record: &tinymq_meta::PartitionRecord) {
+        let (leader, leader_epoch, isr) = (record.leader, record.leader_epoch, &record.isr);
+        let now = now_ms();
+        let mut role = self.role.lock();
+        let known_epoch = match &*role {
+            Role::Leader(state) => state.leader_epoch,
+            Role::Follower { leader_epoch, .. } => *leader_epoch,
+        };
+        if leader_epoch < known_epoch {
+            // An answer older than the image already taken (they race): it must not bring back
+            // a leadership that has moved on.
+            return;
+        }
+        match (&mut *role, leader) {
+            (Role::Leader(state), Some(l)) if l == me && state.is(me, leader_epoch) => {
+                state.set_isr(isr, record.partition_epoch, now);
+            }
+            (_, Some(l)) if l == me => {
+                let log_end = self.log.log_end_offset();
+                *role = Role::Leader(LeaderState::new(
+                    me,
+                    leader_epoch,
+                    record.partition_epoch,
+                    isr,
+                    log_end,
+                    now,
+                ));
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch, "leading");
+            }
+            (_, leader) => {
+                *role = Role::Follower {
+                    leader,
+                    leader_epoch,
+                };
+            }
+        }
+        drop(role);
+        // The ISR may have shrunk to those that hold more.
+        self.publish_high_watermark();
+    }
+
+    /// The leader epoch, if this broker leads the partition.
+    pub fn leading_epoch(&self) -> Option<u32> {
+        match &*self.role.lock() {
+            Role::Leader(state) => Some(state.leader_epoch),
+            Role::Follower { .. } => None,
+        }
+    }
+
+    /// Where this replica's log stands, for its next fetch from the leader.
+    pub fn follower_position(&self) -> FollowerPosition {
+        FollowerPosition {
+            log_end: self.log.log_end_offset(),
+            durable_end: visible_end(&self.log, self.flush),
+            last_epoch: self.log.latest_epoch(),
+        }
+    }
+
+    /// Appends batches fetched from the leader as they are, records their producers (so
+    /// retries stay exactly-once if this replica leads later), waits for the flush policy,
+    /// and takes the leader's high watermark as far as this log reaches. Blocks.
+    pub fn append_from_leader(&self, records: Bytes, leader_hw: i64) -> Result<(), PartitionError> {
+        if !records.is_empty() {
+            let info = self.log.append_replicated(&records)?;
+            let now = now_ms();
+            let mut producers = self.producers.lock();
+            for batch in BatchIter::new(records) {
+                let batch = batch?;
+                producers.record(
+                    &identity_of(&batch),
+                    batch.base_offset(),
+                    batch.last_offset(),
+                    now,
+                );
+            }
+            drop(producers);
+            self.log_end.send_replace(info.log_end_offset);
+            self.log.await_flush_policy(info.log_end_offset)?;
+        }
+        let reach = visible_end(&self.log, self.flush);
+        self.raise_high_watermark(leader_hw.min(reach));
+        Ok(())
+    }
+
+    /// Cuts the log to `offset` (a follower whose tail diverged from the leader's), rebuilds
+    /// the producer state from what is left, and lowers the high watermark to the new end if
+    /// it was past it. Blocks.
+    pub fn truncate_for_leader(&self, offset: i64) -> Result<(), LogError> {
+        let before = self.log.log_end_offset();
+        self.log.truncate_to(offset)?;
+        let after = self.log.log_end_offset();
+        tracing::warn!(topic = %self.topic, partition = self.index, from = before, to = after, "truncated a tail that diverged from the leader's log");
+        *self.producers.lock() = crate::partition::rebuild_producer_state(&self.log, &self.dir)?;
+        self.high_watermark.send_if_modified(|hw| {
+            let lower = *hw > after;
+            *hw = (*hw).min(after);
+            lower
+        });
+        self.log_end.send_replace(after);
+        Ok(())
+    }
+
+    /// Empties the log and restarts it at `offset`: the leader no longer has this replica's
+    /// next offset (its log start moved past it). Blocks.
+    pub fn restart_at(&self, offset: i64) -> Result<(), LogError> {
+        self.log.truncate_fully_and_start_at(offset)?;
+        *self.producers.lock() = crate::partition::rebuild_producer_state(&self.log, &self.dir)?;
+        self.high_watermark.send_replace(offset);
+        self.log_end.send_replace(offset);
+        Ok(())
+    }
+
+    pub fn watch_log_end(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.log_end.subscribe()
+    }
+}
+
+/// Topic setting: the fewest in-sync replicas an `acks=all` write needs.
+pub const MIN_INSYNC_REPLICAS_KEY: &str = "min_insync_replicas";
+
+/// A topic's `min_insync_replicas`: its setting, else 2 with three or more replicas (so an
+/// acknowledged write survives losing any one broker), else 1.
+pub fn min_insync_replicas(topic: &TopicRecord) -> usize {
+    let replicas = topic.partitions.first().map_or(1, |p| p.replicas.len());
+    topic
+        .config
+        .get(MIN_INSYNC_REPLICAS_KEY)
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n >= 1)
+        .unwrap_or(if replicas >= 3 { 2 } else { 1 })
+}
+
+impl BrokerState {
+    /// Whether `partition` is led here with at least its topic's `min_insync_replicas` in
+    /// sync (a follower has none to count on).
+    pub fn enough_in_sync(&self, partition: &Partition) -> bool {
+        let isr = match &*partition.role.lock() {
+            Role::Leader(leader) => leader.isr().len(),
+            Role::Follower { .. } => return false,
+        };
+        let image = self.cluster.image();
+        image
+            .topics
+            .get(&partition.topic)
+            .is_none_or(|t| isr >= min_insync_replicas(t))
+    }
+}

@@ -1,0 +1,127 @@
+//! The leader's side of a follower's fetch: the follower must follow this leader's epoch, its
+//! log must agree with the leader's at its end (else it is told where they diverge), its
+//! reported position moves the high watermark, and it reads up to the leader's log end.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use crate::partition::{now_ms, Partition};
+use crate::replica::Role;
+use crate::state::BrokerState;
+
+/// Where a follower's log stops agreeing with the leader's, if it does: the leader's last
+/// epoch at or below the follower's last one, and where that epoch ends in the leader's log.
+fn divergence(partition: &Partition, fp: &m::FetchPartition) -> Option<m::DivergingEpoch> {
+    let last = fp.last_fetched_epoch?;
+    if fp.offset <= partition.log.log_start_offset() {
+        return None;
+    }
+    match partition.log.end_offset_for_epoch(last) {
+        Some((epoch, end)) if epoch == last && end >= fp.offset => None,
+        Some((epoch, end_offset)) => Some(m::DivergingEpoch { epoch, end_offset }),
+        None => Some(m::DivergingEpoch {
+            epoch: -1,
+            end_offset: partition.log.log_start_offset(),
+        }),
+    }
+}
+
+/// The partition if this broker leads it in the epoch the follower follows.
+fn led_for_follower(
+    state: &BrokerState,
+    fp: &m::FetchPartition,
+) -> Result<Arc<Partition>, m::Error> {
+    // Internal topics (the group offsets) are replicated like any other.
+    let (partition, _) = state.led_partition_any(&fp.topic, fp.partition)?;
+    let epoch = partition.leading_epoch().ok_or_else(|| {
+        ErrorCode::NOT_LEADER
+            .with_message(format!("{}/{} is not led here yet", fp.topic, fp.partition))
+    })?;
+    match fp.current_leader_epoch {
+        Some(theirs) if i64::from(theirs) != i64::from(epoch) => Err(ErrorCode::NOT_LEADER
+            .with_message(format!(
+            "{}/{}: the follower follows leader epoch {theirs}; this leader is in epoch {epoch}",
+            fp.topic, fp.partition
+        ))),
+        Some(_) => Ok(partition),
+        // Without its epoch a follower's report could come from following another leader.
+        None => Err(ErrorCode::INVALID_REQUEST.with_message(format!(
+            "{}/{}: a replica fetch must carry current_leader_epoch",
+            fp.topic, fp.partition
+        ))),
+    }
+}
+
+/// Records where follower `replica` stands (once per fetch request, before any read), which
+/// may raise the high watermark.
+pub(crate) fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPartition) {
+    let Ok(partition) = led_for_follower(state, fp) else {
+        return;
+    };
+    if divergence(&partition, fp).is_some() {
+        return;
+    }
+    let leader_end = partition.log.log_end_offset();
+    if let Role::Leader(leader) = &mut *partition.role.lock() {
+        let durable_end = fp.replica_durable_end.min(fp.offset);
+        leader.on_fetch(replica, durable_end, leader_end, now_ms());
+    }
+    partition.publish_high_watermark();
+}
+
+/// One partition of a follower's fetch: the batches from its log end, up to the leader's log
+/// end and `bytes_max`, or where it diverges, or the error.
+pub(crate) fn read_for_follower(
+    state: &BrokerState,
+    fp: &m::FetchPartition,
+    bytes_max: usize,
+) -> m::FetchPartitionResult {
+    let mut result = m::FetchPartitionResult {
+        topic: fp.topic.clone(),
+        partition: fp.partition,
+        high_watermark: -1,
+        log_start_offset: -1,
+        log_end_offset: -1,
+        ..Default::default()
+    };
+    let partition = match led_for_follower(state, fp) {
+        Ok(p) => p,
+        Err(e) => {
+            result.current_leader = state.current_leader(&fp.topic, fp.partition);
+            result.error = Some(e);
+            return result;
+        }
+    };
+    result.high_watermark = partition.high_watermark();
+    result.log_start_offset = partition.log.log_start_offset();
+    result.log_end_offset = partition.log.log_end_offset();
+    if let Some(diverging) = divergence(&partition, fp) {
+        result.diverging_epoch = Some(diverging);
+        return result;
+    }
+    if bytes_max == 0 {
+        return result;
+    }
+    match partition.log.read(fp.offset, bytes_max, None) {
+        Ok(read) => result.records = read.records,
+        Err(e) => {
+            result.records = Bytes::new();
+            result.error = Some(e.error_code().with_message(e.to_string()));
+        }
+    }
+    result
+}
+
+/// A fetch may carry a replica id only from the broker with that id.
+pub(crate) fn authorize(replica: u32, peer: &tinymq_net::Peer) -> Result<(), m::Error> {
+    let is_that_broker = peer.role == m::NodeRole::Broker && peer.node_id == u64::from(replica);
+    if is_that_broker {
+        Ok(())
+    } else {
+        Err(ErrorCode::CLUSTER_AUTHORIZATION_FAILED.with_message(format!(
+            "a fetch with replica_id {replica} is accepted only from broker {replica}'s own connections"
+        )))
+    }
+}

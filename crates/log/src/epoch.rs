@@ -1,0 +1,411 @@
+//! The leader-epoch cache of one partition and its checkpoint file, `leader-epoch-checkpoint`:
+//! for each leader epoch that wrote to the log, the offset of its first batch. A follower asks
+//! its leader where its own latest epoch ends ([`EpochCache::end_offset_for`]) and truncates
+//! a divergent tail to that point (KIP-101/279).
+//!
+//! The cache is derived from the batch headers (each carries `partitionLeaderEpoch`), but
+//! scanning them all at every open would cost a read per batch, so it is kept in memory and
+//! in the checkpoint, which the log writes **before** the first batch of a new epoch (see
+//! `docs/storage.md`, "Leader epochs and truncation"). After a crash the checkpoint may hold
+//! entries the log never reached, never lack one it holds; [`recover`] drops the former and
+//! rebuilds from the headers when the file is missing, damaged or disagrees with the log.
+//!
+//! ```text
+//! <crc32c of everything after this line: 8 lowercase hex digits>\n
+//! 1\n                          format version
+//! <n>\n                        number of entries
+//! <epoch> <start_offset>\n     n times, decimal, epochs and start offsets strictly increasing
+//! ```
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::recovery::RecoveryReport;
+use crate::segment::{read_batch_meta, Segment};
+use crate::storage::Storage;
+
+/// The checkpoint's file name inside the partition directory.
+pub(crate) const CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
+const CHECKPOINT_VERSION: u32 = 1;
+/// A checkpoint file larger than this is treated as damaged (and rebuilt) rather than read:
+/// about half a million leader elections, more than any partition sees.
+pub(crate) const CHECKPOINT_BYTES_MAX: u64 = 16 << 20;
+
+/// Leader epochs and the offset where each began: `(epoch, start_offset)`, both strictly
+/// increasing, epochs ≥ 0, offsets ≥ 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct EpochCache {
+    entries: Vec<(i32, i64)>,
+}
+
+impl EpochCache {
+    /// A cache of `entries` if they are well formed (see the type).
+    pub fn from_entries(entries: Vec<(i32, i64)>) -> Option<EpochCache> {
+        let sane = entries.iter().all(|&(e, o)| e >= 0 && o >= 0)
+            && entries
+                .windows(2)
+                .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
+        sane.then_some(EpochCache { entries })
+    }
+
+    pub fn entries(&self) -> &[(i32, i64)] {
+        &self.entries
+    }
+
+    pub fn latest(&self) -> Option<i32> {
+        self.entries.last().map(|&(epoch, _)| epoch)
+    }
+
+    /// Whether a batch of `epoch` needs a new entry: O(1), on every append.
+    pub fn is_new(&self, epoch: i32) -> bool {
+        self.latest().is_none_or(|latest| epoch > latest)
+    }
+
+    /// Records that `epoch` starts at `start_offset`. Entries that start at or after it go (a
+    /// newer epoch that wrote nothing yet is superseded), so both columns stay increasing.
+    /// Callers pass an epoch newer than the latest ([`EpochCache::is_new`]).
+    pub fn push(&mut self, epoch: i32, start_offset: i64) {
+        assert!(
+            self.is_new(epoch) && epoch >= 0 && start_offset >= 0,
+            "the log adds only a newer epoch ({epoch} after {:?}) at an offset ≥ 0",
+            self.latest()
+        );
+        self.truncate_from_end(start_offset);
+        self.entries.push((epoch, start_offset));
+    }
+
+    /// Removes the entries that start at or after `end` (the log was cut there). Returns
+    /// whether anything changed.
+    pub fn truncate_from_end(&mut self, end: i64) -> bool {
+        let keep = self.entries.partition_point(|&(_, start)| start < end);
+        let changed = keep < self.entries.len();
+        self.entries.truncate(keep);
+        changed
+    }
+
+    /// Whether an entry starts below `start`: what [`EpochCache::truncate_from_start`] would
+    /// change.
+    pub fn starts_below(&self, start: i64) -> bool {
+        self.entries.first().is_some_and(|&(_, s)| s < start)
+    }
+
+    /// Forgets epochs wholly below `start` (retention deleted their batches): of the entries
+    /// that start before it, only the last stays, moved to `start`. Returns whether anything
+    /// changed.
+    pub fn truncate_from_start(&mut self, start: i64) -> bool {
+        let below = self.entries.partition_point(|&(_, s)| s < start);
+        if below == 0 {
+            return false;
+        }
+        let starts_at = self.entries.get(below).is_some_and(|&(_, s)| s == start);
+        if starts_at {
+            self.entries.drain(..below);
+        } else {
+            self.entries.drain(..below - 1);
+            self.entries[0].1 = start;
+        }
+        true
+    }
+
+    /// OffsetsForLeaderEpoch: the largest epoch ≤ `requested` that the cache has, and where it
+    /// ends (the next epoch's start, or `log_end` for the latest). `None` when every epoch is
+    /// above `requested` or there is none.
+    pub fn end_offset_for(&self, requested: i32, log_end: i64) -> Option<(i32, i64)> {
+        let count = self
+            .entries
+            .partition_point(|&(epoch, _)| epoch <= requested);
+        let (epoch, _) = *self.entries.get(count.checked_sub(1)?)?;
+        let end = self.entries.get(count).map_or(log_end, |&(_, start)| start);
+        Some((epoch, end))
+    }
+}
+
+/// The checkpoint file's bytes for `cache`.
+pub(crate) fn encode(cache: &EpochCache) -> Vec<u8> {
+    let mut body = format!("{CHECKPOINT_VERSION}\n{}\n", cache.entries.len());
+    for (epoch, start) in &cache.entries {
+        body.push_str(&format!("{epoch} {start}\n"));
+    }
+    let mut bytes = format!("{:08x}\n", crc32c::crc32c(body.as_bytes())).into_bytes();
+    bytes.extend_from_slice(body.as_bytes());
+    bytes
+}
+
+/// Parses a checkpoint file; the error says why it is not one.
+pub(crate) fn decode(bytes: &[u8]) -> Result<EpochCache, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
+    let (crc, body) = text.split_once('\n').ok_or("no CRC line")?;
+    let stored = (crc.len() == 8)
+        .then(|| u32::from_str_radix(crc, 16).ok())
+        .flatten()
+        .ok_or_else(|| format!("bad CRC line {crc:?}"))?;
+    let computed = crc32c::crc32c(body.as_bytes());
+    if stored != computed {
+        return Err(format!(
+            "CRC mismatch: stored {stored:08x}, computed {computed:08x}"
+        ));
+    }
+    let body = body.strip_suffix('\n').ok_or("no final newline")?;
+    let mut lines = body.split('\n');
+    let version = lines.next().unwrap_or_default();
+    if version != CHECKPOINT_VERSION.to_string() {
+        return Err(format!("unknown version {version:?}"));
+    }
+    let count: usize = number(lines.next().unwrap_or_default())?;
+    let entries = lines
+        .map(|line| {
+            let (epoch, start) = line.split_once(' ').ok_or(format!("bad entry {line:?}"))?;
+            Ok((number(epoch)?, number(start)?))
+        })
+        .collect::<Result<Vec<(i32, i64)>, String>>()?;
+    if entries.len() != count {
+        return Err(format!("{} entries, header says {count}", entries.len()));
+    }
+    EpochCache::from_entries(entries).ok_or_else(|| "entries not increasing".to_string())
+}
+
+/// A non-negative decimal number, digits only.
+fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("bad number {text:?}"));
+    }
+    text.parse()
+        .map_err(|_| format!("number {text:?} out of range"))
+}
+
+pub(crate) fn checkpoint_path(dir: &Path) -> PathBuf {
+    dir.join(CHECKPOINT_FILE)
+}
+
+/// Replaces the checkpoint so that a crash leaves the old or the new one whole: a temporary
+/// file, fsynced, renamed over it, then the directory fsynced. The `.tmp` name is one
+/// recovery removes as a leftover.
+pub(crate) fn store(storage: &dyn Storage, dir: &Path, cache: &EpochCache) -> io::Result<()> {
+    let bytes = encode(cache);
+    let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+    let file = storage.open(&tmp, true)?;
+    file.set_len(0)?;
+    file.write_all_at(&bytes, 0)?;
+    file.sync_data()?;
+    storage.rename(&tmp, &checkpoint_path(dir))?;
+    storage.sync_dir(dir)
+}
+
+/// Reads the checkpoint; the inner error says why there is no usable one.
+fn load(storage: &dyn Storage, dir: &Path) -> Result<EpochCache, String> {
+    let path = checkpoint_path(dir);
+    if !storage.exists(&path) {
+        return Err("missing".into());
+    }
+    let read = || -> io::Result<Result<EpochCache, String>> {
+        let file = storage.open(&path, false)?;
+        let len = file.byte_len()?;
+        if len > CHECKPOINT_BYTES_MAX {
+            return Ok(Err(format!("{len} bytes, over {CHECKPOINT_BYTES_MAX}")));
+        }
+        // Bounded just above.
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(decode(&bytes))
+    };
+    read().unwrap_or_else(|e| Err(format!("unreadable: {e}")))
+}
+
+/// Applies the rule the log follows when appending to one batch: a batch whose epoch is
+/// newer than the latest starts an entry. Negative epochs (no epoch) are skipped.
+fn observe(cache: &mut EpochCache, epoch: i32, base_offset: i64) {
+    if epoch >= 0 && cache.is_new(epoch) {
+        cache.push(epoch, base_offset);
+    }
+}
+
+/// Walks the batch headers of `segment` into `cache`. A header that does not parse (bit rot
+/// in an older segment, which recovery does not read whole) ends the walk of that segment.
+fn scan_segment(segment: &Segment, cache: &mut EpochCache) -> io::Result<()> {
+    let file = &*segment.log_file;
+    let mut position = 0;
+    while position < segment.size_bytes {
+        match read_batch_meta(file, position, segment.size_bytes)? {
+            Ok(meta) => {
+                observe(cache, meta.leader_epoch, meta.base_offset);
+                position = meta.end_position();
+            }
+            Err(why) => {
+                tracing::warn!(segment = segment.base_offset, position, %why,
+                    "unreadable batch header while rebuilding the leader-epoch cache");
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cache built from every batch header of the log: O(batches), only when needed.
+fn rebuild(segments: &BTreeMap<i64, Segment>) -> io::Result<EpochCache> {
+    let mut cache = EpochCache::default();
+    for segment in segments.values() {
+        scan_segment(segment, &mut cache)?;
+    }
+    Ok(cache)
+}
+
+/// Whether `cache` says what the active segment's headers say: its entries from the active
+/// segment's base on are exactly those the headers start. Older segments were written under
+/// the checkpoint-first rule and fsynced when they rolled, so they are trusted.
+fn agrees_with_active(cache: &EpochCache, active: &Segment) -> io::Result<bool> {
+    let before = cache
+        .entries
+        .partition_point(|&(_, start)| start < active.base_offset);
+    let mut derived = EpochCache {
+        entries: cache.entries[..before].to_vec(),
+    };
+    scan_segment(active, &mut derived)?;
+    Ok(derived == *cache)
+}
+
+/// Loads the checkpoint of a just-recovered log and makes it agree with the log: entries the
+/// log does not reach are dropped (and those below its start trimmed); a missing, damaged or
+/// disagreeing checkpoint is rebuilt from the batch headers. Rewrites the file if anything
+/// changed. Fails only on I/O errors reading segments or writing the file.
+pub(crate) fn recover(
+    storage: &dyn Storage,
+    dir: &Path,
+    segments: &BTreeMap<i64, Segment>,
+    report: &mut RecoveryReport,
+) -> io::Result<EpochCache> {
+    let (Some(first), Some(active)) = (segments.values().next(), segments.values().next_back())
+    else {
+        return Ok(EpochCache::default());
+    };
+    let (log_start, log_end) = (first.base_offset, active.next_offset);
+    let loaded = load(storage, dir);
+    let mut cache = loaded.clone().unwrap_or_default();
+    cache.truncate_from_start(log_start);
+    cache.truncate_from_end(log_end);
+    let problem = match &loaded {
+        Err(why) => Some(why.clone()),
+        Ok(_) if !agrees_with_active(&cache, active)? => {
+            Some("disagrees with the batch headers of the active segment".into())
+        }
+        Ok(_) => None,
+    };
+    if let Some(why) = problem {
+        cache = rebuild(segments)?;
+        cache.truncate_from_start(log_start);
+        let quiet = why == "missing" && cache.entries.is_empty();
+        if !quiet {
+            tracing::warn!(dir = %dir.display(), %why, "leader-epoch checkpoint rebuilt from the log");
+            report.leader_epochs_rebuilt = Some(why);
+        }
+    }
+    let missing_and_empty = loaded.is_err() && cache.entries.is_empty();
+    if loaded.as_ref() != Ok(&cache) && !missing_and_empty {
+        store(storage, dir, &cache)?;
+    }
+    Ok(cache)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn cache(entries: &[(i32, i64)]) -> EpochCache {
+        EpochCache::from_entries(entries.to_vec()).expect("well formed")
+    }
+
+    #[test]
+    fn the_checkpoint_round_trips_and_damage_is_detected() {
+        let c = cache(&[(0, 0), (3, 17), (9, 4000)]);
+        let bytes = encode(&c);
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.ends_with("\n1\n3\n0 0\n3 17\n9 4000\n"), "{text}");
+        assert_eq!(decode(&bytes), Ok(c));
+        assert_eq!(
+            decode(&encode(&EpochCache::default())),
+            Ok(EpochCache::default())
+        );
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x04;
+            assert!(decode(&bad).is_err(), "a flipped bit at {i} is caught");
+            assert!(decode(&bytes[..i]).is_err(), "a cut at {i} is caught");
+        }
+        // The example in docs/storage.md, byte for byte.
+        let documented = cache(&[(0, 0), (4, 1520), (7, 88211)]);
+        assert_eq!(
+            encode(&documented),
+            b"b94979af\n1\n3\n0 0\n4 1520\n7 88211\n"
+        );
+        // A well-sealed body with entries out of order is refused too.
+        let body = "1\n2\n5 10\n4 20\n";
+        let sealed = format!("{:08x}\n{body}", crc32c::crc32c(body.as_bytes()));
+        assert!(decode(sealed.as_bytes())
+            .unwrap_err()
+            .contains("increasing"));
+    }
+
+    #[test]
+    fn push_supersedes_an_empty_epoch_and_truncation_trims_both_ends() {
+        let mut c = cache(&[(1, 0), (2, 10)]);
+        c.push(4, 10); // epoch 2 wrote nothing before epoch 4 began
+        assert_eq!(c.entries(), &[(1, 0), (4, 10)]);
+        c.push(5, 30);
+        assert!(c.truncate_from_end(30));
+        assert_eq!(c.entries(), &[(1, 0), (4, 10)]);
+        assert!(!c.truncate_from_end(31));
+        assert!(c.truncate_from_start(12));
+        assert_eq!(c.entries(), &[(4, 12)]);
+        assert!(!c.truncate_from_start(12));
+        let mut d = cache(&[(1, 0), (4, 10)]);
+        assert!(d.truncate_from_start(10));
+        assert_eq!(d.entries(), &[(4, 10)]);
+    }
+
+    /// The model: the epoch of every offset below `log_end`, answered by brute force.
+    fn model_end_offset(epochs_by_offset: &[i32], requested: i32) -> Option<(i32, i64)> {
+        let epoch = epochs_by_offset
+            .iter()
+            .copied()
+            .filter(|&e| e <= requested)
+            .max()?;
+        let end = epochs_by_offset
+            .iter()
+            .position(|&e| e > epoch)
+            .unwrap_or(epochs_by_offset.len());
+        Some((epoch, end as i64))
+    }
+
+    proptest! {
+        /// A log written by a sequence of leaders (each epoch newer, each writing some
+        /// offsets) answers OffsetsForLeaderEpoch as a scan of every offset's epoch would.
+        #[test]
+        fn end_offset_for_epoch_matches_a_brute_force_model(
+            runs in proptest::collection::vec((1i32..4, 1usize..6), 1..8),
+            requested in -1i32..30,
+        ) {
+            let mut c = EpochCache::default();
+            let mut by_offset = Vec::new();
+            let mut epoch = -1;
+            for (step, len) in runs {
+                epoch += step;
+                for _ in 0..len {
+                    observe(&mut c, epoch, by_offset.len() as i64);
+                    by_offset.push(epoch);
+                }
+            }
+            let log_end = by_offset.len() as i64;
+            prop_assert_eq!(c.end_offset_for(requested, log_end), model_end_offset(&by_offset, requested));
+            prop_assert_eq!(decode(&encode(&c)), Ok(c.clone()));
+            // Truncating the log and the cache at any offset keeps them in agreement.
+            for cut in 0..=by_offset.len() {
+                let mut t = c.clone();
+                t.truncate_from_end(cut as i64);
+                for r in -1..30 {
+                    prop_assert_eq!(t.end_offset_for(r, cut as i64), model_end_offset(&by_offset[..cut], r));
+                }
+            }
+        }
+    }
+}
