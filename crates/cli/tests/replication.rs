@@ -8,171 +8,28 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::{free_port, start, MetaProc, RawClient, Server, BIN};
+use common::cluster::{describe, stored, tool_ok, tool_ok_with_input, wait_for, wait_isr, Cluster};
+use common::RawClient;
 use tinymq_protocol::batch::craft::CraftedBatch;
 use tinymq_protocol::{messages as m, ErrorCode};
-
-/// Followers leave the ISR after this long without catching up (the default is 10 s).
-const LAG_MAX_MS: &str = "2000";
-
-/// One MetaServer node and three brokers.
-struct Cluster {
-    _tmp: tempfile::TempDir,
-    _meta: MetaProc,
-    meta: String,
-    addrs: Vec<String>,
-    brokers: Vec<Option<Server>>,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let tmp = tempfile::tempdir().unwrap();
-        let meta_addrs = vec![format!("127.0.0.1:{}", free_port())];
-        let meta_proc = start(1, &meta_addrs, tmp.path());
-        let addrs: Vec<String> = (0..3)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let mut cluster = Cluster {
-            meta: meta_addrs[0].clone(),
-            _meta: meta_proc,
-            addrs,
-            brokers: vec![None, None, None],
-            _tmp: tmp,
-        };
-        for id in 1..=3 {
-            cluster.restart(id);
-        }
-        cluster
-    }
-
-    fn restart(&mut self, id: u32) {
-        let i = id as usize - 1;
-        let dir = self._tmp.path().join(format!("broker-{id}"));
-        let extra = ["--replica-lag-time-max-ms", LAG_MAX_MS];
-        self.brokers[i] = Some(Server::start_broker_with(
-            id,
-            &self.addrs[i],
-            &self.meta,
-            &dir,
-            &extra,
-        ));
-    }
-
-    fn kill9(&mut self, id: u32) {
-        if let Some(mut b) = self.brokers[id as usize - 1].take() {
-            b.kill9();
-        }
-    }
-
-    /// The address of a live broker other than `not`.
-    fn live_other_than(&self, not: u32) -> &str {
-        (1..=3)
-            .find(|&id| id != not && self.brokers[id as usize - 1].is_some())
-            .map(|id| self.addrs[id as usize - 1].as_str())
-            .expect("a live broker")
-    }
-}
-
-fn tool(args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).output().expect("run tinymq")
-}
-
-fn tool_ok(args: &[&str]) -> String {
-    let out = tool(args);
-    assert!(
-        out.status.success(),
-        "tinymq {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Each partition's (leader or 0, ISR).
-fn partitions(topic: &str, bootstrap: &str) -> Vec<(u64, Vec<u64>)> {
-    let out = tool(&[
-        "topic",
-        "describe",
-        topic,
-        "--json",
-        "--bootstrap",
-        bootstrap,
-    ]);
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
-        return vec![];
-    };
-    v["partitions"]
-        .as_array()
-        .map(|ps| {
-            ps.iter()
-                .map(|p| {
-                    let leader = p["leader"].as_u64().unwrap_or(0);
-                    let isr = p["isr"]
-                        .as_array()
-                        .map(|a| a.iter().filter_map(|i| i.as_u64()).collect())
-                        .unwrap_or_default();
-                    (leader, isr)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if done() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("timed out waiting for {what}");
-}
-
-fn wait_isr(topic: &str, bootstrap: &str, size: usize) {
-    wait_for(&format!("{topic}'s ISR to have {size} replicas"), || {
-        let ps = partitions(topic, bootstrap);
-        !ps.is_empty() && ps.iter().all(|(l, isr)| *l != 0 && isr.len() == size)
-    });
-}
 
 /// Produces `values` (one line each, acknowledged by every in-sync replica: the producer's
 /// default `acks=all`) and fails the test unless every one was acknowledged.
 fn produce(topic: &str, bootstrap: &str, values: &[String]) {
-    let mut child = Command::new(BIN)
-        .args(["produce", topic, "--bootstrap", bootstrap])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn produce");
-    let mut stdin = child.stdin.take().expect("stdin");
-    std::io::Write::write_all(&mut stdin, values.join("\n").as_bytes()).expect("write");
-    drop(stdin);
-    let out = child.wait_with_output().expect("produce");
-    assert!(
-        out.status.success(),
-        "produce: {}",
-        String::from_utf8_lossy(&out.stderr)
+    tool_ok_with_input(
+        &["produce", topic, "--bootstrap", bootstrap],
+        values.join("\n").as_bytes(),
     );
 }
 
-/// Every value stored in `topic`, sorted: read until nothing new comes for a while.
-fn stored(topic: &str, bootstrap: &str) -> Vec<String> {
-    let out = tool_ok(&[
-        "consume",
-        topic,
-        "--from-beginning",
-        "--timeout-ms",
-        "3000",
-        "--bootstrap",
-        bootstrap,
-    ]);
-    let mut values: Vec<String> = out.lines().map(String::from).collect();
-    values.sort();
-    values
+/// The leader of partition 0 of `topic`.
+fn leader_of(topic: &str, bootstrap: &str) -> u32 {
+    describe(topic, bootstrap)[0].leader as u32
 }
 
 #[test]
 fn a_three_replica_topic_keeps_every_acknowledged_record_when_any_broker_is_killed() {
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start(3);
     tool_ok(&[
         "topic",
         "create",
@@ -197,8 +54,11 @@ fn a_three_replica_topic_keeps_every_acknowledged_record_when_any_broker_is_kill
         // Failover: the MetaServer fences the dead broker when its session ends and moves
         // each of its leaderships to an in-sync survivor.
         wait_for("every partition to have a live leader", || {
-            let ps = partitions("r", &survivor);
-            !ps.is_empty() && ps.iter().all(|(l, _)| *l != 0 && *l != u64::from(victim))
+            let ps = describe("r", &survivor);
+            !ps.is_empty()
+                && ps
+                    .iter()
+                    .all(|p| p.leader != 0 && p.leader != u64::from(victim))
         });
         // Writes go on: the producer follows the partitions to their new leaders.
         let after: Vec<String> = (0..100).map(|i| format!("after-{victim}-{i:03}")).collect();
@@ -210,7 +70,7 @@ fn a_three_replica_topic_keeps_every_acknowledged_record_when_any_broker_is_kill
             expected,
             "every acknowledged record once, after broker {victim} was killed"
         );
-        cluster.restart(victim);
+        cluster.start_broker(victim);
         wait_isr("r", &survivor, 3);
     }
 }
@@ -239,7 +99,7 @@ fn common_now_ms() -> i64 {
 
 #[test]
 fn acks_all_writes_are_refused_below_min_insync_replicas_and_resume_when_a_replica_returns() {
-    let mut cluster = Cluster::start();
+    let mut cluster = Cluster::start(3);
     tool_ok(&[
         "topic",
         "create",
@@ -250,8 +110,8 @@ fn acks_all_writes_are_refused_below_min_insync_replicas_and_resume_when_a_repli
         &cluster.addrs[0],
     ]);
     wait_isr("m", &cluster.addrs[0], 3);
-    let leader = partitions("m", &cluster.addrs[0])[0].0 as u32;
-    let leader_addr = cluster.addrs[leader as usize - 1].clone();
+    let leader = leader_of("m", &cluster.addrs[0]);
+    let leader_addr = cluster.addr(leader).to_string();
     let followers: Vec<u32> = (1..=3).filter(|&id| id != leader).collect();
     let mut c = RawClient::handshaken(&leader_addr);
     assert_eq!(produce_raw(&mut c, "m", b"all-in-sync", -1), None);
@@ -265,7 +125,7 @@ fn acks_all_writes_are_refused_below_min_insync_replicas_and_resume_when_a_repli
     // acks=1 asks only for the leader's own write.
     assert_eq!(produce_raw(&mut c, "m", b"leader-only", 1), None);
 
-    cluster.restart(followers[0]);
+    cluster.start_broker(followers[0]);
     wait_isr("m", &leader_addr, 2);
     assert_eq!(produce_raw(&mut c, "m", b"two-in-sync", -1), None);
     let stored = stored("m", &leader_addr);
@@ -285,7 +145,7 @@ fn signal(pid: u32, sig: &str) {
 /// leader, and takes them again once its session is confirmed.
 #[test]
 fn a_leader_cut_off_from_the_metaserver_stops_acknowledging_writes() {
-    let cluster = Cluster::start();
+    let cluster = Cluster::start(3);
     tool_ok(&[
         "topic",
         "create",
@@ -295,11 +155,11 @@ fn a_leader_cut_off_from_the_metaserver_stops_acknowledging_writes() {
         "--bootstrap",
         &cluster.addrs[0],
     ]);
-    let leader = partitions("z", &cluster.addrs[0])[0].0 as usize;
-    let mut c = RawClient::handshaken(&cluster.addrs[leader - 1]);
+    let leader = leader_of("z", &cluster.addrs[0]);
+    let mut c = RawClient::handshaken(cluster.addr(leader));
     assert_eq!(produce_raw(&mut c, "z", b"before", 1), None);
 
-    let meta_pid = cluster._meta.pid();
+    let meta_pid = cluster.meta_pid();
     signal(meta_pid, "-STOP");
     let not_leader = u32::from(ErrorCode::NOT_LEADER.code());
     let mut refused = false;
@@ -318,7 +178,7 @@ fn a_leader_cut_off_from_the_metaserver_stops_acknowledging_writes() {
     wait_for("writes to be taken again", || {
         produce_raw(&mut c, "z", b"after", 1).is_none()
     });
-    let stored = stored("z", &cluster.addrs[leader - 1]);
+    let stored = stored("z", cluster.addr(leader));
     assert!(stored.contains(&"before".to_string()), "{stored:?}");
     assert!(stored.contains(&"after".to_string()), "{stored:?}");
 }

@@ -8,12 +8,12 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{free_port, start, MetaProc, Server, BIN};
+use common::cluster::{tool_ok, Cluster};
+use common::Server;
 use tinymq_client::{
     ClientConfig, Cluster as ClientCluster, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord, StartFrom,
@@ -24,38 +24,6 @@ use tinymq_client::{
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(180);
 /// Generous bound on each wait (never asserted as a duration; only that it happened).
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// One MetaServer node and three brokers.
-struct Cluster {
-    _tmp: tempfile::TempDir,
-    _meta: MetaProc,
-    addrs: Vec<String>,
-    brokers: Vec<Server>,
-}
-
-impl Cluster {
-    fn start() -> Cluster {
-        let tmp = tempfile::tempdir().unwrap();
-        let meta_addr = format!("127.0.0.1:{}", free_port());
-        let meta = start(1, std::slice::from_ref(&meta_addr), tmp.path());
-        let addrs: Vec<String> = (0..3)
-            .map(|_| format!("127.0.0.1:{}", free_port()))
-            .collect();
-        let brokers = (1..=3u32)
-            .map(|id| {
-                let dir = tmp.path().join(format!("broker-{id}"));
-                let extra = ["--replica-lag-time-max-ms", "2000"];
-                Server::start_broker_with(id, &addrs[id as usize - 1], &meta_addr, &dir, &extra)
-            })
-            .collect();
-        Cluster {
-            _tmp: tmp,
-            _meta: meta,
-            addrs,
-            brokers,
-        }
-    }
-}
 
 /// A process stopped with SIGSTOP; SIGCONT when dropped, so a failing test leaves nothing
 /// frozen behind.
@@ -76,16 +44,6 @@ impl Drop for Frozen {
         // SAFETY: as above; the Server owning the process outlives this guard.
         unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
-}
-
-fn tool_ok(args: &[&str]) -> String {
-    let out = Command::new(BIN).args(args).output().expect("run tinymq");
-    assert!(
-        out.status.success(),
-        "tinymq {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Polls `done` every 200 ms until it holds; panics after [`PATIENCE`].
@@ -157,8 +115,8 @@ async fn consume_steadily(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_and_consumer_move_to_the_new_leader_while_the_old_one_is_stopped() {
-    let cluster = Cluster::start();
-    let all = cluster.addrs.join(",");
+    let cluster = Cluster::start(3);
+    let all = cluster.bootstrap();
     tool_ok(&[
         "topic",
         "create",
@@ -215,7 +173,7 @@ async fn producer_and_consumer_move_to_the_new_leader_while_the_old_one_is_stopp
     })
     .await;
 
-    let frozen = Frozen::stop(&cluster.brokers[victim]);
+    let frozen = Frozen::stop(cluster.broker(victim as u32 + 1));
     // The MetaServer fences the silent broker and elects another replica.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {

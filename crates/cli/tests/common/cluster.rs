@@ -64,6 +64,14 @@ impl Cluster {
         ));
     }
 
+    pub fn meta_pid(&self) -> u32 {
+        self._meta.pid()
+    }
+
+    pub fn broker(&self, id: u32) -> &Server {
+        self.brokers[id as usize - 1].as_ref().expect("running")
+    }
+
     pub fn addr(&self, id: u32) -> &str {
         &self.addrs[id as usize - 1]
     }
@@ -99,7 +107,25 @@ pub fn tool(args: &[&str]) -> Output {
 }
 
 pub fn tool_ok(args: &[&str]) -> String {
-    let out = tool(args);
+    tool_ok_with_input(args, b"")
+}
+
+/// Runs `tinymq ARGS` with `stdin` as its input; fails the test unless it succeeds.
+pub fn tool_ok_with_input(args: &[&str], stdin: &[u8]) -> String {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tinymq");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("tinymq");
     assert!(
         out.status.success(),
         "tinymq {args:?}: {}",
@@ -161,6 +187,14 @@ pub fn describe(topic: &str, bootstrap: &str) -> Vec<Described> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Waits until every partition of `topic` has a leader and `size` in-sync replicas.
+pub fn wait_isr(topic: &str, bootstrap: &str, size: usize) {
+    wait_for(&format!("{topic}'s ISR to have {size} replicas"), || {
+        let ps = describe(topic, bootstrap);
+        !ps.is_empty() && ps.iter().all(|p| p.leader != 0 && p.isr.len() == size)
+    });
 }
 
 /// Waits until every partition of `topic` has a leader and all its replicas in sync.
