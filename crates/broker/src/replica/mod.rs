@@ -15,8 +15,6 @@ use bytes::Bytes;
 use tinymq_log::LogError;
 use tinymq_protocol::batch::BatchIter;
 
-use tinymq_meta::TopicRecord;
-
 use crate::partition::{identity_of, now_ms, visible_end, Partition, PartitionError};
 use crate::state::BrokerState;
 use leader::LeaderState;
@@ -168,21 +166,6 @@ impl Partition {
     }
 }
 
-/// Topic setting: the fewest in-sync replicas an `acks=all` write needs.
-pub const MIN_INSYNC_REPLICAS_KEY: &str = "min_insync_replicas";
-
-/// A topic's `min_insync_replicas`: its setting, else 2 with three or more replicas (so an
-/// acknowledged write survives losing any one broker), else 1.
-pub fn min_insync_replicas(topic: &TopicRecord) -> usize {
-    let replicas = topic.partitions.first().map_or(1, |p| p.replicas.len());
-    topic
-        .config
-        .get(MIN_INSYNC_REPLICAS_KEY)
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|&n| n >= 1)
-        .unwrap_or(if replicas >= 3 { 2 } else { 1 })
-}
-
 impl BrokerState {
     /// Whether `partition` is led here with at least its topic's `min_insync_replicas` in
     /// sync (a follower has none to count on).
@@ -195,6 +178,6 @@ impl BrokerState {
         image
             .topics
             .get(&partition.topic)
-            .is_none_or(|t| isr >= min_insync_replicas(t))
+            .is_none_or(|t| isr >= t.min_insync_replicas().max(1) as usize)
     }
 }
