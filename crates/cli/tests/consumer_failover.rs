@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::consume::Consume;
-use common::{free_port, start, RawClient, Server, BIN};
+use common::{free_port, start, Frozen, RawClient, Server, BIN};
 use tinymq_protocol::messages as m;
 
 fn tool_ok(args: &[&str], stdin: &[u8]) -> String {
@@ -253,28 +253,6 @@ impl Cluster {
         wait_for("broker 2 to lead its partitions again", || {
             leaders("t", self.bootstrap()) == self.placed
         });
-    }
-}
-
-/// A process stopped with SIGSTOP; SIGCONT when dropped, so that a failing test leaves nothing
-/// frozen behind.
-struct Frozen(i32);
-
-impl Frozen {
-    fn stop(server: &Server) -> Frozen {
-        let pid = server.pid() as i32;
-        // SAFETY: sending a signal to our own child process.
-        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
-        assert_eq!(rc, 0, "kill -STOP");
-        Frozen(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        // SAFETY: as above; the process is still our child (the Server owning it outlives
-        // this guard).
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
 }
 

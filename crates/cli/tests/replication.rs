@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::cluster::{describe, stored, tool_ok, tool_ok_with_input, wait_for, wait_isr, Cluster};
-use common::RawClient;
+use common::{Frozen, RawClient};
 use tinymq_protocol::batch::craft::CraftedBatch;
 use tinymq_protocol::{messages as m, ErrorCode};
 
@@ -132,14 +131,6 @@ fn acks_all_writes_are_refused_below_min_insync_replicas_and_resume_when_a_repli
     assert_eq!(stored, ["all-in-sync", "leader-only", "two-in-sync"]);
 }
 
-fn signal(pid: u32, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {sig} {pid}");
-}
-
 /// A leader that cannot confirm its MetaServer session (here: the MetaServer is paused) stops
 /// taking and acknowledging writes before the MetaServer could fence it and elect another
 /// leader, and takes them again once its session is confirmed.
@@ -159,8 +150,7 @@ fn a_leader_cut_off_from_the_metaserver_stops_acknowledging_writes() {
     let mut c = RawClient::handshaken(cluster.addr(leader));
     assert_eq!(produce_raw(&mut c, "z", b"before", 1), None);
 
-    let meta_pid = cluster.meta_pid();
-    signal(meta_pid, "-STOP");
+    let paused = Frozen::pid(cluster.meta_pid());
     let not_leader = u32::from(ErrorCode::NOT_LEADER.code());
     let mut refused = false;
     for _ in 0..100 {
@@ -170,7 +160,7 @@ fn a_leader_cut_off_from_the_metaserver_stops_acknowledging_writes() {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    signal(meta_pid, "-CONT");
+    drop(paused);
     assert!(
         refused,
         "the leader kept acknowledging without a MetaServer session"

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::cluster::{tool_ok, Cluster};
-use common::Server;
+use common::Frozen;
 use tinymq_client::{
     ClientConfig, Cluster as ClientCluster, Consumer, ConsumerConfig, Producer, ProducerConfig,
     ProducerRecord, StartFrom,
@@ -24,27 +24,6 @@ use tinymq_client::{
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(180);
 /// Generous bound on each wait (never asserted as a duration; only that it happened).
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A process stopped with SIGSTOP; SIGCONT when dropped, so a failing test leaves nothing
-/// frozen behind.
-struct Frozen(i32);
-
-impl Frozen {
-    fn stop(server: &Server) -> Frozen {
-        let pid = server.pid() as i32;
-        // SAFETY: sending a signal to our own child process.
-        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
-        assert_eq!(rc, 0, "kill -STOP");
-        Frozen(pid)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        // SAFETY: as above; the Server owning the process outlives this guard.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
-    }
-}
 
 /// Polls `done` every 200 ms until it holds; panics after [`PATIENCE`].
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {

@@ -347,3 +347,30 @@ pub fn closed_by_server(stream: &mut TcpStream) -> bool {
         Ok(_) => false,
     }
 }
+
+/// A process stopped with SIGSTOP; SIGCONT when dropped, so that a failing test leaves nothing
+/// frozen behind.
+pub struct Frozen(i32);
+
+impl Frozen {
+    pub fn stop(server: &Server) -> Frozen {
+        Frozen::pid(server.pid())
+    }
+
+    /// Stops the child process `pid` (a MetaServer node, say).
+    pub fn pid(pid: u32) -> Frozen {
+        let pid = pid as i32;
+        // SAFETY: sending a signal to our own child process.
+        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        assert_eq!(rc, 0, "kill -STOP");
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: as above; the process is still our child (whatever owns it outlives this
+        // guard).
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
