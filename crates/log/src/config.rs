@@ -2,7 +2,10 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::open_files::OpenFiles;
 
 /// Default segment size: roll to a new segment file past 1 GiB.
 pub const SEGMENT_BYTES_DEFAULT: u64 = 1 << 30;
@@ -75,6 +78,9 @@ pub struct LogConfig {
     pub retention_bytes: Option<u64>,
     /// Largest batch accepted by append.
     pub batch_bytes_max: u32,
+    /// The cache segments open their log files through; by default the process-wide one
+    /// ([`OpenFiles::shared`]), whose limit is the broker's `open_segment_files_max`.
+    pub open_files: Arc<OpenFiles>,
 }
 
 impl Default for LogConfig {
@@ -87,6 +93,7 @@ impl Default for LogConfig {
             retention_age: None,
             retention_bytes: None,
             batch_bytes_max: 1 << 20,
+            open_files: OpenFiles::shared(),
         }
     }
 }

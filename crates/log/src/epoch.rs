@@ -223,7 +223,7 @@ fn observe(cache: &mut EpochCache, epoch: i32, base_offset: i64) {
 /// Walks the batch headers of `segment` into `cache`. A header that does not parse (bit rot
 /// in an older segment, which recovery does not read whole) ends the walk of that segment.
 fn scan_segment(segment: &Segment, cache: &mut EpochCache) -> io::Result<()> {
-    let file = &*segment.log_file;
+    let file = &*segment.log_file()?;
     let mut position = 0;
     while position < segment.size_bytes {
         match read_batch_meta(file, position, segment.size_bytes)? {

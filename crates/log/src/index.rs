@@ -1,9 +1,11 @@
 //! The sparse indexes beside each segment: the offset index and the time index.
 //!
-//! An index is a file of fixed-size big-endian entries, appended in order, mirrored in memory
-//! for lookups. Both are derived data: recovery rebuilds them from the log when they disagree
-//! with it, so they are never fsynced on the append path, only when the segment rolls or the
-//! log closes.
+//! An index is a file of fixed-size big-endian entries, in order. Its entries live in memory:
+//! the file is read once when the log opens and written once, whole, when its segment rolls
+//! (then fsynced with the segment), so no index file is held open and the append path never
+//! writes one. Both indexes are derived data: the active segment's are rebuilt from its
+//! batches at every open (recovery checks the whole active segment), and any other index
+//! that disagrees with its log is rebuilt too.
 //!
 //! ```text
 //! .index      8 bytes per entry: relative_offset u32 | position u32
@@ -15,9 +17,9 @@
 //! ```
 
 use std::io;
-use std::sync::Arc;
+use std::path::Path;
 
-use crate::storage::StorageFile;
+use crate::storage::Storage;
 
 /// A fixed-size index entry.
 pub(crate) trait IndexEntry: Copy + std::fmt::Debug {
@@ -84,31 +86,34 @@ impl IndexEntry for TimeEntry {
     }
 }
 
-/// A sparse index: entries in memory, mirrored to a file.
+/// A sparse index: its entries, in memory.
 #[derive(Debug)]
 pub(crate) struct SparseIndex<E: IndexEntry> {
-    file: Arc<dyn StorageFile>,
     entries: Vec<E>,
 }
 
 impl<E: IndexEntry> SparseIndex<E> {
-    /// An index with no entries; any bytes in the file are discarded.
-    pub fn empty(file: Arc<dyn StorageFile>) -> io::Result<SparseIndex<E>> {
-        file.set_len(0)?;
-        Ok(SparseIndex {
-            file,
+    /// An index with no entries.
+    pub fn empty() -> SparseIndex<E> {
+        SparseIndex {
             entries: Vec::new(),
-        })
+        }
     }
 
-    /// Loads the entries in the file. Returns `None` when the file is not a well-formed index
-    /// (length not a multiple of the entry size, more than `entries_max` entries, or entries
-    /// out of order): the caller rebuilds. `entries_max` bounds the memory a garbage file can
-    /// claim; an index has at most one entry per batch of its log.
+    /// Loads the entries of the file at `path`. Returns `None` when there is no such file or
+    /// it is not a well-formed index (length not a multiple of the entry size, more than
+    /// `entries_max` entries, or entries out of order): the caller rebuilds. `entries_max`
+    /// bounds the memory a garbage file can claim; an index has at most one entry per batch
+    /// of its log. The file is closed again before this returns.
     pub fn load(
-        file: Arc<dyn StorageFile>,
+        storage: &dyn Storage,
+        path: &Path,
         entries_max: u64,
     ) -> io::Result<Option<SparseIndex<E>>> {
+        if !storage.exists(path) {
+            return Ok(None);
+        }
+        let file = storage.open(path, false)?;
         let len = file.byte_len()?;
         let entry_bytes = E::BYTES as u64;
         if len % entry_bytes != 0 || len / entry_bytes > entries_max {
@@ -123,7 +128,16 @@ impl<E: IndexEntry> SparseIndex<E> {
         if entries.windows(2).any(|w| !w[1].follows(&w[0])) {
             return Ok(None);
         }
-        Ok(Some(SparseIndex { file, entries }))
+        Ok(Some(SparseIndex { entries }))
+    }
+
+    /// The file image of the index.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.entries.len() * E::BYTES];
+        for (entry, out) in self.entries.iter().zip(bytes.chunks_exact_mut(E::BYTES)) {
+            entry.encode(out);
+        }
+        bytes
     }
 
     #[cfg(test)]
@@ -135,12 +149,8 @@ impl<E: IndexEntry> SparseIndex<E> {
         self.entries.last()
     }
 
-    pub fn file(&self) -> &Arc<dyn StorageFile> {
-        &self.file
-    }
-
-    /// Appends an entry; one that does not follow the last entry is refused (callers add
-    /// entries for batches in offset order, so that is a bug, not bad data).
+    /// Appends an entry (in memory); one that does not follow the last entry is refused
+    /// (callers add entries for batches in offset order, so that is a bug, not bad data).
     pub fn append(&mut self, entry: E) -> io::Result<()> {
         if let Some(last) = self.entries.last() {
             if !entry.follows(last) {
@@ -149,10 +159,6 @@ impl<E: IndexEntry> SparseIndex<E> {
                 )));
             }
         }
-        let mut bytes = vec![0u8; E::BYTES];
-        entry.encode(&mut bytes);
-        let position = (self.entries.len() * E::BYTES) as u64;
-        self.file.write_all_at(&bytes, position)?;
         self.entries.push(entry);
         Ok(())
     }
@@ -170,19 +176,33 @@ impl<E: IndexEntry> SparseIndex<E> {
     }
 }
 
+/// Writes an index's file image to `path` durably: the whole file, then `fdatasync`.
+pub(crate) fn store_index_file(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let file = storage.open(path, true)?;
+    file.set_len(0)?;
+    file.write_all_at(bytes, 0)?;
+    file.sync_data()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fault::FaultyStorage;
-    use crate::storage::Storage;
-    use std::path::Path;
+
+    fn store(fs: &FaultyStorage, bytes: &[u8]) {
+        store_index_file(fs, Path::new("/p/0.index"), bytes).unwrap();
+    }
+
+    fn load(fs: &FaultyStorage, entries_max: u64) -> Option<SparseIndex<OffsetEntry>> {
+        SparseIndex::load(fs, Path::new("/p/0.index"), entries_max).unwrap()
+    }
 
     #[test]
-    fn append_load_floor_and_truncate() {
+    fn append_store_load_and_floor() {
         let fs = FaultyStorage::new();
         fs.create_dir_all(Path::new("/p")).unwrap();
-        let file = fs.open(Path::new("/p/0.index"), true).unwrap();
-        let mut index = SparseIndex::<OffsetEntry>::empty(file.clone()).unwrap();
+        assert!(load(&fs, 100).is_none(), "no file");
+        let mut index = SparseIndex::<OffsetEntry>::empty();
         for (o, p) in [(0, 0), (10, 4096), (25, 8200)] {
             index
                 .append(OffsetEntry {
@@ -191,9 +211,8 @@ mod tests {
                 })
                 .unwrap();
         }
-        let loaded = SparseIndex::<OffsetEntry>::load(file.clone(), 100)
-            .unwrap()
-            .unwrap();
+        store(&fs, &index.encode());
+        let loaded = load(&fs, 100).unwrap();
         assert_eq!(loaded.entries(), index.entries());
         assert_eq!(loaded.floor(9).unwrap().position, 0);
         assert_eq!(loaded.floor(10).unwrap().position, 4096);
@@ -201,12 +220,7 @@ mod tests {
         assert_eq!(loaded.lower(10).unwrap().position, 0);
         assert!(loaded.lower(0).is_none());
 
-        assert!(
-            SparseIndex::<OffsetEntry>::load(file.clone(), 2)
-                .unwrap()
-                .is_none(),
-            "more entries than the log can have"
-        );
+        assert!(load(&fs, 2).is_none(), "more entries than the log can have");
         assert!(
             index
                 .append(OffsetEntry {
@@ -214,29 +228,23 @@ mod tests {
                     position: 9000
                 })
                 .is_err(),
-            "an entry out of order is refused, not written"
+            "an entry out of order is refused"
         );
         assert_eq!(index.entries().len(), 3);
-        file.write_all_at(&[1, 2, 3], 24).unwrap();
-        assert!(
-            SparseIndex::<OffsetEntry>::load(file.clone(), 100)
-                .unwrap()
-                .is_none(),
-            "torn entry"
-        );
+        let mut torn = index.encode();
+        torn.extend_from_slice(&[1, 2, 3]);
+        store(&fs, &torn);
+        assert!(load(&fs, 100).is_none(), "torn entry");
         // Sorted offsets but a position going backwards: garbage, rebuilt.
-        file.set_len(0).unwrap();
-        for (o, p) in [(0u32, 4096u32), (10, 0)] {
-            let mut bytes = [0u8; 8];
+        let mut backwards = vec![0u8; 16];
+        for (i, (o, p)) in [(0u32, 4096u32), (10, 0)].into_iter().enumerate() {
             OffsetEntry {
                 relative_offset: o,
                 position: p,
             }
-            .encode(&mut bytes);
-            file.write_all_at(&bytes, u64::from(o / 10) * 8).unwrap();
+            .encode(&mut backwards[i * 8..]);
         }
-        assert!(SparseIndex::<OffsetEntry>::load(file, 100)
-            .unwrap()
-            .is_none());
+        store(&fs, &backwards);
+        assert!(load(&fs, 100).is_none());
     }
 }

@@ -23,6 +23,7 @@ pub mod fault;
 mod index;
 mod log;
 mod maintenance;
+mod open_files;
 mod read;
 mod recovery;
 mod replica;
@@ -37,6 +38,7 @@ pub use config::{
 pub use error::LogError;
 pub use log::{AppendInfo, PartitionLog};
 pub use maintenance::RetentionReport;
+pub use open_files::{OpenFiles, OPEN_SEGMENT_FILES_MAX_DEFAULT};
 pub use read::ReadResult;
 pub use recovery::{RecoveryReport, Truncation};
 pub use storage::{OsStorage, Storage, StorageFile};

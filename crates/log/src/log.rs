@@ -29,8 +29,8 @@ use crate::epoch::EpochCache;
 use crate::error::LogError;
 use crate::recovery::{open_segment, Check, RecoveryReport, Truncation};
 use crate::segment::{
-    broken_invariant, parse_segment_path, segment_path, BatchMeta, Segment, SegmentFiles,
-    LOG_SUFFIX, SEGMENT_OFFSETS_MAX,
+    broken_invariant, parse_segment_path, segment_path, BatchMeta, FileAccess, SealedFiles,
+    Segment, SegmentFiles, LOG_SUFFIX, SEGMENT_OFFSETS_MAX,
 };
 use crate::storage::{OsStorage, Storage, StorageFile};
 
@@ -118,6 +118,8 @@ pub(crate) struct SyncState {
 pub struct PartitionLog {
     pub(crate) dir: PathBuf,
     pub(crate) storage: Arc<dyn Storage>,
+    /// The storage with the cache of open files that segments open their log files through.
+    pub(crate) files: FileAccess,
     pub(crate) config: LogConfig,
     pub(crate) clock: Arc<dyn Clock>,
     /// Serializes writers (append, roll, truncation, close); held across their file I/O and
@@ -150,12 +152,17 @@ impl PartitionLog {
         clock: Arc<dyn Clock>,
     ) -> Result<(PartitionLog, RecoveryReport), LogError> {
         config.validate().map_err(LogError::InvalidConfig)?;
-        let (segments, mut report) = recover_segments(&*storage, dir, &config)?;
+        let files = FileAccess {
+            storage: storage.clone(),
+            cache: config.open_files.clone(),
+        };
+        let (segments, mut report) = recover_segments(&files, dir, &config)?;
         let epochs = crate::epoch::recover(&*storage, dir, &segments, &mut report)
             .map_err(|e| LogError::io(crate::epoch::checkpoint_path(dir), e))?;
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             storage,
+            files,
             config,
             clock,
             writer: Mutex::new(()),
@@ -473,8 +480,11 @@ impl PartitionLog {
                 }
                 _ => false,
             };
+            let file = active
+                .log_file()
+                .map_err(|e| self.io_error(active.base_offset, e))?;
             let target = WriteTarget {
-                file: active.log_file.clone(),
+                file,
                 base_offset: active.base_offset,
                 position: active.size_bytes,
                 next_offset,
@@ -488,7 +498,7 @@ impl PartitionLog {
                 });
             }
             let roll = !active.is_empty() && (too_big || too_old || !offsets_fit);
-            (roll, target, active.files())
+            (roll, target, active.sealed())
         };
         if !roll {
             return Ok(target);
@@ -496,13 +506,13 @@ impl PartitionLog {
         self.roll(files, target.base_offset, target.next_offset)
     }
 
-    /// Starts a new segment at `next_offset`. The old one (whose handles are `old`) is fsynced
-    /// first and the directory after the new files are created, so only the active segment can
-    /// ever be torn; none of it holds the segment map's lock, which is taken only to insert
+    /// Starts a new segment at `next_offset`. The old one (`old`) is sealed first (its index
+    /// files written, everything fsynced) and the directory fsynced after the new file is
+    /// created, so only the active segment can ever be torn; none of it holds the segment map's lock, which is taken only to insert
     /// the new segment. A failed fsync fails the log.
     fn roll(
         &self,
-        old: SegmentFiles,
+        old: SealedFiles,
         old_base: i64,
         next_offset: i64,
     ) -> Result<WriteTarget, LogError> {
@@ -510,15 +520,18 @@ impl PartitionLog {
             self.fail(format!("fsync before roll failed: {e}"));
             return Err(self.io_error(old_base, e));
         }
-        let mut segment = Segment::create(&*self.storage, &self.dir, next_offset)
+        let mut segment = Segment::create(&self.files, &self.dir, next_offset)
             .map_err(|e| self.io_error(next_offset, e))?;
         segment.created_ms = Some(self.clock.now_ms());
+        let file = segment
+            .log_file()
+            .map_err(|e| self.io_error(next_offset, e))?;
         if let Err(e) = self.storage.sync_dir(&self.dir) {
             self.fail(format!("directory fsync after roll failed: {e}"));
             return Err(LogError::io(&self.dir, e));
         }
         let target = WriteTarget {
-            file: segment.log_file.clone(),
+            file,
             base_offset: next_offset,
             position: 0,
             next_offset,
@@ -565,16 +578,14 @@ impl PartitionLog {
     /// fails the log: the kernel may have dropped the unsynced pages, so nothing written since
     /// the last good fsync can be trusted until the log is reopened and re-read.
     fn sync_active(&self) -> Result<i64, LogError> {
-        let (file, base, end) = {
+        let (log, base, end) = {
             let state = self.state.read();
             state.check_writable()?;
             let active = state.active();
-            (
-                active.log_file.clone(),
-                active.base_offset,
-                active.next_offset,
-            )
+            (active.log.clone(), active.base_offset, active.next_offset)
         };
+        // Failing to open the file (say, out of descriptors) loses nothing: not a failed fsync.
+        let file = log.open().map_err(|e| self.io_error(base, e))?;
         if let Err(e) = file.sync_data() {
             self.fail(format!("fsync failed: {e}"));
             return Err(self.io_error(base, e));
@@ -628,10 +639,11 @@ impl PartitionLog {
 /// (base offset) lies below the end of the one before it, since offsets only increase.
 /// Fails only on I/O errors: whatever the files hold, the log opens.
 fn recover_segments(
-    storage: &dyn Storage,
+    files: &FileAccess,
     dir: &Path,
     config: &LogConfig,
 ) -> Result<(BTreeMap<i64, Segment>, RecoveryReport), LogError> {
+    let storage = &*files.storage;
     let io = |e| LogError::io(dir, e);
     storage.create_dir_all(dir).map_err(io)?;
     if let Some(parent) = dir.parent() {
@@ -640,12 +652,12 @@ fn recover_segments(
             .map_err(|e| LogError::io(parent, e))?;
     }
     let mut report = RecoveryReport::default();
-    let files = storage.list(dir).map_err(io)?;
-    let bases: Vec<i64> = files
+    let paths = storage.list(dir).map_err(io)?;
+    let bases: Vec<i64> = paths
         .iter()
         .filter_map(|p| parse_segment_path(p, LOG_SUFFIX))
         .collect();
-    for path in &files {
+    for path in &paths {
         if crate::maintenance::is_stray(path, &bases) {
             storage.remove(path).map_err(|e| LogError::io(path, e))?;
             report.stray_files_removed += 1;
@@ -668,7 +680,7 @@ fn recover_segments(
         let check = if is_active { Check::Full } else { Check::Tail };
         let cuts_before = report.truncations.len();
         let segment = open_segment(
-            storage,
+            files,
             dir,
             base,
             check,
@@ -687,7 +699,7 @@ fn recover_segments(
         }
     }
     if segments.is_empty() {
-        let segment = Segment::create(storage, dir, 0).map_err(io)?;
+        let segment = Segment::create(files, dir, 0).map_err(io)?;
         segments.insert(0, segment);
     }
     storage.sync_dir(dir).map_err(io)?;

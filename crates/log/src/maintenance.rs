@@ -89,7 +89,7 @@ impl PartitionLog {
         if start == offset {
             return Ok(());
         }
-        let segment = Segment::create(&*self.storage, &self.dir, offset)
+        let segment = Segment::create(&self.files, &self.dir, offset)
             .map_err(|e| self.io_error(offset, e))?;
         let files = segment.files();
         let outcome = files
@@ -275,7 +275,7 @@ fn cut_segment(
     offset: i64,
     index_interval_bytes: u32,
 ) -> std::io::Result<()> {
-    let file = segment.log_file.clone();
+    let file = segment.log_file()?;
     let end = segment.size_bytes;
     segment.reset_tracking()?;
     let mut position = 0;

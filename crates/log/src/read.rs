@@ -18,7 +18,7 @@ use tinymq_protocol::batch::RecordBatch;
 
 use crate::error::LogError;
 use crate::log::{LogState, PartitionLog};
-use crate::segment::{read_batch_meta, BatchMeta, Segment};
+use crate::segment::{read_batch_meta, BatchMeta, LogFileHandle, Segment};
 use crate::storage::StorageFile;
 
 /// Reads redone because truncations kept overlapping them before one gives up with an error
@@ -46,13 +46,19 @@ struct SegmentSnapshot {
 }
 
 impl SegmentSnapshot {
-    fn of(segment: &Segment, scan_start: u64) -> SegmentSnapshot {
-        SegmentSnapshot {
-            file: segment.log_file.clone(),
+    /// Opens the segment's file through the cache of open files (under the segment map's
+    /// read lock, so that retention cannot unlink it first).
+    fn of(segment: &Segment, scan_start: u64) -> Result<SegmentSnapshot, LogError> {
+        let file = segment.log_file().map_err(|e| LogError::Io {
+            path: format!("segment {}", segment.base_offset).into(),
+            source: e,
+        })?;
+        Ok(SegmentSnapshot {
+            file,
             base_offset: segment.base_offset,
             scan_start,
             end: segment.size_bytes,
-        }
+        })
     }
 
     /// Walks batch headers from the scan start, yielding each until `f` says stop.
@@ -171,7 +177,7 @@ impl PartitionLog {
                 Some(segment) if offset < limit => Some(SegmentSnapshot::of(
                     segment,
                     segment.scan_start_for_offset(offset),
-                )),
+                )?),
                 _ => None,
             };
             (snapshot.map(|s| (s, limit)), start, end)
@@ -225,17 +231,39 @@ impl PartitionLog {
         timestamp_ms: i64,
         truncations: &mut u64,
     ) -> Result<Option<(i64, i64)>, LogError> {
-        let snapshots: Vec<SegmentSnapshot> = {
+        // Segment handles, not open files: this may visit every segment of the log, and the
+        // cache of open files must not be flooded (nor the lock held) while it opens them all.
+        let candidates: Vec<(LogFileHandle, i64, u64, u64)> = {
             let state = self.state.read();
             *truncations = state.truncations;
             state
                 .segments
                 .values()
                 .filter(|s| s.max_timestamp.is_some_and(|max| max >= timestamp_ms))
-                .map(|s| SegmentSnapshot::of(s, s.scan_start_for_timestamp(timestamp_ms)))
+                .map(|s| {
+                    let start = s.scan_start_for_timestamp(timestamp_ms);
+                    (s.log.clone(), s.base_offset, start, s.size_bytes)
+                })
                 .collect()
         };
-        for snapshot in snapshots {
+        for (log, base_offset, scan_start, end) in candidates {
+            let file = match log.open() {
+                Ok(file) => file,
+                // Retention deleted it meanwhile: its records are below the log start now.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(LogError::Io {
+                        path: format!("segment {base_offset}").into(),
+                        source: e,
+                    })
+                }
+            };
+            let snapshot = SegmentSnapshot {
+                file,
+                base_offset,
+                scan_start,
+                end,
+            };
             // Batches whose max timestamp reaches the target are searched record by record
             // (without keeping records: a batch may hold millions of tiny ones).
             let mut outcome: Result<Option<(i64, i64)>, LogError> = Ok(None);

@@ -20,9 +20,9 @@ use tinymq_protocol::batch::{
 
 use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
 use crate::segment::{
-    read_batch_meta, segment_path, BatchMeta, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+    read_batch_meta, segment_path, BatchMeta, FileAccess, Segment, INDEX_SUFFIX, TIME_INDEX_SUFFIX,
 };
-use crate::storage::{Storage, StorageFile};
+use crate::storage::StorageFile;
 
 /// How much of a segment recovery checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +152,7 @@ fn scan_batches(
     index_interval_bytes: u32,
     batch_bytes_max: u64,
 ) -> io::Result<(u64, Option<String>)> {
-    let file = segment.log_file.clone();
+    let file = segment.log_file()?;
     let mut scratch = Vec::new();
     let mut position = start;
     while position < end {
@@ -177,7 +177,7 @@ fn scan_batches(
 /// Opens an existing segment, checking it as `check` says. A problem found is cut off the
 /// log file and recorded in `report`. Fails only on I/O errors.
 pub(crate) fn open_segment(
-    storage: &dyn Storage,
+    files: &FileAccess,
     dir: &Path,
     base_offset: i64,
     check: Check,
@@ -185,38 +185,37 @@ pub(crate) fn open_segment(
     batch_bytes_max: u64,
     report: &mut RecoveryReport,
 ) -> io::Result<Segment> {
-    let log_file = storage.open(&segment_path(dir, base_offset, LOG_SUFFIX), false)?;
-    let offset_path = segment_path(dir, base_offset, INDEX_SUFFIX);
-    let time_path = segment_path(dir, base_offset, TIME_INDEX_SUFFIX);
-    let indexes_exist = storage.exists(&offset_path) && storage.exists(&time_path);
-    let offset_file = storage.open(&offset_path, true)?;
-    let time_file = storage.open(&time_path, true)?;
+    let mut segment = Segment::existing(files, dir, base_offset);
     report.segments += 1;
-    if check == Check::Tail && indexes_exist {
+    if check == Check::Tail {
         // At most one index entry per batch, and a batch is at least a header.
-        let entries_max = log_file.byte_len()? / BATCH_HEADER_BYTES as u64 + 1;
+        let entries_max = segment.log_file()?.byte_len()? / BATCH_HEADER_BYTES as u64 + 1;
+        let storage = &*files.storage;
         let loaded = (
-            SparseIndex::<OffsetEntry>::load(offset_file.clone(), entries_max)?,
-            SparseIndex::<TimeEntry>::load(time_file.clone(), entries_max)?,
+            SparseIndex::<OffsetEntry>::load(
+                storage,
+                &segment_path(dir, base_offset, INDEX_SUFFIX),
+                entries_max,
+            )?,
+            SparseIndex::<TimeEntry>::load(
+                storage,
+                &segment_path(dir, base_offset, TIME_INDEX_SUFFIX),
+                entries_max,
+            )?,
         );
         if let (Some(offset_index), Some(time_index)) = loaded {
-            let mut segment =
-                Segment::with_indexes(base_offset, log_file.clone(), offset_index, time_index);
+            segment.offset_index = offset_index;
+            segment.time_index = time_index;
             if open_tail(&mut segment, index_interval_bytes, batch_bytes_max)? {
                 return Ok(segment);
             }
         }
-    }
-    if check == Check::Tail {
         report.indexes_rebuilt += 1;
     }
-    let mut segment = Segment::with_indexes(
-        base_offset,
-        log_file,
-        SparseIndex::empty(offset_file)?,
-        SparseIndex::empty(time_file)?,
-    );
     open_full(&mut segment, index_interval_bytes, batch_bytes_max, report)?;
+    if check == Check::Tail {
+        segment.store_indexes()?;
+    }
     Ok(segment)
 }
 
@@ -227,8 +226,9 @@ fn open_tail(
     index_interval_bytes: u32,
     batch_bytes_max: u64,
 ) -> io::Result<bool> {
-    let file_len = segment.log_file.byte_len()?;
-    let first = match read_batch_meta(&*segment.log_file, 0, file_len)? {
+    let file = segment.log_file()?;
+    let file_len = file.byte_len()?;
+    let first = match read_batch_meta(&*file, 0, file_len)? {
         Ok(meta) => Some(meta),
         Err(_) if file_len == 0 => None,
         Err(_) => return Ok(false),
@@ -252,7 +252,7 @@ fn open_tail(
         }
     };
     if let Some(offset) = start_offset {
-        match read_batch_meta(&*segment.log_file, start, file_len)? {
+        match read_batch_meta(&*file, start, file_len)? {
             Ok(meta) if meta.base_offset == offset => segment.next_offset = offset,
             _ => return Ok(false),
         }
@@ -286,8 +286,7 @@ fn open_full(
     report: &mut RecoveryReport,
 ) -> io::Result<()> {
     segment.reset_tracking()?;
-    let log_file = segment.log_file.clone();
-    let file_len = log_file.byte_len()?;
+    let file_len = segment.log_file()?.byte_len()?;
     let (end, problem) = scan_batches(
         segment,
         0,
@@ -320,8 +319,9 @@ fn cut(
         %reason,
         "recovery cut the log"
     );
-    segment.log_file.set_len(end)?;
-    segment.log_file.sync_data()?;
+    let file = segment.log_file()?;
+    file.set_len(end)?;
+    file.sync_data()?;
     report.truncations.push(Truncation {
         segment_base_offset: base_offset,
         position: end,
@@ -336,7 +336,9 @@ fn cut(
 mod tests {
     use super::*;
     use crate::fault::FaultyStorage;
+    use crate::open_files::OpenFiles;
     use crate::segment::SEGMENT_END_POSITION_MAX;
+    use crate::storage::Storage;
     use std::sync::Arc;
     use tinymq_protocol::batch::{stamp_base_offset, BatchBuilder, ProducerStamp, RecordInput};
 
@@ -396,16 +398,19 @@ mod tests {
         let position = end - data.len() as u64;
         let fs = FaultyStorage::new();
         fs.create_dir_all(Path::new("/s")).unwrap();
-        let index = |name: &str| fs.open(&Path::new("/s").join(name), true).unwrap();
-        let mut segment = Segment::with_indexes(
-            0,
+        let files = FileAccess {
+            storage: Arc::new(fs),
+            cache: Arc::new(OpenFiles::new(4)),
+        };
+        let mut segment = Segment::existing(&files, Path::new("/s"), 0);
+        // The cache hands out this file as the segment's log.
+        files.cache.insert(
+            segment.log.id,
             Arc::new(SparseFile {
                 len: end,
                 position,
                 data,
             }),
-            SparseIndex::empty(index("0.index")).unwrap(),
-            SparseIndex::empty(index("0.timeindex")).unwrap(),
         );
         // As if every byte before had been whole batches up to offset 7.
         segment.size_bytes = position;

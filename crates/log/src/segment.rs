@@ -1,6 +1,10 @@
 //! One segment: a `.log` file of record batches starting at `base_offset`, with its offset and
 //! time indexes. Files are named by the base offset, zero-padded to 20 digits, so that a
 //! directory listing sorts them in offset order.
+//!
+//! A segment holds no open file: its `.log` is reached through [`LogFileHandle::open`], which
+//! goes through the process's LRU of open files ([`crate::open_files`]), and its indexes are
+//! in memory, written to their files only when the segment rolls ([`SealedFiles`]).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -8,7 +12,8 @@ use std::sync::Arc;
 
 use tinymq_protocol::batch::{field, BatchHeader, BATCH_HEADER_BYTES, BATCH_LENGTH_PREFIX_BYTES};
 
-use crate::index::{OffsetEntry, SparseIndex, TimeEntry};
+use crate::index::{store_index_file, OffsetEntry, SparseIndex, TimeEntry};
+use crate::open_files::{next_file_id, FileId, OpenFiles};
 use crate::storage::{Storage, StorageFile};
 
 pub(crate) const LOG_SUFFIX: &str = "log";
@@ -148,20 +153,83 @@ pub(crate) fn broken_invariant(what: String) -> io::Error {
     )
 }
 
-/// Clones of a segment's three file handles, to fsync them without holding the segment map.
+/// What opening segment files needs: the file system and the cache of open files.
+#[derive(Debug, Clone)]
+pub(crate) struct FileAccess {
+    pub storage: Arc<dyn Storage>,
+    pub cache: Arc<OpenFiles>,
+}
+
+/// How to reach a segment's `.log` file: through the cache of open files, which opens it on
+/// first use and may close it again once it is the least recently used. Cheap to clone: a
+/// reader copies it (or the file it opens) out from under the segment map's lock.
+#[derive(Debug, Clone)]
+pub(crate) struct LogFileHandle {
+    pub(crate) id: FileId,
+    path: Arc<Path>,
+    files: FileAccess,
+}
+
+impl LogFileHandle {
+    fn new(files: &FileAccess, dir: &Path, base_offset: i64) -> LogFileHandle {
+        LogFileHandle {
+            id: next_file_id(),
+            path: segment_path(dir, base_offset, LOG_SUFFIX).into(),
+            files: files.clone(),
+        }
+    }
+
+    /// The open file, opened now if the cache does not hold it. Keep the `Arc` for one
+    /// operation only: the cache bounds the files held between operations.
+    pub fn open(&self) -> io::Result<Arc<dyn StorageFile>> {
+        self.files
+            .cache
+            .get(self.id, &*self.files.storage, &self.path)
+    }
+
+    fn index_path(&self, suffix: &str) -> PathBuf {
+        self.path.with_extension(suffix)
+    }
+}
+
+/// The active segment's log file, to fsync it without holding the segment map. Its indexes
+/// need no fsync: recovery rebuilds the active segment's indexes from its batches.
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentFiles {
-    log: Arc<dyn StorageFile>,
-    offset_index: Arc<dyn StorageFile>,
-    time_index: Arc<dyn StorageFile>,
+    log: LogFileHandle,
 }
 
 impl SegmentFiles {
-    /// fsyncs the log and both indexes.
+    /// fsyncs the log file.
     pub fn sync(&self) -> io::Result<()> {
-        self.log.sync_data()?;
-        self.offset_index.sync_data()?;
-        self.time_index.sync_data()
+        self.log.open()?.sync_data()
+    }
+}
+
+/// A segment about to stop being the active one, with its index entries as of now.
+#[derive(Debug)]
+pub(crate) struct SealedFiles {
+    log: LogFileHandle,
+    offset_index: Vec<u8>,
+    time_index: Vec<u8>,
+}
+
+impl SealedFiles {
+    /// Writes both index files and fsyncs them and the log: from here on recovery trusts the
+    /// segment's indexes and walks only the batches after their last entry.
+    pub fn sync(&self) -> io::Result<()> {
+        let storage = &*self.log.files.storage;
+        self.log.open()?.sync_data()?;
+        store_index_file(
+            storage,
+            &self.log.index_path(INDEX_SUFFIX),
+            &self.offset_index,
+        )?;
+        store_index_file(
+            storage,
+            &self.log.index_path(TIME_INDEX_SUFFIX),
+            &self.time_index,
+        )
     }
 }
 
@@ -169,7 +237,7 @@ impl SegmentFiles {
 #[derive(Debug)]
 pub(crate) struct Segment {
     pub base_offset: i64,
-    pub log_file: Arc<dyn StorageFile>,
+    pub log: LogFileHandle,
     pub offset_index: SparseIndex<OffsetEntry>,
     pub time_index: SparseIndex<TimeEntry>,
     /// Bytes of whole, valid batches; the file is never longer once the segment is open.
@@ -188,33 +256,41 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
-    /// Creates the empty files of a new segment (the caller syncs the directory).
-    pub fn create(storage: &dyn Storage, dir: &Path, base_offset: i64) -> io::Result<Segment> {
-        let log_file = storage.open(&segment_path(dir, base_offset, LOG_SUFFIX), true)?;
-        log_file.set_len(0)?;
-        let offset_index =
-            SparseIndex::empty(storage.open(&segment_path(dir, base_offset, INDEX_SUFFIX), true)?)?;
-        let time_index = SparseIndex::empty(
-            storage.open(&segment_path(dir, base_offset, TIME_INDEX_SUFFIX), true)?,
-        )?;
+    /// Creates the empty log file of a new segment (the caller syncs the directory). Its
+    /// index files are written when it rolls.
+    pub fn create(files: &FileAccess, dir: &Path, base_offset: i64) -> io::Result<Segment> {
+        let log = LogFileHandle::new(files, dir, base_offset);
+        let file = files.storage.open(&log.path, true)?;
+        file.set_len(0)?;
+        files.cache.insert(log.id, file);
         Ok(Segment::with_indexes(
             base_offset,
-            log_file,
-            offset_index,
-            time_index,
+            log,
+            SparseIndex::empty(),
+            SparseIndex::empty(),
         ))
+    }
+
+    /// A segment over an existing log file, with no index entries and tracking nothing yet.
+    pub fn existing(files: &FileAccess, dir: &Path, base_offset: i64) -> Segment {
+        Segment::with_indexes(
+            base_offset,
+            LogFileHandle::new(files, dir, base_offset),
+            SparseIndex::empty(),
+            SparseIndex::empty(),
+        )
     }
 
     /// A segment over existing files, tracking nothing yet.
     pub fn with_indexes(
         base_offset: i64,
-        log_file: Arc<dyn StorageFile>,
+        log: LogFileHandle,
         offset_index: SparseIndex<OffsetEntry>,
         time_index: SparseIndex<TimeEntry>,
     ) -> Segment {
         Segment {
             base_offset,
-            log_file,
+            log,
             offset_index,
             time_index,
             size_bytes: 0,
@@ -336,8 +412,8 @@ impl Segment {
     /// Forgets everything tracked and empties both indexes, so that the batches can be
     /// tracked again from position 0 (recovery and truncation). The log file is untouched.
     pub fn reset_tracking(&mut self) -> io::Result<()> {
-        self.offset_index = SparseIndex::empty(self.offset_index.file().clone())?;
-        self.time_index = SparseIndex::empty(self.time_index.file().clone())?;
+        self.offset_index = SparseIndex::empty();
+        self.time_index = SparseIndex::empty();
         self.size_bytes = 0;
         self.next_offset = self.base_offset;
         self.max_timestamp = None;
@@ -346,13 +422,48 @@ impl Segment {
         Ok(())
     }
 
-    /// The segment's file handles, to fsync them after releasing the segment map.
+    /// The segment's log file, opened through the cache of open files.
+    pub fn log_file(&self) -> io::Result<Arc<dyn StorageFile>> {
+        self.log.open()
+    }
+
+    /// The active segment's log file, to fsync it after releasing the segment map.
     pub fn files(&self) -> SegmentFiles {
         SegmentFiles {
-            log: self.log_file.clone(),
-            offset_index: self.offset_index.file().clone(),
-            time_index: self.time_index.file().clone(),
+            log: self.log.clone(),
         }
+    }
+
+    /// The segment's log file and index entries, to seal it (write its indexes and fsync)
+    /// after releasing the segment map, before it stops being the active segment.
+    pub fn sealed(&self) -> SealedFiles {
+        SealedFiles {
+            log: self.log.clone(),
+            offset_index: self.offset_index.encode(),
+            time_index: self.time_index.encode(),
+        }
+    }
+
+    /// Writes the index files of a segment that is not the active one and whose indexes were
+    /// rebuilt, so that the next open trusts them. Not fsynced: a lost index is rebuilt again.
+    pub fn store_indexes(&self) -> io::Result<()> {
+        let storage = &*self.log.files.storage;
+        let offsets = self.offset_index.encode();
+        let times = self.time_index.encode();
+        for (suffix, bytes) in [(INDEX_SUFFIX, offsets), (TIME_INDEX_SUFFIX, times)] {
+            let file = storage.open(&self.log.index_path(suffix), true)?;
+            file.set_len(0)?;
+            file.write_all_at(&bytes, 0)?;
+        }
+        Ok(())
+    }
+}
+
+/// A segment dropped from the map (deleted, or its log closed) closes its file, unless a
+/// reader still holds it for an operation in flight.
+impl Drop for Segment {
+    fn drop(&mut self) {
+        self.log.files.cache.forget(self.log.id);
     }
 }
 

@@ -634,3 +634,42 @@ fn the_real_file_system_round_trips() {
     let first: Bytes = read.records;
     assert!(!first.is_empty());
 }
+
+#[test]
+fn logs_sharing_a_small_cache_of_open_files_read_every_segment_and_stay_under_its_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = Arc::new(crate::OpenFiles::new(3));
+    let config = LogConfig {
+        open_files: cache.clone(),
+        ..small_segments()
+    };
+    let logs: Vec<PartitionLog> = (0..4)
+        .map(|p| {
+            let path = tmp.path().join(format!("t-{p}"));
+            let (log, _) = PartitionLog::open(&path, config.clone()).unwrap();
+            for id in 0..100 {
+                log.append(&mut batch(id, 4, T0), 0).unwrap();
+                assert!(cache.open_count() <= 3, "{}", cache.open_count());
+            }
+            assert!(log.segment_count() >= 4, "segments to evict");
+            log
+        })
+        .collect();
+    for log in &logs {
+        assert_eq!(all_values(log), expected_values((0..100).map(|i| (i, 4))));
+        assert!(cache.open_count() <= 3);
+    }
+    // Closed and reopened through the same small cache: old segments still read.
+    for log in &logs {
+        log.close().unwrap();
+    }
+    let dirs: Vec<PathBuf> = logs.iter().map(|l| l.dir().to_path_buf()).collect();
+    drop(logs);
+    assert_eq!(cache.open_count(), 0, "a dropped log closes its files");
+    for dir in dirs {
+        let (log, report) = PartitionLog::open(&dir, config.clone()).unwrap();
+        assert_eq!(report.indexes_rebuilt, 0, "{report:?}");
+        assert_eq!(all_values(&log), expected_values((0..100).map(|i| (i, 4))));
+        assert!(cache.open_count() <= 3);
+    }
+}
