@@ -45,6 +45,10 @@ pub struct BrokerConfig {
     /// A follower that has not caught up with the leader for this long leaves the ISR (like
     /// Kafka's `replica.lag.time.max.ms`, scaled to tinymq's heartbeats).
     pub replica_lag_time_max: Duration,
+    /// Segment files held open between reads and writes, over all partitions (the process's
+    /// LRU of open files, [`tinymq_log::OpenFiles`]); index files are never held open. Keeps
+    /// the broker's file descriptors bounded however many partitions and segments it holds.
+    pub open_segment_files_max: usize,
 }
 
 /// Default of `replica_lag_time_max`: 10 s.
@@ -72,6 +76,7 @@ impl Default for BrokerConfig {
             fetch_bytes_max: FETCH_BYTES_MAX_DEFAULT,
             fetch_memory_bytes_max: FETCH_MEMORY_BYTES_MAX_DEFAULT,
             replica_lag_time_max: REPLICA_LAG_TIME_MAX_DEFAULT,
+            open_segment_files_max: tinymq_log::OPEN_SEGMENT_FILES_MAX_DEFAULT,
         }
     }
 }

@@ -16,12 +16,18 @@ use std::any::Any;
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tinymq_meta::{is_internal_topic, MetadataImage, TopicRecord};
 
 use crate::partition::Partition;
 use crate::state::BrokerState;
+
+/// Threads opening partitions at once. Opening one mostly waits on the disk (directory and
+/// file fsyncs, reading the active segment), so a broker with thousands of partitions opens
+/// them several at a time even on few cores.
+const PARTITION_OPEN_THREADS: usize = 8;
 
 /// The file in a partition directory naming the topic id it belongs to.
 const TOPIC_ID_FILE: &str = "topic-id";
@@ -69,8 +75,22 @@ impl BrokerState {
             failed.retain(|index, _| wanted.contains_key(&(name, *index)));
             !failed.is_empty()
         });
-        for ((name, index), topic) in wanted {
-            if self.local_partition(name, index).is_none() {
+        let closed: Vec<(&String, u32, &TopicRecord)> = wanted
+            .into_iter()
+            .filter(|((name, index), _)| self.local_partition(name, *index).is_none())
+            .map(|((name, index), topic)| (name, index, topic))
+            .collect();
+        self.open_partitions(&closed);
+        self.assume_roles(image);
+    }
+
+    /// Opens `closed` on up to [`PARTITION_OPEN_THREADS`] threads, each partition made
+    /// available as soon as it is open, and records why each one that failed could not be.
+    fn open_partitions(&self, closed: &[(&String, u32, &TopicRecord)]) {
+        let next = AtomicUsize::new(0);
+        let work = || {
+            while let Some(&(name, index, topic)) = closed.get(next.fetch_add(1, Ordering::Relaxed))
+            {
                 let outcome = self.open_partition(name, index, topic);
                 let mut failures = self.open_failures.write();
                 match outcome {
@@ -87,8 +107,16 @@ impl BrokerState {
                     }
                 }
             }
+        };
+        let threads = PARTITION_OPEN_THREADS.min(closed.len());
+        if threads <= 1 {
+            return work();
         }
-        self.assume_roles(image);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(work);
+            }
+        });
     }
 
     /// Gives each open partition the role the image names: leader or follower, with the

@@ -59,6 +59,8 @@ impl BrokerState {
         cluster: Arc<ClusterView>,
     ) -> Result<BrokerState, LogError> {
         let groups = GroupCoordinator::default();
+        // One broker per process: its logs share the process's cache of open files.
+        tinymq_log::OpenFiles::shared().set_limit(config.open_segment_files_max);
         let deleter = Deleter::start(&config.data_dir).map_err(|source| LogError::Io {
             path: config.data_dir.clone(),
             source,

@@ -56,6 +56,10 @@ pub struct ServerArgs {
     /// in-sync replicas [default: 10000].
     #[arg(long, env = "TINYMQ_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<u64>,
+    /// Segment files kept open between reads and writes, over all partitions; the least
+    /// recently used is closed past it and opened again on its next use [default: 4096].
+    #[arg(long, env = "TINYMQ_OPEN_SEGMENT_FILES_MAX", value_parser = crate::args::positive_usize)]
+    open_segment_files_max: Option<usize>,
 }
 
 /// The TOML file: every field optional.
@@ -73,6 +77,7 @@ struct FileConfig {
     fetch_bytes_max: Option<u32>,
     fetch_memory_bytes_max: Option<u32>,
     replica_lag_time_max_ms: Option<u64>,
+    open_segment_files_max: Option<usize>,
 }
 
 fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
@@ -116,6 +121,11 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
         );
         c.replica_lag_time_max = std::time::Duration::from_millis(ms);
     }
+    c.open_segment_files_max = pick!(open_segment_files_max).unwrap_or(c.open_segment_files_max);
+    anyhow::ensure!(
+        c.open_segment_files_max >= 1,
+        "open_segment_files_max must be at least 1"
+    );
     topics.flush = pick!(flush).unwrap_or(topics.flush);
     topics.partitions = pick!(partitions).unwrap_or(topics.partitions);
     topics.retention_ms = pick!(retention_ms).unwrap_or(topics.retention_ms);
