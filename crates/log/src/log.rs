@@ -645,12 +645,8 @@ fn recover_segments(
 ) -> Result<(BTreeMap<i64, Segment>, RecoveryReport), LogError> {
     let storage = &*files.storage;
     let io = |e| LogError::io(dir, e);
+    let created = !storage.exists(dir);
     storage.create_dir_all(dir).map_err(io)?;
-    if let Some(parent) = dir.parent() {
-        storage
-            .sync_dir(parent)
-            .map_err(|e| LogError::io(parent, e))?;
-    }
     let mut report = RecoveryReport::default();
     let paths = storage.list(dir).map_err(io)?;
     let bases: Vec<i64> = paths
@@ -698,11 +694,30 @@ fn recover_segments(
             break;
         }
     }
-    if segments.is_empty() {
+    let created_segment = segments.is_empty();
+    if created_segment {
         let segment = Segment::create(files, dir, 0).map_err(io)?;
         segments.insert(0, segment);
     }
-    storage.sync_dir(dir).map_err(io)?;
+    // The directory's entries (and its own entry in the parent) are made durable whenever
+    // they may not be: a new directory or segment, files removed, or a log found holding no
+    // batch (an earlier open may have created it and stopped before these fsyncs). A log that
+    // holds batches was appended to, which happens only after an open made them durable; so
+    // reopening thousands of partitions costs no directory fsyncs.
+    let holds_batches = segments.values().any(|s| !s.is_empty());
+    let changed = created_segment
+        || report.stray_files_removed > 0
+        || !report.segments_deleted.is_empty();
+    if created || !holds_batches {
+        if let Some(parent) = dir.parent() {
+            storage
+                .sync_dir(parent)
+                .map_err(|e| LogError::io(parent, e))?;
+        }
+    }
+    if changed || !holds_batches {
+        storage.sync_dir(dir).map_err(io)?;
+    }
     if !report.truncations.is_empty() || !report.segments_deleted.is_empty() {
         tracing::warn!(dir = %dir.display(), ?report, "log recovered with data cut");
     }
