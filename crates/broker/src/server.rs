@@ -209,14 +209,7 @@ impl Broker {
         self.state.fetchers.stop();
         let state = self.state.clone();
         let closed = tokio::task::spawn_blocking(move || {
-            let mut clean = true;
-            for partition in state.all_partitions() {
-                if let Err(e) = partition.close() {
-                    clean = false;
-                    tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "close failed");
-                }
-            }
-            if clean {
+            if state.close_all() {
                 if let Err(e) = crate::join::mark_clean_shutdown(&state.config.data_dir) {
                     tracing::warn!(error = %e, "could not record the clean shutdown");
                 }

@@ -705,9 +705,8 @@ fn recover_segments(
     // holds batches was appended to, which happens only after an open made them durable; so
     // reopening thousands of partitions costs no directory fsyncs.
     let holds_batches = segments.values().any(|s| !s.is_empty());
-    let changed = created_segment
-        || report.stray_files_removed > 0
-        || !report.segments_deleted.is_empty();
+    let changed =
+        created_segment || report.stray_files_removed > 0 || !report.segments_deleted.is_empty();
     if created || !holds_batches {
         if let Some(parent) = dir.parent() {
             storage
