@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{FlushPolicy, LogError, PartitionLog};
 use tinymq_protocol::batch::{
-    BatchError, BatchIter, Compression, RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
+    field, BatchError, BatchIter, Compression, RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
 };
 use tinymq_protocol::ErrorCode;
 use tokio::sync::watch;
@@ -18,8 +18,6 @@ use crate::topic::TopicSettings;
 
 /// File beside the segments holding the producer state as of a clean close.
 const PRODUCER_STATE_FILE: &str = "producer-state.json";
-/// Bytes read at a time when rebuilding producer state from the log.
-const REBUILD_READ_BYTES: usize = 8 << 20;
 
 /// A failed produce or fetch, as the client will see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -435,6 +433,32 @@ pub(crate) fn identity_of(batch: &RecordBatch) -> BatchIdentity {
     }
 }
 
+/// The producer fields of a whole batch header, with its base and last offsets.
+fn identity_of_header(header: &[u8]) -> (BatchIdentity, i64, i64) {
+    let at = |field: usize, n: usize| &header[field..field + n];
+    let i64_at = |field| i64::from_be_bytes(at(field, 8).try_into().expect("8 bytes"));
+    let i32_at = |field| i32::from_be_bytes(at(field, 4).try_into().expect("4 bytes"));
+    let base_sequence = i32_at(field::BASE_SEQUENCE);
+    let delta = i32_at(field::LAST_OFFSET_DELTA);
+    // As `RecordBatch::last_sequence`: wrapping at i32::MAX like Kafka's.
+    let last_sequence =
+        ((i64::from(base_sequence) + i64::from(delta)) % (i64::from(i32::MAX) + 1)) as i32;
+    let base_offset = i64_at(field::BASE_OFFSET);
+    let identity = BatchIdentity {
+        producer_id: i64_at(field::PRODUCER_ID),
+        producer_epoch: i16::from_be_bytes(
+            at(field::PRODUCER_EPOCH, 2).try_into().expect("2 bytes"),
+        ),
+        first_sequence: base_sequence,
+        last_sequence,
+    };
+    (
+        identity,
+        base_offset,
+        base_offset.saturating_add(i64::from(delta)),
+    )
+}
+
 /// Loads the snapshot saved at the last clean close (if it still matches the log) and replays
 /// the batch headers written after it.
 pub(crate) fn rebuild_producer_state(
@@ -444,7 +468,7 @@ pub(crate) fn rebuild_producer_state(
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
     // The snapshot describes the log as of the last clean close; it is used only if the log
     // still holds, at its offset, the batch it was taken after.
-    let (mut table, mut offset) = match load_snapshot(dir) {
+    let (mut table, offset) = match load_snapshot(dir) {
         Some(s)
             if s.offset <= end
                 && (s.last_batch_crc.is_none()
@@ -455,33 +479,16 @@ pub(crate) fn rebuild_producer_state(
         _ => (ProducerStateTable::default(), start),
     };
     let now = now_ms();
-    while offset < end {
-        let read = log.read(offset, REBUILD_READ_BYTES, None)?;
-        let started_at = offset;
-        if read.records.is_empty() {
-            break;
-        }
-        for batch in BatchIter::new(read.records) {
-            let Ok(batch) = batch else { break };
-            if batch.last_offset() >= offset {
-                // The time of the write is not in the log (record timestamps are the
-                // producer's): a producer found here counts as having written at the restart,
-                // so a crash never shortens how long its retries are recognised.
-                table.record(
-                    &identity_of(&batch),
-                    batch.base_offset(),
-                    batch.last_offset(),
-                    now,
-                );
-            }
-            offset = batch.next_offset().max(offset);
-        }
-        if offset <= started_at {
-            // The log's offsets are contiguous, so this means damage recovery did not cut;
-            // stop rather than read the same bytes forever.
-            tracing::warn!(dir = %dir.display(), offset, "producer state rebuild made no progress");
-            break;
-        }
+    if offset < end {
+        // Headers only: the producer fields are all there, and reading (and CRC-checking)
+        // every record of a large log after a crash would make it slow to serve again.
+        log.for_each_batch_header(offset, |header| {
+            let (identity, base, last) = identity_of_header(header);
+            // The time of the write is not in the log (record timestamps are the
+            // producer's): a producer found here counts as having written at the restart,
+            // so a crash never shortens how long its retries are recognised.
+            table.record(&identity, base, last, now);
+        })?;
     }
     table.expire(now);
     Ok(table)
