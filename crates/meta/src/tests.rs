@@ -381,17 +381,17 @@ fn a_topic_created_again_under_its_name_gets_a_new_id() {
 fn a_broker_holds_a_bounded_number_of_partitions_and_internal_topics_are_not_for_clients() {
     let mut image = MetadataImage::default();
     register(&mut image, 1);
-    for t in 0..3 {
+    for t in 0..11 {
         create(&mut image, &format!("t{t}"), 1024, 1).unwrap();
     }
-    // 3,072 replicas on broker 1; 1,024 more would pass the bound.
-    let full = create(&mut image, "t3", 1024, 1).unwrap_err();
+    // 11,264 replicas on broker 1; 1,024 more would pass the bound of 12,000.
+    let full = create(&mut image, "t11", 1024, 1).unwrap_err();
     assert!(matches!(full, MetaError::InvalidPartitions(_)), "{full:?}");
     assert_eq!(
         full.error_code(),
         tinymq_protocol::ErrorCode::INVALID_PARTITIONS
     );
-    create(&mut image, "fits", 900, 1).unwrap();
+    create(&mut image, "fits", 700, 1).unwrap();
     execute_and_apply(&mut image, &Command::EnsureOffsetsTopic { partitions: 4 }).unwrap();
     let delete = Command::DeleteTopic {
         name: crate::command::OFFSETS_TOPIC.into(),
