@@ -673,3 +673,31 @@ fn logs_sharing_a_small_cache_of_open_files_read_every_segment_and_stay_under_it
         assert!(cache.open_count() <= 3);
     }
 }
+
+#[test]
+fn batch_headers_are_walked_from_the_batch_holding_an_offset_across_segments() {
+    let fs = FaultyStorage::new();
+    let (log, _) = open(&fs, small_segments());
+    // Batches of 1 to 40 records: small ones share a read, large ones are skipped over.
+    let mut bases = Vec::new();
+    for id in 0..60u32 {
+        let appended = log.append(&mut batch(id, 1 + id % 40, T0), 0).unwrap();
+        bases.push(appended.base_offset);
+    }
+    assert!(log.segment_count() > 3);
+    for from in [0, bases[7] + 1, bases[59], log.log_end_offset()] {
+        let mut seen = Vec::new();
+        log.for_each_batch_header(from, |header| {
+            let header: &[u8; 61] = header.try_into().unwrap();
+            seen.push(tinymq_protocol::batch::BatchHeader::of(header).base_offset());
+        })
+        .unwrap();
+        let expected: Vec<i64> = bases
+            .iter()
+            .zip(bases.iter().skip(1).chain([&log.log_end_offset()]))
+            .filter(|(_, &next)| next > from)
+            .map(|(&base, _)| base)
+            .collect();
+        assert_eq!(seen, expected, "from {from}");
+    }
+}
