@@ -1,6 +1,7 @@
 //! Data handlers: produce, fetch, list offsets, producer ids; each from a decoded request to
 //! its response. Only a partition's leader serves it (others answer `NOT_LEADER` naming the
-//! leader). Disk work runs on blocking threads; no lock is held across an `.await`.
+//! leader). Slow disk work runs on blocking threads (a produce's page-cache write does not:
+//! see [`write_partition_async`]); no lock is held across an `.await`.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -1,5 +1,6 @@
 //! A partition on this broker: its log, its idempotent-producer state, and the high watermark
-//! that consumers wait on. Methods that touch the disk block; call them from blocking threads.
+//! that consumers wait on. Methods that touch the disk block (call them from blocking threads),
+//! except [`Partition::try_append`] and the async ones, which are for async tasks.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -520,7 +521,10 @@ async fn run_blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, PartitionError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| {
-        PartitionError::new(ErrorCode::UNKNOWN_SERVER_ERROR, format!("worker failed: {e}"))
+        PartitionError::new(
+            ErrorCode::UNKNOWN_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        )
     })
 }
 

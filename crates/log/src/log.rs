@@ -370,7 +370,8 @@ impl PartitionLog {
         stamp_base_offset(&mut header, target.next_offset);
         stamp_partition_leader_epoch(&mut header, leader_epoch);
         let meta = BatchMeta::from_header(target.position, &header).map_err(BatchError::Corrupt)?;
-        self.commit_write(&target, &[&header, body], &[meta]).map(Some)
+        self.commit_write(&target, &[&header, body], &[meta])
+            .map(Some)
     }
 
     /// Writes `parts` (back to back: the batches `metas` describe, positioned for `target`)

@@ -34,7 +34,10 @@ fn write_batch_stores_what_write_stores() {
         assert_eq!(info, same);
     }
     assert_eq!(log_bytes(&by_parts), log_bytes(&by_bytes));
-    assert_eq!(all_values(&by_parts), expected_values([(0, 3), (1, 1), (2, 5)]));
+    assert_eq!(
+        all_values(&by_parts),
+        expected_values([(0, 3), (1, 1), (2, 5)])
+    );
 }
 
 /// The real file system's path: header and body in one `pwritev`.
