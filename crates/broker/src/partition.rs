@@ -706,6 +706,56 @@ mod tests {
         p.finish(pending)
     }
 
+    /// Under `always`, many writers awaiting their fsync at once (the async group commit) each
+    /// return only once their write is durable, and all of them return.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_async_finishes_each_wait_for_their_own_fsync() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = Arc::new(
+            Partition::open(tmp.path(), "t", 0, &TopicSettings::default(), false).unwrap(),
+        );
+        let context = ProduceContext {
+            leader_epoch: 1,
+            producer_id_end: 100,
+            now_ms: now_ms(),
+        };
+        let writers: Vec<_> = (0..32)
+            .map(|i| {
+                let p = p.clone();
+                tokio::spawn(async move {
+                    let checked =
+                        p.check(batch(&format!("v{i}"), (-1, -1, -1)), 1 << 20, &context)?;
+                    let pending = match p.try_append(&checked, context)? {
+                        Some(pending) => pending,
+                        None => {
+                            let q = p.clone();
+                            tokio::task::spawn_blocking(move || q.append(&checked, context))
+                                .await
+                                .unwrap()?
+                        }
+                    };
+                    p.finish_async(pending).await?;
+                    assert!(
+                        p.log.durable_offset() >= pending.end_offset,
+                        "finished before its write was fsynced"
+                    );
+                    Ok::<_, PartitionError>(pending.end_offset)
+                })
+            })
+            .collect();
+        let mut ends = Vec::new();
+        for writer in writers {
+            ends.push(writer.await.unwrap().unwrap());
+        }
+        ends.sort_unstable();
+        assert_eq!(
+            ends,
+            (1..=32).collect::<Vec<i64>>(),
+            "one offset each, none lost"
+        );
+        assert_eq!(p.high_watermark(), 32);
+    }
+
     /// A producer-state snapshot taken before the log was cut and written again up to the same
     /// offset is not reused: a retry of a batch that is gone is not answered as a duplicate.
     #[test]
