@@ -364,6 +364,18 @@ impl Partition {
             if self.log.durable_offset() >= end_offset {
                 return Ok(());
             }
+            if self.log.log_end_offset() < end_offset {
+                // Only a truncation shortens the log: no fsync can cover this write any more,
+                // and waiting would only run fsyncs until the request times out.
+                return Err(PartitionError::new(
+                    ErrorCode::NOT_LEADER,
+                    format!(
+                        "{}/{}: the write was cut by a truncation (this broker stopped leading) \
+                         before it was fsynced; retry",
+                        self.topic, self.index
+                    ),
+                ));
+            }
             if self.flushing.swap(true, Ordering::AcqRel) {
                 // Another waiter's fsync is running; it publishes when done. The sender lives
                 // in `self`, so `changed` cannot fail while this runs.
