@@ -1,6 +1,7 @@
 //! Data handlers: produce, fetch, list offsets, producer ids; each from a decoded request to
 //! its response. Only a partition's leader serves it (others answer `NOT_LEADER` naming the
-//! leader). Disk work runs on blocking threads; no lock is held across an `.await`.
+//! leader). Slow disk work runs on blocking threads (a produce's page-cache write does not:
+//! see [`write_partition_async`]); no lock is held across an `.await`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -111,57 +112,72 @@ pub async fn produce_write(
         });
     }
     await_producer_ids(&state, &req).await;
-    let state_for_finish = state.clone();
-    let written = blocking(move || {
-        let producer_id_end = state.cluster.image().next_producer_id;
-        req.partitions
-            .into_iter()
-            .map(|p| {
-                let outcome = match state.led_partition(&p.topic, p.partition) {
-                    Err(e) => Err(e),
-                    Ok((partition, epoch))
-                        if !state.cluster.session_current()
-                            || partition.leading_epoch() != Some(epoch) =>
-                    {
-                        Err(session_lost(&p.topic, p.partition))
-                    }
-                    Ok((partition, _)) if acks == -1 && !state.enough_in_sync(&partition) => {
-                        Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
-                            "{}/{}: fewer in-sync replicas than min_insync_replicas",
-                            p.topic, p.partition
-                        )))
-                    }
-                    Ok((partition, leader_epoch)) => {
-                        let context = ProduceContext {
-                            leader_epoch,
-                            producer_id_end,
-                            now_ms: crate::partition::now_ms(),
-                        };
-                        write_partition(&partition, p.records, context)
-                            .map(|pending| (partition, pending))
-                    }
+    let producer_id_end = state.cluster.image().next_producer_id;
+    let mut partitions = Vec::with_capacity(req.partitions.len());
+    for p in req.partitions {
+        let outcome = match state.led_partition(&p.topic, p.partition) {
+            Err(e) => Err(e),
+            Ok((partition, epoch))
+                if !state.cluster.session_current() || partition.leading_epoch() != Some(epoch) =>
+            {
+                Err(session_lost(&p.topic, p.partition))
+            }
+            Ok((partition, _)) if acks == -1 && !state.enough_in_sync(&partition) => {
+                Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+                    "{}/{}: fewer in-sync replicas than min_insync_replicas",
+                    p.topic, p.partition
+                )))
+            }
+            Ok((partition, leader_epoch)) => {
+                let context = ProduceContext {
+                    leader_epoch,
+                    producer_id_end,
+                    now_ms: crate::partition::now_ms(),
                 };
-                let hint = match &outcome {
-                    Err(e) => leader_hint(&state, &p.topic, p.partition, e),
-                    Ok(_) => 0,
-                };
-                (p.topic, p.partition, hint, outcome)
-            })
-            .collect()
-    })
-    .await;
-    match written {
-        Ok(partitions) => Ok(PreparedProduce {
-            state: state_for_finish,
-            acks,
-            timeout,
-            partitions,
-        }),
-        Err(e) => Err(m::ProduceResponse {
-            error: Some(e),
-            partitions: vec![],
-        }),
+                write_partition_async(&partition, p.records, context)
+                    .await
+                    .map(|pending| (partition, pending))
+            }
+        };
+        let hint = match &outcome {
+            Err(e) => leader_hint(&state, &p.topic, p.partition, e),
+            Ok(_) => 0,
+        };
+        partitions.push((p.topic, p.partition, hint, outcome));
     }
+    Ok(PreparedProduce {
+        state,
+        acks,
+        timeout,
+        partitions,
+    })
+}
+
+/// [`write_partition`] from the connection's task: the checks and the page-cache write run
+/// right here, with no hop to the blocking pool, unless they may block (a compressed batch's
+/// decompression slot, a segment roll's fsyncs, a writer holding the partition across one);
+/// then the rest of the work goes to a blocking thread.
+async fn write_partition_async(
+    partition: &Arc<Partition>,
+    records: Bytes,
+    context: ProduceContext,
+) -> Result<PendingAppend, m::Error> {
+    let batch_max = partition.log.config().batch_bytes_max;
+    if crate::partition::check_may_block(&records) {
+        let p = partition.clone();
+        return blocking(move || write_partition(&p, records, context)).await?;
+    }
+    let to_wire = |PartitionError { code, message }| code.with_message(message);
+    let checked = partition
+        .check(records, batch_max, &context)
+        .map_err(to_wire)?;
+    if let Some(pending) = partition.try_append(&checked, context).map_err(to_wire)? {
+        return Ok(pending);
+    }
+    let p = partition.clone();
+    blocking(move || p.append(&checked, context))
+        .await?
+        .map_err(to_wire)
 }
 
 /// The second half: waits (concurrently across partitions) for each write to meet its flush
@@ -169,72 +185,94 @@ pub async fn produce_write(
 pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     let (timeout, acks) = (prepared.timeout, prepared.acks);
     let state = prepared.state;
-    let waits: Vec<_> = prepared
-        .partitions
-        .into_iter()
-        .map(|(topic, partition, hint, written)| {
-            let state = state.clone();
-            let task = tokio::spawn(async move {
-                let (p, pending) = written?;
-                let log_start = p.log.log_start_offset();
-                let partition = p.clone();
-                let work = async move {
-                    let offset = blocking(move || p.finish(pending)).await?;
-                    if acks == -1 && offset.is_ok() {
-                        await_replicas(&partition, pending.end_offset, pending.leader_epoch)
-                            .await?;
-                        // The ISR may have shrunk below the minimum while waiting: the write
-                        // is then on too few disks to acknowledge.
-                        if !state.enough_in_sync(&partition) {
-                            return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
-                                "{}/{}: written, but fewer in-sync replicas than min_insync_replicas hold it",
-                                partition.topic, partition.index
-                            )));
-                        }
-                    }
-                    // A leader that lost its MetaServer session may have been replaced.
-                    if offset.is_ok() && !state.cluster.session_current() {
-                        return Err(session_lost(&partition.topic, partition.index));
-                    }
-                    Ok(offset)
-                };
-                match tokio::time::timeout(timeout, work).await {
-                    Ok(Ok(Ok(offset))) => Ok((offset, log_start)),
-                    Ok(Ok(Err(PartitionError { code, message }))) => {
-                        Err(code.with_message(message))
-                    }
-                    Ok(Err(e)) => Err(e),
-                    Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
-                        "append not confirmed within {} ms; it may still complete",
-                        timeout.as_millis()
-                    ))),
-                }
+    let mut results = Vec::with_capacity(prepared.partitions.len());
+    if prepared.partitions.len() == 1 {
+        // Nothing to wait for concurrently: no task to spawn and hand the wait to.
+        for (topic, partition, hint, written) in prepared.partitions {
+            let outcome = finish_partition(state.clone(), acks, timeout, written).await;
+            results.push(partition_result(topic, partition, hint, outcome));
+        }
+    } else {
+        let waits: Vec<_> = prepared
+            .partitions
+            .into_iter()
+            .map(|(topic, partition, hint, written)| {
+                let task = tokio::spawn(finish_partition(state.clone(), acks, timeout, written));
+                (topic, partition, hint, task)
+            })
+            .collect();
+        for (topic, partition, hint, task) in waits {
+            let outcome = task.await.unwrap_or_else(|e| {
+                Err(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
             });
-            (topic, partition, hint, task)
-        })
-        .collect();
-    let mut results = Vec::with_capacity(waits.len());
-    for (topic, partition, current_leader, task) in waits {
-        let outcome = task
-            .await
-            .unwrap_or_else(|e| Err(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())));
-        let (error, base_offset, log_start_offset) = match outcome {
-            Ok((offset, log_start)) => (None, offset, log_start),
-            Err(e) => (Some(e), -1, -1),
-        };
-        results.push(m::ProducePartitionResult {
-            topic,
-            partition,
-            error,
-            base_offset,
-            log_append_time_ms: -1,
-            log_start_offset,
-            current_leader,
-        });
+            results.push(partition_result(topic, partition, hint, outcome));
+        }
     }
     m::ProduceResponse {
         error: ok(),
         partitions: results,
+    }
+}
+
+/// One partition's wait for its flush policy (and, with `acks = -1`, its in-sync replicas),
+/// within `timeout`: its base offset and log start offset, or why not.
+async fn finish_partition(
+    state: Arc<BrokerState>,
+    acks: i32,
+    timeout: Duration,
+    written: Result<(Arc<Partition>, PendingAppend), m::Error>,
+) -> Result<(i64, i64), m::Error> {
+    let (p, pending) = written?;
+    let log_start = p.log.log_start_offset();
+    let partition = p.clone();
+    let work = async move {
+        let offset = p.finish_async(pending).await;
+        if acks == -1 && offset.is_ok() {
+            await_replicas(&partition, pending.end_offset, pending.leader_epoch).await?;
+            // The ISR may have shrunk below the minimum while waiting: the write is then on
+            // too few disks to acknowledge.
+            if !state.enough_in_sync(&partition) {
+                return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+                    "{}/{}: written, but fewer in-sync replicas than min_insync_replicas hold it",
+                    partition.topic, partition.index
+                )));
+            }
+        }
+        // A leader that lost its MetaServer session may have been replaced.
+        if offset.is_ok() && !state.cluster.session_current() {
+            return Err(session_lost(&partition.topic, partition.index));
+        }
+        Ok(offset)
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(Ok(offset))) => Ok((offset, log_start)),
+        Ok(Ok(Err(PartitionError { code, message }))) => Err(code.with_message(message)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+            "append not confirmed within {} ms; it may still complete",
+            timeout.as_millis()
+        ))),
+    }
+}
+
+fn partition_result(
+    topic: String,
+    partition: u32,
+    current_leader: u32,
+    outcome: Result<(i64, i64), m::Error>,
+) -> m::ProducePartitionResult {
+    let (error, base_offset, log_start_offset) = match outcome {
+        Ok((offset, log_start)) => (None, offset, log_start),
+        Err(e) => (Some(e), -1, -1),
+    };
+    m::ProducePartitionResult {
+        topic,
+        partition,
+        error,
+        base_offset,
+        log_append_time_ms: -1,
+        log_start_offset,
+        current_leader,
     }
 }
 

@@ -1,14 +1,18 @@
 //! A partition on this broker: its log, its idempotent-producer state, and the high watermark
-//! that consumers wait on. Methods that touch the disk block; call them from blocking threads.
+//! that consumers wait on. Methods that touch the disk block (call them from blocking threads),
+//! except [`Partition::try_append`] and the async ones, which are for async tasks.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{FlushPolicy, LogError, PartitionLog};
 use tinymq_protocol::batch::{
-    field, BatchError, BatchIter, Compression, RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
+    field, BatchError, BatchIter, Compression, RecordBatch, ATTR_COMPRESSION_MASK,
+    BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
 };
 use tinymq_protocol::ErrorCode;
 use tokio::sync::watch;
@@ -120,6 +124,11 @@ pub struct Partition {
     pub(crate) high_watermark: watch::Sender<i64>,
     /// The log end, published after every write: what followers' long polls wait on.
     pub(crate) log_end: watch::Sender<i64>,
+    /// The durable offset as of the last fsync [`Partition::await_durable`] ran: what
+    /// produces under `always` wait on.
+    durable: watch::Sender<i64>,
+    /// Set while such an fsync runs: one at a time per partition.
+    flushing: AtomicBool,
     /// Leader or follower, and the leader's view of its followers.
     pub(crate) role: Mutex<crate::replica::Role>,
 }
@@ -157,7 +166,7 @@ impl Partition {
         } else {
             visible_end(&log, flush)
         };
-        let log_end = log.log_end_offset();
+        let (log_end, durable) = (log.log_end_offset(), log.durable_offset());
         Ok(Partition {
             topic: topic.into(),
             index,
@@ -168,6 +177,8 @@ impl Partition {
             producers: Mutex::new(producers),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(log_end),
+            durable: watch::Sender::new(durable),
+            flushing: AtomicBool::new(false),
             role: Mutex::new(crate::replica::Role::default()),
         })
     }
@@ -207,49 +218,179 @@ impl Partition {
     /// Validates and writes the batch in `records`, with idempotence, without waiting for the
     /// flush policy; [`Partition::finish`] does that. Every check runs before anything is
     /// written, so a refused batch leaves the partition unchanged. Returns the base offset
-    /// given to the first record (the original one for a retried duplicate).
+    /// given to the first record (the original one for a retried duplicate). Blocks: it is
+    /// [`Partition::check`] then [`Partition::append`].
     pub fn write(
         &self,
         records: Bytes,
         batch_bytes_max: u32,
         context: ProduceContext,
     ) -> Result<PendingAppend, PartitionError> {
-        let identity = validate_batch(&records, batch_bytes_max, &self.timestamps, &context)?;
-        let mut producers = self.producers.lock();
+        let checked = self.check(records, batch_bytes_max, &context)?;
+        self.append(&checked, context)
+    }
+
+    /// Every check of a produced batch that needs no lock (see `validate_batch`); the batch's
+    /// one CRC pass on this broker is here. Blocks on a decompression slot for a compressed
+    /// batch ([`check_may_block`] says which do); otherwise only costs CPU.
+    pub fn check(
+        &self,
+        records: Bytes,
+        batch_bytes_max: u32,
+        context: &ProduceContext,
+    ) -> Result<CheckedProduce, PartitionError> {
+        let (batch, identity) =
+            validate_batch(records, batch_bytes_max, &self.timestamps, context)?;
+        Ok(CheckedProduce { batch, identity })
+    }
+
+    /// The idempotence check and the write of a checked batch. May block on slow disk work
+    /// (a segment roll's fsync); [`Partition::try_append`] does not.
+    pub fn append(
+        &self,
+        checked: &CheckedProduce,
+        context: ProduceContext,
+    ) -> Result<PendingAppend, PartitionError> {
+        match self.append_with(checked, context, true)? {
+            Some(pending) => Ok(pending),
+            None => Err(PartitionError::new(
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                "a write allowed to block did not write",
+            )),
+        }
+    }
+
+    /// [`Partition::append`] for an async task: `Ok(None)`, with nothing changed, when the
+    /// write would have to wait for slow disk work or for a writer doing some; the caller
+    /// then runs [`Partition::append`] on a blocking thread.
+    pub fn try_append(
+        &self,
+        checked: &CheckedProduce,
+        context: ProduceContext,
+    ) -> Result<Option<PendingAppend>, PartitionError> {
+        self.append_with(checked, context, false)
+    }
+
+    fn append_with(
+        &self,
+        checked: &CheckedProduce,
+        context: ProduceContext,
+        may_block: bool,
+    ) -> Result<Option<PendingAppend>, PartitionError> {
+        let identity = &checked.identity;
+        // Held across the log write (by a blocking writer, across a roll's fsyncs too), so an
+        // async writer waits for it no longer than for the log's writer lock.
+        let mut producers = if may_block {
+            self.producers.lock()
+        } else {
+            match self.producers.try_lock_for(PRODUCERS_WAIT_INLINE_MAX) {
+                Some(producers) => producers,
+                None => return Ok(None),
+            }
+        };
         if let SequenceCheck::Duplicate {
             base_offset,
             last_offset,
-        } = producers.check(&identity)?
+        } = producers.check(identity)?
         {
-            return Ok(PendingAppend {
+            return Ok(Some(PendingAppend {
                 base_offset,
                 end_offset: last_offset + 1,
                 leader_epoch: context.leader_epoch,
-            });
+            }));
         }
-        let mut buf = records.to_vec();
-        let info = self.log.write(&mut buf, context.leader_epoch as i32)?;
-        producers.record(
-            &identity,
-            info.base_offset,
-            info.last_offset,
-            context.now_ms,
-        );
+        let epoch = context.leader_epoch as i32;
+        let info = if may_block {
+            self.log.write_batch(&checked.batch, epoch)?
+        } else {
+            match self.log.try_write_batch(&checked.batch, epoch)? {
+                Some(info) => info,
+                None => return Ok(None),
+            }
+        };
+        producers.record(identity, info.base_offset, info.last_offset, context.now_ms);
         drop(producers);
         self.log_end.send_replace(info.log_end_offset);
-        Ok(PendingAppend {
+        Ok(Some(PendingAppend {
             base_offset: info.base_offset,
             end_offset: info.log_end_offset,
             leader_epoch: context.leader_epoch,
-        })
+        }))
     }
 
     /// Waits for the flush policy to cover a write (sharing fsyncs with every other writer),
-    /// then raises the high watermark. Returns the base offset.
+    /// then raises the high watermark. Returns the base offset. Blocks; async callers use
+    /// [`Partition::finish_async`].
     pub fn finish(&self, pending: PendingAppend) -> Result<i64, PartitionError> {
         self.log.await_flush_policy(pending.end_offset)?;
         self.publish_high_watermark();
         Ok(pending.base_offset)
+    }
+
+    /// [`Partition::finish`] without parking a thread while it waits: under `os` (and
+    /// `interval` when no fsync is due) nothing waits; under `always` the fsync runs on the
+    /// blocking pool (see [`Partition::await_durable`]); a due `interval` fsync takes a
+    /// blocking thread as the timer's does.
+    pub async fn finish_async(
+        self: &Arc<Self>,
+        pending: PendingAppend,
+    ) -> Result<i64, PartitionError> {
+        match self.log.config().flush {
+            FlushPolicy::Os => {}
+            FlushPolicy::Interval(_) if !self.log.flush_due() => {}
+            FlushPolicy::Interval(_) => {
+                let p = self.clone();
+                run_blocking(move || p.log.flush_if_due()).await??;
+            }
+            FlushPolicy::Always => self.await_durable(pending.end_offset).await?,
+        }
+        self.publish_high_watermark();
+        Ok(pending.base_offset)
+    }
+
+    /// Waits until every offset below `end_offset` is fsynced, parking no thread: group
+    /// commit across async tasks. At most one fsync per partition is in flight, started by
+    /// whichever waiter finds none running and run on the blocking pool; it covers every
+    /// write made before it started, and its end is published on the `durable` watch, which
+    /// the other waiters await. The fsync's task clears the flag and publishes itself, so a
+    /// waiter that gives up (a timed-out request) never leaves the partition without one.
+    pub async fn await_durable(self: &Arc<Self>, end_offset: i64) -> Result<(), PartitionError> {
+        let mut durable = self.durable.subscribe();
+        loop {
+            // Marked seen before the check, so a publish after it wakes `changed` below.
+            durable.borrow_and_update();
+            if self.log.durable_offset() >= end_offset {
+                return Ok(());
+            }
+            if self.log.log_end_offset() < end_offset {
+                // Only a truncation shortens the log: no fsync can cover this write any more,
+                // and waiting would only run fsyncs until the request times out.
+                return Err(PartitionError::new(
+                    ErrorCode::NOT_LEADER,
+                    format!(
+                        "{}/{}: the write was cut by a truncation (this broker stopped leading) \
+                         before it was fsynced; retry",
+                        self.topic, self.index
+                    ),
+                ));
+            }
+            if self.flushing.swap(true, Ordering::AcqRel) {
+                // Another waiter's fsync is running; it publishes when done. The sender lives
+                // in `self`, so `changed` cannot fail while this runs.
+                let _ = durable.changed().await;
+                continue;
+            }
+            let p = self.clone();
+            run_blocking(move || {
+                let outcome = p.log.flush();
+                // Cleared before publishing: a waiter woken by the publish may start the next.
+                p.flushing.store(false, Ordering::Release);
+                let now = p.log.durable_offset();
+                p.durable.send_modify(|d| *d = (*d).max(now));
+                outcome
+            })
+            .await??;
+        }
     }
 
     /// Flushes if the interval policy says so, and publishes what became visible.
@@ -368,17 +509,51 @@ impl TimestampBounds {
     }
 }
 
-/// Checks the one batch of a produce fully before anything is written: framing, magic, CRC,
-/// size, the producer's attribute and id fields, the header against the records (bounded
+/// Whether [`Partition::check`] of `records` may block: a compressed batch waits for one of
+/// the [`DECOMPRESSIONS_IN_FLIGHT_MAX`] slots and may decompress 64 MiB. Reads only the
+/// attributes field; bytes too short to have one are refused by the check without blocking.
+pub fn check_may_block(records: &[u8]) -> bool {
+    records
+        .get(field::ATTRIBUTES..field::ATTRIBUTES + 2)
+        .is_some_and(|a| i16::from_be_bytes([a[0], a[1]]) & ATTR_COMPRESSION_MASK != 0)
+}
+
+/// A produced batch that passed every check of [`Partition::check`]; only
+/// [`Partition::append`] (the idempotence check and the write) remains.
+#[derive(Debug)]
+pub struct CheckedProduce {
+    batch: RecordBatch,
+    identity: BatchIdentity,
+}
+
+/// Runs `f` on the blocking pool, as a produce's slow disk work does.
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PartitionError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| {
+        PartitionError::new(
+            ErrorCode::UNKNOWN_SERVER_ERROR,
+            format!("worker failed: {e}"),
+        )
+    })
+}
+
+/// How long an async writer waits for the producer-state lock before it gives the write to a
+/// blocking thread (see [`Partition::try_append`]); as long as the log's own wait.
+const PRODUCERS_WAIT_INLINE_MAX: std::time::Duration = std::time::Duration::from_micros(500);
+
+/// Checks the one batch of a produce fully before anything is written: framing, magic, CRC
+/// (the only CRC pass on this broker: the log trusts a parsed [`RecordBatch`]), size, the
+/// producer's attribute and id fields, the header against the records (bounded
 /// decompression), timestamps, and that a producer id was handed out by the MetaServer.
-/// Returns its producer identity.
+/// Returns the batch and its producer identity.
 fn validate_batch(
-    records: &Bytes,
+    records: Bytes,
     batch_bytes_max: u32,
     timestamps: &TimestampBounds,
     context: &ProduceContext,
-) -> Result<BatchIdentity, PartitionError> {
-    let mut batches = BatchIter::new(records.clone());
+) -> Result<(RecordBatch, BatchIdentity), PartitionError> {
+    let mut batches = BatchIter::new(records);
     let batch: RecordBatch = match batches.next() {
         Some(batch) => batch?,
         None => {
@@ -421,7 +596,7 @@ fn validate_batch(
             ),
         ));
     }
-    Ok(identity)
+    Ok((batch, identity))
 }
 
 pub(crate) fn identity_of(batch: &RecordBatch) -> BatchIdentity {
@@ -548,6 +723,56 @@ mod tests {
         };
         let pending = p.write(records, 1 << 20, context)?;
         p.finish(pending)
+    }
+
+    /// Under `always`, many writers awaiting their fsync at once (the async group commit) each
+    /// return only once their write is durable, and all of them return.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_async_finishes_each_wait_for_their_own_fsync() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = Arc::new(
+            Partition::open(tmp.path(), "t", 0, &TopicSettings::default(), false).unwrap(),
+        );
+        let context = ProduceContext {
+            leader_epoch: 1,
+            producer_id_end: 100,
+            now_ms: now_ms(),
+        };
+        let writers: Vec<_> = (0..32)
+            .map(|i| {
+                let p = p.clone();
+                tokio::spawn(async move {
+                    let checked =
+                        p.check(batch(&format!("v{i}"), (-1, -1, -1)), 1 << 20, &context)?;
+                    let pending = match p.try_append(&checked, context)? {
+                        Some(pending) => pending,
+                        None => {
+                            let q = p.clone();
+                            tokio::task::spawn_blocking(move || q.append(&checked, context))
+                                .await
+                                .unwrap()?
+                        }
+                    };
+                    p.finish_async(pending).await?;
+                    assert!(
+                        p.log.durable_offset() >= pending.end_offset,
+                        "finished before its write was fsynced"
+                    );
+                    Ok::<_, PartitionError>(pending.end_offset)
+                })
+            })
+            .collect();
+        let mut ends = Vec::new();
+        for writer in writers {
+            ends.push(writer.await.unwrap().unwrap());
+        }
+        ends.sort_unstable();
+        assert_eq!(
+            ends,
+            (1..=32).collect::<Vec<i64>>(),
+            "one offset each, none lost"
+        );
+        assert_eq!(p.high_watermark(), 32);
     }
 
     /// A producer-state snapshot taken before the log was cut and written again up to the same

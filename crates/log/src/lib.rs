@@ -49,3 +49,5 @@ mod hostile_tests;
 mod replica_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod write_batch_tests;

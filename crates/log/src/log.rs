@@ -15,12 +15,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use tinymq_protocol::batch::{
     batch_size, compute_crc, stamp_base_offset, stamp_partition_leader_epoch, BatchError,
-    BatchHeader, BATCH_HEADER_BYTES, BATCH_MAGIC,
+    BatchHeader, RecordBatch, BATCH_HEADER_BYTES, BATCH_MAGIC,
 };
 
 use crate::clock::{Clock, SystemClock};
@@ -48,6 +48,11 @@ pub(crate) struct WriteTarget {
     pub position: u64,
     pub next_offset: i64,
 }
+
+/// How long a writer that must not block (an async task) waits for another writer before it
+/// gives the write to a blocking thread: appends hold the writer lock for a page-cache write,
+/// far less than this; a roll or truncation holds it across fsyncs.
+pub(crate) const WRITER_WAIT_INLINE_MAX: Duration = Duration::from_micros(500);
 
 /// Where an append landed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,16 +295,99 @@ impl PartitionLog {
             next_offset = meta.next_offset();
             metas.push(meta);
         }
-        self.commit_write(&target, batches, &metas)
+        self.commit_write(&target, &[batches], &metas)
     }
 
-    /// Writes `bytes` (the batches `metas` describe, positioned for `target`) at the end of
-    /// the active segment and publishes them. The caller holds the writer lock and got
-    /// `target` from [`PartitionLog::prepare_write`].
+    /// Writes one batch that [`RecordBatch::parse`] has checked (framing, magic, CRC), so
+    /// the log does not check it again: the leader's produce path. The batch is not copied:
+    /// a copy of its 61-byte header gets the offset and `leader_epoch` (both outside the
+    /// CRC's range) and goes down with the untouched body in one vectored write. Otherwise
+    /// as [`PartitionLog::write`]; may block on slow disk work (see
+    /// [`PartitionLog::try_write_batch`]).
+    pub fn write_batch(
+        &self,
+        batch: &RecordBatch,
+        leader_epoch: i32,
+    ) -> Result<AppendInfo, LogError> {
+        match self.write_batch_with(batch, leader_epoch, true)? {
+            Some(info) => Ok(info),
+            None => Err(self.io_error(
+                self.state.read().active().base_offset,
+                broken_invariant("a write allowed to block did not write".into()),
+            )),
+        }
+    }
+
+    /// [`PartitionLog::write_batch`] for a caller that must not block on slow disk work (an
+    /// async task): returns `Ok(None)`, having changed nothing, when the write would have to
+    /// fsync (a segment roll, a new leader epoch's checkpoint) or wait more than
+    /// `WRITER_WAIT_INLINE_MAX` (500 µs) for another writer (which may be doing either). The caller
+    /// then repeats it with [`PartitionLog::write_batch`] on a blocking thread.
+    pub fn try_write_batch(
+        &self,
+        batch: &RecordBatch,
+        leader_epoch: i32,
+    ) -> Result<Option<AppendInfo>, LogError> {
+        self.write_batch_with(batch, leader_epoch, false)
+    }
+
+    fn write_batch_with(
+        &self,
+        batch: &RecordBatch,
+        leader_epoch: i32,
+        may_block: bool,
+    ) -> Result<Option<AppendInfo>, LogError> {
+        if leader_epoch < 0 {
+            return Err(LogError::InvalidLeaderEpoch(leader_epoch));
+        }
+        let bytes = batch.as_bytes();
+        let limit = u64::from(self.config.batch_bytes_max).min(self.config.segment_bytes);
+        if bytes.len() as u64 > limit {
+            return Err(LogError::BatchTooLarge {
+                size: bytes.len(),
+                limit,
+            });
+        }
+        // `parse` refused a negative delta, so this is in 1..=2^31: within one segment.
+        let offsets = u64::try_from(batch.last_offset_delta())
+            .map_err(|_| BatchError::Corrupt("negative last offset delta".into()))?
+            + 1;
+        let _writer = if may_block {
+            self.writer.lock()
+        } else {
+            match self.writer.try_lock_for(WRITER_WAIT_INLINE_MAX) {
+                Some(writer) => writer,
+                None => return Ok(None),
+            }
+        };
+        if may_block {
+            self.enter_epoch(leader_epoch)?;
+        } else if self.epoch_is_new(leader_epoch)? {
+            return Ok(None);
+        }
+        let target = match self.plan_write(offsets, bytes.len() as u64)? {
+            (None, target) => target,
+            (Some(_), _) if !may_block => return Ok(None),
+            (Some(old), target) => self.roll(old, target.base_offset, target.next_offset)?,
+        };
+        let (header, body) = bytes.split_at(BATCH_HEADER_BYTES);
+        let mut header: [u8; BATCH_HEADER_BYTES] = header
+            .try_into()
+            .map_err(|_| BatchError::Corrupt("batch shorter than its header".into()))?;
+        stamp_base_offset(&mut header, target.next_offset);
+        stamp_partition_leader_epoch(&mut header, leader_epoch);
+        let meta = BatchMeta::from_header(target.position, &header).map_err(BatchError::Corrupt)?;
+        self.commit_write(&target, &[&header, body], &[meta])
+            .map(Some)
+    }
+
+    /// Writes `parts` (back to back: the batches `metas` describe, positioned for `target`)
+    /// at the end of the active segment and publishes them. The caller holds the writer lock
+    /// and got `target` from [`PartitionLog::prepare_write`].
     pub(crate) fn commit_write(
         &self,
         target: &WriteTarget,
-        bytes: &[u8],
+        parts: &[&[u8]],
         metas: &[BatchMeta],
     ) -> Result<AppendInfo, LogError> {
         let (Some(first), Some(last)) = (metas.first(), metas.last()) else {
@@ -310,7 +398,7 @@ impl PartitionLog {
         };
         // Readers never look past the published length, so the bytes go down without the
         // segment map's lock; only publishing them below takes it.
-        if let Err(e) = target.file.write_all_at(bytes, target.position) {
+        if let Err(e) = target.file.write_all_vectored_at(parts, target.position) {
             // Drop whatever part of the write landed, so the next append starts clean.
             if let Err(cleanup) = target.file.set_len(target.position) {
                 self.fail(format!("write failed ({e}); cleanup failed ({cleanup})"));
@@ -342,15 +430,22 @@ impl PartitionLog {
     /// Holding the writer lock: checks that `epoch` may write (not below the latest) and, if
     /// it is newer, records it as starting at the log end. O(1) unless the epoch changes.
     pub(crate) fn enter_epoch(&self, epoch: i32) -> Result<(), LogError> {
-        let (latest, end) = {
-            let state = self.state.read();
-            state.check_writable()?;
-            (state.epochs.latest(), state.log_end_offset())
-        };
-        match latest {
+        if !self.epoch_is_new(epoch)? {
+            return Ok(());
+        }
+        let end = self.state.read().log_end_offset();
+        self.update_epochs(|cache| cache.push(epoch, end))
+    }
+
+    /// Whether writing under `epoch` first has to record it (an fsync of the checkpoint);
+    /// refuses an epoch below the latest, and a log that takes no writes.
+    fn epoch_is_new(&self, epoch: i32) -> Result<bool, LogError> {
+        let state = self.state.read();
+        state.check_writable()?;
+        match state.epochs.latest() {
             Some(latest) if epoch < latest => Err(LogError::StaleLeaderEpoch { epoch, latest }),
-            Some(latest) if epoch == latest => Ok(()),
-            _ => self.update_epochs(|cache| cache.push(epoch, end)),
+            Some(latest) => Ok(epoch != latest),
+            None => Ok(true),
         }
     }
 
@@ -452,6 +547,19 @@ impl PartitionLog {
     /// what the segment's indexes can encode. The caller holds the writer lock, so the active
     /// segment cannot change until it has written.
     pub(crate) fn prepare_write(&self, offsets: u64, bytes: u64) -> Result<WriteTarget, LogError> {
+        match self.plan_write(offsets, bytes)? {
+            (None, target) => Ok(target),
+            (Some(old), target) => self.roll(old, target.base_offset, target.next_offset),
+        }
+    }
+
+    /// [`PartitionLog::prepare_write`] without rolling: the active segment as a target, and
+    /// its files when the write must roll first (a new segment at `target.next_offset`).
+    fn plan_write(
+        &self,
+        offsets: u64,
+        bytes: u64,
+    ) -> Result<(Option<SealedFiles>, WriteTarget), LogError> {
         let (roll, target, files) = {
             let state = self.state.read();
             state.check_writable()?;
@@ -500,10 +608,7 @@ impl PartitionLog {
             let roll = !active.is_empty() && (too_big || too_old || !offsets_fit);
             (roll, target, active.sealed())
         };
-        if !roll {
-            return Ok(target);
-        }
-        self.roll(files, target.base_offset, target.next_offset)
+        Ok((roll.then_some(files), target))
     }
 
     /// Starts a new segment at `next_offset`. The old one (`old`) is sealed first (its index
@@ -602,17 +707,25 @@ impl PartitionLog {
     /// Under `interval:<ms>`, fsyncs if the interval has passed since the last fsync and there
     /// is something to sync. A broker calls this on a timer so idle logs are flushed too.
     pub fn flush_if_due(&self) -> Result<(), LogError> {
+        if self.flush_due() {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Whether [`PartitionLog::flush_if_due`] would fsync now: under `interval:<ms>`, the
+    /// interval has passed since the last fsync, none is running, and something is unsynced.
+    /// Cheap (no I/O), so an async caller can ask before handing the flush to a blocking
+    /// thread.
+    pub fn flush_due(&self) -> bool {
         let FlushPolicy::Interval(interval) = self.config.flush else {
-            return Ok(());
+            return false;
         };
         let due = {
             let sync = self.sync.lock();
             !sync.syncing && sync.last_sync.elapsed() >= interval
         };
-        if due && self.durable_offset() < self.log_end_offset() {
-            self.flush()?;
-        }
-        Ok(())
+        due && self.durable_offset() < self.log_end_offset()
     }
 
     /// Refuses further appends without flushing anything: for a log whose files are about to

@@ -129,7 +129,7 @@ impl PartitionLog {
                 .collect();
             // Positions came from spans of `batches`, so they index it.
             let bytes = &batches[from as usize..to as usize];
-            let done = self.commit_write(&target, bytes, &placed)?;
+            let done = self.commit_write(&target, &[bytes], &placed)?;
             info = Some(match info {
                 None => done,
                 Some(so_far) => AppendInfo {

@@ -5,7 +5,7 @@
 //! shared by an appender and many readers without a seek position to guard.
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +16,16 @@ pub trait StorageFile: Send + Sync + std::fmt::Debug {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize>;
     /// Writes all of `buf` at `position`, or fails (possibly after writing a part of it).
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()>;
+    /// Writes `parts` back to back from `position`, or fails (possibly after writing a part
+    /// of them). The real file system does it in one `pwritev`; this default writes the parts
+    /// one after the other, which is what a fault-injecting file needs.
+    fn write_all_vectored_at(&self, parts: &[&[u8]], mut position: u64) -> io::Result<()> {
+        for part in parts {
+            self.write_all_at(part, position)?;
+            position += part.len() as u64;
+        }
+        Ok(())
+    }
     /// Current length in bytes.
     fn byte_len(&self) -> io::Result<u64>;
     /// Truncates or extends the file.
@@ -69,6 +79,9 @@ impl StorageFile for OsFile {
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
         self.0.write_all_at(buf, position)
     }
+    fn write_all_vectored_at(&self, parts: &[&[u8]], position: u64) -> io::Result<()> {
+        pwritev_all(&self.0, parts, position)
+    }
     fn byte_len(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
@@ -77,6 +90,45 @@ impl StorageFile for OsFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+}
+
+/// Parts one `pwritev` call takes; more (no caller has them) go in several calls.
+const VECTORED_PARTS_MAX: usize = 4;
+
+/// Writes `parts` back to back at `position` with `pwritev`, continuing after short writes
+/// and `EINTR`, without allocating.
+fn pwritev_all(file: &File, parts: &[&[u8]], mut position: u64) -> io::Result<()> {
+    // The next byte to write is `parts[first][skip]`.
+    let (mut first, mut skip) = (0, 0);
+    loop {
+        while parts.get(first).is_some_and(|part| part.len() == skip) {
+            (first, skip) = (first + 1, 0);
+        }
+        let Some(rest) = parts.get(first..).filter(|rest| !rest.is_empty()) else {
+            return Ok(());
+        };
+        let mut slices = [IoSlice::new(&[]); VECTORED_PARTS_MAX];
+        let count = rest.len().min(VECTORED_PARTS_MAX);
+        for (i, part) in rest.iter().take(count).enumerate() {
+            slices[i] = IoSlice::new(if i == 0 { &part[skip..] } else { part });
+        }
+        let mut written = match rustix::io::pwritev(file, &slices[..count], position) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        position += written as u64;
+        while written > 0 {
+            let left = parts[first].len() - skip;
+            if written < left {
+                skip += written;
+                break;
+            }
+            written -= left;
+            (first, skip) = (first + 1, 0);
+        }
     }
 }
 
