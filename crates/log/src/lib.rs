@@ -37,7 +37,7 @@ pub use config::{
 pub use error::LogError;
 pub use log::{AppendInfo, PartitionLog};
 pub use maintenance::RetentionReport;
-pub use read::ReadResult;
+pub use read::{FileSlice, ReadResult, SliceRead};
 pub use recovery::{RecoveryReport, Truncation};
 pub use storage::{OsStorage, Storage, StorageFile};
 
