@@ -82,8 +82,15 @@ fn sendfile_and_copied_fetches_return_the_same_batches() {
     // One large read: well over the size that goes by sendfile.
     let whole = c.call(&fetch_request(0, 0)).partitions.remove(0);
     assert!(whole.error.is_none(), "{:?}", whole.error);
-    assert!(whole.records.len() > 256 * 1024, "{} bytes", whole.records.len());
-    assert_eq!(check_batches(&whole.records), (total_records, BATCHES * RECORDS_PER_BATCH));
+    assert!(
+        whole.records.len() > 256 * 1024,
+        "{} bytes",
+        whole.records.len()
+    );
+    assert_eq!(
+        check_batches(&whole.records),
+        (total_records, BATCHES * RECORDS_PER_BATCH)
+    );
 
     // The same log a batch at a time: each read is small, so it is copied.
     let mut pieces = Vec::new();
