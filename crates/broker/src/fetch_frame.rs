@@ -101,20 +101,33 @@ pub(crate) fn read_records(
             return Ok(Records::File(Arc::new(LogRange { partition, slice })));
         }
     }
+    copy_slice(partition, &slice, offset, bytes_max, offset_limit).map(Records::Bytes)
+}
+
+/// The bytes of `slice` (taken for a read of `offset`, `bytes_max`, `offset_limit`), copied
+/// with one `pread`.
+pub(crate) fn copy_slice(
+    partition: &Partition,
+    slice: &FileSlice,
+    offset: i64,
+    bytes_max: usize,
+    offset_limit: Option<i64>,
+) -> Result<Bytes, m::Error> {
+    let to_wire = |e: tinymq_log::LogError| e.error_code().with_message(e.to_string());
     let len = usize::try_from(slice.len).map_err(|_| {
         ErrorCode::UNKNOWN_SERVER_ERROR.with_message(format!("a read of {} bytes", slice.len))
     })?;
     let mut bytes = vec![0u8; len];
     let read_ok = slice.file.read_exact_at(&mut bytes, slice.position).is_ok();
-    if read_ok && partition.log.unchanged_since(&slice) {
-        return Ok(Records::Bytes(Bytes::from(bytes)));
+    if read_ok && partition.log.unchanged_since(slice) {
+        return Ok(Bytes::from(bytes));
     }
     // A truncation overlapped the copy (or the file ended early because of one): the log's
     // own read redoes it consistently.
     partition
         .log
         .read(offset, bytes_max, offset_limit)
-        .map(|read| Records::Bytes(read.records))
+        .map(|read| read.records)
         .map_err(to_wire)
 }
 

@@ -327,11 +327,17 @@ pub(crate) fn read_partition(
     offset: i64,
     bytes_max: usize,
 ) -> Result<Bytes, m::Error> {
-    partition
+    // The fetch path's own read (`fetch_frame::read_records`) without its `sendfile` form,
+    // which needs the partition shared.
+    let limit = Some(partition.high_watermark());
+    let read = partition
         .log
-        .read(offset, bytes_max, Some(partition.high_watermark()))
-        .map(|read| read.records)
-        .map_err(|e| e.error_code().with_message(e.to_string()))
+        .read_slice(offset, bytes_max, limit)
+        .map_err(|e| e.error_code().with_message(e.to_string()))?;
+    match read.slice {
+        Some(slice) => crate::fetch_frame::copy_slice(partition, &slice, offset, bytes_max, limit),
+        None => Ok(Bytes::new()),
+    }
 }
 
 /// The list-offsets path of one partition: `-1` latest (the high watermark), `-2` earliest,
