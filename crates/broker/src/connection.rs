@@ -72,19 +72,19 @@ async fn fetch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Resp
         }
         Ok(request)
     });
-    let (response, hold) = match request {
+    let (answer, hold) = match request {
         Ok(request) => handlers::fetch(state, request, peer.large_response_gate.0).await,
         Err(error) => {
-            let response = m::FetchResponse {
+            let answer = handlers::FetchAnswer {
                 error: Some(error),
                 partitions: vec![],
             };
-            (response, None)
+            (answer, None)
         }
     };
-    let frame = encode_response(op, id, &response);
+    let parts = crate::fetch_frame::encode(op, id, answer.error, answer.partitions);
     Some(Response {
-        frame,
+        parts,
         held: hold.map(|hold| {
             drop(hold.memory);
             Box::new(hold.turn) as Box<dyn std::any::Any + Send>

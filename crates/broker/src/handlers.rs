@@ -16,6 +16,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use crate::topic::TOPIC_MESSAGE_BYTES_MAX_LIMIT;
 use tinymq_protocol::{messages as m, ErrorCode};
 
+use crate::fetch_frame::{read_records, Records};
 use crate::partition::{Partition, PartitionError, PendingAppend, ProduceContext};
 use crate::state::BrokerState;
 
@@ -364,11 +365,17 @@ pub(crate) fn read_partition(
     offset: i64,
     bytes_max: usize,
 ) -> Result<Bytes, m::Error> {
-    partition
+    // The fetch path's own read (`fetch_frame::read_records`) without its `sendfile` form,
+    // which needs the partition shared.
+    let limit = Some(partition.high_watermark());
+    let read = partition
         .log
-        .read(offset, bytes_max, Some(partition.high_watermark()))
-        .map(|read| read.records)
-        .map_err(|e| e.error_code().with_message(e.to_string()))
+        .read_slice(offset, bytes_max, limit)
+        .map_err(|e| e.error_code().with_message(e.to_string()))?;
+    match read.slice {
+        Some(slice) => crate::fetch_frame::copy_slice(partition, &slice, offset, bytes_max, limit),
+        None => Ok(Bytes::new()),
+    }
 }
 
 /// The list-offsets path of one partition: `-1` latest (the high watermark), `-2` earliest,
@@ -399,62 +406,71 @@ pub(crate) fn list_partition_offset(
     }
 }
 
-/// Reads every requested partition once, within the byte budgets.
-fn read_partitions(
-    state: &BrokerState,
-    req: &m::FetchRequest,
-) -> (Vec<m::FetchPartitionResult>, usize) {
+/// One partition's answer to a fetch and its records (`records` of the result stays empty).
+pub(crate) type PartitionRead = (m::FetchPartitionResult, Records);
+
+/// Reads every requested partition once, within the byte budgets. No per-record work: each
+/// partition's batches are located by walking batch headers from the nearest index entry,
+/// and then either left in the file (sent later with `sendfile`) or copied out in one read.
+fn read_partitions(state: &BrokerState, req: &m::FetchRequest) -> (Vec<PartitionRead>, usize) {
     let mut budget = fetch_budget(state, req);
     let mut total = 0;
     let results = req
         .partitions
         .iter()
         .map(|fp| {
-            if req.replica_id != 0 {
-                let result = crate::replica::serve::read_for_follower(state, fp, budget);
-                budget = budget.saturating_sub(result.records.len());
-                total += result.records.len();
-                return result;
-            }
-            let mut result = m::FetchPartitionResult {
-                topic: fp.topic.clone(),
-                partition: fp.partition,
-                error: ok(),
-                high_watermark: -1,
-                log_start_offset: -1,
-                records: Bytes::new(),
-                current_leader: 0,
-                ..Default::default()
+            let read = if req.replica_id != 0 {
+                crate::replica::serve::read_for_follower(state, fp, budget)
+            } else {
+                read_for_consumer(state, fp, budget)
             };
-            let partition = match state.led_partition(&fp.topic, fp.partition) {
-                Ok((partition, _)) => partition,
-                Err(e) => {
-                    result.current_leader = leader_hint(state, &fp.topic, fp.partition, &e);
-                    result.error = Some(e);
-                    return result;
-                }
-            };
-            result.high_watermark = partition.high_watermark();
-            result.log_start_offset = partition.log.log_start_offset();
-            if budget == 0 {
-                return result;
-            }
-            let limit = match fp.partition_bytes_max {
-                0 => budget,
-                asked => (asked as usize).min(budget),
-            };
-            match read_partition(&partition, fp.offset, limit) {
-                Ok(records) => {
-                    budget = budget.saturating_sub(records.len());
-                    total += records.len();
-                    result.records = records;
-                }
-                Err(e) => result.error = Some(e),
-            }
-            result
+            budget = budget.saturating_sub(read.1.len());
+            total += read.1.len();
+            read
         })
         .collect();
     (results, total)
+}
+
+/// One partition of a consumer's fetch: batches below the high watermark, within `budget`
+/// and the partition's own bound.
+fn read_for_consumer(state: &BrokerState, fp: &m::FetchPartition, budget: usize) -> PartitionRead {
+    let empty = Records::Bytes(Bytes::new());
+    let mut result = m::FetchPartitionResult {
+        topic: fp.topic.clone(),
+        partition: fp.partition,
+        error: ok(),
+        high_watermark: -1,
+        log_start_offset: -1,
+        records: Bytes::new(),
+        current_leader: 0,
+        ..Default::default()
+    };
+    let partition = match state.led_partition(&fp.topic, fp.partition) {
+        Ok((partition, _)) => partition,
+        Err(e) => {
+            result.current_leader = leader_hint(state, &fp.topic, fp.partition, &e);
+            result.error = Some(e);
+            return (result, empty);
+        }
+    };
+    let high_watermark = partition.high_watermark();
+    result.high_watermark = high_watermark;
+    result.log_start_offset = partition.log.log_start_offset();
+    if budget == 0 {
+        return (result, empty);
+    }
+    let limit = match fp.partition_bytes_max {
+        0 => budget,
+        asked => (asked as usize).min(budget),
+    };
+    match read_records(&partition, fp.offset, limit, Some(high_watermark)) {
+        Ok(records) => (result, records),
+        Err(e) => {
+            result.error = Some(e);
+            (result, empty)
+        }
+    }
 }
 
 /// Waits until any of the high watermarks moves, or until `deadline`.
@@ -479,6 +495,13 @@ async fn wait_for_any(
         }
     });
     let _ = tokio::time::timeout_at(deadline, any).await;
+}
+
+/// A fetch's answer before encoding: the response's error and each partition's result with
+/// its records (see [`crate::fetch_frame::encode`]).
+pub(crate) struct FetchAnswer {
+    pub error: Option<m::Error>,
+    pub partitions: Vec<PartitionRead>,
 }
 
 /// What a fetch's answer holds: its share of the broker's fetch memory (release it once the
@@ -507,17 +530,17 @@ fn fetch_budget(state: &BrokerState, req: &m::FetchRequest) -> usize {
 /// `turns` is the connection's one-at-a-time permit for fetch responses (see
 /// `connection.rs`): taken before each read, given back while a long poll waits, and returned
 /// in the [`FetchHold`], to be held until the response is written.
-pub async fn fetch(
+pub(crate) async fn fetch(
     state: Arc<BrokerState>,
     req: m::FetchRequest,
     turns: Arc<tokio::sync::Semaphore>,
-) -> (m::FetchResponse, Option<FetchHold>) {
+) -> (FetchAnswer, Option<FetchHold>) {
     let failed = |error| {
-        let response = m::FetchResponse {
+        let answer = FetchAnswer {
             error: Some(error),
             partitions: vec![],
         };
-        (response, None)
+        (answer, None)
     };
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return failed(refusal);
@@ -534,6 +557,7 @@ pub async fn fetch(
         }
     }
     let req = Arc::new(req);
+    let mut woken = false;
     loop {
         // Subscribe before reading, so an append between the read and the wait is not missed.
         // Consumers wait for the high watermark, followers for the log end.
@@ -569,14 +593,23 @@ pub async fn fetch(
         else {
             return failed(ErrorCode::SHUTTING_DOWN.to_wire());
         };
-        let (s, r) = (state.clone(), req.clone());
-        let (results, total) = match blocking(move || read_partitions(&s, &r)).await {
-            Ok(read) => read,
-            Err(e) => return failed(e),
+        // A read after a wake-up runs inline: it reads only what was appended during the
+        // wait, written through the page cache a moment ago, so it costs a few `pread`s of
+        // cached pages, less than the hop to a blocking thread and back (which on two busy
+        // cores is what the e2e tail was made of). The first read may reach old, cold data
+        // anywhere in the log and goes to the blocking pool.
+        let (results, total) = if woken {
+            read_partitions(&state, &req)
+        } else {
+            let (s, r) = (state.clone(), req.clone());
+            match blocking(move || read_partitions(&s, &r)).await {
+                Ok(read) => read,
+                Err(e) => return failed(e),
+            }
         };
         let any_error = results
             .iter()
-            .any(|r| r.error.is_some() || r.diverging_epoch.is_some());
+            .any(|(r, _)| r.error.is_some() || r.diverging_epoch.is_some());
         if total >= min_bytes
             || any_error
             || watches.is_empty()
@@ -584,7 +617,7 @@ pub async fn fetch(
         {
             // Keep only what the records hold (a read never exceeds the reservation).
             drop(reservation.split(reservation.num_permits().saturating_sub(total)));
-            let response = m::FetchResponse {
+            let answer = FetchAnswer {
                 error: ok(),
                 partitions: results,
             };
@@ -592,10 +625,11 @@ pub async fn fetch(
                 memory: reservation,
                 turn,
             };
-            return (response, Some(hold));
+            return (answer, Some(hold));
         }
         drop((reservation, turn));
         wait_for_any(watches, deadline).await;
+        woken = true;
     }
 }
 

@@ -13,6 +13,7 @@ pub mod config;
 mod connection;
 mod deletion;
 mod durable_file;
+mod fetch_frame;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod group;

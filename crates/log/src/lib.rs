@@ -39,7 +39,7 @@ pub use error::LogError;
 pub use log::{AppendInfo, PartitionLog};
 pub use maintenance::RetentionReport;
 pub use open_files::{OpenFiles, OPEN_SEGMENT_FILES_MAX_DEFAULT};
-pub use read::ReadResult;
+pub use read::{FileSlice, ReadResult, SliceRead};
 pub use recovery::{RecoveryReport, Truncation};
 pub use storage::{OsStorage, Storage, StorageFile};
 

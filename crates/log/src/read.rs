@@ -1,4 +1,5 @@
-//! Reading the log: whole batches from an offset, and offsets by timestamp.
+//! Reading the log: whole batches from an offset (copied out, or located as a file range to
+//! send without copying), and offsets by timestamp.
 //!
 //! A read holds the segment map's lock only long enough to pick the segment and copy its file
 //! handle and valid length; the file is then read without the lock. Data below the length
@@ -33,6 +34,26 @@ const TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 pub struct ReadResult {
     /// Whole batches, verbatim from the log. The first may start before the requested offset.
     pub records: Bytes,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// Where the batches of a read lie: see [`PartitionLog::read_slice`].
+#[derive(Debug, Clone)]
+pub struct FileSlice {
+    /// The segment's open file (kept open for as long as the slice lives).
+    pub file: Arc<dyn StorageFile>,
+    pub position: u64,
+    pub len: u64,
+    /// The log's truncation count when the slice was taken.
+    truncations: u64,
+}
+
+/// The result of [`PartitionLog::read_slice`].
+#[derive(Debug, Clone)]
+pub struct SliceRead {
+    /// `None` when no batch is visible from the offset.
+    pub slice: Option<FileSlice>,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
 }
@@ -149,18 +170,69 @@ impl PartitionLog {
     ) -> Result<ReadResult, LogError> {
         self.consistent(|| {
             let mut truncations = 0;
-            let outcome = self.read_once(offset, bytes_max, offset_limit, &mut truncations);
+            let outcome = self
+                .locate_once(offset, bytes_max, offset_limit, &mut truncations)
+                .and_then(|(found, log_start_offset, log_end_offset)| {
+                    let records = match found {
+                        Some((snapshot, position, len)) => snapshot.read(position, len)?,
+                        None => Bytes::new(),
+                    };
+                    Ok(ReadResult {
+                        records,
+                        log_start_offset,
+                        log_end_offset,
+                    })
+                });
             (truncations, outcome)
         })
     }
 
-    fn read_once(
+    /// Where the batches [`PartitionLog::read`] would return lie, without reading them: the
+    /// open segment file and the byte range, for a caller that sends them on without copying
+    /// (`sendfile`). The range is complete and was valid when this returned; only a
+    /// truncation can change its bytes later, which [`PartitionLog::unchanged_since`] tells
+    /// (check it after the bytes have been read from the file). Holding the slice keeps the
+    /// file open, so retention deleting the segment meanwhile does not take its bytes away.
+    pub fn read_slice(
+        &self,
+        offset: i64,
+        bytes_max: usize,
+        offset_limit: Option<i64>,
+    ) -> Result<SliceRead, LogError> {
+        self.consistent(|| {
+            let mut truncations = 0;
+            let outcome = self
+                .locate_once(offset, bytes_max, offset_limit, &mut truncations)
+                .map(|(found, log_start_offset, log_end_offset)| SliceRead {
+                    slice: found.map(|(snapshot, position, len)| FileSlice {
+                        file: snapshot.file,
+                        position,
+                        len,
+                        truncations,
+                    }),
+                    log_start_offset,
+                    log_end_offset,
+                });
+            (truncations, outcome)
+        })
+    }
+
+    /// Whether no truncation has run since `slice` was taken, i.e. whether bytes read from it
+    /// up to now are the ones it described.
+    pub fn unchanged_since(&self, slice: &FileSlice) -> bool {
+        self.state.read().truncations == slice.truncations
+    }
+
+    /// The segment, position and length of the batches a read returns (nothing when no
+    /// batch is visible), with the log's start and end offsets.
+    #[allow(clippy::type_complexity)]
+    fn locate_once(
         &self,
         offset: i64,
         bytes_max: usize,
         offset_limit: Option<i64>,
         truncations: &mut u64,
-    ) -> Result<ReadResult, LogError> {
+    ) -> Result<(Option<(SegmentSnapshot, u64, u64)>, i64, i64), LogError> {
         let (snapshot, log_start_offset, log_end_offset) = {
             let state = self.state.read();
             *truncations = state.truncations;
@@ -183,11 +255,7 @@ impl PartitionLog {
             (snapshot.map(|s| (s, limit)), start, end)
         };
         let Some((snapshot, limit)) = snapshot else {
-            return Ok(ReadResult {
-                records: Bytes::new(),
-                log_start_offset,
-                log_end_offset,
-            });
+            return Ok((None, log_start_offset, log_end_offset));
         };
         let mut first_position = None;
         let mut total: u64 = 0;
@@ -205,15 +273,8 @@ impl PartitionLog {
             total += meta.size_bytes;
             true
         })?;
-        let records = match first_position {
-            Some(position) => snapshot.read(position, total)?,
-            None => Bytes::new(),
-        };
-        Ok(ReadResult {
-            records,
-            log_start_offset,
-            log_end_offset,
-        })
+        let found = first_position.map(|position| (snapshot, position, total));
+        Ok((found, log_start_offset, log_end_offset))
     }
 
     /// The first offset whose record timestamp is at or after `timestamp_ms`, with that
@@ -287,5 +348,39 @@ impl PartitionLog {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod slice_tests {
+    use crate::fault::FaultyStorage;
+    use crate::tests::{batch, open, small_segments, T0};
+
+    /// A slice names exactly the bytes `read` returns, and a truncation after it is taken
+    /// is noticed by `unchanged_since` (a sender must then not complete its frame).
+    #[test]
+    fn a_slice_is_the_read_and_a_truncation_invalidates_it() {
+        let fs = FaultyStorage::new();
+        let (log, _) = open(&fs, small_segments());
+        for id in 0..6 {
+            log.append(&mut batch(id, 3, T0), 0).unwrap();
+        }
+        let read = log.read(4, 1000, None).unwrap();
+        let sliced = log.read_slice(4, 1000, None).unwrap();
+        let slice = sliced.slice.clone().expect("batches are visible");
+        let mut bytes = vec![0u8; slice.len as usize];
+        slice
+            .file
+            .read_exact_at(&mut bytes, slice.position)
+            .unwrap();
+        assert_eq!(bytes, read.records.to_vec());
+        assert_eq!(
+            (sliced.log_start_offset, sliced.log_end_offset),
+            (read.log_start_offset, read.log_end_offset)
+        );
+        assert!(log.unchanged_since(&slice));
+        log.truncate_to(9).unwrap();
+        assert!(!log.unchanged_since(&slice));
+        assert!(log.read_slice(9, 1000, None).unwrap().slice.is_none());
     }
 }

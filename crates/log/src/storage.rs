@@ -32,6 +32,11 @@ pub trait StorageFile: Send + Sync + std::fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// Makes the file's data (and its length) durable: `fdatasync`.
     fn sync_data(&self) -> io::Result<()>;
+    /// The OS descriptor, for sending the file's bytes without copying them (`sendfile`);
+    /// `None` for files that have none (in-memory test storage).
+    fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 
     /// Reads exactly `buf.len()` bytes at `position`, failing with `UnexpectedEof` if the file
     /// ends first.
@@ -90,6 +95,9 @@ impl StorageFile for OsFile {
     }
     fn sync_data(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(std::os::fd::AsFd::as_fd(&self.0))
     }
 }
 

@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::handshake;
+use crate::writer::Writer;
 use crate::{error_frame, ListenerLimits, Peer, Response, ResponseFuture, Service};
 
 /// A response on its way to the socket, with the request's permit (none before the handshake):
@@ -30,8 +31,9 @@ type Outgoing = (Response, Option<OwnedSemaphorePermit>);
 
 /// Bytes read from the socket at a time at most.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
-/// Bytes of a response written at a time.
-const WRITE_CHUNK_BYTES: usize = 256 * 1024;
+/// Responses taken from the queue for one round of writes at most (their permits are
+/// released together once it is written).
+const WRITE_BATCH_RESPONSES_MAX: usize = 64;
 /// A peer that accepts none of a response's bytes for this long (or the idle timeout, if
 /// shorter) is disconnected: its unread responses hold memory and permits.
 const WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
@@ -83,7 +85,8 @@ pub(crate) async fn run<S: Service>(
     let _ = write_task.await;
 }
 
-/// Sends responses in the order they complete, releasing each one's permit (and what it
+/// Sends responses in the order they complete, every response queued at the moment in one
+/// go (their buffers in shared vectored writes), releasing each one's permit (and what it
 /// holds) once written; gives up on a peer that accepts no bytes for `WRITE_STALL_MAX` (its
 /// requests' senders then fail and the reader stops).
 async fn write_loop(
@@ -92,17 +95,27 @@ async fn write_loop(
     limits: Arc<ListenerLimits>,
 ) {
     let stall_max = limits.idle_timeout.min(WRITE_STALL_MAX);
-    'responses: while let Some((response, permit)) = rx.recv().await {
-        // Written a chunk at a time, so that a large response to a slow but reading peer is
-        // fine while one that takes nothing for `stall_max` ends the connection.
-        for chunk in response.frame.chunks(WRITE_CHUNK_BYTES) {
-            match tokio::time::timeout(stall_max, writer.write_all(chunk)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) | Err(_) => break 'responses,
+    let mut out = Writer::new(writer.as_ref(), stall_max);
+    let mut written: Vec<Outgoing> = Vec::new();
+    'responses: while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(outgoing) = next.take() {
+            if let Err(e) = out.response(&outgoing.0.parts).await {
+                tracing::debug!(error = %e, "writing a response failed");
+                break 'responses;
+            }
+            written.push(outgoing);
+            if written.len() < WRITE_BATCH_RESPONSES_MAX {
+                next = rx.try_recv().ok();
             }
         }
-        drop((response, permit));
+        if let Err(e) = out.flush().await {
+            tracing::debug!(error = %e, "writing responses failed");
+            break;
+        }
+        written.clear();
     }
+    drop(out);
     let _ = writer.shutdown().await;
 }
 

@@ -13,6 +13,9 @@ mod handshake;
 mod listener;
 #[cfg(test)]
 mod tests;
+mod writer;
+#[cfg(test)]
+mod writer_tests;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,6 +30,7 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame};
 pub use handshake::authorize;
 pub use listener::serve;
 pub use tinymq_protocol::messages::NodeRole;
+pub use writer::in_page_cache;
 
 /// Named limits of one listener: everything a peer can make the server hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,15 +146,77 @@ impl Eq for LargeResponseGate {}
 /// An encoded response frame, and whatever must stay held until it has been written to the
 /// peer (e.g. the broker's reservation of fetch memory): a response that waits for a slow
 /// reader keeps counting against the limits it was made under.
+///
+/// The frame is a sequence of parts written back to back, without being joined: buffers
+/// (written with vectored I/O, together with the other responses queued at the same time) and
+/// ranges of open files (sent from the page cache with `sendfile`), so a fetch response
+/// carries its records without copying them into the frame.
 pub struct Response {
-    pub frame: Bytes,
+    pub parts: Vec<Part>,
     pub held: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl Response {
+    /// The frame's length in bytes.
+    pub fn len(&self) -> u64 {
+        self.parts.iter().map(Part::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl From<Bytes> for Response {
     fn from(frame: Bytes) -> Response {
-        Response { frame, held: None }
+        Response {
+            parts: vec![Part::Bytes(frame)],
+            held: None,
+        }
     }
+}
+
+/// One piece of a response frame.
+pub enum Part {
+    Bytes(Bytes),
+    File(FileRange),
+}
+
+impl Part {
+    pub fn len(&self) -> u64 {
+        match self {
+            Part::Bytes(b) => b.len() as u64,
+            Part::File(range) => range.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// `len` bytes of a file from `position`, to be sent as they are.
+#[derive(Clone)]
+pub struct FileRange {
+    pub source: std::sync::Arc<dyn FileSource>,
+    pub position: u64,
+    pub len: u64,
+}
+
+/// An open file whose bytes a response sends, and the check that they are still the bytes
+/// that were meant. Holding one keeps the file open, so a file deleted (by retention) before
+/// its range is sent is still read whole.
+pub trait FileSource: Send + Sync {
+    /// The descriptor to `sendfile` from; `None` for files that have none (in-memory test
+    /// storage), which are read with [`FileSource::read_at`] and written instead.
+    fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>>;
+    /// Reads up to `buf.len()` bytes at `position` (0 at the end of the file).
+    fn read_at(&self, buf: &mut [u8], position: u64) -> std::io::Result<usize>;
+    /// Whether every byte read from the file so far was the intended one (e.g. no truncation
+    /// has rewritten the range since it was chosen). Asked after the frame's file ranges have
+    /// been read and before its last byte is written: a frame whose bytes changed is never
+    /// completed (the connection is closed instead).
+    fn unchanged(&self) -> bool;
 }
 
 /// The rest of a request's work, run concurrently with the connection's other requests; it

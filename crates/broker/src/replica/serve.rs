@@ -7,6 +7,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tinymq_protocol::{messages as m, ErrorCode};
 
+use crate::fetch_frame::{read_records, Records};
+use crate::handlers::PartitionRead;
 use crate::partition::{now_ms, Partition};
 use crate::replica::Role;
 use crate::state::BrokerState;
@@ -77,7 +79,8 @@ pub(crate) fn read_for_follower(
     state: &BrokerState,
     fp: &m::FetchPartition,
     bytes_max: usize,
-) -> m::FetchPartitionResult {
+) -> PartitionRead {
+    let empty = || Records::Bytes(Bytes::new());
     let mut result = m::FetchPartitionResult {
         topic: fp.topic.clone(),
         partition: fp.partition,
@@ -91,7 +94,7 @@ pub(crate) fn read_for_follower(
         Err(e) => {
             result.current_leader = state.current_leader(&fp.topic, fp.partition);
             result.error = Some(e);
-            return result;
+            return (result, empty());
         }
     };
     result.high_watermark = partition.high_watermark();
@@ -99,19 +102,18 @@ pub(crate) fn read_for_follower(
     result.log_end_offset = partition.log.log_end_offset();
     if let Some(diverging) = divergence(&partition, fp) {
         result.diverging_epoch = Some(diverging);
-        return result;
+        return (result, empty());
     }
     if bytes_max == 0 {
-        return result;
+        return (result, empty());
     }
-    match partition.log.read(fp.offset, bytes_max, None) {
-        Ok(read) => result.records = read.records,
+    match read_records(&partition, fp.offset, bytes_max, None) {
+        Ok(records) => (result, records),
         Err(e) => {
-            result.records = Bytes::new();
-            result.error = Some(e.error_code().with_message(e.to_string()));
+            result.error = Some(e);
+            (result, empty())
         }
     }
-    result
 }
 
 /// A fetch may carry a replica id only from the broker with that id.
