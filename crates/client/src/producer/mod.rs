@@ -214,13 +214,20 @@ struct Inner {
     config: ProducerConfig,
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
-    topics: Mutex<HashMap<String, Arc<TopicState>>>,
+    topics: Mutex<Topics>,
+}
+
+#[derive(Default)]
+struct Topics {
+    map: HashMap<String, Arc<TopicState>>,
+    /// The topic sent to last.
+    last: Option<Arc<TopicState>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // The last handle is gone: workers send what is queued, then stop.
-        for topic in self.topics.get_mut().values() {
+        for topic in self.topics.get_mut().map.values() {
             for queue in topic.parts.lock().queues.iter().flatten() {
                 queue.close();
             }
@@ -273,7 +280,7 @@ impl Producer {
                 identity: Arc::new(ProducerIdentity::new(config.idempotence)),
                 config,
                 cluster,
-                topics: Mutex::new(HashMap::new()),
+                topics: Mutex::new(Topics::default()),
             }),
         })
     }
@@ -290,7 +297,12 @@ impl Producer {
         topic: &str,
         record: ProducerRecord,
     ) -> Result<DeliveryFuture, ClientError> {
-        let state = self.topic(topic).await?;
+        // The usual case completes without awaiting: the future stays small (the slow paths
+        // are boxed), which matters when it is polled once per record.
+        let state = match self.cached_topic(topic) {
+            Some(state) => state,
+            None => Box::pin(self.topic(topic)).await?,
+        };
         let queue = {
             let count = state.partition_count()?;
             let mut parts = state.parts.lock();
@@ -305,7 +317,10 @@ impl Producer {
             };
             self.queue(&state, &mut parts, partition)
         };
-        queue.push(&record).await
+        match queue.try_push(&record)? {
+            Some(delivery) => Ok(delivery),
+            None => Box::pin(queue.push(&record)).await,
+        }
     }
 
     /// Queues `records` as one batch of their own, sent as one request after everything
@@ -379,9 +394,8 @@ impl Producer {
     /// What is known of `topic`; the first time, its `message_bytes_max` (`DescribeTopic`)
     /// and routes.
     async fn topic(&self, topic: &str) -> Result<Arc<TopicState>, ClientError> {
-        // Looked up by &str: the hot path allocates nothing.
-        if let Some(state) = self.inner.topics.lock().get(topic) {
-            return Ok(state.clone());
+        if let Some(state) = self.cached_topic(topic) {
+            return Ok(state);
         }
         let response = self
             .inner
@@ -400,7 +414,7 @@ impl Producer {
             )));
         }
         let mut topics = self.inner.topics.lock();
-        let state = topics.entry(topic.to_string()).or_insert_with(|| {
+        let state = topics.map.entry(topic.to_string()).or_insert_with(|| {
             Arc::new(TopicState {
                 name: topic.into(),
                 message_bytes_max: limit,
@@ -410,6 +424,19 @@ impl Producer {
             })
         });
         Ok(state.clone())
+    }
+
+    /// The topic's state if known: the topic sent to last is checked first (a string
+    /// comparison is cheaper than hashing the name).
+    fn cached_topic(&self, topic: &str) -> Option<Arc<TopicState>> {
+        let mut topics = self.inner.topics.lock();
+        if let Some(last) = topics.last.as_ref().filter(|t| &*t.name == topic) {
+            return Some(last.clone());
+        }
+        // Looked up by &str: allocates nothing.
+        let state = topics.map.get(topic)?.clone();
+        topics.last = Some(state.clone());
+        Some(state)
     }
 
     /// The queue of `partition`, with its worker started the first time.
@@ -458,7 +485,7 @@ impl Producer {
     }
 
     fn queues(&self) -> Vec<Arc<PartitionQueue>> {
-        let topics: Vec<_> = self.inner.topics.lock().values().cloned().collect();
+        let topics: Vec<_> = self.inner.topics.lock().map.values().cloned().collect();
         topics
             .iter()
             .flat_map(|t| {
@@ -488,6 +515,6 @@ impl Producer {
             queue.close();
         }
         // Clones that send later start afresh, as after the first send.
-        self.inner.topics.lock().clear();
+        *self.inner.topics.lock() = Topics::default();
     }
 }

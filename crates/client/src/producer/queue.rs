@@ -350,7 +350,7 @@ impl PartitionQueue {
     }
 
     /// Appends a record unless the queue is full (`None`).
-    fn try_push(&self, record: &ProducerRecord) -> Result<Option<DeliveryFuture>, ClientError> {
+    pub fn try_push(&self, record: &ProducerRecord) -> Result<Option<DeliveryFuture>, ClientError> {
         let limits = self.limits;
         let mut state = self.state.lock();
         if state.closed {
@@ -360,89 +360,47 @@ impl PartitionQueue {
             return Ok(None);
         }
         let mut wake = false;
-        // Sized where it would go; a batch that it would take past the cap is sealed first.
-        let (mut open, size) = loop {
-            match state.open.take() {
-                Some(open) => {
-                    let timestamp = record.timestamp_ms.unwrap_or(open.opened_ms);
-                    let size = record.with_input(timestamp, |input| {
-                        record_bytes(
-                            input,
-                            open.count,
-                            timestamp.saturating_sub(open.base_timestamp),
-                        )
-                    });
-                    let over = limits
-                        .batch_bytes_cap
-                        .is_some_and(|cap| open.bytes().saturating_add(size) > cap);
-                    if !over {
-                        break (open, size);
-                    }
-                    state.open = Some(open);
-                    state.seal_open();
-                    wake = true;
+        loop {
+            let Some(open) = state.open.as_mut() else {
+                match self.open_batch(record, state.last_batch_bytes) {
+                    Ok(open) => state.open = Some(open),
+                    Err(too_large) => return Ok(Some(too_large)),
                 }
-                None => {
-                    let opened_ms = now_ms();
-                    let timestamp = record.timestamp_ms.unwrap_or(opened_ms);
-                    let size = record.with_input(timestamp, |input| record_bytes(input, 0, 0));
-                    if let Some(limit) = limits.message_bytes_max {
-                        let alone = BATCH_HEADER_BYTES + size;
-                        if alone > limit {
-                            drop(state);
-                            return Ok(Some(DeliveryFuture::failed(ClientError::RecordTooLarge {
-                                topic: self.topic.to_string(),
-                                bytes: alone,
-                                limit,
-                            })));
-                        }
-                    }
-                    let capacity = state
-                        .last_batch_bytes
-                        .clamp(
-                            BATCH_BUFFER_BYTES_MIN,
-                            limits.batch_bytes.max(BATCH_BUFFER_BYTES_MIN),
-                        )
-                        .max(size);
-                    wake = true;
-                    break (
-                        OpenBatch {
-                            records: BytesMut::with_capacity(capacity),
-                            count: 0,
-                            base_timestamp: timestamp,
-                            max_timestamp: timestamp,
-                            opened_ms,
-                            created: Instant::now(),
-                            completion: Completion::new(self.topic.clone(), self.partition),
-                        },
-                        size,
-                    );
-                }
+                wake = true;
+                continue;
+            };
+            let timestamp = record.timestamp_ms.unwrap_or(open.opened_ms);
+            let index = open.count;
+            let before = open.records.len();
+            // Encoded first and measured after: sizing it beforehand would encode it twice.
+            record.with_input(timestamp, |input| {
+                encode_record(
+                    &mut open.records,
+                    input,
+                    index,
+                    timestamp.saturating_sub(open.base_timestamp),
+                )
+            });
+            let over = index > 0 && limits.batch_bytes_cap.is_some_and(|cap| open.bytes() > cap);
+            if over {
+                // It starts the next batch instead (a record alone goes whatever its size:
+                // one too large for the topic was refused when its batch opened).
+                open.records.truncate(before);
+                state.seal_open();
+                wake = true;
+                continue;
             }
-        };
-        let timestamp = record.timestamp_ms.unwrap_or(open.opened_ms);
-        let index = open.count;
-        record.with_input(timestamp, |input| {
-            encode_record(
-                &mut open.records,
-                input,
-                index,
-                timestamp.saturating_sub(open.base_timestamp),
-            )
-        });
-        debug_assert!(
-            open.records.len() >= size,
-            "record_bytes counts what is encoded"
-        );
-        open.count += 1;
-        open.max_timestamp = open.max_timestamp.max(timestamp);
+            open.count += 1;
+            open.max_timestamp = open.max_timestamp.max(timestamp);
+            break;
+        }
+        let open = state.open.as_mut().expect("a record was just added");
         let delivery = DeliveryFuture(DeliveryState::Waiting {
             completion: open.completion.clone(),
-            index: index as u32,
+            index: (open.count - 1) as u32,
             slot: None,
         });
         let full = open.bytes() >= limits.batch_bytes;
-        state.open = Some(open);
         state.queued_records += 1;
         if full {
             state.seal_open();
@@ -453,6 +411,41 @@ impl PartitionQueue {
             self.wake_worker.notify_one();
         }
         Ok(Some(delivery))
+    }
+
+    /// A new batch for `record`, or its failed future if it is too large for the topic even
+    /// alone.
+    fn open_batch(
+        &self,
+        record: &ProducerRecord,
+        last_batch_bytes: usize,
+    ) -> Result<OpenBatch, DeliveryFuture> {
+        let opened_ms = now_ms();
+        let timestamp = record.timestamp_ms.unwrap_or(opened_ms);
+        let size = record.with_input(timestamp, |input| record_bytes(input, 0, 0));
+        if let Some(limit) = self.limits.message_bytes_max {
+            let alone = BATCH_HEADER_BYTES + size;
+            if alone > limit {
+                return Err(DeliveryFuture::failed(ClientError::RecordTooLarge {
+                    topic: self.topic.to_string(),
+                    bytes: alone,
+                    limit,
+                }));
+            }
+        }
+        let batch_bytes = self.limits.batch_bytes.max(BATCH_BUFFER_BYTES_MIN);
+        let capacity = last_batch_bytes
+            .clamp(BATCH_BUFFER_BYTES_MIN, batch_bytes)
+            .max(size);
+        Ok(OpenBatch {
+            records: BytesMut::with_capacity(capacity),
+            count: 0,
+            base_timestamp: timestamp,
+            max_timestamp: timestamp,
+            opened_ms,
+            created: Instant::now(),
+            completion: Completion::new(self.topic.clone(), self.partition),
+        })
     }
 
     /// Queues a batch built by `send_batch` after everything queued before it, waiting while
