@@ -145,8 +145,11 @@ struct Batch {
     sealed: SealedBatch,
     /// The records section as sent: `sealed.records`, compressed if the producer compresses.
     payload: Option<Bytes>,
-    header: Option<([u8; BATCH_HEADER_BYTES], (Option<u64>, u64))>,
+    header: Option<([u8; BATCH_HEADER_BYTES], BuiltUnder)>,
 }
+
+/// The identity generation and sequence round a header was built under.
+type BuiltUnder = (Option<u64>, u64);
 
 type Attempt = JoinHandle<Result<i64, ClientError>>;
 
