@@ -121,7 +121,8 @@ pub struct ProducerRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
     /// Send to this partition instead of choosing one.
     pub partition: Option<u32>,
-    /// Milliseconds since the Unix epoch; now if absent.
+    /// Milliseconds since the Unix epoch; if absent, the time its batch was opened (`send`) or
+    /// of the `send_batch` call.
     pub timestamp_ms: Option<i64>,
 }
 
