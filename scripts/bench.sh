@@ -51,9 +51,14 @@ run "produce 1 KB, always, 1 producer, 1 partition"   produce --message-bytes 10
 run "produce 1 KB, always, 4 producers, 4 partitions" produce --message-bytes 1024 --count 500000 --flush always --producers 4 --partitions 4
 run "produce 100 B, os, 1 producer, 1 partition"      produce --message-bytes 100 --count 3000000 --flush os
 run "produce 100 B, os, 4 producers, 4 partitions"    produce --message-bytes 100 --count 3000000 --flush os --producers 4 --partitions 4
+run "produce 100 B, os, batch API (latency per 1,000-message batch)" produce --message-bytes 100 --count 3000000 --flush os --api batch --batch-records 1000
+run "produce 1 KB, os, batch API (latency per 1,000-message batch)"  produce --message-bytes 1024 --count 500000 --flush os --api batch --batch-records 1000
+run "1 message per request, one in flight, 1 KB, os"  produce --message-bytes 1024 --count 20000 --flush os --api batch --batch-records 1 --in-flight 1
+run "closed loop, one 1,000-message batch in flight, 1 KB, os (latency per batch)" produce --message-bytes 1024 --count 500000 --flush os --api batch --batch-records 1000 --in-flight 1
 run "consume 1 KB, 1 consumer, 1 partition"           consume --message-bytes 1024 --count 1000000 --flush os
 run "consume 100 B, 1 consumer, 1 partition"          consume --message-bytes 100 --count 5000000 --flush os
 run "e2e 1 KB at 10k msg/s, os, linger 0"             e2e --message-bytes 1024 --count 100000 --rate 10000 --flush os --linger-ms 0
+run "e2e 1 KB at 10k msg/s, always, linger 0"         e2e --message-bytes 1024 --count 100000 --rate 10000 --flush always --linger-ms 0
 run "e2e 1 KB at max rate, os"                        e2e --message-bytes 1024 --count 500000 --flush os
 
 if [ -z "$filter" ] || [[ "idle" == *"$filter"* ]]; then

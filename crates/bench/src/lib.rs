@@ -2,7 +2,10 @@
 //! latency percentiles from HDR histograms.
 //!
 //! - `produce`: producers send `count` messages (or for `duration`); latency is from send (or,
-//!   with a fixed rate, from the *intended* send time) to acknowledgement.
+//!   with a fixed rate, from the *intended* send time) to acknowledgement, per message with
+//!   the record API (`Producer::send`) and per batch with the batch API
+//!   (`Producer::send_batch`). `in_flight` bounds the sends awaiting acknowledgement per
+//!   producer (a closed loop).
 //! - `consume`: consumers read `count` messages from the start of the topic, after filling it
 //!   if it holds fewer; throughput only.
 //! - `e2e`: producers and consumers at once; latency is from the producer's send time (written
@@ -22,6 +25,32 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tinymq_client::{Acks, Admin, ClientConfig, ClientError, Compression, TopicConfig};
 
 pub use report::{BenchResult, Latency};
+
+/// The producer API a run sends through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `Producer::send`, one call per message.
+    Record,
+    /// `Producer::send_batch`, one call per `batch_records` messages.
+    Batch,
+}
+
+impl Api {
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Record => "record",
+            Api::Batch => "batch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Api> {
+        match s {
+            "record" => Some(Api::Record),
+            "batch" => Some(Api::Batch),
+            _ => None,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -63,6 +92,12 @@ pub struct BenchConfig {
     pub acks: Acks,
     pub compression: Compression,
     pub limit: Limit,
+    pub api: Api,
+    /// Messages per `send_batch` call (batch API only).
+    pub batch_records: usize,
+    /// Sends (records or batches) awaiting acknowledgement per producer, at most; `None`:
+    /// bounded only by the producer's queue.
+    pub in_flight: Option<usize>,
     /// Messages per second over all producers; `None` sends as fast as possible.
     pub rate: Option<f64>,
     /// Report progress on stderr: a live line on a terminal, else a plain line every
@@ -127,6 +162,12 @@ impl BenchConfig {
         }
         if self.rate.is_some_and(|r| r <= 0.0) {
             return bad("--rate must be positive");
+        }
+        if self.batch_records == 0 || self.in_flight == Some(0) {
+            return bad("--batch-records and --in-flight must be at least 1");
+        }
+        if i32::try_from(self.batch_records).is_err() {
+            return bad("--batch-records is too large for one batch");
         }
         Ok(())
     }

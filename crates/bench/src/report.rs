@@ -5,7 +5,7 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::{BenchConfig, Limit, Mode};
+use crate::{Api, BenchConfig, Limit, Mode};
 
 /// Latency percentiles in microseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -45,6 +45,12 @@ pub struct BenchResult {
     pub linger_ms: u64,
     pub acks: String,
     pub compression: &'static str,
+    /// `record` (`Producer::send`) or `batch` (`Producer::send_batch`).
+    pub api: &'static str,
+    /// Messages per `send_batch` call (batch API).
+    pub batch_records: Option<usize>,
+    /// Sends awaiting acknowledgement per producer, at most (None: no bound but the queue's).
+    pub in_flight: Option<usize>,
     pub rate_msg_per_s: Option<f64>,
     pub messages: u64,
     pub failed: u64,
@@ -53,6 +59,8 @@ pub struct BenchResult {
     pub mb_per_s: f64,
     /// Produce: send (or intended send) to acknowledgement. E2e: send to receipt. Consume: none.
     pub latency: Option<Latency>,
+    /// What one latency sample is: `message`, or `batch` (produce through the batch API).
+    pub latency_per: &'static str,
     pub limit: String,
 }
 
@@ -82,6 +90,9 @@ impl BenchResult {
                 _ => "all".into(),
             },
             compression: config.compression.name(),
+            api: config.api.name(),
+            batch_records: (config.api == Api::Batch).then_some(config.batch_records),
+            in_flight: config.in_flight,
             rate_msg_per_s: config.rate,
             messages,
             failed,
@@ -89,6 +100,11 @@ impl BenchResult {
             msg_per_s: messages as f64 / secs,
             mb_per_s: (messages * config.message_bytes as u64) as f64 / secs / 1e6,
             latency: Latency::from(&latency),
+            latency_per: if mode == Mode::Produce && config.api == Api::Batch {
+                "batch"
+            } else {
+                "message"
+            },
             limit: match config.limit {
                 Limit::Count(c) => format!("{c} messages"),
                 Limit::Duration(d) => format!("{} s", d.as_secs_f64()),
@@ -104,13 +120,20 @@ impl BenchResult {
             self.failed, self.partitions, self.producers, self.consumers, self.batch_bytes, self.linger_ms, self.acks,
             self.compression
         );
+        s.push_str(&format!(", api {}", self.api));
+        if let Some(n) = self.batch_records {
+            s.push_str(&format!(", {n} records per batch"));
+        }
+        if let Some(k) = self.in_flight {
+            s.push_str(&format!(", {k} in flight"));
+        }
         if let Some(rate) = self.rate_msg_per_s {
             s.push_str(&format!(", rate {rate:.0} msg/s"));
         }
         if let Some(l) = &self.latency {
             s.push_str(&format!(
-                "\n  latency µs: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.0}, {} samples)",
-                l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us, l.samples
+                "\n  latency µs per {}: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.0}, {} samples)",
+                self.latency_per, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us, l.samples
             ));
         }
         s

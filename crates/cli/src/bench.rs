@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use tinymq_bench::{BenchConfig, Limit, Mode};
+use tinymq_bench::{Api, BenchConfig, Limit, Mode};
 use tinymq_client::{Acks, Compression};
 
 #[derive(clap::Subcommand, Debug)]
@@ -74,6 +74,18 @@ pub struct BenchArgs {
     /// time) [default: as fast as possible].
     #[arg(long, value_parser = crate::args::positive_secs)]
     rate: Option<f64>,
+    /// Producer API: record (`Producer::send` per message) or batch (`Producer::send_batch`
+    /// per --batch-records messages; latency is then per batch).
+    #[arg(long, default_value = "record")]
+    api: String,
+    /// Messages per `send_batch` call (with --api batch).
+    #[arg(long, default_value_t = 1000, value_parser = crate::args::positive_usize)]
+    batch_records: usize,
+    /// Sends (messages, or batches with --api batch) awaiting acknowledgement per producer, at
+    /// most: a closed loop. `--api batch --batch-records 1 --in-flight 1` sends one message
+    /// per request with one request in flight [default: no bound but the producer's queue].
+    #[arg(long, value_parser = crate::args::positive_usize)]
+    in_flight: Option<usize>,
     /// Print one JSON object instead of text (and no progress on stderr).
     #[arg(long)]
     json: bool,
@@ -142,6 +154,10 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             )
         })?,
         limit,
+        api: Api::parse(&args.api)
+            .with_context(|| format!("--api {}: expected record or batch", args.api))?,
+        batch_records: args.batch_records,
+        in_flight: args.in_flight,
         rate: args.rate,
         progress: !args.json,
         keep_topic: args.keep_topic,

@@ -105,3 +105,84 @@ fn bad_settings_are_refused_with_a_clear_message() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--message-bytes"));
 }
+
+#[test]
+fn the_batch_api_and_closed_loops_report_per_batch_latency() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(&tmp.path().join("server"));
+    let bootstrap = ["--bootstrap", server.addr.as_str()];
+    // One 1,000-message batch in flight at a time, 7 batches and a short last one.
+    let r = bench(
+        &[
+            &[
+                "produce",
+                "--api",
+                "batch",
+                "--batch-records",
+                "1000",
+                "--in-flight",
+                "1",
+                "--count",
+                "7500",
+                "--message-bytes",
+                "100",
+            ][..],
+            &bootstrap,
+        ]
+        .concat(),
+    );
+    assert_eq!(r["api"], "batch");
+    assert_eq!(r["messages"], 7500);
+    assert_eq!(r["in_flight"], 1);
+    assert_eq!(r["latency_per"], "batch");
+    assert_eq!(r["latency"]["samples"], 8, "one sample per batch");
+
+    // One message per request, one request in flight.
+    let r = bench(
+        &[
+            &[
+                "produce",
+                "--api",
+                "batch",
+                "--batch-records",
+                "1",
+                "--in-flight",
+                "1",
+                "--count",
+                "300",
+                "--topic",
+                "single",
+            ][..],
+            &bootstrap,
+        ]
+        .concat(),
+    );
+    assert_eq!(r["messages"], 300);
+    assert_eq!(r["latency"]["samples"], 300);
+
+    // The record API stays the default, with one latency sample per message.
+    let r = bench(
+        &[
+            &["produce", "--count", "1000", "--topic", "rec"][..],
+            &bootstrap,
+        ]
+        .concat(),
+    );
+    assert_eq!(r["api"], "record");
+    assert_eq!(r["latency_per"], "message");
+    assert_eq!(r["latency"]["samples"], 1000);
+
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "produce",
+            "--api",
+            "bulk",
+            "--bootstrap",
+            "127.0.0.1:1",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--api bulk"));
+}

@@ -1,19 +1,22 @@
 //! One connection to a tinymq node: handshake, then many requests in flight at once, each
 //! matched to its response by message id. A reader task routes responses; a writer task sends
-//! frames in order.
+//! frames in order, gathering what is queued into one vectored write (`writev`), so a produce
+//! request's record batch goes to the socket from the producer's own buffer, uncopied.
 
 use std::collections::HashMap;
+use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use parking_lot::Mutex;
 use prost::Message;
 use tinymq_protocol::frame::{FrameDecoder, FrameHeader};
 use tinymq_protocol::messages::{self as m, NodeRole};
 use tinymq_protocol::{Frame, Request, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
@@ -26,6 +29,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The message id of a server's error frame about the whole connection; never used for a
 /// request.
 const CONNECTION_ERROR_ID: u32 = 0;
+/// Pieces handed to one vectored write at most (well under every system's `IOV_MAX`).
+const WRITE_PIECES_MAX: usize = 64;
 
 type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Frame>>>>;
 
@@ -48,7 +53,7 @@ fn closed_error(addr: &str, reason: &ConnectionError) -> ClientError {
 #[derive(Debug)]
 pub struct Connection {
     addr: String,
-    outgoing: mpsc::Sender<Bytes>,
+    outgoing: mpsc::Sender<Outgoing>,
     pending: Pending,
     next_id: AtomicU32,
     closed: Arc<AtomicBool>,
@@ -58,12 +63,104 @@ pub struct Connection {
     pub handshake: m::HandshakeResponse,
 }
 
-fn encode_request<R: Request>(message_id: u32, body: &R) -> Bytes {
+/// A frame on its way to the socket: whole, or a head (frame header and the start of the
+/// body) and the rest of the body, written together without being joined.
+#[derive(Debug)]
+enum Outgoing {
+    Whole(Bytes),
+    Split(Bytes, Bytes),
+}
+
+/// A request body in two pieces that make one protobuf message when put one after the other:
+/// how a produce request carries a record batch it does not copy (see
+/// [`Connection::start_split_request`]).
+#[derive(Debug, Clone)]
+pub struct SplitBody {
+    pub head: Bytes,
+    pub tail: Bytes,
+}
+
+fn encode_request<R: Request>(message_id: u32, body: &R) -> Result<Outgoing, ClientError> {
     let len = body.encoded_len();
+    let len32 = u32::try_from(len)
+        .map_err(|_| ClientError::Protocol(format!("{} request over 4 GiB", R::OP.name())))?;
     let mut out = BytesMut::with_capacity(12 + len);
-    FrameHeader::request(R::OP.code(), message_id, len as u32).encode(&mut out);
+    FrameHeader::request(R::OP.code(), message_id, len32).encode(&mut out);
     body.encode(&mut out).expect("BytesMut grows");
-    out.freeze()
+    Ok(Outgoing::Whole(out.freeze()))
+}
+
+/// The frame of a split body: only the header and the head are copied (into one buffer).
+fn encode_split<R: Request>(message_id: u32, body: &SplitBody) -> Result<Outgoing, ClientError> {
+    let len = body
+        .head
+        .len()
+        .checked_add(body.tail.len())
+        .and_then(|l| u32::try_from(l).ok())
+        .ok_or_else(|| ClientError::Protocol(format!("{} request over 4 GiB", R::OP.name())))?;
+    let mut head = BytesMut::with_capacity(12 + body.head.len());
+    FrameHeader::request(R::OP.code(), message_id, len).encode(&mut head);
+    head.extend_from_slice(&body.head);
+    Ok(Outgoing::Split(head.freeze(), body.tail.clone()))
+}
+
+/// The writer task: waits for a frame, takes whatever else is queued behind it, and writes it
+/// all with vectored writes until every byte is out (a write may take only part of it).
+async fn write_frames(mut writer: OwnedWriteHalf, mut queue: mpsc::Receiver<Outgoing>) {
+    let mut pieces: Vec<Bytes> = Vec::with_capacity(WRITE_PIECES_MAX);
+    let push = |pieces: &mut Vec<Bytes>, frame: Outgoing| match frame {
+        Outgoing::Whole(b) => pieces.push(b),
+        Outgoing::Split(head, tail) => {
+            pieces.push(head);
+            if !tail.is_empty() {
+                pieces.push(tail);
+            }
+        }
+    };
+    while let Some(frame) = queue.recv().await {
+        push(&mut pieces, frame);
+        while pieces.len() + 2 <= WRITE_PIECES_MAX {
+            match queue.try_recv() {
+                Ok(frame) => push(&mut pieces, frame),
+                Err(_) => break,
+            }
+        }
+        if write_all_vectored(&mut writer, &mut pieces).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes every byte of `pieces` (none empty), in order, and leaves `pieces` empty.
+async fn write_all_vectored(
+    writer: &mut OwnedWriteHalf,
+    pieces: &mut Vec<Bytes>,
+) -> std::io::Result<()> {
+    let mut first = 0;
+    while first < pieces.len() {
+        let mut slices = [IoSlice::new(&[]); WRITE_PIECES_MAX];
+        let count = (pieces.len() - first).min(WRITE_PIECES_MAX);
+        for (slice, piece) in slices.iter_mut().zip(&pieces[first..first + count]) {
+            *slice = IoSlice::new(piece);
+        }
+        let mut written = writer.write_vectored(&slices[..count]).await?;
+        if written == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        // Drop the pieces written whole, and the written start of a piece written in part.
+        while written > 0 {
+            let piece = &mut pieces[first];
+            if written >= piece.len() {
+                written -= piece.len();
+                first += 1;
+            } else {
+                piece.advance(written);
+                written = 0;
+            }
+        }
+    }
+    pieces.clear();
+    Ok(())
 }
 
 impl Connection {
@@ -94,18 +191,12 @@ impl Connection {
             .map_err(|_| fail("timed out".into()))?
             .map_err(|e| fail(e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let (mut reader, mut writer) = stream.into_split();
-        let (outgoing, mut queue) = mpsc::channel::<Bytes>(256);
+        let (mut reader, writer) = stream.into_split();
+        let (outgoing, queue) = mpsc::channel::<Outgoing>(256);
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(AtomicBool::new(false));
         let closed_reason = ConnectionError::default();
-        tokio::spawn(async move {
-            while let Some(frame) = queue.recv().await {
-                if writer.write_all(&frame).await.is_err() {
-                    break;
-                }
-            }
-        });
+        tokio::spawn(write_frames(writer, queue));
         let (p, c, r) = (pending.clone(), closed.clone(), closed_reason.clone());
         tokio::spawn(async move {
             let mut buf = BytesMut::with_capacity(64 * 1024);
@@ -206,6 +297,22 @@ impl Connection {
         &self,
         body: &R,
     ) -> Result<PendingResponse<R>, ClientError> {
+        self.start_frame(|id| encode_request(id, body)).await
+    }
+
+    /// [`start_request`](Self::start_request) for a body given in two pieces (the bytes of
+    /// an `R` when joined), written with one vectored write instead of being joined.
+    pub async fn start_split_request<R: Request>(
+        &self,
+        body: &SplitBody,
+    ) -> Result<PendingResponse<R>, ClientError> {
+        self.start_frame(|id| encode_split::<R>(id, body)).await
+    }
+
+    async fn start_frame<R: Request>(
+        &self,
+        encode: impl FnOnce(u32) -> Result<Outgoing, ClientError>,
+    ) -> Result<PendingResponse<R>, ClientError> {
         let closed = || closed_error(&self.addr, &self.closed_reason);
         let permit = self
             .in_flight
@@ -225,7 +332,14 @@ impl Connection {
             self.pending.lock().remove(&id);
             return Err(closed());
         }
-        if self.outgoing.send(encode_request(id, body)).await.is_err() {
+        let frame = match encode(id) {
+            Ok(frame) => frame,
+            Err(e) => {
+                self.pending.lock().remove(&id);
+                return Err(e);
+            }
+        };
+        if self.outgoing.send(frame).await.is_err() {
             self.pending.lock().remove(&id);
             return Err(closed());
         }
@@ -244,7 +358,16 @@ impl Connection {
     pub async fn send_only<R: Request>(&self, body: &R) -> Result<(), ClientError> {
         let id = self.next_message_id();
         self.outgoing
-            .send(encode_request(id, body))
+            .send(encode_request(id, body)?)
+            .await
+            .map_err(|_| ClientError::ConnectionClosed(self.addr.clone()))
+    }
+
+    /// [`send_only`](Self::send_only) for a body in two pieces.
+    pub async fn send_only_split<R: Request>(&self, body: &SplitBody) -> Result<(), ClientError> {
+        let id = self.next_message_id();
+        self.outgoing
+            .send(encode_split::<R>(id, body)?)
             .await
             .map_err(|_| ClientError::ConnectionClosed(self.addr.clone()))
     }

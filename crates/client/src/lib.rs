@@ -19,13 +19,13 @@ pub use admin::{
     PartitionState, TopicConfig,
 };
 pub use cluster::{ClientConfig, Cluster};
-pub use connection::Connection;
+pub use connection::{Connection, SplitBody};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
 pub use error::ClientError;
 pub use group::GroupEvent;
 pub use producer::{
-    murmur2, partition_for_key, Acks, DeliveryFuture, Producer, ProducerConfig, ProducerRecord,
-    RecordMetadata,
+    murmur2, partition_for_key, Acks, BatchDelivery, BatchMetadata, DeliveryFuture, Producer,
+    ProducerConfig, ProducerRecord, RecordMetadata,
 };
 pub use tinymq_protocol::batch::Compression;
 pub use tinymq_protocol::messages::NodeRole;

@@ -1,38 +1,45 @@
-//! The producer: `send` a record to a topic and get back a future of its partition and offset.
+//! The producer: `send` a record to a topic and get back a future of its partition and offset,
+//! or `send_batch` many records and get back one future for all of them.
 //!
-//! Records go to one worker task per partition, through a bounded queue (a full queue makes
-//! `send` wait: backpressure). A worker gathers records into a batch until `batch_bytes` or
-//! `linger` is reached, sends it to the partition's leader (up to `batches_in_flight_max` at
-//! once), and retries failures on retriable errors until the delivery timeout, keeping the
-//! partition's order. With idempotence (the default) every batch carries the producer id, epoch
-//! and sequence, so a retried batch is never written twice.
+//! Records go into a bounded queue per partition (a full queue makes `send` wait:
+//! backpressure): `send` encodes each record straight into the partition's open batch (see
+//! `queue.rs`), which is sealed at `batch_bytes` or when its `linger` is over. One worker task
+//! per partition sends sealed batches to the partition's leader (up to
+//! `batches_in_flight_max` at once), and retries failures on retriable errors until the
+//! delivery timeout, keeping the partition's order. With idempotence (the default) every batch
+//! carries the producer id, epoch and sequence, so a retried batch is never written twice.
 //!
 //! Size: the producer learns each topic's `message_bytes_max` (the largest batch its brokers
 //! take) the first time it sends to it. A record too large for a batch of its own fails alone
-//! in `send` with `MESSAGE_TOO_LARGE`, before batching, and a worker closes a batch before the
-//! next record would take it past the limit, so records never sink with a neighbour.
+//! with `MESSAGE_TOO_LARGE`, and a batch is sealed before the next record would take it past
+//! the limit, so records never sink with a neighbour.
+//!
+//! Routes: a topic's partition count is read from the cache that the workers refresh each
+//! time they send a batch (routes older than the cluster's metadata age are fetched again), so
+//! `send` itself reads no clock and makes no request once a topic is known.
 
 mod partitioner;
+mod queue;
+mod wire;
 mod worker;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tinymq_protocol::batch::{record_bytes, Compression, RecordInput, BATCH_HEADER_BYTES};
+use tinymq_protocol::batch::{Compression, RecordInput, BATCH_HEADER_BYTES};
 use tinymq_protocol::messages as m;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::ClientError;
-use partitioner::StickyPartitioner;
+use partitioner::Sticky;
 pub use partitioner::{murmur2, partition_for_key};
-use worker::{PartitionWorker, ProducerIdentity, WorkerMessage};
+pub use queue::{BatchDelivery, DeliveryFuture};
+use queue::{PartitionQueue, QueueLimits};
+use worker::{PartitionWorker, ProducerIdentity};
 
 /// Acknowledgement level asked of the broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +121,8 @@ pub struct ProducerRecord {
     pub headers: Vec<(String, Option<Bytes>)>,
     /// Send to this partition instead of choosing one.
     pub partition: Option<u32>,
-    /// Milliseconds since the Unix epoch; now if absent.
+    /// Milliseconds since the Unix epoch; if absent, the time its batch was opened (`send`) or
+    /// of the `send_batch` call.
     pub timestamp_ms: Option<i64>,
 }
 
@@ -131,21 +139,24 @@ impl ProducerRecord {
         self
     }
 
-    /// Exact bytes the record takes in an uncompressed batch at `offset_delta`, with
-    /// `timestamp_ms` `timestamp_delta` after the batch's first record.
-    pub(crate) fn encoded_bytes(&self, offset_delta: i32, timestamp_delta: i64) -> usize {
+    /// Calls `f` with the record as the batch codec takes it, at `timestamp_ms`.
+    pub(crate) fn with_input<T>(
+        &self,
+        timestamp_ms: i64,
+        f: impl FnOnce(&RecordInput<'_>) -> T,
+    ) -> T {
+        // Collecting no headers allocates nothing.
         let headers: Vec<(&str, Option<&[u8]>)> = self
             .headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_deref()))
             .collect();
-        let input = RecordInput {
-            timestamp_ms: self.timestamp_ms.unwrap_or(0),
+        f(&RecordInput {
+            timestamp_ms,
             key: self.key.as_deref(),
             value: self.value.as_deref(),
             headers: &headers,
-        };
-        record_bytes(&input, offset_delta, timestamp_delta)
+        })
     }
 
     pub(crate) fn size_estimate(&self) -> usize {
@@ -163,28 +174,24 @@ impl ProducerRecord {
 /// Where a record landed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordMetadata {
-    pub topic: String,
+    pub topic: Arc<str>,
     pub partition: u32,
     /// -1 with `Acks::None`.
     pub offset: i64,
 }
 
-/// Resolves when the record is acknowledged (or has failed for good).
-pub struct DeliveryFuture {
-    rx: oneshot::Receiver<Result<RecordMetadata, ClientError>>,
+/// Where a batch given to [`Producer::send_batch`] landed: its records have the offsets
+/// `base_offset .. base_offset + record_count`, in the order given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchMetadata {
+    pub topic: Arc<str>,
+    pub partition: u32,
+    /// -1 with `Acks::None`.
+    pub base_offset: i64,
+    pub record_count: u32,
 }
 
-impl Future for DeliveryFuture {
-    type Output = Result<RecordMetadata, ClientError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(ClientError::Closed)))
-    }
-}
-
-/// An asynchronous producer. Clone it freely: clones share workers and connections.
+/// An asynchronous producer. Clone it freely: clones share queues, workers and connections.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), tinymq_client::ClientError> {
@@ -193,6 +200,9 @@ impl Future for DeliveryFuture {
 /// let delivery = producer.send("orders", ProducerRecord::value("hello").with_key("customer-7")).await?;
 /// let meta = delivery.await?;
 /// println!("stored at {}/{}", meta.partition, meta.offset);
+/// let batch = vec![ProducerRecord::value("a"), ProducerRecord::value("b")];
+/// let meta = producer.send_batch("orders", batch).await?.await?;
+/// println!("stored at {}/{}..+{}", meta.partition, meta.base_offset, meta.record_count);
 /// producer.close().await;
 /// # Ok(()) }
 /// ```
@@ -205,12 +215,57 @@ struct Inner {
     config: ProducerConfig,
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
-    sticky: StickyPartitioner,
-    /// Queue of each partition's worker, by topic then partition.
-    workers: Mutex<HashMap<String, HashMap<u32, mpsc::Sender<WorkerMessage>>>>,
-    /// Each topic's `message_bytes_max` (None: the broker did not say), learned at its first
+    topics: Mutex<Topics>,
+}
+
+#[derive(Default)]
+struct Topics {
+    map: HashMap<String, Arc<TopicState>>,
+    /// The topic sent to last.
+    last: Option<Arc<TopicState>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The last handle is gone: workers send what is queued, then stop.
+        for topic in self.topics.get_mut().map.values() {
+            for queue in topic.parts.lock().queues.iter().flatten() {
+                queue.close();
+            }
+        }
+    }
+}
+
+/// What the producer knows of one topic.
+struct TopicState {
+    name: Arc<str>,
+    /// The topic's `message_bytes_max` (None: the broker did not say), learned at its first
     /// send.
-    message_bytes_max: Mutex<HashMap<String, Option<usize>>>,
+    message_bytes_max: Option<usize>,
+    /// From the route cache; workers update it as they look up leaders.
+    partition_count: Arc<AtomicU32>,
+    /// The partition of the next keyless `send_batch`.
+    next_batch_partition: AtomicU32,
+    parts: Mutex<TopicParts>,
+}
+
+impl TopicState {
+    fn partition_count(&self) -> Result<u32, ClientError> {
+        match self.partition_count.load(Ordering::Relaxed) {
+            0 => Err(ClientError::Protocol(format!(
+                "topic {} has no partitions",
+                self.name
+            ))),
+            count => Ok(count),
+        }
+    }
+}
+
+#[derive(Default)]
+struct TopicParts {
+    sticky: Sticky,
+    /// Each partition's queue, created (with its worker) at its first record.
+    queues: Vec<Option<Arc<PartitionQueue>>>,
 }
 
 impl Producer {
@@ -226,9 +281,7 @@ impl Producer {
                 identity: Arc::new(ProducerIdentity::new(config.idempotence)),
                 config,
                 cluster,
-                sticky: StickyPartitioner::default(),
-                workers: Mutex::new(HashMap::new()),
-                message_bytes_max: Mutex::new(HashMap::new()),
+                topics: Mutex::new(Topics::default()),
             }),
         })
     }
@@ -237,67 +290,113 @@ impl Producer {
     /// future resolves when the record is acknowledged. A record too large for the topic
     /// even in a batch of its own is not queued: its future resolves at once with
     /// [`ClientError::RecordTooLarge`] (`MESSAGE_TOO_LARGE`).
+    ///
+    /// A record without a timestamp gets the time its batch was opened (at most `linger`
+    /// before it is sent), so that the clock is read once per batch rather than per record.
     pub async fn send(
         &self,
         topic: &str,
-        mut record: ProducerRecord,
+        record: ProducerRecord,
     ) -> Result<DeliveryFuture, ClientError> {
-        // Stamped now, not when its batch is built, so batches are sized exactly as built.
-        record.timestamp_ms.get_or_insert_with(worker::now_ms);
-        let limit = self.message_bytes_max(topic).await?;
-        let (tx, rx) = oneshot::channel();
-        let alone = BATCH_HEADER_BYTES + record.encoded_bytes(0, 0);
-        if let Some(limit) = limit.filter(|limit| alone > *limit) {
-            let _ = tx.send(Err(ClientError::RecordTooLarge {
-                topic: topic.to_string(),
-                bytes: alone,
-                limit,
-            }));
-            return Ok(DeliveryFuture { rx });
+        // The usual case completes without awaiting: the future stays small (the slow paths
+        // are boxed), which matters when it is polled once per record.
+        let state = match self.cached_topic(topic) {
+            Some(state) => state,
+            None => Box::pin(self.topic(topic)).await?,
+        };
+        let queue = {
+            let count = state.partition_count()?;
+            let mut parts = state.parts.lock();
+            let partition = match (record.partition, &record.key) {
+                (Some(p), _) => self.check_partition(&state, p, count)?,
+                (None, Some(key)) => partition_for_key(key, count),
+                (None, None) => {
+                    parts
+                        .sticky
+                        .next(count, record.size_estimate(), self.inner.config.batch_bytes)
+                }
+            };
+            self.queue(&state, &mut parts, partition)
+        };
+        match queue.try_push(&record)? {
+            Some(delivery) => Ok(delivery),
+            None => Box::pin(queue.push(&record)).await,
         }
-        let partition = self.choose_partition(topic, &record).await?;
-        let queue = self.worker(topic, partition, limit);
-        queue
-            .send(WorkerMessage::Record(worker::Queued::new(record, tx)))
-            .await
-            .map_err(|_| ClientError::Closed)?;
-        Ok(DeliveryFuture { rx })
     }
 
-    async fn choose_partition(
+    /// Queues `records` as one batch of their own, sent as one request after everything
+    /// queued before it for the same partition, and returns one future for all of them. It
+    /// keeps what `send` promises: idempotence, retries, order within the partition, and the
+    /// producer's `acks`.
+    ///
+    /// Routing: the whole batch goes to one partition, chosen by its first record (its
+    /// `partition`, else the hash of its key, else the next partition in turn for each keyless
+    /// batch); the keys of the other records do not move them, and a record naming another
+    /// partition is refused with [`ClientError::Config`]. The batch is not merged with other
+    /// records nor split: it is refused with [`ClientError::RecordTooLarge`] (in the future)
+    /// when it would be larger than the topic's `message_bytes_max`. `batch_bytes` and
+    /// `linger` do not apply. Records without a timestamp get the time of this call.
+    pub async fn send_batch(
         &self,
         topic: &str,
-        record: &ProducerRecord,
-    ) -> Result<u32, ClientError> {
-        let route = self.inner.cluster.route(topic).await?;
-        let count = route.partition_count();
-        if count == 0 {
-            return Err(ClientError::Protocol(format!(
-                "topic {topic} has no partitions"
+        records: Vec<ProducerRecord>,
+    ) -> Result<BatchDelivery, ClientError> {
+        let Some(first) = records.first() else {
+            return Err(ClientError::Config(
+                "send_batch needs at least one record".into(),
+            ));
+        };
+        if i32::try_from(records.len()).is_err() {
+            return Err(ClientError::Config("too many records for one batch".into()));
+        }
+        let state = self.topic(topic).await?;
+        let count = state.partition_count()?;
+        let partition = match (first.partition, &first.key) {
+            (Some(p), _) => self.check_partition(&state, p, count)?,
+            (None, Some(key)) => partition_for_key(key, count),
+            (None, None) => state.next_batch_partition.fetch_add(1, Ordering::Relaxed) % count,
+        };
+        if let Some(other) = records
+            .iter()
+            .find_map(|r| r.partition.filter(|p| *p != partition))
+        {
+            return Err(ClientError::Config(format!(
+                "send_batch: a batch goes to one partition, but records name {partition} and {other}"
             )));
         }
-        Ok(match (record.partition, &record.key) {
-            (Some(p), _) if p < count => p,
-            (Some(p), _) => {
-                return Err(ClientError::Server {
-                    code: tinymq_protocol::ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
-                    message: format!("{topic} has {count} partitions; {p} does not exist"),
-                })
-            }
-            (None, Some(key)) => partition_for_key(key, count),
-            (None, None) => self.inner.sticky.next(
-                topic,
-                count,
-                record.size_estimate(),
-                self.inner.config.batch_bytes,
-            ),
+        let batch = queue::encode_batch(&state.name, partition, &records, queue::now_ms());
+        drop(records);
+        let bytes = BATCH_HEADER_BYTES + batch.records.len();
+        if let Some(limit) = state.message_bytes_max.filter(|limit| bytes > *limit) {
+            return Ok(BatchDelivery::failed(
+                state.name.clone(),
+                partition,
+                ClientError::RecordTooLarge {
+                    topic: topic.to_string(),
+                    bytes,
+                    limit,
+                },
+            ));
+        }
+        let queue = self.queue(&state, &mut state.parts.lock(), partition);
+        queue.push_sealed(batch).await
+    }
+
+    fn check_partition(&self, state: &TopicState, p: u32, count: u32) -> Result<u32, ClientError> {
+        if p < count {
+            return Ok(p);
+        }
+        Err(ClientError::Server {
+            code: tinymq_protocol::ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            message: format!("{} has {count} partitions; {p} does not exist", state.name),
         })
     }
 
-    /// The topic's `message_bytes_max`, asked of a broker (`DescribeTopic`) the first time.
-    async fn message_bytes_max(&self, topic: &str) -> Result<Option<usize>, ClientError> {
-        if let Some(known) = self.inner.message_bytes_max.lock().get(topic) {
-            return Ok(*known);
+    /// What is known of `topic`; the first time, its `message_bytes_max` (`DescribeTopic`)
+    /// and routes.
+    async fn topic(&self, topic: &str) -> Result<Arc<TopicState>, ClientError> {
+        if let Some(state) = self.cached_topic(topic) {
+            return Ok(state);
         }
         let response = self
             .inner
@@ -309,57 +408,102 @@ impl Producer {
             .config
             .map(|c| c.message_bytes_max as usize)
             .filter(|l| *l > 0);
-        self.inner
-            .message_bytes_max
-            .lock()
-            .insert(topic.to_string(), limit);
-        Ok(limit)
+        let count = self.inner.cluster.route(topic).await?.partition_count();
+        if count == 0 {
+            return Err(ClientError::Protocol(format!(
+                "topic {topic} has no partitions"
+            )));
+        }
+        let mut topics = self.inner.topics.lock();
+        let state = topics.map.entry(topic.to_string()).or_insert_with(|| {
+            Arc::new(TopicState {
+                name: topic.into(),
+                message_bytes_max: limit,
+                partition_count: Arc::new(AtomicU32::new(count)),
+                next_batch_partition: AtomicU32::new(std::process::id()),
+                parts: Mutex::new(TopicParts::default()),
+            })
+        });
+        Ok(state.clone())
     }
 
-    fn worker(
+    /// The topic's state if known: the topic sent to last is checked first (a string
+    /// comparison is cheaper than hashing the name).
+    fn cached_topic(&self, topic: &str) -> Option<Arc<TopicState>> {
+        let mut topics = self.inner.topics.lock();
+        if let Some(last) = topics.last.as_ref().filter(|t| &*t.name == topic) {
+            return Some(last.clone());
+        }
+        // Looked up by &str: allocates nothing.
+        let state = topics.map.get(topic)?.clone();
+        topics.last = Some(state.clone());
+        Some(state)
+    }
+
+    /// The queue of `partition`, with its worker started the first time.
+    fn queue(
         &self,
-        topic: &str,
+        state: &TopicState,
+        parts: &mut TopicParts,
         partition: u32,
-        message_bytes_max: Option<usize>,
-    ) -> mpsc::Sender<WorkerMessage> {
-        let mut workers = self.inner.workers.lock();
-        // Looked up by &str first: the hot path allocates nothing.
-        if let Some(queue) = workers.get(topic).and_then(|t| t.get(&partition)) {
+    ) -> Arc<PartitionQueue> {
+        let index = partition as usize;
+        if let Some(Some(queue)) = parts.queues.get(index) {
             return queue.clone();
         }
-        let (tx, rx) = mpsc::channel(self.inner.config.queue_records_max);
-        let worker = PartitionWorker::new(
-            topic.to_string(),
+        if parts.queues.len() <= index {
+            parts.queues.resize(index + 1, None);
+        }
+        let config = &self.inner.config;
+        let batch_bytes_cap = state
+            .message_bytes_max
+            .map(|limit| match config.compression {
+                Compression::None => limit,
+                _ => limit.saturating_sub(worker::compression_room(limit)),
+            });
+        let queue = Arc::new(PartitionQueue::new(
+            state.name.clone(),
             partition,
-            self.inner.config.clone(),
+            QueueLimits {
+                batch_bytes: config.batch_bytes,
+                queue_records_max: config.queue_records_max,
+                batch_bytes_cap,
+                message_bytes_max: state.message_bytes_max,
+                linger: config.linger,
+            },
+        ));
+        let worker = PartitionWorker::new(
+            state.name.clone(),
+            partition,
+            config.clone(),
             self.inner.cluster.clone(),
             self.inner.identity.clone(),
-            message_bytes_max,
+            state.partition_count.clone(),
         );
-        tokio::spawn(worker.run(rx));
-        workers
-            .entry(topic.to_string())
-            .or_default()
-            .insert(partition, tx.clone());
-        tx
+        tokio::spawn(worker.run(queue.clone()));
+        parts.queues[index] = Some(queue.clone());
+        queue
+    }
+
+    fn queues(&self) -> Vec<Arc<PartitionQueue>> {
+        let topics: Vec<_> = self.inner.topics.lock().map.values().cloned().collect();
+        topics
+            .iter()
+            .flat_map(|t| {
+                t.parts
+                    .lock()
+                    .queues
+                    .iter()
+                    .flatten()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+            .collect()
     }
 
     /// Waits until every record sent before this call has been acknowledged or has failed.
     pub async fn flush(&self) {
-        let queues: Vec<_> = self
-            .inner
-            .workers
-            .lock()
-            .values()
-            .flat_map(|t| t.values().cloned())
-            .collect();
-        let mut waits = Vec::new();
-        for queue in queues {
-            let (tx, rx) = oneshot::channel();
-            if queue.send(WorkerMessage::Flush(tx)).await.is_ok() {
-                waits.push(rx);
-            }
-        }
+        let waits: Vec<_> = self.queues().iter().map(|q| q.flush()).collect();
         for rx in waits {
             let _ = rx.await;
         }
@@ -368,6 +512,10 @@ impl Producer {
     /// Flushes, then stops the workers.
     pub async fn close(self) {
         self.flush().await;
-        self.inner.workers.lock().clear();
+        for queue in self.queues() {
+            queue.close();
+        }
+        // Clones that send later start afresh, as after the first send.
+        *self.inner.topics.lock() = Topics::default();
     }
 }

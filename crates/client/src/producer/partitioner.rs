@@ -3,46 +3,40 @@
 
 pub use tinymq_protocol::hash::murmur2;
 
-use std::collections::HashMap;
-
-use parking_lot::Mutex;
-
 /// The partition Kafka's default partitioner picks for `key`.
 pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
     assert!(partitions > 0, "a topic has partitions");
     tinymq_protocol::hash::murmur2_positive(key) % partitions
 }
 
-/// Sticky partitioning for keyless records: stay on one partition until about a batch worth
-/// of bytes went to it, then move to the next, so batches fill up instead of spreading thin.
-#[derive(Debug, Default)]
-pub struct StickyPartitioner {
-    state: Mutex<HashMap<String, (u32, usize)>>,
+/// Sticky partitioning for keyless records of one topic: stay on one partition until about a
+/// batch worth of bytes went to it, then move to the next, so batches fill up instead of
+/// spreading thin.
+#[derive(Debug)]
+pub struct Sticky {
+    partition: u32,
+    bytes: usize,
 }
 
-impl StickyPartitioner {
-    pub fn next(
-        &self,
-        topic: &str,
-        partitions: u32,
-        record_bytes: usize,
-        batch_bytes: usize,
-    ) -> u32 {
-        let mut state = self.state.lock();
-        if !state.contains_key(topic) {
-            state.insert(
-                topic.to_string(),
-                (std::process::id() % partitions.max(1), 0),
-            );
+impl Default for Sticky {
+    fn default() -> Sticky {
+        // Producers started together do not all begin on the same partition.
+        Sticky {
+            partition: std::process::id(),
+            bytes: 0,
         }
-        let entry = state.get_mut(topic).expect("inserted above");
-        if entry.1 >= batch_bytes {
-            entry.0 += 1;
-            entry.1 = 0;
+    }
+}
+
+impl Sticky {
+    pub fn next(&mut self, partitions: u32, record_bytes: usize, batch_bytes: usize) -> u32 {
+        if self.bytes >= batch_bytes {
+            self.partition = self.partition.wrapping_add(1);
+            self.bytes = 0;
         }
-        entry.0 %= partitions;
-        entry.1 += record_bytes;
-        entry.0
+        self.partition %= partitions.max(1);
+        self.bytes += record_bytes;
+        self.partition
     }
 }
 
@@ -52,10 +46,10 @@ mod tests {
 
     #[test]
     fn sticky_moves_on_after_a_batch() {
-        let sticky = StickyPartitioner::default();
-        let first = sticky.next("t", 3, 100, 250);
-        assert_eq!(sticky.next("t", 3, 100, 250), first);
-        assert_eq!(sticky.next("t", 3, 100, 250), first);
-        assert_eq!(sticky.next("t", 3, 100, 250), (first + 1) % 3);
+        let mut sticky = Sticky::default();
+        let first = sticky.next(3, 100, 250);
+        assert_eq!(sticky.next(3, 100, 250), first);
+        assert_eq!(sticky.next(3, 100, 250), first);
+        assert_eq!(sticky.next(3, 100, 250), (first + 1) % 3);
     }
 }

@@ -1,10 +1,11 @@
-//! One partition's sender: gathers queued records into batches, keeps up to
-//! `batches_in_flight_max` of them in flight on the leader's connection, retries failures, and
-//! resolves each record's delivery future.
+//! One partition's sender: takes sealed batches from the partition's queue (`queue.rs`),
+//! keeps up to `batches_in_flight_max` of them in flight on the leader's connection, retries
+//! failures, and completes each batch's [`Completion`](super::queue::Completion), which every
+//! record future of the batch reads.
 //!
-//! Size: a batch is sent once it reaches `batch_bytes`, and is closed earlier when the next
-//! record would take it past the topic's `message_bytes_max` (that record starts the next
-//! batch), so a batch the producer builds is never refused for its size.
+//! Wire: a batch's records are encoded once, by `send`; the worker writes the 61-byte header
+//! (producer id, epoch, sequence, CRC) and puts header and records on the wire as separate
+//! pieces of the request (`wire.rs`), so the records are not copied again.
 //!
 //! Order: batches are sent in order on one connection, and the broker writes a connection's
 //! produce requests in arrival order. When a batch fails, every batch after it is drained and
@@ -20,45 +21,22 @@
 //! leader has the new epoch it refuses any late attempt of the old one.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tinymq_protocol::batch::{
-    BatchBuilder, Compression, ProducerStamp, RecordInput, BATCH_HEADER_BYTES,
+    encode_batch_header, BatchHeaderFields, Compression, ProducerStamp, BATCH_HEADER_BYTES,
 };
 use tinymq_protocol::{messages as m, ErrorCode};
-use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{Acks, ProducerConfig, ProducerRecord, RecordMetadata};
+use super::queue::{Next, PartitionQueue, SealedBatch};
+use super::wire::{produce_body, ProduceTarget};
+use super::{Acks, ProducerConfig};
 use crate::cluster::{Cluster, LEADER_CHECK_INTERVAL};
 use crate::error::{check, ClientError};
-
-pub(crate) enum WorkerMessage {
-    Record(Queued),
-    /// Reply once every record queued before this is done.
-    Flush(oneshot::Sender<()>),
-}
-
-pub(crate) struct Queued {
-    record: ProducerRecord,
-    reply: oneshot::Sender<Result<RecordMetadata, ClientError>>,
-    enqueued: Instant,
-}
-
-impl Queued {
-    pub fn new(
-        record: ProducerRecord,
-        reply: oneshot::Sender<Result<RecordMetadata, ClientError>>,
-    ) -> Queued {
-        Queued {
-            record,
-            reply,
-            enqueued: Instant::now(),
-        }
-    }
-}
 
 /// The producer id and epoch shared by all partitions; `generation` changes whenever a new
 /// id is taken, which restarts every partition's sequence at 0.
@@ -135,14 +113,13 @@ impl ProducerIdentity {
 }
 
 pub(crate) struct PartitionWorker {
-    topic: String,
+    topic: Arc<str>,
     partition: u32,
     config: ProducerConfig,
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
-    /// Largest batch (uncompressed bytes) to build: the topic's `message_bytes_max`, less
-    /// room for what compression may add to incompressible data. None: no known limit.
-    batch_bytes_cap: Option<usize>,
+    /// The topic's partition count that `send` routes by: refreshed from each route looked up.
+    partition_count: Arc<AtomicU32>,
     /// Sequence for the next batch built under `generation` and `sequence_round`.
     next_sequence: i32,
     generation: Option<u64>,
@@ -153,84 +130,28 @@ pub(crate) struct PartitionWorker {
     epoch_bump: i16,
     /// Counts those restarts; a batch built in an earlier round is rebuilt.
     sequence_round: u64,
-    /// Batches handed to the wire so far, and how many of them are done; flushes wait on these.
-    launched: u64,
-    completed: u64,
-    flushes: Vec<(u64, oneshot::Sender<()>)>,
-}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// Records gathered for the next batch.
-#[derive(Default)]
-struct Accumulator {
-    records: Vec<Queued>,
-    /// The batch's exact size if built now, uncompressed (0 while empty).
-    bytes: usize,
-    /// The first record's timestamp: the batch's base.
-    base_timestamp: i64,
-    /// A record that would have taken the batch past the size cap: it starts the next batch.
-    held: Option<Queued>,
-    deadline: Option<tokio::time::Instant>,
-    /// A flush arrived: send what is here without waiting for linger.
-    flush_requested: bool,
-    /// The producer is gone: send what is here, then stop.
-    closed: bool,
-    linger_passed: bool,
-}
-
-impl Accumulator {
-    fn is_ready(&self, batch_bytes: usize) -> bool {
-        !self.records.is_empty()
-            && (self.is_full(batch_bytes)
-                || self.flush_requested
-                || self.closed
-                || self.linger_passed)
-    }
-
-    /// Takes no more records: big enough, or a record is already waiting for the next batch.
-    fn is_full(&self, batch_bytes: usize) -> bool {
-        self.bytes >= batch_bytes || self.held.is_some()
-    }
 }
 
 /// Compression may make incompressible data slightly larger (frame and block headers, a
 /// checksum): a compressed batch is cut this much below the limit (far more than lz4 or zstd
 /// add to a batch of at most 16 MiB).
-fn compression_room(limit: usize) -> usize {
+pub(crate) fn compression_room(limit: usize) -> usize {
     256 + limit / 1024
 }
 
-/// A batch: its records and, once built, its bytes under one identity generation and
-/// sequence round.
+/// A batch in flight: its records and, once built, its header under one identity generation
+/// and sequence round.
 struct Batch {
-    records: Vec<Queued>,
-    bytes: Option<(Bytes, (Option<u64>, u64))>,
-    created: Instant,
+    sealed: SealedBatch,
+    /// The records section as sent: `sealed.records`, compressed if the producer compresses.
+    payload: Option<Bytes>,
+    header: Option<([u8; BATCH_HEADER_BYTES], BuiltUnder)>,
 }
+
+/// The identity generation and sequence round a header was built under.
+type BuiltUnder = (Option<u64>, u64);
 
 type Attempt = JoinHandle<Result<i64, ClientError>>;
-
-fn produce_request(
-    config: &ProducerConfig,
-    topic: &str,
-    partition: u32,
-    records: Bytes,
-) -> m::ProduceRequest {
-    m::ProduceRequest {
-        acks: config.acks.wire(),
-        timeout_ms: config.client.request_timeout.as_millis() as u32,
-        partitions: vec![m::ProducePartition {
-            topic: topic.to_string(),
-            partition,
-            records,
-        }],
-    }
-}
 
 /// Puts built bytes on the wire to the partition's leader and returns a task awaiting the
 /// answer. The send itself happens before this returns, so batches launched one after another
@@ -248,15 +169,25 @@ async fn start_send(
     config: &ProducerConfig,
     topic: &str,
     partition: u32,
-    records: Bytes,
+    (header, payload): (&[u8], &Bytes),
 ) -> Result<Attempt, ClientError> {
-    let request = produce_request(config, topic, partition, records);
+    let target = ProduceTarget {
+        acks: config.acks.wire(),
+        timeout_ms: config.client.request_timeout.as_millis() as u32,
+        topic,
+        partition,
+    };
+    let body = produce_body(&target, header, payload);
     let connection = cluster.leader(topic, partition).await?;
     if config.acks == Acks::None {
-        connection.send_only(&request).await?;
+        connection
+            .send_only_split::<m::ProduceRequest>(&body)
+            .await?;
         return Ok(tokio::spawn(async { Ok(-1) }));
     }
-    let pending = connection.start_request(&request).await?;
+    let pending = connection
+        .start_split_request::<m::ProduceRequest>(&body)
+        .await?;
     // The broker's own timeout is the request's; allow a little more for the round trip.
     let timeout = config.client.request_timeout + Duration::from_secs(1);
     let watch = config.idempotence.then(|| {
@@ -289,31 +220,24 @@ async fn start_send(
 
 impl PartitionWorker {
     pub fn new(
-        topic: String,
+        topic: Arc<str>,
         partition: u32,
         config: ProducerConfig,
         cluster: Arc<Cluster>,
         identity: Arc<ProducerIdentity>,
-        message_bytes_max: Option<usize>,
+        partition_count: Arc<AtomicU32>,
     ) -> PartitionWorker {
-        let batch_bytes_cap = message_bytes_max.map(|limit| match config.compression {
-            Compression::None => limit,
-            _ => limit.saturating_sub(compression_room(limit)),
-        });
         PartitionWorker {
-            batch_bytes_cap,
             topic,
             partition,
             config,
             cluster,
             identity,
+            partition_count,
             next_sequence: 0,
             generation: None,
             epoch_bump: 0,
             sequence_round: 0,
-            launched: 0,
-            completed: 0,
-            flushes: Vec::new(),
         }
     }
 
@@ -325,153 +249,82 @@ impl PartitionWorker {
         }
     }
 
-    pub async fn run(mut self, mut queue: mpsc::Receiver<WorkerMessage>) {
-        let mut acc = Accumulator::default();
+    pub async fn run(mut self, queue: Arc<PartitionQueue>) {
         let mut in_flight: VecDeque<(Batch, Attempt)> = VecDeque::new();
         loop {
-            if acc.closed && acc.records.is_empty() && in_flight.is_empty() {
-                self.answer_flushes();
-                return;
-            }
-            if acc.is_ready(self.config.batch_bytes)
-                && in_flight.len() < self.batches_in_flight_max()
-            {
-                let records = std::mem::take(&mut acc.records);
-                let held = acc.held.take();
-                acc = Accumulator {
-                    closed: acc.closed,
-                    ..Accumulator::default()
-                };
-                if let Some(next) = held {
-                    self.accept(&mut acc, WorkerMessage::Record(next));
-                }
-                self.launch(records, &mut in_flight).await;
-                continue;
-            }
-            // A linger already over needs no timer (tokio's timers tick in whole milliseconds,
-            // which would add up to 1 ms to every batch sent with a short or zero linger): take
-            // what is already queued, up to a full batch, and the batch is ready.
-            if acc
-                .deadline
-                .is_some_and(|d| d <= tokio::time::Instant::now())
-                && !acc.linger_passed
-            {
-                while !acc.is_full(self.config.batch_bytes) && !acc.closed {
-                    match queue.try_recv() {
-                        Ok(message) => self.accept(&mut acc, message),
-                        Err(mpsc::error::TryRecvError::Empty) => break,
-                        Err(mpsc::error::TryRecvError::Disconnected) => acc.closed = true,
+            let mut deadline = None;
+            if in_flight.len() < self.batches_in_flight_max() {
+                match queue.next() {
+                    Next::Send(sealed) => {
+                        let batch = Batch {
+                            sealed,
+                            payload: None,
+                            header: None,
+                        };
+                        self.launch(batch, &mut in_flight, &queue).await;
+                        continue;
                     }
+                    Next::Wait(until) => deadline = until,
+                    Next::Done if in_flight.is_empty() => return,
+                    Next::Done => {}
                 }
-                acc.linger_passed = true;
-                continue;
             }
-            let full = acc.is_full(self.config.batch_bytes);
-            let deadline = acc.deadline;
             tokio::select! {
                 biased;
                 result = async { (&mut in_flight.front_mut().expect("non-empty").1).await }, if !in_flight.is_empty() => {
                     let (batch, _) = in_flight.pop_front().expect("non-empty");
                     let result = result.unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string())));
                     match result {
-                        Ok(base_offset) => self.finish(batch, Ok(base_offset)),
-                        Err(error) => self.recover(batch, error, &mut in_flight).await,
+                        Ok(base_offset) => self.finish(batch, Ok(base_offset), &queue),
+                        Err(error) => self.recover(batch, error, &mut in_flight, &queue).await,
                     }
                 }
-                message = queue.recv(), if !acc.closed && !full => match message {
-                    Some(message) => self.accept(&mut acc, message),
-                    None => acc.closed = true,
-                },
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() && !acc.linger_passed => {
-                    acc.linger_passed = true;
-                }
+                _ = queue.wake_worker.notified() => {}
+                _ = tokio::time::sleep_until(deadline.map_or_else(tokio::time::Instant::now, tokio::time::Instant::from_std)), if deadline.is_some() => {}
             }
-        }
-    }
-
-    /// Adds a queued message to the batch being gathered.
-    fn accept(&mut self, acc: &mut Accumulator, message: WorkerMessage) {
-        match message {
-            WorkerMessage::Record(q) => {
-                // Stamped by `send`; a record without a timestamp is sized as at the base.
-                let timestamp = q.record.timestamp_ms.unwrap_or(acc.base_timestamp);
-                if acc.records.is_empty() {
-                    acc.bytes = BATCH_HEADER_BYTES;
-                    acc.base_timestamp = timestamp;
-                }
-                let offset_delta = i32::try_from(acc.records.len()).unwrap_or(i32::MAX);
-                let size = q
-                    .record
-                    .encoded_bytes(offset_delta, timestamp.saturating_sub(acc.base_timestamp));
-                // A record alone is sent whatever its size: `send` refused those too large.
-                let over_cap = self
-                    .batch_bytes_cap
-                    .is_some_and(|cap| acc.bytes.saturating_add(size) > cap);
-                if over_cap && !acc.records.is_empty() {
-                    acc.held = Some(q);
-                    return;
-                }
-                acc.bytes = acc.bytes.saturating_add(size);
-                let linger = self.config.linger;
-                acc.deadline
-                    .get_or_insert_with(|| tokio::time::Instant::from_std(q.enqueued + linger));
-                acc.records.push(q);
-            }
-            WorkerMessage::Flush(done) => {
-                acc.flush_requested = true;
-                let upto = self.launched
-                    + u64::from(!acc.records.is_empty())
-                    + u64::from(acc.held.is_some());
-                self.flushes.push((upto, done));
-                self.answer_flushes();
-            }
-        }
-    }
-
-    fn answer_flushes(&mut self) {
-        let completed = self.completed;
-        let (done, waiting): (Vec<_>, Vec<_>) = self
-            .flushes
-            .drain(..)
-            .partition(|(upto, _)| *upto <= completed);
-        self.flushes = waiting;
-        for (_, tx) in done {
-            let _ = tx.send(());
         }
     }
 
     /// Builds a batch (assigning its sequence) and starts sending it.
-    async fn launch(&mut self, records: Vec<Queued>, in_flight: &mut VecDeque<(Batch, Attempt)>) {
-        self.launched += 1;
-        let created = records[0].enqueued;
-        let mut batch = Batch {
-            records,
-            bytes: None,
-            created,
-        };
+    async fn launch(
+        &mut self,
+        mut batch: Batch,
+        in_flight: &mut VecDeque<(Batch, Attempt)>,
+        queue: &PartitionQueue,
+    ) {
         let started = self.build_and_start(&mut batch).await;
         match started {
             Ok(task) => in_flight.push_back((batch, task)),
-            Err(error) => self.recover(batch, error, in_flight).await,
+            Err(error) => self.recover(batch, error, in_flight, queue).await,
         }
     }
 
     /// Builds the batch if needed and puts it on the wire.
     async fn build_and_start(&mut self, batch: &mut Batch) -> Result<Attempt, ClientError> {
-        let bytes = self.ensure_built(batch).await?;
+        let header = self.ensure_built(batch).await?;
+        // The leader is looked up per batch anyway: keep `send`'s partition count current.
+        let route = self.cluster.route(&self.topic).await?;
+        let count = route.partition_count();
+        if count > 0 {
+            self.partition_count.store(count, Ordering::Relaxed);
+        }
+        let payload = batch.payload.as_ref().expect("built above");
         start_send(
             &self.cluster,
             &self.config,
             &self.topic,
             self.partition,
-            bytes,
+            (&header, payload),
         )
         .await
     }
 
-    /// The batch's bytes under the current identity, building (and taking a sequence) if it
-    /// has none yet or was built under an identity that has since been replaced.
-    async fn ensure_built(&mut self, batch: &mut Batch) -> Result<Bytes, ClientError> {
+    /// The batch's header under the current identity, building it (and taking a sequence) if
+    /// it has none yet or was built under an identity that has since been replaced.
+    async fn ensure_built(
+        &mut self,
+        batch: &mut Batch,
+    ) -> Result<[u8; BATCH_HEADER_BYTES], ClientError> {
         let identity = self.identity.get(&self.cluster).await?;
         let generation = identity.map(|i| i.generation);
         if generation != self.generation {
@@ -480,19 +333,19 @@ impl PartitionWorker {
             self.epoch_bump = 0;
         }
         let built_under_now = (generation, self.sequence_round);
-        if let Some((bytes, built_under)) = &batch.bytes {
+        if let Some((header, built_under)) = &batch.header {
             if *built_under == built_under_now {
-                return Ok(bytes.clone());
+                return Ok(*header);
             }
         }
-        let bytes = self.build(&batch.records, identity)?;
-        let count = batch.records.len() as i32;
+        let header = self.build(batch, identity)?;
+        let count = batch.sealed.count;
         self.next_sequence = self
             .next_sequence
             .checked_add(count)
             .unwrap_or(count - (i32::MAX - self.next_sequence) - 1);
-        batch.bytes = Some((bytes.clone(), built_under_now));
-        Ok(bytes)
+        batch.header = Some((header, built_under_now));
+        Ok(header)
     }
 
     /// After `failed` (the oldest in flight) failed with `error`: waits for every later batch,
@@ -503,6 +356,7 @@ impl PartitionWorker {
         failed: Batch,
         error: ClientError,
         in_flight: &mut VecDeque<(Batch, Attempt)>,
+        queue: &PartitionQueue,
     ) {
         let mut settled = vec![(failed, Err(error))];
         while let Some((batch, task)) = in_flight.pop_front() {
@@ -513,14 +367,14 @@ impl PartitionWorker {
         }
         for (batch, result) in settled {
             match result {
-                Ok(base_offset) => self.finish(batch, Ok(base_offset)),
-                Err(error) => self.resend(batch, error).await,
+                Ok(base_offset) => self.finish(batch, Ok(base_offset), queue),
+                Err(error) => self.resend(batch, error, queue).await,
             }
         }
     }
 
     /// Sends one batch alone until it is acknowledged, fails for good, or times out.
-    async fn resend(&mut self, mut batch: Batch, mut error: ClientError) {
+    async fn resend(&mut self, mut batch: Batch, mut error: ClientError, queue: &PartitionQueue) {
         let mut backoff = self.config.retry_backoff;
         // An out-of-order answer to the pipelined send is expected when an earlier batch
         // failed; after a resend in order it means the broker lost track, which is final.
@@ -536,9 +390,9 @@ impl PartitionWorker {
                 self.restart_sequence().await;
             }
             let fatal = (!error.is_retriable() && !out_of_order_expected && !state_lost)
-                || batch.created.elapsed() > self.config.delivery_timeout;
+                || batch.sealed.created.elapsed() > self.config.delivery_timeout;
             if fatal {
-                if batch.created.elapsed() > self.config.delivery_timeout {
+                if batch.sealed.created.elapsed() > self.config.delivery_timeout {
                     error = ClientError::DeliveryTimeout {
                         timeout_ms: self.config.delivery_timeout.as_millis() as u64,
                         last_error: error.to_string(),
@@ -547,7 +401,7 @@ impl PartitionWorker {
                 // The batch's sequence will never be written: this partition's later batches
                 // start again at sequence 0 (the other partitions are not disturbed).
                 self.restart_sequence().await;
-                return self.finish(batch, Err(error));
+                return self.finish(batch, Err(error), queue);
             }
             if error.needs_metadata_refresh() {
                 self.cluster.invalidate(&self.topic);
@@ -562,7 +416,7 @@ impl PartitionWorker {
                 Err(e) => Err(e),
             };
             match attempt {
-                Ok(base_offset) => return self.finish(batch, Ok(base_offset)),
+                Ok(base_offset) => return self.finish(batch, Ok(base_offset), queue),
                 Err(e) => error = e,
             }
         }
@@ -585,7 +439,12 @@ impl PartitionWorker {
         }
     }
 
-    fn build(&self, batch: &[Queued], identity: Option<Identity>) -> Result<Bytes, ClientError> {
+    /// The batch's header under `identity` (compressing its records the first time).
+    fn build(
+        &self,
+        batch: &mut Batch,
+        identity: Option<Identity>,
+    ) -> Result<[u8; BATCH_HEADER_BYTES], ClientError> {
         let stamp = match identity {
             Some(i) => ProducerStamp {
                 producer_id: i.producer_id,
@@ -595,48 +454,31 @@ impl PartitionWorker {
             },
             None => ProducerStamp::NONE,
         };
-        let mut builder = BatchBuilder::new(self.config.compression, stamp);
-        let now = now_ms();
-        for q in batch {
-            let r = &q.record;
-            let headers: Vec<(&str, Option<&[u8]>)> = r
-                .headers
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_deref()))
-                .collect();
-            builder.push(&RecordInput {
-                timestamp_ms: r.timestamp_ms.unwrap_or(now),
-                key: r.key.as_deref(),
-                value: r.value.as_deref(),
-                headers: &headers,
-            });
-        }
-        Ok(builder.build()?)
+        let compression = self.config.compression;
+        let payload = match &batch.payload {
+            Some(payload) => payload.clone(),
+            None => {
+                let payload = match compression {
+                    Compression::None => batch.sealed.records.clone(),
+                    codec => Bytes::from(codec.compress(&batch.sealed.records)?),
+                };
+                batch.payload = Some(payload.clone());
+                payload
+            }
+        };
+        let fields = BatchHeaderFields {
+            compression,
+            record_count: batch.sealed.count,
+            base_timestamp: batch.sealed.base_timestamp,
+            max_timestamp: batch.sealed.max_timestamp,
+            producer: stamp,
+        };
+        Ok(encode_batch_header(&fields, &payload)?)
     }
 
-    fn finish(&mut self, batch: Batch, outcome: Result<i64, ClientError>) {
-        self.completed += 1;
-        match outcome {
-            Ok(base_offset) => {
-                for (i, q) in batch.records.into_iter().enumerate() {
-                    let offset = if base_offset < 0 {
-                        -1
-                    } else {
-                        base_offset + i as i64
-                    };
-                    let _ = q.reply.send(Ok(RecordMetadata {
-                        topic: self.topic.clone(),
-                        partition: self.partition,
-                        offset,
-                    }));
-                }
-            }
-            Err(e) => {
-                for q in batch.records {
-                    let _ = q.reply.send(Err(e.clone()));
-                }
-            }
-        }
-        self.answer_flushes();
+    fn finish(&mut self, batch: Batch, outcome: Result<i64, ClientError>, queue: &PartitionQueue) {
+        batch.sealed.completion.complete(outcome);
+        drop(batch);
+        queue.finished_one();
     }
 }

@@ -67,7 +67,7 @@ impl Compression {
         }
     }
 
-    pub(crate) fn compress(self, input: &[u8]) -> Result<Vec<u8>, BatchError> {
+    pub fn compress(self, input: &[u8]) -> Result<Vec<u8>, BatchError> {
         match self {
             Compression::None => Ok(input.to_vec()),
             Compression::Lz4 => {

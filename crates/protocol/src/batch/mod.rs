@@ -25,13 +25,15 @@
 
 mod compression;
 pub mod craft;
+mod parts;
 mod record;
 pub mod varint;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use compression::Compression;
-pub use record::{record_bytes, Record, RecordHeader, RecordInput};
+pub use parts::{encode_batch_header, BatchHeaderFields};
+pub use record::{encode_record, record_bytes, Record, RecordHeader, RecordInput};
 
 /// Size of the fixed batch header.
 pub const BATCH_HEADER_BYTES: usize = 61;

@@ -89,8 +89,9 @@ pub fn record_bytes(input: &RecordInput<'_>, offset_delta: i32, timestamp_delta:
     varint_len(i32::try_from(body).unwrap_or(i32::MAX)) + body
 }
 
-/// Appends one encoded record to `out`; returns the bytes written.
-pub(crate) fn encode_record(
+/// Appends one encoded record to `out` (what [`record_bytes`] counts); returns the bytes
+/// written.
+pub fn encode_record(
     out: &mut impl BufMut,
     input: &RecordInput<'_>,
     offset_delta: i32,
