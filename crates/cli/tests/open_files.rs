@@ -16,11 +16,13 @@ use tinymq_client::{
 /// The LRU's limit in this test: far below the segment files the broker holds.
 const OPEN_FILES_LIMIT: usize = 6;
 const PARTITIONS: u32 = 24;
-/// Files a read or write may still hold after the LRU closed them (one per operation in
-/// flight; see docs/storage.md, "File handles"): far fewer than the segments.
-const IN_FLIGHT_SLACK: usize = 2;
 /// Partitions that get enough data to roll several 1 MiB segments.
 const BIG_PARTITIONS: u32 = 3;
+/// Files a read or write may still hold after the LRU closed them (one per operation in
+/// flight), plus one per partition range of a fetch response still being sent by `sendfile`
+/// (only the big partitions' reads are large enough for it); see docs/storage.md, "File
+/// handles". Far fewer than the segments.
+const IN_FLIGHT_SLACK: usize = 2 + BIG_PARTITIONS as usize;
 const BIG_VALUE_BYTES: usize = 16 << 10;
 const BIG_VALUES: usize = 200; // 3.2 MiB: four segments
 
