@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{FlushPolicy, LogError, PartitionLog};
 use tinymq_protocol::batch::{
-    field, BatchError, BatchIter, Compression, RecordBatch, ATTR_COMPRESSION_MASK,
+    field, BatchError, BatchHeader, BatchIter, Compression, RecordBatch, ATTR_COMPRESSION_MASK,
     BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
 };
 use tinymq_protocol::ErrorCode;
@@ -608,30 +608,15 @@ pub(crate) fn identity_of(batch: &RecordBatch) -> BatchIdentity {
     }
 }
 
-/// The producer fields of a whole batch header, with its base and last offsets.
-fn identity_of_header(header: &[u8]) -> (BatchIdentity, i64, i64) {
-    let at = |field: usize, n: usize| &header[field..field + n];
-    let i64_at = |field| i64::from_be_bytes(at(field, 8).try_into().expect("8 bytes"));
-    let i32_at = |field| i32::from_be_bytes(at(field, 4).try_into().expect("4 bytes"));
-    let base_sequence = i32_at(field::BASE_SEQUENCE);
-    let delta = i32_at(field::LAST_OFFSET_DELTA);
-    // As `RecordBatch::last_sequence`: wrapping at i32::MAX like Kafka's.
-    let last_sequence =
-        ((i64::from(base_sequence) + i64::from(delta)) % (i64::from(i32::MAX) + 1)) as i32;
-    let base_offset = i64_at(field::BASE_OFFSET);
+/// The producer fields of a batch header read from the log, with its base and last offsets.
+fn identity_of_header(header: BatchHeader<'_>) -> (BatchIdentity, i64, i64) {
     let identity = BatchIdentity {
-        producer_id: i64_at(field::PRODUCER_ID),
-        producer_epoch: i16::from_be_bytes(
-            at(field::PRODUCER_EPOCH, 2).try_into().expect("2 bytes"),
-        ),
-        first_sequence: base_sequence,
-        last_sequence,
+        producer_id: header.producer_id(),
+        producer_epoch: header.producer_epoch(),
+        first_sequence: header.base_sequence(),
+        last_sequence: header.last_sequence(),
     };
-    (
-        identity,
-        base_offset,
-        base_offset.saturating_add(i64::from(delta)),
-    )
+    (identity, header.base_offset(), header.last_offset())
 }
 
 /// Loads the snapshot saved at the last clean close (if it still matches the log) and replays

@@ -346,7 +346,7 @@ impl crate::log::PartitionLog {
     pub fn for_each_batch_header(
         &self,
         offset: i64,
-        mut f: impl FnMut(&[u8]),
+        mut f: impl FnMut(BatchHeader<'_>),
     ) -> Result<(), crate::LogError> {
         let segments: Vec<(crate::segment::LogFileHandle, i64, u64)> = {
             let state = self.state.read();
@@ -384,7 +384,7 @@ fn walk_headers(
     start: u64,
     end: u64,
     buffer: &mut Vec<u8>,
-    mut f: impl FnMut(&BatchMeta, &[u8]),
+    mut f: impl FnMut(&BatchMeta, BatchHeader<'_>),
 ) -> io::Result<()> {
     let mut position = start;
     // The file range `buffer` holds: [held_from, held_from + buffer.len()).
@@ -403,9 +403,12 @@ fn walk_headers(
             held_from = position;
         }
         let at = (position - held_from) as usize;
-        let header = &buffer[at..at + BATCH_HEADER_BYTES];
-        let meta =
-            BatchMeta::from_header(position, header).map_err(|why| bad_header(position, why))?;
+        let header = buffer
+            .get(at..)
+            .and_then(BatchHeader::new)
+            .ok_or_else(|| bad_header(position, "outside the read buffer".into()))?;
+        let meta = BatchMeta::from_header(position, header.bytes())
+            .map_err(|why| bad_header(position, why))?;
         f(&meta, header);
         position = meta.end_position();
     }

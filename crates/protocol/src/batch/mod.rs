@@ -136,6 +136,10 @@ impl<'a> BatchHeader<'a> {
     pub fn of(bytes: &'a [u8; BATCH_HEADER_BYTES]) -> BatchHeader<'a> {
         BatchHeader(bytes)
     }
+    /// The header's bytes.
+    pub fn bytes(&self) -> &'a [u8; BATCH_HEADER_BYTES] {
+        self.0
+    }
     pub fn base_offset(&self) -> i64 {
         read_i64(self.0, field::BASE_OFFSET)
     }
@@ -160,6 +164,30 @@ impl<'a> BatchHeader<'a> {
     pub fn record_count(&self) -> i32 {
         read_i32(self.0, field::RECORD_COUNT)
     }
+    pub fn producer_id(&self) -> i64 {
+        read_i64(self.0, field::PRODUCER_ID)
+    }
+    pub fn producer_epoch(&self) -> i16 {
+        read_i16(self.0, field::PRODUCER_EPOCH)
+    }
+    pub fn base_sequence(&self) -> i32 {
+        read_i32(self.0, field::BASE_SEQUENCE)
+    }
+    /// Sequence of the last record, wrapping at i32::MAX like Kafka's.
+    pub fn last_sequence(&self) -> i32 {
+        last_sequence(self.base_sequence(), self.last_offset_delta())
+    }
+    /// The last offset, saturating like [`RecordBatch::last_offset`].
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset()
+            .saturating_add(i64::from(self.last_offset_delta()))
+    }
+}
+
+/// The sequence of a batch's last record: `base + delta`, wrapping at i32::MAX like Kafka's.
+fn last_sequence(base_sequence: i32, last_offset_delta: i32) -> i32 {
+    let seq = i64::from(base_sequence) + i64::from(last_offset_delta);
+    (seq % (i64::from(i32::MAX) + 1)) as i32
 }
 
 fn read_i16(b: &[u8], at: usize) -> i16 {
@@ -311,8 +339,7 @@ impl RecordBatch {
     }
     /// Sequence of the last record, wrapping at i32::MAX like Kafka's.
     pub fn last_sequence(&self) -> i32 {
-        let seq = i64::from(self.base_sequence()) + i64::from(self.last_offset_delta());
-        (seq % (i64::from(i32::MAX) + 1)) as i32
+        last_sequence(self.base_sequence(), self.last_offset_delta())
     }
     pub fn record_count(&self) -> i32 {
         read_i32(&self.bytes, field::RECORD_COUNT)
