@@ -187,6 +187,11 @@ impl Broker {
         &self.state
     }
 
+    /// The MetaServer running in this process (the standalone server), if any.
+    pub fn embedded_meta(&self) -> Option<&Arc<MetaService>> {
+        self.embedded_meta.as_ref()
+    }
+
     /// Stops accepting and heartbeating, tells the MetaServer it is stopping (so nothing new is
     /// placed here), lets in-flight requests finish, then flushes and closes every partition.
     pub async fn shutdown(self) {

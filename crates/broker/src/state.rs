@@ -170,6 +170,11 @@ impl BrokerState {
         self.open_failures.read().get(topic)?.get(&index).cloned()
     }
 
+    /// How many partitions placed here failed their last open.
+    pub fn open_failure_count(&self) -> usize {
+        self.open_failures.read().values().map(|m| m.len()).sum()
+    }
+
     /// The broker coordinating `group`: the leader of its offsets partition.
     pub fn coordinator_of(&self, group: &str) -> Result<BrokerRecord, m::Error> {
         let image = self.cluster.image();
