@@ -22,17 +22,18 @@ struct HttpServer {
 impl HttpServer {
     fn start(extra: &[&str]) -> HttpServer {
         let data = tempfile::tempdir().unwrap();
+        let mut args = vec!["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        HttpServer::spawn(&args, data, "tinymq listening on ")
+    }
+
+    /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
+    /// listener's.
+    fn spawn(args: &[&str], data: tempfile::TempDir, prefix: &str) -> HttpServer {
         let mut child = Command::new(BIN)
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--http",
-                "127.0.0.1:0",
-                "--data",
-            ])
+            .args(args)
+            .arg("--data")
             .arg(data.path())
-            .args(extra)
             .env("TINYMQ_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -47,7 +48,7 @@ impl HttpServer {
                 .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
                 .to_string()
         };
-        let addr = line("tinymq listening on ");
+        let addr = line(prefix);
         let http = line("tinymq http listening on ");
         HttpServer {
             child,
@@ -55,6 +56,19 @@ impl HttpServer {
             http,
             _data: data,
         }
+    }
+
+    /// `/health/ready` once it answers 200 (bounded wait), as JSON.
+    fn ready(&self) -> serde_json::Value {
+        for _ in 0..200 {
+            let (status, body) = self.get("/health/ready");
+            if status == 200 {
+                return serde_json::from_str(&body).unwrap();
+            }
+            assert_eq!(status, 503, "{body}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{} never ready", self.addr);
     }
 
     fn tool(&self, args: &[&str], stdin: &[u8]) {
@@ -329,4 +343,60 @@ fn connections_past_the_limit_are_closed_and_counted() {
         })
         .expect("a scrape once the held connection closed");
     assert!(value(&samples, "tinymq_http_connections_refused_total") >= 1.0);
+}
+
+#[test]
+fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
+    let meta_addr = format!("127.0.0.1:{}", common::free_port());
+    let peers = format!("1={meta_addr}");
+    let meta = HttpServer::spawn(
+        &[
+            "meta",
+            "--id",
+            "1",
+            "--listen",
+            &meta_addr,
+            "--peers",
+            &peers,
+            "--http",
+            "127.0.0.1:0",
+        ],
+        tempfile::tempdir().unwrap(),
+        "tinymq meta listening on ",
+    );
+    let ready = meta.ready();
+    assert_eq!(ready["role"], "meta");
+    assert_eq!(ready["checks"][0]["name"], "meta_leader_known");
+    let samples = meta.scrape();
+    assert_eq!(value(&samples, r#"tinymq_meta_raft_leader{node="1"}"#), 1.0);
+    assert!(value(&samples, r#"tinymq_meta_raft_term{node="1"}"#) >= 1.0);
+    assert_eq!(value(&samples, "tinymq_partitions"), 0.0);
+
+    let broker = HttpServer::spawn(
+        &[
+            "broker",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--meta",
+            &meta_addr,
+            "--http",
+            "127.0.0.1:0",
+        ],
+        tempfile::tempdir().unwrap(),
+        "tinymq listening on ",
+    );
+    let ready = broker.ready();
+    assert_eq!(ready["role"], "broker");
+    assert_eq!(ready["missing"], serde_json::json!([]));
+    broker.tool(&["topic", "create", "clustered", "--partitions", "2"], b"");
+    broker.tool(&["produce", "clustered", "--partition", "0"], b"a\nb\n");
+    let samples = broker.scrape();
+    let end = r#"tinymq_partition_log_end_offset{topic="clustered",partition="0"}"#;
+    assert_eq!(value(&samples, end), 2.0);
+    assert!(
+        !samples.keys().any(|k| k.starts_with("tinymq_meta_raft")),
+        "a cluster broker runs no MetaServer node"
+    );
 }
