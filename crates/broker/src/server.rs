@@ -151,12 +151,13 @@ impl Broker {
         crate::offsets_partitions::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        tasks.spawn(tinymq_net::serve(
+        tasks.spawn(tinymq_net::serve_counted(
             listener,
             Arc::new(BrokerFront(state.clone())),
             state.config.listener.clone(),
             shutdown.clone(),
             tasks.clone(),
+            state.connections.clone(),
         ));
         tasks.spawn(flush_loop(state.clone(), shutdown.clone()));
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));

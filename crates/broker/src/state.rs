@@ -50,6 +50,8 @@ pub struct BrokerState {
     pub(crate) deleter: Deleter,
     /// The follower fetch tasks, by leader.
     pub(crate) fetchers: crate::replica::fetcher::Fetchers,
+    /// The native port's connection counts, for metrics.
+    pub connections: Arc<tinymq_net::ConnectionStats>,
 }
 
 impl BrokerState {
@@ -78,6 +80,7 @@ impl BrokerState {
             open_failures: RwLock::new(HashMap::new()),
             deleter,
             fetchers: Default::default(),
+            connections: Default::default(),
         })
     }
 

@@ -91,7 +91,10 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let http = args.http.start(false).await?;
     let server = MetaServer::start(id, listen, peers, &data, limits).await?;
     if let Some(http) = &http {
-        let view = crate::http::MetaView(server.node().clone());
+        let view = crate::http::MetaView {
+            node: server.node().clone(),
+            connections: server.connections.clone(),
+        };
         http.attach(std::sync::Arc::new(view));
     }
     println!("tinymq meta listening on {}", server.local_addr);

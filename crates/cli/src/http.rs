@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tinymq_broker::state::BrokerState;
 use tinymq_http::{
-    HttpLimits, HttpServer, NodeView, PartitionStats, RaftStats, ReadinessCheck, DEFAULT_HTTP_ADDR,
+    ConnectionCounts, HttpLimits, HttpServer, NodeView, PartitionStats, RaftStats, ReadinessCheck,
+    DEFAULT_HTTP_ADDR,
 };
 use tinymq_meta::raft::MetaNode;
 
@@ -113,6 +114,10 @@ impl NodeView for BrokerView {
         self.meta.as_deref().map(raft_stats)
     }
 
+    fn connections(&self) -> ConnectionCounts {
+        counts(&self.state.connections)
+    }
+
     fn readiness(&self) -> Vec<ReadinessCheck> {
         let joined = self.state.cluster.session_current();
         let failures = self.state.open_failure_count();
@@ -140,7 +145,10 @@ impl NodeView for BrokerView {
 }
 
 /// A MetaServer node (`tinymq meta`).
-pub struct MetaView(pub Arc<MetaNode>);
+pub struct MetaView {
+    pub node: Arc<MetaNode>,
+    pub connections: Arc<tinymq_net::ConnectionStats>,
+}
 
 impl NodeView for MetaView {
     fn role(&self) -> &'static str {
@@ -152,11 +160,23 @@ impl NodeView for MetaView {
     }
 
     fn raft(&self) -> Option<RaftStats> {
-        Some(raft_stats(&self.0))
+        Some(raft_stats(&self.node))
+    }
+
+    fn connections(&self) -> ConnectionCounts {
+        counts(&self.connections)
     }
 
     fn readiness(&self) -> Vec<ReadinessCheck> {
-        vec![leader_check(&self.0)]
+        vec![leader_check(&self.node)]
+    }
+}
+
+fn counts(stats: &tinymq_net::ConnectionStats) -> ConnectionCounts {
+    ConnectionCounts {
+        open: stats.open(),
+        accepted: stats.accepted(),
+        refused: stats.refused(),
     }
 }
 

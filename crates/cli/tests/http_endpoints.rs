@@ -239,6 +239,27 @@ fn metrics_move_with_a_produce_and_parse_as_prometheus_text() {
     assert!(value(&after, "tinymq_process_cpu_seconds_total") >= 0.0);
     assert!(value(&after, "tinymq_http_connections_accepted_total") >= 2.0);
     assert_eq!(value(&after, "tinymq_partition_series_omitted"), 0.0);
+    // The two tools' connections to the native port (create, produce), none refused.
+    let accepted = value(&after, "tinymq_connections_accepted_total");
+    assert!(accepted >= 2.0, "{accepted}");
+    assert_eq!(value(&after, "tinymq_connections_refused_total"), 0.0);
+}
+
+#[test]
+fn native_connections_past_connections_max_are_counted() {
+    let server = HttpServer::start(&["--connections-max", "1"]);
+    let held = TcpStream::connect(&server.addr).unwrap();
+    let mut refused = TcpStream::connect(&server.addr).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // The refused connection gets its LIMIT_EXCEEDED frame, then EOF.
+    let mut rest = Vec::new();
+    let _ = refused.read_to_end(&mut rest);
+    let samples = server.scrape();
+    assert_eq!(value(&samples, "tinymq_connections_refused_total"), 1.0);
+    assert_eq!(value(&samples, "tinymq_connections_open"), 1.0);
+    drop(held);
 }
 
 #[test]
@@ -371,6 +392,7 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
     assert_eq!(value(&samples, r#"tinymq_meta_raft_leader{node="1"}"#), 1.0);
     assert!(value(&samples, r#"tinymq_meta_raft_term{node="1"}"#) >= 1.0);
     assert_eq!(value(&samples, "tinymq_partitions"), 0.0);
+    assert_eq!(value(&samples, "tinymq_connections_refused_total"), 0.0);
 
     let broker = HttpServer::spawn(
         &[

@@ -18,7 +18,7 @@ mod routes;
 mod view;
 
 pub use limits::HttpLimits;
-pub use view::{NodeView, PartitionStats, RaftStats, ReadinessCheck};
+pub use view::{ConnectionCounts, NodeView, PartitionStats, RaftStats, ReadinessCheck};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};

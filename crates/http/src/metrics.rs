@@ -108,6 +108,25 @@ impl Collector for NodeCollector {
         self.encode_totals(&mut encoder, &partitions)?;
         let shown = partitions.len().min(self.partition_series_max);
         encode_partitions(&mut encoder, &partitions[..shown])?;
+        let c = node.connections();
+        gauge1(
+            &mut encoder,
+            "connections_open",
+            "Open connections to the native port.",
+            as_i64(c.open),
+        )?;
+        counter(
+            &mut encoder,
+            "connections_accepted",
+            "Connections the native port accepted.",
+            c.accepted,
+        )?;
+        counter(
+            &mut encoder,
+            "connections_refused",
+            "Native-port connections refused with LIMIT_EXCEEDED: connections_max were open.",
+            c.refused,
+        )?;
         if let Some(raft) = node.raft() {
             let node_label: Labels = vec![("node", raft.node_id.to_string())];
             let one = |v: i64| [(node_label.clone(), v)];

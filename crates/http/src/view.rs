@@ -23,6 +23,14 @@ pub struct RaftStats {
     pub applied_index: Option<u64>,
 }
 
+/// The native port's connection counts.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionCounts {
+    pub open: u64,
+    pub accepted: u64,
+    pub refused: u64,
+}
+
 /// One condition of readiness, named, with what is missing when it does not hold.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ReadinessCheck {
@@ -40,6 +48,8 @@ pub trait NodeView: Send + Sync + 'static {
     fn partitions(&self) -> Vec<PartitionStats>;
     /// The Raft state, if a MetaServer node runs in this process.
     fn raft(&self) -> Option<RaftStats>;
+    /// The native port's connection counts.
+    fn connections(&self) -> ConnectionCounts;
     /// Every condition of readiness; the node is ready when all hold.
     fn readiness(&self) -> Vec<ReadinessCheck>;
 }
