@@ -71,10 +71,14 @@ impl HttpArgs {
     }
 }
 
-/// A plain line for scripts and tests that start the listener on port 0.
+/// A plain line for scripts and tests that start the listener on port 0. A reader that only
+/// wanted the native port's line may have closed stdout already: that is no reason to stop.
 pub fn announce(http: &Option<HttpServer>) {
     if let Some(http) = http {
-        println!("tinymq http listening on {}", http.local_addr);
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "tinymq http listening on {}", http.local_addr)
+            .and_then(|()| out.flush());
     }
 }
 

@@ -92,12 +92,6 @@ struct NodeCollector {
     partition_series_max: usize,
 }
 
-impl std::fmt::Debug for dyn crate::NodeView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NodeView({})", self.role())
-    }
-}
-
 impl Collector for NodeCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(node) = self.node.get() else {

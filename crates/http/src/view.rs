@@ -53,3 +53,9 @@ pub trait NodeView: Send + Sync + 'static {
     /// Every condition of readiness; the node is ready when all hold.
     fn readiness(&self) -> Vec<ReadinessCheck>;
 }
+
+impl std::fmt::Debug for dyn NodeView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "NodeView({})", self.role())
+    }
+}
