@@ -48,6 +48,8 @@ pub(crate) fn router(
         .route("/health/ready", get(crate::health::ready))
         .fallback(not_found)
         .with_state(AppState { node, metrics })
+        // For routes that will read bodies: a chunked body past the limit fails to extract.
+        .layer(DefaultBodyLimit::max(limits.body_bytes_max))
         .layer(middleware::from_fn_with_state(
             request_limits,
             limit_request,
