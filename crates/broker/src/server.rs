@@ -151,12 +151,13 @@ impl Broker {
         crate::offsets_partitions::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        tasks.spawn(tinymq_net::serve(
+        tasks.spawn(tinymq_net::serve_counted(
             listener,
             Arc::new(BrokerFront(state.clone())),
             state.config.listener.clone(),
             shutdown.clone(),
             tasks.clone(),
+            state.connections.clone(),
         ));
         tasks.spawn(flush_loop(state.clone(), shutdown.clone()));
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));
@@ -185,6 +186,11 @@ impl Broker {
 
     pub fn state(&self) -> &Arc<BrokerState> {
         &self.state
+    }
+
+    /// The MetaServer running in this process (the standalone server), if any.
+    pub fn embedded_meta(&self) -> Option<&Arc<MetaService>> {
+        self.embedded_meta.as_ref()
     }
 
     /// Stops accepting and heartbeating, tells the MetaServer it is stopping (so nothing new is

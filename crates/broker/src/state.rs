@@ -50,6 +50,8 @@ pub struct BrokerState {
     pub(crate) deleter: Deleter,
     /// The follower fetch tasks, by leader.
     pub(crate) fetchers: crate::replica::fetcher::Fetchers,
+    /// The native port's connection counts, for metrics.
+    pub connections: Arc<tinymq_net::ConnectionStats>,
 }
 
 impl BrokerState {
@@ -78,6 +80,7 @@ impl BrokerState {
             open_failures: RwLock::new(HashMap::new()),
             deleter,
             fetchers: Default::default(),
+            connections: Default::default(),
         })
     }
 
@@ -168,6 +171,11 @@ impl BrokerState {
     /// Why the partition could not be opened here, if its last attempt failed.
     pub fn open_failure(&self, topic: &str, index: u32) -> Option<String> {
         self.open_failures.read().get(topic)?.get(&index).cloned()
+    }
+
+    /// How many partitions placed here failed their last open.
+    pub fn open_failure_count(&self) -> usize {
+        self.open_failures.read().values().map(|m| m.len()).sum()
     }
 
     /// The broker coordinating `group`: the leader of its offsets partition.

@@ -32,6 +32,8 @@ pub struct MetaArgs {
     data: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    http: crate::http::HttpArgs,
 }
 
 /// The TOML file of `tinymq meta`: every field optional.
@@ -86,8 +88,17 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let http = args.http.start(false).await?;
     let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    if let Some(http) = &http {
+        let view = crate::http::MetaView {
+            node: server.node().clone(),
+            connections: server.connections.clone(),
+        };
+        http.attach(std::sync::Arc::new(view));
+    }
     println!("tinymq meta listening on {}", server.local_addr);
+    crate::http::announce(&http);
     tracing::info!(node = id, addr = %server.local_addr, data = %data.display(), "MetaServer node started");
     tokio::select! {
         _ = term.recv() => tracing::info!(signal = "SIGTERM", "stopping"),
@@ -99,6 +110,9 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         }
     }
     server.shutdown().await;
+    if let Some(http) = http {
+        http.shutdown().await;
+    }
     tracing::info!(node = id, "MetaServer node stopped");
     Ok(())
 }

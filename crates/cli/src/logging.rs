@@ -14,7 +14,7 @@ use tracing_subscriber::EnvFilter;
 
 /// Server roles (`server`, `broker`, `meta`) by default.
 pub const SERVER_LOG_DEFAULT: &str = "warn,openraft=off,tinymq=info,tinymq_broker=info,\
-     tinymq_meta=info,tinymq_net=info,tinymq_log=info,tinymq_client=warn";
+     tinymq_meta=info,tinymq_net=info,tinymq_http=info,tinymq_log=info,tinymq_client=warn";
 /// Tools (`consume`, …) by default: warnings only, e.g. a partition that cannot be read.
 pub const TOOL_LOG_DEFAULT: &str = "warn,openraft=off";
 

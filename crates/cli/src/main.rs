@@ -8,6 +8,7 @@ mod cluster_status;
 mod codec;
 mod consume;
 mod group;
+mod http;
 mod limits;
 mod logging;
 mod out;

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use tinymq_broker::topic::TopicSettings;
 use tinymq_broker::{Broker, BrokerConfig};
 
+use crate::http::{BrokerView, HttpArgs};
 use crate::limits::{read_file, LimitArgs};
 
 #[derive(clap::Args, Debug)]
@@ -35,6 +36,8 @@ pub struct ServerArgs {
     data: Option<PathBuf>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    http: HttpArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
@@ -151,7 +154,8 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 }
 
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
-pub async fn run(args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
+pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
+    let http_args = std::mem::take(&mut args.http);
     let config = build_config(args)?;
     if cluster_member {
         anyhow::ensure!(
@@ -165,9 +169,17 @@ pub async fn run(args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
         );
     }
     let stop_signal = shutdown_signal()?;
+    // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
+    let http = http_args.start(!cluster_member).await?;
     let broker = Broker::start(config).await?;
+    if let Some(http) = &http {
+        let meta = broker.embedded_meta().map(|m| m.node.clone());
+        let state = broker.state().clone();
+        http.attach(std::sync::Arc::new(BrokerView { state, meta }));
+    }
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);
+    crate::http::announce(&http);
     let stop = tokio::select! {
         signal = stop_signal => signal,
         fatal = broker.embedded_meta_failed() => {
@@ -178,5 +190,8 @@ pub async fn run(args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     };
     tracing::info!(signal = stop, "stopping");
     broker.shutdown().await;
+    if let Some(http) = http {
+        http.shutdown().await;
+    }
     Ok(())
 }

@@ -46,6 +46,8 @@ pub fn default_limits() -> ListenerLimits {
 pub struct MetaServer {
     pub local_addr: SocketAddr,
     pub service: Arc<MetaService>,
+    /// The native port's connection counts, for metrics.
+    pub connections: Arc<tinymq_net::ConnectionStats>,
     limits: ListenerLimits,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -97,16 +99,19 @@ impl MetaServer {
         let local_addr = listener.local_addr().map_err(MetaServerError::Listen)?;
         let service = MetaService::start(id, peers, dir, None).await?;
         let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
-        tasks.spawn(tinymq_net::serve(
+        let connections = Arc::new(tinymq_net::ConnectionStats::default());
+        tasks.spawn(tinymq_net::serve_counted(
             listener,
             Arc::new(MetaFront(service.clone())),
             limits.clone(),
             shutdown.clone(),
             tasks.clone(),
+            connections.clone(),
         ));
         Ok(MetaServer {
             local_addr,
             service,
+            connections,
             limits,
             shutdown,
             tasks,

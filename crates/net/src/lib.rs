@@ -28,7 +28,7 @@ use tinymq_protocol::frame::{FrameHeader, FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE};
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
 pub use handshake::authorize;
-pub use listener::serve;
+pub use listener::{serve, serve_counted, ConnectionStats};
 pub use tinymq_protocol::messages::NodeRole;
 pub use writer::in_page_cache;
 

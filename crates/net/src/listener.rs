@@ -2,6 +2,7 @@
 //! `LIMIT_EXCEEDED` frame and closed, without the loop waiting for it.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,32 @@ use crate::{connection, error_frame, ListenerLimits, Service};
 /// Pause after a failed accept (out of file descriptors and the like) instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
+/// What the accept loop counts, for metrics: a few atomic adds per connection, none per
+/// request.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    open: AtomicU64,
+    accepted: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl ConnectionStats {
+    /// Connections being served now.
+    pub fn open(&self) -> u64 {
+        self.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted and served since start.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Connections refused since start because `connections_max` were open.
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+}
+
 /// Accepts connections on `listener` and serves each with `service` until `shutdown` is
 /// cancelled. Connection tasks are spawned on `tasks`, so waiting for the tracker waits for
 /// their graceful end.
@@ -25,6 +52,19 @@ pub async fn serve<S: Service>(
     limits: ListenerLimits,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+) {
+    let stats = Arc::new(ConnectionStats::default());
+    serve_counted(listener, service, limits, shutdown, tasks, stats).await
+}
+
+/// [`serve`], counting connections in `stats`.
+pub async fn serve_counted<S: Service>(
+    listener: TcpListener,
+    service: Arc<S>,
+    limits: ListenerLimits,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    stats: Arc<ConnectionStats>,
 ) {
     let limits = Arc::new(limits);
     let open = Arc::new(Semaphore::new(limits.connections_max));
@@ -42,12 +82,17 @@ pub async fn serve<S: Service>(
             }
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
             refuse(&stream, addr, limits.connections_max);
             continue;
         };
+        stats.accepted.fetch_add(1, Ordering::Relaxed);
+        stats.open.fetch_add(1, Ordering::Relaxed);
         let (service, limits, shutdown) = (service.clone(), limits.clone(), shutdown.clone());
+        let stats = stats.clone();
         tasks.spawn(async move {
             connection::run(stream, addr, service, limits, shutdown).await;
+            stats.open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });
     }

@@ -1,0 +1,209 @@
+//! The HTTP listener of `tinymq server`, `broker` and `meta`: its flags, and the read-only
+//! views of a broker and of a MetaServer node that it serves metrics and health from.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinymq_broker::state::BrokerState;
+use tinymq_http::{
+    ConnectionCounts, HttpLimits, HttpServer, NodeView, PartitionStats, RaftStats, ReadinessCheck,
+    DEFAULT_HTTP_ADDR,
+};
+use tinymq_meta::raft::MetaNode;
+
+#[derive(clap::Args, Debug, Default)]
+pub struct HttpArgs {
+    /// HTTP listener for /metrics and /health, HOST:PORT, or `off` [default: 127.0.0.1:21582
+    /// for server, off for broker and meta].
+    #[arg(long, env = "TINYMQ_HTTP")]
+    http: Option<String>,
+    /// Most open HTTP connections; one more is closed at once [default: 64].
+    #[arg(long, env = "TINYMQ_HTTP_CONNECTIONS_MAX", value_parser = crate::args::positive_usize)]
+    http_connections_max: Option<usize>,
+    /// Largest HTTP request body in bytes; a larger one is answered 413 [default: 1048576].
+    #[arg(long, env = "TINYMQ_HTTP_BODY_BYTES_MAX")]
+    http_body_bytes_max: Option<usize>,
+    /// An HTTP request not answered in this time (ms) is answered 408 [default: 10000].
+    #[arg(long, env = "TINYMQ_HTTP_REQUEST_TIMEOUT_MS", value_parser = crate::args::positive_u64)]
+    http_request_timeout_ms: Option<u64>,
+    /// Partitions with their own series in /metrics; past it only node totals [default: 1000].
+    #[arg(long, env = "TINYMQ_HTTP_PARTITION_SERIES_MAX")]
+    http_partition_series_max: Option<usize>,
+}
+
+impl HttpArgs {
+    fn limits(&self) -> HttpLimits {
+        let mut l = HttpLimits::default();
+        l.connections_max = self.http_connections_max.unwrap_or(l.connections_max);
+        l.body_bytes_max = self.http_body_bytes_max.unwrap_or(l.body_bytes_max);
+        if let Some(ms) = self.http_request_timeout_ms {
+            l.request_timeout = Duration::from_millis(ms);
+        }
+        l.partition_series_max = self
+            .http_partition_series_max
+            .unwrap_or(l.partition_series_max);
+        l
+    }
+
+    /// Starts the listener if asked for (the caller prints [`announce`] after its own
+    /// address line, which scripts read first) (or by default, when `on_by_default`). When the
+    /// default address is taken (another server on this machine), the node runs without
+    /// HTTP and says so; an address given explicitly that cannot be bound is an error.
+    pub async fn start(&self, on_by_default: bool) -> anyhow::Result<Option<HttpServer>> {
+        let (addr, explicit) = match self.http.as_deref().map(str::trim) {
+            Some("off") => return Ok(None),
+            Some(text) => (
+                crate::args::socket_addr(text).map_err(anyhow::Error::msg)?,
+                true,
+            ),
+            None if on_by_default => (DEFAULT_HTTP_ADDR.parse::<SocketAddr>()?, false),
+            None => return Ok(None),
+        };
+        match HttpServer::start(addr, self.limits()).await {
+            Ok(server) => Ok(Some(server)),
+            Err(e) if !explicit => {
+                tracing::warn!(error = %e, "running without the HTTP listener (give --http ADDR or --http off)");
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// A plain line for scripts and tests that start the listener on port 0. A reader that only
+/// wanted the native port's line may have closed stdout already: that is no reason to stop.
+pub fn announce(http: &Option<HttpServer>) {
+    if let Some(http) = http {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "tinymq http listening on {}", http.local_addr)
+            .and_then(|()| out.flush());
+    }
+}
+
+/// A broker (with its embedded MetaServer node, for `tinymq server`).
+pub struct BrokerView {
+    pub state: Arc<BrokerState>,
+    pub meta: Option<Arc<MetaNode>>,
+}
+
+impl NodeView for BrokerView {
+    fn role(&self) -> &'static str {
+        if self.meta.is_some() {
+            "server"
+        } else {
+            "broker"
+        }
+    }
+
+    fn partitions(&self) -> Vec<PartitionStats> {
+        let stats = |p: &tinymq_broker::partition::Partition| PartitionStats {
+            topic: p.topic.clone(),
+            partition: p.index,
+            log_start_offset: p.log.log_start_offset(),
+            log_end_offset: p.log.log_end_offset(),
+            high_watermark: p.high_watermark(),
+            size_bytes: p.log.size_bytes(),
+            segment_count: p.log.segment_count() as u64,
+        };
+        self.state
+            .all_partitions()
+            .iter()
+            .map(|p| stats(p))
+            .collect()
+    }
+
+    fn raft(&self) -> Option<RaftStats> {
+        self.meta.as_deref().map(raft_stats)
+    }
+
+    fn connections(&self) -> ConnectionCounts {
+        counts(&self.state.connections)
+    }
+
+    fn readiness(&self) -> Vec<ReadinessCheck> {
+        let joined = self.state.cluster.session_current();
+        let failures = self.state.open_failure_count();
+        let mut checks = vec![
+            ReadinessCheck {
+                name: "cluster_joined",
+                ok: joined,
+                detail: if joined {
+                    "registered with a current MetaServer session".into()
+                } else {
+                    "no MetaServer session confirmed recently".into()
+                },
+            },
+            ReadinessCheck {
+                name: "partitions_opened",
+                ok: failures == 0,
+                detail: format!("{failures} partition(s) placed here failed to open"),
+            },
+        ];
+        if let Some(meta) = &self.meta {
+            checks.push(leader_check(meta));
+        }
+        checks
+    }
+}
+
+/// A MetaServer node (`tinymq meta`).
+pub struct MetaView {
+    pub node: Arc<MetaNode>,
+    pub connections: Arc<tinymq_net::ConnectionStats>,
+}
+
+impl NodeView for MetaView {
+    fn role(&self) -> &'static str {
+        "meta"
+    }
+
+    fn partitions(&self) -> Vec<PartitionStats> {
+        Vec::new()
+    }
+
+    fn raft(&self) -> Option<RaftStats> {
+        Some(raft_stats(&self.node))
+    }
+
+    fn connections(&self) -> ConnectionCounts {
+        counts(&self.connections)
+    }
+
+    fn readiness(&self) -> Vec<ReadinessCheck> {
+        vec![leader_check(&self.node)]
+    }
+}
+
+fn counts(stats: &tinymq_net::ConnectionStats) -> ConnectionCounts {
+    ConnectionCounts {
+        open: stats.open(),
+        accepted: stats.accepted(),
+        refused: stats.refused(),
+    }
+}
+
+fn raft_stats(node: &MetaNode) -> RaftStats {
+    let metrics = node.raft.metrics();
+    let m = metrics.borrow();
+    RaftStats {
+        node_id: node.id,
+        term: m.current_term,
+        leader: m.current_leader,
+        last_log_index: m.last_log_index,
+        applied_index: m.last_applied.map(|id| id.index),
+    }
+}
+
+fn leader_check(node: &MetaNode) -> ReadinessCheck {
+    let leader = node.current_leader();
+    ReadinessCheck {
+        name: "meta_leader_known",
+        ok: leader.is_some(),
+        detail: match leader {
+            Some(id) => format!("the MetaServer leader is node {id}"),
+            None => "no MetaServer leader known (an election may be under way)".into(),
+        },
+    }
+}

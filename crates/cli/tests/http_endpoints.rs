@@ -1,0 +1,424 @@
+//! The HTTP listener of a real `tinymq server` (issue 15): `/metrics` moves with a produce and
+//! parses as Prometheus text, the health endpoints answer JSON, and bad requests get 4xx.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::BIN;
+
+/// A server started with `--http 127.0.0.1:0` and `extra` flags.
+struct HttpServer {
+    child: Child,
+    addr: String,
+    http: String,
+    _data: tempfile::TempDir,
+}
+
+impl HttpServer {
+    fn start(extra: &[&str]) -> HttpServer {
+        let data = tempfile::tempdir().unwrap();
+        let mut args = vec!["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        HttpServer::spawn(&args, data, "tinymq listening on ")
+    }
+
+    /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
+    /// listener's.
+    fn spawn(args: &[&str], data: tempfile::TempDir, prefix: &str) -> HttpServer {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .arg("--data")
+            .arg(data.path())
+            .env("TINYMQ_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = |prefix: &str| {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            line.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
+                .to_string()
+        };
+        let addr = line(prefix);
+        let http = line("tinymq http listening on ");
+        HttpServer {
+            child,
+            addr,
+            http,
+            _data: data,
+        }
+    }
+
+    /// `/health/ready` once it answers 200 (bounded wait), as JSON.
+    fn ready(&self) -> serde_json::Value {
+        for _ in 0..200 {
+            let (status, body) = self.get("/health/ready");
+            if status == 200 {
+                return serde_json::from_str(&body).unwrap();
+            }
+            assert_eq!(status, 503, "{body}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{} never ready", self.addr);
+    }
+
+    fn tool(&self, args: &[&str], stdin: &[u8]) {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("TINYMQ_BOOTSTRAP", &self.addr)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// One request on its own connection: the status and the body.
+    fn request(&self, raw: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.http).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(raw.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
+        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
+        (status.expect("a status line"), body.to_string())
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        self.request(&format!(
+            "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+        ))
+    }
+
+    fn scrape(&self) -> BTreeMap<String, f64> {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "{body}");
+        parse_prometheus_text(&body)
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A strict reader of the Prometheus / OpenMetrics text format: every line is a `# HELP`,
+/// `# TYPE`, `# UNIT` or a sample of a family declared by `# TYPE` before it, and the text ends
+/// with `# EOF`. Returns every sample as `name{labels}` → value; panics on anything else.
+fn parse_prometheus_text(text: &str) -> BTreeMap<String, f64> {
+    fn is_name(s: &str) -> bool {
+        let mut chars = s.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    }
+    fn check_labels(labels: &str) {
+        // `k="v",k="v"`: values here never hold quotes or backslashes.
+        for pair in labels.split(',').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').expect("label key=value");
+            assert!(is_name(key), "label name {key:?}");
+            assert!(
+                value.len() >= 2 && value.starts_with('"') && value.ends_with('"'),
+                "label value {value:?}"
+            );
+        }
+    }
+    let mut families: BTreeMap<String, String> = BTreeMap::new();
+    let mut samples = BTreeMap::new();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.last(), Some(&"# EOF"), "the text ends with # EOF");
+    for line in &lines[..lines.len() - 1] {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let (kind, name) = (parts.next().unwrap(), parts.next().expect("a name"));
+            assert!(is_name(name), "metric name {name:?}");
+            match kind {
+                "TYPE" => {
+                    let t = parts.next().expect("a type");
+                    let known = [
+                        "gauge",
+                        "counter",
+                        "histogram",
+                        "summary",
+                        "unknown",
+                        "info",
+                    ];
+                    assert!(known.contains(&t), "type {t:?}");
+                    families.insert(name.to_string(), t.to_string());
+                }
+                "HELP" | "UNIT" => {}
+                other => panic!("unknown comment {other:?} in {line:?}"),
+            }
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').expect("a sample: series value");
+        let name = match series.split_once('{') {
+            Some((name, labels)) => {
+                check_labels(labels.strip_suffix('}').expect("closing brace"));
+                name
+            }
+            None => series,
+        };
+        assert!(is_name(name), "sample name {name:?}");
+        let family = families
+            .keys()
+            .find(|f| {
+                name == f.as_str()
+                    || name.strip_prefix(f.as_str()).is_some_and(|s| {
+                        ["_total", "_bucket", "_sum", "_count", "_created"].contains(&s)
+                    })
+            })
+            .unwrap_or_else(|| panic!("sample {name:?} of no declared family"));
+        assert!(!family.is_empty());
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value {value:?}"));
+        samples.insert(series.to_string(), value);
+    }
+    samples
+}
+
+fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
+    *samples
+        .get(series)
+        .unwrap_or_else(|| panic!("no {series} in {samples:#?}"))
+}
+
+#[test]
+fn metrics_move_with_a_produce_and_parse_as_prometheus_text() {
+    let server = HttpServer::start(&[]);
+    server.tool(&["topic", "create", "metered", "--partitions", "1"], b"");
+    let end = r#"tinymq_partition_log_end_offset{topic="metered",partition="0"}"#;
+    let size = r#"tinymq_partition_log_size_bytes{topic="metered",partition="0"}"#;
+    let hw = r#"tinymq_partition_high_watermark{topic="metered",partition="0"}"#;
+    let before = server.scrape();
+    assert_eq!(value(&before, end), 0.0);
+    assert_eq!(value(&before, size), 0.0);
+    server.tool(&["produce", "metered"], b"one\ntwo\nthree\nfour\nfive\n");
+    let after = server.scrape();
+    assert_eq!(value(&after, end), 5.0);
+    assert_eq!(
+        value(&after, hw),
+        5.0,
+        "acknowledged under `always`: fsynced"
+    );
+    assert!(value(&after, size) > 0.0);
+    assert_eq!(
+        value(
+            &after,
+            r#"tinymq_partition_segments{topic="metered",partition="0"}"#
+        ),
+        1.0
+    );
+    // The embedded MetaServer node leads its single-node group.
+    assert!(value(&after, r#"tinymq_meta_raft_term{node="1"}"#) >= 1.0);
+    assert_eq!(value(&after, r#"tinymq_meta_raft_leader{node="1"}"#), 1.0);
+    assert!(value(&after, r#"tinymq_meta_raft_applied_index{node="1"}"#) >= 1.0);
+    assert!(value(&after, "tinymq_process_resident_memory_bytes") > 0.0);
+    assert!(value(&after, "tinymq_process_open_fds") > 0.0);
+    assert!(value(&after, "tinymq_process_cpu_seconds_total") >= 0.0);
+    assert!(value(&after, "tinymq_http_connections_accepted_total") >= 2.0);
+    assert_eq!(value(&after, "tinymq_partition_series_omitted"), 0.0);
+    // The two tools' connections to the native port (create, produce), none refused.
+    let accepted = value(&after, "tinymq_connections_accepted_total");
+    assert!(accepted >= 2.0, "{accepted}");
+    assert_eq!(value(&after, "tinymq_connections_refused_total"), 0.0);
+}
+
+#[test]
+fn native_connections_past_connections_max_are_counted() {
+    let server = HttpServer::start(&["--connections-max", "1"]);
+    let held = TcpStream::connect(&server.addr).unwrap();
+    let mut refused = TcpStream::connect(&server.addr).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    // The refused connection gets its LIMIT_EXCEEDED frame, then EOF.
+    let mut rest = Vec::new();
+    let _ = refused.read_to_end(&mut rest);
+    let samples = server.scrape();
+    assert_eq!(value(&samples, "tinymq_connections_refused_total"), 1.0);
+    assert_eq!(value(&samples, "tinymq_connections_open"), 1.0);
+    drop(held);
+}
+
+#[test]
+fn per_partition_series_stop_at_the_limit() {
+    let server = HttpServer::start(&["--http-partition-series-max", "2"]);
+    server.tool(&["topic", "create", "wide", "--partitions", "5"], b"");
+    let samples = server.scrape();
+    let held = value(&samples, "tinymq_partitions");
+    assert!(
+        held >= 5.0,
+        "5 partitions of `wide` and the offsets topic's"
+    );
+    assert_eq!(
+        value(&samples, "tinymq_partition_series_omitted"),
+        held - 2.0
+    );
+    let shown = samples
+        .keys()
+        .filter(|k| k.starts_with("tinymq_partition_log_end_offset{"))
+        .count();
+    assert_eq!(shown, 2);
+}
+
+#[test]
+fn health_endpoints_answer_json() {
+    let server = HttpServer::start(&[]);
+    let (status, body) = server.get("/health/live");
+    assert_eq!(status, 200);
+    let live: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(live["status"], "live");
+    let (status, body) = server.get("/health/ready");
+    assert_eq!(status, 200, "{body}");
+    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(ready["status"], "ready", "{body}");
+    assert_eq!(ready["role"], "server");
+    assert_eq!(ready["missing"], serde_json::json!([]));
+    let names: Vec<&str> = ready["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["cluster_joined", "partitions_opened", "meta_leader_known"]
+    );
+}
+
+#[test]
+fn bad_requests_get_4xx() {
+    let server = HttpServer::start(&["--http-body-bytes-max", "1024"]);
+    let (status, body) = server.get("/no/such/route");
+    assert_eq!(status, 404);
+    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(problem["status"], 404);
+    // Refused on the declared length, before the body is sent.
+    let (status, _) = server.request(
+        "POST /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 1073741824\r\n\r\n",
+    );
+    assert_eq!(status, 413);
+    let (status, _) =
+        server.request("DELETE /health/live HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    assert_eq!(status, 405);
+    let (status, _) = server.request("NOT HTTP AT ALL\r\n\r\n");
+    assert!((400..500).contains(&status), "{status}");
+}
+
+#[test]
+fn connections_past_the_limit_are_closed_and_counted() {
+    let server = HttpServer::start(&["--http-connections-max", "1"]);
+    let mut held = TcpStream::connect(&server.http).unwrap();
+    // A request answered on the held connection proves it was accepted (holds the one place).
+    held.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 12];
+    held.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let mut refused = TcpStream::connect(&server.http).unwrap();
+    refused
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let _ = refused.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut rest = Vec::new();
+    // Closed without an answer (EOF or reset).
+    let read = refused.read_to_end(&mut rest);
+    assert!(read.is_err() || rest.is_empty(), "answered: {rest:?}");
+    drop(held);
+    // The held connection's place comes back once the server sees it closed.
+    let samples = (0..100)
+        .find_map(|_| {
+            let mut s = TcpStream::connect(&server.http).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .ok()?;
+            let mut text = String::new();
+            s.read_to_string(&mut text).ok()?;
+            let body = text.split_once("\r\n\r\n")?.1.to_string();
+            if body.is_empty() {
+                std::thread::sleep(Duration::from_millis(50));
+                return None;
+            }
+            Some(parse_prometheus_text(&body))
+        })
+        .expect("a scrape once the held connection closed");
+    assert!(value(&samples, "tinymq_http_connections_refused_total") >= 1.0);
+}
+
+#[test]
+fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
+    let meta_addr = format!("127.0.0.1:{}", common::free_port());
+    let peers = format!("1={meta_addr}");
+    let meta = HttpServer::spawn(
+        &[
+            "meta",
+            "--id",
+            "1",
+            "--listen",
+            &meta_addr,
+            "--peers",
+            &peers,
+            "--http",
+            "127.0.0.1:0",
+        ],
+        tempfile::tempdir().unwrap(),
+        "tinymq meta listening on ",
+    );
+    let ready = meta.ready();
+    assert_eq!(ready["role"], "meta");
+    assert_eq!(ready["checks"][0]["name"], "meta_leader_known");
+    let samples = meta.scrape();
+    assert_eq!(value(&samples, r#"tinymq_meta_raft_leader{node="1"}"#), 1.0);
+    assert!(value(&samples, r#"tinymq_meta_raft_term{node="1"}"#) >= 1.0);
+    assert_eq!(value(&samples, "tinymq_partitions"), 0.0);
+    assert_eq!(value(&samples, "tinymq_connections_refused_total"), 0.0);
+
+    let broker = HttpServer::spawn(
+        &[
+            "broker",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--meta",
+            &meta_addr,
+            "--http",
+            "127.0.0.1:0",
+        ],
+        tempfile::tempdir().unwrap(),
+        "tinymq listening on ",
+    );
+    let ready = broker.ready();
+    assert_eq!(ready["role"], "broker");
+    assert_eq!(ready["missing"], serde_json::json!([]));
+    broker.tool(&["topic", "create", "clustered", "--partitions", "2"], b"");
+    broker.tool(&["produce", "clustered", "--partition", "0"], b"a\nb\n");
+    let samples = broker.scrape();
+    let end = r#"tinymq_partition_log_end_offset{topic="clustered",partition="0"}"#;
+    assert_eq!(value(&samples, end), 2.0);
+    assert!(
+        !samples.keys().any(|k| k.starts_with("tinymq_meta_raft")),
+        "a cluster broker runs no MetaServer node"
+    );
+}

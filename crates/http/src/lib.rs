@@ -1,0 +1,101 @@
+//! The HTTP listener every tinymq node may run beside its native port: Prometheus metrics at
+//! `/metrics` and health checks at `/health/live` and `/health/ready`.
+//!
+//! This crate knows nothing of brokers or MetaServers: the binary hands it a [`NodeView`], a
+//! narrow read-only view of what the node holds, once the node has started. Until then the
+//! listener answers: alive, not ready.
+//!
+//! Layering: `listener` (accepting, with a connection limit) → `routes` (axum router, body
+//! and time limits) → `metrics` (prometheus-client collectors run at scrape time) and
+//! `health`.
+
+mod health;
+mod limits;
+mod listener;
+mod metrics;
+mod process;
+mod routes;
+mod view;
+
+pub use limits::HttpLimits;
+pub use view::{ConnectionCounts, NodeView, PartitionStats, RaftStats, ReadinessCheck};
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// The default address of `tinymq server`'s HTTP listener: loopback only.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:21582";
+
+#[derive(Debug, thiserror::Error)]
+pub enum HttpError {
+    #[error("cannot listen for HTTP on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("invalid HTTP limits: {0}")]
+    Limits(String),
+}
+
+/// Where the node's view goes once the node has started.
+pub(crate) type NodeSlot = OnceLock<Arc<dyn NodeView>>;
+
+/// A running HTTP listener.
+pub struct HttpServer {
+    pub local_addr: SocketAddr,
+    node: Arc<NodeSlot>,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl HttpServer {
+    /// Binds `addr` and serves at once; readiness says "starting" until [`HttpServer::attach`].
+    pub async fn start(addr: SocketAddr, limits: HttpLimits) -> Result<HttpServer, HttpError> {
+        limits.check().map_err(HttpError::Limits)?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| HttpError::Listen { addr, source })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| HttpError::Listen { addr, source })?;
+        let node: Arc<NodeSlot> = Arc::new(OnceLock::new());
+        let shutdown = CancellationToken::new();
+        let counters = Arc::new(listener::ConnectionCounters::default());
+        let app = routes::router(node.clone(), counters.clone(), &limits);
+        let limited = listener::LimitedListener::new(listener, limits.connections_max, counters);
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let served = axum::serve(limited, app)
+                .with_graceful_shutdown(stop.cancelled_owned())
+                .await;
+            if let Err(e) = served {
+                tracing::warn!(error = %e, "the HTTP listener stopped");
+            }
+        });
+        tracing::info!(%local_addr, "HTTP listener started");
+        Ok(HttpServer {
+            local_addr,
+            node,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Hands the listener the started node's view. A second call is ignored.
+    pub fn attach(&self, view: Arc<dyn NodeView>) {
+        if self.node.set(view).is_err() {
+            tracing::warn!("the HTTP listener already has a node view; the new one is ignored");
+        }
+    }
+
+    /// Stops accepting and waits for open requests to finish (each is bounded by the
+    /// request timeout); idle keep-alive connections are closed.
+    pub async fn shutdown(self) {
+        self.shutdown.cancel();
+        let _ = self.task.await;
+    }
+}

@@ -1,0 +1,42 @@
+//! The HTTP listener's limits: like the native port's, a named bound on everything a client
+//! controls.
+
+use std::time::Duration;
+
+/// Limits of one HTTP listener.
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    /// Most open HTTP connections; one more is closed at once after accepting.
+    pub connections_max: usize,
+    /// Largest request body; a larger one is answered 413 before it is read whole.
+    pub body_bytes_max: usize,
+    /// A request not answered in this time is answered 408.
+    pub request_timeout: Duration,
+    /// Partitions with their own series in `/metrics`; past it, only the totals (cardinality
+    /// stays bounded however many partitions a node holds).
+    pub partition_series_max: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        HttpLimits {
+            connections_max: 64,
+            body_bytes_max: 1 << 20,
+            request_timeout: Duration::from_secs(10),
+            partition_series_max: 1000,
+        }
+    }
+}
+
+impl HttpLimits {
+    /// Refuses limits no listener could work with.
+    pub fn check(&self) -> Result<(), String> {
+        if self.connections_max == 0 {
+            return Err("http_connections_max must be at least 1".into());
+        }
+        if self.request_timeout.is_zero() {
+            return Err("http_request_timeout_ms must be at least 1".into());
+        }
+        Ok(())
+    }
+}

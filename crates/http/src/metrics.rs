@@ -1,0 +1,291 @@
+//! `/metrics`: prometheus-client collectors that read the node's view, the listener's counters
+//! and the process's `/proc` entries at scrape time, so a scrape costs nothing between scrapes.
+//!
+//! Cardinality is bounded: at most `partition_series_max` partitions get their own series
+//! (the first by topic and index); the node totals always cover every partition.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::listener::ConnectionCounters;
+use crate::{NodeSlot, PartitionStats};
+
+pub(crate) struct Metrics {
+    registry: Registry,
+}
+
+impl Metrics {
+    pub fn new(
+        node: Arc<NodeSlot>,
+        counters: Arc<ConnectionCounters>,
+        partition_series_max: usize,
+    ) -> Metrics {
+        let mut registry = Registry::with_prefix("tinymq");
+        registry.register_collector(Box::new(NodeCollector {
+            node,
+            partition_series_max,
+        }));
+        registry.register_collector(Box::new(HttpCollector(counters)));
+        registry.register_collector(Box::new(ProcessCollector));
+        Metrics { registry }
+    }
+
+    /// The OpenMetrics text of one scrape.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, i64)],
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, value) in series {
+        ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// One series without labels.
+fn gauge1(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: i64,
+) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(metric)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: u64,
+) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    ConstCounter::new(value).encode(metric)
+}
+
+/// Saturating: a count past `i64::MAX` is not a real case, and a scrape must not fail on it.
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+#[derive(Debug)]
+struct NodeCollector {
+    node: Arc<NodeSlot>,
+    partition_series_max: usize,
+}
+
+impl Collector for NodeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(node) = self.node.get() else {
+            return Ok(());
+        };
+        let mut partitions = node.partitions();
+        partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        self.encode_totals(&mut encoder, &partitions)?;
+        let shown = partitions.len().min(self.partition_series_max);
+        encode_partitions(&mut encoder, &partitions[..shown])?;
+        let c = node.connections();
+        gauge1(
+            &mut encoder,
+            "connections_open",
+            "Open connections to the native port.",
+            as_i64(c.open),
+        )?;
+        counter(
+            &mut encoder,
+            "connections_accepted",
+            "Connections the native port accepted.",
+            c.accepted,
+        )?;
+        counter(
+            &mut encoder,
+            "connections_refused",
+            "Native-port connections refused with LIMIT_EXCEEDED: connections_max were open.",
+            c.refused,
+        )?;
+        if let Some(raft) = node.raft() {
+            let node_label: Labels = vec![("node", raft.node_id.to_string())];
+            let one = |v: i64| [(node_label.clone(), v)];
+            let index = |v: Option<u64>| v.map_or(-1, as_i64);
+            gauge(
+                &mut encoder,
+                "meta_raft_term",
+                "Raft term this MetaServer node is in.",
+                &one(as_i64(raft.term)),
+            )?;
+            gauge(
+                &mut encoder,
+                "meta_raft_leader",
+                "Id of the Raft leader this node knows, -1 if none.",
+                &one(raft.leader.map_or(-1, as_i64)),
+            )?;
+            gauge(
+                &mut encoder,
+                "meta_raft_last_log_index",
+                "Index of the last entry in this node's Raft log, -1 if empty.",
+                &one(index(raft.last_log_index)),
+            )?;
+            gauge(
+                &mut encoder,
+                "meta_raft_applied_index",
+                "Index of the last Raft entry applied to the metadata, -1 if none.",
+                &one(index(raft.applied_index)),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl NodeCollector {
+    fn encode_totals(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        partitions: &[PartitionStats],
+    ) -> Result<(), std::fmt::Error> {
+        let bytes: u64 = partitions.iter().map(|p| p.size_bytes).sum();
+        gauge1(
+            encoder,
+            "partitions",
+            "Partitions held by this node.",
+            as_i64(partitions.len() as u64),
+        )?;
+        gauge1(
+            encoder,
+            "log_size_bytes_all",
+            "Bytes of log segments over every partition held here.",
+            as_i64(bytes),
+        )?;
+        let omitted = partitions.len().saturating_sub(self.partition_series_max);
+        gauge1(
+            encoder,
+            "partition_series_omitted",
+            "Partitions without their own series (past partition_series_max).",
+            as_i64(omitted as u64),
+        )
+    }
+}
+
+fn encode_partitions(
+    encoder: &mut DescriptorEncoder,
+    partitions: &[PartitionStats],
+) -> Result<(), std::fmt::Error> {
+    let labels = |p: &PartitionStats| -> Labels {
+        vec![
+            ("topic", p.topic.clone()),
+            ("partition", p.partition.to_string()),
+        ]
+    };
+    let series = |f: &dyn Fn(&PartitionStats) -> i64| -> Vec<(Labels, i64)> {
+        partitions.iter().map(|p| (labels(p), f(p))).collect()
+    };
+    gauge(
+        encoder,
+        "partition_log_start_offset",
+        "First offset still in the partition's log.",
+        &series(&|p| p.log_start_offset),
+    )?;
+    gauge(
+        encoder,
+        "partition_log_end_offset",
+        "Offset the partition's next record gets.",
+        &series(&|p| p.log_end_offset),
+    )?;
+    gauge(
+        encoder,
+        "partition_high_watermark",
+        "End of what consumers may read.",
+        &series(&|p| p.high_watermark),
+    )?;
+    gauge(
+        encoder,
+        "partition_log_size_bytes",
+        "Bytes of the partition's log segments.",
+        &series(&|p| as_i64(p.size_bytes)),
+    )?;
+    gauge(
+        encoder,
+        "partition_segments",
+        "Log segments of the partition.",
+        &series(&|p| as_i64(p.segment_count)),
+    )
+}
+
+#[derive(Debug)]
+struct HttpCollector(Arc<ConnectionCounters>);
+
+impl Collector for HttpCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let c = &self.0;
+        let open = c.open.load(Ordering::Relaxed);
+        gauge1(
+            &mut encoder,
+            "http_connections_open",
+            "Open connections to the HTTP listener.",
+            as_i64(open),
+        )?;
+        counter(
+            &mut encoder,
+            "http_connections_accepted",
+            "Connections the HTTP listener accepted.",
+            c.accepted.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "http_connections_refused",
+            "HTTP connections closed at once: http_connections_max were open.",
+            c.refused.load(Ordering::Relaxed),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // A figure /proc does not give (another OS, a hardened /proc) is left out, not zero.
+        let stat = crate::process::stat();
+        if let Some(s) = &stat {
+            let cpu = encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "User and system CPU time of this process.",
+                None,
+                MetricType::Counter,
+            )?;
+            ConstCounter::new(s.cpu_seconds).encode(cpu)?;
+            gauge1(
+                &mut encoder,
+                "process_resident_memory_bytes",
+                "Resident memory of this process.",
+                as_i64(s.rss_bytes),
+            )?;
+        }
+        if let Some(n) = crate::process::open_fds() {
+            gauge1(
+                &mut encoder,
+                "process_open_fds",
+                "Open file descriptors of this process.",
+                as_i64(n),
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,117 @@
+//! The router: which path answers what, and the request limits every route shares (body
+//! size, time). Unknown paths get a JSON 404; a wrong method gets 405.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+
+use crate::listener::ConnectionCounters;
+use crate::metrics::Metrics;
+use crate::{HttpLimits, NodeSlot};
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub node: Arc<NodeSlot>,
+    pub metrics: Arc<Metrics>,
+}
+
+#[derive(Clone, Copy)]
+struct RequestLimits {
+    body_bytes_max: usize,
+    timeout: Duration,
+}
+
+pub(crate) fn router(
+    node: Arc<NodeSlot>,
+    counters: Arc<ConnectionCounters>,
+    limits: &HttpLimits,
+) -> Router {
+    let metrics = Arc::new(Metrics::new(
+        node.clone(),
+        counters,
+        limits.partition_series_max,
+    ));
+    let request_limits = RequestLimits {
+        body_bytes_max: limits.body_bytes_max,
+        timeout: limits.request_timeout,
+    };
+    Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/health/live", get(crate::health::live))
+        .route("/health/ready", get(crate::health::ready))
+        .fallback(not_found)
+        .with_state(AppState { node, metrics })
+        // For routes that will read bodies: a chunked body past the limit fails to extract.
+        .layer(DefaultBodyLimit::max(limits.body_bytes_max))
+        .layer(middleware::from_fn_with_state(
+            request_limits,
+            limit_request,
+        ))
+}
+
+/// Refuses a declared body over the limit before reading it (no route reads a body past it
+/// either: the routes so far take none), and answers 408 past the request timeout.
+async fn limit_request(
+    State(limits): State<RequestLimits>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let max = u64::try_from(limits.body_bytes_max).unwrap_or(u64::MAX);
+    if declared.is_some_and(|n| n > max) {
+        return problem(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the request body is over body_bytes_max ({max} bytes)"),
+        );
+    }
+    match tokio::time::timeout(limits.timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => problem(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request took longer than http_request_timeout_ms".to_string(),
+        ),
+    }
+}
+
+async fn metrics_page(State(state): State<AppState>) -> Response {
+    let metrics = state.metrics.clone();
+    // The view takes the node's locks and reads /proc: off the async threads.
+    match tokio::task::spawn_blocking(move || metrics.encode()).await {
+        Ok(Ok(text)) => Response::builder()
+            .header(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )
+            .body(Body::from(text))
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+        Ok(Err(e)) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding the metrics failed: {e}"),
+        ),
+        Err(e) => problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the metrics task failed: {e}"),
+        ),
+    }
+}
+
+async fn not_found() -> Response {
+    problem(StatusCode::NOT_FOUND, "no such route".to_string())
+}
+
+/// A JSON error body: the status and a sentence saying what went wrong.
+pub(crate) fn problem(status: StatusCode, detail: String) -> Response {
+    let body = serde_json::json!({ "status": status.as_u16(), "detail": detail });
+    (status, Json(body)).into_response()
+}
