@@ -98,7 +98,8 @@ pub struct ProduceMessage {
     pub headers: Option<Vec<HeaderInput>>,
     /// Absent: chosen by the key's hash (or in turn without a key), as the producer does.
     pub partition: Option<u32>,
-    /// Absent: now.
+    /// Milliseconds since the Unix epoch; absent: now.
+    #[schema(minimum = 0)]
     pub timestamp_ms: Option<i64>,
 }
 

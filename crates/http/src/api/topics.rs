@@ -101,8 +101,10 @@ pub struct CreateTopic {
     #[schema(pattern = "^[A-Za-z0-9._-]{1,249}$")]
     pub name: String,
     /// Absent: the server's default.
+    #[schema(minimum = 1)]
     pub partitions: Option<u32>,
     /// Absent: the server's default.
+    #[schema(minimum = 1)]
     pub replication_factor: Option<u32>,
     pub config: Option<TopicSettingsInput>,
 }
@@ -111,11 +113,18 @@ pub struct CreateTopic {
 #[serde(deny_unknown_fields)]
 pub struct AlterTopic {
     /// The new partition count: more than the topic has (or as many: nothing changes).
+    #[schema(minimum = 1)]
     pub partitions: Option<u32>,
     /// Changing settings of an existing topic is not in the native protocol: only an absent
-    /// or empty object is accepted.
+    /// or empty object is accepted (any setting is refused with 400 `INVALID_CONFIG`).
+    #[schema(value_type = Option<NoSettings>)]
     pub config: Option<TopicSettingsInput>,
 }
+
+/// No settings: an empty object.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoSettings {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TopicDescription {
