@@ -189,7 +189,7 @@ pub struct TopicPath {
     )
 )]
 pub async fn list_topics(State(state): State<ApiState>) -> Result<Json<TopicList>, Problem> {
-    let api = state.client()?;
+    let api = state.client().await?;
     let names = api.admin.list_topics().await?;
     if names.is_empty() {
         return Ok(Json(TopicList { topics: Vec::new() }));
@@ -237,7 +237,7 @@ pub async fn create_topic(
     ApiJson(body): ApiJson<CreateTopic>,
 ) -> Result<(StatusCode, Json<TopicDescription>), Problem> {
     check_name("topic name", &body.name)?;
-    let api = state.client()?;
+    let api = state.client().await?;
     let settings = body.config.unwrap_or_default();
     let config = TopicConfig {
         partitions: nonzero(body.partitions, "partitions")?,
@@ -285,7 +285,7 @@ fn refused_placement(e: tinymq_client::ClientError) -> Problem {
 }
 
 async fn describe(state: &ApiState, name: &str) -> Result<TopicDescription, Problem> {
-    let d = state.client()?.admin.describe_topic(name).await?;
+    let d = state.client().await?.admin.describe_topic(name).await?;
     Ok(TopicDescription {
         name: d.name,
         config: d.config.unwrap_or_default().into(),
@@ -357,7 +357,8 @@ pub async fn alter_topic(
         return Ok(Json(now));
     }
     state
-        .client()?
+        .client()
+        .await?
         .admin
         .alter_partitions(&path.name, partitions)
         .await
@@ -386,6 +387,6 @@ pub async fn delete_topic(
     ApiPath(path): ApiPath<TopicPath>,
 ) -> Result<StatusCode, Problem> {
     check_name("topic name", &path.name)?;
-    state.client()?.admin.delete_topic(&path.name).await?;
+    state.client().await?.admin.delete_topic(&path.name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
