@@ -211,6 +211,8 @@ fn bad_input_is_refused_with_problem_documents() {
         .expect_problem(400, "INVALID_GROUP_ID");
     node.get("/api/v1/no-such-route")
         .expect_problem(404, "INVALID_REQUEST");
+    rest_common::request(&node.http, "PUT", "/api/v1/topics/t", Some("{}"))
+        .expect_problem(405, "INVALID_REQUEST");
 
     // The OpenAPI document describes every route.
     let doc = node.get("/api/v1/openapi.json").expect(200);

@@ -114,6 +114,7 @@ pub struct ResetOffsets {
     pub topic: String,
     pub to: ResetTo,
     /// Absent: every partition of the topic.
+    #[schema(min_items = 1)]
     pub partitions: Option<Vec<u32>>,
 }
 

@@ -232,7 +232,17 @@ pub(crate) fn router(slot: Arc<ApiSlot>) -> Router {
     if let Ok(text) = doc.to_json() {
         let _ = state.doc.set(text);
     }
-    api.with_state(state)
+    api.method_not_allowed_fallback(wrong_method)
+        .with_state(state)
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    Problem::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "INVALID_REQUEST",
+        format!("{} has no method {method}", uri.path()),
+    )
+    .into_response()
 }
 
 async fn openapi_json(State(state): State<ApiState>) -> Response {
