@@ -197,13 +197,13 @@ async fn fetch(
             let response = connection
                 .request(&request, api.config.request_timeout)
                 .await?;
-            tinymq_client_check(response.error.as_ref())?;
+            wire_error(response.error.as_ref())?;
             let p = response
                 .partitions
                 .into_iter()
                 .next()
                 .ok_or_else(|| ClientError::Protocol("empty fetch response".into()))?;
-            tinymq_client_check(p.error.as_ref())?;
+            wire_error(p.error.as_ref())?;
             Ok::<_, ClientError>(p)
         }
         .await;
@@ -221,7 +221,8 @@ async fn fetch(
         .unwrap_or_else(|| Problem::unavailable("the fetch was not tried")))
 }
 
-fn tinymq_client_check(error: Option<&m::Error>) -> Result<(), ClientError> {
+/// A wire error field as a result (absent or code 0: success), as the client reads it.
+fn wire_error(error: Option<&m::Error>) -> Result<(), ClientError> {
     match error {
         Some(e) if e.code != 0 => Err(ClientError::Server {
             code: e.error_code(),
@@ -388,6 +389,8 @@ pub async fn produce_message(
             ));
         }
     }
+    // A producer of its own per record: nothing is cached across requests (a topic deleted and
+    // created again), and the record is sent at once.
     let mut config = ProducerConfig::new(&api.config.bootstrap.join(","));
     config.client = api.config.clone();
     config.linger = std::time::Duration::ZERO;
@@ -401,4 +404,41 @@ pub async fn produce_message(
         partition: meta.partition,
         offset: meta.offset,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_render_as_utf8_where_valid_else_base64() {
+        assert_eq!(
+            render(b"caf\xc3\xa9", None),
+            ("café".into(), Encoding::Utf8)
+        );
+        assert_eq!(render(b"\xff\x00", None), ("/wA=".into(), Encoding::Base64));
+        assert_eq!(
+            render(b"ab", Some(Encoding::Base64)),
+            ("YWI=".into(), Encoding::Base64)
+        );
+        assert_eq!(
+            render(b"a\xff", Some(Encoding::Utf8)),
+            ("a\u{fffd}".into(), Encoding::Utf8)
+        );
+        assert_eq!(render_opt(None, None), (None, Encoding::Utf8));
+    }
+
+    #[test]
+    fn produce_input_decodes_by_its_encoding() {
+        assert_eq!(
+            decode("v", "/wA=", Some(Encoding::Base64)).unwrap(),
+            &b"\xff\x00"[..]
+        );
+        assert_eq!(decode("v", "/wA=", None).unwrap(), &b"/wA="[..]);
+        let refused = decode("value", "***", Some(Encoding::Base64)).unwrap_err();
+        assert_eq!(
+            (refused.status, refused.code.as_str()),
+            (400, "INVALID_REQUEST")
+        );
+    }
 }

@@ -235,3 +235,74 @@ pub fn check_name(what: &str, name: &str) -> Result<(), Problem> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_native_code_has_a_status_and_bad_input_is_never_5xx() {
+        for code in ErrorCode::ALL {
+            let status = status_of(*code);
+            assert!(
+                status.is_client_error() || status.is_server_error(),
+                "{code:?}"
+            );
+        }
+        for code in [
+            ErrorCode::INVALID_REQUEST,
+            ErrorCode::MALFORMED_BODY,
+            ErrorCode::INVALID_TOPIC,
+            ErrorCode::INVALID_GROUP_ID,
+            ErrorCode::INVALID_PARTITIONS,
+            ErrorCode::INVALID_CONFIG,
+            ErrorCode::INVALID_TIMESTAMP,
+            ErrorCode::OFFSET_OUT_OF_RANGE,
+        ] {
+            assert_eq!(status_of(code), StatusCode::BAD_REQUEST, "{code:?}");
+        }
+        assert_eq!(
+            status_of(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            status_of(ErrorCode::TOPIC_ALREADY_EXISTS),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(status_of(ErrorCode::GROUP_NOT_EMPTY), StatusCode::CONFLICT);
+        assert_eq!(
+            status_of(ErrorCode::MESSAGE_TOO_LARGE),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+        assert_eq!(
+            status_of(ErrorCode::LIMIT_EXCEEDED),
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        assert_eq!(
+            status_of(ErrorCode::NOT_LEADER),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn client_errors_become_problems_with_their_native_code() {
+        let gave_up = ClientError::GaveUp {
+            operation: "list topics".into(),
+            waited_ms: 6000,
+            last_error: Box::new(ClientError::Connect {
+                addr: "127.0.0.1:1".into(),
+                reason: "refused".into(),
+            }),
+        };
+        let p = Problem::from(gave_up);
+        assert_eq!((p.status, p.code.as_str()), (503, "CLUSTER_UNAVAILABLE"));
+        let p = Problem::from(ClientError::Server {
+            code: ErrorCode::GROUP_ID_NOT_FOUND,
+            message: "unknown group g".into(),
+        });
+        assert_eq!((p.status, p.code.as_str()), (404, "GROUP_ID_NOT_FOUND"));
+        assert_eq!(p.title, "Not Found");
+        assert_eq!(p.kind, "about:blank");
+        assert!(p.detail.contains("unknown group g"), "{}", p.detail);
+    }
+}
