@@ -124,3 +124,8 @@ pub(crate) fn isr_changed(removed: bool, added: bool) {
         NODE.isr_expands.fetch_add(1, Ordering::Relaxed);
     }
 }
+
+/// This process's log fsyncs (see [`tinymq_log::fsync_stats`]), timed in nanoseconds.
+pub fn fsyncs() -> &'static Histogram {
+    tinymq_log::fsync_stats()
+}
