@@ -103,8 +103,13 @@ pub(crate) fn histograms(
 ) -> Result<(), std::fmt::Error> {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
     for (labels, h) in series {
-        let mut family = metric.encode_family(labels)?;
-        family.encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)?;
+        // An empty label set would print as `{}`.
+        if labels.is_empty() {
+            metric.encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)?;
+        } else {
+            let mut family = metric.encode_family(labels)?;
+            family.encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)?;
+        }
     }
     Ok(())
 }
