@@ -14,16 +14,7 @@ pub const BATCH_RECORDS_BOUNDS: &[u64] = &[
 
 /// Bounds of the bytes-per-batch histogram: 128 B to 16 MiB by powers of four.
 pub const BATCH_BYTES_BOUNDS: &[u64] = &[
-    128,
-    512,
-    2_048,
-    8_192,
-    32_768,
-    131_072,
-    524_288,
-    2_097_152,
-    8_388_608,
-    16_777_216,
+    128, 512, 2_048, 8_192, 32_768, 131_072, 524_288, 2_097_152, 8_388_608, 16_777_216,
 ];
 
 /// Records and bytes through one partition (or the whole node).

@@ -11,8 +11,8 @@ use tinymq_http::{
     BrokerStats, ConnectionCounts, GroupStats, HistogramData, HttpLimits, HttpServer, NodeView,
     OpStats, PartitionStats, RaftStats, ReadinessCheck, Traffic, DEFAULT_HTTP_ADDR,
 };
-use tinymq_protocol::stats::HistogramSnapshot;
 use tinymq_meta::raft::MetaNode;
+use tinymq_protocol::stats::HistogramSnapshot;
 
 /// The HTTP settings, as flags (with their `TINYMQ_HTTP_*` variables) or as keys of a role's
 /// TOML file (the same names, e.g. `http = "127.0.0.1:21582"`, `http_idle_timeout_ms = 30000`).

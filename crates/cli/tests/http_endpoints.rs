@@ -262,7 +262,11 @@ fn metrics_move_with_a_produce_and_parse_as_prometheus_text() {
         5.0
     );
     let bytes_in = value(&after, &format!("tinymq_partition_bytes_in_total{tp}"));
-    assert_eq!(bytes_in, value(&after, size), "every byte appended is a batch");
+    assert_eq!(
+        bytes_in,
+        value(&after, size),
+        "every byte appended is a batch"
+    );
     assert_eq!(value(&after, "tinymq_bytes_in_total"), bytes_in);
     assert_eq!(value(&after, "tinymq_produce_batch_records_sum"), 5.0);
     assert_eq!(value(&after, "tinymq_produce_batch_bytes_sum"), bytes_in);
@@ -341,10 +345,17 @@ fn an_http_client_that_sends_nothing_is_closed_and_frees_its_place() {
         let mut rest = Vec::new();
         let read = silent.read_to_end(&mut rest);
         assert!(
-            read.is_ok() || read.as_ref().is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock),
+            read.is_ok()
+                || read
+                    .as_ref()
+                    .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock),
             "not closed: {read:?}"
         );
-        assert!(rest.is_empty(), "answered: {:?}", String::from_utf8_lossy(&rest));
+        assert!(
+            rest.is_empty(),
+            "answered: {:?}",
+            String::from_utf8_lossy(&rest)
+        );
     }
     // Its place is free again: a scrape gets through (retried while the close is processed).
     let samples = (0..100)

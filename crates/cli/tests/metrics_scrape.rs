@@ -202,7 +202,10 @@ fn counters_match_what_was_sent_and_group_lag_falls_to_zero() {
         first as f64
     );
     assert_eq!(s.value("tinymq_partition_bytes_out_total", &tp), bytes_in);
-    assert_eq!(s.value("tinymq_produce_batch_records_sum", &[]), first as f64);
+    assert_eq!(
+        s.value("tinymq_produce_batch_records_sum", &[]),
+        first as f64
+    );
     assert_eq!(s.value("tinymq_produce_batch_bytes_sum", &[]), bytes_in);
 
     // The requests that carried it, each timed.
@@ -229,7 +232,10 @@ fn counters_match_what_was_sent_and_group_lag_falls_to_zero() {
     server.run_tool(&["produce", TOPIC], &records(first, second));
     let behind = scrape(&http);
     assert_eq!(behind.value("tinymq_group_lag", &lag), second as f64);
-    assert_eq!(behind.value("tinymq_group_members", &[("group", GROUP)]), 0.0);
+    assert_eq!(
+        behind.value("tinymq_group_members", &[("group", GROUP)]),
+        0.0
+    );
     let produces = behind.value("tinymq_requests_total", &[("op", "produce")]);
     assert!(produces > s.value("tinymq_requests_total", &[("op", "produce")]));
 
