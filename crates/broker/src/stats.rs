@@ -66,9 +66,10 @@ pub struct NodeStats {
     pub batch_records: Histogram,
     /// Bytes per produced batch.
     pub batch_bytes: Histogram,
-    /// ISR changes this broker proposed as a leader and the MetaServer applied: removals...
+    /// Changes to the ISR of a partition led here (proposed by this leader, or made by the
+    /// MetaServer, e.g. fencing a broker) that removed a replica...
     pub isr_shrinks: AtomicU64,
-    /// ... and additions.
+    /// ... and that added one.
     pub isr_expands: AtomicU64,
 }
 
@@ -106,7 +107,7 @@ pub(crate) fn consumed(partition: Option<&Traffic>, bytes: u64, records: u64) {
     NODE.traffic.add_out(bytes, records);
 }
 
-/// An ISR change applied: members `removed` and `added`.
+/// A led partition's ISR changed: members `removed` and/or `added`.
 pub(crate) fn isr_changed(removed: bool, added: bool) {
     if removed {
         NODE.isr_shrinks.fetch_add(1, Ordering::Relaxed);

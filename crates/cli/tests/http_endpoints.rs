@@ -556,3 +556,76 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
         "a cluster broker runs no MetaServer node"
     );
 }
+
+/// One scrape of the listener at `http`, parsed.
+fn scrape_at(http: &str) -> BTreeMap<String, f64> {
+    let mut stream = TcpStream::connect(http).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").expect("a whole response");
+    parse_prometheus_text(body)
+}
+
+#[test]
+fn replication_health_follows_a_follower_that_stops_and_returns() {
+    use common::cluster::{describe, tool_ok, wait_all_in_sync, wait_for, LAG_MAX_MS};
+    let tmp = tempfile::tempdir().unwrap();
+    let port = || format!("127.0.0.1:{}", common::free_port());
+    let meta = vec![port()];
+    let _meta = common::start(1, &meta, tmp.path());
+    let addrs = [port(), port()];
+    let https = [port(), port()];
+    let start = |id: u32| {
+        let i = id as usize - 1;
+        let dir = tmp.path().join(format!("broker-{id}"));
+        let extra = ["--replica-lag-time-max-ms", LAG_MAX_MS, "--http", &https[i]];
+        common::Server::start_broker_with(id, &addrs[i], &meta[0], &dir, &extra)
+    };
+    let mut brokers = [Some(start(1)), Some(start(2))];
+    let bootstrap = addrs.join(",");
+    tool_ok(&[
+        "topic",
+        "create",
+        "mirrored",
+        "--partitions",
+        "1",
+        "--replicas",
+        "2",
+        "--bootstrap",
+        &bootstrap,
+    ]);
+    wait_all_in_sync("mirrored", &bootstrap);
+    let leader = describe("mirrored", &bootstrap)[0].leader as usize;
+    let follower = 3 - leader;
+    let at_leader = || scrape_at(&https[leader - 1]);
+    let before = at_leader();
+    assert_eq!(value(&before, "tinymq_under_replicated_partitions"), 0.0);
+    assert_eq!(value(&before, "tinymq_offline_partitions"), 0.0);
+    assert_eq!(value(&before, "tinymq_broker_registered"), 1.0);
+    let shrinks = value(&before, "tinymq_isr_shrinks_total");
+
+    // The follower stops: the leader drops it from the ISR and says so.
+    if let Some(mut b) = brokers[follower - 1].take() {
+        b.kill9();
+    }
+    wait_for("the partition under-replicated at its leader", || {
+        value(&at_leader(), "tinymq_under_replicated_partitions") == 1.0
+    });
+    let shrunk = at_leader();
+    assert_eq!(value(&shrunk, "tinymq_isr_shrinks_total"), shrinks + 1.0);
+    assert_eq!(value(&shrunk, "tinymq_offline_partitions"), 0.0);
+
+    // It comes back and catches up: in sync again.
+    let expands = value(&shrunk, "tinymq_isr_expands_total");
+    brokers[follower - 1] = Some(start(follower as u32));
+    wait_for("the partition fully replicated again", || {
+        value(&at_leader(), "tinymq_under_replicated_partitions") == 0.0
+    });
+    assert!(value(&at_leader(), "tinymq_isr_expands_total") > expands);
+}
