@@ -14,13 +14,17 @@ mod health;
 mod limits;
 mod listener;
 mod metrics;
+mod node_metrics;
 mod process;
 mod routes;
 mod view;
 
 pub use api::{HTTP_GROUPS_LIST_MAX, HTTP_MESSAGES_PAGE_BYTES_MAX, HTTP_MESSAGES_PAGE_MAX};
 pub use limits::HttpLimits;
-pub use view::{ConnectionCounts, NodeView, PartitionStats, RaftStats, ReadinessCheck};
+pub use view::{
+    BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
+    RaftStats, ReadinessCheck, Traffic,
+};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -76,7 +80,12 @@ impl HttpServer {
             &limits,
             api::router(api.clone()),
         );
-        let limited = listener::LimitedListener::new(listener, limits.connections_max, counters);
+        let limited = listener::LimitedListener::new(
+            listener,
+            limits.connections_max,
+            limits.idle_timeout,
+            counters,
+        );
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
             let served = axum::serve(limited, app)
