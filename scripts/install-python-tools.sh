@@ -33,8 +33,14 @@ if have_pins; then
 fi
 
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-  echo "python3 with the venv module is needed (Debian: apt-get install python3-venv)" >&2
-  exit 1
+  # Debian splits the venv module out of python3.
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && apt-get install -y -qq python3-venv
+  fi
+  if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    echo "python3 with the venv module is needed (Debian: apt-get install python3-venv)" >&2
+    exit 1
+  fi
 fi
 mkdir -p "$root/.tools"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
