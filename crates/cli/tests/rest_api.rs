@@ -213,6 +213,13 @@ fn bad_input_is_refused_with_problem_documents() {
         .expect_problem(404, "INVALID_REQUEST");
     rest_common::request(&node.http, "PUT", "/api/v1/topics/t", Some("{}"))
         .expect_problem(405, "INVALID_REQUEST");
+    // A declared body over http_body_bytes_max: refused by the listener before it is read.
+    raw(
+        &node.http,
+        "POST /api/v1/topics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: 2000000\r\n\r\n{",
+    )
+    .expect_problem(413, "LIMIT_EXCEEDED");
 
     // The OpenAPI document describes every route.
     let doc = node.get("/api/v1/openapi.json").expect(200);

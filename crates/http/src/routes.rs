@@ -10,7 +10,7 @@ use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::Router;
 
 use crate::listener::ConnectionCounters;
 use crate::metrics::Metrics;
@@ -112,8 +112,14 @@ async fn not_found() -> Response {
     problem(StatusCode::NOT_FOUND, "no such route".to_string())
 }
 
-/// A JSON error body: the status and a sentence saying what went wrong.
+/// An RFC 9457 problem document (as the REST API answers): the status, a sentence saying what
+/// went wrong, and a native error code name.
 pub(crate) fn problem(status: StatusCode, detail: String) -> Response {
-    let body = serde_json::json!({ "status": status.as_u16(), "detail": detail });
-    (status, Json(body)).into_response()
+    let code = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "LIMIT_EXCEEDED",
+        StatusCode::REQUEST_TIMEOUT => "REQUEST_TIMED_OUT",
+        s if s.is_client_error() => "INVALID_REQUEST",
+        _ => "UNKNOWN_SERVER_ERROR",
+    };
+    crate::api::Problem::new(status, code, detail).into_response()
 }
