@@ -1,10 +1,11 @@
 //! The REST admin API under `/api/v1` and its OpenAPI 3.1 document at
 //! `/api/v1/openapi.json`, generated from the handlers (utoipa).
 //!
-//! The API is a client of the cluster over the native protocol (`tinymq_client`), bootstrapped
-//! from the node's own native address, so it answers the same on a `server`, a `broker` or a
-//! `meta` node. Until the node hands over that address ([`crate::HttpServer::attach_api`])
-//! every route answers 503.
+//! The API is a client of the cluster over the native protocol (`tinymq_client`), not a view
+//! of the node, so it answers the same on a `server`, a `broker` or a `meta` node: a broker's
+//! API bootstraps from the node's own native address; a MetaServer node's (whose port serves
+//! only metadata operations) from the live brokers its metadata image names. Until the node
+//! hands over its address ([`crate::HttpServer::attach_api`]) every route answers 503.
 //!
 //! Layout: `problem` (errors as RFC 9457 documents, input extractors that refuse bad input
 //! with them), then one module per resource: `cluster`, `topics`, `messages`, `groups`.
