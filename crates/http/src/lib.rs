@@ -9,6 +9,7 @@
 //! and time limits) → `metrics` (prometheus-client collectors run at scrape time) and
 //! `health`.
 
+mod console;
 mod health;
 mod limits;
 mod listener;
