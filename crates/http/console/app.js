@@ -611,7 +611,7 @@ async function loadGroup(body, id) {
             m.member_id,
             m.client_id,
             m.assignment.map((a) => `${a.topic}: ${a.partitions.join(", ")}`).join("; "),
-        ])), h("h2", null, "Lag per partition"), barChart("lag-chart", offsets.map((o) => ({ label: `${o.topic}/${o.partition}`, value: o.lag ?? 0 })), fmtNumber), table("group-offsets", ["topic", "partition", "committed offset", "high watermark", "lag"], offsets.map((o) => [
+        ])), h("h2", null, "Lag per partition"), h("figure", { class: "narrow" }, h("figcaption", null, "records behind the high watermark, by topic/partition"), barChart("lag-chart", offsets.map((o) => ({ label: `${o.topic}/${o.partition}`, value: o.lag ?? 0 })), fmtNumber)), table("group-offsets", ["topic", "partition", "committed offset", "high watermark", "lag"], offsets.map((o) => [
             o.topic,
             String(o.partition),
             o.committed_offset === null ? "—" : fmtNumber(o.committed_offset),

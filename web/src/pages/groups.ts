@@ -62,10 +62,15 @@ async function loadGroup(body: HTMLElement, id: string): Promise<void> {
         ]),
       ),
       h("h2", null, "Lag per partition"),
-      barChart(
-        "lag-chart",
-        offsets.map((o) => ({ label: `${o.topic}/${o.partition}`, value: o.lag ?? 0 })),
-        fmtNumber,
+      h(
+        "figure",
+        { class: "narrow" },
+        h("figcaption", null, "records behind the high watermark, by topic/partition"),
+        barChart(
+          "lag-chart",
+          offsets.map((o) => ({ label: `${o.topic}/${o.partition}`, value: o.lag ?? 0 })),
+          fmtNumber,
+        ),
       ),
       table(
         "group-offsets",
