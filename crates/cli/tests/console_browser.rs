@@ -157,7 +157,14 @@ fn the_console_shows_topics_throughput_messages_and_group_lag_in_chromium() {
     );
     println!("{printed}");
     assert!(ok, "the browser test failed:\n{printed}");
-    for page in ["overview", "topics", "topic-detail", "messages", "groups", "group-detail"] {
+    for page in [
+        "overview",
+        "topics",
+        "topic-detail",
+        "messages",
+        "groups",
+        "group-detail",
+    ] {
         let png = screenshots.join(format!("{page}.png"));
         let len = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
         assert!(len > 0, "no screenshot at {}", png.display());
@@ -168,6 +175,11 @@ fn the_console_shows_topics_throughput_messages_and_group_lag_in_chromium() {
 fn the_committed_console_assets_are_what_web_builds() {
     let root = workspace_root();
     browser_tools(&root);
-    let (ok, printed) = node(&root, &["build.mjs", "--check"], &[], Duration::from_secs(120));
+    let (ok, printed) = node(
+        &root,
+        &["build.mjs", "--check"],
+        &[],
+        Duration::from_secs(120),
+    );
     assert!(ok, "{printed}");
 }
