@@ -310,6 +310,7 @@ class Throughput {
 const throughput = new Throughput();
 const CLUSTER_REFRESH_MS = 5000;
 const CHART_WINDOW_MS = 60000;
+const PARTITION_HEALTH_TOPICS_MAX = 50;
 function overviewPage(root) {
     const cluster = h("section", { id: "cluster" }, h("p", { class: "muted" }, "loading…"));
     const partitions = h("section", { id: "partitions" });
@@ -378,11 +379,14 @@ async function loadCluster(section) {
 async function loadPartitionHealth(section) {
     try {
         const list = await api("GET", "/topics");
-        const details = await Promise.all(list.topics.map((t) => api("GET", `/topics/${seg(t.name)}`)));
+        const counted = list.topics.slice(0, PARTITION_HEALTH_TOPICS_MAX);
+        const details = await Promise.all(counted.map((t) => api("GET", `/topics/${seg(t.name)}`)));
         const all = details.flatMap((d) => d.partitions);
         const under = all.filter((p) => p.isr.length < p.replicas.length).length;
         const offline = all.filter((p) => p.leader === null).length;
-        section.replaceChildren(h("h2", null, "Partitions"), h("p", null, `${list.topics.length} topics, ${all.length} partitions; under-replicated: `, h("strong", { id: "under-replicated", class: under ? "bad" : "ok" }, String(under)), "; offline: ", h("strong", { id: "offline", class: offline ? "bad" : "ok" }, String(offline))));
+        section.replaceChildren(h("h2", null, "Partitions"), h("p", null, counted.length < list.topics.length
+            ? `${list.topics.length} topics; of the first ${counted.length}, ${all.length} partitions; under-replicated: `
+            : `${list.topics.length} topics, ${all.length} partitions; under-replicated: `, h("strong", { id: "under-replicated", class: under ? "bad" : "ok" }, String(under)), "; offline: ", h("strong", { id: "offline", class: offline ? "bad" : "ok" }, String(offline))));
     }
     catch (e) {
         section.replaceChildren(h("h2", null, "Partitions"), errorBox(e));
