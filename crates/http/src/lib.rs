@@ -9,6 +9,7 @@
 //! and time limits) → `metrics` (prometheus-client collectors run at scrape time) and
 //! `health`.
 
+mod api;
 mod console;
 mod health;
 mod limits;
@@ -19,6 +20,7 @@ mod process;
 mod routes;
 mod view;
 
+pub use api::{HTTP_GROUPS_LIST_MAX, HTTP_MESSAGES_PAGE_BYTES_MAX, HTTP_MESSAGES_PAGE_MAX};
 pub use limits::HttpLimits;
 pub use view::{
     BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
@@ -53,6 +55,8 @@ pub(crate) type NodeSlot = OnceLock<Arc<dyn NodeView>>;
 pub struct HttpServer {
     pub local_addr: SocketAddr,
     node: Arc<NodeSlot>,
+    api: Arc<api::ApiSlot>,
+    request_timeout: std::time::Duration,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -70,7 +74,13 @@ impl HttpServer {
         let node: Arc<NodeSlot> = Arc::new(OnceLock::new());
         let shutdown = CancellationToken::new();
         let counters = Arc::new(listener::ConnectionCounters::default());
-        let app = routes::router(node.clone(), counters.clone(), &limits);
+        let api = Arc::new(api::ApiSlot::new());
+        let app = routes::router(
+            node.clone(),
+            counters.clone(),
+            &limits,
+            api::router(api.clone()),
+        );
         let limited = listener::LimitedListener::new(
             listener,
             limits.connections_max,
@@ -90,6 +100,8 @@ impl HttpServer {
         Ok(HttpServer {
             local_addr,
             node,
+            api,
+            request_timeout: limits.request_timeout,
             shutdown,
             task,
         })
@@ -99,6 +111,19 @@ impl HttpServer {
     pub fn attach(&self, view: Arc<dyn NodeView>) {
         if self.node.set(view).is_err() {
             tracing::warn!("the HTTP listener already has a node view; the new one is ignored");
+        }
+    }
+
+    /// Starts the REST API (`/api/v1`): it becomes a client of the cluster through the node's
+    /// own native address. Until then its routes answer 503. A second call is ignored.
+    pub fn attach_api(&self, native_addr: SocketAddr) {
+        match api::ApiClient::new(native_addr, self.request_timeout) {
+            Ok(client) => {
+                if self.api.set(client).is_err() {
+                    tracing::warn!("the REST API already has a cluster client; ignored");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "the REST API cannot start"),
         }
     }
 
