@@ -132,7 +132,7 @@ async function main() {
 
     log("the message browser shows headers and pretty-printed JSON, as text");
     await page.click('nav a[data-section="messages"]');
-    await page.waitForSelector(`#message-form select[name="topic"] option[value="${TOPIC}"]`);
+    await page.waitForSelector(`#message-form select[name="topic"] option[value="${TOPIC}"]`, { state: "attached" });
     await page.selectOption('#message-form select[name="topic"]', TOPIC);
     await page.fill('#message-form input[name="partition"]', "0");
     await page.fill('#message-form input[name="offset"]', "0");
