@@ -4,12 +4,14 @@
 //! messages back in the message browser, and sees a consumer group's lag. Screenshots of every
 //! page go to `target/console-screenshots/`.
 //!
-//! Needs Debian's `chromium` and `web/node_modules`: `scripts/install-browser-tools.sh`
-//! installs both. Without them the test fails and says so.
+//! The browser test and the check that the committed assets are what `web/` builds need
+//! Debian's `chromium` and `web/node_modules`: `scripts/install-browser-tools.sh` installs both.
+//! Without them those tests fail and say so. The headers test needs neither.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -182,4 +184,65 @@ fn the_committed_console_assets_are_what_web_builds() {
         Duration::from_secs(120),
     );
     assert!(ok, "{printed}");
+}
+
+/// One GET on its own connection: the status, the headers (names lower-cased), the body.
+fn get(http: &str, path: &str, extra: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut stream = TcpStream::connect(http).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n{extra}Connection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a whole response");
+    let head = String::from_utf8(response[..split].to_vec()).unwrap();
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)?.parse().ok());
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (
+        status.expect("a status"),
+        headers,
+        response[split + 4..].to_vec(),
+    )
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {name} header in {headers:?}"))
+}
+
+#[test]
+fn the_console_is_served_embedded_with_its_types_an_etag_and_a_same_origin_policy() {
+    let server = Node::start();
+    let root = workspace_root();
+    for (path, file, content_type) in [
+        ("/", "index.html", "text/html"),
+        ("/console/app.js", "app.js", "text/javascript"),
+        ("/console/style.css", "style.css", "text/css"),
+    ] {
+        let (status, headers, body) = get(&server.http, path, "");
+        assert_eq!(status, 200, "{path}");
+        assert!(header(&headers, "content-type").starts_with(content_type));
+        let committed = std::fs::read(root.join("crates/http/console").join(file)).unwrap();
+        assert!(body == committed, "{path} is not the committed {file}");
+        let csp = header(&headers, "content-security-policy");
+        assert!(csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"));
+        assert!(!csp.contains("http"), "no remote origin is allowed: {csp}");
+        let etag = header(&headers, "etag").to_string();
+        let (again, _, body) = get(&server.http, path, &format!("If-None-Match: {etag}\r\n"));
+        assert_eq!((again, body.len()), (304, 0), "{path} revalidated");
+    }
+    let (status, _, _) = get(&server.http, "/console/missing.js", "");
+    assert_eq!(status, 404);
 }
