@@ -14,9 +14,10 @@ const PAD_R = 12;
 const PAD_T = 10;
 const PAD_B = 24;
 
-/** A y-axis top that is a round number at or above `max`. */
+/** A y-axis top that is a round number at or above `max`; at least 4, so that the four grid
+ * steps of a chart of small counts are whole numbers. */
 function niceMax(max: number): number {
-  if (!(max > 0)) return 1;
+  if (!(max > 4)) return 4;
   const step = Math.pow(10, Math.floor(Math.log10(max)));
   for (const m of [1, 2, 2.5, 5, 10]) {
     if (m * step >= max) return m * step;

@@ -179,6 +179,24 @@ async function main() {
     if (!bars.some((v) => v > 0)) throw new Error(`the lag chart shows ${bars}`);
     await shot(page, "group-detail");
 
+    log("a live member shows with its assignment, and the lag falls to 0");
+    // Reads the rest, then stays a member until nothing new arrives for a while.
+    const member = tinymq(["consume", TOPIC, "--group", GROUP, "--timeout-ms", "4000"]);
+    await page.waitForFunction(
+      (topic) => {
+        const rows = [...document.querySelectorAll("#members tbody tr")];
+        const lags = [...document.querySelectorAll("#group-offsets .lag")].map((e) => e.getAttribute("data-lag"));
+        return (
+          rows.some((r) => (r.cells[2]?.textContent ?? "").includes(`${topic}: 0, 1`)) &&
+          lags.length === 2 &&
+          lags.every((l) => l === "0")
+        );
+      },
+      TOPIC,
+    );
+    await shot(page, "group-live");
+    await member;
+
     if (errors.length) throw new Error(errors.join("\n"));
     console.log(`console test: passed; screenshots in ${shots}`);
   } catch (e) {

@@ -106,8 +106,8 @@ const PAD_R = 12;
 const PAD_T = 10;
 const PAD_B = 24;
 function niceMax(max) {
-    if (!(max > 0))
-        return 1;
+    if (!(max > 4))
+        return 4;
     const step = Math.pow(10, Math.floor(Math.log10(max)));
     for (const m of [1, 2, 2.5, 5, 10]) {
         if (m * step >= max)
