@@ -1,8 +1,8 @@
 //! The web console in a real browser (issue 15): headless Chromium, driven by
 //! `web/tests/console.test.mjs`, opens the console of a real `tinymq server`, creates a topic
 //! through the form, watches the throughput chart move while the CLI produces, reads the
-//! messages back in the message browser, and sees a consumer group's lag. Screenshots of every
-//! page go to `target/console-screenshots/`.
+//! messages back in the message browser, and sees a consumer group's lag, then a live member
+//! and the lag at 0. Screenshots of every page go to `target/console-screenshots/`.
 //!
 //! The browser test and the check that the committed assets are what `web/` builds need
 //! Debian's `chromium` and `web/node_modules`: `scripts/install-browser-tools.sh` installs both.
@@ -166,6 +166,7 @@ fn the_console_shows_topics_throughput_messages_and_group_lag_in_chromium() {
         "messages",
         "groups",
         "group-detail",
+        "group-live",
     ] {
         let png = screenshots.join(format!("{page}.png"));
         let len = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);
