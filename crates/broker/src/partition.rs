@@ -313,9 +313,12 @@ impl Partition {
         };
         producers.record(identity, info.base_offset, info.last_offset, context.now_ms);
         drop(producers);
-        let records = u64::try_from(checked.batch.record_count()).unwrap_or(0);
-        let bytes = checked.batch.size_bytes() as u64;
-        crate::stats::produced(&self.traffic, bytes, records);
+        // Commits written to the offsets topic are not produced records.
+        if !tinymq_meta::image::is_internal_topic(&self.topic) {
+            let records = u64::try_from(checked.batch.record_count()).unwrap_or(0);
+            let bytes = checked.batch.size_bytes() as u64;
+            crate::stats::produced(&self.traffic, bytes, records);
+        }
         self.log_end.send_replace(info.log_end_offset);
         Ok(Some(PendingAppend {
             base_offset: info.base_offset,

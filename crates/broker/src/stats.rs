@@ -14,16 +14,7 @@ pub const BATCH_RECORDS_BOUNDS: &[u64] = &[
 
 /// Bounds of the bytes-per-batch histogram: 128 B to 16 MiB by powers of four.
 pub const BATCH_BYTES_BOUNDS: &[u64] = &[
-    128,
-    512,
-    2_048,
-    8_192,
-    32_768,
-    131_072,
-    524_288,
-    2_097_152,
-    8_388_608,
-    16_777_216,
+    128, 512, 2_048, 8_192, 32_768, 131_072, 524_288, 2_097_152, 8_388_608, 16_777_216,
 ];
 
 /// Records and bytes through one partition (or the whole node).
@@ -75,9 +66,10 @@ pub struct NodeStats {
     pub batch_records: Histogram,
     /// Bytes per produced batch.
     pub batch_bytes: Histogram,
-    /// ISR changes this broker proposed as a leader and the MetaServer applied: removals...
+    /// Changes to the ISR of a partition led here (proposed by this leader, or made by the
+    /// MetaServer, e.g. fencing a broker) that removed a replica...
     pub isr_shrinks: AtomicU64,
-    /// ... and additions.
+    /// ... and that added one.
     pub isr_expands: AtomicU64,
 }
 
@@ -115,7 +107,7 @@ pub(crate) fn consumed(partition: Option<&Traffic>, bytes: u64, records: u64) {
     NODE.traffic.add_out(bytes, records);
 }
 
-/// An ISR change applied: members `removed` and `added`.
+/// A led partition's ISR changed: members `removed` and/or `added`.
 pub(crate) fn isr_changed(removed: bool, added: bool) {
     if removed {
         NODE.isr_shrinks.fetch_add(1, Ordering::Relaxed);

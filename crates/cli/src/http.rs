@@ -11,8 +11,8 @@ use tinymq_http::{
     BrokerStats, ConnectionCounts, GroupStats, HistogramData, HttpLimits, HttpServer, NodeView,
     OpStats, PartitionStats, RaftStats, ReadinessCheck, Traffic, DEFAULT_HTTP_ADDR,
 };
-use tinymq_protocol::stats::HistogramSnapshot;
 use tinymq_meta::raft::MetaNode;
+use tinymq_protocol::stats::HistogramSnapshot;
 
 /// The HTTP settings, as flags (with their `TINYMQ_HTTP_*` variables) or as keys of a role's
 /// TOML file (the same names, e.g. `http = "127.0.0.1:21582"`, `http_idle_timeout_ms = 30000`).
@@ -34,7 +34,7 @@ pub struct HttpArgs {
     http_request_timeout_ms: Option<u64>,
     /// Close an HTTP connection on which no byte moved for this long (ms): idle keep-alive,
     /// slow or missing request headers, an unread response; at least the request timeout
-    /// [default: 30000].
+    /// [default: 30000, or the request timeout if longer].
     #[arg(long, env = "TINYMQ_HTTP_IDLE_TIMEOUT_MS", value_parser = crate::args::positive_u64)]
     http_idle_timeout_ms: Option<u64>,
     /// Partitions with their own series in /metrics (and consumer groups, and group lag
@@ -77,9 +77,11 @@ impl HttpArgs {
         if let Some(ms) = self.http_request_timeout_ms {
             l.request_timeout = Duration::from_millis(ms);
         }
-        if let Some(ms) = self.http_idle_timeout_ms {
-            l.idle_timeout = Duration::from_millis(ms);
-        }
+        // Unless given, the idle timeout follows a longer request timeout (it may not be shorter).
+        l.idle_timeout = match self.http_idle_timeout_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None => l.idle_timeout.max(l.request_timeout),
+        };
         l.partition_series_max = self
             .http_partition_series_max
             .unwrap_or(l.partition_series_max);

@@ -131,10 +131,17 @@ mod tests {
         let http = "http = \"off\"\nhttp_idle_timeout_ms = 30000\nhttp_partition_series_max = 5\n";
         std::fs::write(&path, format!("data = \"d\"\n{http}")).unwrap();
         let (role, _, http) = read_file::<Role>(Some(&path)).unwrap();
-        assert_eq!(role.data.as_deref(), Some("d"), "HTTP keys are taken out first");
+        assert_eq!(
+            role.data.as_deref(),
+            Some("d"),
+            "HTTP keys are taken out first"
+        );
         assert!(format!("{http:?}").contains("http_idle_timeout_ms: Some(30000)"));
         std::fs::write(&path, "http_idle_timeout = 3\n").unwrap();
-        assert!(read_file::<Role>(Some(&path)).is_err(), "a misspelt HTTP key");
+        assert!(
+            read_file::<Role>(Some(&path)).is_err(),
+            "a misspelt HTTP key"
+        );
 
         std::fs::write(&path, "data = \"d\"\nconections_max = 3\n").unwrap();
         assert!(read_file::<Role>(Some(&path)).is_err(), "a misspelt key");

@@ -4,8 +4,8 @@
 //! its headers slowly or not at all, one not reading its response) is closed, giving its place
 //! back.
 
-use std::io;
 use std::future::Future;
+use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -107,13 +107,13 @@ pub(crate) fn broker(encoder: &mut DescriptorEncoder, b: &BrokerStats) -> Result
     counter(
         encoder,
         "isr_shrinks",
-        "ISR changes led from here that removed a replica.",
+        "Changes to the ISR of a partition led here that removed a replica.",
         b.isr_shrinks,
     )?;
     counter(
         encoder,
         "isr_expands",
-        "ISR changes led from here that added a replica.",
+        "Changes to the ISR of a partition led here that added a replica.",
         b.isr_expands,
     )
 }

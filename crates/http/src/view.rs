@@ -34,7 +34,9 @@ pub struct HistogramData {
 
 impl HistogramData {
     pub fn count(&self) -> u64 {
-        self.buckets.iter().fold(0u64, |a, (_, n)| a.saturating_add(*n))
+        self.buckets
+            .iter()
+            .fold(0u64, |a, (_, n)| a.saturating_add(*n))
     }
 }
 

@@ -276,7 +276,10 @@ impl PartitionLog {
             first_position.get_or_insert(meta.position);
             total += meta.size_bytes;
             // A valid batch's offsets increase (recovery checks it); saturating all the same.
-            let spanned = meta.last_offset.saturating_sub(meta.base_offset).saturating_add(1);
+            let spanned = meta
+                .last_offset
+                .saturating_sub(meta.base_offset)
+                .saturating_add(1);
             records = records.saturating_add(u64::try_from(spanned).unwrap_or(0));
             true
         })?;

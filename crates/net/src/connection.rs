@@ -202,13 +202,14 @@ impl<S: Service> Connection<S> {
     /// Takes one request of a handshaken connection: waits for a permit, screens it, lets the
     /// service admit it (in arrival order), and runs the rest concurrently.
     async fn serve(&self, frame: tinymq_protocol::Frame, peer: &Peer) -> Result<(), String> {
+        // Timed from here: the wait for a permit (backpressure) is part of the request's time.
+        let started = std::time::Instant::now();
         let permit = tokio::select! {
             p = self.permits.clone().acquire_owned() => p.map_err(|e| e.to_string())?,
             _ = self.shutdown.cancelled() => return Err("shutting down".into()),
             _ = self.tx.closed() => return Err("the peer stopped reading responses".into()),
         };
         let (op_code, id) = (frame.header.op_code(), frame.header.message_id);
-        let started = std::time::Instant::now();
         let response: ResponseFuture = match handshake::screen(&frame) {
             Err(refusal) => crate::ready(Some(refusal)),
             Ok(op) => match handshake::authorize(op, peer.role) {

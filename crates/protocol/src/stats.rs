@@ -60,7 +60,10 @@ impl Histogram {
     /// `bounds` must be increasing and fewer than [`HISTOGRAM_BUCKETS_MAX`]: a programmer's
     /// constant, checked at compile time where the histogram is a `static`.
     pub const fn new(bounds: &'static [u64]) -> Histogram {
-        assert!(bounds.len() < HISTOGRAM_BUCKETS_MAX, "too many histogram bounds");
+        assert!(
+            bounds.len() < HISTOGRAM_BUCKETS_MAX,
+            "too many histogram bounds"
+        );
         Histogram {
             bounds,
             buckets: [const { AtomicU64::new(0) }; HISTOGRAM_BUCKETS_MAX],

@@ -86,21 +86,9 @@ async fn propose(state: &BrokerState, partition: &Partition, command: Command) {
         return;
     };
     let proposed = proposed.clone();
-    let before = state
-        .cluster
-        .image()
-        .topics
-        .get(&partition.topic)
-        .and_then(|t| t.partitions.get(partition.index as usize))
-        .map(|p| p.isr.clone());
     match state.cluster.write(command).await {
         Ok(Reply::Partition(record)) => {
             if record.isr == proposed {
-                if let Some(before) = before {
-                    let removed = before.iter().any(|b| !record.isr.contains(b));
-                    let added = record.isr.iter().any(|r| !before.contains(r));
-                    crate::stats::isr_changed(removed, added);
-                }
                 tracing::info!(topic = %partition.topic, partition = partition.index, isr = ?record.isr, "in-sync replicas changed");
             } else {
                 tracing::info!(topic = %partition.topic, partition = partition.index, proposed = ?proposed, isr = ?record.isr, "ISR change refused");
