@@ -115,15 +115,14 @@ impl HttpServer {
     }
 
     /// Starts the REST API (`/api/v1`): it becomes a client of the cluster through the node's
-    /// own native address. Until then its routes answer 503. A second call is ignored.
-    pub fn attach_api(&self, native_addr: SocketAddr) {
-        match api::ApiClient::new(native_addr, self.request_timeout) {
-            Ok(client) => {
-                if self.api.set(client).is_err() {
-                    tracing::warn!("the REST API already has a cluster client; ignored");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "the REST API cannot start"),
+    /// own native address (`serves_data`: a broker or `server`), or through the live brokers
+    /// a MetaServer node knows of. Until then its routes answer 503. A second call is ignored.
+    pub fn attach_api(&self, native_addr: SocketAddr, serves_data: bool) {
+        if !self
+            .api
+            .attach(native_addr, serves_data, self.request_timeout)
+        {
+            tracing::warn!("the REST API already has its native address; ignored");
         }
     }
 

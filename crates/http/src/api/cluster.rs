@@ -1,6 +1,7 @@
 //! `GET /api/v1/cluster`: the MetaServer group (each node asked directly, up or down, the
 //! Raft leader) and the brokers with their liveness, from the metadata image.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -10,10 +11,7 @@ use tinymq_client::Connection;
 use tinymq_protocol::messages as m;
 use utoipa::ToSchema;
 
-use super::{ApiState, Problem};
-
-/// How long each MetaServer node gets to answer before it is shown as down.
-const META_NODE_ANSWER_WAIT: Duration = Duration::from_secs(2);
+use super::{ApiState, Problem, META_NODE_ANSWER_WAIT};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ClusterInfo {
@@ -59,24 +57,52 @@ pub struct BrokerInfo {
     pub epoch: u64,
 }
 
-/// The parts of the metadata image this route reads.
+/// The parts of the metadata image the API reads.
 #[derive(Deserialize)]
-struct Image {
+pub(super) struct Image {
     #[serde(default)]
-    cluster_id: String,
+    pub cluster_id: String,
     #[serde(default)]
-    brokers: std::collections::BTreeMap<String, ImageBroker>,
+    pub brokers: std::collections::BTreeMap<String, ImageBroker>,
 }
 
 #[derive(Deserialize)]
-struct ImageBroker {
-    id: u32,
-    host: String,
-    port: u16,
+pub(super) struct ImageBroker {
+    pub id: u32,
+    pub host: String,
+    pub port: u16,
     #[serde(default)]
-    epoch: u64,
+    pub epoch: u64,
     #[serde(default)]
-    fenced: bool,
+    pub fenced: bool,
+}
+
+/// Asks the node at `addr` (any role answers it) for the metadata image.
+pub(super) async fn read_image(
+    addr: SocketAddr,
+    wait: Duration,
+) -> Result<(m::MetaReadResponse, Image), Problem> {
+    let asked = tokio::time::timeout(wait, async {
+        let c = Connection::connect(&addr.to_string(), "tinymq-http", "").await?;
+        c.request(&m::MetaReadRequest::default(), wait).await
+    })
+    .await;
+    let read = match asked {
+        Ok(answer) => answer?,
+        Err(_) => {
+            return Err(Problem::unavailable(format!(
+                "this node's native port ({addr}) did not answer within {wait:?}"
+            )))
+        }
+    };
+    let image: Image = serde_json::from_slice(&read.image).map_err(|e| {
+        Problem::new(
+            axum::http::StatusCode::BAD_GATEWAY,
+            "UNKNOWN_SERVER_ERROR",
+            format!("the metadata image is not readable: {e}"),
+        )
+    })?;
+    Ok((read, image))
 }
 
 /// The MetaServer nodes, their Raft leader, and the brokers.
@@ -93,24 +119,13 @@ struct ImageBroker {
     )
 )]
 pub async fn get_cluster(State(state): State<ApiState>) -> Result<Json<ClusterInfo>, Problem> {
-    let api = state.client()?;
-    let read = api
-        .cluster
-        .request(&m::MetaReadRequest::default())
-        .await
-        .map_err(Problem::from)?;
+    // Asked of this node itself: every role answers it, even with no broker live.
+    let (read, image) = read_image(state.native()?, META_NODE_ANSWER_WAIT.mul_f64(2.0)).await?;
     let warning = read
         .error
         .as_ref()
         .filter(|e| e.code != 0)
         .map(|e| format!("{}: {}", e.error_code().name(), e.message));
-    let image: Image = serde_json::from_slice(&read.image).map_err(|e| {
-        Problem::new(
-            axum::http::StatusCode::BAD_GATEWAY,
-            "UNKNOWN_SERVER_ERROR",
-            format!("the metadata image is not readable: {e}"),
-        )
-    })?;
     let leader = (read.leader != 0).then_some(read.leader);
     let nodes = ask_nodes(&read.nodes, leader, &read.voters).await;
     let brokers = image

@@ -142,7 +142,7 @@ pub struct PartitionOffset {
     )
 )]
 pub async fn list_groups(State(state): State<ApiState>) -> Result<Json<GroupList>, Problem> {
-    let api = state.client()?;
+    let api = state.client().await?;
     let mut ids = api.admin.list_groups().await?;
     let truncated = ids.len() > HTTP_GROUPS_LIST_MAX;
     ids.truncate(HTTP_GROUPS_LIST_MAX);
@@ -197,7 +197,7 @@ pub async fn describe_group(
     ApiPath(path): ApiPath<GroupPath>,
 ) -> Result<Json<GroupDescription>, Problem> {
     check_name("group id", &path.id)?;
-    let api = state.client()?;
+    let api = state.client().await?;
     let d = api.admin.describe_group(&path.id).await?;
     // One description per topic gives every partition's high watermark from its leader.
     let topics: BTreeSet<&str> = d.offsets.iter().map(|o| o.topic.as_str()).collect();
@@ -278,7 +278,7 @@ pub async fn reset_offsets(
 ) -> Result<Json<ResetResult>, Problem> {
     check_name("group id", &path.id)?;
     check_name("topic name", &body.topic)?;
-    let api = state.client()?;
+    let api = state.client().await?;
     match api.admin.describe_group(&path.id).await {
         Ok(d) if !d.members.is_empty() => {
             return Err(Problem::from_code(
@@ -315,7 +315,7 @@ pub async fn reset_offsets(
     for p in partitions {
         offsets.push(PartitionOffset {
             partition: p,
-            offset: target(api, &body.topic, p, &body.to).await?,
+            offset: target(&api, &body.topic, p, &body.to).await?,
         });
     }
     let commit = offsets
@@ -382,6 +382,6 @@ pub async fn delete_group(
     ApiPath(path): ApiPath<GroupPath>,
 ) -> Result<StatusCode, Problem> {
     check_name("group id", &path.id)?;
-    state.client()?.admin.delete_group(&path.id).await?;
+    state.client().await?.admin.delete_group(&path.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -98,7 +98,8 @@ pub struct ProduceMessage {
     pub headers: Option<Vec<HeaderInput>>,
     /// Absent: chosen by the key's hash (or in turn without a key), as the producer does.
     pub partition: Option<u32>,
-    /// Absent: now.
+    /// Milliseconds since the Unix epoch; absent: now.
+    #[schema(minimum = 0)]
     pub timestamp_ms: Option<i64>,
 }
 
@@ -147,7 +148,7 @@ pub async fn read_messages(
             "limit must be 1 to http_messages_page_max ({HTTP_MESSAGES_PAGE_MAX})"
         )));
     }
-    let api = state.client()?;
+    let api = state.client().await?;
     let (topic, partition) = (path.name.as_str(), path.partition);
     let start = match (query.offset, query.timestamp_ms) {
         (Some(_), Some(_)) => {
@@ -165,7 +166,7 @@ pub async fn read_messages(
         },
         (None, None) => api.admin.list_offset(topic, partition, -2).await?,
     };
-    let fetched = fetch(api, topic, partition, start).await?;
+    let fetched = fetch(&api, topic, partition, start).await?;
     Ok(Json(page(fetched, start, limit as usize, query.encoding)?))
 }
 
@@ -376,7 +377,7 @@ pub async fn produce_message(
             "timestamp_ms must be 0 or more",
         ));
     }
-    let api = state.client()?;
+    let api = state.client().await?;
     // A fresh route: an unknown topic or partition is a 404 now, not a delivery timeout.
     let route = api.cluster.refresh(&path.name).await?;
     if let Some(p) = body.partition {

@@ -16,8 +16,8 @@ mod problem;
 mod topics;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -36,8 +36,55 @@ pub const HTTP_MESSAGES_PAGE_BYTES_MAX: u32 = 1 << 20;
 /// Most groups `GET /api/v1/groups` describes (each costs a request to its coordinator).
 pub const HTTP_GROUPS_LIST_MAX: usize = 1000;
 
-/// The cluster client the routes share, set once the node knows its native address.
-pub(crate) type ApiSlot = OnceLock<ApiClient>;
+/// How long a MetaServer node's API keeps its list of live brokers before reading it again.
+const META_BOOTSTRAP_AGE: Duration = Duration::from_secs(30);
+
+/// What the REST API reaches the cluster through, set once the node knows its native address,
+/// and the client built from it.
+#[derive(Default)]
+pub(crate) struct ApiSlot {
+    target: OnceLock<Target>,
+    cached: Mutex<Option<Cached>>,
+}
+
+impl ApiSlot {
+    pub fn new() -> ApiSlot {
+        ApiSlot::default()
+    }
+
+    /// Sets the node's native address; false if it was set already.
+    pub fn attach(&self, native: SocketAddr, serves_data: bool, request_timeout: Duration) -> bool {
+        // A node listening on every address is reached through loopback.
+        let mut native = native;
+        if native.ip().is_unspecified() {
+            native.set_ip(match native {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        self.target
+            .set(Target {
+                native,
+                serves_data,
+                request_timeout,
+            })
+            .is_ok()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    native: SocketAddr,
+    /// A broker (or `server`) serves every operation; a MetaServer node only the metadata
+    /// ones, so its API goes through the live brokers.
+    serves_data: bool,
+    request_timeout: Duration,
+}
+
+struct Cached {
+    client: Arc<ApiClient>,
+    built: Instant,
+}
 
 pub(crate) struct ApiClient {
     pub admin: Admin,
@@ -46,25 +93,17 @@ pub(crate) struct ApiClient {
 }
 
 impl ApiClient {
-    /// A client of the node at `native`. Its retries end well before the HTTP request
+    /// A client of the nodes at `bootstrap`. Its retries end well before the HTTP request
     /// timeout, so that a cluster that does not answer gets a 503 problem document rather
     /// than the listener's 408.
-    pub fn new(native: SocketAddr, request_timeout: Duration) -> Result<ApiClient, String> {
-        // A node listening on every address is reached through loopback.
-        let mut addr = native;
-        if addr.ip().is_unspecified() {
-            addr.set_ip(match addr {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let mut config = ClientConfig::new(&addr.to_string());
+    fn new(bootstrap: &[String], request_timeout: Duration) -> Result<ApiClient, Problem> {
+        let mut config = ClientConfig::new(&bootstrap.join(","));
         config.client_id = format!("tinymq-http/{}", env!("CARGO_PKG_VERSION"));
         let budget = request_timeout.mul_f64(0.6).max(Duration::from_millis(100));
         config.api_timeout = budget;
         config.request_timeout = budget;
-        let admin = Admin::new(config.clone()).map_err(|e| e.to_string())?;
-        let cluster = Cluster::new(config.clone()).map_err(|e| e.to_string())?;
+        let admin = Admin::new(config.clone())?;
+        let cluster = Cluster::new(config.clone())?;
         Ok(ApiClient {
             admin,
             cluster,
@@ -80,13 +119,70 @@ pub(crate) struct ApiState {
 }
 
 impl ApiState {
-    /// The cluster client, or 503 while the node is still starting.
-    pub fn client(&self) -> Result<&ApiClient, Problem> {
-        self.slot.get().ok_or_else(|| {
+    /// The node's own native address, or 503 while the node is still starting.
+    fn target(&self) -> Result<Target, Problem> {
+        self.slot.target.get().copied().ok_or_else(|| {
             Problem::unavailable("the node is still starting: the REST API is not ready yet")
         })
     }
+
+    /// The node's own native address (every node answers `MetaRead` there).
+    pub fn native(&self) -> Result<SocketAddr, Problem> {
+        Ok(self.target()?.native)
+    }
+
+    /// The cluster client, or 503 while the node is still starting (or, on a MetaServer node,
+    /// while no broker is live).
+    pub async fn client(&self) -> Result<Arc<ApiClient>, Problem> {
+        let target = self.target()?;
+        let fresh = |c: &Cached| target.serves_data || c.built.elapsed() < META_BOOTSTRAP_AGE;
+        if let Some(client) = self.cached(fresh) {
+            return Ok(client);
+        }
+        let bootstrap = if target.serves_data {
+            vec![target.native.to_string()]
+        } else {
+            live_brokers(target.native).await?
+        };
+        let client = Arc::new(ApiClient::new(&bootstrap, target.request_timeout)?);
+        if let Ok(mut cached) = self.slot.cached.lock() {
+            *cached = Some(Cached {
+                client: client.clone(),
+                built: Instant::now(),
+            });
+        }
+        Ok(client)
+    }
+
+    fn cached(&self, fresh: impl Fn(&Cached) -> bool) -> Option<Arc<ApiClient>> {
+        let cached = self.slot.cached.lock().ok()?;
+        cached
+            .as_ref()
+            .filter(|c| fresh(c))
+            .map(|c| c.client.clone())
+    }
 }
+
+/// The addresses of the live brokers, from the metadata image of the MetaServer node at
+/// `native`.
+async fn live_brokers(native: SocketAddr) -> Result<Vec<String>, Problem> {
+    let image = cluster::read_image(native, META_NODE_ANSWER_WAIT).await?.1;
+    let brokers: Vec<String> = image
+        .brokers
+        .values()
+        .filter(|b| !b.fenced)
+        .map(|b| format!("{}:{}", b.host, b.port))
+        .collect();
+    if brokers.is_empty() {
+        return Err(Problem::unavailable(
+            "no broker is live: on a MetaServer node the REST API reads through the brokers",
+        ));
+    }
+    Ok(brokers)
+}
+
+/// How long a node asked directly gets to answer.
+const META_NODE_ANSWER_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(OpenApi)]
 #[openapi(

@@ -145,17 +145,32 @@ impl From<ClientError> for Problem {
     }
 }
 
-/// A JSON body; a body that is not JSON, or not the expected shape, is a 400 problem.
+/// A JSON object body; a body that is not JSON, not an object, or not the expected shape is
+/// a 400 problem. (Going through a `Value` first: serde would take a struct from an array.)
 pub struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = Problem;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, Problem> {
-        match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(ApiJson(value)),
-            Err(rejection) => Err(json_problem(rejection)),
+        let value = match axum::Json::<serde_json::Value>::from_request(request, state).await {
+            Ok(axum::Json(value)) => value,
+            Err(rejection) => return Err(json_problem(rejection)),
+        };
+        if !value.is_object() {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "MALFORMED_BODY",
+                "the request body must be a JSON object".into(),
+            ));
         }
+        serde_json::from_value(value).map(ApiJson).map_err(|e| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "MALFORMED_BODY",
+                format!("the request body does not have the expected fields: {e}"),
+            )
+        })
     }
 }
 

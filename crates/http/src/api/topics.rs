@@ -101,8 +101,10 @@ pub struct CreateTopic {
     #[schema(pattern = "^[A-Za-z0-9._-]{1,249}$")]
     pub name: String,
     /// Absent: the server's default.
+    #[schema(minimum = 1)]
     pub partitions: Option<u32>,
     /// Absent: the server's default.
+    #[schema(minimum = 1)]
     pub replication_factor: Option<u32>,
     pub config: Option<TopicSettingsInput>,
 }
@@ -111,11 +113,18 @@ pub struct CreateTopic {
 #[serde(deny_unknown_fields)]
 pub struct AlterTopic {
     /// The new partition count: more than the topic has (or as many: nothing changes).
+    #[schema(minimum = 1)]
     pub partitions: Option<u32>,
     /// Changing settings of an existing topic is not in the native protocol: only an absent
-    /// or empty object is accepted.
+    /// or empty object is accepted (any setting is refused with 400 `INVALID_CONFIG`).
+    #[schema(value_type = Option<NoSettings>)]
     pub config: Option<TopicSettingsInput>,
 }
+
+/// No settings: an empty object.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoSettings {}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TopicDescription {
@@ -180,7 +189,7 @@ pub struct TopicPath {
     )
 )]
 pub async fn list_topics(State(state): State<ApiState>) -> Result<Json<TopicList>, Problem> {
-    let api = state.client()?;
+    let api = state.client().await?;
     let names = api.admin.list_topics().await?;
     if names.is_empty() {
         return Ok(Json(TopicList { topics: Vec::new() }));
@@ -228,7 +237,7 @@ pub async fn create_topic(
     ApiJson(body): ApiJson<CreateTopic>,
 ) -> Result<(StatusCode, Json<TopicDescription>), Problem> {
     check_name("topic name", &body.name)?;
-    let api = state.client()?;
+    let api = state.client().await?;
     let settings = body.config.unwrap_or_default();
     let config = TopicConfig {
         partitions: nonzero(body.partitions, "partitions")?,
@@ -276,7 +285,7 @@ fn refused_placement(e: tinymq_client::ClientError) -> Problem {
 }
 
 async fn describe(state: &ApiState, name: &str) -> Result<TopicDescription, Problem> {
-    let d = state.client()?.admin.describe_topic(name).await?;
+    let d = state.client().await?.admin.describe_topic(name).await?;
     Ok(TopicDescription {
         name: d.name,
         config: d.config.unwrap_or_default().into(),
@@ -348,7 +357,8 @@ pub async fn alter_topic(
         return Ok(Json(now));
     }
     state
-        .client()?
+        .client()
+        .await?
         .admin
         .alter_partitions(&path.name, partitions)
         .await
@@ -377,6 +387,6 @@ pub async fn delete_topic(
     ApiPath(path): ApiPath<TopicPath>,
 ) -> Result<StatusCode, Problem> {
     check_name("topic name", &path.name)?;
-    state.client()?.admin.delete_topic(&path.name).await?;
+    state.client().await?.admin.delete_topic(&path.name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
