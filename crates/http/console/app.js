@@ -450,7 +450,7 @@ function topicDetailPage(root, name) {
     return () => clearInterval(timer);
 }
 function offsetText(v) {
-    return v === null ? "—" : fmtNumber(v);
+    return v === null || v < 0 ? "—" : fmtNumber(v);
 }
 async function loadTopicDetail(body, name) {
     try {

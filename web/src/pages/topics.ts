@@ -79,7 +79,7 @@ function topicDetailPage(root: HTMLElement, name: string): () => void {
 }
 
 function offsetText(v: number | null): string {
-  return v === null ? "—" : fmtNumber(v);
+  return v === null || v < 0 ? "—" : fmtNumber(v);
 }
 
 async function loadTopicDetail(body: HTMLElement, name: string): Promise<void> {
