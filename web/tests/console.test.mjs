@@ -150,6 +150,16 @@ async function main() {
     if (!header.includes("source") || !header.includes("console-test")) throw new Error(`headers: ${header}`);
     await shot(page, "messages");
 
+    log("read from a time instead of an offset");
+    const before = new Date(Date.now() - 10 * 60_000).toISOString().slice(0, 19);
+    await page.selectOption('#message-form select[name="from"]', "time");
+    await page.fill('#message-form input[name="time"]', before);
+    await page.click('#message-form button[type="submit"]');
+    await page.waitForSelector('#messages[data-query*="timestamp_ms="] li.message');
+    const first = await page.getAttribute("li.message", "data-offset");
+    if (first !== "0") throw new Error(`from ten minutes ago the first record shown is ${first}`);
+    await page.selectOption('#message-form select[name="from"]', "offset");
+
     log("filter the page by key");
     const key = await page.textContent("li.message code.key");
     await page.fill('#message-form input[name="key"]', key);

@@ -549,6 +549,7 @@ async function loadMessages(section, topic, q) {
     try {
         const page = await api("GET", `/topics/${seg(topic)}/partitions/${seg(partition)}/messages?${at}`);
         const shown = key === null ? page.messages : page.messages.filter((m) => m.key === key);
+        section.setAttribute("data-query", at.toString());
         const nextParams = new URLSearchParams(q);
         nextParams.delete("time");
         nextParams.set("offset", String(page.next_offset));

@@ -76,6 +76,8 @@ async function loadMessages(section: HTMLElement, topic: string, q: URLSearchPar
   try {
     const page = await api<MessagePage>("GET", `/topics/${seg(topic)}/partitions/${seg(partition)}/messages?${at}`);
     const shown = key === null ? page.messages : page.messages.filter((m) => m.key === key);
+    // Says which read the page shows (tests wait on it).
+    section.setAttribute("data-query", at.toString());
     const nextParams = new URLSearchParams(q);
     nextParams.delete("time");
     nextParams.set("offset", String(page.next_offset));
