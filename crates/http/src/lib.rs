@@ -7,7 +7,7 @@
 //!
 //! Layering: `listener` (accepting, with a connection limit) → `routes` (axum router, body
 //! and time limits) → `metrics` (prometheus-client collectors run at scrape time) and
-//! `health`.
+//! `health`; `console` serves the embedded web console at `/`.
 
 mod api;
 mod console;
