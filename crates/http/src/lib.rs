@@ -7,9 +7,10 @@
 //!
 //! Layering: `listener` (accepting, with a connection limit) → `routes` (axum router, body
 //! and time limits) → `metrics` (prometheus-client collectors run at scrape time) and
-//! `health`.
+//! `health`; `console` serves the embedded web console at `/`.
 
 mod api;
+mod console;
 mod health;
 mod limits;
 mod listener;

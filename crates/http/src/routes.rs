@@ -47,6 +47,7 @@ pub(crate) fn router(
         .route("/metrics", get(metrics_page))
         .route("/health/live", get(crate::health::live))
         .route("/health/ready", get(crate::health::ready))
+        .merge(crate::console::router())
         .fallback(not_found)
         .with_state(AppState { node, metrics })
         .merge(api)
