@@ -18,7 +18,7 @@ use super::{ApiState, Problem, HTTP_GROUPS_LIST_MAX};
 #[into_params(parameter_in = Path)]
 pub struct GroupPath {
     /// The group's id.
-    #[param(pattern = "^[A-Za-z0-9._-]{1,249}$")]
+    #[param(pattern = "^[A-Za-z0-9._-]{1,249}$", example = "readers")]
     pub id: String,
 }
 
@@ -110,7 +110,7 @@ pub struct TimestampTarget {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResetOffsets {
-    #[schema(pattern = "^[A-Za-z0-9._-]{1,249}$")]
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,249}$", example = "orders")]
     pub topic: String,
     pub to: ResetTo,
     /// Absent: every partition of the topic.

@@ -34,9 +34,10 @@ pub enum Encoding {
 #[into_params(parameter_in = Path)]
 pub struct PartitionPath {
     /// The topic's name.
-    #[param(pattern = "^[A-Za-z0-9._-]{1,249}$")]
+    #[param(pattern = "^[A-Za-z0-9._-]{1,249}$", example = "orders")]
     pub name: String,
     /// The partition's index.
+    #[param(example = 0)]
     pub partition: u32,
 }
 

@@ -173,7 +173,7 @@ impl From<m::PartitionState> for PartitionInfo {
 #[into_params(parameter_in = Path)]
 pub struct TopicPath {
     /// The topic's name.
-    #[param(pattern = "^[A-Za-z0-9._-]{1,249}$")]
+    #[param(pattern = "^[A-Za-z0-9._-]{1,249}$", example = "orders")]
     pub name: String,
 }
 
