@@ -222,6 +222,18 @@ async fn fetch(
         .unwrap_or_else(|| Problem::unavailable("the fetch was not tried")))
 }
 
+/// Bytes of a record's key, value and headers before rendering.
+fn decoded_bytes(r: &tinymq_protocol::batch::Record) -> usize {
+    let optional = |b: Option<&bytes::Bytes>| b.map_or(0, |b| b.len());
+    r.headers.iter().fold(
+        optional(r.key.as_ref()).saturating_add(optional(r.value.as_ref())),
+        |sum, h| {
+            sum.saturating_add(h.key.len())
+                .saturating_add(optional(h.value.as_ref()))
+        },
+    )
+}
+
 /// A wire error field as a result (absent or code 0: success), as the client reads it.
 fn wire_error(error: Option<&m::Error>) -> Result<(), ClientError> {
     match error {
@@ -249,6 +261,8 @@ fn page(
     };
     let mut messages = Vec::new();
     let mut next = start;
+    let page_bytes_max = HTTP_MESSAGES_PAGE_BYTES_MAX as usize;
+    let mut rendered_bytes = 0usize;
     'batches: for batch in BatchIter::new(p.records) {
         let batch = batch.map_err(bad_batch)?;
         if !batch.is_control() {
@@ -259,9 +273,16 @@ fn page(
                 if r.offset < start {
                     continue;
                 }
-                if messages.len() == limit {
+                // The page is bounded in decoded bytes too: a small compressed batch may hold
+                // many large records, which JSON would render several times over.
+                let record_bytes = decoded_bytes(&r);
+                if messages.len() == limit
+                    || (!messages.is_empty()
+                        && rendered_bytes.saturating_add(record_bytes) > page_bytes_max)
+                {
                     break 'batches;
                 }
+                rendered_bytes = rendered_bytes.saturating_add(record_bytes);
                 next = r.offset.saturating_add(1);
                 let (key, key_encoding) = render_opt(r.key.as_ref(), encoding);
                 let (value, value_encoding) = render_opt(r.value.as_ref(), encoding);

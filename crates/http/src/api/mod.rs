@@ -32,7 +32,9 @@ pub(crate) use problem::Problem;
 
 /// Most records one page of `GET .../messages` returns (`limit` above it is refused).
 pub const HTTP_MESSAGES_PAGE_MAX: u32 = 1000;
-/// Bytes of record batches one page of `GET .../messages` reads from the partition's leader.
+/// Bytes of record batches one page of `GET .../messages` reads from the partition's leader,
+/// and bytes of keys, values and headers (before rendering) it returns: a page stops before
+/// the record that would pass it, unless that record is the page's first.
 pub const HTTP_MESSAGES_PAGE_BYTES_MAX: u32 = 1 << 20;
 /// Most groups `GET /api/v1/groups` describes (each costs a request to its coordinator).
 pub const HTTP_GROUPS_LIST_MAX: usize = 1000;
