@@ -157,6 +157,8 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let http_args = std::mem::take(&mut args.http);
     let config = build_config(args)?;
+    let role = if cluster_member { "broker" } else { "server" };
+    crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {
         anyhow::ensure!(
             !config.meta.is_empty(),
