@@ -211,7 +211,10 @@ mod tests {
     #[test]
     fn a_bare_level_is_for_tinymq_and_a_full_filter_is_kept() {
         let d = directives("debug", Role::Server);
-        assert!(d.starts_with("warn,openraft=off,tinymq_client=debug"), "{d}");
+        assert!(
+            d.starts_with("warn,openraft=off,tinymq_client=debug"),
+            "{d}"
+        );
         assert!(d.contains(",tinymq_broker=debug"), "{d}");
         assert!(directives("info", Role::Server).contains("tinymq_client=warn"));
         assert!(directives("error", Role::Tool).starts_with("error,openraft=error"));
