@@ -43,6 +43,26 @@ impl Records {
             Records::File(range) => usize::try_from(range.slice.len).unwrap_or(usize::MAX),
         }
     }
+
+    /// Records in the batches (the offsets they span), for metrics: from the slice for a file
+    /// range, from the batch headers (no record is decoded) for bytes read into memory.
+    pub(crate) fn record_count(&self) -> u64 {
+        match self {
+            Records::File(range) => range.slice.records,
+            Records::Bytes(bytes) => {
+                let (mut rest, mut count) = (&bytes[..], 0u64);
+                while let Some(header) = tinymq_protocol::batch::BatchHeader::new(rest) {
+                    let spanned = i64::from(header.last_offset_delta()).saturating_add(1);
+                    count = count.saturating_add(u64::try_from(spanned).unwrap_or(0));
+                    match tinymq_protocol::batch::batch_size(rest) {
+                        Ok(Some(size)) if size <= rest.len() => rest = &rest[size..],
+                        _ => break,
+                    }
+                }
+                count
+            }
+        }
+    }
 }
 
 /// A range of a partition's segment file, held open until it has been sent; the partition is

@@ -209,6 +209,12 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
             results.push(partition_result(topic, partition, hint, outcome));
         }
     }
+    for result in &results {
+        if let Some(error) = &result.error {
+            let requests = &state.connections.requests;
+            requests.record_error(tinymq_protocol::OpCode::Produce, error.code);
+        }
+    }
     m::ProduceResponse {
         error: ok(),
         partitions: results,
@@ -617,6 +623,9 @@ pub(crate) async fn fetch(
         {
             // Keep only what the records hold (a read never exceeds the reservation).
             drop(reservation.split(reservation.num_permits().saturating_sub(total)));
+            if req.replica_id == 0 {
+                count_consumed(&state, &results);
+            }
             let answer = FetchAnswer {
                 error: ok(),
                 partitions: results,
@@ -630,6 +639,22 @@ pub(crate) async fn fetch(
         drop((reservation, turn));
         wait_for_any(watches, deadline).await;
         woken = true;
+    }
+}
+
+/// A consumer's fetch answer, for metrics: records and bytes out, and each partition's error.
+fn count_consumed(state: &BrokerState, results: &[PartitionRead]) {
+    for (result, records) in results {
+        if let Some(error) = &result.error {
+            let requests = &state.connections.requests;
+            requests.record_error(tinymq_protocol::OpCode::Fetch, error.code);
+        }
+        let bytes = records.len() as u64;
+        if bytes > 0 {
+            let partition = state.local_partition(&result.topic, result.partition);
+            let traffic = partition.as_deref().map(|p| &p.traffic);
+            crate::stats::consumed(traffic, bytes, records.record_count());
+        }
     }
 }
 

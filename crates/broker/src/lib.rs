@@ -28,6 +28,7 @@ mod reconcile;
 pub mod replica;
 mod server;
 pub mod state;
+pub mod stats;
 pub mod topic;
 mod topic_handlers;
 

@@ -131,6 +131,8 @@ pub struct Partition {
     flushing: AtomicBool,
     /// Leader or follower, and the leader's view of its followers.
     pub(crate) role: Mutex<crate::replica::Role>,
+    /// Records and bytes produced to and fetched from this partition here, for metrics.
+    pub traffic: crate::stats::Traffic,
 }
 
 impl Partition {
@@ -180,6 +182,7 @@ impl Partition {
             durable: watch::Sender::new(durable),
             flushing: AtomicBool::new(false),
             role: Mutex::new(crate::replica::Role::default()),
+            traffic: Default::default(),
         })
     }
 
@@ -310,6 +313,12 @@ impl Partition {
         };
         producers.record(identity, info.base_offset, info.last_offset, context.now_ms);
         drop(producers);
+        // Commits written to the offsets topic are not produced records.
+        if !tinymq_meta::image::is_internal_topic(&self.topic) {
+            let records = u64::try_from(checked.batch.record_count()).unwrap_or(0);
+            let bytes = checked.batch.size_bytes() as u64;
+            crate::stats::produced(&self.traffic, bytes, records);
+        }
         self.log_end.send_replace(info.log_end_offset);
         Ok(Some(PendingAppend {
             base_offset: info.base_offset,

@@ -62,7 +62,7 @@ fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
 }
 
 pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
-    let (file, file_limits) = read_file::<MetaFileConfig>(args.config.as_deref())?;
+    let (file, file_limits, file_http) = read_file::<MetaFileConfig>(args.config.as_deref())?;
     let missing =
         |what: &str| anyhow::anyhow!("tinymq meta needs --{what} (or `{what}` in --config)");
     let id = args.id.or(file.id).ok_or_else(|| missing("id"))?;
@@ -89,7 +89,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let http = args.http.start(false).await?;
+    let http = args.http.over(file_http).start(false).await?;
     let server = MetaServer::start(id, listen, peers, &data, limits).await?;
     if let Some(http) = &http {
         let view = crate::http::MetaView {

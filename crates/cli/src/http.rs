@@ -2,17 +2,22 @@
 //! views of a broker and of a MetaServer node that it serves metrics and health from.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tinymq_broker::state::BrokerState;
 use tinymq_http::{
-    ConnectionCounts, HttpLimits, HttpServer, NodeView, PartitionStats, RaftStats, ReadinessCheck,
-    DEFAULT_HTTP_ADDR,
+    BrokerStats, ConnectionCounts, GroupStats, HistogramData, HttpLimits, HttpServer, NodeView,
+    OpStats, PartitionStats, RaftStats, ReadinessCheck, Traffic, DEFAULT_HTTP_ADDR,
 };
 use tinymq_meta::raft::MetaNode;
+use tinymq_protocol::stats::HistogramSnapshot;
 
-#[derive(clap::Args, Debug, Default)]
+/// The HTTP settings, as flags (with their `TINYMQ_HTTP_*` variables) or as keys of a role's
+/// TOML file (the same names, e.g. `http = "127.0.0.1:21582"`, `http_idle_timeout_ms = 30000`).
+#[derive(clap::Args, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HttpArgs {
     /// HTTP listener for /metrics and /health, HOST:PORT, or `off` [default: 127.0.0.1:21582
     /// for server, off for broker and meta].
@@ -27,12 +32,44 @@ pub struct HttpArgs {
     /// An HTTP request not answered in this time (ms) is answered 408 [default: 10000].
     #[arg(long, env = "TINYMQ_HTTP_REQUEST_TIMEOUT_MS", value_parser = crate::args::positive_u64)]
     http_request_timeout_ms: Option<u64>,
-    /// Partitions with their own series in /metrics; past it only node totals [default: 1000].
+    /// Close an HTTP connection on which no byte moved for this long (ms): idle keep-alive,
+    /// slow or missing request headers, an unread response; at least the request timeout
+    /// [default: 30000, or the request timeout if longer].
+    #[arg(long, env = "TINYMQ_HTTP_IDLE_TIMEOUT_MS", value_parser = crate::args::positive_u64)]
+    http_idle_timeout_ms: Option<u64>,
+    /// Partitions with their own series in /metrics (and consumer groups, and group lag
+    /// series); past it only node totals [default: 1000].
     #[arg(long, env = "TINYMQ_HTTP_PARTITION_SERIES_MAX")]
     http_partition_series_max: Option<usize>,
 }
 
+/// The TOML keys of [`HttpArgs`].
+pub const HTTP_KEYS: [&str; 6] = [
+    "http",
+    "http_connections_max",
+    "http_body_bytes_max",
+    "http_request_timeout_ms",
+    "http_idle_timeout_ms",
+    "http_partition_series_max",
+];
+
 impl HttpArgs {
+    /// These settings (flags and variables) over `file`'s.
+    pub fn over(self, file: HttpArgs) -> HttpArgs {
+        HttpArgs {
+            http: self.http.or(file.http),
+            http_connections_max: self.http_connections_max.or(file.http_connections_max),
+            http_body_bytes_max: self.http_body_bytes_max.or(file.http_body_bytes_max),
+            http_request_timeout_ms: self
+                .http_request_timeout_ms
+                .or(file.http_request_timeout_ms),
+            http_idle_timeout_ms: self.http_idle_timeout_ms.or(file.http_idle_timeout_ms),
+            http_partition_series_max: self
+                .http_partition_series_max
+                .or(file.http_partition_series_max),
+        }
+    }
+
     fn limits(&self) -> HttpLimits {
         let mut l = HttpLimits::default();
         l.connections_max = self.http_connections_max.unwrap_or(l.connections_max);
@@ -40,6 +77,11 @@ impl HttpArgs {
         if let Some(ms) = self.http_request_timeout_ms {
             l.request_timeout = Duration::from_millis(ms);
         }
+        // Unless given, the idle timeout follows a longer request timeout (it may not be shorter).
+        l.idle_timeout = match self.http_idle_timeout_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None => l.idle_timeout.max(l.request_timeout),
+        };
         l.partition_series_max = self
             .http_partition_series_max
             .unwrap_or(l.partition_series_max);
@@ -106,6 +148,7 @@ impl NodeView for BrokerView {
             high_watermark: p.high_watermark(),
             size_bytes: p.log.size_bytes(),
             segment_count: p.log.segment_count() as u64,
+            traffic: traffic(p.traffic.snapshot()),
         };
         self.state
             .all_partitions()
@@ -146,6 +189,103 @@ impl NodeView for BrokerView {
         }
         checks
     }
+
+    fn requests(&self) -> Vec<OpStats> {
+        requests(&self.state.connections)
+    }
+
+    fn broker(&self) -> Option<BrokerStats> {
+        let node = tinymq_broker::stats::node();
+        let image = self.state.cluster.image();
+        let me = self.state.node_id();
+        let records = image.topics.values().flat_map(|t| t.partitions.iter());
+        let (mut under_replicated, mut offline) = (0, 0);
+        for p in records {
+            if p.leader.is_none() {
+                offline += 1;
+            } else if p.leader == Some(me) && p.isr.len() < p.replicas.len() {
+                under_replicated += 1;
+            }
+        }
+        Some(BrokerStats {
+            traffic: traffic(node.traffic.snapshot()),
+            registered: self.state.cluster.session_current(),
+            fsync_seconds: histogram(tinymq_broker::stats::fsyncs().snapshot(), 1e-9),
+            batch_records: histogram(node.batch_records.snapshot(), 1.0),
+            batch_bytes: histogram(node.batch_bytes.snapshot(), 1.0),
+            under_replicated_partitions: under_replicated,
+            offline_partitions: offline,
+            isr_shrinks: node.isr_shrinks.load(Ordering::Relaxed),
+            isr_expands: node.isr_expands.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Lag from the high watermark of the partition's copy here (leader or follower); a
+    /// partition with no copy on this broker has no lag series here.
+    fn groups(&self) -> Vec<GroupStats> {
+        let groups = &self.state.groups;
+        let describe = |name: String| {
+            let d = groups.describe(&name)?;
+            let lag = d
+                .offsets
+                .iter()
+                .filter(|o| o.offset >= 0)
+                .filter_map(|o| {
+                    let p = self.state.local_partition(&o.topic, o.partition)?;
+                    let lag = p.high_watermark().saturating_sub(o.offset).max(0);
+                    Some((o.topic.clone(), o.partition, lag))
+                })
+                .collect();
+            Some(GroupStats {
+                group: name,
+                members: d.members.len() as u64,
+                generation: u64::from(d.generation),
+                lag,
+            })
+        };
+        groups.list().into_iter().filter_map(describe).collect()
+    }
+}
+
+fn traffic(t: tinymq_broker::stats::TrafficSnapshot) -> Traffic {
+    Traffic {
+        bytes_in: t.bytes_in,
+        records_in: t.records_in,
+        bytes_out: t.bytes_out,
+        records_out: t.records_out,
+    }
+}
+
+/// A recorded histogram with its bounds multiplied by `scale` (nanoseconds to seconds).
+fn histogram(s: HistogramSnapshot, scale: f64) -> HistogramData {
+    let bounds = s.bounds.iter().map(|b| *b as f64 * scale).chain([f64::MAX]);
+    HistogramData {
+        buckets: bounds.zip(s.counts.iter().copied()).collect(),
+        sum: s.sum as f64 * scale,
+    }
+}
+
+fn requests(stats: &tinymq_net::ConnectionStats) -> Vec<OpStats> {
+    let ops = stats.requests.snapshot().into_iter();
+    ops.map(|o| OpStats {
+        op: snake_case(o.op.name()),
+        count: o.count,
+        errors: o.errors.iter().map(|(c, n)| (c.name(), *n)).collect(),
+        duration_seconds: histogram(o.duration, 1e-9),
+    })
+    .collect()
+}
+
+/// `ListOffsets` → `list_offsets`.
+fn snake_case(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 /// A MetaServer node (`tinymq meta`).
@@ -174,6 +314,10 @@ impl NodeView for MetaView {
     fn readiness(&self) -> Vec<ReadinessCheck> {
         vec![leader_check(&self.node)]
     }
+
+    fn requests(&self) -> Vec<OpStats> {
+        requests(&self.connections)
+    }
 }
 
 fn counts(stats: &tinymq_net::ConnectionStats) -> ConnectionCounts {
@@ -181,6 +325,7 @@ fn counts(stats: &tinymq_net::ConnectionStats) -> ConnectionCounts {
         open: stats.open(),
         accepted: stats.accepted(),
         refused: stats.refused(),
+        idle_closed: stats.idle_closed(),
     }
 }
 

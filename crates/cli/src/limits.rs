@@ -10,6 +10,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use tinymq_broker::ListenerLimits;
 
+use crate::http::{HttpArgs, HTTP_KEYS};
+
 /// The limit settings, as flags (with their `TINYMQ_*` variables) or as keys of a TOML file.
 #[derive(clap::Args, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,13 +68,14 @@ impl LimitArgs {
     }
 }
 
-/// Reads a role's TOML file: the limit keys into [`LimitArgs`], the rest into `T` (which should
-/// deny unknown fields, so a misspelt key is an error). No file: defaults for both.
+/// Reads a role's TOML file: the limit keys into [`LimitArgs`], the HTTP keys into
+/// [`HttpArgs`], the rest into `T` (which should deny unknown fields, so a misspelt key is an
+/// error). No file: defaults for all three.
 pub fn read_file<T: DeserializeOwned + Default>(
     path: Option<&Path>,
-) -> anyhow::Result<(T, LimitArgs)> {
+) -> anyhow::Result<(T, LimitArgs, HttpArgs)> {
     let Some(path) = path else {
-        return Ok((T::default(), LimitArgs::default()));
+        return Ok((T::default(), LimitArgs::default(), HttpArgs::default()));
     };
     let context = || format!("parsing {}", path.display());
     let text =
@@ -82,14 +85,20 @@ pub fn read_file<T: DeserializeOwned + Default>(
         .iter()
         .filter_map(|key| rest.remove(*key).map(|v| (key.to_string(), v)))
         .collect();
+    let http: toml::Table = HTTP_KEYS
+        .iter()
+        .filter_map(|key| rest.remove(*key).map(|v| (key.to_string(), v)))
+        .collect();
     let rest = rest.try_into().with_context(|| {
         format!(
-            "parsing {} (besides these, the limit keys {} are allowed)",
+            "parsing {} (besides these, the limit keys {} and the HTTP keys {} are allowed)",
             path.display(),
-            LIMIT_KEYS.join(", ")
+            LIMIT_KEYS.join(", "),
+            HTTP_KEYS.join(", ")
         )
     })?;
-    Ok((rest, limits.try_into().with_context(context)?))
+    let limits = limits.try_into().with_context(context)?;
+    Ok((rest, limits, http.try_into().with_context(context)?))
 }
 
 #[cfg(test)]
@@ -108,7 +117,7 @@ mod tests {
         let path = dir.path().join("t.toml");
         let all_limits = LIMIT_KEYS.map(|k| format!("{k} = 70000")).join("\n");
         std::fs::write(&path, format!("data = \"d\"\n{all_limits}\n")).unwrap();
-        let (role, file) = read_file::<Role>(Some(&path)).unwrap();
+        let (role, file, _) = read_file::<Role>(Some(&path)).unwrap();
         assert_eq!(role.data.as_deref(), Some("d"));
         let flags = LimitArgs {
             connections_max: Some(5),
@@ -118,6 +127,21 @@ mod tests {
         assert_eq!(limits.connections_max, 5, "the flag wins");
         assert_eq!(limits.frame_bytes_max, 70000, "every key was read");
         assert_eq!(limits.idle_timeout, Duration::from_millis(70000));
+
+        let http = "http = \"off\"\nhttp_idle_timeout_ms = 30000\nhttp_partition_series_max = 5\n";
+        std::fs::write(&path, format!("data = \"d\"\n{http}")).unwrap();
+        let (role, _, http) = read_file::<Role>(Some(&path)).unwrap();
+        assert_eq!(
+            role.data.as_deref(),
+            Some("d"),
+            "HTTP keys are taken out first"
+        );
+        assert!(format!("{http:?}").contains("http_idle_timeout_ms: Some(30000)"));
+        std::fs::write(&path, "http_idle_timeout = 3\n").unwrap();
+        assert!(
+            read_file::<Role>(Some(&path)).is_err(),
+            "a misspelt HTTP key"
+        );
 
         std::fs::write(&path, "data = \"d\"\nconections_max = 3\n").unwrap();
         assert!(read_file::<Role>(Some(&path)).is_err(), "a misspelt key");

@@ -83,8 +83,9 @@ struct FileConfig {
     open_segment_files_max: Option<usize>,
 }
 
-fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
-    let (file, file_limits) = read_file::<FileConfig>(args.config.as_deref())?;
+/// The broker's settings, and the HTTP settings of the file (flags apply over them).
+fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs)> {
+    let (file, file_limits, file_http) = read_file::<FileConfig>(args.config.as_deref())?;
     let mut c = BrokerConfig::default();
     let mut topics = TopicSettings::default();
     macro_rules! pick {
@@ -136,7 +137,7 @@ fn build_config(args: ServerArgs) -> anyhow::Result<BrokerConfig> {
         .validate()
         .map_err(|(_, msg)| anyhow::anyhow!("topic defaults: {msg}"))?;
     c.topic_defaults = topics;
-    Ok(c)
+    Ok((c, file_http))
 }
 
 /// Waits for SIGTERM or SIGINT. The handlers are installed when this is called (not when it is
@@ -155,8 +156,9 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
-    let http_args = std::mem::take(&mut args.http);
-    let config = build_config(args)?;
+    let http_flags = std::mem::take(&mut args.http);
+    let (config, file_http) = build_config(args)?;
+    let http_args = http_flags.over(file_http);
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {

@@ -103,6 +103,16 @@ impl HttpServer {
         (status.expect("a status line"), body.to_string())
     }
 
+    /// A tool run that must fail (the server answers it with an error).
+    fn tool_fails(&self, args: &[&str]) {
+        let out = Command::new(BIN)
+            .args(args)
+            .env("TINYMQ_BOOTSTRAP", &self.addr)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+    }
+
     fn get(&self, path: &str) -> (u16, String) {
         self.request(&format!(
             "GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
@@ -243,6 +253,130 @@ fn metrics_move_with_a_produce_and_parse_as_prometheus_text() {
     let accepted = value(&after, "tinymq_connections_accepted_total");
     assert!(accepted >= 2.0, "{accepted}");
     assert_eq!(value(&after, "tinymq_connections_refused_total"), 0.0);
+
+    // What went in: 5 records, in batches whose bytes are the log's.
+    let tp = r#"{topic="metered",partition="0"}"#;
+    assert_eq!(value(&after, "tinymq_records_in_total"), 5.0);
+    assert_eq!(
+        value(&after, &format!("tinymq_partition_records_in_total{tp}")),
+        5.0
+    );
+    let bytes_in = value(&after, &format!("tinymq_partition_bytes_in_total{tp}"));
+    assert_eq!(
+        bytes_in,
+        value(&after, size),
+        "every byte appended is a batch"
+    );
+    assert_eq!(value(&after, "tinymq_bytes_in_total"), bytes_in);
+    assert_eq!(value(&after, "tinymq_produce_batch_records_sum"), 5.0);
+    assert_eq!(value(&after, "tinymq_produce_batch_bytes_sum"), bytes_in);
+    let batches = value(&after, "tinymq_produce_batch_records_count");
+    assert!(batches >= 1.0);
+    assert_eq!(
+        value(&after, r#"tinymq_produce_batch_records_bucket{le="+Inf"}"#),
+        batches
+    );
+    // Acknowledged under `always`: at least one fsync, timed.
+    assert!(value(&after, "tinymq_fsync_duration_seconds_count") >= 1.0);
+    assert!(value(&after, "tinymq_fsync_duration_seconds_sum") > 0.0);
+    // The requests that carried it.
+    let produces = value(&after, r#"tinymq_requests_total{op="produce"}"#);
+    assert!(produces >= 1.0);
+    assert_eq!(
+        value(
+            &after,
+            r#"tinymq_request_duration_seconds_count{op="produce"}"#
+        ),
+        produces
+    );
+    assert_eq!(
+        value(&after, r#"tinymq_requests_total{op="create_topic"}"#),
+        1.0
+    );
+    assert_eq!(value(&after, "tinymq_broker_registered"), 1.0);
+    assert_eq!(value(&after, "tinymq_under_replicated_partitions"), 0.0);
+    assert_eq!(value(&after, "tinymq_offline_partitions"), 0.0);
+    // Nothing consumed yet.
+    assert_eq!(value(&after, "tinymq_records_out_total"), 0.0);
+
+    // A refused request is counted by operation and code.
+    server.tool_fails(&["topic", "create", "metered", "--partitions", "1"]);
+    let again = server.scrape();
+    assert_eq!(
+        value(
+            &again,
+            r#"tinymq_request_errors_total{op="create_topic",code="TOPIC_ALREADY_EXISTS"}"#
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&again, r#"tinymq_requests_total{op="create_topic"}"#),
+        2.0
+    );
+}
+
+#[test]
+fn idle_native_connections_are_closed_and_counted() {
+    let server = HttpServer::start(&["--idle-timeout-ms", "200"]);
+    let mut idle = common::RawClient::handshaken(&server.addr);
+    assert!(idle.closed_by_server());
+    let samples = server.scrape();
+    assert_eq!(value(&samples, "tinymq_connections_idle_closed_total"), 1.0);
+    assert_eq!(value(&samples, "tinymq_connections_open"), 0.0);
+}
+
+#[test]
+fn an_http_client_that_sends_nothing_is_closed_and_frees_its_place() {
+    let server = HttpServer::start(&[
+        "--http-connections-max",
+        "1",
+        "--http-request-timeout-ms",
+        "200",
+        "--http-idle-timeout-ms",
+        "300",
+    ]);
+    for sent in ["", "GET /metr"] {
+        // It holds the only place until the server gives up on it.
+        let mut silent = TcpStream::connect(&server.http).unwrap();
+        silent
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        silent.write_all(sent.as_bytes()).unwrap();
+        let mut rest = Vec::new();
+        let read = silent.read_to_end(&mut rest);
+        assert!(
+            read.is_ok()
+                || read
+                    .as_ref()
+                    .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock),
+            "not closed: {read:?}"
+        );
+        assert!(
+            rest.is_empty(),
+            "answered: {:?}",
+            String::from_utf8_lossy(&rest)
+        );
+    }
+    // Its place is free again: a scrape gets through (retried while the close is processed).
+    let samples = (0..100)
+        .find_map(|_| {
+            let mut s = TcpStream::connect(&server.http).ok()?;
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .ok()?;
+            let mut text = String::new();
+            s.read_to_string(&mut text).ok()?;
+            let body = text.split_once("\r\n\r\n")?.1.to_string();
+            if body.is_empty() {
+                std::thread::sleep(Duration::from_millis(50));
+                return None;
+            }
+            Some(parse_prometheus_text(&body))
+        })
+        .expect("a scrape once the silent connections closed");
+    assert_eq!(
+        value(&samples, "tinymq_http_connections_idle_closed_total"),
+        2.0
+    );
 }
 
 #[test]
@@ -421,4 +555,77 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
         !samples.keys().any(|k| k.starts_with("tinymq_meta_raft")),
         "a cluster broker runs no MetaServer node"
     );
+}
+
+/// One scrape of the listener at `http`, parsed.
+fn scrape_at(http: &str) -> BTreeMap<String, f64> {
+    let mut stream = TcpStream::connect(http).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").expect("a whole response");
+    parse_prometheus_text(body)
+}
+
+#[test]
+fn replication_health_follows_a_follower_that_stops_and_returns() {
+    use common::cluster::{describe, tool_ok, wait_all_in_sync, wait_for, LAG_MAX_MS};
+    let tmp = tempfile::tempdir().unwrap();
+    let port = || format!("127.0.0.1:{}", common::free_port());
+    let meta = vec![port()];
+    let _meta = common::start(1, &meta, tmp.path());
+    let addrs = [port(), port()];
+    let https = [port(), port()];
+    let start = |id: u32| {
+        let i = id as usize - 1;
+        let dir = tmp.path().join(format!("broker-{id}"));
+        let extra = ["--replica-lag-time-max-ms", LAG_MAX_MS, "--http", &https[i]];
+        common::Server::start_broker_with(id, &addrs[i], &meta[0], &dir, &extra)
+    };
+    let mut brokers = [Some(start(1)), Some(start(2))];
+    let bootstrap = addrs.join(",");
+    tool_ok(&[
+        "topic",
+        "create",
+        "mirrored",
+        "--partitions",
+        "1",
+        "--replicas",
+        "2",
+        "--bootstrap",
+        &bootstrap,
+    ]);
+    wait_all_in_sync("mirrored", &bootstrap);
+    let leader = describe("mirrored", &bootstrap)[0].leader as usize;
+    let follower = 3 - leader;
+    let at_leader = || scrape_at(&https[leader - 1]);
+    let before = at_leader();
+    assert_eq!(value(&before, "tinymq_under_replicated_partitions"), 0.0);
+    assert_eq!(value(&before, "tinymq_offline_partitions"), 0.0);
+    assert_eq!(value(&before, "tinymq_broker_registered"), 1.0);
+    let shrinks = value(&before, "tinymq_isr_shrinks_total");
+
+    // The follower stops: the leader drops it from the ISR and says so.
+    if let Some(mut b) = brokers[follower - 1].take() {
+        b.kill9();
+    }
+    wait_for("the partition under-replicated at its leader", || {
+        value(&at_leader(), "tinymq_under_replicated_partitions") == 1.0
+    });
+    let shrunk = at_leader();
+    assert_eq!(value(&shrunk, "tinymq_isr_shrinks_total"), shrinks + 1.0);
+    assert_eq!(value(&shrunk, "tinymq_offline_partitions"), 0.0);
+
+    // It comes back and catches up: in sync again.
+    let expands = value(&shrunk, "tinymq_isr_expands_total");
+    brokers[follower - 1] = Some(start(follower as u32));
+    wait_for("the partition fully replicated again", || {
+        value(&at_leader(), "tinymq_under_replicated_partitions") == 0.0
+    });
+    assert!(value(&at_leader(), "tinymq_isr_expands_total") > expands);
 }

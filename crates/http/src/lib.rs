@@ -13,12 +13,16 @@ mod health;
 mod limits;
 mod listener;
 mod metrics;
+mod node_metrics;
 mod process;
 mod routes;
 mod view;
 
 pub use limits::HttpLimits;
-pub use view::{ConnectionCounts, NodeView, PartitionStats, RaftStats, ReadinessCheck};
+pub use view::{
+    BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
+    RaftStats, ReadinessCheck, Traffic,
+};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
@@ -66,7 +70,12 @@ impl HttpServer {
         let shutdown = CancellationToken::new();
         let counters = Arc::new(listener::ConnectionCounters::default());
         let app = routes::router(node.clone(), counters.clone(), &limits);
-        let limited = listener::LimitedListener::new(listener, limits.connections_max, counters);
+        let limited = listener::LimitedListener::new(
+            listener,
+            limits.connections_max,
+            limits.idle_timeout,
+            counters,
+        );
         let stop = shutdown.clone();
         let task = tokio::spawn(async move {
             let served = axum::serve(limited, app)

@@ -12,6 +12,11 @@ pub struct HttpLimits {
     pub body_bytes_max: usize,
     /// A request not answered in this time is answered 408.
     pub request_timeout: Duration,
+    /// A connection on which no byte moves either way for this long is closed: an idle
+    /// keep-alive, a client that sends its headers slowly or not at all, or one that does not
+    /// read its response. At least `request_timeout`, so a request being worked on (no byte
+    /// moves meanwhile) is answered first.
+    pub idle_timeout: Duration,
     /// Partitions with their own series in `/metrics`; past it, only the totals (cardinality
     /// stays bounded however many partitions a node holds).
     pub partition_series_max: usize,
@@ -23,6 +28,7 @@ impl Default for HttpLimits {
             connections_max: 64,
             body_bytes_max: 1 << 20,
             request_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
             partition_series_max: 1000,
         }
     }
@@ -36,6 +42,12 @@ impl HttpLimits {
         }
         if self.request_timeout.is_zero() {
             return Err("http_request_timeout_ms must be at least 1".into());
+        }
+        if self.idle_timeout < self.request_timeout {
+            return Err(
+                "http_idle_timeout_ms must be at least http_request_timeout_ms (a request being answered moves no byte)"
+                    .into(),
+            );
         }
         Ok(())
     }

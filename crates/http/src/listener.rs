@@ -1,15 +1,21 @@
 //! Accepting HTTP connections under `connections_max`: past it a connection is closed at once
-//! (counted as refused), so a flood of clients costs a socket each, never a task.
+//! (counted as refused), so a flood of clients costs a socket each, never a task. A connection
+//! on which no byte moves either way for `idle_timeout` (an idle keep-alive, a client sending
+//! its headers slowly or not at all, one not reading its response) is closed, giving its place
+//! back.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
 
 /// What the listener counts, read at scrape time.
 #[derive(Debug, Default)]
@@ -17,20 +23,28 @@ pub(crate) struct ConnectionCounters {
     pub open: AtomicU64,
     pub accepted: AtomicU64,
     pub refused: AtomicU64,
+    pub idle_closed: AtomicU64,
 }
 
 pub(crate) struct LimitedListener {
     inner: TcpListener,
     permits: Arc<Semaphore>,
     counters: Arc<ConnectionCounters>,
+    idle_timeout: Duration,
 }
 
 impl LimitedListener {
-    pub fn new(inner: TcpListener, max: usize, counters: Arc<ConnectionCounters>) -> Self {
+    pub fn new(
+        inner: TcpListener,
+        max: usize,
+        idle_timeout: Duration,
+        counters: Arc<ConnectionCounters>,
+    ) -> Self {
         LimitedListener {
             inner,
             permits: Arc::new(Semaphore::new(max)),
             counters,
+            idle_timeout,
         }
     }
 }
@@ -54,6 +68,9 @@ impl axum::serve::Listener for LimitedListener {
                 stream,
                 _permit: permit,
                 counters: self.counters.clone(),
+                idle_timeout: self.idle_timeout,
+                idle: Box::pin(tokio::time::sleep(self.idle_timeout)),
+                timed_out: false,
             };
             return (io, addr);
         }
@@ -69,11 +86,36 @@ pub(crate) struct LimitedStream {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
     counters: Arc<ConnectionCounters>,
+    idle_timeout: Duration,
+    /// Fires `idle_timeout` after the last byte moved.
+    idle: Pin<Box<Sleep>>,
+    timed_out: bool,
 }
 
 impl Drop for LimitedStream {
     fn drop(&mut self) {
         self.counters.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl LimitedStream {
+    fn moved(&mut self) {
+        let deadline = Instant::now() + self.idle_timeout;
+        self.idle.as_mut().reset(deadline);
+    }
+
+    /// Called while the socket has nothing to give or take: an error once the connection
+    /// has been idle too long, which makes the server drop it.
+    fn check_idle<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        if self.timed_out || self.idle.as_mut().poll(cx).is_ready() {
+            if !self.timed_out {
+                self.timed_out = true;
+                self.counters.idle_closed.fetch_add(1, Ordering::Relaxed);
+            }
+            let why = "no byte moved for http_idle_timeout_ms";
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)));
+        }
+        Poll::Pending
     }
 }
 
@@ -83,7 +125,17 @@ impl AsyncRead for LimitedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let before = buf.filled().len();
+        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.moved();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.check_idle(cx),
+        }
     }
 }
 
@@ -93,7 +145,16 @@ impl AsyncWrite for LimitedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.moved();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.check_idle(cx),
+        }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

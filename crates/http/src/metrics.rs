@@ -8,14 +8,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::listener::ConnectionCounters;
-use crate::{NodeSlot, PartitionStats};
+use crate::{HistogramData, NodeSlot, PartitionStats};
 
 pub(crate) struct Metrics {
     registry: Registry,
@@ -45,9 +45,9 @@ impl Metrics {
     }
 }
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
-fn gauge(
+pub(crate) fn gauge(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -61,7 +61,7 @@ fn gauge(
 }
 
 /// One series without labels.
-fn gauge1(
+pub(crate) fn gauge1(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -71,7 +71,7 @@ fn gauge1(
     ConstGauge::new(value).encode(metric)
 }
 
-fn counter(
+pub(crate) fn counter(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
@@ -81,8 +81,41 @@ fn counter(
     ConstCounter::new(value).encode(metric)
 }
 
+pub(crate) fn counters(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, value) in series {
+        ConstCounter::new(*value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+/// Histograms, one per label set (an empty set for a single series).
+pub(crate) fn histograms(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, &HistogramData)],
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        // An empty label set would print as `{}`.
+        if labels.is_empty() {
+            metric.encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)?;
+        } else {
+            let mut family = metric.encode_family(labels)?;
+            family.encode_histogram::<NoLabelSet>(h.sum, h.count(), &h.buckets, None)?;
+        }
+    }
+    Ok(())
+}
+
 /// Saturating: a count past `i64::MAX` is not a real case, and a scrape must not fail on it.
-fn as_i64(v: u64) -> i64 {
+pub(crate) fn as_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
@@ -121,6 +154,18 @@ impl Collector for NodeCollector {
             "Native-port connections refused with LIMIT_EXCEEDED: connections_max were open.",
             c.refused,
         )?;
+        counter(
+            &mut encoder,
+            "connections_idle_closed",
+            "Native-port connections closed after idle_timeout_ms without a frame.",
+            c.idle_closed,
+        )?;
+        crate::node_metrics::requests(&mut encoder, &node.requests())?;
+        if let Some(broker) = node.broker() {
+            crate::node_metrics::broker(&mut encoder, &broker)?;
+        }
+        let groups = node.groups();
+        crate::node_metrics::groups(&mut encoder, &groups, self.partition_series_max)?;
         if let Some(raft) = node.raft() {
             let node_label: Labels = vec![("node", raft.node_id.to_string())];
             let one = |v: i64| [(node_label.clone(), v)];
@@ -225,6 +270,33 @@ fn encode_partitions(
         "partition_segments",
         "Log segments of the partition.",
         &series(&|p| as_i64(p.segment_count)),
+    )?;
+    let totals = |f: &dyn Fn(&PartitionStats) -> u64| -> Vec<(Labels, u64)> {
+        partitions.iter().map(|p| (labels(p), f(p))).collect()
+    };
+    counters(
+        encoder,
+        "partition_bytes_in",
+        "Bytes of batches appended to the partition by produce here.",
+        &totals(&|p| p.traffic.bytes_in),
+    )?;
+    counters(
+        encoder,
+        "partition_records_in",
+        "Records appended to the partition by produce here.",
+        &totals(&|p| p.traffic.records_in),
+    )?;
+    counters(
+        encoder,
+        "partition_bytes_out",
+        "Bytes of batches of the partition returned to consumers here.",
+        &totals(&|p| p.traffic.bytes_out),
+    )?;
+    counters(
+        encoder,
+        "partition_records_out",
+        "Records of the partition returned to consumers here.",
+        &totals(&|p| p.traffic.records_out),
     )
 }
 
@@ -252,6 +324,12 @@ impl Collector for HttpCollector {
             "http_connections_refused",
             "HTTP connections closed at once: http_connections_max were open.",
             c.refused.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "http_connections_idle_closed",
+            "HTTP connections closed after http_idle_timeout_ms without a byte moving.",
+            c.idle_closed.load(Ordering::Relaxed),
         )
     }
 }

@@ -11,6 +11,73 @@ pub struct PartitionStats {
     pub high_watermark: i64,
     pub size_bytes: u64,
     pub segment_count: u64,
+    /// Produced to and fetched by consumers from this partition here since it was opened.
+    pub traffic: Traffic,
+}
+
+/// Records and bytes in (appended by produce) and out (returned to consumers).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Traffic {
+    pub bytes_in: u64,
+    pub records_in: u64,
+    pub bytes_out: u64,
+    pub records_out: u64,
+}
+
+/// A histogram's buckets, each `(upper bound, count)` and not cumulative; the last bound is
+/// `f64::MAX` (`+Inf`).
+#[derive(Debug, Clone, Default)]
+pub struct HistogramData {
+    pub buckets: Vec<(f64, u64)>,
+    pub sum: f64,
+}
+
+impl HistogramData {
+    pub fn count(&self) -> u64 {
+        self.buckets
+            .iter()
+            .fold(0u64, |a, (_, n)| a.saturating_add(*n))
+    }
+}
+
+/// One operation of the native protocol: requests answered, errors by code, latency.
+#[derive(Debug, Clone)]
+pub struct OpStats {
+    /// snake_case, e.g. `produce`.
+    pub op: String,
+    pub count: u64,
+    /// `(ErrorCode name, count)` for codes seen.
+    pub errors: Vec<(&'static str, u64)>,
+    pub duration_seconds: HistogramData,
+}
+
+/// One consumer group this node coordinates.
+#[derive(Debug, Clone)]
+pub struct GroupStats {
+    pub group: String,
+    pub members: u64,
+    pub generation: u64,
+    /// `(topic, partition, lag)` where the group has a committed offset and this node knows
+    /// the partition's high watermark.
+    pub lag: Vec<(String, u32, i64)>,
+}
+
+/// A broker's own figures.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerStats {
+    /// Totals over every partition ever held here (monotonic while partitions come and go).
+    pub traffic: Traffic,
+    /// The MetaServer confirmed this broker's registration recently.
+    pub registered: bool,
+    pub fsync_seconds: HistogramData,
+    pub batch_records: HistogramData,
+    pub batch_bytes: HistogramData,
+    /// Partitions led here whose ISR is smaller than their replica set.
+    pub under_replicated_partitions: u64,
+    /// Partitions of the cluster without a leader, as this broker's metadata shows them.
+    pub offline_partitions: u64,
+    pub isr_shrinks: u64,
+    pub isr_expands: u64,
 }
 
 /// The Raft state of a MetaServer node (one running in this process).
@@ -29,6 +96,8 @@ pub struct ConnectionCounts {
     pub open: u64,
     pub accepted: u64,
     pub refused: u64,
+    /// Closed after `idle_timeout_ms` without a frame.
+    pub idle_closed: u64,
 }
 
 /// One condition of readiness, named, with what is missing when it does not hold.
@@ -52,6 +121,18 @@ pub trait NodeView: Send + Sync + 'static {
     fn connections(&self) -> ConnectionCounts;
     /// Every condition of readiness; the node is ready when all hold.
     fn readiness(&self) -> Vec<ReadinessCheck>;
+    /// The native port's requests, by operation (those with at least one request).
+    fn requests(&self) -> Vec<OpStats> {
+        Vec::new()
+    }
+    /// The broker's figures, if a broker runs in this process.
+    fn broker(&self) -> Option<BrokerStats> {
+        None
+    }
+    /// The consumer groups this node coordinates.
+    fn groups(&self) -> Vec<GroupStats> {
+        Vec::new()
+    }
 }
 
 impl std::fmt::Debug for dyn NodeView {

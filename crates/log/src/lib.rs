@@ -43,6 +43,24 @@ pub use read::{FileSlice, ReadResult, SliceRead};
 pub use recovery::{RecoveryReport, Truncation};
 pub use storage::{OsStorage, Storage, StorageFile};
 
+/// Every fsync of a segment's log file in this process (the flush policy's and a roll's),
+/// timed in nanoseconds, for metrics. One histogram per process, like [`OpenFiles::shared`]:
+/// a process runs one broker.
+pub fn fsync_stats() -> &'static tinymq_protocol::stats::Histogram {
+    &FSYNC
+}
+
+static FSYNC: tinymq_protocol::stats::Histogram =
+    tinymq_protocol::stats::Histogram::new(tinymq_protocol::stats::LATENCY_BOUNDS_NANOS);
+
+/// Runs one fsync, timing it into [`fsync_stats`].
+pub(crate) fn timed_fsync(sync: impl FnOnce() -> std::io::Result<()>) -> std::io::Result<()> {
+    let started = std::time::Instant::now();
+    let outcome = sync();
+    FSYNC.record_duration(started.elapsed());
+    outcome
+}
+
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]

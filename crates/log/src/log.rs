@@ -691,7 +691,7 @@ impl PartitionLog {
         };
         // Failing to open the file (say, out of descriptors) loses nothing: not a failed fsync.
         let file = log.open().map_err(|e| self.io_error(base, e))?;
-        if let Err(e) = file.sync_data() {
+        if let Err(e) = crate::timed_fsync(|| file.sync_data()) {
             self.fail(format!("fsync failed: {e}"));
             return Err(self.io_error(base, e));
         }

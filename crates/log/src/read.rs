@@ -45,6 +45,8 @@ pub struct FileSlice {
     pub file: Arc<dyn StorageFile>,
     pub position: u64,
     pub len: u64,
+    /// Records in the slice's batches (offsets they span), for metrics.
+    pub records: u64,
     /// The log's truncation count when the slice was taken.
     truncations: u64,
 }
@@ -174,7 +176,7 @@ impl PartitionLog {
                 .locate_once(offset, bytes_max, offset_limit, &mut truncations)
                 .and_then(|(found, log_start_offset, log_end_offset)| {
                     let records = match found {
-                        Some((snapshot, position, len)) => snapshot.read(position, len)?,
+                        Some((snapshot, position, len, _)) => snapshot.read(position, len)?,
                         None => Bytes::new(),
                     };
                     Ok(ReadResult {
@@ -204,10 +206,11 @@ impl PartitionLog {
             let outcome = self
                 .locate_once(offset, bytes_max, offset_limit, &mut truncations)
                 .map(|(found, log_start_offset, log_end_offset)| SliceRead {
-                    slice: found.map(|(snapshot, position, len)| FileSlice {
+                    slice: found.map(|(snapshot, position, len, records)| FileSlice {
                         file: snapshot.file,
                         position,
                         len,
+                        records,
                         truncations,
                     }),
                     log_start_offset,
@@ -232,7 +235,7 @@ impl PartitionLog {
         bytes_max: usize,
         offset_limit: Option<i64>,
         truncations: &mut u64,
-    ) -> Result<(Option<(SegmentSnapshot, u64, u64)>, i64, i64), LogError> {
+    ) -> Result<(Option<(SegmentSnapshot, u64, u64, u64)>, i64, i64), LogError> {
         let (snapshot, log_start_offset, log_end_offset) = {
             let state = self.state.read();
             *truncations = state.truncations;
@@ -259,6 +262,7 @@ impl PartitionLog {
         };
         let mut first_position = None;
         let mut total: u64 = 0;
+        let mut records: u64 = 0;
         snapshot.walk(|meta| {
             if meta.last_offset < offset {
                 return true;
@@ -271,9 +275,15 @@ impl PartitionLog {
             }
             first_position.get_or_insert(meta.position);
             total += meta.size_bytes;
+            // A valid batch's offsets increase (recovery checks it); saturating all the same.
+            let spanned = meta
+                .last_offset
+                .saturating_sub(meta.base_offset)
+                .saturating_add(1);
+            records = records.saturating_add(u64::try_from(spanned).unwrap_or(0));
             true
         })?;
-        let found = first_position.map(|position| (snapshot, position, total));
+        let found = first_position.map(|position| (snapshot, position, total, records));
         Ok((found, log_start_offset, log_end_offset))
     }
 

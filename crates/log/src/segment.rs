@@ -202,7 +202,8 @@ pub(crate) struct SegmentFiles {
 impl SegmentFiles {
     /// fsyncs the log file.
     pub fn sync(&self) -> io::Result<()> {
-        self.log.open()?.sync_data()
+        let file = self.log.open()?;
+        crate::timed_fsync(|| file.sync_data())
     }
 }
 
@@ -219,7 +220,8 @@ impl SealedFiles {
     /// segment's indexes and walks only the batches after their last entry.
     pub fn sync(&self) -> io::Result<()> {
         let storage = &*self.log.files.storage;
-        self.log.open()?.sync_data()?;
+        let file = self.log.open()?;
+        crate::timed_fsync(|| file.sync_data())?;
         store_index_file(
             storage,
             &self.log.index_path(INDEX_SUFFIX),

@@ -9,6 +9,7 @@
 //! idle timeout is disconnected.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -23,7 +24,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::handshake;
 use crate::writer::Writer;
-use crate::{error_frame, ListenerLimits, Peer, Response, ResponseFuture, Service};
+use crate::{
+    error_frame, ConnectionStats, ListenerLimits, Peer, Response, ResponseFuture, Service,
+};
 
 /// A response on its way to the socket, with the request's permit (none before the handshake):
 /// both are released once it is written.
@@ -37,6 +40,8 @@ const WRITE_BATCH_RESPONSES_MAX: usize = 64;
 /// A peer that accepts none of a response's bytes for this long (or the idle timeout, if
 /// shorter) is disconnected: its unread responses hold memory and permits.
 const WRITE_STALL_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// Why a connection closed after `idle_timeout_ms` without a frame (counted apart).
+const IDLE_TIMEOUT: &str = "idle timeout";
 
 struct Connection<S> {
     service: Arc<S>,
@@ -45,6 +50,7 @@ struct Connection<S> {
     shutdown: CancellationToken,
     tx: mpsc::Sender<Outgoing>,
     permits: Arc<Semaphore>,
+    stats: Arc<ConnectionStats>,
 }
 
 /// Serves one accepted connection until the peer leaves, breaks the protocol, times out, or
@@ -56,6 +62,7 @@ pub(crate) async fn run<S: Service>(
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
     shutdown: CancellationToken,
+    stats: Arc<ConnectionStats>,
 ) {
     let _ = stream.set_nodelay(true);
     let (mut reader, writer) = stream.into_split();
@@ -69,8 +76,12 @@ pub(crate) async fn run<S: Service>(
         shutdown,
         tx,
         permits: Arc::new(Semaphore::new(in_flight_max)),
+        stats,
     };
     if let Err(why) = connection.read_loop(&mut reader).await {
+        if why == IDLE_TIMEOUT {
+            connection.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
+        }
         tracing::debug!(peer = %addr, %why, "closing connection");
     }
     let Connection {
@@ -181,7 +192,7 @@ impl<S: Service> Connection<S> {
                 Err(_)
                     if self.permits.available_permits() == self.limits.requests_in_flight_max =>
                 {
-                    return Err("idle timeout".into())
+                    return Err(IDLE_TIMEOUT.into())
                 }
                 Err(_) => {}
             }
@@ -191,6 +202,8 @@ impl<S: Service> Connection<S> {
     /// Takes one request of a handshaken connection: waits for a permit, screens it, lets the
     /// service admit it (in arrival order), and runs the rest concurrently.
     async fn serve(&self, frame: tinymq_protocol::Frame, peer: &Peer) -> Result<(), String> {
+        // Timed from here: the wait for a permit (backpressure) is part of the request's time.
+        let started = std::time::Instant::now();
         let permit = tokio::select! {
             p = self.permits.clone().acquire_owned() => p.map_err(|e| e.to_string())?,
             _ = self.shutdown.cancelled() => return Err("shutting down".into()),
@@ -209,9 +222,13 @@ impl<S: Service> Connection<S> {
             },
         };
         let tx = self.tx.clone();
+        let stats = self.stats.clone();
         tokio::spawn(async move {
+            let response = response.await;
+            let requests = &stats.requests;
+            requests.record(op_code, started.elapsed(), response.as_ref());
             // The permit goes with the response and is released once it is written.
-            if let Some(response) = response.await {
+            if let Some(response) = response {
                 let _ = tx.send((response, Some(permit))).await;
             }
         });

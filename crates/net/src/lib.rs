@@ -11,6 +11,7 @@
 mod connection;
 mod handshake;
 mod listener;
+mod stats;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -28,7 +29,8 @@ use tinymq_protocol::frame::{FrameHeader, FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE};
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
 pub use handshake::authorize;
-pub use listener::{serve, serve_counted, ConnectionStats};
+pub use listener::{serve, serve_counted};
+pub use stats::{ConnectionStats, OpSnapshot, RequestStats};
 pub use tinymq_protocol::messages::NodeRole;
 pub use writer::in_page_cache;
 

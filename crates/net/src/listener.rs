@@ -2,7 +2,7 @@
 //! `LIMIT_EXCEEDED` frame and closed, without the loop waiting for it.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,36 +12,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::{connection, error_frame, ListenerLimits, Service};
+use crate::{connection, error_frame, ConnectionStats, ListenerLimits, Service};
 
 /// Pause after a failed accept (out of file descriptors and the like) instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
-/// What the accept loop counts, for metrics: a few atomic adds per connection, none per
-/// request.
-#[derive(Debug, Default)]
-pub struct ConnectionStats {
-    open: AtomicU64,
-    accepted: AtomicU64,
-    refused: AtomicU64,
-}
-
-impl ConnectionStats {
-    /// Connections being served now.
-    pub fn open(&self) -> u64 {
-        self.open.load(Ordering::Relaxed)
-    }
-
-    /// Connections accepted and served since start.
-    pub fn accepted(&self) -> u64 {
-        self.accepted.load(Ordering::Relaxed)
-    }
-
-    /// Connections refused since start because `connections_max` were open.
-    pub fn refused(&self) -> u64 {
-        self.refused.load(Ordering::Relaxed)
-    }
-}
 
 /// Accepts connections on `listener` and serves each with `service` until `shutdown` is
 /// cancelled. Connection tasks are spawned on `tasks`, so waiting for the tracker waits for
@@ -91,7 +65,7 @@ pub async fn serve_counted<S: Service>(
         let (service, limits, shutdown) = (service.clone(), limits.clone(), shutdown.clone());
         let stats = stats.clone();
         tasks.spawn(async move {
-            connection::run(stream, addr, service, limits, shutdown).await;
+            connection::run(stream, addr, service, limits, shutdown, stats.clone()).await;
             stats.open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });

@@ -9,6 +9,7 @@ pub mod error;
 pub mod frame;
 pub mod hash;
 pub mod op;
+pub mod stats;
 
 /// Protobuf bodies generated from `proto/tinymq/v1/tinymq.proto`.
 #[allow(clippy::all, missing_docs)]

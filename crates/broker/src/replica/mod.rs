@@ -64,6 +64,10 @@ impl Partition {
         }
         match (&mut *role, leader) {
             (Role::Leader(state), Some(l)) if l == me && state.is(me, leader_epoch) => {
+                let before = state.isr();
+                let removed = before.iter().any(|b| !isr.contains(b));
+                let added = isr.iter().any(|r| !before.contains(r));
+                crate::stats::isr_changed(removed, added);
                 state.set_isr(isr, record.partition_epoch, now);
             }
             (_, Some(l)) if l == me => {

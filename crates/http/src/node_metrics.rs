@@ -1,0 +1,177 @@
+//! The node's series beyond its partitions' logs: native-protocol requests per operation,
+//! the broker's traffic, disk and replication figures, and consumer groups with their lag.
+//! All are taken from the [`crate::NodeView`] at scrape time.
+
+use prometheus_client::encoding::DescriptorEncoder;
+
+use crate::metrics::{as_i64, counter, counters, gauge, gauge1, histograms, Labels};
+use crate::{BrokerStats, GroupStats, OpStats};
+
+type Result = std::result::Result<(), std::fmt::Error>;
+
+pub(crate) fn requests(encoder: &mut DescriptorEncoder, ops: &[OpStats]) -> Result {
+    let op = |o: &OpStats| -> Labels { vec![("op", o.op.clone())] };
+    let counts: Vec<(Labels, u64)> = ops.iter().map(|o| (op(o), o.count)).collect();
+    counters(
+        encoder,
+        "requests",
+        "Native-protocol requests answered, by operation.",
+        &counts,
+    )?;
+    let errors: Vec<(Labels, u64)> = ops
+        .iter()
+        .flat_map(|o| {
+            o.errors.iter().map(|(code, n)| {
+                let labels = vec![("op", o.op.clone()), ("code", (*code).to_string())];
+                (labels, *n)
+            })
+        })
+        .collect();
+    counters(
+        encoder,
+        "request_errors",
+        "Errors answered, by operation and error code: a response's own, and each partition's in produce and fetch.",
+        &errors,
+    )?;
+    let durations: Vec<_> = ops.iter().map(|o| (op(o), &o.duration_seconds)).collect();
+    histograms(
+        encoder,
+        "request_duration_seconds",
+        "Time from a request's arrival to its response being ready, by operation.",
+        &durations,
+    )
+}
+
+pub(crate) fn broker(encoder: &mut DescriptorEncoder, b: &BrokerStats) -> Result {
+    let t = &b.traffic;
+    counter(
+        encoder,
+        "bytes_in",
+        "Bytes of batches appended by produce on this node (leader appends, not replica copies).",
+        t.bytes_in,
+    )?;
+    counter(
+        encoder,
+        "records_in",
+        "Records appended by produce on this node.",
+        t.records_in,
+    )?;
+    counter(
+        encoder,
+        "bytes_out",
+        "Bytes of batches returned to consumers (not to follower replicas).",
+        t.bytes_out,
+    )?;
+    counter(
+        encoder,
+        "records_out",
+        "Records returned to consumers.",
+        t.records_out,
+    )?;
+    gauge1(
+        encoder,
+        "broker_registered",
+        "1 while the MetaServer has confirmed this broker's registration recently, else 0.",
+        i64::from(b.registered),
+    )?;
+    histograms(
+        encoder,
+        "fsync_duration_seconds",
+        "Time of each fsync of a segment's log file (its count is the number of fsyncs).",
+        &[(vec![], &b.fsync_seconds)],
+    )?;
+    histograms(
+        encoder,
+        "produce_batch_records",
+        "Records per batch appended by produce.",
+        &[(vec![], &b.batch_records)],
+    )?;
+    histograms(
+        encoder,
+        "produce_batch_bytes",
+        "Bytes per batch appended by produce.",
+        &[(vec![], &b.batch_bytes)],
+    )?;
+    gauge1(
+        encoder,
+        "under_replicated_partitions",
+        "Partitions led here with fewer in-sync replicas than replicas.",
+        as_i64(b.under_replicated_partitions),
+    )?;
+    gauge1(
+        encoder,
+        "offline_partitions",
+        "Partitions of the cluster without a leader, in this broker's metadata.",
+        as_i64(b.offline_partitions),
+    )?;
+    counter(
+        encoder,
+        "isr_shrinks",
+        "Changes to the ISR of a partition led here that removed a replica.",
+        b.isr_shrinks,
+    )?;
+    counter(
+        encoder,
+        "isr_expands",
+        "Changes to the ISR of a partition led here that added a replica.",
+        b.isr_expands,
+    )
+}
+
+/// At most `series_max` groups, and `series_max` lag series in all, get series (the first by
+/// name); the others are counted in `group_series_omitted`.
+pub(crate) fn groups(
+    encoder: &mut DescriptorEncoder,
+    groups: &[GroupStats],
+    series_max: usize,
+) -> Result {
+    let mut sorted: Vec<&GroupStats> = groups.iter().collect();
+    sorted.sort_by(|a, b| a.group.cmp(&b.group));
+    let shown = &sorted[..sorted.len().min(series_max)];
+    let group = |g: &GroupStats| -> Labels { vec![("group", g.group.clone())] };
+    let members: Vec<_> = shown
+        .iter()
+        .map(|g| (group(g), as_i64(g.members)))
+        .collect();
+    gauge(
+        encoder,
+        "group_members",
+        "Members of a consumer group this node coordinates.",
+        &members,
+    )?;
+    let generations: Vec<_> = shown
+        .iter()
+        .map(|g| (group(g), as_i64(g.generation)))
+        .collect();
+    gauge(
+        encoder,
+        "group_generation",
+        "Generation of a consumer group this node coordinates.",
+        &generations,
+    )?;
+    let all_lags = shown.iter().flat_map(|g| {
+        g.lag.iter().map(|(topic, partition, lag)| {
+            let labels = vec![
+                ("group", g.group.clone()),
+                ("topic", topic.clone()),
+                ("partition", partition.to_string()),
+            ];
+            (labels, *lag)
+        })
+    });
+    let lags: Vec<(Labels, i64)> = all_lags.take(series_max).collect();
+    gauge(
+        encoder,
+        "group_lag",
+        "High watermark minus the group's committed offset, for partitions whose high watermark this node knows.",
+        &lags,
+    )?;
+    let lag_total: usize = groups.iter().map(|g| g.lag.len()).sum();
+    let omitted = (groups.len() - shown.len()) + lag_total.saturating_sub(lags.len());
+    gauge1(
+        encoder,
+        "group_series_omitted",
+        "Groups and lag series left out past http_partition_series_max.",
+        as_i64(omitted as u64),
+    )
+}
