@@ -14,7 +14,9 @@ mod logging;
 mod out;
 mod produce;
 mod reassign;
+mod scrape;
 mod server;
+mod top;
 mod topic;
 
 use clap::{Parser, Subcommand};
@@ -66,6 +68,9 @@ enum Command {
     /// Measure throughput and latency: produce, consume or end-to-end.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Live per-topic throughput (records and bytes per second, in and out), read from the
+    /// nodes' /metrics.
+    Top(top::TopArgs),
     /// Print the protocol versions and limits this build speaks.
     Info,
 }
@@ -140,6 +145,7 @@ fn main() -> std::process::ExitCode {
             Command::Consume(args) => consume::run(args).await,
             Command::Group(cmd) => group::run(cmd).await,
             Command::Bench(cmd) => bench::run(cmd).await,
+            Command::Top(args) => top::run(args).await,
             Command::Info => {
                 outln!(
                     "tinymq {} protocol {}..={} frame_bytes_max {}",
