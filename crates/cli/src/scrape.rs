@@ -216,7 +216,10 @@ mod tests {
 
     #[test]
     fn chunked_bodies_are_joined() {
-        assert_eq!(dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(), "abcde");
+        assert_eq!(
+            dechunk("3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap(),
+            "abcde"
+        );
         assert!(dechunk("5\r\nab\r\n").is_err());
         assert!(dechunk("zz\r\n").is_err());
     }
