@@ -111,19 +111,21 @@ fn add(into: &mut Traffic, from: &Traffic) {
 
 pub async fn run(args: TopArgs) -> anyhow::Result<()> {
     let mut previous: Vec<Option<Reading>> = Vec::new();
-    let mut reached = false;
+    let mut first_error = None;
     for node in &args.nodes {
-        let r = scrape(node).await;
-        reached |= r.is_ok();
-        previous.push(r.ok().map(|s| reading(&s, Instant::now())));
+        match scrape(node).await {
+            Ok(samples) => previous.push(Some(reading(&samples, Instant::now()))),
+            Err(e) => {
+                first_error.get_or_insert_with(|| format!("{node}: {e:#}"));
+                previous.push(None);
+            }
+        }
     }
-    if !reached {
-        // Said once at the start: a typo in --http should not wait for the first refresh.
-        let first = scrape(&args.nodes[0]).await.err();
+    if previous.iter().all(Option::is_none) {
+        // Said at once: a typo in --http should not wait for the first refresh.
         anyhow::bail!(
-            "no node answered at {}: {}",
-            args.nodes.join(", "),
-            first.map(|e| format!("{e:#}")).unwrap_or_default()
+            "no node answered ({})",
+            first_error.unwrap_or_else(|| "no --http address given".into())
         );
     }
     let mut ticker = tokio::time::interval(Duration::from_secs_f64(args.interval));
