@@ -97,6 +97,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
             connections: server.connections.clone(),
         };
         http.attach(std::sync::Arc::new(view));
+        http.attach_api(server.local_addr, false);
     }
     println!("tinymq meta listening on {}", server.local_addr);
     crate::http::announce(&http);

@@ -7,8 +7,10 @@
 //!
 //! Layering: `listener` (accepting, with a connection limit) → `routes` (axum router, body
 //! and time limits) → `metrics` (prometheus-client collectors run at scrape time) and
-//! `health`.
+//! `health`; `console` serves the embedded web console at `/`.
 
+mod api;
+mod console;
 mod health;
 mod limits;
 mod listener;
@@ -18,6 +20,7 @@ mod process;
 mod routes;
 mod view;
 
+pub use api::{HTTP_GROUPS_LIST_MAX, HTTP_MESSAGES_PAGE_BYTES_MAX, HTTP_MESSAGES_PAGE_MAX};
 pub use limits::HttpLimits;
 pub use view::{
     BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
@@ -52,6 +55,8 @@ pub(crate) type NodeSlot = OnceLock<Arc<dyn NodeView>>;
 pub struct HttpServer {
     pub local_addr: SocketAddr,
     node: Arc<NodeSlot>,
+    api: Arc<api::ApiSlot>,
+    request_timeout: std::time::Duration,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -69,7 +74,13 @@ impl HttpServer {
         let node: Arc<NodeSlot> = Arc::new(OnceLock::new());
         let shutdown = CancellationToken::new();
         let counters = Arc::new(listener::ConnectionCounters::default());
-        let app = routes::router(node.clone(), counters.clone(), &limits);
+        let api = Arc::new(api::ApiSlot::new());
+        let app = routes::router(
+            node.clone(),
+            counters.clone(),
+            &limits,
+            api::router(api.clone()),
+        );
         let limited = listener::LimitedListener::new(
             listener,
             limits.connections_max,
@@ -89,6 +100,8 @@ impl HttpServer {
         Ok(HttpServer {
             local_addr,
             node,
+            api,
+            request_timeout: limits.request_timeout,
             shutdown,
             task,
         })
@@ -98,6 +111,18 @@ impl HttpServer {
     pub fn attach(&self, view: Arc<dyn NodeView>) {
         if self.node.set(view).is_err() {
             tracing::warn!("the HTTP listener already has a node view; the new one is ignored");
+        }
+    }
+
+    /// Starts the REST API (`/api/v1`): it becomes a client of the cluster through the node's
+    /// own native address (`serves_data`: a broker or `server`), or through the live brokers
+    /// a MetaServer node knows of. Until then its routes answer 503. A second call is ignored.
+    pub fn attach_api(&self, native_addr: SocketAddr, serves_data: bool) {
+        if !self
+            .api
+            .attach(native_addr, serves_data, self.request_timeout)
+        {
+            tracing::warn!("the REST API already has its native address; ignored");
         }
     }
 

@@ -175,3 +175,53 @@ pub(crate) fn groups(
         as_i64(omitted as u64),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus_client::collector::Collector;
+    use prometheus_client::registry::Registry;
+
+    #[derive(Debug)]
+    struct Groups(Vec<GroupStats>, usize);
+
+    impl Collector for Groups {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result {
+            groups(&mut encoder, &self.0, self.1)
+        }
+    }
+
+    fn group(name: &str, lags: u32) -> GroupStats {
+        GroupStats {
+            group: name.into(),
+            members: 1,
+            generation: 3,
+            lag: (0..lags).map(|p| ("t".to_string(), p, 7)).collect(),
+        }
+    }
+
+    fn encode(groups: Vec<GroupStats>, series_max: usize) -> String {
+        let mut registry = Registry::with_prefix("tinymq");
+        registry.register_collector(Box::new(Groups(groups, series_max)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    #[test]
+    fn group_series_stop_at_the_limit_and_say_how_many_were_left_out() {
+        let text = encode(vec![group("b", 2), group("a", 2), group("c", 1)], 3);
+        let lines = |prefix: &str| text.lines().filter(|l| l.starts_with(prefix)).count();
+        // The first three groups by name, the first three lag series over them.
+        assert_eq!(lines("tinymq_group_members{"), 3);
+        assert_eq!(lines("tinymq_group_lag{"), 3);
+        assert!(text.contains(r#"tinymq_group_lag{group="a",topic="t",partition="0"} 7"#));
+        assert!(!text.contains(r#"group="c",topic"#), "{text}");
+        assert!(text.contains("tinymq_group_series_omitted 2\n"), "{text}");
+
+        let text = encode(vec![group("a", 1), group("b", 1)], 1);
+        assert!(!text.contains(r#"group="b""#), "{text}");
+        // One group and one lag series left out.
+        assert!(text.contains("tinymq_group_series_omitted 2\n"), "{text}");
+    }
+}

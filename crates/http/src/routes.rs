@@ -32,6 +32,7 @@ pub(crate) fn router(
     node: Arc<NodeSlot>,
     counters: Arc<ConnectionCounters>,
     limits: &HttpLimits,
+    api: Router,
 ) -> Router {
     let metrics = Arc::new(Metrics::new(
         node.clone(),
@@ -46,8 +47,10 @@ pub(crate) fn router(
         .route("/metrics", get(metrics_page))
         .route("/health/live", get(crate::health::live))
         .route("/health/ready", get(crate::health::ready))
+        .merge(crate::console::router())
         .fallback(not_found)
         .with_state(AppState { node, metrics })
+        .merge(api)
         // For routes that will read bodies: a chunked body past the limit fails to extract.
         .layer(DefaultBodyLimit::max(limits.body_bytes_max))
         .layer(middleware::from_fn_with_state(

@@ -1,0 +1,187 @@
+//! Helpers for the REST API tests: real `tinymq` processes started with `--http 127.0.0.1:0`,
+//! and plain HTTP/1.1 requests over a TCP socket (one connection per request).
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_tinymq");
+
+/// A `tinymq` process with its native and HTTP addresses.
+pub struct Node {
+    child: Child,
+    pub native: String,
+    pub http: String,
+}
+
+impl Node {
+    /// `tinymq server` with its own MetaServer, on ephemeral ports.
+    pub fn server(data: &std::path::Path) -> Node {
+        Node::spawn(
+            &["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"],
+            data,
+            "tinymq listening on ",
+        )
+    }
+
+    /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
+    /// listener's.
+    pub fn spawn(args: &[&str], data: &std::path::Path, prefix: &str) -> Node {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .arg("--data")
+            .arg(data)
+            .env("TINYMQ_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tinymq");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = |prefix: &str| {
+            let mut line = String::new();
+            out.read_line(&mut line).expect("a line");
+            line.trim()
+                .strip_prefix(prefix)
+                .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
+                .to_string()
+        };
+        let native = line(prefix);
+        let http = line("tinymq http listening on ");
+        Node {
+            child,
+            native,
+            http,
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn get(&self, path: &str) -> Response {
+        request(&self.http, "GET", path, None)
+    }
+
+    pub fn delete(&self, path: &str) -> Response {
+        request(&self.http, "DELETE", path, None)
+    }
+
+    pub fn post(&self, path: &str, json: &serde_json::Value) -> Response {
+        request(&self.http, "POST", path, Some(&json.to_string()))
+    }
+
+    pub fn patch(&self, path: &str, json: &serde_json::Value) -> Response {
+        request(&self.http, "PATCH", path, Some(&json.to_string()))
+    }
+
+    /// GET `path` until it answers 200 (bounded wait): the node has joined its cluster.
+    pub fn wait_ok(&self, path: &str) -> Response {
+        let mut last = None;
+        for _ in 0..150 {
+            let r = self.get(path);
+            if r.status == 200 {
+                return r;
+            }
+            last = Some(r);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("{path} never answered 200: {last:?}");
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+}
+
+impl Response {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+
+    /// Asserts a 2xx-or-not `status` with a JSON body, and returns it.
+    pub fn expect(&self, status: u16) -> serde_json::Value {
+        assert_eq!(self.status, status, "{}", self.body);
+        self.json()
+    }
+
+    /// Asserts an RFC 9457 problem document with `status` and `code`; returns its detail.
+    pub fn expect_problem(&self, status: u16, code: &str) -> String {
+        assert_eq!(self.status, status, "{}", self.body);
+        assert_eq!(
+            self.content_type, "application/problem+json",
+            "{}",
+            self.body
+        );
+        let p = self.json();
+        assert_eq!(p["status"], status, "{p}");
+        assert_eq!(p["code"], code, "{p}");
+        assert!(p["type"].is_string() && p["title"].is_string(), "{p}");
+        p["detail"].as_str().expect("a detail").to_string()
+    }
+}
+
+/// One request on its own connection (`Connection: close`), with a JSON body if given.
+pub fn request(http: &str, method: &str, path: &str, body: Option<&str>) -> Response {
+    let head = match body {
+        Some(b) => format!(
+            "{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        ),
+        None => format!("{method} {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"),
+    };
+    raw(http, &head)
+}
+
+/// Sends `raw` as it is and reads the whole response.
+pub fn raw(http: &str, raw: &str) -> Response {
+    let mut stream = TcpStream::connect(http).expect("connect to the HTTP listener");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("timeout");
+    stream.write_all(raw.as_bytes()).expect("send");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("read");
+    let response = String::from_utf8(response).expect("a UTF-8 response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
+    Response {
+        status,
+        content_type,
+        body: body.to_string(),
+    }
+}
+
+/// The workspace root (two levels above this crate's manifest).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}

@@ -1,0 +1,81 @@
+//! The REST API against its own OpenAPI document (issue 15): schemathesis (from PyPI,
+//! installed by `scripts/install-python-tools.sh` into `.tools/venv`) generates inputs for
+//! every route of a running `tinymq server`, valid and invalid, and checks that no answer is
+//! a server error (5xx) and that every answer matches the document (status, content type,
+//! body schema), and that invalid input is refused.
+
+mod rest_common;
+
+use std::process::Command;
+
+use rest_common::{workspace_root, Node};
+use serde_json::json;
+
+/// Test cases per operation and phase: enough to reach every route's validation and its
+/// happy path, few enough to finish in about a minute on two shared cores.
+const EXAMPLES_PER_OPERATION: &str = "100";
+
+#[test]
+fn the_api_conforms_to_its_openapi_document() {
+    let schemathesis = workspace_root().join(".tools/venv/bin/schemathesis");
+    assert!(
+        schemathesis.exists(),
+        "{} is missing: run scripts/install-python-tools.sh (it installs the pinned \
+         schemathesis into .tools/venv)",
+        schemathesis.display()
+    );
+    let data = tempfile::tempdir().unwrap();
+    let node = Node::server(&data.path().join("server"));
+    node.wait_ok("/api/v1/topics");
+    // Something to find: a topic with records and a group with offsets.
+    node.post("/api/v1/topics", &json!({"name": "seen", "partitions": 2}))
+        .expect(201);
+    for i in 0..3 {
+        node.post(
+            "/api/v1/topics/seen/messages",
+            &json!({"key": format!("k{i}"), "value": "v"}),
+        )
+        .expect(200);
+    }
+    node.post(
+        "/api/v1/groups/watchers/offsets",
+        &json!({"topic": "seen", "to": "latest"}),
+    )
+    .expect(200);
+
+    let work = data.path().join("schemathesis");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = Command::new(&schemathesis)
+        .current_dir(&work)
+        .args([
+            "run",
+            &format!("http://{}/api/v1/openapi.json", node.http),
+            "--checks",
+            "not_a_server_error,status_code_conformance,content_type_conformance,\
+             response_schema_conformance,negative_data_rejection",
+            "--max-examples",
+            EXAMPLES_PER_OPERATION,
+            "--workers",
+            "2",
+            "--generation-database",
+            "none",
+            "--request-timeout",
+            "30",
+            "--no-color",
+        ])
+        .output()
+        .expect("run schemathesis");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "schemathesis found problems (exit {:?}):\n{stdout}\n{stderr}",
+        out.status.code()
+    );
+    // It ran every operation of the document.
+    assert!(
+        stdout.contains("12 selected / 12 total"),
+        "not every operation was tested:\n{stdout}"
+    );
+    assert!(stdout.contains("No issues found"), "{stdout}");
+}

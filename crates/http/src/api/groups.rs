@@ -1,0 +1,387 @@
+//! `/api/v1/groups`: list, describe (members, assignments, committed offsets and lag),
+//! reset offsets (only while the group has no members) and delete consumer groups, through
+//! `tinymq_client::Admin`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use tinymq_client::{ClientError, ErrorCode};
+use utoipa::{IntoParams, ToSchema};
+
+use super::problem::{check_name, ApiJson, ApiPath};
+use super::{ApiState, Problem, HTTP_GROUPS_LIST_MAX};
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct GroupPath {
+    /// The group's id.
+    #[param(pattern = "^[A-Za-z0-9._-]{1,249}$")]
+    pub id: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupList {
+    pub groups: Vec<GroupSummary>,
+    /// True when there were more than `http_groups_list_max` (1000) groups: only that many
+    /// are listed.
+    pub truncated: bool,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupSummary {
+    pub group_id: String,
+    /// `empty`, `stable`, `rebalancing`, or `unknown` when its coordinator did not answer.
+    pub state: String,
+    pub members: u32,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupDescription {
+    pub group_id: String,
+    pub state: String,
+    pub generation: u32,
+    pub strategy: String,
+    pub members: Vec<GroupMember>,
+    pub offsets: Vec<GroupOffset>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupMember {
+    pub member_id: String,
+    pub client_id: String,
+    pub assignment: Vec<TopicPartitions>,
+    /// The topics it subscribed to.
+    pub topics: Vec<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TopicPartitions {
+    pub topic: String,
+    pub partitions: Vec<u32>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupOffset {
+    pub topic: String,
+    pub partition: u32,
+    /// The next offset the group will consume.
+    pub committed_offset: i64,
+    /// Null when the partition's leader could not be asked (or the topic is gone).
+    pub high_watermark: Option<i64>,
+    /// High watermark − committed offset (never below 0); null with `high_watermark`.
+    pub lag: Option<i64>,
+}
+
+/// Where to move a group's offsets.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum ResetTo {
+    Position(ResetPosition),
+    Offset(OffsetTarget),
+    Timestamp(TimestampTarget),
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ResetPosition {
+    Earliest,
+    Latest,
+}
+
+/// An offset; one outside the log is moved to its nearest end.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OffsetTarget {
+    #[schema(minimum = 0)]
+    pub offset: i64,
+}
+
+/// The first record at or after this time (ms since the Unix epoch); none: the log's end.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TimestampTarget {
+    #[schema(minimum = 0)]
+    pub timestamp_ms: i64,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResetOffsets {
+    #[schema(pattern = "^[A-Za-z0-9._-]{1,249}$")]
+    pub topic: String,
+    pub to: ResetTo,
+    /// Absent: every partition of the topic.
+    pub partitions: Option<Vec<u32>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ResetResult {
+    pub group_id: String,
+    pub topic: String,
+    pub offsets: Vec<PartitionOffset>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PartitionOffset {
+    pub partition: u32,
+    pub offset: i64,
+}
+
+/// Every consumer group with its state and member count.
+#[utoipa::path(
+    get,
+    path = "/groups",
+    tag = "groups",
+    responses(
+        (status = 200, description = "The groups", body = GroupList),
+        (status = "5XX", description = "The cluster did not answer", body = Problem,
+         content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_groups(State(state): State<ApiState>) -> Result<Json<GroupList>, Problem> {
+    let api = state.client().await?;
+    let mut ids = api.admin.list_groups().await?;
+    let truncated = ids.len() > HTTP_GROUPS_LIST_MAX;
+    ids.truncate(HTTP_GROUPS_LIST_MAX);
+    let mut asks = tokio::task::JoinSet::new();
+    for id in ids {
+        let admin = api.admin.clone();
+        asks.spawn(async move {
+            let described = admin.describe_group(&id).await;
+            (id, described)
+        });
+    }
+    let mut groups = Vec::new();
+    while let Some(joined) = asks.join_next().await {
+        let Ok((group_id, described)) = joined else {
+            continue;
+        };
+        groups.push(match described {
+            Ok(d) => GroupSummary {
+                group_id,
+                state: d.state,
+                members: d.members.len() as u32,
+            },
+            Err(_) => GroupSummary {
+                group_id,
+                state: "unknown".into(),
+                members: 0,
+            },
+        });
+    }
+    groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    Ok(Json(GroupList { groups, truncated }))
+}
+
+/// A group's members and assignments, committed offsets and lag per partition.
+#[utoipa::path(
+    get,
+    path = "/groups/{id}",
+    tag = "groups",
+    params(GroupPath),
+    responses(
+        (status = 200, description = "The group", body = GroupDescription),
+        (status = 400, description = "Invalid group id", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 404, description = "No such group (GROUP_ID_NOT_FOUND)", body = Problem,
+         content_type = "application/problem+json"),
+        (status = "5XX", description = "The cluster did not answer", body = Problem,
+         content_type = "application/problem+json"),
+    )
+)]
+pub async fn describe_group(
+    State(state): State<ApiState>,
+    ApiPath(path): ApiPath<GroupPath>,
+) -> Result<Json<GroupDescription>, Problem> {
+    check_name("group id", &path.id)?;
+    let api = state.client().await?;
+    let d = api.admin.describe_group(&path.id).await?;
+    // One description per topic gives every partition's high watermark from its leader.
+    let topics: BTreeSet<&str> = d.offsets.iter().map(|o| o.topic.as_str()).collect();
+    let mut watermarks: BTreeMap<(String, u32), i64> = BTreeMap::new();
+    for topic in topics {
+        if let Ok(t) = api.admin.describe_topic(topic).await {
+            for p in t.partitions.iter().filter(|p| p.high_watermark >= 0) {
+                watermarks.insert((topic.to_string(), p.partition), p.high_watermark);
+            }
+        }
+    }
+    let offsets = d
+        .offsets
+        .iter()
+        .map(|o| {
+            let hw = watermarks.get(&(o.topic.clone(), o.partition)).copied();
+            GroupOffset {
+                topic: o.topic.clone(),
+                partition: o.partition,
+                committed_offset: o.offset,
+                high_watermark: hw,
+                lag: hw.map(|hw| hw.saturating_sub(o.offset).max(0)),
+            }
+        })
+        .collect();
+    let members = d
+        .members
+        .into_iter()
+        .map(|m| GroupMember {
+            member_id: m.member_id,
+            client_id: m.client_id,
+            assignment: m
+                .assignment
+                .into_iter()
+                .map(|a| TopicPartitions {
+                    topic: a.topic,
+                    partitions: a.partitions,
+                })
+                .collect(),
+            topics: m.topics,
+        })
+        .collect();
+    Ok(Json(GroupDescription {
+        group_id: d.group_id,
+        state: d.state,
+        generation: d.generation,
+        strategy: d.strategy,
+        members,
+        offsets,
+    }))
+}
+
+/// Moves a group's committed offsets of one topic; refused while the group has members.
+#[utoipa::path(
+    post,
+    path = "/groups/{id}/offsets",
+    tag = "groups",
+    params(GroupPath),
+    request_body = ResetOffsets,
+    responses(
+        (status = 200, description = "The offsets now committed", body = ResetResult),
+        (status = 400, description = "Bad body", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 404, description = "No such topic or partition", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 409, description = "The group has members (GROUP_NOT_EMPTY)", body = Problem,
+         content_type = "application/problem+json"),
+        (status = "4XX", description = "Other bad input", body = Problem,
+         content_type = "application/problem+json"),
+        (status = "5XX", description = "The cluster did not answer", body = Problem,
+         content_type = "application/problem+json"),
+    )
+)]
+pub async fn reset_offsets(
+    State(state): State<ApiState>,
+    ApiPath(path): ApiPath<GroupPath>,
+    ApiJson(body): ApiJson<ResetOffsets>,
+) -> Result<Json<ResetResult>, Problem> {
+    check_name("group id", &path.id)?;
+    check_name("topic name", &body.topic)?;
+    let api = state.client().await?;
+    match api.admin.describe_group(&path.id).await {
+        Ok(d) if !d.members.is_empty() => {
+            return Err(Problem::from_code(
+                ErrorCode::GROUP_NOT_EMPTY,
+                format!(
+                    "group {} has {} member(s): stop its consumers before resetting offsets",
+                    path.id,
+                    d.members.len()
+                ),
+            ));
+        }
+        Ok(_) => {}
+        // A group never seen gets its first offsets.
+        Err(e) if e.code() == Some(ErrorCode::GROUP_ID_NOT_FOUND) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let count = api.cluster.refresh(&body.topic).await?.partition_count();
+    let partitions: BTreeSet<u32> = match body.partitions {
+        Some(list) if list.is_empty() => {
+            return Err(Problem::invalid(
+                "partitions, when given, must name at least one",
+            ));
+        }
+        Some(list) => list.into_iter().collect(),
+        None => (0..count).collect(),
+    };
+    if let Some(p) = partitions.iter().find(|p| **p >= count) {
+        return Err(Problem::from_code(
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("topic {} has no partition {p}", body.topic),
+        ));
+    }
+    let mut offsets = Vec::with_capacity(partitions.len());
+    for p in partitions {
+        offsets.push(PartitionOffset {
+            partition: p,
+            offset: target(&api, &body.topic, p, &body.to).await?,
+        });
+    }
+    let commit = offsets
+        .iter()
+        .map(|o| (body.topic.clone(), o.partition, o.offset))
+        .collect();
+    api.admin.commit_group_offsets(&path.id, commit).await?;
+    Ok(Json(ResetResult {
+        group_id: path.id,
+        topic: body.topic,
+        offsets,
+    }))
+}
+
+/// The offset `to` names in one partition.
+async fn target(
+    api: &super::ApiClient,
+    topic: &str,
+    partition: u32,
+    to: &ResetTo,
+) -> Result<i64, ClientError> {
+    let earliest = || api.admin.list_offset(topic, partition, -2);
+    let latest = || api.admin.list_offset(topic, partition, -1);
+    Ok(match to {
+        ResetTo::Position(ResetPosition::Earliest) => earliest().await?,
+        ResetTo::Position(ResetPosition::Latest) => latest().await?,
+        ResetTo::Offset(OffsetTarget { offset }) => {
+            let (low, high) = (earliest().await?, latest().await?);
+            (*offset).clamp(low, high.max(low))
+        }
+        ResetTo::Timestamp(TimestampTarget { timestamp_ms }) => {
+            match api
+                .admin
+                .list_offset(topic, partition, *timestamp_ms)
+                .await?
+            {
+                -1 => latest().await?,
+                found => found,
+            }
+        }
+    })
+}
+
+/// Deletes a group without members, with its committed offsets.
+#[utoipa::path(
+    delete,
+    path = "/groups/{id}",
+    tag = "groups",
+    params(GroupPath),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Invalid group id", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 404, description = "No such group (GROUP_ID_NOT_FOUND)", body = Problem,
+         content_type = "application/problem+json"),
+        (status = 409, description = "The group has members (GROUP_NOT_EMPTY)", body = Problem,
+         content_type = "application/problem+json"),
+        (status = "5XX", description = "The cluster did not answer", body = Problem,
+         content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_group(
+    State(state): State<ApiState>,
+    ApiPath(path): ApiPath<GroupPath>,
+) -> Result<StatusCode, Problem> {
+    check_name("group id", &path.id)?;
+    state.client().await?.admin.delete_group(&path.id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,265 @@
+//! The REST admin API under `/api/v1` and its OpenAPI 3.1 document at
+//! `/api/v1/openapi.json`, generated from the handlers (utoipa).
+//!
+//! The API is a client of the cluster over the native protocol (`tinymq_client`), bootstrapped
+//! from the node's own native address, so it answers the same on a `server`, a `broker` or a
+//! `meta` node. Until the node hands over that address ([`crate::HttpServer::attach_api`])
+//! every route answers 503.
+//!
+//! Layout: `problem` (errors as RFC 9457 documents, input extractors that refuse bad input
+//! with them), then one module per resource: `cluster`, `topics`, `messages`, `groups`.
+
+mod cluster;
+mod groups;
+mod messages;
+mod problem;
+mod topics;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use tinymq_client::{Admin, ClientConfig, Cluster};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub(crate) use problem::Problem;
+
+/// Most records one page of `GET .../messages` returns (`limit` above it is refused).
+pub const HTTP_MESSAGES_PAGE_MAX: u32 = 1000;
+/// Bytes of record batches one page of `GET .../messages` reads from the partition's leader.
+pub const HTTP_MESSAGES_PAGE_BYTES_MAX: u32 = 1 << 20;
+/// Most groups `GET /api/v1/groups` describes (each costs a request to its coordinator).
+pub const HTTP_GROUPS_LIST_MAX: usize = 1000;
+
+/// How long a MetaServer node's API keeps its list of live brokers before reading it again.
+const META_BOOTSTRAP_AGE: Duration = Duration::from_secs(30);
+
+/// What the REST API reaches the cluster through, set once the node knows its native address,
+/// and the client built from it.
+#[derive(Default)]
+pub(crate) struct ApiSlot {
+    target: OnceLock<Target>,
+    cached: Mutex<Option<Cached>>,
+}
+
+impl ApiSlot {
+    pub fn new() -> ApiSlot {
+        ApiSlot::default()
+    }
+
+    /// Sets the node's native address; false if it was set already.
+    pub fn attach(&self, native: SocketAddr, serves_data: bool, request_timeout: Duration) -> bool {
+        // A node listening on every address is reached through loopback.
+        let mut native = native;
+        if native.ip().is_unspecified() {
+            native.set_ip(match native {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        self.target
+            .set(Target {
+                native,
+                serves_data,
+                request_timeout,
+            })
+            .is_ok()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    native: SocketAddr,
+    /// A broker (or `server`) serves every operation; a MetaServer node only the metadata
+    /// ones, so its API goes through the live brokers.
+    serves_data: bool,
+    request_timeout: Duration,
+}
+
+struct Cached {
+    client: Arc<ApiClient>,
+    built: Instant,
+}
+
+pub(crate) struct ApiClient {
+    pub admin: Admin,
+    pub cluster: Arc<Cluster>,
+    pub config: ClientConfig,
+}
+
+impl ApiClient {
+    /// A client of the nodes at `bootstrap`. Its retries end well before the HTTP request
+    /// timeout, so that a cluster that does not answer gets a 503 problem document rather
+    /// than the listener's 408.
+    fn new(bootstrap: &[String], request_timeout: Duration) -> Result<ApiClient, Problem> {
+        let mut config = ClientConfig::new(&bootstrap.join(","));
+        config.client_id = format!("tinymq-http/{}", env!("CARGO_PKG_VERSION"));
+        let budget = request_timeout.mul_f64(0.6).max(Duration::from_millis(100));
+        config.api_timeout = budget;
+        config.request_timeout = budget;
+        let admin = Admin::new(config.clone())?;
+        let cluster = Cluster::new(config.clone())?;
+        Ok(ApiClient {
+            admin,
+            cluster,
+            config,
+        })
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct ApiState {
+    slot: Arc<ApiSlot>,
+    doc: Arc<OnceLock<String>>,
+}
+
+impl ApiState {
+    /// The node's own native address, or 503 while the node is still starting.
+    fn target(&self) -> Result<Target, Problem> {
+        self.slot.target.get().copied().ok_or_else(|| {
+            Problem::unavailable("the node is still starting: the REST API is not ready yet")
+        })
+    }
+
+    /// The node's own native address (every node answers `MetaRead` there).
+    pub fn native(&self) -> Result<SocketAddr, Problem> {
+        Ok(self.target()?.native)
+    }
+
+    /// The cluster client, or 503 while the node is still starting (or, on a MetaServer node,
+    /// while no broker is live).
+    pub async fn client(&self) -> Result<Arc<ApiClient>, Problem> {
+        let target = self.target()?;
+        let fresh = |c: &Cached| target.serves_data || c.built.elapsed() < META_BOOTSTRAP_AGE;
+        if let Some(client) = self.cached(fresh) {
+            return Ok(client);
+        }
+        let bootstrap = if target.serves_data {
+            vec![target.native.to_string()]
+        } else {
+            live_brokers(target.native).await?
+        };
+        let client = Arc::new(ApiClient::new(&bootstrap, target.request_timeout)?);
+        if let Ok(mut cached) = self.slot.cached.lock() {
+            *cached = Some(Cached {
+                client: client.clone(),
+                built: Instant::now(),
+            });
+        }
+        Ok(client)
+    }
+
+    fn cached(&self, fresh: impl Fn(&Cached) -> bool) -> Option<Arc<ApiClient>> {
+        let cached = self.slot.cached.lock().ok()?;
+        cached
+            .as_ref()
+            .filter(|c| fresh(c))
+            .map(|c| c.client.clone())
+    }
+}
+
+/// The addresses of the live brokers, from the metadata image of the MetaServer node at
+/// `native`.
+async fn live_brokers(native: SocketAddr) -> Result<Vec<String>, Problem> {
+    let image = cluster::read_image(native, META_NODE_ANSWER_WAIT).await?.1;
+    let brokers: Vec<String> = image
+        .brokers
+        .values()
+        .filter(|b| !b.fenced)
+        .map(|b| format!("{}:{}", b.host, b.port))
+        .collect();
+    if brokers.is_empty() {
+        return Err(Problem::unavailable(
+            "no broker is live: on a MetaServer node the REST API reads through the brokers",
+        ));
+    }
+    Ok(brokers)
+}
+
+/// How long a node asked directly gets to answer.
+const META_NODE_ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "tinymq REST admin API",
+        description = "Cluster, topics, messages and consumer groups of a tinymq cluster, \
+                       served by every node's HTTP listener. Errors are RFC 9457 problem \
+                       documents whose `code` is the native protocol's error code name.",
+        license(name = "MIT OR Apache-2.0")
+    ),
+    tags(
+        (name = "cluster", description = "MetaServer nodes and brokers"),
+        (name = "topics", description = "Create, describe, alter and delete topics"),
+        (name = "messages", description = "Read and produce records"),
+        (name = "groups", description = "Consumer groups: members, offsets, lag")
+    )
+)]
+struct ApiDoc;
+
+/// The API's routes (full paths under `/api/v1`) and the OpenAPI document served beside them.
+pub(crate) fn router(slot: Arc<ApiSlot>) -> Router {
+    let state = ApiState {
+        slot,
+        doc: Arc::new(OnceLock::new()),
+    };
+    let api = OpenApiRouter::new()
+        .routes(routes!(cluster::get_cluster))
+        .routes(routes!(topics::list_topics, topics::create_topic))
+        .routes(routes!(
+            topics::describe_topic,
+            topics::alter_topic,
+            topics::delete_topic
+        ))
+        .routes(routes!(messages::read_messages))
+        .routes(routes!(messages::produce_message))
+        .routes(routes!(groups::list_groups))
+        .routes(routes!(groups::describe_group, groups::delete_group))
+        .routes(routes!(groups::reset_offsets))
+        .route("/openapi.json", axum::routing::get(openapi_json))
+        .fallback(unknown_route);
+    let (api, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .nest("/api/v1", api)
+        .split_for_parts();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    // Serializing a document built from our own types cannot fail; an empty slot would
+    // answer 503 all the same.
+    if let Ok(text) = doc.to_json() {
+        let _ = state.doc.set(text);
+    }
+    api.with_state(state)
+}
+
+async fn openapi_json(State(state): State<ApiState>) -> Response {
+    match state.doc.get() {
+        Some(text) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            text.clone(),
+        )
+            .into_response(),
+        None => Problem::unavailable("the OpenAPI document could not be built").into_response(),
+    }
+}
+
+async fn unknown_route(State(_): State<ApiState>) -> Response {
+    Problem::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "INVALID_REQUEST",
+        "no such route under /api/v1 (see /api/v1/openapi.json)".to_string(),
+    )
+    .into_response()
+}
+
+/// Whether `name` is a valid topic name or group id (1 to 249 of `[A-Za-z0-9._-]`).
+pub(crate) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 249
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}

@@ -1,0 +1,237 @@
+//! Errors of the REST API as RFC 9457 problem documents, with the native protocol's error
+//! code name in `code`, and the extractors that turn bad input (path, query, JSON body) into
+//! them rather than axum's plain-text rejections.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tinymq_client::{ClientError, ErrorCode};
+use utoipa::ToSchema;
+
+/// The media type of a problem document.
+pub const PROBLEM_CONTENT_TYPE: &str = "application/problem+json";
+
+/// What went wrong (RFC 9457).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Problem {
+    /// Always `about:blank`: `code` says which problem it is.
+    #[serde(rename = "type")]
+    #[schema(example = "about:blank")]
+    pub kind: String,
+    /// The HTTP status's reason phrase.
+    #[schema(example = "Not Found")]
+    pub title: String,
+    /// The HTTP status code.
+    #[schema(example = 404)]
+    pub status: u16,
+    /// A sentence saying what went wrong.
+    pub detail: String,
+    /// The native protocol's error code name (docs/protocol.md), or `CLUSTER_UNAVAILABLE`
+    /// when no node of the cluster answered.
+    #[schema(example = "UNKNOWN_TOPIC_OR_PARTITION")]
+    pub code: String,
+}
+
+impl Problem {
+    pub fn new(status: StatusCode, code: &str, detail: String) -> Problem {
+        Problem {
+            kind: "about:blank".into(),
+            title: status.canonical_reason().unwrap_or("Error").into(),
+            status: status.as_u16(),
+            detail,
+            code: code.into(),
+        }
+    }
+
+    /// Bad input: 400 `INVALID_REQUEST`.
+    pub fn invalid(detail: impl Into<String>) -> Problem {
+        Problem::new(StatusCode::BAD_REQUEST, "INVALID_REQUEST", detail.into())
+    }
+
+    pub fn unavailable(detail: impl Into<String>) -> Problem {
+        Problem::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "CLUSTER_UNAVAILABLE",
+            detail.into(),
+        )
+    }
+
+    pub fn from_code(code: ErrorCode, detail: impl Into<String>) -> Problem {
+        Problem::new(status_of(code), code.name(), detail.into())
+    }
+}
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self).unwrap_or_default();
+        (status, [(header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE)], body).into_response()
+    }
+}
+
+/// The HTTP status of a native error code: the client's fault 4xx, the cluster's state 503.
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    use ErrorCode as E;
+    match code {
+        E::UNKNOWN_TOPIC_OR_PARTITION | E::GROUP_ID_NOT_FOUND | E::UNKNOWN_MEMBER_ID => {
+            StatusCode::NOT_FOUND
+        }
+        E::TOPIC_ALREADY_EXISTS
+        | E::GROUP_NOT_EMPTY
+        | E::BROKER_ID_IN_USE
+        | E::ILLEGAL_GENERATION
+        | E::INVALID_UPDATE_VERSION
+        | E::STALE_BROKER_EPOCH => StatusCode::CONFLICT,
+        E::INVALID_REQUEST
+        | E::INVALID_TOPIC
+        | E::INVALID_PARTITIONS
+        | E::INVALID_CONFIG
+        | E::OFFSET_OUT_OF_RANGE
+        | E::MALFORMED_BODY
+        | E::CORRUPT_MESSAGE
+        | E::INVALID_RECORD
+        | E::INVALID_TIMESTAMP
+        | E::INVALID_GROUP_ID
+        | E::INVALID_REQUIRED_ACKS
+        | E::UNSUPPORTED_COMPRESSION
+        | E::OUT_OF_ORDER_SEQUENCE
+        | E::INVALID_PRODUCER_EPOCH
+        | E::UNKNOWN_PRODUCER_ID
+        | E::INELIGIBLE_REPLICA => StatusCode::BAD_REQUEST,
+        E::MESSAGE_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+        E::LIMIT_EXCEEDED => StatusCode::TOO_MANY_REQUESTS,
+        E::CLUSTER_AUTHORIZATION_FAILED => StatusCode::FORBIDDEN,
+        E::NOT_LEADER
+        | E::LEADER_NOT_AVAILABLE
+        | E::NOT_ENOUGH_REPLICAS
+        | E::REQUEST_TIMED_OUT
+        | E::SHUTTING_DOWN
+        | E::NOT_COORDINATOR
+        | E::COORDINATOR_LOAD_IN_PROGRESS
+        | E::STORAGE_ERROR
+        | E::FENCED_LEADER_EPOCH => StatusCode::SERVICE_UNAVAILABLE,
+        // The node answered something this API cannot explain to the caller.
+        _ => StatusCode::BAD_GATEWAY,
+    }
+}
+
+impl From<ClientError> for Problem {
+    fn from(error: ClientError) -> Problem {
+        let detail = error.to_string();
+        match &error {
+            ClientError::Server { code, .. } => Problem::from_code(*code, detail),
+            ClientError::GaveUp { last_error, .. } => match last_error.code() {
+                Some(code) => Problem::from_code(code, detail),
+                None => Problem::unavailable(detail),
+            },
+            ClientError::RecordTooLarge { .. } => {
+                Problem::from_code(ErrorCode::MESSAGE_TOO_LARGE, detail)
+            }
+            ClientError::Timeout(_) | ClientError::DeliveryTimeout { .. } => {
+                Problem::from_code(ErrorCode::REQUEST_TIMED_OUT, detail)
+            }
+            ClientError::Connect { .. }
+            | ClientError::ConnectionClosed(_)
+            | ClientError::LeaderMoved { .. }
+            | ClientError::Closed => Problem::unavailable(detail),
+            ClientError::Protocol(_) | ClientError::Batch(_) | ClientError::Config(_) => {
+                Problem::new(StatusCode::BAD_GATEWAY, "UNKNOWN_SERVER_ERROR", detail)
+            }
+        }
+    }
+}
+
+/// A JSON object body; a body that is not JSON, not an object, or not the expected shape is
+/// a 400 problem. (Going through a `Value` first: serde would take a struct from an array.)
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = Problem;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Problem> {
+        let value = match axum::Json::<serde_json::Value>::from_request(request, state).await {
+            Ok(axum::Json(value)) => value,
+            Err(rejection) => return Err(json_problem(rejection)),
+        };
+        if !value.is_object() {
+            return Err(Problem::new(
+                StatusCode::BAD_REQUEST,
+                "MALFORMED_BODY",
+                "the request body must be a JSON object".into(),
+            ));
+        }
+        serde_json::from_value(value).map(ApiJson).map_err(|e| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "MALFORMED_BODY",
+                format!("the request body does not have the expected fields: {e}"),
+            )
+        })
+    }
+}
+
+fn json_problem(rejection: JsonRejection) -> Problem {
+    let detail = rejection.body_text();
+    match rejection {
+        JsonRejection::MissingJsonContentType(_) => Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "INVALID_REQUEST",
+            detail,
+        ),
+        JsonRejection::BytesRejection(_) => Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "LIMIT_EXCEEDED",
+            format!("the request body could not be read whole: {detail}"),
+        ),
+        _ => Problem::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", detail),
+    }
+}
+
+/// Query parameters; any that do not parse is a 400 problem.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| ApiQuery(q.0))
+            .map_err(|r: QueryRejection| Problem::invalid(r.body_text()))
+    }
+}
+
+/// Path parameters; any that does not parse is a 400 problem.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| ApiPath(p.0))
+            .map_err(|r: PathRejection| Problem::invalid(r.body_text()))
+    }
+}
+
+/// Refuses a topic name or group id the native protocol would refuse, before asking it.
+pub fn check_name(what: &str, name: &str) -> Result<(), Problem> {
+    if super::valid_name(name) {
+        Ok(())
+    } else {
+        let code = if what == "group id" {
+            ErrorCode::INVALID_GROUP_ID
+        } else {
+            ErrorCode::INVALID_TOPIC
+        };
+        Err(Problem::from_code(
+            code,
+            format!("{what} {name:?} must be 1 to 249 characters of [A-Za-z0-9._-]"),
+        ))
+    }
+}

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The README's test command: installs the tools some tests drive (a Python venv with
+# schemathesis and prometheus_client; Debian's Chromium and the console's npm packages), then
+# runs every test of the workspace. Each installer is idempotent and quick once done, so this
+# is also the command to run again after a pull. Extra arguments go to `cargo test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for installer in scripts/install-python-tools.sh scripts/install-browser-tools.sh; do
+  if [ -x "$installer" ]; then
+    echo "== $installer"
+    "$installer"
+  fi
+done
+
+echo "== cargo test --workspace $*"
+exec cargo test --workspace "$@"

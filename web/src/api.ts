@@ -1,0 +1,127 @@
+// The REST API under /api/v1 (docs/rest.md): typed fetches, and problem documents turned into
+// errors that say what the server said.
+
+interface Problem {
+  title?: string;
+  detail?: string;
+  code?: string;
+  status?: number;
+}
+
+class ApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number,
+    readonly code: string | undefined,
+  ) {
+    super(message);
+  }
+}
+
+interface MetaNode {
+  id: number;
+  address: string;
+  up: boolean;
+  applied_index: number | null;
+  leader: boolean;
+}
+interface Broker {
+  id: number;
+  address: string;
+  alive: boolean;
+}
+interface Cluster {
+  cluster_id: string;
+  meta: { leader: number | null; nodes: MetaNode[] };
+  brokers: Broker[];
+}
+interface TopicSummary {
+  name: string;
+  partitions: number;
+  replication_factor: number;
+}
+interface PartitionInfo {
+  partition: number;
+  leader: number | null;
+  replicas: number[];
+  isr: number[];
+  log_start_offset: number | null;
+  log_end_offset: number | null;
+  high_watermark: number | null;
+  size_bytes: number | null;
+}
+interface TopicDetail {
+  name: string;
+  config: Record<string, unknown>;
+  partitions: PartitionInfo[];
+}
+interface Header {
+  key: string;
+  value: string;
+  value_encoding: string;
+}
+interface Message {
+  offset: number;
+  timestamp_ms: number;
+  key: string | null;
+  key_encoding: string;
+  value: string;
+  value_encoding: string;
+  headers: Header[];
+}
+interface MessagePage {
+  messages: Message[];
+  next_offset: number;
+  high_watermark: number;
+}
+interface GroupSummary {
+  group_id: string;
+  state: string;
+  members: number;
+}
+interface GroupMember {
+  member_id: string;
+  client_id: string;
+  assignment: { topic: string; partitions: number[] }[];
+}
+interface GroupOffset {
+  topic: string;
+  partition: number;
+  committed_offset: number | null;
+  high_watermark: number | null;
+  lag: number | null;
+}
+interface GroupDetail {
+  group_id: string;
+  state: string;
+  generation: number;
+  members: GroupMember[];
+  offsets: GroupOffset[];
+}
+
+async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
+  const init: RequestInit = { method, headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers = { Accept: "application/json", "Content-Type": "application/json" };
+  }
+  const response = await fetch(`/api/v1${path}`, init);
+  const text = await response.text();
+  let parsed: unknown = undefined;
+  if (text.length > 0) {
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = undefined;
+    }
+  }
+  if (!response.ok) {
+    const p = (parsed ?? {}) as Problem;
+    const what = p.detail ?? p.title ?? response.statusText;
+    const code = p.code ? ` (${p.code})` : "";
+    throw new ApiError(`${method} ${path}: ${response.status} ${what}${code}`, response.status, p.code);
+  }
+  return parsed as T;
+}
+
+const seg = encodeURIComponent;
