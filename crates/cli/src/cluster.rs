@@ -66,6 +66,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let missing =
         |what: &str| anyhow::anyhow!("tinymq meta needs --{what} (or `{what}` in --config)");
     let id = args.id.or(file.id).ok_or_else(|| missing("id"))?;
+    crate::logging::set_node(format!("meta-{id}"));
     let file_listen = file
         .listen
         .map(|t| crate::args::socket_addr(&t).map_err(anyhow::Error::msg))

@@ -1,6 +1,9 @@
-//! `tinymq group list|describe|reset-offsets|delete`. A log end (and so a lag) that cannot be
-//! known — the partition's leader is offline or unreachable — is `null` in JSON and `-` in
-//! text, never a number; offsets are not reset from positions that are not known.
+//! `tinymq group list|describe|reset-offsets|delete`. `describe` shows per partition the
+//! group's committed offset, the high watermark its leader reports (the end a consumer can
+//! read to) and the lag between them, and the group's total lag. A high watermark (and so a
+//! lag) that cannot be known — the partition's leader is offline or unreachable — is `null` in
+//! JSON and `-` in text, never a number; offsets are not reset from positions that are not
+//! known.
 
 use clap::Subcommand;
 use tinymq_client::{Admin, ClientConfig};
@@ -15,7 +18,8 @@ pub enum GroupCommand {
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
-    /// Show members, their partitions, and per partition the committed offset, log end and lag.
+    /// Show members, their partitions, and per partition the committed offset, the high
+    /// watermark (from the partition's leader) and the lag; then the total lag.
     Describe {
         /// The group's id.
         group: String,
@@ -173,13 +177,22 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
             let lag = committed
                 .zip(log_end)
                 .map(|(c, end)| end.saturating_sub(c).max(0));
+            // `log_end_offset` is the same value, under the name it had before issue 15.
             rows.push(serde_json::json!({
                 "topic": topic, "partition": partition,
                 "member": owner.get(&(topic.clone(), partition)),
-                "committed_offset": committed, "log_end_offset": log_end, "lag": lag,
+                "committed_offset": committed, "high_watermark": log_end,
+                "log_end_offset": log_end, "lag": lag,
             }));
         }
     }
+    // The lags known; a partition without a committed offset or a known high watermark adds
+    // nothing, and `lag_unknown` counts the partitions with a committed offset but no lag.
+    let lag_total: i64 = rows.iter().filter_map(|r| r["lag"].as_i64()).sum();
+    let lag_unknown = rows
+        .iter()
+        .filter(|r| !r["committed_offset"].is_null() && r["lag"].is_null())
+        .count();
     if json {
         let members: Vec<_> = d
             .members
@@ -192,6 +205,7 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
         let out = serde_json::json!({
             "group": d.group_id, "state": d.state, "generation": d.generation, "strategy": d.strategy,
             "members": members, "partitions": rows,
+            "lag_total": lag_total, "lag_unknown_partitions": lag_unknown,
         });
         return outln!("{}", serde_json::to_string_pretty(&out)?);
     }
@@ -204,11 +218,11 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
         count(d.members.len() as u64, "member")
     )?;
     outln!(
-        "{:<20} {:>9} {:>12} {:>12} {:>8}  member",
+        "{:<20} {:>9} {:>12} {:>14} {:>8}  member",
         "topic",
         "partition",
         "committed",
-        "log end",
+        "high watermark",
         "lag"
     )?;
     let dash = |v: &serde_json::Value| {
@@ -220,7 +234,7 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
     };
     for r in rows {
         outln!(
-            "{:<20} {:>9} {:>12} {:>12} {:>8}  {}",
+            "{:<20} {:>9} {:>12} {:>14} {:>8}  {}",
             dash(&r["topic"]),
             dash(&r["partition"]),
             dash(&r["committed_offset"]),
@@ -229,5 +243,13 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
             dash(&r["member"])
         )?;
     }
+    let unknown = match lag_unknown {
+        0 => String::new(),
+        n => format!(
+            " ({} with an unknown high watermark not counted)",
+            count(n as u64, "partition")
+        ),
+    };
+    outln!("total lag {lag_total}{unknown}")?;
     Ok(())
 }

@@ -14,7 +14,9 @@ mod logging;
 mod out;
 mod produce;
 mod reassign;
+mod scrape;
 mod server;
+mod top;
 mod topic;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +30,8 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    log: logging::LogArgs,
 }
 
 /// Where the tools find the cluster.
@@ -64,23 +68,22 @@ enum Command {
     /// Measure throughput and latency: produce, consume or end-to-end.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Live per-topic throughput (records and bytes per second, in and out), read from the
+    /// nodes' /metrics.
+    Top(top::TopArgs),
     /// Print the protocol versions and limits this build speaks.
     Info,
 }
 
-/// Logging for the server roles ([`logging::init_server`]), and their file-descriptor limit
-/// raised to the hard limit: every open segment holds three files, and the soft limit (often
-/// 1,024) is far below what the partition limits allow.
-fn init_logging() {
-    logging::init_server();
+/// Logging for the server roles, and their file-descriptor limit raised to the hard limit:
+/// every open segment holds three files, and the soft limit (often 1,024) is far below what
+/// the partition limits allow.
+fn init_server(log: &logging::LogArgs) {
+    logging::init(log, logging::Role::Server);
     match raise_open_files_limit() {
         Ok(limit) => tracing::debug!(limit, "open files limit"),
         Err(e) => tracing::warn!(error = %e, "could not raise the open files limit"),
     }
-}
-
-fn init_tool_logging() {
-    logging::init_tool();
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the limit now in force.
@@ -116,33 +119,33 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    let server_role = matches!(
+        cli.command,
+        Command::Server(_)
+            | Command::Meta(_)
+            | Command::Broker(cluster::BrokerCli { action: None, .. })
+    );
+    if server_role {
+        init_server(&cli.log);
+    } else {
+        logging::init(&cli.log, logging::Role::Tool);
+    }
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Server(args) => {
-                init_logging();
-                server::run(args, false).await
-            }
+            Command::Server(args) => server::run(args, false).await,
             Command::Broker(cluster::BrokerCli {
                 action: Some(action),
                 ..
             }) => cluster::run_broker_action(action).await,
-            Command::Broker(args) => {
-                init_logging();
-                server::run(args.run, true).await
-            }
-            Command::Meta(args) => {
-                init_logging();
-                cluster::run_meta(args).await
-            }
+            Command::Broker(args) => server::run(args.run, true).await,
+            Command::Meta(args) => cluster::run_meta(args).await,
             Command::Cluster(cmd) => cluster::run(cmd).await,
             Command::Topic(cmd) => topic::run(cmd).await,
             Command::Produce(args) => produce::run(args).await,
-            Command::Consume(args) => {
-                init_tool_logging();
-                consume::run(args).await
-            }
+            Command::Consume(args) => consume::run(args).await,
             Command::Group(cmd) => group::run(cmd).await,
             Command::Bench(cmd) => bench::run(cmd).await,
+            Command::Top(args) => top::run(args).await,
             Command::Info => {
                 outln!(
                     "tinymq {} protocol {}..={} frame_bytes_max {}",

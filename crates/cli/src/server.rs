@@ -159,6 +159,8 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     let http_flags = std::mem::take(&mut args.http);
     let (config, file_http) = build_config(args)?;
     let http_args = http_flags.over(file_http);
+    let role = if cluster_member { "broker" } else { "server" };
+    crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {
         anyhow::ensure!(
             !config.meta.is_empty(),

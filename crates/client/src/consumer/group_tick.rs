@@ -88,9 +88,16 @@ impl GroupSide<'_> {
             }
             Err(e) if is_membership_gone(&e) => self.lose_everything(membership),
             Err(e) if e.is_retriable() => {
-                if membership.retry_later() {
+                // A coordinator still loading its offsets partition (it just took it over)
+                // is routine and answers within moments: not worth a warning.
+                let loading = e.code() == Some(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
+                let first = membership.retry_later();
+                if first && !loading {
                     tracing::warn!(group = %membership.group, error = %e,
                         "cannot reach the group coordinator; reading owned partitions and retrying");
+                } else if loading {
+                    tracing::debug!(group = %membership.group, error = %e,
+                        "the group coordinator is loading its offsets; retrying");
                 }
             }
             Err(e) => return Err(e),
