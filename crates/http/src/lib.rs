@@ -85,6 +85,7 @@ impl HttpServer {
             listener,
             limits.connections_max,
             limits.idle_timeout,
+            limits.request_timeout,
             counters,
         );
         let stop = shutdown.clone();

@@ -1,0 +1,164 @@
+//! Hostile clients of a real `tinymq server`'s HTTP listener (issue 15 review): clients that
+//! trickle their request, floods past `http_connections_max`, malformed requests and bodies.
+//! Each test asserts what the listener does (closes, refuses, answers 4xx and a JSON body),
+//! never how fast.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::BIN;
+
+/// A `tinymq server` with `--http 127.0.0.1:0` and `extra` flags.
+struct Node {
+    child: Child,
+    http: String,
+    _data: tempfile::TempDir,
+}
+
+impl Node {
+    fn start(extra: &[&str]) -> Node {
+        let data = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BIN)
+            .args(["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args(extra)
+            .arg("--data")
+            .arg(data.path())
+            .env("TINYMQ_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut http = None;
+        for _ in 0..2 {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            if let Some(a) = line.trim().strip_prefix("tinymq http listening on ") {
+                http = Some(a.to_string());
+            }
+        }
+        Node {
+            child,
+            http: http.expect("the server names its HTTP address"),
+            _data: data,
+        }
+    }
+
+    /// Sends `raw` on a new connection and reads until the server closes it: (status, body).
+    fn raw(&self, raw: &[u8]) -> (u16, String) {
+        let mut s = TcpStream::connect(&self.http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(raw).unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        let status = answer
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        self.raw(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+    }
+
+    /// `/metrics` as series → value (bounded wait for a free place under the limit).
+    fn scrape(&self) -> BTreeMap<String, f64> {
+        for _ in 0..100 {
+            if let Ok(mut s) = TcpStream::connect(&self.http) {
+                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+                let req = "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+                if s.write_all(req.as_bytes()).is_ok() {
+                    let mut text = String::new();
+                    let _ = s.read_to_string(&mut text);
+                    if text.starts_with("HTTP/1.1 200") {
+                        return text
+                            .lines()
+                            .filter(|l| l.starts_with("tinymq_"))
+                            .filter_map(|l| l.rsplit_once(' '))
+                            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+                            .collect();
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("no scrape answered");
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether the server has closed (or answered on) `s`, without blocking long.
+fn server_done(s: &mut TcpStream) -> bool {
+    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let mut byte = [0u8; 1];
+    match s.read(&mut byte) {
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
+        _ => true,
+    }
+}
+
+/// A slowloris client: request headers one byte every 200 ms, never finishing. Returns whether
+/// the server closed the connection before the client gave up (`bytes` bytes later).
+fn trickle_headers(http: &str, bytes: usize) -> bool {
+    let mut s = TcpStream::connect(http).unwrap();
+    s.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\nX-Pad: ")
+        .unwrap();
+    for _ in 0..bytes {
+        if server_done(&mut s) || s.write_all(b"a").is_err() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    server_done(&mut s)
+}
+
+#[test]
+fn clients_trickling_their_headers_lose_their_place() {
+    let node = Node::start(&[
+        "--http-connections-max",
+        "2",
+        "--http-request-timeout-ms",
+        "1000",
+        "--http-idle-timeout-ms",
+        "1000",
+    ]);
+    // As many slow clients as the listener has places: each moves a byte well within the idle
+    // timeout, so only a bound on the whole request can free the places.
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let http = node.http.clone();
+            std::thread::spawn(move || trickle_headers(&http, 150))
+        })
+        .collect();
+    for t in slow {
+        assert!(
+            t.join().unwrap(),
+            "a client sending its headers a byte at a time kept its connection"
+        );
+    }
+    assert_eq!(node.get("/health/live").0, 200);
+    let samples = node.scrape();
+    assert_eq!(
+        samples.get("tinymq_http_requests_slow_closed_total"),
+        Some(&2.0),
+        "{samples:?}"
+    );
+}
