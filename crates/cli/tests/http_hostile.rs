@@ -162,3 +162,59 @@ fn clients_trickling_their_headers_lose_their_place() {
         "{samples:?}"
     );
 }
+
+/// The answer's headers (lower-case names) and body.
+fn headers_of(raw: &str) -> Vec<String> {
+    raw.split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_ascii_lowercase)
+        .collect()
+}
+
+#[test]
+fn a_wrong_method_gets_a_json_405_naming_the_allowed_ones() {
+    let node = Node::start(&[]);
+    for (method, path, problem) in [
+        ("DELETE", "/metrics", false),
+        ("POST", "/health/live", false),
+        ("POST", "/", false),
+        ("PUT", "/api/v1/topics", true),
+        ("PATCH", "/api/v1/groups/g", true),
+    ] {
+        let mut s = TcpStream::connect(&node.http).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        let mut raw = String::new();
+        let _ = s.read_to_string(&mut raw);
+        let headers = headers_of(&raw);
+        assert!(
+            headers[0].starts_with("http/1.1 405"),
+            "{method} {path}: {raw}"
+        );
+        assert!(
+            headers.iter().any(|h| h.starts_with("allow: ")),
+            "{method} {path}: no Allow header: {raw}"
+        );
+        let body = raw
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("{method} {path}: body {body:?} is not JSON: {e}"));
+        assert_eq!(json["status"], 405, "{method} {path}: {json}");
+        assert!(json["detail"].is_string(), "{method} {path}: {json}");
+        if problem {
+            // Under /api/v1 every error is a problem document with a code.
+            assert!(
+                headers.contains(&"content-type: application/problem+json".to_string()),
+                "{method} {path}: {raw}"
+            );
+            assert_eq!(json["code"], "INVALID_REQUEST", "{method} {path}: {json}");
+        }
+    }
+}

@@ -51,6 +51,9 @@ pub(crate) fn router(
         .fallback(not_found)
         .with_state(AppState { node, metrics })
         .merge(api)
+        // axum answers a wrong method with an empty 405: give it the JSON body every other
+        // error has (a problem document under /api/v1).
+        .layer(middleware::from_fn(method_not_allowed_body))
         // For routes that will read bodies: a chunked body past the limit fails to extract.
         .layer(DefaultBodyLimit::max(limits.body_bytes_max))
         .layer(middleware::from_fn_with_state(
@@ -85,6 +88,35 @@ async fn limit_request(
             "the request took longer than http_request_timeout_ms".to_string(),
         ),
     }
+}
+
+/// Fills axum's empty 405 answers with a JSON body, keeping their `Allow` header.
+async fn method_not_allowed_body(request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED
+        || response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let allowed = allow
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none")
+        .to_string();
+    let detail = format!("{method} is not allowed on this path (allowed: {allowed})");
+    let mut fresh = if api {
+        crate::api::Problem::new(StatusCode::METHOD_NOT_ALLOWED, "INVALID_REQUEST", detail)
+            .into_response()
+    } else {
+        problem(StatusCode::METHOD_NOT_ALLOWED, detail)
+    };
+    if let Some(allow) = allow {
+        fresh.headers_mut().insert(header::ALLOW, allow);
+    }
+    fresh
 }
 
 async fn metrics_page(State(state): State<AppState>) -> Response {
