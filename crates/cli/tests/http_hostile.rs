@@ -16,6 +16,7 @@ use common::BIN;
 /// A `tinymq server` with `--http 127.0.0.1:0` and `extra` flags.
 struct Node {
     child: Child,
+    native: String,
     http: String,
     _data: tempfile::TempDir,
 }
@@ -34,16 +35,19 @@ impl Node {
             .spawn()
             .unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut http = None;
+        let (mut native, mut http) = (None, None);
         for _ in 0..2 {
             let mut line = String::new();
             out.read_line(&mut line).unwrap();
             if let Some(a) = line.trim().strip_prefix("tinymq http listening on ") {
                 http = Some(a.to_string());
+            } else if let Some(a) = line.trim().strip_prefix("tinymq listening on ") {
+                native = Some(a.to_string());
             }
         }
         Node {
             child,
+            native: native.expect("the server names its native address"),
             http: http.expect("the server names its HTTP address"),
             _data: data,
         }
@@ -67,6 +71,21 @@ impl Node {
             .map(|(_, b)| b.to_string())
             .unwrap_or_default();
         (status, body)
+    }
+
+    /// `tinymq ARGS` against this node, `stdin` fed in; panics unless it succeeds.
+    fn tool(&self, args: &[&str], stdin: &[u8]) {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env("TINYMQ_BOOTSTRAP", &self.native)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "tinymq {args:?}: {out:?}");
     }
 
     fn get(&self, path: &str) -> (u16, String) {
@@ -217,4 +236,40 @@ fn a_wrong_method_gets_a_json_405_naming_the_allowed_ones() {
             assert_eq!(json["code"], "INVALID_REQUEST", "{method} {path}: {json}");
         }
     }
+}
+
+/// Bytes of the JSON a page of messages may take, whatever the records hold (a few times
+/// `HTTP_MESSAGES_PAGE_BYTES_MAX`, the compressed bytes a page reads).
+const PAGE_JSON_BYTES_BOUND: usize = 16 << 20;
+
+#[test]
+#[ignore = "finding for api: GET .../messages renders up to 1000 records whatever their decompressed size; a page of compressed records of control bytes is ~6x their size in JSON (300 records of 1 MB: a 1.8 GB answer, 3.5 GB RSS)"]
+fn a_page_of_messages_is_bounded_in_bytes_not_only_in_records() {
+    let node = Node::start(&[]);
+    node.tool(&["topic", "create", "z", "--partitions", "1"], b"");
+    // 20 records of ~1 MB of 0x01 bytes: valid UTF-8, each byte `\u0001` in JSON; zstd packs
+    // them into a few KB, so one page's read (1 MiB of batches) holds all of them.
+    let mut input = Vec::new();
+    for _ in 0..20 {
+        input.extend(std::iter::repeat_n(1u8, 1_000_000 - 200));
+        input.push(b'\n');
+    }
+    node.tool(
+        &["produce", "z", "--compression", "zstd", "--partition", "0"],
+        &input,
+    );
+    let (status, body) = node.get("/api/v1/topics/z/partitions/0/messages?limit=1000");
+    assert_eq!(status, 200);
+    assert!(
+        body.len() <= PAGE_JSON_BYTES_BOUND,
+        "a page of messages took {} bytes of JSON",
+        body.len()
+    );
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let got = page["messages"].as_array().unwrap().len();
+    assert!(got >= 1, "a page returns at least one record: {page}");
+    assert_eq!(
+        page["next_offset"], got,
+        "the next page starts after this one"
+    );
 }
