@@ -273,3 +273,57 @@ fn a_page_of_messages_is_bounded_in_bytes_not_only_in_records() {
         "the next page starts after this one"
     );
 }
+
+#[test]
+fn an_absurd_http_connections_max_is_refused_not_a_panic() {
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--http-connections-max", "18446744073709551615"])
+        .arg("--data")
+        .arg(data.path())
+        .env("TINYMQ_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with it: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("http_connections_max"), "{stderr}");
+}
+
+#[test]
+fn bad_http_limits_stop_a_server_on_the_default_address_too() {
+    // Without --http the server would listen on the default address, and runs without HTTP
+    // when that is taken; limits no listener could use are a mistake in the flags all the
+    // same, refused before anything binds.
+    let data = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BIN)
+        .args(["server", "--listen", "127.0.0.1:0"])
+        .args([
+            "--http-request-timeout-ms",
+            "10",
+            "--http-idle-timeout-ms",
+            "5",
+        ])
+        .arg("--data")
+        .arg(data.path())
+        .env("TINYMQ_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut exited = None;
+    for _ in 0..100 {
+        exited = child.try_wait().unwrap();
+        if exited.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let status = exited.unwrap_or_else(|| panic!("still running with bad limits: {stderr}"));
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains("http_idle_timeout_ms"), "{stderr}");
+}
