@@ -327,3 +327,37 @@ fn bad_http_limits_stop_a_server_on_the_default_address_too() {
     assert!(!status.success(), "{stderr}");
     assert!(stderr.contains("http_idle_timeout_ms"), "{stderr}");
 }
+
+#[test]
+fn sigterm_stops_a_server_while_a_client_holds_a_half_sent_request() {
+    // An idle timeout far longer than the test's patience: only a bounded shutdown ends it.
+    let mut node = Node::start(&[
+        "--http-request-timeout-ms",
+        "1000",
+        "--http-idle-timeout-ms",
+        "600000",
+    ]);
+    let mut half = TcpStream::connect(&node.http).unwrap();
+    half.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
+    let mut answered = TcpStream::connect(&node.http).unwrap();
+    answered
+        .write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 12];
+    answered.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    // SAFETY: a signal to our own child process.
+    let rc = unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
+    assert_eq!(rc, 0);
+    let mut status = None;
+    for _ in 0..600 {
+        status = node.child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = status.expect("the server did not stop on SIGTERM while a request was half sent");
+    assert!(status.success(), "{status:?}");
+}
