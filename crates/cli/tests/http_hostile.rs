@@ -361,3 +361,58 @@ fn sigterm_stops_a_server_while_a_client_holds_a_half_sent_request() {
     let status = status.expect("the server did not stop on SIGTERM while a request was half sent");
     assert!(status.success(), "{status:?}");
 }
+
+/// Sends `head` then a body of `len` bytes in chunks of 256 (chunked framing, no declared
+/// length); returns the status the server answered, reading what it sent even if it stopped
+/// reading the body.
+fn chunked_status(http: &str, head: &str, len: usize) -> u16 {
+    let mut s = TcpStream::connect(http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let chunk = format!("100\r\n{}\r\n", "a".repeat(256));
+    for _ in 0..len / 256 {
+        if s.write_all(chunk.as_bytes()).is_err() {
+            break;
+        }
+    }
+    let _ = s.write_all(b"0\r\n\r\n");
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+}
+
+#[test]
+fn bodies_past_http_body_bytes_max_are_refused_whatever_their_framing() {
+    let node = Node::start(&["--http-body-bytes-max", "1024"]);
+    for (method, path) in [
+        ("POST", "/api/v1/topics"),
+        ("PATCH", "/api/v1/topics/t"),
+        ("POST", "/api/v1/topics/t/messages"),
+        ("POST", "/api/v1/groups/g/offsets"),
+    ] {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+             Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        );
+        let status = chunked_status(&node.http, &head, 64 * 1024);
+        assert_eq!(status, 413, "{method} {path} with a chunked body of 64 KiB");
+        // A declared length past the limit is refused before the body is read, naming it.
+        let (status, body) = node.raw(
+            format!(
+                "{method} {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n\
+                 Content-Length: 2048\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(status, 413, "{method} {path}: {body}");
+        assert!(
+            body.contains("http_body_bytes_max"),
+            "{method} {path}: {body}"
+        );
+    }
+}

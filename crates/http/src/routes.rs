@@ -78,7 +78,7 @@ async fn limit_request(
     if declared.is_some_and(|n| n > max) {
         return problem(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is over body_bytes_max ({max} bytes)"),
+            format!("the request body is over http_body_bytes_max ({max} bytes)"),
         );
     }
     match tokio::time::timeout(limits.timeout, next.run(request)).await {
