@@ -416,3 +416,102 @@ fn bodies_past_http_body_bytes_max_are_refused_whatever_their_framing() {
         );
     }
 }
+
+#[test]
+fn malformed_requests_get_4xx_and_the_listener_keeps_serving() {
+    let node = Node::start(&[]);
+    let many_headers: String = (0..1000).map(|i| format!("X-{i}: a\r\n")).collect();
+    let cases: Vec<(&str, Vec<u8>, u16)> = vec![
+        ("garbage", b"\x00\x01GARBAGE garbage\r\n\r\n".to_vec(), 400),
+        ("HTTP/0.9", b"GET /health/live\r\n\r\n".to_vec(), 400),
+        (
+            "1 MiB header",
+            format!(
+                "GET / HTTP/1.1\r\nHost: t\r\nX-A: {}\r\n\r\n",
+                "a".repeat(1 << 20)
+            )
+            .into_bytes(),
+            431,
+        ),
+        (
+            "1000 header lines",
+            format!("GET / HTTP/1.1\r\nHost: t\r\n{many_headers}\r\n").into_bytes(),
+            431,
+        ),
+        (
+            "100 KB URI",
+            format!(
+                "GET /metrics?{} HTTP/1.1\r\nHost: t\r\n\r\n",
+                "a".repeat(100_000)
+            )
+            .into_bytes(),
+            414,
+        ),
+        (
+            "two Content-Lengths",
+            b"POST /api/v1/topics HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\
+              Content-Length: 5\r\n\r\nabcde"
+                .to_vec(),
+            400,
+        ),
+        (
+            "an absurd Content-Length",
+            b"POST /api/v1/topics HTTP/1.1\r\nHost: t\r\n\
+              Content-Length: 99999999999999999999999\r\n\r\n"
+                .to_vec(),
+            400,
+        ),
+        (
+            "HTTP/1.0",
+            b"GET /health/live HTTP/1.0\r\n\r\n".to_vec(),
+            200,
+        ),
+    ];
+    for (what, raw, want) in cases {
+        assert_eq!(node.raw(&raw).0, want, "{what}");
+    }
+    // Three pipelined requests on one connection get three answers, in order.
+    let mut s = TcpStream::connect(&node.http).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let one = "GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n";
+    let last = "GET /nowhere HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    s.write_all(format!("{one}{one}{last}").as_bytes()).unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let statuses: Vec<&str> = answer
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &answer[i + 9..i + 12])
+        .collect();
+    assert_eq!(statuses, ["200", "200", "404"], "{answer}");
+    assert_eq!(node.get("/health/live").0, 200);
+}
+
+#[test]
+fn a_flood_past_http_connections_max_is_refused_and_counted() {
+    let node = Node::start(&["--http-connections-max", "4"]);
+    let mut flood: Vec<TcpStream> = (0..50)
+        .map(|_| TcpStream::connect(&node.http).unwrap())
+        .collect();
+    // The listener accepts in order: each connection past the first four is closed at once,
+    // the four stay open.
+    let closed = |s: &mut TcpStream, wait: Duration| {
+        s.set_read_timeout(Some(wait)).unwrap();
+        let mut byte = [0u8; 1];
+        !matches!(s.read(&mut byte), Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut))
+    };
+    for (i, s) in flood.iter_mut().enumerate().skip(4) {
+        assert!(closed(s, Duration::from_secs(10)), "connection {i} kept");
+    }
+    for (i, s) in flood.iter_mut().enumerate().take(4) {
+        assert!(
+            !closed(s, Duration::from_millis(200)),
+            "connection {i} closed"
+        );
+    }
+    drop(flood);
+    // The scrape may itself be refused (and retried) while the server sees the four close.
+    let samples = node.scrape();
+    let refused = samples["tinymq_http_connections_refused_total"];
+    assert!(refused >= 46.0, "refused {refused}");
+    assert_eq!(node.get("/health/live").0, 200);
+}
