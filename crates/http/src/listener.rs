@@ -118,7 +118,7 @@ impl Drop for LimitedStream {
 
 impl LimitedStream {
     fn moved(&mut self) {
-        let deadline = Instant::now() + self.idle_timeout;
+        let deadline = later(self.idle_timeout);
         self.idle.as_mut().reset(deadline);
     }
 
@@ -127,7 +127,7 @@ impl LimitedStream {
         self.moved();
         if !self.request_armed {
             self.request_armed = true;
-            let deadline = Instant::now() + self.request_limit;
+            let deadline = later(self.request_limit);
             self.request.as_mut().reset(deadline);
         }
     }
@@ -157,6 +157,14 @@ impl LimitedStream {
         self.timed_out = true;
         Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, why)))
     }
+}
+
+/// `wait` from now; a wait past what an `Instant` holds (limits are operator input) is
+/// a year, which no connection outlives by idling.
+fn later(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
 }
 
 impl AsyncRead for LimitedStream {
