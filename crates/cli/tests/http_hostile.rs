@@ -535,3 +535,42 @@ fn a_malformed_chunked_body_is_a_400_not_a_413() {
         assert_eq!(json["code"], "MALFORMED_BODY", "{what}: {json}");
     }
 }
+
+#[test]
+fn a_loopback_listener_refuses_api_requests_for_other_host_names() {
+    // DNS rebinding: a web page at evil.example whose name is made to resolve to 127.0.0.1
+    // is, to the browser, the same origin as the listener; only the Host header tells.
+    let node = Node::start(&[]);
+    let port = node.http.rsplit_once(':').unwrap().1.to_string();
+    let request = |method: &str, path: &str, host: &str| {
+        node.raw(
+            format!(
+                "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+                 Content-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+            )
+            .as_bytes(),
+        )
+    };
+    node.tool(&["topic", "create", "kept"], b"");
+    let evil = format!("evil.example:{port}");
+    for (method, path) in [
+        ("GET", "/api/v1/topics"),
+        ("GET", "/api/v1/topics/kept/partitions/0/messages"),
+        ("DELETE", "/api/v1/topics/kept"),
+    ] {
+        let (status, body) = request(method, path, &evil);
+        assert_eq!(status, 403, "{method} {path} for {evil}: {body}");
+        let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(json["status"], 403, "{json}");
+    }
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "[::1]".to_string(),
+    ] {
+        let (status, body) = request("GET", "/api/v1/topics/kept", &host);
+        assert_eq!(status, 200, "for {host}: {body}");
+    }
+    // What the page at / shows needs no cluster data: it stays reachable by any name.
+    assert_eq!(request("GET", "/health/live", &evil).0, 200);
+}

@@ -80,6 +80,7 @@ impl HttpServer {
             counters.clone(),
             &limits,
             api::router(api.clone()),
+            local_addr.ip().is_loopback(),
         );
         let limited = listener::LimitedListener::new(
             listener,

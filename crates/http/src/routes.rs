@@ -33,6 +33,7 @@ pub(crate) fn router(
     counters: Arc<ConnectionCounters>,
     limits: &HttpLimits,
     api: Router,
+    loopback: bool,
 ) -> Router {
     let metrics = Arc::new(Metrics::new(
         node.clone(),
@@ -51,6 +52,7 @@ pub(crate) fn router(
         .fallback(not_found)
         .with_state(AppState { node, metrics })
         .merge(api)
+        .layer(middleware::from_fn_with_state(loopback, loopback_host))
         // axum answers a wrong method with an empty 405: give it the JSON body every other
         // error has (a problem document under /api/v1).
         .layer(middleware::from_fn(method_not_allowed_body))
@@ -88,6 +90,49 @@ async fn limit_request(
             "the request took longer than http_request_timeout_ms".to_string(),
         ),
     }
+}
+
+/// On a listener bound to loopback, refuses `/api/` requests whose `Host` names anything but
+/// an IP address or `localhost`: a web page whose DNS name was rebound to 127.0.0.1 is the
+/// listener's own origin to the browser, and would otherwise read messages and delete topics
+/// through the operator's browser. A listener on other addresses is reached by names it
+/// cannot know, so it has no such check (see docs/operate.md).
+async fn loopback_host(State(loopback): State<bool>, request: Request, next: Next) -> Response {
+    let checked = loopback && request.uri().path().starts_with("/api/");
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("?"));
+    match host {
+        Some(host) if checked && !local_host_name(host) => crate::api::Problem::new(
+            StatusCode::FORBIDDEN,
+            "CLUSTER_AUTHORIZATION_FAILED",
+            format!(
+                "this listener is bound to loopback: ask it as 127.0.0.1, [::1] or localhost, \
+                 not {host:?}"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// Whether a `Host` value names this machine without DNS: an IP literal, `localhost` or a
+/// name under `.localhost`, with or without a port.
+fn local_host_name(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => {
+            return rest
+                .split_once(']')
+                .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok())
+        }
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    let name = name.to_ascii_lowercase();
+    name.parse::<std::net::IpAddr>().is_ok() || name == "localhost" || name.ends_with(".localhost")
 }
 
 /// Fills axum's empty 405 answers with a JSON body, keeping their `Allow` header.
@@ -149,4 +194,36 @@ async fn not_found() -> Response {
 pub(crate) fn problem(status: StatusCode, detail: String) -> Response {
     let body = serde_json::json!({ "status": status.as_u16(), "detail": detail });
     (status, Json(body)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_host_name;
+
+    #[test]
+    fn only_ip_literals_and_localhost_are_local_host_names() {
+        for local in [
+            "127.0.0.1",
+            "127.0.0.1:21582",
+            "[::1]",
+            "[::1]:21582",
+            "localhost",
+            "LocalHost:80",
+            "console.localhost:1",
+            "10.0.0.7:21582",
+        ] {
+            assert!(local_host_name(local), "{local}");
+        }
+        for other in [
+            "evil.example",
+            "evil.example:21582",
+            "localhost.evil.example",
+            "[evil]:1",
+            "127.0.0.1.nip.io",
+            "",
+            "?",
+        ] {
+            assert!(!local_host_name(other), "{other}");
+        }
+    }
 }
