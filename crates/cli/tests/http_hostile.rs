@@ -128,10 +128,9 @@ impl Drop for Node {
 fn server_done(s: &mut TcpStream) -> bool {
     s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
     let mut byte = [0u8; 1];
-    match s.read(&mut byte) {
-        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => false,
-        _ => true,
-    }
+    let waiting =
+        |e: &std::io::Error| matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut);
+    !matches!(s.read(&mut byte), Err(e) if waiting(&e))
 }
 
 /// A slowloris client: request headers one byte every 200 ms, never finishing. Returns whether
