@@ -104,7 +104,8 @@ impl HttpArgs {
         };
         match HttpServer::start(addr, self.limits()).await {
             Ok(server) => Ok(Some(server)),
-            Err(e) if !explicit => {
+            // Only a taken default address is forgiven; bad limits are the flags' mistake.
+            Err(e @ tinymq_http::HttpError::Listen { .. }) if !explicit => {
                 tracing::warn!(error = %e, "running without the HTTP listener (give --http ADDR or --http off)");
                 Ok(None)
             }

@@ -80,11 +80,13 @@ impl HttpServer {
             counters.clone(),
             &limits,
             api::router(api.clone()),
+            local_addr.ip().is_loopback(),
         );
         let limited = listener::LimitedListener::new(
             listener,
             limits.connections_max,
             limits.idle_timeout,
+            limits.request_timeout,
             counters,
         );
         let stop = shutdown.clone();
@@ -127,9 +129,17 @@ impl HttpServer {
     }
 
     /// Stops accepting and waits for open requests to finish (each is bounded by the
-    /// request timeout); idle keep-alive connections are closed.
-    pub async fn shutdown(self) {
+    /// request timeout); idle keep-alive connections are closed. A client still sending its
+    /// request (which may take up to the idle timeout, or forever a byte at a time) does not
+    /// hold the shutdown past the request timeout: the listener is dropped then.
+    pub async fn shutdown(mut self) {
         self.shutdown.cancel();
-        let _ = self.task.await;
+        if tokio::time::timeout(self.request_timeout, &mut self.task)
+            .await
+            .is_err()
+        {
+            tracing::info!("HTTP connections still open at shutdown are dropped");
+            self.task.abort();
+        }
     }
 }

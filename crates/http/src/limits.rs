@@ -37,8 +37,10 @@ impl Default for HttpLimits {
 impl HttpLimits {
     /// Refuses limits no listener could work with.
     pub fn check(&self) -> Result<(), String> {
-        if self.connections_max == 0 {
-            return Err("http_connections_max must be at least 1".into());
+        // The listener counts places with a semaphore, which holds at most MAX_PERMITS.
+        let most = tokio::sync::Semaphore::MAX_PERMITS;
+        if self.connections_max == 0 || self.connections_max > most {
+            return Err(format!("http_connections_max must be in 1..={most}"));
         }
         if self.request_timeout.is_zero() {
             return Err("http_request_timeout_ms must be at least 1".into());

@@ -330,6 +330,12 @@ impl Collector for HttpCollector {
             "http_connections_idle_closed",
             "HTTP connections closed after http_idle_timeout_ms without a byte moving.",
             c.idle_closed.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "http_requests_slow_closed",
+            "HTTP connections closed because a request was not received and answered within http_request_timeout_ms + http_idle_timeout_ms of its first byte.",
+            c.slow_closed.load(Ordering::Relaxed),
         )
     }
 }

@@ -33,6 +33,7 @@ pub(crate) fn router(
     counters: Arc<ConnectionCounters>,
     limits: &HttpLimits,
     api: Router,
+    loopback: bool,
 ) -> Router {
     let metrics = Arc::new(Metrics::new(
         node.clone(),
@@ -51,6 +52,10 @@ pub(crate) fn router(
         .fallback(not_found)
         .with_state(AppState { node, metrics })
         .merge(api)
+        .layer(middleware::from_fn_with_state(loopback, loopback_host))
+        // axum answers a wrong method with an empty 405: give it the JSON body every other
+        // error has (a problem document under /api/v1).
+        .layer(middleware::from_fn(method_not_allowed_body))
         // For routes that will read bodies: a chunked body past the limit fails to extract.
         .layer(DefaultBodyLimit::max(limits.body_bytes_max))
         .layer(middleware::from_fn_with_state(
@@ -75,7 +80,7 @@ async fn limit_request(
     if declared.is_some_and(|n| n > max) {
         return problem(
             StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the request body is over body_bytes_max ({max} bytes)"),
+            format!("the request body is over http_body_bytes_max ({max} bytes)"),
         );
     }
     match tokio::time::timeout(limits.timeout, next.run(request)).await {
@@ -85,6 +90,80 @@ async fn limit_request(
             "the request took longer than http_request_timeout_ms".to_string(),
         ),
     }
+}
+
+/// On a listener bound to loopback, refuses `/api/` requests whose `Host` is a dotted DNS name
+/// (other than `*.localhost`): a web page whose DNS name was rebound to 127.0.0.1 is the
+/// listener's own origin to the browser, and would otherwise read messages and delete topics
+/// through the operator's browser. A listener on other addresses is reached by names it
+/// cannot know, so it has no such check (see docs/operate.md).
+async fn loopback_host(State(loopback): State<bool>, request: Request, next: Next) -> Response {
+    let checked = loopback && request.uri().path().starts_with("/api/");
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("?"));
+    match host {
+        Some(host) if checked && !local_host_name(host) => crate::api::Problem::new(
+            StatusCode::FORBIDDEN,
+            "CLUSTER_AUTHORIZATION_FAILED",
+            format!(
+                "this listener is bound to loopback: ask it as 127.0.0.1, [::1] or localhost, \
+                 not as {host:?}"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// Whether a `Host` value cannot be a name an attacker rebinds to this machine: an IP literal,
+/// a name without a dot (`localhost`, an intranet name) or one under `.localhost`, with or
+/// without a port.
+fn local_host_name(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => {
+            return rest
+                .split_once(']')
+                .is_some_and(|(ip, _)| ip.parse::<std::net::Ipv6Addr>().is_ok())
+        }
+        None => match host.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => host,
+        },
+    };
+    let name = name.to_ascii_lowercase();
+    // A name without a dot cannot be an attacker's public DNS name (an intranet or test name).
+    name.parse::<std::net::IpAddr>().is_ok() || !name.contains('.') || name.ends_with(".localhost")
+}
+
+/// Fills axum's empty 405 answers with a JSON body, keeping their `Allow` header.
+async fn method_not_allowed_body(request: Request, next: Next) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED
+        || response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let allowed = allow
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("none")
+        .to_string();
+    let detail = format!("{method} is not allowed on this path (allowed: {allowed})");
+    let mut fresh = if api {
+        crate::api::Problem::new(StatusCode::METHOD_NOT_ALLOWED, "INVALID_REQUEST", detail)
+            .into_response()
+    } else {
+        problem(StatusCode::METHOD_NOT_ALLOWED, detail)
+    };
+    if let Some(allow) = allow {
+        fresh.headers_mut().insert(header::ALLOW, allow);
+    }
+    fresh
 }
 
 async fn metrics_page(State(state): State<AppState>) -> Response {
@@ -123,4 +202,37 @@ pub(crate) fn problem(status: StatusCode, detail: String) -> Response {
         _ => "UNKNOWN_SERVER_ERROR",
     };
     crate::api::Problem::new(status, code, detail).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::local_host_name;
+
+    #[test]
+    fn only_ip_literals_and_localhost_are_local_host_names() {
+        for local in [
+            "127.0.0.1",
+            "127.0.0.1:21582",
+            "[::1]",
+            "[::1]:21582",
+            "localhost",
+            "LocalHost:80",
+            "console.localhost:1",
+            "10.0.0.7:21582",
+            "t",
+            "broker1:21582",
+        ] {
+            assert!(local_host_name(local), "{local}");
+        }
+        for other in [
+            "evil.example",
+            "evil.example:21582",
+            "localhost.evil.example",
+            "[evil]:1",
+            "127.0.0.1.nip.io",
+            "evil.example.",
+        ] {
+            assert!(!local_host_name(other), "{other}");
+        }
+    }
 }
