@@ -182,10 +182,19 @@ fn json_problem(rejection: JsonRejection) -> Problem {
             "INVALID_REQUEST",
             detail,
         ),
+        // Only a body past the limit is 413; a body that breaks off or whose chunked framing
+        // does not parse is bad input like any other.
+        JsonRejection::BytesRejection(ref r) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            Problem::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "LIMIT_EXCEEDED",
+                format!("the request body could not be read whole: {detail}"),
+            )
+        }
         JsonRejection::BytesRejection(_) => Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "LIMIT_EXCEEDED",
-            format!("the request body could not be read whole: {detail}"),
+            StatusCode::BAD_REQUEST,
+            "MALFORMED_BODY",
+            format!("the request body could not be read: {detail}"),
         ),
         _ => Problem::new(StatusCode::BAD_REQUEST, "MALFORMED_BODY", detail),
     }
