@@ -339,7 +339,35 @@ fn raft_stats(node: &MetaNode) -> RaftStats {
         leader: m.current_leader,
         last_log_index: m.last_log_index,
         applied_index: m.last_applied.map(|id| id.index),
+        commit_index: m.replication.as_ref().and_then(|replication| {
+            let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+            let matched = |id: u64| {
+                let replicated = replication.get(&id).copied().flatten().map(|l| l.index);
+                // The leader's own log counts as matched up to its last entry.
+                if id == node.id {
+                    replicated.max(m.last_log_index)
+                } else {
+                    replicated
+                }
+            };
+            quorum_index(voters.iter().map(|&id| matched(id)))
+        }),
     }
+}
+
+/// The highest log index stored by a majority of the voters whose matched indexes are given
+/// (`None`: nothing known to be stored), or `None` when no majority stores any entry. This is
+/// the leader's commit index except for the rule that an entry of an older term is committed
+/// only with a later one, which can only make it larger than the true commit index while a
+/// new leader has not yet committed an entry of its own term.
+fn quorum_index(matched: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    let mut indexes: Vec<Option<u64>> = matched.collect();
+    if indexes.is_empty() {
+        return None;
+    }
+    // Largest first; the majority-th largest is stored by a majority.
+    indexes.sort_unstable_by(|a, b| b.cmp(a));
+    indexes[indexes.len() / 2]
 }
 
 fn leader_check(node: &MetaNode) -> ReadinessCheck {
@@ -351,5 +379,25 @@ fn leader_check(node: &MetaNode) -> ReadinessCheck {
             Some(id) => format!("the MetaServer leader is node {id}"),
             None => "no MetaServer leader known (an election may be under way)".into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quorum_index;
+
+    #[test]
+    fn quorum_index_is_the_index_a_majority_stores() {
+        assert_eq!(quorum_index([Some(9)].into_iter()), Some(9));
+        assert_eq!(
+            quorum_index([Some(9), Some(7), Some(3)].into_iter()),
+            Some(7)
+        );
+        assert_eq!(quorum_index([Some(9), None, None].into_iter()), None);
+        assert_eq!(
+            quorum_index([Some(9), Some(8), Some(5), Some(2)].into_iter()),
+            Some(5)
+        );
+        assert_eq!(quorum_index(std::iter::empty()), None);
     }
 }

@@ -266,6 +266,11 @@ fn metrics_move_with_a_produce_and_parse_as_prometheus_text() {
     assert!(value(&after, r#"tinymq_meta_raft_term{node="1"}"#) >= 1.0);
     assert_eq!(value(&after, r#"tinymq_meta_raft_leader{node="1"}"#), 1.0);
     assert!(value(&after, r#"tinymq_meta_raft_applied_index{node="1"}"#) >= 1.0);
+    // A single voter stores a majority by itself: its commit index is its last entry.
+    assert_eq!(
+        value(&after, r#"tinymq_meta_raft_commit_index{node="1"}"#),
+        value(&after, r#"tinymq_meta_raft_last_log_index{node="1"}"#)
+    );
     assert!(value(&after, "tinymq_process_resident_memory_bytes") > 0.0);
     assert!(value(&after, "tinymq_process_open_fds") > 0.0);
     assert!(value(&after, "tinymq_process_cpu_seconds_total") >= 0.0);

@@ -194,6 +194,14 @@ impl Collector for NodeCollector {
                 "Index of the last Raft entry applied to the metadata, -1 if none.",
                 &one(index(raft.applied_index)),
             )?;
+            if let Some(commit_index) = raft.commit_index {
+                gauge(
+                    &mut encoder,
+                    "meta_raft_commit_index",
+                    "On the Raft leader: the highest log index a majority of voters store.",
+                    &one(as_i64(commit_index)),
+                )?;
+            }
         }
         Ok(())
     }

@@ -88,6 +88,8 @@ pub struct RaftStats {
     pub leader: Option<u64>,
     pub last_log_index: Option<u64>,
     pub applied_index: Option<u64>,
+    /// On the leader only: the highest index a majority of the voters store.
+    pub commit_index: Option<u64>,
 }
 
 /// The native port's connection counts.
