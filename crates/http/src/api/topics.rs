@@ -109,7 +109,7 @@ pub struct AlterTopic {
 }
 
 /// One setting's new value: a number, a boolean or text; `null` removes the setting.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub enum SettingValue {
     Integer(i64),
@@ -117,6 +117,27 @@ pub enum SettingValue {
     Text(String),
     Remove(()),
 }
+
+/// Written by hand: the derived schema of the `null` variant would match any value.
+impl utoipa::PartialSchema for SettingValue {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type,
+        };
+        let of = |kind: Type| ObjectBuilder::new().schema_type(kind);
+        OneOfBuilder::new()
+            .item(of(Type::Integer).format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64))))
+            .item(of(Type::Boolean))
+            .item(of(Type::String))
+            .item(of(Type::Null))
+            .description(Some(
+                "One setting's new value: a number, a boolean or text; `null` removes the setting.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for SettingValue {}
 
 impl SettingValue {
     /// The text the cluster metadata stores.
