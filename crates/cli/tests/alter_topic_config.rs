@@ -1,8 +1,10 @@
 //! Changing a topic's settings on a running `tinymq server` (`AlterTopicConfig`): through the
 //! CLI and through `PATCH /api/v1/topics/{name}`, taking effect without a restart (the batch
 //! limit on produce, retention), refused with `INVALID_CONFIG` naming the key when wrong, and
-//! kept across a kill -9 (the change is in the Raft log).
+//! kept across a kill -9 (the change is in the Raft log); and in a cluster, altered through
+//! the MetaServer node, applied by every broker.
 
+mod common;
 mod rest_common;
 
 use std::io::Write;
@@ -169,4 +171,107 @@ fn settings_change_live_through_the_cli_and_rest_and_survive_kill_9() {
     let small = node.wait_ok("/api/v1/topics/small").json();
     assert_eq!(small["config"]["message_bytes_max"], 100000, "{small}");
     ok(&node, &["produce", "small"], record.as_bytes());
+}
+
+#[test]
+fn a_change_through_the_metaserver_reaches_every_broker() {
+    use common::cluster::{describe, tool, tool_ok, tool_ok_with_input, Cluster};
+    let cluster = Cluster::start(2);
+    let bootstrap = cluster.bootstrap();
+    tool_ok(&[
+        "topic",
+        "create",
+        "spread",
+        "--partitions",
+        "2",
+        "--replicas",
+        "2",
+        "--message-bytes-max",
+        "200",
+        "--bootstrap",
+        cluster.addr(1),
+    ]);
+    let leaders: Vec<u64> = describe("spread", &bootstrap)
+        .iter()
+        .map(|p| p.leader)
+        .collect();
+    assert!(
+        leaders.contains(&1) && leaders.contains(&2),
+        "one leader each: {leaders:?}"
+    );
+
+    let too_big = |p: u32| {
+        let record = format!("{}\n", "y".repeat(1000));
+        let args = [
+            "produce",
+            "spread",
+            "--partition",
+            &p.to_string(),
+            "--bootstrap",
+            &bootstrap,
+        ];
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn tinymq");
+        let _ = child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(record.as_bytes());
+        child.wait().expect("produce").success()
+    };
+    assert!(!too_big(0) && !too_big(1), "over message_bytes_max 200");
+
+    // The MetaServer node checks it like a broker does, and refuses what cannot be.
+    let refused = tool(&[
+        "topic",
+        "alter",
+        "spread",
+        "--set",
+        "min_insync_replicas=3",
+        "--bootstrap",
+        &cluster.meta,
+    ]);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && why.contains("min_insync_replicas"),
+        "{why}"
+    );
+    tool_ok(&[
+        "topic",
+        "alter",
+        "spread",
+        "--set",
+        "message_bytes_max=100000",
+        "--bootstrap",
+        &cluster.meta,
+    ]);
+    // Each broker applies it when its image shows it (bounded wait, no duration asserted).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for p in [0, 1] {
+        while !too_big(p) {
+            assert!(
+                Instant::now() < deadline,
+                "partition {p} never took the new limit"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let out = tool_ok_with_input(
+        &[
+            "topic",
+            "describe",
+            "spread",
+            "--json",
+            "--bootstrap",
+            cluster.addr(2),
+        ],
+        b"",
+    );
+    let d: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(d["config"]["message_bytes_max"], 100000, "{d}");
 }
