@@ -143,6 +143,9 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
         OpCode::AlterPartitions => handle!(m::AlterPartitionsRequest, |r| {
             topic_handlers::alter_partitions(state, r).await
         }),
+        OpCode::AlterTopicConfig => handle!(m::AlterTopicConfigRequest, |r| {
+            crate::alter_config::alter_topic_config(state, r).await
+        }),
         OpCode::DecommissionBroker => handle!(m::DecommissionBrokerRequest, |r| {
             topic_handlers::decommission_broker(state, r).await
         }),

@@ -8,6 +8,7 @@
 //! `state`/`partition` (the partitions held here, logs, producer state) → `cluster` (the
 //! broker's registration and its view of the cluster metadata, from the MetaServer).
 
+mod alter_config;
 pub mod cluster;
 pub mod config;
 mod connection;

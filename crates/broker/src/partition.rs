@@ -119,7 +119,8 @@ pub struct Partition {
     pub log: PartitionLog,
     pub(crate) dir: PathBuf,
     pub(crate) flush: FlushPolicy,
-    timestamps: TimestampBounds,
+    /// Behind a lock: a topic's settings change while it is open ([`Partition::apply_settings`]).
+    timestamps: Mutex<TimestampBounds>,
     pub(crate) producers: Mutex<ProducerStateTable>,
     pub(crate) high_watermark: watch::Sender<i64>,
     /// The log end, published after every write: what followers' long polls wait on.
@@ -175,7 +176,7 @@ impl Partition {
             log,
             dir,
             flush,
-            timestamps: TimestampBounds::of(settings),
+            timestamps: Mutex::new(TimestampBounds::of(settings)),
             producers: Mutex::new(producers),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(log_end),
@@ -184,6 +185,25 @@ impl Partition {
             role: Mutex::new(crate::replica::Role::default()),
             traffic: Default::default(),
         })
+    }
+
+    /// Applies changed topic settings to the open partition (size, age and retention limits,
+    /// the batch limit, timestamp bounds); the flush policy cannot change while it is open.
+    /// Changed retention limits are applied at once rather than at the next periodic pass.
+    /// Blocks on disk I/O then (segment removal): call it on a blocking thread.
+    pub(crate) fn apply_settings(&self, settings: &TopicSettings) -> Result<(), LogError> {
+        *self.timestamps.lock() = TimestampBounds::of(settings);
+        let (was, wanted) = (self.log.config(), settings.log_config());
+        if was == wanted {
+            return Ok(());
+        }
+        self.log.set_config(wanted.clone())?;
+        if (was.retention_age, was.retention_bytes)
+            != (wanted.retention_age, wanted.retention_bytes)
+        {
+            self.log.apply_retention()?;
+        }
+        Ok(())
     }
 
     /// The end of what consumers may read: under `always`, what is fsynced; otherwise what is
@@ -242,8 +262,8 @@ impl Partition {
         batch_bytes_max: u32,
         context: &ProduceContext,
     ) -> Result<CheckedProduce, PartitionError> {
-        let (batch, identity) =
-            validate_batch(records, batch_bytes_max, &self.timestamps, context)?;
+        let timestamps = *self.timestamps.lock();
+        let (batch, identity) = validate_batch(records, batch_bytes_max, &timestamps, context)?;
         Ok(CheckedProduce { batch, identity })
     }
 

@@ -82,6 +82,29 @@ impl BrokerState {
             .collect();
         self.open_partitions(&closed);
         self.assume_roles(image);
+        self.apply_topic_settings(image);
+    }
+
+    /// Gives each open partition its topic's settings from `image`, so that an altered topic
+    /// (`AlterTopicConfig`) takes effect here without a restart.
+    pub(crate) fn apply_topic_settings(&self, image: &MetadataImage) {
+        let open: Vec<(String, Vec<Arc<Partition>>)> = self
+            .partitions
+            .read()
+            .iter()
+            .map(|(name, local)| (name.clone(), local.partitions.values().cloned().collect()))
+            .collect();
+        for (name, partitions) in open {
+            let Some(topic) = image.topics.get(&name) else {
+                continue;
+            };
+            let settings = self.settings_of(&name, topic);
+            for partition in partitions {
+                if let Err(e) = partition.apply_settings(&settings) {
+                    tracing::error!(topic = %name, partition = partition.index, error = %e, "cannot apply the topic's settings; the partition keeps its previous ones");
+                }
+            }
+        }
     }
 
     /// Opens `closed` on up to [`PARTITION_OPEN_THREADS`] threads, each partition made

@@ -56,14 +56,25 @@ pub enum TopicCommand {
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
-    /// Grow a topic to more partitions (never fewer). Keys map to partitions by count, so
-    /// keyed records go to new partitions from now on.
+    /// Grow a topic to more partitions (never fewer) and/or change its settings, live. Keys
+    /// map to partitions by count, so keyed records go to new partitions from now on.
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true).args(["partitions", "set", "unset"])))]
     Alter {
         /// The topic's name.
         name: String,
-        /// The new partition count (more than the topic has now) [required].
+        /// The new partition count (more than the topic has now).
         #[arg(long, value_parser = crate::args::positive_u32)]
-        partitions: u32,
+        partitions: Option<u32>,
+        /// Give a setting a new value, KEY=VALUE with the keys `topic describe --json` shows
+        /// (retention_ms, retention_bytes, segment_bytes, segment_ms, message_bytes_max,
+        /// message_timestamp_after_max_ms, message_timestamp_before_max_ms,
+        /// min_insync_replicas, unclean_leader_election); repeat for more. It takes effect
+        /// without a restart; flush cannot change.
+        #[arg(long, value_name = "KEY=VALUE", value_parser = parse_setting, allow_hyphen_values = true)]
+        set: Vec<(String, String)>,
+        /// Remove a setting so the brokers' default applies again; repeat for more.
+        #[arg(long, value_name = "KEY")]
+        unset: Vec<String>,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -89,6 +100,14 @@ pub enum TopicCommand {
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
+}
+
+/// `KEY=VALUE` of `topic alter --set`.
+fn parse_setting(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
 }
 
 pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
@@ -141,11 +160,23 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
         TopicCommand::Alter {
             name,
             partitions,
+            set,
+            unset,
             bootstrap,
         } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
-            admin.alter_partitions(&name, partitions).await?;
-            outln!("topic {name} now has {}", count(partitions, "partition"))?;
+            if let Some(partitions) = partitions {
+                admin.alter_partitions(&name, partitions).await?;
+                outln!("topic {name} now has {}", count(partitions, "partition"))?;
+            }
+            if !set.is_empty() || !unset.is_empty() {
+                let c = admin.alter_topic_config(&name, &set, &unset).await?;
+                outln!(
+                    "topic {name} settings: min_insync_replicas {}, unclean_leader_election {}, retention_ms {}, retention_bytes {}, segment_bytes {}, message_bytes_max {}",
+                    c.min_insync_replicas, c.unclean_leader_election, c.retention_ms,
+                    c.retention_bytes, c.segment_bytes, c.message_bytes_max
+                )?;
+            }
         }
         TopicCommand::List { bootstrap } => {
             let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
@@ -185,7 +216,9 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                         "partitions": c.partitions, "replication_factor": c.replication_factor,
                         "retention_ms": c.retention_ms, "retention_bytes": c.retention_bytes,
                         "segment_bytes": c.segment_bytes, "flush": c.flush,
-                        "message_bytes_max": c.message_bytes_max,
+                        "message_bytes_max": c.message_bytes_max, "segment_ms": c.segment_ms,
+                        "message_timestamp_after_max_ms": c.message_timestamp_after_max_ms,
+                        "message_timestamp_before_max_ms": c.message_timestamp_before_max_ms,
                         "min_insync_replicas": c.min_insync_replicas,
                         "unclean_leader_election": c.unclean_leader_election,
                     },

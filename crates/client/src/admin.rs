@@ -89,6 +89,36 @@ impl Admin {
         .await
     }
 
+    /// Changes a topic's settings without a restart: `set` gives keys of the topic config
+    /// (`retention_ms`, `message_bytes_max`, …) new values, `unset` removes keys (the brokers'
+    /// defaults apply again). Returns the settings the topic has now. Setting the same values
+    /// again changes nothing, so a retry after a lost answer is safe.
+    pub async fn alter_topic_config(
+        &self,
+        name: &str,
+        set: &[(String, String)],
+        unset: &[String],
+    ) -> Result<TopicConfig, ClientError> {
+        let request = &m::AlterTopicConfigRequest {
+            name: name.into(),
+            set: set
+                .iter()
+                .map(|(key, value)| m::TopicSetting {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            unset: unset.to_vec(),
+            validate_only: false,
+        };
+        self.retry(&format!("alter topic {name}"), || async move {
+            let response = self.cluster.request(request).await?;
+            check(response.error.as_ref())?;
+            Ok(response.config.unwrap_or_default())
+        })
+        .await
+    }
+
     /// Grows a topic to `partitions` (never shrinks it).
     pub async fn alter_partitions(&self, name: &str, partitions: u32) -> Result<(), ClientError> {
         let request = &m::AlterPartitionsRequest {

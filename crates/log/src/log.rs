@@ -125,7 +125,9 @@ pub struct PartitionLog {
     pub(crate) storage: Arc<dyn Storage>,
     /// The storage with the cache of open files that segments open their log files through.
     pub(crate) files: FileAccess,
-    pub(crate) config: LogConfig,
+    /// Behind a lock so that a topic's settings change while it is open
+    /// ([`PartitionLog::set_config`]); read by copying a field out, never held across I/O.
+    pub(crate) config: RwLock<LogConfig>,
     pub(crate) clock: Arc<dyn Clock>,
     /// Serializes writers (append, roll, truncation, close); held across their file I/O and
     /// fsyncs, which the segment map's lock never is.
@@ -168,7 +170,7 @@ impl PartitionLog {
             dir: dir.to_path_buf(),
             storage,
             files,
-            config,
+            config: RwLock::new(config),
             clock,
             writer: Mutex::new(()),
             state: RwLock::new(LogState {
@@ -197,8 +199,28 @@ impl PartitionLog {
         &self.dir
     }
 
-    pub fn config(&self) -> &LogConfig {
-        &self.config
+    /// The settings now (a copy: they may change while the log is open).
+    pub fn config(&self) -> LogConfig {
+        self.config.read().clone()
+    }
+
+    /// Changes the settings of the open log: later appends, rolls and retention passes use
+    /// them; existing segments stay as they are. Refused (nothing changes) when they are
+    /// invalid or change what cannot change while the log is open: the flush policy, which
+    /// decides what has been acknowledged, and the index interval and file cache.
+    pub fn set_config(&self, config: LogConfig) -> Result<(), LogError> {
+        config.validate().map_err(LogError::InvalidConfig)?;
+        let mut current = self.config.write();
+        if config.flush != current.flush
+            || config.index_interval_bytes != current.index_interval_bytes
+            || !Arc::ptr_eq(&config.open_files, &current.open_files)
+        {
+            return Err(LogError::InvalidConfig(
+                "only the size, age and retention limits change while a log is open".into(),
+            ));
+        }
+        *current = config;
+        Ok(())
     }
 
     /// The first offset still in the log.
@@ -259,7 +281,8 @@ impl PartitionLog {
     /// `always` until it is fsynced (sharing fsyncs with other callers); under `interval`
     /// only if an fsync is due; under `os` not at all.
     pub fn await_flush_policy(&self, end_offset: i64) -> Result<(), LogError> {
-        match self.config.flush {
+        let flush = self.config.read().flush;
+        match flush {
             FlushPolicy::Always => self.sync_to(end_offset),
             FlushPolicy::Interval(_) => self.flush_if_due(),
             FlushPolicy::Os => Ok(()),
@@ -279,7 +302,7 @@ impl PartitionLog {
         if leader_epoch < 0 {
             return Err(LogError::InvalidLeaderEpoch(leader_epoch));
         }
-        let limit = u64::from(self.config.batch_bytes_max);
+        let limit = u64::from(self.config.read().batch_bytes_max);
         let (spans, offsets) = self.check_batches(batches, limit, true)?;
         let _writer = self.writer.lock();
         self.enter_epoch(leader_epoch)?;
@@ -341,7 +364,10 @@ impl PartitionLog {
             return Err(LogError::InvalidLeaderEpoch(leader_epoch));
         }
         let bytes = batch.as_bytes();
-        let limit = u64::from(self.config.batch_bytes_max).min(self.config.segment_bytes);
+        let limit = {
+            let config = self.config.read();
+            u64::from(config.batch_bytes_max).min(config.segment_bytes)
+        };
         if bytes.len() as u64 > limit {
             return Err(LogError::BatchTooLarge {
                 size: bytes.len(),
@@ -407,7 +433,7 @@ impl PartitionLog {
         }
         let mut state = self.state.write();
         let active = state.active_mut();
-        let interval = self.config.index_interval_bytes;
+        let interval = self.config.read().index_interval_bytes;
         for meta in metas {
             if let Err(e) = active.track_batch(meta, interval) {
                 let base = active.base_offset;
@@ -477,10 +503,11 @@ impl PartitionLog {
         batch_bytes_max: u64,
         one_segment: bool,
     ) -> Result<(Vec<Span>, u64), LogError> {
-        if one_segment && batches.len() as u64 > self.config.segment_bytes {
+        let segment_bytes = self.config.read().segment_bytes;
+        if one_segment && batches.len() as u64 > segment_bytes {
             return Err(LogError::BatchTooLarge {
                 size: batches.len(),
-                limit: self.config.segment_bytes,
+                limit: segment_bytes,
             });
         }
         let mut spans = Vec::new();
@@ -575,8 +602,12 @@ impl PartitionLog {
                 })?
                 - 1;
             let offsets_fit = active.relative(last).is_some();
-            let too_big = active.size_bytes + bytes > self.config.segment_bytes;
-            let too_old = match (self.config.segment_age_max, active.first_batch_timestamp) {
+            let (segment_bytes, segment_age_max) = {
+                let config = self.config.read();
+                (config.segment_bytes, config.segment_age_max)
+            };
+            let too_big = active.size_bytes + bytes > segment_bytes;
+            let too_old = match (segment_age_max, active.first_batch_timestamp) {
                 (Some(age), Some(first)) => {
                     let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
                     // The first batch's timestamp is the producer's: never older than the
@@ -718,7 +749,8 @@ impl PartitionLog {
     /// Cheap (no I/O), so an async caller can ask before handing the flush to a blocking
     /// thread.
     pub fn flush_due(&self) -> bool {
-        let FlushPolicy::Interval(interval) = self.config.flush else {
+        let flush = self.config.read().flush;
+        let FlushPolicy::Interval(interval) = flush else {
             return false;
         };
         let due = {

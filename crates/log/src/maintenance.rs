@@ -145,7 +145,7 @@ impl PartitionLog {
                 remove_segment_files(&*self.storage, &self.dir, *base)?;
             }
             // `offset` ≥ the log start, so a segment holds it and survives.
-            let interval = self.config.index_interval_bytes;
+            let interval = self.config.read().index_interval_bytes;
             let active = state.active_mut();
             let base = active.base_offset;
             cut_segment(active, offset, interval).map_err(|e| self.io_error(base, e))?;
@@ -202,6 +202,10 @@ impl PartitionLog {
         let doomed = {
             let mut state = self.state.write();
             let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
+            let (retention_age, retention_bytes) = {
+                let config = self.config.read();
+                (config.retention_age, config.retention_bytes)
+            };
             let mut doomed = Vec::new();
             while state.segments.len() > 1 {
                 let oldest = state
@@ -209,16 +213,14 @@ impl PartitionLog {
                     .values()
                     .next()
                     .expect("the loop runs while len > 1");
-                let expired = self.config.retention_age.is_some_and(|age| {
+                let expired = retention_age.is_some_and(|age| {
                     let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
                     oldest
                         .max_timestamp
                         .is_none_or(|ts| ts < now_ms.saturating_sub(age_ms))
                 });
-                let oversized = self
-                    .config
-                    .retention_bytes
-                    .is_some_and(|limit| total - oldest.size_bytes >= limit);
+                let oversized =
+                    retention_bytes.is_some_and(|limit| total - oldest.size_bytes >= limit);
                 if !(expired || oversized) {
                     break;
                 }

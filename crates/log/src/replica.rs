@@ -68,7 +68,10 @@ impl PartitionLog {
     /// The first half of [`PartitionLog::append_replicated`]: checks and writes, without
     /// waiting for any fsync (call [`PartitionLog::await_flush_policy`] after).
     pub fn write_replicated(&self, batches: &[u8]) -> Result<AppendInfo, LogError> {
-        let (spans, _) = self.check_batches(batches, self.config.segment_bytes, false)?;
+        // Copied out first: `check_batches` reads the settings too, and a read lock held across
+        // it would wait behind a queued `set_config`.
+        let segment_bytes = self.config.read().segment_bytes;
+        let (spans, _) = self.check_batches(batches, segment_bytes, false)?;
         let metas = replicated_metas(batches, &spans)?;
         let _writer = self.writer.lock();
         let (end, mut epochs) = {
@@ -113,7 +116,8 @@ impl PartitionLog {
         let mut info: Option<AppendInfo> = None;
         let mut rest = metas;
         while let Some(first) = rest.first() {
-            let count = group_len(rest, self.config.segment_bytes);
+            let segment_bytes = self.config.read().segment_bytes;
+            let count = group_len(rest, segment_bytes);
             let (group, later) = rest.split_at(count);
             rest = later;
             let last = group[count - 1];

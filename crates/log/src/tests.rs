@@ -698,3 +698,40 @@ fn batch_headers_are_walked_from_the_batch_holding_an_offset_across_segments() {
         assert_eq!(seen, expected, "from {from}");
     }
 }
+
+#[test]
+fn limits_change_while_the_log_is_open_but_the_flush_policy_does_not() {
+    let fs = FaultyStorage::new();
+    let (log, _) = open(&fs, small_segments());
+    let mut medium = batch(0, 20, T0);
+    log.append(&mut medium.clone(), 0).unwrap();
+    let smaller = LogConfig {
+        batch_bytes_max: 64,
+        ..small_segments()
+    };
+    log.set_config(smaller.clone()).unwrap();
+    assert_eq!(log.config(), smaller);
+    assert!(matches!(
+        log.append(&mut medium, 0),
+        Err(LogError::BatchTooLarge { .. })
+    ));
+    for refused in [
+        LogConfig {
+            flush: FlushPolicy::Os,
+            ..small_segments()
+        },
+        LogConfig {
+            batch_bytes_max: 8192,
+            ..small_segments()
+        },
+    ] {
+        assert!(matches!(
+            log.set_config(refused),
+            Err(LogError::InvalidConfig(_))
+        ));
+        assert_eq!(log.config(), smaller, "a refused change changes nothing");
+    }
+    log.set_config(small_segments()).unwrap();
+    log.append(&mut batch(1, 20, T0), 0).unwrap();
+    assert_eq!(log.log_end_offset(), 40);
+}

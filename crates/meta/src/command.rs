@@ -62,6 +62,13 @@ pub enum Command {
         name: String,
         partitions: u32,
     },
+    /// Sets and removes settings of an existing topic ([`crate::topic_config`]); brokers
+    /// apply the result to their open partitions without a restart.
+    AlterTopicConfig {
+        name: String,
+        set: BTreeMap<String, String>,
+        unset: Vec<String>,
+    },
     AllocateProducerIds {
         count: i64,
     },
@@ -310,6 +317,9 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             ))
         }
         Command::AlterPartitions { name, partitions } => alter_partitions(image, name, *partitions),
+        Command::AlterTopicConfig { name, set, unset } => {
+            crate::topic_config::alter_topic_config(image, name, set, unset)
+        }
         Command::DecommissionBroker {
             id,
             move_partitions,

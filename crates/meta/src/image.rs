@@ -193,6 +193,11 @@ pub enum MetadataRecord {
         name: String,
         partitions: Vec<PartitionRecord>,
     },
+    /// Replaces a topic's settings (`AlterTopicConfig`, checked before).
+    SetTopicConfig {
+        name: String,
+        config: BTreeMap<String, String>,
+    },
     ChangePartition {
         name: String,
         partition: u32,
@@ -283,6 +288,11 @@ impl MetadataImage {
             MetadataRecord::AddPartitions { name, partitions } => {
                 if let Some(t) = self.topics.get_mut(name) {
                     t.partitions.extend(partitions.iter().cloned());
+                }
+            }
+            MetadataRecord::SetTopicConfig { name, config } => {
+                if let Some(t) = self.topics.get_mut(name) {
+                    t.config = config.clone();
                 }
             }
             MetadataRecord::ChangePartition {

@@ -15,6 +15,7 @@ pub mod raft;
 mod reassign;
 pub mod server;
 pub mod service;
+mod topic_config;
 
 pub use command::{default_replication_factor, DEFAULT_REPLICATION_FACTOR_MAX};
 pub use command::{execute, Command, MetaError, Reply};

@@ -229,6 +229,24 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
             let w = service.write(command).await;
             encode(op, id, &m::AlterPartitionsResponse { error: w.error })
         }
+        OpCode::AlterTopicConfig => {
+            let r = decode!(m::AlterTopicConfigRequest);
+            let name = r.name.clone();
+            let command = alter_topic_config_command(r.name, r.set, r.unset);
+            let error = if r.validate_only {
+                crate::command::execute(&node.image(), &command)
+                    .err()
+                    .map(|e| e.error_code().with_message(e.to_string()))
+            } else {
+                service.write(command).await.error
+            };
+            let config = node
+                .image()
+                .topics
+                .get(&name)
+                .map(|t| created_config(node, &name, stored_config(&t.config)));
+            encode(op, id, &m::AlterTopicConfigResponse { error, config })
+        }
         OpCode::DecommissionBroker => {
             let r = decode!(m::DecommissionBrokerRequest);
             let command = Command::DecommissionBroker {
@@ -359,6 +377,36 @@ fn plan_of(w: m::MetaWriteResponse) -> (Option<m::Error>, Vec<m::PartitionMove>)
             ),
             vec![],
         ),
+    }
+}
+
+/// The `AlterTopicConfig` command of a request (a key given twice: the last value).
+pub fn alter_topic_config_command(
+    name: String,
+    set: Vec<m::TopicSetting>,
+    unset: Vec<String>,
+) -> Command {
+    Command::AlterTopicConfig {
+        name,
+        set: set.into_iter().map(|s| (s.key, s.value)).collect(),
+        unset,
+    }
+}
+
+/// The stored settings a MetaServer node can show without a broker's defaults: those the
+/// topic record holds (unreadable values shown as the default, 0).
+fn stored_config(config: &BTreeMap<String, String>) -> m::TopicConfig {
+    let int = |key: &str| config.get(key).and_then(|v| v.parse().ok()).unwrap_or(0);
+    m::TopicConfig {
+        retention_ms: int("retention_ms"),
+        retention_bytes: int("retention_bytes"),
+        segment_bytes: u64::try_from(int("segment_bytes")).unwrap_or(0),
+        segment_ms: int("segment_ms"),
+        flush: config.get(crate::image::FLUSH).cloned().unwrap_or_default(),
+        message_bytes_max: u32::try_from(int("message_bytes_max")).unwrap_or(0),
+        message_timestamp_after_max_ms: int("message_timestamp_after_max_ms"),
+        message_timestamp_before_max_ms: int("message_timestamp_before_max_ms"),
+        ..Default::default()
     }
 }
 

@@ -88,6 +88,8 @@ operations! {
     Rebalance = 22 => RebalanceRequest, RebalanceResponse;
     /// Move every replica off one broker (reassignments).
     DrainBroker = 23 => DrainBrokerRequest, DrainBrokerResponse;
+    /// Change a topic's settings (set keys, remove keys); they take effect without a restart.
+    AlterTopicConfig = 24 => AlterTopicConfigRequest, AlterTopicConfigResponse;
     /// Raft messages between MetaServer nodes.
     RaftRpc = 40 => RaftRpcRequest, RaftRpcResponse;
     /// A metadata command, applied through Raft (followers forward it to the leader).

@@ -1,4 +1,5 @@
-//! `/api/v1/topics`: list, create, describe, alter (grow partitions) and delete topics,
+//! `/api/v1/topics`: list, create, describe, alter (grow partitions, change settings) and
+//! delete topics,
 //! through `tinymq_client::Admin`.
 
 use axum::extract::State;
@@ -80,21 +81,6 @@ pub struct TopicSettingsInput {
     pub unclean_leader_election: Option<bool>,
 }
 
-impl TopicSettingsInput {
-    fn is_empty(&self) -> bool {
-        self.retention_ms.is_none()
-            && self.retention_bytes.is_none()
-            && self.segment_bytes.is_none()
-            && self.flush.is_none()
-            && self.message_bytes_max.is_none()
-            && self.segment_ms.is_none()
-            && self.message_timestamp_after_max_ms.is_none()
-            && self.message_timestamp_before_max_ms.is_none()
-            && self.min_insync_replicas.is_none()
-            && self.unclean_leader_election.is_none()
-    }
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTopic {
@@ -115,16 +101,55 @@ pub struct AlterTopic {
     /// The new partition count: more than the topic has (or as many: nothing changes).
     #[schema(minimum = 1)]
     pub partitions: Option<u32>,
-    /// Changing settings of an existing topic is not in the native protocol: only an absent
-    /// or empty object is accepted (any setting is refused with 400 `INVALID_CONFIG`).
-    #[schema(value_type = Option<NoSettings>)]
-    pub config: Option<TopicSettingsInput>,
+    /// Settings to change, by the names `config` shows (`retention_ms`, `message_bytes_max`,
+    /// …): a value sets one, `null` removes it so the brokers' default applies again. They take
+    /// effect without a restart. An unknown name, a bad value, or a `flush` change is refused
+    /// with 400 `INVALID_CONFIG`.
+    pub config: Option<std::collections::BTreeMap<String, SettingValue>>,
 }
 
-/// No settings: an empty object.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NoSettings {}
+/// One setting's new value: a number, a boolean or text; `null` removes the setting.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum SettingValue {
+    Integer(i64),
+    Boolean(bool),
+    Text(String),
+    Remove(()),
+}
+
+/// Written by hand: the derived schema of the `null` variant would match any value.
+impl utoipa::PartialSchema for SettingValue {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{
+            KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type,
+        };
+        let of = |kind: Type| ObjectBuilder::new().schema_type(kind);
+        OneOfBuilder::new()
+            .item(of(Type::Integer).format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64))))
+            .item(of(Type::Boolean))
+            .item(of(Type::String))
+            .item(of(Type::Null))
+            .description(Some(
+                "One setting's new value: a number, a boolean or text; `null` removes the setting.",
+            ))
+            .into()
+    }
+}
+
+impl ToSchema for SettingValue {}
+
+impl SettingValue {
+    /// The text the cluster metadata stores.
+    fn to_text(&self) -> Option<String> {
+        match self {
+            SettingValue::Integer(n) => Some(n.to_string()),
+            SettingValue::Boolean(b) => Some(b.to_string()),
+            SettingValue::Text(t) => Some(t.clone()),
+            SettingValue::Remove(()) => None,
+        }
+    }
+}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TopicDescription {
@@ -317,7 +342,7 @@ pub async fn describe_topic(
     Ok(Json(describe(&state, &path.name).await?))
 }
 
-/// Grows a topic's partitions; answers its description.
+/// Grows a topic's partitions and/or changes its settings; answers its description.
 #[utoipa::path(
     patch,
     path = "/topics/{name}",
@@ -326,7 +351,7 @@ pub async fn describe_topic(
     request_body = AlterTopic,
     responses(
         (status = 200, description = "The topic as it is now", body = TopicDescription),
-        (status = 400, description = "Fewer partitions than it has, settings given, or bad input",
+        (status = 400, description = "Fewer partitions than it has, a bad setting, or bad input",
          body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such topic", body = Problem,
          content_type = "application/problem+json"),
@@ -342,27 +367,36 @@ pub async fn alter_topic(
     ApiJson(body): ApiJson<AlterTopic>,
 ) -> Result<Json<TopicDescription>, Problem> {
     check_name("topic name", &path.name)?;
-    if body.config.as_ref().is_some_and(|c| !c.is_empty()) {
-        return Err(Problem::from_code(
-            ErrorCode::INVALID_CONFIG,
-            "changing the settings of an existing topic is not in the native protocol; \
-             only `partitions` can be altered",
-        ));
-    }
     let now = describe(&state, &path.name).await?;
-    let Some(partitions) = body.partitions else {
-        return Ok(Json(now));
-    };
-    if partitions as usize == now.partitions.len() {
+    let grow = body
+        .partitions
+        .filter(|p| *p as usize != now.partitions.len());
+    let settings = body.config.unwrap_or_default();
+    if grow.is_none() && settings.is_empty() {
         return Ok(Json(now));
     }
-    state
-        .client()
-        .await?
-        .admin
-        .alter_partitions(&path.name, partitions)
-        .await
-        .map_err(refused_placement)?;
+    let client = state.client().await?;
+    if !settings.is_empty() {
+        let (mut set, mut unset) = (Vec::new(), Vec::new());
+        for (key, value) in settings {
+            match value.to_text() {
+                Some(value) => set.push((key, value)),
+                None => unset.push(key),
+            }
+        }
+        // Before growing: a refused setting leaves the topic as it was.
+        client
+            .admin
+            .alter_topic_config(&path.name, &set, &unset)
+            .await?;
+    }
+    if let Some(partitions) = grow {
+        client
+            .admin
+            .alter_partitions(&path.name, partitions)
+            .await
+            .map_err(refused_placement)?;
+    }
     Ok(Json(describe(&state, &path.name).await?))
 }
 
