@@ -163,7 +163,7 @@ async fn write_partition_async(
     records: Bytes,
     context: ProduceContext,
 ) -> Result<PendingAppend, m::Error> {
-    let batch_max = partition.log.config().batch_bytes_max;
+    let batch_max = partition.log.batch_bytes_max();
     if crate::partition::check_may_block(&records) {
         let p = partition.clone();
         return blocking(move || write_partition(&p, records, context)).await?;
@@ -358,7 +358,7 @@ pub(crate) fn write_partition(
     records: Bytes,
     context: ProduceContext,
 ) -> Result<PendingAppend, m::Error> {
-    let batch_max = partition.log.config().batch_bytes_max;
+    let batch_max = partition.log.batch_bytes_max();
     partition
         .write(records, batch_max, context)
         .map_err(|PartitionError { code, message }| code.with_message(message))

@@ -364,7 +364,7 @@ impl Partition {
         self: &Arc<Self>,
         pending: PendingAppend,
     ) -> Result<i64, PartitionError> {
-        match self.log.config().flush {
+        match self.log.flush_policy() {
             FlushPolicy::Os => {}
             FlushPolicy::Interval(_) if !self.log.flush_due() => {}
             FlushPolicy::Interval(_) => {

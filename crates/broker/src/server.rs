@@ -291,7 +291,7 @@ async fn flush_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         let partitions: Vec<_> = state
             .all_partitions()
             .into_iter()
-            .filter(|p| matches!(p.log.config().flush, tinymq_log::FlushPolicy::Interval(_)))
+            .filter(|p| matches!(p.log.flush_policy(), tinymq_log::FlushPolicy::Interval(_)))
             .collect();
         if partitions.is_empty() {
             continue;

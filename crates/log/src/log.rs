@@ -204,6 +204,17 @@ impl PartitionLog {
         self.config.read().clone()
     }
 
+    /// The largest batch an append takes; read on every produce, so without the copy of the
+    /// whole config (and its `Arc`) that [`Self::config`] makes.
+    pub fn batch_bytes_max(&self) -> u32 {
+        self.config.read().batch_bytes_max
+    }
+
+    /// The flush policy, which never changes while the log is open (see [`Self::set_config`]).
+    pub fn flush_policy(&self) -> FlushPolicy {
+        self.config.read().flush
+    }
+
     /// Changes the settings of the open log: later appends, rolls and retention passes use
     /// them; existing segments stay as they are. Refused (nothing changes) when they are
     /// invalid or change what cannot change while the log is open: the flush policy, which
