@@ -447,7 +447,9 @@ async fn a_cancelled_poll_loses_nothing_and_keeps_the_membership() {
     let mut got = Vec::new();
     let mut cancelled = 0;
     for round in 0u64..20_000 {
-        if got.len() >= 3000 {
+        // Past the last record a poll waits in its long poll, so a run whose polls were all
+        // served from what was already fetched still ends with some cut mid-way.
+        if got.len() >= 3000 && cancelled > 0 {
             break;
         }
         // Cut polls short after 0–3 ms: some finish, some are dropped mid-way.
@@ -468,9 +470,15 @@ async fn a_cancelled_poll_loses_nothing_and_keeps_the_membership() {
     assert_eq!(delivered, want, "every record exactly once");
     consumer.commit().await.unwrap();
     consumer.close().await.unwrap();
-    let total: i64 = committed(&server, "cancel-group")
-        .values()
-        .map(|c| c.unwrap())
-        .sum();
+    // Keyless records go to one partition (sticky); a partition that never had a record may
+    // have no committed offset, when the consumer had not yet looked up its start.
+    let d = describe(&server, "cancel-group");
+    let mut total = 0;
+    for p in d["partitions"].as_array().unwrap() {
+        match p["committed_offset"].as_i64() {
+            Some(c) => total += c,
+            None => assert_eq!(p["high_watermark"], 0, "uncommitted partition {p}"),
+        }
+    }
     assert_eq!(total, 3000);
 }
