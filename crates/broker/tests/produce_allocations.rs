@@ -128,3 +128,24 @@ fn the_inline_produce_path_allocates_per_batch_not_per_record() {
         );
     }
 }
+
+/// A write's cost must not grow with the segment: once the active segment's indexes hold
+/// hundreds of entries, a 1-record produce still allocates what it does on an empty segment
+/// (re-encoding the indexes on every write, not only at a roll, cost two allocations more
+/// and a walk of every entry).
+#[test]
+fn a_produce_into_a_filled_segment_allocates_as_into_an_empty_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = open(tmp.path(), "os");
+    // 200 batches of about 11 KB: about 500 entries in each index (one per 4 KiB).
+    for _ in 0..200 {
+        let pending = p.write(batch(100), 1 << 20, context()).unwrap();
+        p.finish(pending).unwrap();
+    }
+    let one = blocking_path_allocations(&p, 1);
+    eprintln!("write + finish into a filled segment: {one} allocations");
+    assert!(
+        one <= 2,
+        "one produce into a filled segment took {one} allocations"
+    );
+}

@@ -598,7 +598,7 @@ impl PartitionLog {
         offsets: u64,
         bytes: u64,
     ) -> Result<(Option<SealedFiles>, WriteTarget), LogError> {
-        let (roll, target, files) = {
+        let (target, files) = {
             let state = self.state.read();
             state.check_writable()?;
             let active = state.active();
@@ -648,9 +648,11 @@ impl PartitionLog {
                 });
             }
             let roll = !active.is_empty() && (too_big || too_old || !offsets_fit);
-            (roll, target, active.sealed())
+            // Only a roll needs the sealed files: encoding the indexes walks every entry, so
+            // doing it on each write made a write's cost grow with the segment.
+            (target, roll.then(|| active.sealed()))
         };
-        Ok((roll.then_some(files), target))
+        Ok((files, target))
     }
 
     /// Starts a new segment at `next_offset`. The old one (`old`) is sealed first (its index
