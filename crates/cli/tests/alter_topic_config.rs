@@ -5,13 +5,13 @@
 //! the MetaServer node, applied by every broker.
 
 mod common;
-mod rest_common;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rest_common::{Node, BIN};
+use common::http::Node;
+use common::BIN;
 use serde_json::json;
 
 /// Runs `tinymq ARGS` against `node`, feeding `stdin`.

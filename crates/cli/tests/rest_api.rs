@@ -2,12 +2,13 @@
 //! path and its main errors, answered as RFC 9457 problem documents with the native error
 //! code; and the API on a MetaServer node, which goes through the brokers.
 
-mod rest_common;
+mod common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rest_common::{raw, Node, BIN};
+use common::http::{raw, Node};
+use common::BIN;
 use serde_json::json;
 
 fn messages(node: &Node, topic: &str, partition: u32, query: &str) -> serde_json::Value {
@@ -150,7 +151,7 @@ fn bad_input_is_refused_with_problem_documents() {
     node.wait_ok("/api/v1/topics");
     node.post("/api/v1/topics", &json!({"name": "t", "partitions": 1}))
         .expect(201);
-    let post = |path: &str, body: &str| rest_common::request(&node.http, "POST", path, Some(body));
+    let post = |path: &str, body: &str| common::http::request(&node.http, "POST", path, Some(body));
 
     // Bodies.
     post("/api/v1/topics", "{not json").expect_problem(400, "MALFORMED_BODY");
@@ -211,7 +212,7 @@ fn bad_input_is_refused_with_problem_documents() {
         .expect_problem(400, "INVALID_GROUP_ID");
     node.get("/api/v1/no-such-route")
         .expect_problem(404, "INVALID_REQUEST");
-    rest_common::request(&node.http, "PUT", "/api/v1/topics/t", Some("{}"))
+    common::http::request(&node.http, "PUT", "/api/v1/topics/t", Some("{}"))
         .expect_problem(405, "INVALID_REQUEST");
     // A declared body over http_body_bytes_max: refused by the listener before it is read.
     raw(
@@ -259,7 +260,7 @@ fn consume(node: &Node, topic: &str, group: &str, count: Option<u32>) -> std::pr
         .unwrap()
 }
 
-fn reset(node: &Node, group: &str, to: serde_json::Value) -> rest_common::Response {
+fn reset(node: &Node, group: &str, to: serde_json::Value) -> common::http::Response {
     node.post(
         &format!("/api/v1/groups/{group}/offsets"),
         &json!({"topic": "events", "to": to}),

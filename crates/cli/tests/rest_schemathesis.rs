@@ -4,11 +4,11 @@
 //! a server error (5xx), that every answer matches the document (status, content type,
 //! headers, body schema), that invalid input is refused and unsupported methods get 405.
 
-mod rest_common;
+mod common;
 
 use std::process::Command;
 
-use rest_common::{workspace_root, Node};
+use common::http::{workspace_root, Node};
 use serde_json::json;
 
 /// Test cases per operation and phase: enough to reach every route's validation and its

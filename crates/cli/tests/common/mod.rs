@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod consume;
+pub mod http;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,6 +1,6 @@
-//! Helpers for the REST API tests: real `tinymq` processes started with `--http 127.0.0.1:0`,
-//! and plain HTTP/1.1 requests over a TCP socket (one connection per request).
-#![allow(dead_code)]
+//! Helpers for the tests of the HTTP listener (metrics, health, REST API, console): real
+//! `tinymq` processes started with `--http 127.0.0.1:0`, plain HTTP/1.1 requests over a TCP
+//! socket (one connection per request), and the workspace paths of the external test tools.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -8,16 +8,33 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_tinymq");
+use super::BIN;
 
 /// A `tinymq` process with its native and HTTP addresses.
 pub struct Node {
     child: Child,
     pub native: String,
     pub http: String,
+    /// The data directory when the node made its own (dropped after the process is killed).
+    _data: Option<tempfile::TempDir>,
 }
 
 impl Node {
+    /// `tinymq server --http 127.0.0.1:0 EXTRA` in a data directory of its own.
+    pub fn start(extra: &[&str]) -> Node {
+        let data = tempfile::tempdir().expect("a temporary data directory");
+        let mut args = vec!["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Node::spawn_in(&args, data, "tinymq listening on ")
+    }
+
+    /// [`Node::spawn`] in `data`, which the node keeps until it is dropped.
+    pub fn spawn_in(args: &[&str], data: tempfile::TempDir, prefix: &str) -> Node {
+        let mut node = Node::spawn(args, data.path(), prefix);
+        node._data = Some(data);
+        node
+    }
+
     /// `tinymq server` with its own MetaServer, on ephemeral ports.
     pub fn server(data: &std::path::Path) -> Node {
         Node::spawn(
@@ -54,7 +71,13 @@ impl Node {
             child,
             native,
             http,
+            _data: None,
         }
+    }
+
+    /// The process, for tests that signal it or wait for it themselves.
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
     }
 
     pub fn kill(&mut self) {
