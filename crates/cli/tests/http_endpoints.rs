@@ -4,57 +4,37 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::http::Node;
 use common::BIN;
 
 /// A server started with `--http 127.0.0.1:0` and `extra` flags.
 struct HttpServer {
-    child: Child,
     addr: String,
     http: String,
-    _data: tempfile::TempDir,
+    _node: Node,
 }
 
 impl HttpServer {
     fn start(extra: &[&str]) -> HttpServer {
-        let data = tempfile::tempdir().unwrap();
-        let mut args = vec!["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
-        args.extend_from_slice(extra);
-        HttpServer::spawn(&args, data, "tinymq listening on ")
+        HttpServer::from(Node::start(extra))
     }
 
     /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
     /// listener's.
     fn spawn(args: &[&str], data: tempfile::TempDir, prefix: &str) -> HttpServer {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = |prefix: &str| {
-            let mut line = String::new();
-            out.read_line(&mut line).unwrap();
-            line.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
-                .to_string()
-        };
-        let addr = line(prefix);
-        let http = line("tinymq http listening on ");
+        HttpServer::from(Node::spawn_in(args, data, prefix))
+    }
+
+    fn from(node: Node) -> HttpServer {
         HttpServer {
-            child,
-            addr,
-            http,
-            _data: data,
+            addr: node.native.clone(),
+            http: node.http.clone(),
+            _node: node,
         }
     }
 
@@ -91,16 +71,8 @@ impl HttpServer {
 
     /// One request on its own connection: the status and the body.
     fn request(&self, raw: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(&self.http).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        stream.write_all(raw.as_bytes()).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
-        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
-        (status.expect("a status line"), body.to_string())
+        let response = common::http::raw(&self.http, raw);
+        (response.status, response.body)
     }
 
     /// A tool run that must fail (the server answers it with an error).
@@ -123,13 +95,6 @@ impl HttpServer {
         let (status, body) = self.get("/metrics");
         assert_eq!(status, 200, "{body}");
         parse_prometheus_text(&body)
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -586,17 +551,7 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
 
 /// One scrape of the listener at `http`, parsed.
 fn scrape_at(http: &str) -> BTreeMap<String, f64> {
-    let mut stream = TcpStream::connect(http).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").expect("a whole response");
-    parse_prometheus_text(body)
+    parse_prometheus_text(&common::http::request(http, "GET", "/metrics", None).body)
 }
 
 #[test]
