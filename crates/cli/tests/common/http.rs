@@ -208,3 +208,15 @@ pub fn workspace_root() -> PathBuf {
         .canonicalize()
         .expect("workspace root")
 }
+
+/// `.tools/venv/bin/NAME` (the Python tools of `scripts/install-python-tools.sh`); fails
+/// naming that script, and what it would have installed (`installs`), when it is missing.
+pub fn venv_tool(name: &str, installs: &str) -> PathBuf {
+    let tool = workspace_root().join(".tools/venv/bin").join(name);
+    assert!(
+        tool.exists(),
+        "{} is missing: run scripts/install-python-tools.sh (it {installs})",
+        tool.display()
+    );
+    tool
+}
