@@ -52,16 +52,9 @@ impl Node {
 
     /// `tinymq ARGS` against this node, `stdin` fed in; panics unless it succeeds.
     fn tool(&self, args: &[&str], stdin: &[u8]) {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("TINYMQ_BOOTSTRAP", &self.native)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("TINYMQ_BOOTSTRAP", &self.native);
+        let out = common::run_with_input(&mut cmd, stdin);
         assert!(out.status.success(), "tinymq {args:?}: {out:?}");
     }
 
