@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::http::Node;
@@ -22,12 +22,6 @@ struct HttpServer {
 impl HttpServer {
     fn start(extra: &[&str]) -> HttpServer {
         HttpServer::from(Node::start(extra))
-    }
-
-    /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
-    /// listener's.
-    fn spawn(args: &[&str], data: tempfile::TempDir, prefix: &str) -> HttpServer {
-        HttpServer::from(Node::spawn_in(args, data, prefix))
     }
 
     fn from(node: Node) -> HttpServer {
@@ -52,16 +46,9 @@ impl HttpServer {
     }
 
     fn tool(&self, args: &[&str], stdin: &[u8]) {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("TINYMQ_BOOTSTRAP", &self.addr)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("TINYMQ_BOOTSTRAP", &self.addr);
+        let out = common::run_with_input(&mut cmd, stdin);
         assert!(
             out.status.success(),
             "{args:?}: {}",
@@ -483,23 +470,9 @@ fn connections_past_the_limit_are_closed_and_counted() {
 
 #[test]
 fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
-    let meta_addr = format!("127.0.0.1:{}", common::free_port());
-    let peers = format!("1={meta_addr}");
-    let meta = HttpServer::spawn(
-        &[
-            "meta",
-            "--id",
-            "1",
-            "--listen",
-            &meta_addr,
-            "--peers",
-            &peers,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        tempfile::tempdir().unwrap(),
-        "tinymq meta listening on ",
-    );
+    let data = tempfile::tempdir().unwrap();
+    let meta = HttpServer::from(Node::meta(data.path()).keeping(data));
+    let meta_addr = meta.addr.clone();
     let ready = meta.ready();
     assert_eq!(ready["role"], "meta");
     assert_eq!(ready["checks"][0]["name"], "meta_leader_known");
@@ -509,21 +482,8 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
     assert_eq!(value(&samples, "tinymq_partitions"), 0.0);
     assert_eq!(value(&samples, "tinymq_connections_refused_total"), 0.0);
 
-    let broker = HttpServer::spawn(
-        &[
-            "broker",
-            "--id",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--meta",
-            &meta_addr,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        tempfile::tempdir().unwrap(),
-        "tinymq listening on ",
-    );
+    let data = tempfile::tempdir().unwrap();
+    let broker = HttpServer::from(Node::broker(data.path(), &meta_addr).keeping(data));
     let ready = broker.ready();
     assert_eq!(ready["role"], "broker");
     assert_eq!(ready["missing"], serde_json::json!([]));

@@ -361,48 +361,15 @@ fn groups_describe_reset_and_delete() {
 #[test]
 fn a_meta_node_serves_the_api_through_the_brokers() {
     let data = tempfile::tempdir().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let meta_addr = format!("127.0.0.1:{port}");
-    let peers = format!("1={meta_addr}");
-    let meta = Node::spawn(
-        &[
-            "meta",
-            "--id",
-            "1",
-            "--listen",
-            &meta_addr,
-            "--peers",
-            &peers,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &data.path().join("meta"),
-        "tinymq meta listening on ",
-    );
+    let meta = Node::meta(&data.path().join("meta"));
+    let meta_addr = meta.native.clone();
     // With no broker yet: the cluster view answers, the rest is unavailable.
     let cluster = meta.wait_ok("/api/v1/cluster").json();
     assert_eq!(cluster["brokers"], json!([]), "{cluster}");
     meta.get("/api/v1/topics")
         .expect_problem(503, "CLUSTER_UNAVAILABLE");
 
-    let mut broker = Node::spawn(
-        &[
-            "broker",
-            "--id",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--meta",
-            &meta_addr,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &data.path().join("broker"),
-        "tinymq listening on ",
-    );
+    let mut broker = Node::broker(&data.path().join("broker"), &meta_addr);
     // The meta node's API, through the broker: create, produce, read.
     let mut created = None;
     for _ in 0..150 {

@@ -4,7 +4,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -30,13 +30,52 @@ impl Node {
 
     /// [`Node::spawn`] in `data`, which the node keeps until it is dropped.
     pub fn spawn_in(args: &[&str], data: tempfile::TempDir, prefix: &str) -> Node {
-        let mut node = Node::spawn(args, data.path(), prefix);
-        node._data = Some(data);
-        node
+        Node::spawn(args, data.path(), prefix).keeping(data)
+    }
+
+    /// This node, owning `data` (removed after the process is killed).
+    pub fn keeping(mut self, data: tempfile::TempDir) -> Node {
+        self._data = Some(data);
+        self
+    }
+
+    /// `tinymq meta`, node 1 of a one-node MetaServer on a free port (its `native` address is
+    /// the one brokers are given with `--meta`).
+    pub fn meta(data: &Path) -> Node {
+        let meta_addr = format!("127.0.0.1:{}", super::free_port());
+        let peers = format!("1={meta_addr}");
+        let args = [
+            "meta",
+            "--id",
+            "1",
+            "--listen",
+            &meta_addr,
+            "--peers",
+            &peers,
+            "--http",
+            "127.0.0.1:0",
+        ];
+        Node::spawn(&args, data, "tinymq meta listening on ")
+    }
+
+    /// `tinymq broker` with id 1, registering with the MetaServer at `meta_addr`.
+    pub fn broker(data: &Path, meta_addr: &str) -> Node {
+        let args = [
+            "broker",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--meta",
+            meta_addr,
+            "--http",
+            "127.0.0.1:0",
+        ];
+        Node::spawn(&args, data, "tinymq listening on ")
     }
 
     /// `tinymq server` with its own MetaServer, on ephemeral ports.
-    pub fn server(data: &std::path::Path) -> Node {
+    pub fn server(data: &Path) -> Node {
         Node::spawn(
             &["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"],
             data,
@@ -46,7 +85,7 @@ impl Node {
 
     /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
     /// listener's.
-    pub fn spawn(args: &[&str], data: &std::path::Path, prefix: &str) -> Node {
+    pub fn spawn(args: &[&str], data: &Path, prefix: &str) -> Node {
         let mut child = Command::new(BIN)
             .args(args)
             .arg("--data")
