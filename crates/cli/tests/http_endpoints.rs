@@ -34,15 +34,15 @@ impl HttpServer {
 
     /// `/health/ready` once it answers 200 (bounded wait), as JSON.
     fn ready(&self) -> serde_json::Value {
-        for _ in 0..200 {
+        let ready = common::retry(200, Duration::from_millis(100), || {
             let (status, body) = self.get("/health/ready");
             if status == 200 {
-                return serde_json::from_str(&body).unwrap();
+                return Some(serde_json::from_str(&body).unwrap());
             }
             assert_eq!(status, 503, "{body}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{} never ready", self.addr);
+            None
+        });
+        ready.unwrap_or_else(|| panic!("{} never ready", self.addr))
     }
 
     fn tool(&self, args: &[&str], stdin: &[u8]) {
@@ -173,13 +173,8 @@ fn try_scrape(http: &str) -> Option<BTreeMap<String, f64>> {
 
 /// [`try_scrape`], retried (bounded) while the listener has no place free.
 fn scrape_when_free(http: &str) -> BTreeMap<String, f64> {
-    for _ in 0..200 {
-        if let Some(samples) = try_scrape(http) {
-            return samples;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("no scrape got a place at {http}");
+    common::retry(200, Duration::from_millis(50), || try_scrape(http))
+        .unwrap_or_else(|| panic!("no scrape got a place at {http}"))
 }
 
 fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {

@@ -64,26 +64,22 @@ impl Node {
 
     /// `/metrics` as series → value (bounded wait for a free place under the limit).
     fn scrape(&self) -> BTreeMap<String, f64> {
-        for _ in 0..100 {
-            if let Ok(mut s) = TcpStream::connect(&self.http) {
-                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-                let req = "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-                if s.write_all(req.as_bytes()).is_ok() {
-                    let mut text = String::new();
-                    let _ = s.read_to_string(&mut text);
-                    if text.starts_with("HTTP/1.1 200") {
-                        return text
-                            .lines()
-                            .filter(|l| l.starts_with("tinymq_"))
-                            .filter_map(|l| l.rsplit_once(' '))
-                            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
-                            .collect();
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("no scrape answered");
+        common::retry(100, Duration::from_millis(100), || {
+            let mut s = TcpStream::connect(&self.http).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let req = "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+            s.write_all(req.as_bytes()).ok()?;
+            let mut text = String::new();
+            let _ = s.read_to_string(&mut text);
+            text.starts_with("HTTP/1.1 200").then(|| {
+                text.lines()
+                    .filter(|l| l.starts_with("tinymq_"))
+                    .filter_map(|l| l.rsplit_once(' '))
+                    .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+                    .collect()
+            })
+        })
+        .expect("no scrape answered")
     }
 }
 

@@ -105,14 +105,10 @@ fn scrape(http: &str) -> Samples {
 /// Scrapes until `done` holds (bounded): commits and lag are read from the coordinator's state,
 /// which the consumer's last commit reaches just before it exits.
 fn scrape_until(http: &str, what: &str, done: impl Fn(&Samples) -> bool) -> Samples {
-    for _ in 0..200 {
-        let samples = scrape(http);
-        if done(&samples) {
-            return samples;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what}: never seen in {:#?}", scrape(http).0);
+    common::retry(200, Duration::from_millis(100), || {
+        Some(scrape(http)).filter(|samples| done(samples))
+    })
+    .unwrap_or_else(|| panic!("{what}: never seen in {:#?}", scrape(http).0))
 }
 
 /// `count` records of exactly [`VALUE_BYTES`] bytes, one per line.

@@ -371,15 +371,10 @@ fn a_meta_node_serves_the_api_through_the_brokers() {
 
     let mut broker = Node::broker(&data.path().join("broker"), &meta_addr);
     // The meta node's API, through the broker: create, produce, read.
-    let mut created = None;
-    for _ in 0..150 {
+    let created = common::retry(150, Duration::from_millis(100), || {
         let r = meta.post("/api/v1/topics", &json!({"name": "m", "partitions": 1}));
-        if r.status == 201 {
-            created = Some(r.json());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        (r.status == 201).then(|| r.json())
+    });
     assert!(
         created.is_some(),
         "the meta node's API never created the topic"

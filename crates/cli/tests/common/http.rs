@@ -143,15 +143,15 @@ impl Node {
     /// GET `path` until it answers 200 (bounded wait): the node has joined its cluster.
     pub fn wait_ok(&self, path: &str) -> Response {
         let mut last = None;
-        for _ in 0..150 {
+        let ok = super::retry(150, Duration::from_millis(100), || {
             let r = self.get(path);
             if r.status == 200 {
-                return r;
+                return Some(r);
             }
             last = Some(r);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{path} never answered 200: {last:?}");
+            None
+        });
+        ok.unwrap_or_else(|| panic!("{path} never answered 200: {last:?}"))
     }
 }
 

@@ -237,6 +237,22 @@ pub fn run_with_input(cmd: &mut Command, stdin: &[u8]) -> Output {
     out
 }
 
+/// Calls `attempt` up to `attempts` times, `pause` apart, until it gives a value; `None` when
+/// it never did, for the caller to fail saying what it waited for.
+pub fn retry<T>(
+    attempts: u32,
+    pause: Duration,
+    mut attempt: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    for _ in 0..attempts {
+        if let Some(value) = attempt() {
+            return Some(value);
+        }
+        std::thread::sleep(pause);
+    }
+    None
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
