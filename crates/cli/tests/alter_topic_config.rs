@@ -5,34 +5,22 @@
 //! the MetaServer node, applied by every broker.
 
 mod common;
-mod rest_common;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use rest_common::{Node, BIN};
+use common::http::Node;
+use common::BIN;
 use serde_json::json;
 
 /// Runs `tinymq ARGS` against `node`, feeding `stdin`.
 fn tool(node: &Node, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .env("TINYMQ_BOOTSTRAP", &node.native)
-        .env("TINYMQ_LOG", "warn")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tinymq");
-    let mut input = child.stdin.take().expect("stdin");
-    let data = stdin.to_vec();
-    let writer = std::thread::spawn(move || {
-        let _ = input.write_all(&data);
-    });
-    let out = child.wait_with_output().expect("tool output");
-    writer.join().expect("stdin writer");
-    out
+        .env("TINYMQ_LOG", "warn");
+    common::run_with_input(&mut cmd, stdin)
 }
 
 fn ok(node: &Node, args: &[&str], stdin: &[u8]) -> String {

@@ -10,22 +10,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::http::{workspace_root, Node};
 use common::BIN;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("the workspace root")
-}
 
 /// Fails, naming the script that installs them, when the browser tools are missing.
 fn browser_tools(root: &Path) {
@@ -49,53 +43,6 @@ fn browser_tools(root: &Path) {
         "the browser test needs {}: run scripts/install-browser-tools.sh",
         missing.join(" and ")
     );
-}
-
-/// `tinymq server` with its HTTP listener on a free port.
-struct Node {
-    child: Child,
-    native: String,
-    http: String,
-    _data: tempfile::TempDir,
-}
-
-impl Node {
-    fn start() -> Node {
-        let data = tempfile::tempdir().unwrap();
-        let mut child = Command::new(BIN)
-            .args(["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = |prefix: &str| {
-            let mut line = String::new();
-            out.read_line(&mut line).unwrap();
-            line.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
-                .to_string()
-        };
-        let native = line("tinymq listening on ");
-        let http = line("tinymq http listening on ");
-        Node {
-            child,
-            native,
-            http,
-            _data: data,
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Runs `node ARGS` in `web/`, waiting at most `limit`; the exit status and all it printed.
@@ -141,7 +88,7 @@ fn node(root: &Path, args: &[&str], env: &[(&str, String)], limit: Duration) -> 
 fn the_console_shows_topics_throughput_messages_and_group_lag_in_chromium() {
     let root = workspace_root();
     browser_tools(&root);
-    let server = Node::start();
+    let server = Node::start(&[]);
     let screenshots = root.join("target/console-screenshots");
     // Screenshots of an earlier run must not stand in for this one's.
     let _ = std::fs::remove_dir_all(&screenshots);
@@ -225,7 +172,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> &'a str {
 
 #[test]
 fn the_console_is_served_embedded_with_its_types_an_etag_and_a_same_origin_policy() {
-    let server = Node::start();
+    let server = Node::start(&[]);
     let root = workspace_root();
     for (path, file, content_type) in [
         ("/", "index.html", "text/html"),

@@ -4,84 +4,51 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
+use common::http::Node;
 use common::BIN;
 
 /// A server started with `--http 127.0.0.1:0` and `extra` flags.
 struct HttpServer {
-    child: Child,
     addr: String,
     http: String,
-    _data: tempfile::TempDir,
+    _node: Node,
 }
 
 impl HttpServer {
     fn start(extra: &[&str]) -> HttpServer {
-        let data = tempfile::tempdir().unwrap();
-        let mut args = vec!["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
-        args.extend_from_slice(extra);
-        HttpServer::spawn(&args, data, "tinymq listening on ")
+        HttpServer::from(Node::start(extra))
     }
 
-    /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
-    /// listener's.
-    fn spawn(args: &[&str], data: tempfile::TempDir, prefix: &str) -> HttpServer {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = |prefix: &str| {
-            let mut line = String::new();
-            out.read_line(&mut line).unwrap();
-            line.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
-                .to_string()
-        };
-        let addr = line(prefix);
-        let http = line("tinymq http listening on ");
+    fn from(node: Node) -> HttpServer {
         HttpServer {
-            child,
-            addr,
-            http,
-            _data: data,
+            addr: node.native.clone(),
+            http: node.http.clone(),
+            _node: node,
         }
     }
 
     /// `/health/ready` once it answers 200 (bounded wait), as JSON.
     fn ready(&self) -> serde_json::Value {
-        for _ in 0..200 {
+        let ready = common::retry(200, Duration::from_millis(100), || {
             let (status, body) = self.get("/health/ready");
             if status == 200 {
-                return serde_json::from_str(&body).unwrap();
+                return Some(serde_json::from_str(&body).unwrap());
             }
             assert_eq!(status, 503, "{body}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{} never ready", self.addr);
+            None
+        });
+        ready.unwrap_or_else(|| panic!("{} never ready", self.addr))
     }
 
     fn tool(&self, args: &[&str], stdin: &[u8]) {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("TINYMQ_BOOTSTRAP", &self.addr)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("TINYMQ_BOOTSTRAP", &self.addr);
+        let out = common::run_with_input(&mut cmd, stdin);
         assert!(
             out.status.success(),
             "{args:?}: {}",
@@ -91,16 +58,8 @@ impl HttpServer {
 
     /// One request on its own connection: the status and the body.
     fn request(&self, raw: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(&self.http).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        stream.write_all(raw.as_bytes()).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
-        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
-        (status.expect("a status line"), body.to_string())
+        let response = common::http::raw(&self.http, raw);
+        (response.status, response.body)
     }
 
     /// A tool run that must fail (the server answers it with an error).
@@ -123,13 +82,6 @@ impl HttpServer {
         let (status, body) = self.get("/metrics");
         assert_eq!(status, 200, "{body}");
         parse_prometheus_text(&body)
-    }
-}
-
-impl Drop for HttpServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -221,13 +173,8 @@ fn try_scrape(http: &str) -> Option<BTreeMap<String, f64>> {
 
 /// [`try_scrape`], retried (bounded) while the listener has no place free.
 fn scrape_when_free(http: &str) -> BTreeMap<String, f64> {
-    for _ in 0..200 {
-        if let Some(samples) = try_scrape(http) {
-            return samples;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("no scrape got a place at {http}");
+    common::retry(200, Duration::from_millis(50), || try_scrape(http))
+        .unwrap_or_else(|| panic!("no scrape got a place at {http}"))
 }
 
 fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
@@ -518,23 +465,9 @@ fn connections_past_the_limit_are_closed_and_counted() {
 
 #[test]
 fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
-    let meta_addr = format!("127.0.0.1:{}", common::free_port());
-    let peers = format!("1={meta_addr}");
-    let meta = HttpServer::spawn(
-        &[
-            "meta",
-            "--id",
-            "1",
-            "--listen",
-            &meta_addr,
-            "--peers",
-            &peers,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        tempfile::tempdir().unwrap(),
-        "tinymq meta listening on ",
-    );
+    let data = tempfile::tempdir().unwrap();
+    let meta = HttpServer::from(Node::meta(data.path()).keeping(data));
+    let meta_addr = meta.addr.clone();
     let ready = meta.ready();
     assert_eq!(ready["role"], "meta");
     assert_eq!(ready["checks"][0]["name"], "meta_leader_known");
@@ -544,21 +477,8 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
     assert_eq!(value(&samples, "tinymq_partitions"), 0.0);
     assert_eq!(value(&samples, "tinymq_connections_refused_total"), 0.0);
 
-    let broker = HttpServer::spawn(
-        &[
-            "broker",
-            "--id",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--meta",
-            &meta_addr,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        tempfile::tempdir().unwrap(),
-        "tinymq listening on ",
-    );
+    let data = tempfile::tempdir().unwrap();
+    let broker = HttpServer::from(Node::broker(data.path(), &meta_addr).keeping(data));
     let ready = broker.ready();
     assert_eq!(ready["role"], "broker");
     assert_eq!(ready["missing"], serde_json::json!([]));
@@ -586,17 +506,7 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
 
 /// One scrape of the listener at `http`, parsed.
 fn scrape_at(http: &str) -> BTreeMap<String, f64> {
-    let mut stream = TcpStream::connect(http).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").expect("a whole response");
-    parse_prometheus_text(body)
+    parse_prometheus_text(&common::http::request(http, "GET", "/metrics", None).body)
 }
 
 #[test]

@@ -6,50 +6,27 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::BIN;
 
 /// A `tinymq server` with `--http 127.0.0.1:0` and `extra` flags.
 struct Node {
-    child: Child,
     native: String,
     http: String,
-    _data: tempfile::TempDir,
+    node: common::http::Node,
 }
 
 impl Node {
     fn start(extra: &[&str]) -> Node {
-        let data = tempfile::tempdir().unwrap();
-        let mut child = Command::new(BIN)
-            .args(["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"])
-            .args(extra)
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let (mut native, mut http) = (None, None);
-        for _ in 0..2 {
-            let mut line = String::new();
-            out.read_line(&mut line).unwrap();
-            if let Some(a) = line.trim().strip_prefix("tinymq http listening on ") {
-                http = Some(a.to_string());
-            } else if let Some(a) = line.trim().strip_prefix("tinymq listening on ") {
-                native = Some(a.to_string());
-            }
-        }
+        let node = common::http::Node::start(extra);
         Node {
-            child,
-            native: native.expect("the server names its native address"),
-            http: http.expect("the server names its HTTP address"),
-            _data: data,
+            native: node.native.clone(),
+            http: node.http.clone(),
+            node,
         }
     }
 
@@ -75,16 +52,9 @@ impl Node {
 
     /// `tinymq ARGS` against this node, `stdin` fed in; panics unless it succeeds.
     fn tool(&self, args: &[&str], stdin: &[u8]) {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .env("TINYMQ_BOOTSTRAP", &self.native)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        child.stdin.take().unwrap().write_all(stdin).unwrap();
-        let out = child.wait_with_output().unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(args).env("TINYMQ_BOOTSTRAP", &self.native);
+        let out = common::run_with_input(&mut cmd, stdin);
         assert!(out.status.success(), "tinymq {args:?}: {out:?}");
     }
 
@@ -94,33 +64,22 @@ impl Node {
 
     /// `/metrics` as series → value (bounded wait for a free place under the limit).
     fn scrape(&self) -> BTreeMap<String, f64> {
-        for _ in 0..100 {
-            if let Ok(mut s) = TcpStream::connect(&self.http) {
-                s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-                let req = "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
-                if s.write_all(req.as_bytes()).is_ok() {
-                    let mut text = String::new();
-                    let _ = s.read_to_string(&mut text);
-                    if text.starts_with("HTTP/1.1 200") {
-                        return text
-                            .lines()
-                            .filter(|l| l.starts_with("tinymq_"))
-                            .filter_map(|l| l.rsplit_once(' '))
-                            .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
-                            .collect();
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("no scrape answered");
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::retry(100, Duration::from_millis(100), || {
+            let mut s = TcpStream::connect(&self.http).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let req = "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+            s.write_all(req.as_bytes()).ok()?;
+            let mut text = String::new();
+            let _ = s.read_to_string(&mut text);
+            text.starts_with("HTTP/1.1 200").then(|| {
+                text.lines()
+                    .filter(|l| l.starts_with("tinymq_"))
+                    .filter_map(|l| l.rsplit_once(' '))
+                    .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+                    .collect()
+            })
+        })
+        .expect("no scrape answered")
     }
 }
 
@@ -346,11 +305,11 @@ fn sigterm_stops_a_server_while_a_client_holds_a_half_sent_request() {
     answered.read_exact(&mut first).unwrap();
     assert_eq!(&first, b"HTTP/1.1 200");
     // SAFETY: a signal to our own child process.
-    let rc = unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
+    let rc = unsafe { libc::kill(node.node.child().id() as i32, libc::SIGTERM) };
     assert_eq!(rc, 0);
     let mut status = None;
     for _ in 0..600 {
-        status = node.child.try_wait().unwrap();
+        status = node.node.child().try_wait().unwrap();
         if status.is_some() {
             break;
         }

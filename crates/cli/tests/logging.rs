@@ -126,19 +126,12 @@ fn the_log_level_flag_wins_over_the_variables() {
 
 /// Runs `tinymq ARGS` against `addr` with `stdin`, and checks it succeeded.
 fn tool(args: &[&str], addr: &str, stdin: &[u8]) -> String {
-    use std::io::Write;
-    let mut child = Command::new(BIN)
-        .args(args)
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
         .args(["--bootstrap", addr])
         .env_remove("TINYMQ_LOG")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let out = child.wait_with_output().unwrap();
+        .env_remove("RUST_LOG");
+    let out = common::run_with_input(&mut cmd, stdin);
     assert!(
         out.status.success(),
         "{args:?}: {}",

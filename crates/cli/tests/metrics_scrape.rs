@@ -8,8 +8,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -32,14 +31,7 @@ for family in text_string_to_metric_families(sys.stdin.read()):
 "#;
 
 fn python() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let python = root.join(".tools/venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/install-python-tools.sh (it creates .tools/venv with prometheus_client)",
-        python.display()
-    );
-    python
+    common::http::venv_tool("python", "creates .tools/venv with prometheus_client")
 }
 
 /// Samples keyed `name{k="v",...}` with labels sorted by name.
@@ -98,35 +90,25 @@ fn parse(text: &str) -> Samples {
 }
 
 fn scrape(http: &str) -> Samples {
-    let mut stream = TcpStream::connect(http).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let response = common::http::request(http, "GET", "/metrics", None);
+    assert_eq!(response.status, 200, "{}", response.body);
     assert!(
-        head.contains("application/openmetrics-text"),
-        "content type: {head}"
+        response
+            .content_type
+            .contains("application/openmetrics-text"),
+        "content type: {}",
+        response.content_type
     );
-    parse(body)
+    parse(&response.body)
 }
 
 /// Scrapes until `done` holds (bounded): commits and lag are read from the coordinator's state,
 /// which the consumer's last commit reaches just before it exits.
 fn scrape_until(http: &str, what: &str, done: impl Fn(&Samples) -> bool) -> Samples {
-    for _ in 0..200 {
-        let samples = scrape(http);
-        if done(&samples) {
-            return samples;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what}: never seen in {:#?}", scrape(http).0);
+    common::retry(200, Duration::from_millis(100), || {
+        Some(scrape(http)).filter(|samples| done(samples))
+    })
+    .unwrap_or_else(|| panic!("{what}: never seen in {:#?}", scrape(http).0))
 }
 
 /// `count` records of exactly [`VALUE_BYTES`] bytes, one per line.

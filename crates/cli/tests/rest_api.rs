@@ -2,12 +2,13 @@
 //! path and its main errors, answered as RFC 9457 problem documents with the native error
 //! code; and the API on a MetaServer node, which goes through the brokers.
 
-mod rest_common;
+mod common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rest_common::{raw, Node, BIN};
+use common::http::{raw, Node};
+use common::BIN;
 use serde_json::json;
 
 fn messages(node: &Node, topic: &str, partition: u32, query: &str) -> serde_json::Value {
@@ -150,7 +151,7 @@ fn bad_input_is_refused_with_problem_documents() {
     node.wait_ok("/api/v1/topics");
     node.post("/api/v1/topics", &json!({"name": "t", "partitions": 1}))
         .expect(201);
-    let post = |path: &str, body: &str| rest_common::request(&node.http, "POST", path, Some(body));
+    let post = |path: &str, body: &str| common::http::request(&node.http, "POST", path, Some(body));
 
     // Bodies.
     post("/api/v1/topics", "{not json").expect_problem(400, "MALFORMED_BODY");
@@ -211,7 +212,7 @@ fn bad_input_is_refused_with_problem_documents() {
         .expect_problem(400, "INVALID_GROUP_ID");
     node.get("/api/v1/no-such-route")
         .expect_problem(404, "INVALID_REQUEST");
-    rest_common::request(&node.http, "PUT", "/api/v1/topics/t", Some("{}"))
+    common::http::request(&node.http, "PUT", "/api/v1/topics/t", Some("{}"))
         .expect_problem(405, "INVALID_REQUEST");
     // A declared body over http_body_bytes_max: refused by the listener before it is read.
     raw(
@@ -259,7 +260,7 @@ fn consume(node: &Node, topic: &str, group: &str, count: Option<u32>) -> std::pr
         .unwrap()
 }
 
-fn reset(node: &Node, group: &str, to: serde_json::Value) -> rest_common::Response {
+fn reset(node: &Node, group: &str, to: serde_json::Value) -> common::http::Response {
     node.post(
         &format!("/api/v1/groups/{group}/offsets"),
         &json!({"topic": "events", "to": to}),
@@ -360,58 +361,20 @@ fn groups_describe_reset_and_delete() {
 #[test]
 fn a_meta_node_serves_the_api_through_the_brokers() {
     let data = tempfile::tempdir().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let meta_addr = format!("127.0.0.1:{port}");
-    let peers = format!("1={meta_addr}");
-    let meta = Node::spawn(
-        &[
-            "meta",
-            "--id",
-            "1",
-            "--listen",
-            &meta_addr,
-            "--peers",
-            &peers,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &data.path().join("meta"),
-        "tinymq meta listening on ",
-    );
+    let meta = Node::meta(&data.path().join("meta"));
+    let meta_addr = meta.native.clone();
     // With no broker yet: the cluster view answers, the rest is unavailable.
     let cluster = meta.wait_ok("/api/v1/cluster").json();
     assert_eq!(cluster["brokers"], json!([]), "{cluster}");
     meta.get("/api/v1/topics")
         .expect_problem(503, "CLUSTER_UNAVAILABLE");
 
-    let mut broker = Node::spawn(
-        &[
-            "broker",
-            "--id",
-            "1",
-            "--listen",
-            "127.0.0.1:0",
-            "--meta",
-            &meta_addr,
-            "--http",
-            "127.0.0.1:0",
-        ],
-        &data.path().join("broker"),
-        "tinymq listening on ",
-    );
+    let mut broker = Node::broker(&data.path().join("broker"), &meta_addr);
     // The meta node's API, through the broker: create, produce, read.
-    let mut created = None;
-    for _ in 0..150 {
+    let created = common::retry(150, Duration::from_millis(100), || {
         let r = meta.post("/api/v1/topics", &json!({"name": "m", "partitions": 1}));
-        if r.status == 201 {
-            created = Some(r.json());
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        (r.status == 201).then(|| r.json())
+    });
     assert!(
         created.is_some(),
         "the meta node's API never created the topic"

@@ -4,11 +4,11 @@
 //! a server error (5xx), that every answer matches the document (status, content type,
 //! headers, body schema), that invalid input is refused and unsupported methods get 405.
 
-mod rest_common;
+mod common;
 
 use std::process::Command;
 
-use rest_common::{workspace_root, Node};
+use common::http::{venv_tool, Node};
 use serde_json::json;
 
 /// Test cases per operation and phase: enough to reach every route's validation and its
@@ -17,12 +17,9 @@ const EXAMPLES_PER_OPERATION: &str = "100";
 
 #[test]
 fn the_api_conforms_to_its_openapi_document() {
-    let schemathesis = workspace_root().join(".tools/venv/bin/schemathesis");
-    assert!(
-        schemathesis.exists(),
-        "{} is missing: run scripts/install-python-tools.sh (it installs the pinned \
-         schemathesis into .tools/venv)",
-        schemathesis.display()
+    let schemathesis = venv_tool(
+        "schemathesis",
+        "installs the pinned schemathesis into .tools/venv",
     );
     let data = tempfile::tempdir().unwrap();
     let node = Node::server(&data.path().join("server"));

@@ -112,20 +112,7 @@ pub fn tool_ok(args: &[&str]) -> String {
 
 /// Runs `tinymq ARGS` with `stdin` as its input; fails the test unless it succeeds.
 pub fn tool_ok_with_input(args: &[&str], stdin: &[u8]) -> String {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tinymq");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("tinymq");
+    let out = super::run_with_input(Command::new(BIN).args(args), stdin);
     assert!(
         out.status.success(),
         "tinymq {args:?}: {}",

@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod consume;
+pub mod http;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -128,20 +129,7 @@ impl Server {
 
     /// Runs a tool to completion, feeding `stdin`; panics on failure.
     pub fn run_tool(&self, args: &[&str], stdin: &[u8]) -> Output {
-        let mut child = self
-            .tool(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn tool");
-        let mut input = child.stdin.take().expect("stdin");
-        let data = stdin.to_vec();
-        let writer = std::thread::spawn(move || {
-            let _ = input.write_all(&data);
-        });
-        let out = child.wait_with_output().expect("tool output");
-        writer.join().expect("stdin writer");
+        let out = run_with_input(&mut self.tool(args), stdin);
         assert!(
             out.status.success(),
             "tinymq {args:?} failed: {}",
@@ -230,6 +218,41 @@ pub fn leader(addr: &str, not: Option<u64>) -> u64 {
 
 /// A port that was free a moment ago (for processes that must keep their address across
 /// restarts).
+/// Runs `cmd` to its end with `stdin` as its input, capturing stdout and stderr. The input is
+/// written from a thread, so a tool that prints a lot before reading cannot block on a full pipe.
+pub fn run_with_input(cmd: &mut Command, stdin: &[u8]) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tinymq");
+    let mut input = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    let out = child.wait_with_output().expect("tool output");
+    writer.join().expect("stdin writer");
+    out
+}
+
+/// Calls `attempt` up to `attempts` times, `pause` apart, until it gives a value; `None` when
+/// it never did, for the caller to fail saying what it waited for.
+pub fn retry<T>(
+    attempts: u32,
+    pause: Duration,
+    mut attempt: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    for _ in 0..attempts {
+        if let Some(value) = attempt() {
+            return Some(value);
+        }
+        std::thread::sleep(pause);
+    }
+    None
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")

@@ -1,25 +1,81 @@
-//! Helpers for the REST API tests: real `tinymq` processes started with `--http 127.0.0.1:0`,
-//! and plain HTTP/1.1 requests over a TCP socket (one connection per request).
-#![allow(dead_code)]
+//! Helpers for the tests of the HTTP listener (metrics, health, REST API, console): real
+//! `tinymq` processes started with `--http 127.0.0.1:0`, plain HTTP/1.1 requests over a TCP
+//! socket (one connection per request), and the workspace paths of the external test tools.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_tinymq");
+use super::BIN;
 
 /// A `tinymq` process with its native and HTTP addresses.
 pub struct Node {
     child: Child,
     pub native: String,
     pub http: String,
+    /// The data directory when the node made its own (dropped after the process is killed).
+    _data: Option<tempfile::TempDir>,
 }
 
 impl Node {
+    /// `tinymq server --http 127.0.0.1:0 EXTRA` in a data directory of its own.
+    pub fn start(extra: &[&str]) -> Node {
+        let data = tempfile::tempdir().expect("a temporary data directory");
+        let mut args = vec!["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        Node::spawn_in(&args, data, "tinymq listening on ")
+    }
+
+    /// [`Node::spawn`] in `data`, which the node keeps until it is dropped.
+    pub fn spawn_in(args: &[&str], data: tempfile::TempDir, prefix: &str) -> Node {
+        Node::spawn(args, data.path(), prefix).keeping(data)
+    }
+
+    /// This node, owning `data` (removed after the process is killed).
+    pub fn keeping(mut self, data: tempfile::TempDir) -> Node {
+        self._data = Some(data);
+        self
+    }
+
+    /// `tinymq meta`, node 1 of a one-node MetaServer on a free port (its `native` address is
+    /// the one brokers are given with `--meta`).
+    pub fn meta(data: &Path) -> Node {
+        let meta_addr = format!("127.0.0.1:{}", super::free_port());
+        let peers = format!("1={meta_addr}");
+        let args = [
+            "meta",
+            "--id",
+            "1",
+            "--listen",
+            &meta_addr,
+            "--peers",
+            &peers,
+            "--http",
+            "127.0.0.1:0",
+        ];
+        Node::spawn(&args, data, "tinymq meta listening on ")
+    }
+
+    /// `tinymq broker` with id 1, registering with the MetaServer at `meta_addr`.
+    pub fn broker(data: &Path, meta_addr: &str) -> Node {
+        let args = [
+            "broker",
+            "--id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--meta",
+            meta_addr,
+            "--http",
+            "127.0.0.1:0",
+        ];
+        Node::spawn(&args, data, "tinymq listening on ")
+    }
+
     /// `tinymq server` with its own MetaServer, on ephemeral ports.
-    pub fn server(data: &std::path::Path) -> Node {
+    pub fn server(data: &Path) -> Node {
         Node::spawn(
             &["server", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0"],
             data,
@@ -29,7 +85,7 @@ impl Node {
 
     /// Runs `tinymq ARGS --data DATA`; reads the native port's line (`prefix`), then the HTTP
     /// listener's.
-    pub fn spawn(args: &[&str], data: &std::path::Path, prefix: &str) -> Node {
+    pub fn spawn(args: &[&str], data: &Path, prefix: &str) -> Node {
         let mut child = Command::new(BIN)
             .args(args)
             .arg("--data")
@@ -54,7 +110,13 @@ impl Node {
             child,
             native,
             http,
+            _data: None,
         }
+    }
+
+    /// The process, for tests that signal it or wait for it themselves.
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
     }
 
     pub fn kill(&mut self) {
@@ -81,15 +143,15 @@ impl Node {
     /// GET `path` until it answers 200 (bounded wait): the node has joined its cluster.
     pub fn wait_ok(&self, path: &str) -> Response {
         let mut last = None;
-        for _ in 0..150 {
+        let ok = super::retry(150, Duration::from_millis(100), || {
             let r = self.get(path);
             if r.status == 200 {
-                return r;
+                return Some(r);
             }
             last = Some(r);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("{path} never answered 200: {last:?}");
+            None
+        });
+        ok.unwrap_or_else(|| panic!("{path} never answered 200: {last:?}"))
     }
 }
 
@@ -184,4 +246,16 @@ pub fn workspace_root() -> PathBuf {
         .join("../..")
         .canonicalize()
         .expect("workspace root")
+}
+
+/// `.tools/venv/bin/NAME` (the Python tools of `scripts/install-python-tools.sh`); fails
+/// naming that script, and what it would have installed (`installs`), when it is missing.
+pub fn venv_tool(name: &str, installs: &str) -> PathBuf {
+    let tool = workspace_root().join(".tools/venv/bin").join(name);
+    assert!(
+        tool.exists(),
+        "{} is missing: run scripts/install-python-tools.sh (it {installs})",
+        tool.display()
+    );
+    tool
 }
