@@ -192,12 +192,14 @@ impl Partition {
     /// Changed retention limits are applied at once rather than at the next periodic pass.
     /// Blocks on disk I/O then (segment removal): call it on a blocking thread.
     pub(crate) fn apply_settings(&self, settings: &TopicSettings) -> Result<(), LogError> {
-        *self.timestamps.lock() = TimestampBounds::of(settings);
         let (was, wanted) = (self.log.config(), settings.log_config());
         if was == wanted {
+            *self.timestamps.lock() = TimestampBounds::of(settings);
             return Ok(());
         }
+        // The log first: a refused change leaves the partition wholly as it was.
         self.log.set_config(wanted.clone())?;
+        *self.timestamps.lock() = TimestampBounds::of(settings);
         if (was.retention_age, was.retention_bytes)
             != (wanted.retention_age, wanted.retention_bytes)
         {

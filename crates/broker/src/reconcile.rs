@@ -98,7 +98,20 @@ impl BrokerState {
             let Some(topic) = image.topics.get(&name) else {
                 continue;
             };
-            let settings = self.settings_of(&name, topic);
+            // Settings this broker cannot take leave its open partitions as they are:
+            // `settings_of`'s fall-back to the defaults is for opening a partition, and pushed
+            // into a live one it could shrink retention and delete segments.
+            let settings = if name == tinymq_meta::command::OFFSETS_TOPIC {
+                self.settings_of(&name, topic)
+            } else {
+                match crate::topic::TopicSettings::from_record(topic, &self.config.topic_defaults) {
+                    Ok(settings) => settings,
+                    Err((_, why)) => {
+                        tracing::warn!(topic = %name, error = %why, "the topic's stored settings are invalid here; its open partitions keep their settings");
+                        continue;
+                    }
+                }
+            };
             for partition in partitions {
                 if let Err(e) = partition.apply_settings(&settings) {
                     tracing::error!(topic = %name, partition = partition.index, error = %e, "cannot apply the topic's settings; the partition keeps its previous ones");
