@@ -168,6 +168,13 @@ fn response_error(response: &Response) -> Option<u32> {
         return None;
     };
     let mut body = first.get(FRAME_HEADER_BYTES..)?;
+    // A fetch answer carries its frame header as a part of its own; the body starts in the next.
+    if body.is_empty() {
+        let Some(Part::Bytes(second)) = response.parts.get(1) else {
+            return None;
+        };
+        body = second;
+    }
     // Field 1, length-delimited: the `Error` message.
     if *body.first()? != 0x0A {
         return None;
@@ -206,5 +213,23 @@ mod tests {
         assert_eq!(snap[0].errors, vec![(ErrorCode::NOT_LEADER, 1)]);
         assert_eq!(snap[0].duration.count(), 3);
         assert_eq!(snap[0].duration.sum, 6_000_000);
+    }
+
+    /// A fetch answer is written as parts: the frame header alone, then the body.
+    #[test]
+    fn a_response_error_is_read_when_the_header_is_a_part_of_its_own() {
+        let whole = crate::error_frame(7, 1, ErrorCode::SHUTTING_DOWN, "bye".into());
+        let (header, body) = whole.split_at(FRAME_HEADER_BYTES);
+        let split = Response {
+            parts: vec![
+                Part::Bytes(bytes::Bytes::copy_from_slice(header)),
+                Part::Bytes(bytes::Bytes::copy_from_slice(body)),
+            ],
+            held: None,
+        };
+        let stats = RequestStats::default();
+        stats.record(OpCode::Fetch.code(), Duration::from_millis(1), Some(&split));
+        let snap = stats.snapshot();
+        assert_eq!(snap[0].errors, vec![(ErrorCode::SHUTTING_DOWN, 1)]);
     }
 }
