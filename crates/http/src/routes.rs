@@ -64,8 +64,9 @@ pub(crate) fn router(
         ))
 }
 
-/// Refuses a declared body over the limit before reading it (no route reads a body past it
-/// either: the routes so far take none), and answers 408 past the request timeout.
+/// Refuses a declared body over the limit before reading it (a chunked body is cut at the same
+/// limit by `DefaultBodyLimit` when a route reads it), and answers 408 past the request
+/// timeout.
 async fn limit_request(
     State(limits): State<RequestLimits>,
     request: Request,

@@ -3,6 +3,7 @@
 //! `tinymq_client::Admin`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -132,6 +133,9 @@ pub struct PartitionOffset {
 }
 
 /// Every consumer group with its state and member count.
+/// Groups `GET /api/v1/groups` describes at once (each is a request to its coordinator).
+const GROUPS_DESCRIBED_AT_ONCE: usize = 16;
+
 #[utoipa::path(
     get,
     path = "/groups",
@@ -147,10 +151,14 @@ pub async fn list_groups(State(state): State<ApiState>) -> Result<Json<GroupList
     let mut ids = api.admin.list_groups().await?;
     let truncated = ids.len() > HTTP_GROUPS_LIST_MAX;
     ids.truncate(HTTP_GROUPS_LIST_MAX);
+    // One request to a coordinator per group, at most GROUPS_DESCRIBED_AT_ONCE at a time.
+    let permits = Arc::new(tokio::sync::Semaphore::new(GROUPS_DESCRIBED_AT_ONCE));
     let mut asks = tokio::task::JoinSet::new();
     for id in ids {
         let admin = api.admin.clone();
+        let permits = permits.clone();
         asks.spawn(async move {
+            let _permit = permits.acquire_owned().await;
             let described = admin.describe_group(&id).await;
             (id, described)
         });

@@ -102,7 +102,9 @@ impl ApiClient {
     fn new(bootstrap: &[String], request_timeout: Duration) -> Result<ApiClient, Problem> {
         let mut config = ClientConfig::new(&bootstrap.join(","));
         config.client_id = format!("tinymq-http/{}", env!("CARGO_PKG_VERSION"));
-        let budget = request_timeout.mul_f64(0.6).max(Duration::from_millis(100));
+        let budget = request_timeout
+            .mul_f64(CLIENT_TIMEOUT_SHARE)
+            .max(Duration::from_millis(100));
         config.api_timeout = budget;
         config.request_timeout = budget;
         let admin = Admin::new(config.clone())?;
@@ -236,7 +238,39 @@ pub(crate) fn router(slot: Arc<ApiSlot>) -> Router {
         let _ = state.doc.set(text);
     }
     api.method_not_allowed_fallback(wrong_method)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            within_deadline,
+        ))
         .with_state(state)
+}
+
+/// Share of `http_request_timeout_ms` one API request may take in all (each client call
+/// inside it retries for at most [`CLIENT_TIMEOUT_SHARE`]), so that a cluster that does not
+/// answer gets a 503 problem document before the listener's 408, however many calls the
+/// handler chains.
+const REQUEST_DEADLINE_SHARE: f64 = 0.9;
+/// Share of `http_request_timeout_ms` one client call (with its retries) may take.
+const CLIENT_TIMEOUT_SHARE: f64 = 0.6;
+
+/// Ends a request that runs past its share of the request timeout with a 503.
+async fn within_deadline(
+    State(state): State<ApiState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Ok(target) = state.target() else {
+        return next.run(request).await;
+    };
+    let deadline = target.request_timeout.mul_f64(REQUEST_DEADLINE_SHARE);
+    match tokio::time::timeout(deadline, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => Problem::unavailable(format!(
+            "the cluster did not answer within {} ms",
+            deadline.as_millis()
+        ))
+        .into_response(),
+    }
 }
 
 async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
