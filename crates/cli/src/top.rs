@@ -135,9 +135,25 @@ pub async fn run(args: TopArgs) -> anyhow::Result<()> {
     while args.count.is_none_or(|n| done < n) {
         ticker.tick().await;
         let mut refresh = Refresh::default();
-        for (node, before) in args.nodes.iter().zip(previous.iter_mut()) {
-            let now = match scrape(node).await {
-                Ok(samples) => reading(&samples, Instant::now()),
+        // Every node at once: one that does not answer costs its timeout once, not once each.
+        let scrapes: Vec<_> = args
+            .nodes
+            .iter()
+            .cloned()
+            .map(|node| {
+                tokio::spawn(async move {
+                    scrape(&node)
+                        .await
+                        .map(|samples| reading(&samples, Instant::now()))
+                })
+            })
+            .collect();
+        for ((node, before), scraped) in args.nodes.iter().zip(previous.iter_mut()).zip(scrapes) {
+            let scraped = scraped
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("the scrape stopped: {e}")));
+            let now = match scraped {
+                Ok(now) => now,
                 Err(e) => {
                     refresh.nodes.push((node.clone(), Some(format!("{e:#}"))));
                     *before = None;
