@@ -102,7 +102,7 @@ fn the_console_shows_topics_throughput_messages_and_group_lag_in_chromium() {
         &root,
         &["tests/console.test.mjs"],
         &env,
-        Duration::from_secs(180),
+        Duration::from_secs(450),
     );
     println!("{printed}");
     assert!(ok, "the browser test failed:\n{printed}");
