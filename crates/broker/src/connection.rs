@@ -207,5 +207,20 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             )
             .await)
         }
+        // Issue 16 in progress: served once the security work lands.
+        OpCode::Authenticate
+        | OpCode::PutUser
+        | OpCode::DeleteUser
+        | OpCode::ListUsers
+        | OpCode::CreateAcls
+        | OpCode::DeleteAcls
+        | OpCode::ListAcls
+        | OpCode::SetQuota
+        | OpCode::ListQuotas => Some(error_frame(
+            op_code,
+            id,
+            ErrorCode::UNKNOWN_OPERATION,
+            format!("{} is not served yet", op.name()),
+        )),
     }
 }

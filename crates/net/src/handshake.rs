@@ -70,6 +70,8 @@ pub(crate) fn answer(
         frame_bytes_max: limits.frame_bytes_max,
         // Checked by `ListenerLimits::check` to fit.
         requests_in_flight_max: u32::try_from(limits.requests_in_flight_max).unwrap_or(u32::MAX),
+        auth_required: false,
+        auth_mechanisms: vec![],
     };
     let peer = success.then(|| Peer {
         addr,

@@ -141,6 +141,17 @@ error_codes! {
     /// This broker has just become the group's coordinator and is still reading its
     /// committed offsets from the offsets partition; retry the same broker shortly.
     COORDINATOR_LOAD_IN_PROGRESS = 43, true, "the coordinator is loading the group's offsets";
+    /// Authentication failed: unknown user, wrong password, a replayed or altered SCRAM
+    /// message. The message does not say which.
+    AUTHENTICATION_FAILED = 44, false, "authentication failed";
+    /// The principal lacks a permission the request needs; the message names it.
+    AUTHORIZATION_FAILED = 45, false, "not authorized";
+    /// A request other than Authenticate on a connection that must authenticate first.
+    AUTHENTICATION_REQUIRED = 46, false, "authenticate first";
+    /// An Authenticate mechanism this listener does not accept.
+    UNSUPPORTED_SASL_MECHANISM = 47, false, "unsupported SASL mechanism";
+    USER_NOT_FOUND = 48, false, "unknown user";
+    USER_ALREADY_EXISTS = 49, false, "user already exists";
 }
 
 impl ErrorCode {

@@ -90,6 +90,18 @@ operations! {
     DrainBroker = 23 => DrainBrokerRequest, DrainBrokerResponse;
     /// Change a topic's settings (set keys, remove keys); they take effect without a restart.
     AlterTopicConfig = 24 => AlterTopicConfigRequest, AlterTopicConfigResponse;
+    /// One step of a SASL (SCRAM) exchange, after the handshake.
+    Authenticate = 25 => AuthenticateRequest, AuthenticateResponse;
+    /// Create a user or replace its SCRAM credentials.
+    PutUser = 26 => PutUserRequest, PutUserResponse;
+    DeleteUser = 27 => DeleteUserRequest, DeleteUserResponse;
+    ListUsers = 28 => ListUsersRequest, ListUsersResponse;
+    CreateAcls = 29 => CreateAclsRequest, CreateAclsResponse;
+    DeleteAcls = 30 => DeleteAclsRequest, DeleteAclsResponse;
+    ListAcls = 31 => ListAclsRequest, ListAclsResponse;
+    /// Set or remove a principal's produce, fetch and request rates.
+    SetQuota = 32 => SetQuotaRequest, SetQuotaResponse;
+    ListQuotas = 33 => ListQuotasRequest, ListQuotasResponse;
     /// Raft messages between MetaServer nodes.
     RaftRpc = 40 => RaftRpcRequest, RaftRpcResponse;
     /// A metadata command, applied through Raft (followers forward it to the leader).
