@@ -86,7 +86,7 @@ pub(crate) fn hex(data: &[u8]) -> String {
 }
 
 pub(crate) fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let digit = |c: u8| {
