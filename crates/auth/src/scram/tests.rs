@@ -380,6 +380,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
+    fn any_changed_byte_of_a_valid_client_final_fails(index in any::<proptest::sample::Index>(),
+                                                      byte in any::<u8>()) {
+        let (client_first, client_final) = recorded_rfc_exchange();
+        let mut tampered = client_final.clone();
+        let i = index.index(tampered.len());
+        prop_assume!(tampered[i] != byte);
+        tampered[i] = byte;
+        let mut server = ScramServer::with_nonce(ScramMechanism::Sha256, RFC_SERVER_NONCE);
+        server.first(&client_first, &rfc_users_fast()).unwrap();
+        prop_assert!(server.finish(&tampered).is_err());
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic_the_server(first in proptest::collection::vec(any::<u8>(), 0..300),
                                                last in proptest::collection::vec(any::<u8>(), 0..300)) {
         let table = users_fast();
@@ -416,4 +429,20 @@ proptest! {
 fn users_fast() -> Users {
     static CREDS: OnceLock<Vec<StoredCredential>> = OnceLock::new();
     Users(CREDS.get_or_init(|| users("pw").0).clone(), "alice")
+}
+
+fn rfc_users_fast() -> Users {
+    static CREDS: OnceLock<Vec<StoredCredential>> = OnceLock::new();
+    Users(CREDS.get_or_init(|| rfc_users().0).clone(), "user")
+}
+
+/// The client messages of the RFC exchange, whose server nonce `with_nonce` reproduces.
+fn recorded_rfc_exchange() -> (Vec<u8>, Vec<u8>) {
+    // A sanity check that the recording still succeeds unchanged.
+    let mut server = ScramServer::with_nonce(ScramMechanism::Sha256, RFC_SERVER_NONCE);
+    server
+        .first(RFC_CLIENT_FIRST.as_bytes(), &rfc_users_fast())
+        .unwrap();
+    server.finish(RFC_CLIENT_FINAL.as_bytes()).unwrap();
+    (RFC_CLIENT_FIRST.into(), RFC_CLIENT_FINAL.into())
 }
