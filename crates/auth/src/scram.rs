@@ -103,11 +103,11 @@ impl ScramServer {
         let first = ClientFirst::parse(text)?;
         let (credential, known) = match lookup.credential(&first.user, self.mechanism) {
             Some(c) if c.mechanism == self.mechanism && c.validate().is_ok() => (c, true),
-            _ => (fake_credential(self.mechanism, &first.user), false),
+            _ => (fake_credential(self.mechanism, &first.user)?, false),
         };
         let server_part = match &self.fixed_nonce {
             Some(n) => n.clone(),
-            None => crypto::b64(&crypto::random_bytes::<NONCE_RANDOM_BYTES>()),
+            None => crypto::b64(&crypto::try_random_bytes::<NONCE_RANDOM_BYTES>()?),
         };
         let nonce = format!("{}{server_part}", first.nonce);
         let server_first = format!(
@@ -179,20 +179,27 @@ impl ScramServer {
 
 /// The verifier an unknown user is "checked" against: stable per user within a process (so a
 /// repeated probe sees the same salt, as for a real user) and unknowable outside it.
-fn fake_credential(m: ScramMechanism, user: &str) -> StoredCredential {
+fn fake_credential(m: ScramMechanism, user: &str) -> Result<StoredCredential, AuthError> {
     static KEY: OnceLock<[u8; 32]> = OnceLock::new();
-    let key = KEY.get_or_init(crypto::random_bytes::<32>);
+    let key = match KEY.get() {
+        Some(key) => key,
+        None => {
+            let fresh = crypto::try_random_bytes::<32>()?;
+            // A racing first call may win; every later call then uses its key.
+            KEY.get_or_init(|| fresh)
+        }
+    };
     let derive =
         |label: &str| crypto::hmac(m, key, format!("{label}\0{}\0{user}", m.name()).as_bytes());
     let mut salt = derive("salt");
     salt.truncate(16);
-    StoredCredential {
+    Ok(StoredCredential {
         mechanism: m,
         salt,
         iterations: SCRAM_ITERATIONS_DEFAULT,
         stored_key: derive("stored"),
         server_key: derive("server"),
-    }
+    })
 }
 
 /// The client side of one exchange: `first`, then `second` with the server-first, then
