@@ -21,6 +21,8 @@ use crate::credential::{
 };
 use crate::crypto;
 use crate::error::AuthError;
+use crate::node::parse_node_user;
+use crate::principal::Principal;
 
 /// Longest SCRAM message either side accepts.
 pub const SCRAM_MESSAGE_BYTES_MAX: usize = 4096;
@@ -35,6 +37,17 @@ pub struct Authenticated {
     pub authzid: Option<String>,
 }
 
+impl Authenticated {
+    /// The principal the login proves: `Node:broker-3` for node user `node:broker:3`,
+    /// otherwise `User:NAME`. (Acting as `authzid` instead is the caller's decision.)
+    pub fn principal(&self) -> Principal {
+        match parse_node_user(&self.user) {
+            Some((kind, id)) => Principal::node(kind, id),
+            None => Principal::user(&self.user),
+        }
+    }
+}
+
 /// The server side of one exchange: `first` answers the client-first with the server-first,
 /// `finish` checks the client-final and answers with the server-final (`v=...`). Any error
 /// ends the exchange; start a new `ScramServer` for another attempt.
@@ -42,6 +55,18 @@ pub struct ScramServer {
     mechanism: ScramMechanism,
     fixed_nonce: Option<String>,
     state: ServerState,
+}
+
+/// Shows the mechanism and the step, never keys.
+impl std::fmt::Debug for ScramServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let step = match &self.state {
+            ServerState::Initial => "initial",
+            ServerState::WaitingFinal(_) => "waiting for client-final",
+            ServerState::Done => "done",
+        };
+        write!(f, "ScramServer({}, {step})", self.mechanism)
+    }
 }
 
 enum ServerState {
@@ -211,6 +236,13 @@ pub struct ScramClient {
     authzid: Option<String>,
     nonce: String,
     state: ClientState,
+}
+
+/// Shows the mechanism and user, never the password.
+impl std::fmt::Debug for ScramClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ScramClient({}, user {:?})", self.mechanism, self.user)
+    }
 }
 
 enum ClientState {

@@ -136,6 +136,28 @@ fn authzid_round_trips_with_escapes() {
 }
 
 #[test]
+fn principal_of_a_login_and_redacted_debug() {
+    let user = Authenticated {
+        user: "alice".into(),
+        authzid: None,
+    };
+    assert_eq!(user.principal().to_string(), "User:alice");
+    let node = Authenticated {
+        user: "node:meta:2".into(),
+        authzid: Some("alice".into()),
+    };
+    assert_eq!(node.principal().to_string(), "Node:meta-2");
+    let client = ScramClient::new(ScramMechanism::Sha256, "alice", "hunter2", None);
+    assert!(!format!("{client:?}").contains("hunter2"));
+    let mut server = ScramServer::new(ScramMechanism::Sha512);
+    server.first(b"n,,n=alice,r=abc", &users_fast()).unwrap();
+    assert_eq!(
+        format!("{server:?}"),
+        "ScramServer(SCRAM-SHA-512, waiting for client-final)"
+    );
+}
+
+#[test]
 fn wrong_password_and_unknown_user_fail_alike() {
     let table = users("right");
     for m in ScramMechanism::ALL {
