@@ -217,6 +217,16 @@ pub fn validate_user_name(name: &str) -> Result<(), AuthError> {
 /// [`crate::WithNodes`]).
 pub trait CredentialLookup: Send + Sync {
     fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<StoredCredential>;
+
+    /// The key the fake verifier of an unknown user is derived from. A key every server of
+    /// the cluster shares (and keeps across restarts) makes an unknown user's salt as stable
+    /// as a real user's, so probing several brokers or one broker across restarts does not
+    /// tell which users exist. `None` (the default) uses a random key of this process, which
+    /// hides nothing from a prober who can compare two processes. [`crate::WithNodes`]
+    /// derives one from the cluster secret.
+    fn fake_key(&self) -> Option<[u8; 32]> {
+        None
+    }
 }
 
 /// A client-controlled string cut short enough to quote in an error.

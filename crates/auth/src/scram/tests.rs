@@ -195,6 +195,42 @@ fn unknown_user_server_first_looks_like_a_real_one() {
     assert!(ghost.ends_with(&format!(",i={SCRAM_ITERATIONS_DEFAULT}")));
 }
 
+/// No users, and a fixed fake key: what every server of one cluster would hold.
+struct Keyed([u8; 32]);
+
+impl CredentialLookup for Keyed {
+    fn credential(&self, _: &str, _: ScramMechanism) -> Option<StoredCredential> {
+        None
+    }
+
+    fn fake_key(&self) -> Option<[u8; 32]> {
+        Some(self.0)
+    }
+}
+
+#[test]
+fn unknown_user_fake_verifier_follows_the_lookups_fake_key() {
+    let server_first = |lookup: &dyn CredentialLookup, m: ScramMechanism| {
+        let mut c = ScramClient::new(m, "ghost", "x", None);
+        let first = ScramServer::new(m).first(&c.first(), lookup).unwrap();
+        let text = String::from_utf8(first).unwrap();
+        text.split_once(',').unwrap().1.to_string()
+    };
+    for m in ScramMechanism::ALL {
+        // Two servers (or one restarted) with the same key answer a probe identically.
+        let a = server_first(&Keyed([1; 32]), m);
+        assert_eq!(a, server_first(&Keyed([1; 32]), m));
+        assert_ne!(a, server_first(&Keyed([2; 32]), m));
+        assert!(
+            a.ends_with(&format!(",i={SCRAM_ITERATIONS_DEFAULT}")),
+            "{a}"
+        );
+        // And the exchange still fails like a wrong password.
+        let err = exchange(m, "ghost", "x", None, &Keyed([1; 32])).unwrap_err();
+        assert_eq!(err, AuthError::AuthenticationFailed);
+    }
+}
+
 #[test]
 fn replayed_client_final_is_refused_by_a_new_exchange() {
     let table = users("pw");
