@@ -98,7 +98,9 @@ impl ScramServer {
     }
 
     /// A server whose nonce part is `server_nonce` instead of random: for test vectors only.
-    #[doc(hidden)]
+    /// A fixed server nonce would let a recorded client-final be replayed, so this exists
+    /// only in this crate's tests.
+    #[cfg(test)]
     pub fn with_nonce(mechanism: ScramMechanism, server_nonce: &str) -> ScramServer {
         ScramServer {
             fixed_nonce: Some(server_nonce.to_string()),
@@ -373,7 +375,11 @@ impl ScramClient {
         };
         let text = message_text(server_final)?;
         match ServerFinal::parse(text)? {
-            ServerFinal::Error(e) => Err(AuthError::ServerRefused(e.chars().take(64).collect())),
+            // The text goes into errors and logs: no control characters (forged log lines,
+            // terminal escapes) and no more than 64 characters.
+            ServerFinal::Error(e) => Err(AuthError::ServerRefused(
+                e.chars().filter(|c| !c.is_control()).take(64).collect(),
+            )),
             ServerFinal::Verifier(v) => {
                 if bool::from(v.ct_eq(server_signature)) {
                     Ok(())

@@ -312,6 +312,16 @@ fn tampered_server_messages_are_refused_by_the_client() {
         client.finish(b"e=invalid-proof").unwrap_err(),
         AuthError::ServerRefused(e) if e == "invalid-proof"
     ));
+    // Control characters (a forged log line, a terminal escape) are dropped, length capped.
+    let hostile = format!("e=bad\nuser=admin ok\r\u{1b}[2J\u{7f}{}", "x".repeat(100));
+    match client.finish(hostile.as_bytes()).unwrap_err() {
+        AuthError::ServerRefused(e) => {
+            assert!(e.starts_with("baduser=admin ok[2J"), "{e:?}");
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+            assert_eq!(e.chars().count(), 64);
+        }
+        other => panic!("{other}"),
+    }
     assert!(client.finish(b"x=1").is_err());
     assert!(client.finish(b"v=!!").is_err());
 
