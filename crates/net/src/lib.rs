@@ -115,6 +115,9 @@ pub struct Peer {
     /// The node id a broker or MetaServer peer gave (0 for clients).
     pub node_id: u64,
     pub client_id: String,
+    /// Who the requests come from, for authorization (`User:ANONYMOUS` until authentication
+    /// says otherwise).
+    pub principal: tinymq_auth::Principal,
     /// One permit per connection for a service's large responses (the broker's fetches): a
     /// service takes it before building one and holds it (in [`Response::held`]) until the
     /// response is written, so a peer that reads slowly holds up only its own.
