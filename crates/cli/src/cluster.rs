@@ -90,7 +90,9 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let http = args.http.over(file_http).start(false).await?;
-    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    // Off until `--auth` turns it on (issue 16).
+    let authorization = Default::default();
+    let server = MetaServer::start(id, listen, peers, &data, limits, authorization).await?;
     if let Some(http) = &http {
         let view = crate::http::MetaView {
             node: server.node().clone(),

@@ -79,6 +79,7 @@ pub(crate) fn answer(
         node_id: request.node_id,
         client_id: request.client_id,
         tls_principal: None,
+        principal: tinymq_auth::Principal::anonymous(),
         large_response_gate: crate::LargeResponseGate::new(),
     });
     (encode_response(op, id, &response), peer)

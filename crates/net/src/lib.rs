@@ -122,6 +122,9 @@ pub struct Peer {
     /// The subject CN of the client certificate the TLS handshake verified (mutual TLS);
     /// `None` on plain connections and TLS ones without a client certificate.
     pub tls_principal: Option<String>,
+    /// Who the requests come from, for authorization (`User:ANONYMOUS` until authentication
+    /// says otherwise).
+    pub principal: tinymq_auth::Principal,
     /// One permit per connection for a service's large responses (the broker's fetches): a
     /// service takes it before building one and holds it (in [`Response::held`]) until the
     /// response is written, so a peer that reads slowly holds up only its own.
