@@ -3,6 +3,7 @@
 
 mod args;
 mod bench;
+mod client_security;
 mod cluster;
 mod cluster_status;
 mod codec;
@@ -16,6 +17,7 @@ mod produce;
 mod reassign;
 mod scrape;
 mod server;
+mod server_security;
 mod top;
 mod topic;
 
@@ -40,6 +42,17 @@ pub struct Bootstrap {
     /// Node addresses to bootstrap from, comma-separated.
     #[arg(long, env = "TINYMQ_BOOTSTRAP", default_value = "127.0.0.1:21581")]
     pub bootstrap: String,
+    #[command(flatten)]
+    pub security: client_security::ClientSecurityArgs,
+}
+
+impl Bootstrap {
+    /// The client configuration for these addresses, with the login and TLS of the flags.
+    pub fn client_config(&self) -> anyhow::Result<tinymq_client::ClientConfig> {
+        let mut config = tinymq_client::ClientConfig::new(&self.bootstrap);
+        config.security = self.security.security()?;
+        Ok(config)
+    }
 }
 
 #[derive(Subcommand)]
