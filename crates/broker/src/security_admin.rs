@@ -23,10 +23,6 @@ impl SecurityStore for Store<'_> {
         self.0.cluster.write(command)
     }
 
-    fn image(&self) -> Arc<MetadataImage> {
-        self.0.cluster.image()
-    }
-
     async fn settle(&self, applied: impl Fn(&MetadataImage) -> bool + Send + Sync) {
         self.0.cluster.wait_until(VISIBLE_WAIT, applied).await;
     }

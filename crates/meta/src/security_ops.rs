@@ -14,12 +14,10 @@ use crate::command::{Command, Reply};
 use crate::image::MetadataImage;
 use crate::security::{matching_acls, PutUserMode, ACLS_MAX};
 
-/// Where the handlers write commands and read the image.
+/// Where the handlers write commands, and how they wait for them to show.
 pub trait SecurityStore: Sync {
     /// Applies `command` through the MetaServer's Raft log.
     fn write(&self, command: Command) -> impl Future<Output = Result<Reply, m::Error>> + Send;
-    /// The image this node answers list requests from.
-    fn image(&self) -> Arc<MetadataImage>;
     /// Waits (bounded) until this node's image satisfies `applied`, so a list request right
     /// after a change sees it. Returns at once where writes are applied before they answer.
     fn settle(
@@ -236,10 +234,6 @@ impl SecurityStore for crate::service::MetaService {
         serde_json::from_slice(&response.reply).map_err(|e| {
             ErrorCode::UNKNOWN_SERVER_ERROR.with_message(format!("unreadable reply: {e}"))
         })
-    }
-
-    fn image(&self) -> Arc<MetadataImage> {
-        Arc::new(self.node.image())
     }
 
     /// A follower applies the leader's entry a moment after the leader answered.
