@@ -36,6 +36,10 @@ pub struct MetaArgs {
     http: crate::http::HttpArgs,
     #[command(flatten)]
     security: crate::server_security::ServerSecurityArgs,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users.
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
 }
 
 /// The TOML file of `tinymq meta`: every field optional.
@@ -101,6 +105,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let http = http_args.start(false).await?;
+    let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
     let mut node_security = tinymq_meta::server::NodeSecurity {
         listener: security.listener.clone(),
         authorization: security.authorization.clone(),
@@ -108,6 +113,9 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     };
     node_security.links.login = security.node_login(tinymq_auth::NodeKind::Meta, id);
     let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
+    if let Some(admin) = admin {
+        tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
+    }
     if let Some(http) = &http {
         let view = crate::http::MetaView {
             node: server.node().clone(),

@@ -2,7 +2,8 @@
 //! front of a [`MetaService`]. It answers Raft RPCs from its peers, metadata commands (a
 //! follower forwards them to the leader), image reads, broker heartbeats, and the topic
 //! operations of the tools (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`,
-//! `DecommissionBroker`), which it turns into commands. The front end keeps Raft RPCs to
+//! `DecommissionBroker`, and users, ACLs and quotas through [`crate::security_ops`]), which it
+//! turns into commands. The front end keeps Raft RPCs to
 //! MetaServer peers and metadata writes and heartbeats to brokers and peers.
 //!
 //! Requests of one connection run concurrently (up to `requests_in_flight_max`), so a
