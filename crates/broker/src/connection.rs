@@ -14,7 +14,7 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
 use tinymq_meta::link::MetaLink;
 
 use crate::state::BrokerState;
-use crate::{authorize, group_handlers, handlers, topic_handlers};
+use crate::{authorize, group_handlers, handlers, security_admin, topic_handlers};
 
 /// The front end's view of a broker.
 pub(crate) struct BrokerFront(pub Arc<BrokerState>);
@@ -25,6 +25,17 @@ impl tinymq_net::Service for BrokerFront {
             cluster_id: self.0.cluster.cluster_id(),
             node_id: self.0.node_id(),
         }
+    }
+
+    /// From the image as this broker last saw it: a user created moments ago may need a
+    /// retry, a deleted one fails at once only once the broker has seen the deletion.
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.0.cluster.image().credential(user, mechanism)
     }
 
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
@@ -246,8 +257,13 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             };
             Some(tinymq_meta::server::handle(service, frame, &peer, &state.authorization).await)
         }
-        OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| topic_handlers::meta_read(&state)
-            .await),
+        OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| {
+            let mut answer = topic_handlers::meta_read(&state).await;
+            if !peer.principal.is_node() {
+                tinymq_meta::service::strip_credentials(&mut answer);
+            }
+            answer
+        }),
         OpCode::RaftRpc | OpCode::MetaWrite | OpCode::BrokerHeartbeat => Some(error_frame(
             op_code,
             id,
@@ -267,16 +283,28 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             )
             .await)
         }
+        OpCode::PutUser => handle!(m::PutUserRequest, |r| security_admin::put_user(state, r)
+            .await),
+        OpCode::DeleteUser => handle!(m::DeleteUserRequest, |r| {
+            security_admin::delete_user(state, r).await
+        }),
+        OpCode::ListUsers => handle!(m::ListUsersRequest, |r| security_admin::list_users(
+            &state, r
+        )),
+        OpCode::CreateAcls => handle!(m::CreateAclsRequest, |r| {
+            security_admin::create_acls(state, r).await
+        }),
+        OpCode::DeleteAcls => handle!(m::DeleteAclsRequest, |r| {
+            security_admin::delete_acls(state, r).await
+        }),
+        OpCode::ListAcls => handle!(m::ListAclsRequest, |r| security_admin::list_acls(&state, r)),
+        OpCode::SetQuota => handle!(m::SetQuotaRequest, |r| security_admin::set_quota(state, r)
+            .await),
+        OpCode::ListQuotas => handle!(m::ListQuotasRequest, |r| security_admin::list_quotas(
+            &state, r
+        )),
         // Issue 16 in progress: served once the security work lands.
-        OpCode::Authenticate
-        | OpCode::PutUser
-        | OpCode::DeleteUser
-        | OpCode::ListUsers
-        | OpCode::CreateAcls
-        | OpCode::DeleteAcls
-        | OpCode::ListAcls
-        | OpCode::SetQuota
-        | OpCode::ListQuotas => Some(error_frame(
+        OpCode::Authenticate => Some(error_frame(
             op_code,
             id,
             ErrorCode::UNKNOWN_OPERATION,

@@ -28,6 +28,7 @@ pub mod partition;
 pub mod producer_state;
 mod reconcile;
 pub mod replica;
+mod security_admin;
 mod server;
 pub mod state;
 pub mod stats;

@@ -2,7 +2,8 @@
 //! front of a [`MetaService`]. It answers Raft RPCs from its peers, metadata commands (a
 //! follower forwards them to the leader), image reads, broker heartbeats, and the topic
 //! operations of the tools (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`,
-//! `DecommissionBroker`), which it turns into commands. The front end keeps Raft RPCs to
+//! `DecommissionBroker`, and users, ACLs and quotas through [`crate::security_ops`]), which it
+//! turns into commands. The front end keeps Raft RPCs to
 //! MetaServer peers and metadata writes and heartbeats to brokers and peers.
 //!
 //! Requests of one connection run concurrently (up to `requests_in_flight_max`), so a
@@ -76,6 +77,17 @@ impl tinymq_net::Service for MetaFront {
             cluster_id: node.cluster_id(),
             node_id: u32::try_from(node.id).unwrap_or(u32::MAX),
         }
+    }
+
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.0
+            .node
+            .with_image(|image| image.credential(user, mechanism))
     }
 
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
@@ -234,7 +246,8 @@ pub async fn handle(
         }
         OpCode::MetaRead => {
             let request = decode!(m::MetaReadRequest);
-            encode(op, id, &service.read(request).await)
+            let nodes_only = peer.principal.is_node();
+            encode(op, id, &service.read_as(request, nodes_only).await)
         }
         OpCode::CreateTopic => {
             let r = decode!(m::CreateTopicRequest);
