@@ -812,7 +812,9 @@ fn acl(who: &str, resource_type: m::ResourceType, name: &str, prefixed: bool, op
 }
 
 /// The ACLs a row grants: `lit` literal, `pre` prefixed, `other` on another resource,
-/// `premiss` a prefix that does not match, `deny` an ALLOW and a matching prefixed DENY.
+/// `premiss` a prefix that does not match, `deny` an ALLOW and a matching prefixed DENY. The
+/// cluster is named only literally: there `pre` has the literal ACL too, `premiss` the name on
+/// another resource type and `deny` a literal DENY.
 fn row_acls(row: &Row) -> Vec<m::Acl> {
     use m::ResourceType as R;
     let types: &[R] = match row.resource {
@@ -824,6 +826,18 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
     };
     let mut acls = vec![];
     for &t in types {
+        if t == R::Cluster {
+            let k = row.key;
+            acls.push(acl("lit", t, "cluster", false, row.acl));
+            acls.push(acl("pre", t, "cluster", false, row.acl));
+            acls.push(acl("other", R::Group, &format!("{k}-zz"), false, row.acl));
+            acls.push(acl("premiss", R::TransactionalId, "cluster", false, row.acl));
+            acls.push(acl("deny", t, "cluster", false, row.acl));
+            let mut denied = acl("deny", t, "cluster", false, row.acl);
+            denied.permission = m::AclPermission::Deny as i32;
+            acls.push(denied);
+            continue;
+        }
         let (lit, pre, miss, deny_prefix) = if t == R::Cluster {
             (
                 "cluster".to_string(),
@@ -859,8 +873,8 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
     acls
 }
 
-async fn login(addr: &str, user: &str, password: &str) -> Connection {
-    let security = Security {
+fn security(user: &str, password: &str) -> Security {
+    Security {
         login: Some(Login {
             mechanism: ScramMechanism::Sha256,
             user: user.into(),
@@ -868,7 +882,11 @@ async fn login(addr: &str, user: &str, password: &str) -> Connection {
             authzid: None,
         }),
         ..Default::default()
-    };
+    }
+}
+
+async fn login(addr: &str, user: &str, password: &str) -> Connection {
+    let security = security(user, password);
     Connection::connect_secure(
         addr,
         &format!("authz-{user}"),
@@ -879,6 +897,23 @@ async fn login(addr: &str, user: &str, password: &str) -> Connection {
     )
     .await
     .unwrap_or_else(|e| panic!("{user} logs in: {e}"))
+}
+
+/// The bootstrap admin, once the server has created it (shortly after its first start).
+async fn admin_login(addr: &str) -> Connection {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let security = security("admin", ADMIN_PASSWORD);
+    loop {
+        let c = Connection::connect_secure(addr, "authz-admin", "", NodeRole::Client, 0, &security);
+        match c.await {
+            Ok(c) => return c,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("the bootstrap admin never logged in: {e}"),
+        }
+    }
 }
 
 /// Creates the topics (and groups, with an offset) a row's principals act on.
@@ -985,7 +1020,6 @@ fn the_table_covers_every_operation() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the server's --auth scram (issue 16, part D1)"]
 async fn every_operation_is_allowed_exactly_to_principals_with_its_permission() {
     let tmp = tempfile::tempdir().unwrap();
     let server = Server::start_with_env(
@@ -994,7 +1028,7 @@ async fn every_operation_is_allowed_exactly_to_principals_with_its_permission() 
         &[("TINYMQ_ADMIN_PASSWORD", ADMIN_PASSWORD)],
     );
     let addr = server.addr.clone();
-    let admin = login(&addr, "admin", ADMIN_PASSWORD).await;
+    let admin = admin_login(&addr).await;
     let rows = rows();
 
     // Users, resources and every row's ACLs (in one request: one image change).
