@@ -20,12 +20,19 @@ use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 const ADMIN_PASSWORD: &str = "admin-secret-1";
 const MECH: ScramMechanism = ScramMechanism::Sha256;
 
+/// A standalone server with `--auth scram`, once its first super user can log in (the
+/// bootstrap writes `admin` shortly after the server listens).
 fn start_server(dir: &std::path::Path) -> Server {
-    Server::start_with_env(
+    let server = Server::start_with_env(
         dir,
-        &["--auth", "scram"],
+        &["--auth", "scram", "--http", "off"],
         &[("TINYMQ_ADMIN_PASSWORD", ADMIN_PASSWORD)],
-    )
+    );
+    let admin_ready = common::retry(100, Duration::from_millis(100), || {
+        tool(&server, "admin", ADMIN_PASSWORD, &["topic", "list"]).0.then_some(())
+    });
+    assert!(admin_ready.is_some(), "admin never logged in");
+    server
 }
 
 /// A raw connection handshaken as `role`, with the handshake's answer.
@@ -140,7 +147,7 @@ fn a_replayed_client_final_is_refused() {
     assert_eq!(code(&refused.error), ErrorCode::AUTHENTICATION_FAILED);
     assert!(!refused.complete);
     let listed = send(&mut replay, OpCode::ListTopics, &m::ListTopicsRequest {});
-    assert_eq!(listed, ErrorCode::AUTHENTICATION_REQUIRED.code());
+    assert_eq!(listed, wire(ErrorCode::AUTHENTICATION_REQUIRED));
 }
 
 /// Sends one request and returns the error code of its answer.
@@ -159,7 +166,7 @@ fn nothing_but_authenticate_before_logging_in() {
     assert!(hello.auth_required);
     assert!(hello.auth_mechanisms.contains(&"SCRAM-SHA-256".to_string()));
     assert!(hello.auth_mechanisms.contains(&"SCRAM-SHA-512".to_string()));
-    let refused = ErrorCode::AUTHENTICATION_REQUIRED.code();
+    let refused = wire(ErrorCode::AUTHENTICATION_REQUIRED);
     assert_eq!(send(&mut c, OpCode::ListTopics, &m::ListTopicsRequest {}), refused);
     let create = m::CreateTopicRequest {
         name: "sneaky".into(),
@@ -191,7 +198,7 @@ fn users_cannot_act_as_nodes_or_for_others() {
     let (mut c, _) = handshake(&server.addr, m::NodeRole::Broker);
     let r = login(&mut c, "admin", ADMIN_PASSWORD, None);
     assert!(r.complete, "{:?}", r.error);
-    let node_only = ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code();
+    let node_only = wire(ErrorCode::CLUSTER_AUTHORIZATION_FAILED);
     let write = m::MetaWriteRequest::default();
     assert_eq!(send(&mut c, OpCode::MetaWrite, &write), node_only);
     assert_eq!(send(&mut c, OpCode::RaftRpc, &m::RaftRpcRequest::default()), node_only);
@@ -261,7 +268,7 @@ fn an_unauthenticated_flood_is_refused_without_growing_the_server() {
     let mut refusals = 0;
     let mut reader = c;
     while let Some(frame) = reader.read_frame() {
-        assert_eq!(error_code(&frame), ErrorCode::AUTHENTICATION_REQUIRED.code());
+        assert_eq!(error_code(&frame), wire(ErrorCode::AUTHENTICATION_REQUIRED));
         refusals += 1;
         if refusals == 10_000 {
             break;
@@ -425,4 +432,9 @@ fn a_broker_with_the_wrong_secret_cannot_join_and_says_why() {
     }
     assert!(said_why, "the broker's log names the failed login");
     assert!(!out.contains("tinymq listening on"), "the broker never started serving: {out}");
+}
+
+/// An error code as the wire carries it.
+fn wire(code: ErrorCode) -> u32 {
+    u32::from(code.code())
 }
