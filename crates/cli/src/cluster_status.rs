@@ -45,7 +45,8 @@ async fn read(
     security: &Security,
 ) -> anyhow::Result<m::MetaReadResponse> {
     let role = tinymq_client::NodeRole::Client;
-    let connect = Connection::connect_secure(addr, "tinymq-cluster-status", "", role, 0, security);
+    let connect =
+        Connection::connect_secure(addr, "tinymq-cluster-status", "", role, 0, security);
     let c = tokio::time::timeout(timeout, connect)
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {timeout:?}"))??;

@@ -177,9 +177,10 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     let (mut config, file_http) = build_config(args)?;
     let http_args = http_flags.over(file_http);
     let standalone_data = (!cluster_member).then(|| config.data_dir.clone());
-    let security =
-        tokio::task::spawn_blocking(move || security_flags.resolve(standalone_data.as_deref()))
-            .await??;
+    let security = tokio::task::spawn_blocking(move || {
+        security_flags.resolve(standalone_data.as_deref())
+    })
+    .await??;
     // TLS is B's part: until its flags are read here, no listener has it.
     let tls = false;
     security.check_exposure("client", config.listen, tls)?;
