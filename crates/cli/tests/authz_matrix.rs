@@ -831,7 +831,13 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
             acls.push(acl("lit", t, "cluster", false, row.acl));
             acls.push(acl("pre", t, "cluster", false, row.acl));
             acls.push(acl("other", R::Group, &format!("{k}-zz"), false, row.acl));
-            acls.push(acl("premiss", R::TransactionalId, "cluster", false, row.acl));
+            acls.push(acl(
+                "premiss",
+                R::TransactionalId,
+                "cluster",
+                false,
+                row.acl,
+            ));
             acls.push(acl("deny", t, "cluster", false, row.acl));
             let mut denied = acl("deny", t, "cluster", false, row.acl);
             denied.permission = m::AclPermission::Deny as i32;
@@ -1114,4 +1120,116 @@ async fn every_operation_is_allowed_exactly_to_principals_with_its_permission() 
         failures.len(),
         failures.join("\n")
     );
+
+    // One request over two topics: the topic without the permission is refused in its own
+    // entry, the other is served.
+    let lit = &connections[0].1;
+    let produce = m::ProduceRequest {
+        acks: 1,
+        timeout_ms: 5000,
+        partitions: ["produce-lit", "fetch-lit"]
+            .map(|topic| m::ProducePartition {
+                topic: topic.into(),
+                partition: 0,
+                records: batch(),
+            })
+            .to_vec(),
+    };
+    let answer = ask(lit, produce).await.expect("a produce answer");
+    let by_topic = |t: &str| answer.partitions.iter().find(|p| p.topic == t).cloned();
+    let written = by_topic("produce-lit").expect("produce-lit answered");
+    assert!(
+        written.error.is_none() && written.base_offset >= 0,
+        "{written:?}"
+    );
+    let refused = by_topic("fetch-lit").expect("fetch-lit answered");
+    let code = refused.error.as_ref().map(|e| e.error_code());
+    assert_eq!(code, Some(ErrorCode::AUTHORIZATION_FAILED), "{refused:?}");
+    assert_eq!(refused.base_offset, -1);
+    let mut commit = commit("offsetcommit-lit");
+    commit.offsets.push(m::CommittedOffset {
+        topic: "produce-lit".into(),
+        ..commit.offsets[0].clone()
+    });
+    let answer = ask(lit, commit).await.expect("a commit answer");
+    let codes: Vec<_> = answer
+        .offsets
+        .iter()
+        .map(|o| (o.topic.as_str(), o.error.as_ref().map(|e| e.error_code())))
+        .collect();
+    assert!(codes.contains(&("offsetcommit-lit", None)), "{codes:?}");
+    let refused = ("produce-lit", Some(ErrorCode::AUTHORIZATION_FAILED));
+    assert!(codes.contains(&refused), "{codes:?}");
+}
+
+/// A MetaServer node authorizes in its own dispatcher: operations it serves are refused to a
+/// user without the permission, allowed with it, and node-only ones refused to every user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metaserver_node_authorizes_what_it_serves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = tmp.path().join("cluster.secret");
+    tinymq_auth::ClusterSecret::generate_into(&secret).unwrap();
+    let password_file = tmp.path().join("admin.password");
+    std::fs::write(&password_file, ADMIN_PASSWORD).unwrap();
+    let addrs = vec![format!("127.0.0.1:{}", common::free_port())];
+    let flags = [
+        "--auth",
+        "scram",
+        "--cluster-secret-file",
+        secret.to_str().unwrap(),
+        "--admin-password-file",
+        password_file.to_str().unwrap(),
+    ];
+    let _node = common::start_with(1, &addrs, tmp.path(), &flags);
+    let admin = admin_login(&addrs[0]).await;
+    for user in ["alice", "bob"] {
+        let put = ask(&admin, put_user(user)).await;
+        assert!(put.is_ok(), "{put:?}");
+    }
+    let grant = acl(
+        "alice",
+        m::ResourceType::Cluster,
+        "cluster",
+        false,
+        DESCRIBE,
+    );
+    let granted = ask(&admin, m::CreateAclsRequest { acls: vec![grant] }).await;
+    assert!(granted.is_ok(), "{granted:?}");
+    let alice = login(&addrs[0], "alice", "pw-of-a-user").await;
+    let bob = login(&addrs[0], "bob", "pw-of-a-user").await;
+
+    // A MetaServer node applies its own image: the ACL holds once the write has answered.
+    assert!(ask(&alice, m::ListUsersRequest {}).await.is_ok());
+    let refused = ask(&bob, m::ListUsersRequest {}).await.unwrap_err();
+    assert_eq!(refused.0, ErrorCode::AUTHORIZATION_FAILED);
+    assert!(refused.1.contains("User:bob"), "{}", refused.1);
+    assert!(refused.1.contains("DESCRIBE"), "{}", refused.1);
+    let create = m::CreateTopicRequest {
+        name: "orders".into(),
+        ..Default::default()
+    };
+    for c in [&alice, &bob] {
+        let refused = ask(c, create.clone()).await.unwrap_err();
+        assert_eq!(refused.0, ErrorCode::AUTHORIZATION_FAILED, "{}", refused.1);
+        assert!(refused.1.contains("CREATE"), "{}", refused.1);
+    }
+    let refused = ask(
+        &bob,
+        m::CreateAclsRequest {
+            acls: vec![nobody_acl()],
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.0, ErrorCode::AUTHORIZATION_FAILED);
+    let refused = ask(&bob, m::MetaReadRequest::default()).await.unwrap_err();
+    assert_eq!(refused.0, ErrorCode::AUTHORIZATION_FAILED);
+    assert!(ask(&admin, m::MetaReadRequest::default()).await.is_ok());
+    for c in [&admin, &alice] {
+        let refused = ask(c, m::MetaWriteRequest::default()).await.unwrap_err();
+        assert_eq!(refused.0, ErrorCode::CLUSTER_AUTHORIZATION_FAILED);
+    }
+    // ListTopics answers (no topics without brokers) are filtered, not refused.
+    let listed = ask(&bob, m::ListTopicsRequest {}).await;
+    assert!(listed.is_ok_and(|l| l.names.is_empty()));
 }
