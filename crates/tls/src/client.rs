@@ -118,6 +118,16 @@ pub enum ConnectError {
     Io(std::io::Error),
 }
 
+impl ConnectError {
+    /// Whether this is a TLS failure proper (see [`crate::tls_failure`]), not a network one.
+    pub fn is_tls_failure(&self) -> bool {
+        match self {
+            ConnectError::Name(_) => true,
+            ConnectError::Io(e) => crate::tls_failure(e).is_some(),
+        }
+    }
+}
+
 /// The TLS server name of a host (`[::1]` brackets removed).
 pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsError> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
