@@ -91,9 +91,8 @@ fn mutual_tls_needs_a_client_certificate_and_names_its_subject() {
         &tmp.path().join("mtls"),
         &node_flags(&ca.cert, &ca.leaf("server-1"), "required"),
     );
-    let list = |id: Option<&common::tls::Identity>| {
-        args(&["topic", "list"], &client_flags(&ca.cert, id))
-    };
+    let list =
+        |id: Option<&common::tls::Identity>| args(&["topic", "list"], &client_flags(&ca.cert, id));
     let (mallory, alice) = (other.leaf("mallory"), ca.leaf("alice"));
 
     let err = tool_err(&server.addr, &list(None));

@@ -105,7 +105,12 @@ pub fn node_flags(ca: &Path, identity: &Identity, client_auth: &str) -> Vec<Stri
 pub fn client_flags(ca: &Path, identity: Option<&Identity>) -> Vec<String> {
     let mut flags = vec!["--tls-ca".to_string(), s(ca)];
     if let Some(id) = identity {
-        flags.extend(["--tls-cert".into(), s(&id.cert), "--tls-key".into(), s(&id.key)]);
+        flags.extend([
+            "--tls-cert".into(),
+            s(&id.cert),
+            "--tls-key".into(),
+            s(&id.key),
+        ]);
     }
     flags
 }
