@@ -193,10 +193,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     let (mut config, file_http, tls) = build_config(args)?;
     let http_args = http_flags.over(file_http);
     let standalone_data = (!cluster_member).then(|| config.data_dir.clone());
-    let security = tokio::task::spawn_blocking(move || {
-        security_flags.resolve(standalone_data.as_deref())
-    })
-    .await??;
+    let security =
+        tokio::task::spawn_blocking(move || security_flags.resolve(standalone_data.as_deref()))
+            .await??;
     let has_tls = tls.server.is_some();
     security.check_exposure("client", config.listen, has_tls)?;
     if let Some(addr) = http_args.explicit_addr() {

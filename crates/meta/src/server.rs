@@ -85,7 +85,9 @@ impl tinymq_net::Service for MetaFront {
         mechanism: tinymq_auth::ScramMechanism,
     ) -> Option<tinymq_auth::StoredCredential> {
         use tinymq_auth::CredentialLookup;
-        self.0.node.with_image(|image| image.credential(user, mechanism))
+        self.0
+            .node
+            .with_image(|image| image.credential(user, mechanism))
     }
 
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
