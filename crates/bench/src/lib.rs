@@ -79,6 +79,8 @@ pub enum Limit {
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     pub bootstrap: String,
+    /// TLS (and login) of every connection the bench opens.
+    pub security: tinymq_client::Security,
     pub topic: String,
     /// Partitions of the topic if the bench creates it.
     pub partitions: u32,
@@ -105,8 +107,15 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Keep the topic if the bench created it (by default it is deleted after the run).
     pub keep_topic: bool,
-    /// TLS and login of every connection the bench opens.
-    pub security: tinymq_client::Security,
+}
+
+impl BenchConfig {
+    /// Client settings for the cluster under test.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(&self.bootstrap);
+        config.security = self.security.clone();
+        config
+    }
 }
 
 /// How often progress is printed when stderr is not a terminal.
@@ -148,13 +157,6 @@ pub(crate) fn new_histogram() -> hdrhistogram::Histogram<u64> {
 }
 
 impl BenchConfig {
-    /// The client settings of every producer, consumer and admin of the run.
-    pub(crate) fn client_config(&self) -> ClientConfig {
-        let mut c = ClientConfig::new(&self.bootstrap);
-        c.security = self.security.clone();
-        c
-    }
-
     fn validate(&self, mode: Mode) -> Result<(), BenchError> {
         let bad = |m: &str| Err(BenchError::Config(m.into()));
         if mode != Mode::Consume && self.producers == 0 {
@@ -291,16 +293,22 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
 /// what an idle connection costs the server. Returns how many were opened.
 pub async fn hold_idle_connections(
     bootstrap: &str,
+    security: &tinymq_client::Security,
     count: usize,
     hold: Duration,
-    security: &tinymq_client::Security,
 ) -> Result<usize, BenchError> {
     let mut connections = Vec::with_capacity(count);
     let role = tinymq_client::NodeRole::Client;
     for _ in 0..count {
-        let id = "tinymq-bench-idle";
-        let c = tinymq_client::Connection::connect_secure(bootstrap, id, "", role, 0, security);
-        connections.push(c.await?);
+        let connecting = tinymq_client::Connection::connect_secure(
+            bootstrap,
+            "tinymq-bench-idle",
+            "",
+            role,
+            0,
+            security,
+        );
+        connections.push(connecting.await?);
     }
     println!(
         "holding {} idle connections for {} s",

@@ -108,9 +108,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         } => {
             tinymq_bench::hold_idle_connections(
                 &bootstrap.bootstrap,
+                &bootstrap.security.security()?,
                 count,
                 Duration::from_secs_f64(hold_s),
-                &bootstrap.security.security()?,
             )
             .await?;
             return Ok(());
@@ -137,8 +137,8 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         None => args.bootstrap.bootstrap.clone(),
     };
     let config = BenchConfig {
-        security: args.bootstrap.security.security()?,
         bootstrap,
+        security: args.bootstrap.security.security()?,
         topic: args.topic,
         partitions: args.partitions,
         flush: args.flush.unwrap_or_default(),

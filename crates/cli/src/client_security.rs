@@ -1,12 +1,13 @@
-//! The flags every client command shares to secure its connections: the login (`--user`,
-//! `--password`, `--sasl-mechanism`, or `TINYMQ_USER`/`TINYMQ_PASSWORD`) and TLS.
+//! The login flags every client command shares (`--user`, `--password`, `--sasl-mechanism`,
+//! or `TINYMQ_USER`/`TINYMQ_PASSWORD`), part of the tools' security flags beside TLS's
+//! (`crate::tls::ClientSecurityArgs`).
 
 use anyhow::Context;
-use tinymq_client::{Login, Security};
+use tinymq_client::{Login, ScramMechanism};
 
-/// Security flags of a client command (flattened into [`crate::Bootstrap`]).
+/// Login flags of a client command.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ClientSecurityArgs {
+pub struct LoginArgs {
     /// Log in as this user (SCRAM) after the handshake.
     #[arg(long, env = "TINYMQ_USER")]
     pub user: Option<String>,
@@ -18,7 +19,18 @@ pub struct ClientSecurityArgs {
     pub sasl_mechanism: String,
 }
 
-impl ClientSecurityArgs {
+impl Default for LoginArgs {
+    /// No login.
+    fn default() -> LoginArgs {
+        LoginArgs {
+            user: None,
+            password: None,
+            sasl_mechanism: ScramMechanism::Sha256.name().to_string(),
+        }
+    }
+}
+
+impl LoginArgs {
     /// The login the flags ask for, if any.
     pub fn login(&self) -> anyhow::Result<Option<Login>> {
         let Some(user) = &self.user else {
@@ -32,7 +44,7 @@ impl ClientSecurityArgs {
             .password
             .clone()
             .with_context(|| format!("--user {user} needs --password or TINYMQ_PASSWORD"))?;
-        let mechanism = tinymq_client::ScramMechanism::from_name(&self.sasl_mechanism)
+        let mechanism = ScramMechanism::from_name(&self.sasl_mechanism)
             .with_context(|| format!("--sasl-mechanism {}", self.sasl_mechanism))?;
         Ok(Some(Login {
             mechanism,
@@ -40,13 +52,5 @@ impl ClientSecurityArgs {
             password,
             authzid: None,
         }))
-    }
-
-    /// The security of every connection the command opens.
-    pub fn security(&self) -> anyhow::Result<Security> {
-        Ok(Security {
-            login: self.login()?,
-            ..Security::default()
-        })
     }
 }

@@ -163,13 +163,23 @@ mod tests {
     fn exposed_listeners_need_tls_and_auth_or_insecure() {
         let public: SocketAddr = "0.0.0.0:1".parse().unwrap();
         let local: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        assert!(node(AuthMode::None, false).check_exposure("client", local, false).is_ok());
+        assert!(node(AuthMode::None, false)
+            .check_exposure("client", local, false)
+            .is_ok());
         let refused = node(AuthMode::None, false).check_exposure("client", public, false);
         assert!(refused.unwrap_err().to_string().contains("--insecure"));
-        assert!(node(AuthMode::Scram, false).check_exposure("client", public, false).is_err());
-        assert!(node(AuthMode::None, false).check_exposure("client", public, true).is_err());
-        assert!(node(AuthMode::Scram, false).check_exposure("client", public, true).is_ok());
-        assert!(node(AuthMode::None, true).check_exposure("client", public, false).is_ok());
+        assert!(node(AuthMode::Scram, false)
+            .check_exposure("client", public, false)
+            .is_err());
+        assert!(node(AuthMode::None, false)
+            .check_exposure("client", public, true)
+            .is_err());
+        assert!(node(AuthMode::Scram, false)
+            .check_exposure("client", public, true)
+            .is_ok());
+        assert!(node(AuthMode::None, true)
+            .check_exposure("client", public, false)
+            .is_ok());
     }
 
     #[test]
@@ -189,7 +199,10 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(first.authorization.super_users, vec![Principal::user("admin")]);
+        assert_eq!(
+            first.authorization.super_users,
+            vec![Principal::user("admin")]
+        );
         assert!(first.authorization.enabled);
     }
 }

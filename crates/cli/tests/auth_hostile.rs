@@ -29,7 +29,9 @@ fn start_server(dir: &std::path::Path) -> Server {
         &[("TINYMQ_ADMIN_PASSWORD", ADMIN_PASSWORD)],
     );
     let admin_ready = common::retry(100, Duration::from_millis(100), || {
-        tool(&server, "admin", ADMIN_PASSWORD, &["topic", "list"]).0.then_some(())
+        tool(&server, "admin", ADMIN_PASSWORD, &["topic", "list"])
+            .0
+            .then_some(())
     });
     assert!(admin_ready.is_some(), "admin never logged in");
     server
@@ -111,7 +113,10 @@ fn wrong_passwords_and_unknown_users_are_refused_alike() {
         "{unknown}"
     );
     // The same words after the user's name: nothing tells an unknown user apart.
-    let after = |s: &str| s.split_once("for user ").map(|(_, r)| r.split_once(':').map(|(_, x)| x.to_string()));
+    let after = |s: &str| {
+        s.split_once("for user ")
+            .map(|(_, r)| r.split_once(':').map(|(_, x)| x.to_string()))
+    };
     assert_eq!(after(&wrong), after(&unknown));
 
     let (mut c, _) = handshake(&server.addr, m::NodeRole::Client);
@@ -167,13 +172,19 @@ fn nothing_but_authenticate_before_logging_in() {
     assert!(hello.auth_mechanisms.contains(&"SCRAM-SHA-256".to_string()));
     assert!(hello.auth_mechanisms.contains(&"SCRAM-SHA-512".to_string()));
     let refused = wire(ErrorCode::AUTHENTICATION_REQUIRED);
-    assert_eq!(send(&mut c, OpCode::ListTopics, &m::ListTopicsRequest {}), refused);
+    assert_eq!(
+        send(&mut c, OpCode::ListTopics, &m::ListTopicsRequest {}),
+        refused
+    );
     let create = m::CreateTopicRequest {
         name: "sneaky".into(),
         ..Default::default()
     };
     assert_eq!(send(&mut c, OpCode::CreateTopic, &create), refused);
-    assert_eq!(send(&mut c, OpCode::MetaRead, &m::MetaReadRequest::default()), refused);
+    assert_eq!(
+        send(&mut c, OpCode::MetaRead, &m::MetaReadRequest::default()),
+        refused
+    );
     // Still within the pre-handshake frame limit: a 100 KiB body closes the connection.
     c.send_frame(op(OpCode::ListTopics), &vec![0u8; 100 << 10]);
     assert!(c.closed_by_server());
@@ -182,12 +193,19 @@ fn nothing_but_authenticate_before_logging_in() {
     let (mut c, _) = handshake(&server.addr, m::NodeRole::Client);
     for attempt in 1..=3 {
         let r = login(&mut c, "admin", "wrong", None);
-        assert_eq!(code(&r.error), ErrorCode::AUTHENTICATION_FAILED, "attempt {attempt}");
+        assert_eq!(
+            code(&r.error),
+            ErrorCode::AUTHENTICATION_FAILED,
+            "attempt {attempt}"
+        );
     }
     assert!(c.closed_by_server());
     let topics = tool(&server, "admin", ADMIN_PASSWORD, &["topic", "list"]);
     assert!(topics.0, "{}", topics.1);
-    assert!(!String::from_utf8_lossy(&server.tool(&["topic", "list"]).output().unwrap().stdout).contains("sneaky"));
+    assert!(
+        !String::from_utf8_lossy(&server.tool(&["topic", "list"]).output().unwrap().stdout)
+            .contains("sneaky")
+    );
 }
 
 #[test]
@@ -201,7 +219,10 @@ fn users_cannot_act_as_nodes_or_for_others() {
     let node_only = wire(ErrorCode::CLUSTER_AUTHORIZATION_FAILED);
     let write = m::MetaWriteRequest::default();
     assert_eq!(send(&mut c, OpCode::MetaWrite, &write), node_only);
-    assert_eq!(send(&mut c, OpCode::RaftRpc, &m::RaftRpcRequest::default()), node_only);
+    assert_eq!(
+        send(&mut c, OpCode::RaftRpc, &m::RaftRpcRequest::default()),
+        node_only
+    );
     let beat = m::BrokerHeartbeatRequest::default();
     assert_eq!(send(&mut c, OpCode::BrokerHeartbeat, &beat), node_only);
     let follower_fetch = m::FetchRequest {
@@ -230,7 +251,12 @@ fn users_cannot_act_as_nodes_or_for_others() {
 fn an_unauthenticated_flood_is_refused_without_growing_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let server = start_server(dir.path());
-    let (ok, err) = tool(&server, "admin", ADMIN_PASSWORD, &["topic", "create", "good"]);
+    let (ok, err) = tool(
+        &server,
+        "admin",
+        ADMIN_PASSWORD,
+        &["topic", "create", "good"],
+    );
     assert!(ok, "{err}");
     let before = server.rss_kib();
 
@@ -241,8 +267,12 @@ fn an_unauthenticated_flood_is_refused_without_growing_the_server() {
         let mut bytes = Vec::new();
         for id in 1..=10_000u32 {
             let mut frame = bytes::BytesMut::new();
-            tinymq_protocol::frame::FrameHeader::request(op(OpCode::ListTopics), id, body.len() as u32)
-                .encode(&mut frame);
+            tinymq_protocol::frame::FrameHeader::request(
+                op(OpCode::ListTopics),
+                id,
+                body.len() as u32,
+            )
+            .encode(&mut frame);
             bytes.extend_from_slice(&frame);
             bytes.extend_from_slice(&body);
         }
@@ -263,7 +293,11 @@ fn an_unauthenticated_flood_is_refused_without_growing_the_server() {
             p.wait_with_output()
         })
         .unwrap();
-    assert!(produced.status.success(), "{}", String::from_utf8_lossy(&produced.stderr));
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
 
     let mut refusals = 0;
     let mut reader = c;
@@ -275,7 +309,10 @@ fn an_unauthenticated_flood_is_refused_without_growing_the_server() {
         }
     }
     flood.join().unwrap();
-    assert!(refusals > 0, "the flood was answered with refusals before any close");
+    assert!(
+        refusals > 0,
+        "the flood was answered with refusals before any close"
+    );
 
     let consumed = server
         .tool(&["consume", "good", "--from-beginning", "--count", "2"])
@@ -283,7 +320,11 @@ fn an_unauthenticated_flood_is_refused_without_growing_the_server() {
         .env("TINYMQ_PASSWORD", ADMIN_PASSWORD)
         .output()
         .unwrap();
-    assert!(consumed.status.success(), "{}", String::from_utf8_lossy(&consumed.stderr));
+    assert!(
+        consumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&consumed.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&consumed.stdout), "one\ntwo\n");
     let after = server.rss_kib();
     assert!(
@@ -343,8 +384,7 @@ fn secure_cluster(brokers: u32) -> SecureCluster {
         let dir = cluster.tmp.path().join(format!("broker-{id}"));
         let extra = ["--auth", "scram", "--cluster-secret-file", &secret_arg];
         let listen = format!("127.0.0.1:{}", common::free_port());
-        let broker =
-            Server::start_broker_with(id, &listen, &cluster.meta_addr, &dir, &extra);
+        let broker = Server::start_broker_with(id, &listen, &cluster.meta_addr, &dir, &extra);
         cluster.brokers.push(broker);
     }
     cluster
@@ -369,9 +409,20 @@ fn a_cluster_with_node_authentication_replicates_and_serves() {
     });
     assert!(created.is_some(), "creating a replicated topic");
     let out = run(&["produce", "orders", "--acks", "all"], b"a\nb\nc\n");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = run(&["consume", "orders", "--from-beginning", "--count", "3"], b"");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(
+        &["consume", "orders", "--from-beginning", "--count", "3"],
+        b"",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "a\nb\nc\n");
     // Both replicas in sync: the follower logged in to the leader as a node.
     let in_sync = common::retry(50, Duration::from_millis(200), || {
@@ -388,7 +439,10 @@ fn a_cluster_with_node_authentication_replicates_and_serves() {
     let read = c.call(&m::MetaReadRequest::default());
     let image: serde_json::Value = serde_json::from_slice(&read.image).unwrap();
     let users = &image["users"];
-    assert!(users.is_null() || users.as_object().is_some_and(|u| u.is_empty()), "{users}");
+    assert!(
+        users.is_null() || users.as_object().is_some_and(|u| u.is_empty()),
+        "{users}"
+    );
 }
 
 #[test]
@@ -398,7 +452,15 @@ fn a_broker_with_the_wrong_secret_cannot_join_and_says_why() {
     write_secret(&wrong, 9);
     let listen = format!("127.0.0.1:{}", common::free_port());
     let mut broker = Command::new(BIN)
-        .args(["broker", "--id", "5", "--listen", &listen, "--meta", &cluster.meta_addr])
+        .args([
+            "broker",
+            "--id",
+            "5",
+            "--listen",
+            &listen,
+            "--meta",
+            &cluster.meta_addr,
+        ])
         .args(["--auth", "scram", "--cluster-secret-file"])
         .arg(&wrong)
         .arg("--data")
@@ -431,7 +493,10 @@ fn a_broker_with_the_wrong_secret_cannot_join_and_says_why() {
         let _ = stdout.read_to_string(&mut out);
     }
     assert!(said_why, "the broker's log names the failed login");
-    assert!(!out.contains("tinymq listening on"), "the broker never started serving: {out}");
+    assert!(
+        !out.contains("tinymq listening on"),
+        "the broker never started serving: {out}"
+    );
 }
 
 /// An error code as the wire carries it.

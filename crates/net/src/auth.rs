@@ -9,8 +9,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use prost::Message;
 use tinymq_auth::{
-    parse_node_user, ClusterSecret, CredentialLookup, NodeKind, Principal, ScramMechanism, ScramServer,
-    StoredCredential,
+    parse_node_user, ClusterSecret, CredentialLookup, NodeKind, Principal, ScramMechanism,
+    ScramServer, StoredCredential,
 };
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
@@ -151,7 +151,10 @@ impl Login {
         user: &mut Option<String>,
     ) -> Result<Advanced, Failure> {
         let request = m::AuthenticateRequest::decode(body).map_err(|e| {
-            Failure::new(ErrorCode::AUTHENTICATION_FAILED, format!("authenticate body: {e}"))
+            Failure::new(
+                ErrorCode::AUTHENTICATION_FAILED,
+                format!("authenticate body: {e}"),
+            )
         })?;
         let mechanism = ScramMechanism::from_name(&request.mechanism)
             .filter(|m| security.mechanisms().contains(m))
@@ -173,9 +176,9 @@ impl Login {
         let Some(mut exchange) = self.exchange.take() else {
             *user = Some(claimed_user(&request.payload));
             let mut server = ScramServer::new(mechanism);
-            let first = server.first(&request.payload, &lookup).map_err(|e| {
-                Failure::new(ErrorCode::AUTHENTICATION_FAILED, e.to_string())
-            })?;
+            let first = server
+                .first(&request.payload, &lookup)
+                .map_err(|e| Failure::new(ErrorCode::AUTHENTICATION_FAILED, e.to_string()))?;
             self.exchange = Some(Exchange {
                 mechanism,
                 server,
@@ -212,7 +215,10 @@ fn acting_principal(
     authzid: Option<&str>,
 ) -> Result<(Principal, (NodeRole, u64)), Failure> {
     let (proven, node) = match parse_node_user(user) {
-        Some((NodeKind::Broker, id)) => (Principal::node(NodeKind::Broker, id), (NodeRole::Broker, id)),
+        Some((NodeKind::Broker, id)) => (
+            Principal::node(NodeKind::Broker, id),
+            (NodeRole::Broker, id),
+        ),
         Some((NodeKind::Meta, id)) => (Principal::node(NodeKind::Meta, id), (NodeRole::Meta, id)),
         None => (Principal::user(user), (NodeRole::Client, 0)),
     };
@@ -282,7 +288,10 @@ mod tests {
         let node = tinymq_auth::node_user(NodeKind::Broker, 3);
         assert!(acting_principal("alice", Some("bob")).is_err());
         let (alice, role) = acting_principal("alice", Some("alice")).ok().unwrap();
-        assert_eq!((alice, role), (Principal::user("alice"), (NodeRole::Client, 0)));
+        assert_eq!(
+            (alice, role),
+            (Principal::user("alice"), (NodeRole::Client, 0))
+        );
         let (bob, role) = acting_principal(&node, Some("User:bob")).ok().unwrap();
         assert_eq!((bob, role), (Principal::user("bob"), (NodeRole::Client, 0)));
         let (me, role) = acting_principal(&node, None).ok().unwrap();

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::{
-    encode_response, ready, AuthMode, ConnectionStats, Identity, ListenerLimits,
-    ListenerSecurity, NodeRole, Peer, ResponseFuture, Service,
+    encode_response, ready, AuthMode, ConnectionStats, Identity, ListenerLimits, ListenerSecurity,
+    NodeRole, Peer, ResponseFuture, Service,
 };
 
 const MECH: ScramMechanism = ScramMechanism::Sha256;
@@ -61,7 +61,10 @@ fn secret() -> Arc<ClusterSecret> {
     Arc::new(ClusterSecret::from_bytes(&[7u8; 32]).expect("32 bytes"))
 }
 
-async fn start(auth: AuthMode, with_secret: bool) -> (String, Arc<ConnectionStats>, CancellationToken) {
+async fn start(
+    auth: AuthMode,
+    with_secret: bool,
+) -> (String, Arc<ConnectionStats>, CancellationToken) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let service = Arc::new(Users {
@@ -151,7 +154,12 @@ impl Raw {
     }
 
     /// A whole SCRAM login; the last answer.
-    async fn login(&mut self, user: &str, password: &str, authzid: Option<&str>) -> m::AuthenticateResponse {
+    async fn login(
+        &mut self,
+        user: &str,
+        password: &str,
+        authzid: Option<&str>,
+    ) -> m::AuthenticateResponse {
         let mut scram = ScramClient::new(MECH, user, password, authzid);
         let first = self.step(scram.first()).await.expect("server-first");
         if first.error.is_some() {
@@ -160,7 +168,9 @@ impl Raw {
         let last = scram.second(&first.payload).expect("server-first parses");
         let done = self.step(last).await.expect("server-final");
         if done.complete {
-            scram.finish(&done.payload).expect("the server proves itself");
+            scram
+                .finish(&done.payload)
+                .expect("the server proves itself");
         }
         done
     }
@@ -175,7 +185,9 @@ impl Raw {
 }
 
 fn code(r: &m::AuthenticateResponse) -> ErrorCode {
-    r.error.as_ref().map_or(ErrorCode::NONE, m::Error::error_code)
+    r.error
+        .as_ref()
+        .map_or(ErrorCode::NONE, m::Error::error_code)
 }
 
 #[tokio::test]
@@ -190,7 +202,11 @@ async fn only_authenticate_is_served_until_a_login_succeeds() {
     assert_eq!(done.principal, "User:alice");
     assert_eq!(c.who().await.unwrap(), ["Client", "0", "User:alice"]);
     let again = c.login("alice", "pw", None).await;
-    assert_eq!(code(&again), ErrorCode::INVALID_REQUEST, "a connection logs in once");
+    assert_eq!(
+        code(&again),
+        ErrorCode::INVALID_REQUEST,
+        "a connection logs in once"
+    );
     assert_eq!((stats.auth_succeeded(), stats.auth_failed()), (1, 0));
 }
 
@@ -205,7 +221,10 @@ async fn wrong_passwords_and_unknown_users_fail_alike_and_three_close() {
     assert_eq!(wrong.error.unwrap().message, unknown.error.unwrap().message);
     let third = c.login("alice", "nope", None).await;
     assert_eq!(code(&third), ErrorCode::AUTHENTICATION_FAILED);
-    assert!(c.call(&m::ListTopicsRequest {}).await.is_none(), "closed after 3 failures");
+    assert!(
+        c.call(&m::ListTopicsRequest {}).await.is_none(),
+        "closed after 3 failures"
+    );
     assert_eq!(stats.auth_failed(), 3);
     let unsupported = m::AuthenticateRequest {
         mechanism: "PLAIN".into(),
@@ -250,7 +269,9 @@ async fn without_auth_clients_need_no_login_but_nodes_prove_themselves() {
     let (mut c, hello) = Raw::handshaken(&addr, NodeRole::Broker).await;
     assert!(!hello.auth_required);
     assert_eq!(c.who().await.unwrap(), ["Client", "0", "User:ANONYMOUS"]);
-    let done = c.login(&node_user(NodeKind::Meta, 2), &secret().password(), None).await;
+    let done = c
+        .login(&node_user(NodeKind::Meta, 2), &secret().password(), None)
+        .await;
     assert!(done.complete, "{:?}", done.error);
     assert_eq!(c.who().await.unwrap()[..2], ["Meta", "2"]);
 

@@ -255,8 +255,7 @@ impl<S: Service> Connection<S> {
                     Some((_, true)) => {
                         let (op, id) = (frame.header.op_code(), frame.header.message_id);
                         let why = "authenticate first (Authenticate, operation 25)".to_string();
-                        let refusal =
-                            error_frame(op, id, ErrorCode::AUTHENTICATION_REQUIRED, why);
+                        let refusal = error_frame(op, id, ErrorCode::AUTHENTICATION_REQUIRED, why);
                         self.send_before(handshake_deadline, refusal).await?;
                     }
                     Some((p, false)) => self.serve(frame, p).await?,

@@ -118,7 +118,10 @@ pub(crate) fn answer(
 fn certificate_principal(name: &str) -> (tinymq_auth::Principal, (NodeRole, u64)) {
     use tinymq_auth::{NodeKind, Principal};
     match tinymq_auth::parse_node_user(name) {
-        Some((NodeKind::Broker, id)) => (Principal::node(NodeKind::Broker, id), (NodeRole::Broker, id)),
+        Some((NodeKind::Broker, id)) => (
+            Principal::node(NodeKind::Broker, id),
+            (NodeRole::Broker, id),
+        ),
         Some((NodeKind::Meta, id)) => (Principal::node(NodeKind::Meta, id), (NodeRole::Meta, id)),
         None => (Principal::user(name), (NodeRole::Client, 0)),
     }

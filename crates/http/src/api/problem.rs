@@ -142,6 +142,7 @@ impl From<ClientError> for Problem {
             ClientError::Protocol(_)
             | ClientError::Batch(_)
             | ClientError::Config(_)
+            | ClientError::Tls { .. }
             | ClientError::Authentication { .. } => {
                 Problem::new(StatusCode::BAD_GATEWAY, "UNKNOWN_SERVER_ERROR", detail)
             }
