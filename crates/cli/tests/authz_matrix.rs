@@ -1,5 +1,6 @@
 //! The authorization matrix (issue 16): every native operation, against a real standalone
-//! server with SCRAM authentication on, by principals with and without the permission it needs.
+//! server with TLS and SCRAM authentication on, by principals with and without the permission
+//! it needs; and a MetaServer node's own dispatcher.
 //!
 //! For each operation the table names the request it sends and the permission it needs. Per
 //! operation, `lit` (an ALLOW on the literal resource name) and `pre` (an ALLOW on a prefix of
@@ -15,9 +16,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use common::Server;
+use common::tls::{node_flags, Ca, Node};
 use tinymq_auth::{ScramMechanism, StoredCredential, SCRAM_ITERATIONS_MIN};
-use tinymq_client::{ClientError, Connection, Login, Security};
+use tinymq_client::{ClientError, ClientTls, Connection, Login, Security};
 use tinymq_protocol::messages::{self as m, NodeRole};
 use tinymq_protocol::{ErrorCode, OpCode, Request};
 
@@ -879,22 +880,28 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
     acls
 }
 
-fn security(user: &str, password: &str) -> Security {
+/// A port to log in to, and the CA its TLS certificate is checked against (plain without one).
+struct Endpoint {
+    addr: String,
+    tls: Option<ClientTls>,
+}
+
+fn security(to: &Endpoint, user: &str, password: &str) -> Security {
     Security {
+        tls: to.tls.clone(),
         login: Some(Login {
             mechanism: ScramMechanism::Sha256,
             user: user.into(),
             password: password.into(),
             authzid: None,
         }),
-        ..Default::default()
     }
 }
 
-async fn login(addr: &str, user: &str, password: &str) -> Connection {
-    let security = security(user, password);
+async fn login(to: &Endpoint, user: &str, password: &str) -> Connection {
+    let security = security(to, user, password);
     Connection::connect_secure(
-        addr,
+        &to.addr,
         &format!("authz-{user}"),
         "",
         NodeRole::Client,
@@ -906,11 +913,12 @@ async fn login(addr: &str, user: &str, password: &str) -> Connection {
 }
 
 /// The bootstrap admin, once the server has created it (shortly after its first start).
-async fn admin_login(addr: &str) -> Connection {
+async fn admin_login(to: &Endpoint) -> Connection {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let security = security("admin", ADMIN_PASSWORD);
+    let security = security(to, "admin", ADMIN_PASSWORD);
     loop {
-        let c = Connection::connect_secure(addr, "authz-admin", "", NodeRole::Client, 0, &security);
+        let c =
+            Connection::connect_secure(&to.addr, "authz-admin", "", NodeRole::Client, 0, &security);
         match c.await {
             Ok(c) => return c,
             Err(e) if std::time::Instant::now() < deadline => {
@@ -1028,13 +1036,28 @@ fn the_table_covers_every_operation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_is_allowed_exactly_to_principals_with_its_permission() {
     let tmp = tempfile::tempdir().unwrap();
-    let server = Server::start_with_env(
-        tmp.path(),
-        &["--auth", "scram", "--super-users", "User:admin"],
-        &[("TINYMQ_ADMIN_PASSWORD", ADMIN_PASSWORD)],
+    // TLS and SCRAM on, as in production.
+    let ca = Ca::new(tmp.path(), "ca");
+    let password_file = tmp.path().join("admin.password");
+    std::fs::write(&password_file, ADMIN_PASSWORD).unwrap();
+    let mut flags = node_flags(&ca.cert, &ca.leaf("server-1"), "none");
+    flags.extend(
+        [
+            "--auth",
+            "scram",
+            "--super-users",
+            "User:admin",
+            "--admin-password-file",
+        ]
+        .map(String::from),
     );
-    let addr = server.addr.clone();
-    let admin = admin_login(&addr).await;
+    flags.push(password_file.to_str().unwrap().into());
+    let server = Node::server(&tmp.path().join("data"), &flags);
+    let to = Endpoint {
+        addr: server.addr.clone(),
+        tls: Some(ClientTls::load(&ca.cert, None, None).expect("the CA loads")),
+    };
+    let admin = admin_login(&to).await;
     let rows = rows();
 
     // Users, resources and every row's ACLs (in one request: one image change).
@@ -1078,7 +1101,7 @@ async fn every_operation_is_allowed_exactly_to_principals_with_its_permission() 
 
     let mut connections = vec![];
     for (who, password) in &users {
-        connections.push((*who, login(&addr, who, password).await));
+        connections.push((*who, login(&to, who, password).await));
     }
     // The ACLs reach the broker's image: `lit` may describe its topic.
     let lit = &connections[0].1;
@@ -1181,7 +1204,11 @@ async fn a_metaserver_node_authorizes_what_it_serves() {
         password_file.to_str().unwrap(),
     ];
     let _node = common::start_with(1, &addrs, tmp.path(), &flags);
-    let admin = admin_login(&addrs[0]).await;
+    let to = Endpoint {
+        addr: addrs[0].clone(),
+        tls: None,
+    };
+    let admin = admin_login(&to).await;
     for user in ["alice", "bob"] {
         let put = ask(&admin, put_user(user)).await;
         assert!(put.is_ok(), "{put:?}");
@@ -1195,8 +1222,8 @@ async fn a_metaserver_node_authorizes_what_it_serves() {
     );
     let granted = ask(&admin, m::CreateAclsRequest { acls: vec![grant] }).await;
     assert!(granted.is_ok(), "{granted:?}");
-    let alice = login(&addrs[0], "alice", "pw-of-a-user").await;
-    let bob = login(&addrs[0], "bob", "pw-of-a-user").await;
+    let alice = login(&to, "alice", "pw-of-a-user").await;
+    let bob = login(&to, "bob", "pw-of-a-user").await;
 
     // A MetaServer node applies its own image: the ACL holds once the write has answered.
     assert!(ask(&alice, m::ListUsersRequest {}).await.is_ok());
