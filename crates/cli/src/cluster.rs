@@ -34,6 +34,14 @@ pub struct MetaArgs {
     limits: LimitArgs,
     #[command(flatten)]
     http: crate::http::HttpArgs,
+    #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users.
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: crate::tls::ServerTlsArgs,
 }
 
 /// The TOML file of `tinymq meta`: every field optional.
@@ -44,6 +52,10 @@ struct MetaFileConfig {
     listen: Option<String>,
     peers: Option<String>,
     data: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_client_auth: Option<String>,
 }
 
 fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
@@ -81,23 +93,56 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         .limits
         .merge(file_limits, tinymq_meta::server::default_limits())?;
     let peers = parse_peers(&peers)?;
+    let file_tls = crate::tls::ServerTlsArgs::from_file(
+        file.tls_cert,
+        file.tls_key,
+        file.tls_ca,
+        file.tls_client_auth,
+    )?;
+    let tls = args.tls.load(file_tls)?;
     anyhow::ensure!(
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
     );
+    let security_flags = args.security.clone();
+    let security = tokio::task::spawn_blocking(move || security_flags.resolve(None)).await??;
+    let has_tls = tls.server.is_some();
+    security.check_exposure("MetaServer", listen, has_tls)?;
+    let http_args = args.http.over(file_http);
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, has_tls)?;
+    }
     // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let http = args.http.over(file_http).start(false).await?;
-    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    tls.reload_on_sighup()?;
+    let http = http_args.start(false).await?;
+    let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
+    let node_login = security.node_login(tinymq_auth::NodeKind::Meta, id);
+    let mut links = tls.links();
+    links.login = node_login.clone();
+    let node_security = tinymq_meta::server::NodeSecurity {
+        listener: tinymq_net::ListenerSecurity {
+            tls: tls.server.clone(),
+            ..security.listener.clone()
+        },
+        links,
+        authorization: security.authorization.clone(),
+    };
+    let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
+    if let Some(admin) = admin {
+        tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
+    }
     if let Some(http) = &http {
         let view = crate::http::MetaView {
             node: server.node().clone(),
             connections: server.connections.clone(),
         };
         http.attach(std::sync::Arc::new(view));
-        http.attach_api(server.local_addr, false);
+        let mut api_links = tls.links();
+        api_links.login = node_login;
+        http.attach_api(server.local_addr, false, api_links);
     }
     println!("tinymq meta listening on {}", server.local_addr);
     crate::http::announce(&http);
@@ -168,7 +213,7 @@ pub async fn run_broker_action(action: BrokerAction) -> anyhow::Result<()> {
             bootstrap,
         } => (id, move_partitions, bootstrap),
     };
-    let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(&bootstrap.bootstrap))?;
+    let admin = tinymq_client::Admin::new(bootstrap.client_config()?)?;
     admin.decommission_broker(id, move_partitions).await?;
     if move_partitions {
         outln!("decommissioned broker {id}; its partitions are placed on live brokers")
@@ -199,7 +244,8 @@ pub enum ClusterCommand {
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status { json, bootstrap } => {
-            crate::cluster_status::run(json, &bootstrap.bootstrap).await
+            let security = bootstrap.security.security()?;
+            crate::cluster_status::run(json, &bootstrap.bootstrap, &security).await
         }
         ClusterCommand::Rebalance { plan } => {
             crate::reassign::run(crate::reassign::Plan::Rebalance, plan).await

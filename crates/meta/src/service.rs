@@ -66,6 +66,8 @@ impl Sessions {
 pub struct MetaService {
     pub node: Arc<MetaNode>,
     sessions: Sessions,
+    /// TLS and login of this node's connections to its peers (forwarding to the leader).
+    links: tinymq_client::Security,
 }
 
 impl MetaService {
@@ -79,17 +81,24 @@ impl MetaService {
         dir: &Path,
         cluster_id: Option<String>,
     ) -> Result<Arc<MetaService>, MetaNodeError> {
-        let node = Arc::new(
-            MetaNode::start(
-                id,
-                dir,
-                TcpNetwork {
-                    from: id,
-                    ..Default::default()
-                },
-            )
-            .await?,
-        );
+        let links = tinymq_client::Security::default();
+        MetaService::start_secure(id, peers, dir, cluster_id, links).await
+    }
+
+    /// [`MetaService::start`] whose connections to peers (Raft, forwarding) use `links`.
+    pub async fn start_secure(
+        id: u64,
+        peers: BTreeMap<u64, String>,
+        dir: &Path,
+        cluster_id: Option<String>,
+        links: tinymq_client::Security,
+    ) -> Result<Arc<MetaService>, MetaNodeError> {
+        let network = TcpNetwork {
+            from: id,
+            security: links.clone(),
+            ..Default::default()
+        };
+        let node = Arc::new(MetaNode::start(id, dir, network).await?);
         let initialized = node.raft.is_initialized().await.unwrap_or(true);
         if peers.keys().next() == Some(&id) && !initialized {
             // Initializing an already initialized group is refused by openraft: harmless.
@@ -100,6 +109,7 @@ impl MetaService {
         let service = Arc::new(MetaService {
             node,
             sessions: Sessions::default(),
+            links,
         });
         tokio::spawn(fence_expired_brokers(Arc::downgrade(&service)));
         tokio::spawn(elect_preferred_leaders(Arc::downgrade(&service)));
@@ -200,14 +210,29 @@ impl MetaService {
 
     /// The image as applied here, once it is newer than `since_version` or the wait is over.
     pub async fn read(&self, request: m::MetaReadRequest) -> m::MetaReadResponse {
+        self.read_as(request, true).await
+    }
+
+    /// [`MetaService::read`] for a reader that is a node (`with_credentials`) or not: the users'
+    /// SCRAM verifiers go to nodes only.
+    pub async fn read_as(
+        &self,
+        request: m::MetaReadRequest,
+        with_credentials: bool,
+    ) -> m::MetaReadResponse {
         let wait = Duration::from_millis(u64::from(request.wait_ms)).min(READ_WAIT_MAX);
         if wait > Duration::ZERO {
             self.node.wait_for_change(request.since_version, wait).await;
         }
         let (version, image) = self.node.versioned_image();
+        let image = if with_credentials || image.users.is_empty() {
+            serde_json::to_vec(&image)
+        } else {
+            serde_json::to_vec(&image.without_credentials())
+        };
         m::MetaReadResponse {
             error: None,
-            image: Bytes::from(serde_json::to_vec(&image).expect("image serializes")),
+            image: Bytes::from(image.expect("image serializes")),
             leader: self.node.current_leader().unwrap_or(0),
             voters: self.node.voters().into_iter().collect(),
             node_id: self.node.id,
@@ -285,10 +310,17 @@ impl MetaService {
             .member_addr(leader)
             .ok_or_else(|| Forward::NotSent(format!("leader {leader} has no known address")))?;
         let role = tinymq_client::NodeRole::Meta;
-        let connection =
-            tinymq_client::Connection::connect_as(&addr, "meta-forward", "", role, self.node.id)
-                .await
-                .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
+        let (id, security) = (self.node.id, &self.links);
+        let connection = tinymq_client::Connection::connect_secure(
+            &addr,
+            "meta-forward",
+            "",
+            role,
+            id,
+            security,
+        )
+        .await
+        .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
         connection
             .request(request, FORWARD_TIMEOUT)
             .await
@@ -456,4 +488,17 @@ fn new_cluster_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!("tmq-{:016x}{:08x}", nanos as u64, std::process::id())
+}
+
+/// Strips the users' SCRAM verifiers from a MetaRead answer (one a broker relays from the
+/// MetaServer to a reader that is not a node). An image that does not parse is left out whole.
+pub fn strip_credentials(response: &mut m::MetaReadResponse) {
+    let Ok(image) = serde_json::from_slice::<crate::MetadataImage>(&response.image) else {
+        response.image = Bytes::new();
+        return;
+    };
+    if !image.users.is_empty() {
+        let stripped = serde_json::to_vec(&image.without_credentials()).expect("image serializes");
+        response.image = Bytes::from(stripped);
+    }
 }

@@ -1,5 +1,5 @@
-//! One connection: a reader loop that decodes frames, runs the handshake, and hands each
-//! request to the service, and a writer task that sends responses as they complete (full
+//! One connection: a reader loop that decodes frames, runs the handshake and authentication
+//! (see `auth`), and hands each request to the service, and a writer task that sends responses as they complete (full
 //! duplex, matched by message id).
 //!
 //! Backpressure: at most `requests_in_flight_max` requests run at once, counting a request
@@ -15,17 +15,20 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use tinymq_protocol::frame::{Decoded, FrameDecoder};
 use tinymq_protocol::{ErrorCode, FrameError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tinymq_tls::ServerTlsStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, WriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::handshake;
+use crate::auth::{Login, Outcome};
+use crate::transport::{self, Transport};
 use crate::writer::Writer;
 use crate::{
-    error_frame, ConnectionStats, ListenerLimits, Peer, Response, ResponseFuture, Service,
+    error_frame, handshake, ConnectionStats, ListenerLimits, ListenerSecurity, Peer, Response,
+    ResponseFuture, Service,
 };
 
 /// A response on its way to the socket, with the request's permit (none before the handshake):
@@ -46,39 +49,112 @@ const IDLE_TIMEOUT: &str = "idle timeout";
 struct Connection<S> {
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
+    security: Arc<ListenerSecurity>,
     addr: SocketAddr,
     shutdown: CancellationToken,
     tx: mpsc::Sender<Outgoing>,
     permits: Arc<Semaphore>,
     stats: Arc<ConnectionStats>,
+    /// The subject CN of the client certificate the TLS handshake verified.
+    tls_principal: Option<String>,
 }
 
 /// Serves one accepted connection until the peer leaves, breaks the protocol, times out, or
 /// the server shuts down; then lets requests in flight finish (within the shutdown grace) and
-/// flushes their responses.
+/// flushes their responses. The TLS handshake, if the listener has TLS, and the tinymq
+/// handshake both happen within `handshake_timeout`.
 pub(crate) async fn run<S: Service>(
     stream: TcpStream,
     addr: SocketAddr,
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
+    security: Arc<ListenerSecurity>,
     shutdown: CancellationToken,
     stats: Arc<ConnectionStats>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
+    let handshake_deadline = Instant::now() + limits.handshake_timeout;
+    let opened = tokio::select! {
+        o = transport::open(stream, addr, &security, handshake_deadline) => o,
+        _ = shutdown.cancelled() => return,
+    };
+    let (transport, tls_principal) = match opened {
+        Ok(t) => t,
+        Err(why) => {
+            tracing::debug!(peer = %addr, %why, "closing connection");
+            return;
+        }
+    };
+    let start = Start {
+        addr,
+        service,
+        limits,
+        security,
+        shutdown,
+        stats,
+        tls_principal,
+        handshake_deadline,
+    };
+    match transport {
+        Transport::Plain(stream) => {
+            let (reader, writer) = stream.into_split();
+            serve_stream(reader, Sink::Tcp(writer), start).await
+        }
+        Transport::Tls(stream) => {
+            let (reader, writer) = tokio::io::split(*stream);
+            serve_stream(reader, Sink::Tls(writer), start).await
+        }
+    }
+}
+
+/// What a connection starts with once its transport is open.
+struct Start<S> {
+    addr: SocketAddr,
+    service: Arc<S>,
+    limits: Arc<ListenerLimits>,
+    security: Arc<ListenerSecurity>,
+    shutdown: CancellationToken,
+    stats: Arc<ConnectionStats>,
+    tls_principal: Option<String>,
+    handshake_deadline: Instant,
+}
+
+/// The writing half of a connection's transport.
+enum Sink {
+    Tcp(OwnedWriteHalf),
+    Tls(WriteHalf<ServerTlsStream<TcpStream>>),
+}
+
+async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
+    mut reader: R,
+    sink: Sink,
+    start: Start<S>,
+) {
+    let Start {
+        addr,
+        service,
+        limits,
+        security,
+        shutdown,
+        stats,
+        tls_principal,
+        handshake_deadline,
+    } = start;
     let in_flight_max = limits.requests_in_flight_max;
     let (tx, rx) = mpsc::channel::<Outgoing>(in_flight_max);
-    let write_task = tokio::spawn(write_loop(writer, rx, limits.clone()));
+    let write_task = tokio::spawn(write_loop(sink, rx, limits.clone()));
     let connection = Connection {
         service,
         limits,
+        security,
         addr,
         shutdown,
         tx,
         permits: Arc::new(Semaphore::new(in_flight_max)),
         stats,
+        tls_principal,
     };
-    if let Err(why) = connection.read_loop(&mut reader).await {
+    if let Err(why) = connection.read_loop(&mut reader, handshake_deadline).await {
         if why == IDLE_TIMEOUT {
             connection.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -100,13 +176,20 @@ pub(crate) async fn run<S: Service>(
 /// go (their buffers in shared vectored writes), releasing each one's permit (and what it
 /// holds) once written; gives up on a peer that accepts no bytes for `WRITE_STALL_MAX` (its
 /// requests' senders then fail and the reader stops).
-async fn write_loop(
-    mut writer: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Outgoing>,
-    limits: Arc<ListenerLimits>,
-) {
+async fn write_loop(mut sink: Sink, rx: mpsc::Receiver<Outgoing>, limits: Arc<ListenerLimits>) {
     let stall_max = limits.idle_timeout.min(WRITE_STALL_MAX);
-    let mut out = Writer::new(writer.as_ref(), stall_max);
+    match &mut sink {
+        Sink::Tcp(writer) => write_responses(Writer::new(writer.as_ref(), stall_max), rx).await,
+        Sink::Tls(writer) => write_responses(Writer::tls(writer, stall_max), rx).await,
+    }
+    // TLS: close_notify, then FIN.
+    let _ = match &mut sink {
+        Sink::Tcp(writer) => writer.shutdown().await,
+        Sink::Tls(writer) => writer.shutdown().await,
+    };
+}
+
+async fn write_responses(mut out: Writer<'_>, mut rx: mpsc::Receiver<Outgoing>) {
     let mut written: Vec<Outgoing> = Vec::new();
     'responses: while let Some(first) = rx.recv().await {
         let mut next = Some(first);
@@ -126,16 +209,19 @@ async fn write_loop(
         }
         written.clear();
     }
-    drop(out);
-    let _ = writer.shutdown().await;
 }
 
 impl<S: Service> Connection<S> {
-    async fn read_loop(&self, reader: &mut OwnedReadHalf) -> Result<(), String> {
+    async fn read_loop<R: AsyncRead + Unpin>(
+        &self,
+        reader: &mut R,
+        handshake_deadline: Instant,
+    ) -> Result<(), String> {
         let mut decoder = FrameDecoder::pre_handshake();
         let mut buf = BytesMut::with_capacity(4096);
-        let mut peer: Option<Peer> = None;
-        let handshake_deadline = Instant::now() + self.limits.handshake_timeout;
+        // The peer, once handshaken, and whether it must still authenticate.
+        let mut peer: Option<(Peer, bool)> = None;
+        let mut login = Login::default();
         loop {
             // Serve every complete frame already buffered.
             loop {
@@ -151,23 +237,53 @@ impl<S: Service> Connection<S> {
                 let Some(frame) = decoder.decode(&mut buf).map_err(|e| e.to_string())? else {
                     break;
                 };
-                match &peer {
-                    Some(peer) => self.serve(frame, peer).await?,
+                match &mut peer {
+                    Some((p, must)) if is_authenticate(&frame) && !login.done => {
+                        // A login on a connection already serving (a node proving itself on a
+                        // listener without `--auth`) gets a deadline of its own.
+                        let deadline = if *must {
+                            handshake_deadline
+                        } else {
+                            Instant::now() + self.limits.handshake_timeout
+                        };
+                        let ready = self.authenticate(frame, p, &mut login, deadline);
+                        if ready.await? {
+                            decoder.set_body_bytes_max(self.limits.frame_bytes_max);
+                            peer = peer.map(|(p, _)| (p, false));
+                        }
+                    }
+                    Some((_, true)) => {
+                        let (op, id) = (frame.header.op_code(), frame.header.message_id);
+                        let why = "authenticate first (Authenticate, operation 25)".to_string();
+                        let refusal = error_frame(op, id, ErrorCode::AUTHENTICATION_REQUIRED, why);
+                        self.send_before(handshake_deadline, refusal).await?;
+                    }
+                    Some((p, false)) => self.serve(frame, p).await?,
                     None => {
                         let identity = self.service.identity();
-                        let (response, done) =
-                            handshake::answer(frame, self.addr, identity, &self.limits);
+                        let (response, done) = handshake::answer(
+                            frame,
+                            self.addr,
+                            identity,
+                            &self.limits,
+                            &self.security,
+                            self.tls_principal.as_deref(),
+                        );
                         self.send_before(handshake_deadline, response).await?;
-                        if let Some(p) = done {
-                            tracing::debug!(peer = %self.addr, role = ?p.role, node = p.node_id, client = %p.client_id, "handshake done");
-                            decoder.set_body_bytes_max(self.limits.frame_bytes_max);
-                            peer = Some(p);
+                        if let Some((p, must_authenticate)) = done {
+                            tracing::debug!(peer = %self.addr, role = ?p.role, node = p.node_id, client = %p.client_id, must_authenticate, "handshake done");
+                            if !must_authenticate {
+                                decoder.set_body_bytes_max(self.limits.frame_bytes_max);
+                            }
+                            peer = Some((p, must_authenticate));
                         }
                     }
                 }
             }
+            // Until the peer may send requests, the handshake deadline bounds the connection.
+            let ready = matches!(peer, Some((_, false)));
             let read = async {
-                if peer.is_some() {
+                if ready {
                     tokio::time::timeout(self.limits.idle_timeout, reader.read_buf(&mut buf)).await
                 } else {
                     tokio::time::timeout_at(handshake_deadline, reader.read_buf(&mut buf)).await
@@ -189,12 +305,59 @@ impl<S: Service> Connection<S> {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(e.to_string()),
                 Err(_) if peer.is_none() => return Err("handshake timed out".into()),
+                Err(_) if !ready => return Err("authentication timed out".into()),
                 Err(_)
                     if self.permits.available_permits() == self.limits.requests_in_flight_max =>
                 {
                     return Err(IDLE_TIMEOUT.into())
                 }
                 Err(_) => {}
+            }
+        }
+    }
+
+    /// Takes one Authenticate request: answers it (a failure after its delay, all within the
+    /// handshake deadline), and on success makes `peer` act as the proven principal. Whether
+    /// the connection has authenticated; an error closes it.
+    async fn authenticate(
+        &self,
+        frame: tinymq_protocol::Frame,
+        peer: &mut Peer,
+        login: &mut Login,
+        deadline: Instant,
+    ) -> Result<bool, String> {
+        match login.step(frame, self.service.as_ref(), &self.security, peer) {
+            Outcome::Continue(reply) => {
+                self.send_before(deadline, reply).await?;
+                Ok(false)
+            }
+            Outcome::Done {
+                reply,
+                principal,
+                role,
+                node_id,
+            } => {
+                self.stats.auth_succeeded.fetch_add(1, Ordering::Relaxed);
+                (peer.principal, peer.role, peer.node_id) = (principal, role, node_id);
+                self.send_before(deadline, reply).await?;
+                Ok(true)
+            }
+            Outcome::Failed {
+                reply,
+                delay,
+                close,
+            } => {
+                self.stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+                let slowed = Instant::now() + delay;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(slowed.min(deadline)) => {}
+                    _ = self.shutdown.cancelled() => return Err("shutting down".into()),
+                }
+                self.send_before(deadline, reply).await?;
+                if close {
+                    return Err("too many failed authentications".into());
+                }
+                Ok(false)
             }
         }
     }
@@ -264,4 +427,11 @@ impl<S: Service> Connection<S> {
         tracing::info!(peer = %self.addr, error = %e, "invalid frame");
         e.to_string()
     }
+}
+
+/// Whether `frame` is an Authenticate request.
+fn is_authenticate(frame: &tinymq_protocol::Frame) -> bool {
+    !frame.header.is_response()
+        && tinymq_protocol::OpCode::from_code(frame.header.op_code())
+            == Some(tinymq_protocol::OpCode::Authenticate)
 }
