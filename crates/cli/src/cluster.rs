@@ -36,6 +36,12 @@ pub struct MetaArgs {
     http: crate::http::HttpArgs,
     #[command(flatten)]
     tls: crate::tls::ServerTlsArgs,
+    #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users.
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
 }
 
 /// The TOML file of `tinymq meta`: every field optional.
@@ -98,17 +104,34 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
     );
+    let security_flags = args.security.clone();
+    let security = tokio::task::spawn_blocking(move || security_flags.resolve(None)).await??;
+    let tls_on = tls.server.is_some();
+    security.check_exposure("MetaServer", listen, tls_on)?;
+    let http_args = args.http.over(file_http);
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, tls_on)?;
+    }
     // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tls.reload_on_sighup()?;
-    let http = args.http.over(file_http).start(false).await?;
-    let security = tinymq_meta::server::NodeSecurity {
-        listener: tls.listener(),
+    let http = http_args.start(false).await?;
+    let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
+    let mut node_security = tinymq_meta::server::NodeSecurity {
+        listener: tinymq_net::ListenerSecurity {
+            tls: tls.server.clone(),
+            ..security.listener.clone()
+        },
+        authorization: security.authorization.clone(),
         links: tls.links(),
     };
-    let server = MetaServer::start_secure(id, listen, peers, &data, limits, security).await?;
+    node_security.links.login = security.node_login(tinymq_auth::NodeKind::Meta, id);
+    let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
+    if let Some(admin) = admin {
+        tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
+    }
     if let Some(http) = &http {
         let view = crate::http::MetaView {
             node: server.node().clone(),
@@ -217,8 +240,7 @@ pub enum ClusterCommand {
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status { json, bootstrap } => {
-            let security = bootstrap.security.security()?;
-            crate::cluster_status::run(json, &bootstrap.bootstrap, &security).await
+            crate::cluster_status::run(json, &bootstrap).await
         }
         ClusterCommand::Rebalance { plan } => {
             crate::reassign::run(crate::reassign::Plan::Rebalance, plan).await

@@ -41,6 +41,8 @@ pub struct ServerArgs {
     http: HttpArgs,
     #[command(flatten)]
     tls: crate::tls::ServerTlsArgs,
+    #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
@@ -66,6 +68,10 @@ pub struct ServerArgs {
     /// recently used is closed past it and opened again on its next use [default: 4096].
     #[arg(long, env = "TINYMQ_OPEN_SEGMENT_FILES_MAX", value_parser = crate::args::positive_usize)]
     open_segment_files_max: Option<usize>,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users (`tinymq server` only).
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
 }
 
 /// The TOML file: every field optional.
@@ -173,8 +179,35 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let http_flags = std::mem::take(&mut args.http);
-    let (config, file_http, tls) = build_config(args)?;
+    let admin_file = args.admin_password_file.take();
+    anyhow::ensure!(
+        !(cluster_member && admin_file.is_some()),
+        "--admin-password-file is for `tinymq server` and `tinymq meta`; brokers keep no users"
+    );
+    let admin = if cluster_member {
+        None
+    } else {
+        crate::user::admin_credentials(admin_file.as_deref())?
+    };
+    let security_flags = std::mem::take(&mut args.security);
+    let (mut config, file_http, tls) = build_config(args)?;
     let http_args = http_flags.over(file_http);
+    let standalone_data = (!cluster_member).then(|| config.data_dir.clone());
+    let security =
+        tokio::task::spawn_blocking(move || security_flags.resolve(standalone_data.as_deref()))
+            .await??;
+    let tls_on = tls.server.is_some();
+    security.check_exposure("client", config.listen, tls_on)?;
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, tls_on)?;
+    }
+    config.security = tinymq_net::ListenerSecurity {
+        tls: tls.server.clone(),
+        ..security.listener.clone()
+    };
+    config.authorization = security.authorization.clone();
+    let node = u64::from(config.node_id);
+    config.links.login = security.node_login(tinymq_auth::NodeKind::Broker, node);
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {
@@ -193,6 +226,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
     let http = http_args.start(!cluster_member).await?;
     let broker = Broker::start(config).await?;
+    if let (Some(admin), Some(meta)) = (admin, broker.embedded_meta()) {
+        tinymq_meta::security_ops::bootstrap_admin(meta, admin);
+    }
     if let Some(http) = &http {
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();

@@ -138,9 +138,11 @@ impl From<ClientError> for Problem {
             | ClientError::ConnectionClosed(_)
             | ClientError::LeaderMoved { .. }
             | ClientError::Closed => Problem::unavailable(detail),
+            // The API's own node login failing is the server's problem, not the caller's.
             ClientError::Protocol(_)
             | ClientError::Batch(_)
             | ClientError::Config(_)
+            | ClientError::Authentication { .. }
             | ClientError::Tls { .. } => {
                 Problem::new(StatusCode::BAD_GATEWAY, "UNKNOWN_SERVER_ERROR", detail)
             }
