@@ -1,14 +1,13 @@
-//! The flags every client command shares to secure its connections: the login (`--user`,
-//! `--password`, `--sasl-mechanism`, or `TINYMQ_USER`/`TINYMQ_PASSWORD`) and TLS.
-
-use std::path::PathBuf;
+//! The login flags every client command shares (`--user`, `--password`, `--sasl-mechanism`,
+//! or `TINYMQ_USER`/`TINYMQ_PASSWORD`), part of the tools' security flags beside TLS's
+//! (`crate::tls::ClientSecurityArgs`).
 
 use anyhow::Context;
-use tinymq_client::{ClientTls, Login, Security};
+use tinymq_client::{Login, ScramMechanism};
 
-/// Security flags of a client command (flattened into [`crate::Bootstrap`]).
+/// Login flags of a client command.
 #[derive(clap::Args, Debug, Clone)]
-pub struct ClientSecurityArgs {
+pub struct LoginArgs {
     /// Log in as this user (SCRAM) after the handshake.
     #[arg(long, env = "TINYMQ_USER")]
     pub user: Option<String>,
@@ -18,19 +17,20 @@ pub struct ClientSecurityArgs {
     /// The SASL mechanism of the login.
     #[arg(long, default_value = "SCRAM-SHA-256", value_parser = ["SCRAM-SHA-256", "SCRAM-SHA-512"])]
     pub sasl_mechanism: String,
-    /// CA certificates (PEM) to trust: connect with TLS, checking the server's certificate
-    /// against them.
-    #[arg(long, env = "TINYMQ_TLS_CA")]
-    pub tls_ca: Option<PathBuf>,
-    /// Client certificate (PEM), for servers that require one (mutual TLS).
-    #[arg(long, env = "TINYMQ_TLS_CERT", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key (PEM) of --tls-cert.
-    #[arg(long, env = "TINYMQ_TLS_KEY", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
 }
 
-impl ClientSecurityArgs {
+impl Default for LoginArgs {
+    /// No login.
+    fn default() -> LoginArgs {
+        LoginArgs {
+            user: None,
+            password: None,
+            sasl_mechanism: ScramMechanism::Sha256.name().to_string(),
+        }
+    }
+}
+
+impl LoginArgs {
     /// The login the flags ask for, if any.
     pub fn login(&self) -> anyhow::Result<Option<Login>> {
         let Some(user) = &self.user else {
@@ -44,7 +44,7 @@ impl ClientSecurityArgs {
             .password
             .clone()
             .with_context(|| format!("--user {user} needs --password or TINYMQ_PASSWORD"))?;
-        let mechanism = tinymq_client::ScramMechanism::from_name(&self.sasl_mechanism)
+        let mechanism = ScramMechanism::from_name(&self.sasl_mechanism)
             .with_context(|| format!("--sasl-mechanism {}", self.sasl_mechanism))?;
         Ok(Some(Login {
             mechanism,
@@ -52,26 +52,5 @@ impl ClientSecurityArgs {
             password,
             authzid: None,
         }))
-    }
-
-    /// The TLS the flags ask for, if any.
-    pub fn tls(&self) -> anyhow::Result<Option<ClientTls>> {
-        let Some(ca) = &self.tls_ca else {
-            anyhow::ensure!(
-                self.tls_cert.is_none(),
-                "--tls-cert needs --tls-ca (the CA the server's certificate is checked against)"
-            );
-            return Ok(None);
-        };
-        let (cert, key) = (self.tls_cert.as_deref(), self.tls_key.as_deref());
-        Ok(Some(ClientTls::load(ca, cert, key)?))
-    }
-
-    /// The security of every connection the command opens.
-    pub fn security(&self) -> anyhow::Result<Security> {
-        Ok(Security {
-            tls: self.tls()?,
-            login: self.login()?,
-        })
     }
 }

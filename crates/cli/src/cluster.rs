@@ -35,13 +35,13 @@ pub struct MetaArgs {
     #[command(flatten)]
     http: crate::http::HttpArgs,
     #[command(flatten)]
-    tls: crate::tls::ServerTlsArgs,
-    #[command(flatten)]
     security: crate::server_security::ServerSecurityArgs,
     /// A file with the password of user `admin`, created at the cluster's first start (also
     /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users.
     #[arg(long)]
     admin_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    tls: crate::tls::ServerTlsArgs,
 }
 
 /// The TOML file of `tinymq meta`: every field optional.
@@ -106,11 +106,11 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     );
     let security_flags = args.security.clone();
     let security = tokio::task::spawn_blocking(move || security_flags.resolve(None)).await??;
-    let tls_on = tls.server.is_some();
-    security.check_exposure("MetaServer", listen, tls_on)?;
+    let has_tls = tls.server.is_some();
+    security.check_exposure("MetaServer", listen, has_tls)?;
     let http_args = args.http.over(file_http);
     if let Some(addr) = http_args.explicit_addr() {
-        security.check_exposure("HTTP", addr, tls_on)?;
+        security.check_exposure("HTTP", addr, has_tls)?;
     }
     // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
     use tokio::signal::unix::{signal, SignalKind};
@@ -119,15 +119,17 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     tls.reload_on_sighup()?;
     let http = http_args.start(false).await?;
     let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
-    let mut node_security = tinymq_meta::server::NodeSecurity {
+    let node_login = security.node_login(tinymq_auth::NodeKind::Meta, id);
+    let mut links = tls.links();
+    links.login = node_login.clone();
+    let node_security = tinymq_meta::server::NodeSecurity {
         listener: tinymq_net::ListenerSecurity {
             tls: tls.server.clone(),
             ..security.listener.clone()
         },
+        links,
         authorization: security.authorization.clone(),
-        links: tls.links(),
     };
-    node_security.links.login = security.node_login(tinymq_auth::NodeKind::Meta, id);
     let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
     if let Some(admin) = admin {
         tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
@@ -138,7 +140,9 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
             connections: server.connections.clone(),
         };
         http.attach(std::sync::Arc::new(view));
-        http.attach_api(server.local_addr, false, tls.links());
+        let mut api_links = tls.links();
+        api_links.login = node_login;
+        http.attach_api(server.local_addr, false, api_links);
     }
     println!("tinymq meta listening on {}", server.local_addr);
     crate::http::announce(&http);
@@ -240,7 +244,8 @@ pub enum ClusterCommand {
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status { json, bootstrap } => {
-            crate::cluster_status::run(json, &bootstrap).await
+            let security = bootstrap.security.security()?;
+            crate::cluster_status::run(json, &bootstrap.bootstrap, &security).await
         }
         ClusterCommand::Rebalance { plan } => {
             crate::reassign::run(crate::reassign::Plan::Rebalance, plan).await

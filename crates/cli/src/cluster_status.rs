@@ -4,8 +4,9 @@
 //! is shown with a warning.
 
 use std::time::Duration;
+use tinymq_client::Security;
 
-use tinymq_client::{Connection, Security};
+use tinymq_client::Connection;
 use tinymq_meta::MetadataImage;
 use tinymq_protocol::messages as m;
 
@@ -22,17 +23,15 @@ struct NodeState {
     answer: Result<u64, String>,
 }
 
-pub async fn run(json: bool, bootstrap: &crate::Bootstrap) -> anyhow::Result<()> {
-    let security = bootstrap.security.security()?;
-    let bootstrap = bootstrap.bootstrap.as_str();
+pub async fn run(json: bool, bootstrap: &str, security: &Security) -> anyhow::Result<()> {
     let mut last = None;
     for addr in bootstrap
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
     {
-        match read(addr, Duration::from_secs(10), &security).await {
-            Ok(read) => return show(read, json, &security).await,
+        match read(addr, Duration::from_secs(10), security).await {
+            Ok(read) => return show(read, json, security).await,
             Err(e) => last = Some(e.context(format!("asking {addr}"))),
         }
     }

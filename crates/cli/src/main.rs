@@ -47,11 +47,11 @@ pub struct Bootstrap {
     #[arg(long, env = "TINYMQ_BOOTSTRAP", default_value = "127.0.0.1:21581")]
     pub bootstrap: String,
     #[command(flatten)]
-    pub security: client_security::ClientSecurityArgs,
+    pub security: tls::ClientSecurityArgs,
 }
 
 impl Bootstrap {
-    /// The client configuration for these addresses, with the login and TLS of the flags.
+    /// Client settings for these addresses, with the TLS (and login) flags applied.
     pub fn client_config(&self) -> anyhow::Result<tinymq_client::ClientConfig> {
         let mut config = tinymq_client::ClientConfig::new(&self.bootstrap);
         config.security = self.security.security()?;

@@ -40,9 +40,9 @@ pub struct ServerArgs {
     #[command(flatten)]
     http: HttpArgs,
     #[command(flatten)]
-    tls: crate::tls::ServerTlsArgs,
-    #[command(flatten)]
     security: crate::server_security::ServerSecurityArgs,
+    #[command(flatten)]
+    tls: crate::tls::ServerTlsArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
@@ -196,10 +196,10 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     let security =
         tokio::task::spawn_blocking(move || security_flags.resolve(standalone_data.as_deref()))
             .await??;
-    let tls_on = tls.server.is_some();
-    security.check_exposure("client", config.listen, tls_on)?;
+    let has_tls = tls.server.is_some();
+    security.check_exposure("client", config.listen, has_tls)?;
     if let Some(addr) = http_args.explicit_addr() {
-        security.check_exposure("HTTP", addr, tls_on)?;
+        security.check_exposure("HTTP", addr, has_tls)?;
     }
     config.security = tinymq_net::ListenerSecurity {
         tls: tls.server.clone(),
@@ -207,7 +207,8 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     };
     config.authorization = security.authorization.clone();
     let node = u64::from(config.node_id);
-    config.links.login = security.node_login(tinymq_auth::NodeKind::Broker, node);
+    let node_login = security.node_login(tinymq_auth::NodeKind::Broker, node);
+    config.links.login = node_login.clone();
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {
@@ -233,7 +234,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();
         http.attach(std::sync::Arc::new(BrokerView { state, meta }));
-        http.attach_api(broker.local_addr, true, tls.links());
+        let mut api_links = tls.links();
+        api_links.login = node_login;
+        http.attach_api(broker.local_addr, true, api_links);
     }
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);

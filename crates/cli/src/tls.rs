@@ -1,5 +1,5 @@
-//! TLS settings of the server roles (`server`, `broker`, `meta`), and certificate reload on
-//! SIGHUP. (The client tools' TLS flags are in `client_security.rs`, beside the login.)
+//! TLS settings of the server roles (`server`, `broker`, `meta`) and of the client tools, and
+//! certificate reload on SIGHUP.
 //!
 //! A node with `--tls-cert`/`--tls-key` serves TLS on its native port; `--tls-ca` is the CA
 //! its peers' certificates are checked against: the node's outgoing links (to MetaServer
@@ -141,5 +141,46 @@ impl ServerTlsArgs {
             None => None,
         };
         Ok(NodeTls { server, links })
+    }
+}
+
+/// The client tools' security flags (TLS here; the login beside them).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ClientSecurityArgs {
+    /// CA certificates (PEM) to trust: connect with TLS, checking the server's certificate
+    /// against them.
+    #[arg(long, env = "TINYMQ_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM), for servers that require one (mutual TLS).
+    #[arg(long, env = "TINYMQ_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "TINYMQ_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub login: crate::client_security::LoginArgs,
+}
+
+impl ClientSecurityArgs {
+    /// The security of the tool's connections.
+    pub fn security(&self) -> anyhow::Result<Security> {
+        let tls = match &self.tls_ca {
+            Some(ca) => Some(ClientTls::load(
+                ca,
+                self.tls_cert.as_deref(),
+                self.tls_key.as_deref(),
+            )?),
+            None => {
+                anyhow::ensure!(
+                    self.tls_cert.is_none(),
+                    "--tls-cert needs --tls-ca (the CA the server's certificate is checked against)"
+                );
+                None
+            }
+        };
+        Ok(Security {
+            tls,
+            login: self.login.login()?,
+        })
     }
 }

@@ -142,8 +142,8 @@ impl From<ClientError> for Problem {
             ClientError::Protocol(_)
             | ClientError::Batch(_)
             | ClientError::Config(_)
-            | ClientError::Authentication { .. }
-            | ClientError::Tls { .. } => {
+            | ClientError::Tls { .. }
+            | ClientError::Authentication { .. } => {
                 Problem::new(StatusCode::BAD_GATEWAY, "UNKNOWN_SERVER_ERROR", detail)
             }
         }
