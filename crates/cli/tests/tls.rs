@@ -26,7 +26,15 @@ fn the_cli_works_over_tls_and_peers_of_the_wrong_kind_are_told_why() {
     let tmp = tempfile::tempdir().unwrap();
     let ca = Ca::new(tmp.path(), "ca");
     let id = ca.leaf("server-1");
-    let tls = Node::server(&tmp.path().join("tls"), &node_flags(&ca.cert, &id, "none"));
+    // The TLS settings from the TOML file, as an operator would keep them.
+    let config = tmp.path().join("tls.toml");
+    let toml = format!(
+        "tls_cert = {:?}\ntls_key = {:?}\ntls_ca = {:?}\ntls_client_auth = \"none\"\n",
+        id.cert, id.key, ca.cert
+    );
+    std::fs::write(&config, toml).unwrap();
+    let from_file = ["--config".to_string(), config.to_str().unwrap().to_string()];
+    let tls = Node::server(&tmp.path().join("tls"), &from_file);
     let plain = Node::server(&tmp.path().join("plain"), &[]);
     let trust = client_flags(&ca.cert, None);
 
