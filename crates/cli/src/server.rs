@@ -11,6 +11,7 @@ use tinymq_broker::{Broker, BrokerConfig};
 
 use crate::http::{BrokerView, HttpArgs};
 use crate::limits::{read_file, LimitArgs};
+use crate::tls::{NodeTls, ServerTlsArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct ServerArgs {
@@ -38,6 +39,8 @@ pub struct ServerArgs {
     limits: LimitArgs,
     #[command(flatten)]
     http: HttpArgs,
+    #[command(flatten)]
+    tls: crate::tls::ServerTlsArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
@@ -85,10 +88,14 @@ struct FileConfig {
     fetch_memory_bytes_max: Option<u32>,
     replica_lag_time_max_ms: Option<u64>,
     open_segment_files_max: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_client_auth: Option<String>,
 }
 
 /// The broker's settings, and the HTTP settings of the file (flags apply over them).
-fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs)> {
+fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs, NodeTls)> {
     let (file, file_limits, file_http) = read_file::<FileConfig>(args.config.as_deref())?;
     let mut c = BrokerConfig::default();
     let mut topics = TopicSettings::default();
@@ -141,7 +148,16 @@ fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs)> {
         .validate()
         .map_err(|(_, msg)| anyhow::anyhow!("topic defaults: {msg}"))?;
     c.topic_defaults = topics;
-    Ok((c, file_http))
+    let file_tls = ServerTlsArgs::from_file(
+        file.tls_cert,
+        file.tls_key,
+        file.tls_ca,
+        file.tls_client_auth,
+    )?;
+    let tls = args.tls.load(file_tls)?;
+    c.security = tls.listener();
+    c.links = tls.links();
+    Ok((c, file_http, tls))
 }
 
 /// Waits for SIGTERM or SIGINT. The handlers are installed when this is called (not when it is
@@ -171,7 +187,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     } else {
         crate::user::admin_credentials(admin_file.as_deref())?
     };
-    let (config, file_http) = build_config(args)?;
+    let (config, file_http, tls) = build_config(args)?;
     let http_args = http_flags.over(file_http);
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
@@ -187,6 +203,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         );
     }
     let stop_signal = shutdown_signal()?;
+    tls.reload_on_sighup()?;
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
     let http = http_args.start(!cluster_member).await?;
     let broker = Broker::start(config).await?;
@@ -197,7 +214,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();
         http.attach(std::sync::Arc::new(BrokerView { state, meta }));
-        http.attach_api(broker.local_addr, true);
+        http.attach_api(broker.local_addr, true, tls.links());
     }
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);

@@ -119,11 +119,15 @@ impl HttpServer {
     /// Starts the REST API (`/api/v1`): it becomes a client of the cluster through the node's
     /// own native address (`serves_data`: a broker or `server`), or through the live brokers
     /// a MetaServer node knows of. Until then its routes answer 503. A second call is ignored.
-    pub fn attach_api(&self, native_addr: SocketAddr, serves_data: bool) {
-        if !self
-            .api
-            .attach(native_addr, serves_data, self.request_timeout)
-        {
+    /// Its connections to the cluster use `security` (the node's own links' TLS and login).
+    pub fn attach_api(
+        &self,
+        native_addr: SocketAddr,
+        serves_data: bool,
+        security: tinymq_client::Security,
+    ) {
+        let timeout = self.request_timeout;
+        if !self.api.attach(native_addr, serves_data, timeout, security) {
             tracing::warn!("the REST API already has its native address; ignored");
         }
     }

@@ -47,6 +47,8 @@ const META_BOOTSTRAP_AGE: Duration = Duration::from_secs(30);
 #[derive(Default)]
 pub(crate) struct ApiSlot {
     target: OnceLock<Target>,
+    /// TLS (and login) of the API's connections to the cluster.
+    security: OnceLock<tinymq_client::Security>,
     cached: Mutex<Option<Cached>>,
 }
 
@@ -56,7 +58,14 @@ impl ApiSlot {
     }
 
     /// Sets the node's native address; false if it was set already.
-    pub fn attach(&self, native: SocketAddr, serves_data: bool, request_timeout: Duration) -> bool {
+    pub fn attach(
+        &self,
+        native: SocketAddr,
+        serves_data: bool,
+        request_timeout: Duration,
+        security: tinymq_client::Security,
+    ) -> bool {
+        let _ = self.security.set(security);
         // A node listening on every address is reached through loopback.
         let mut native = native;
         if native.ip().is_unspecified() {
@@ -99,8 +108,13 @@ impl ApiClient {
     /// A client of the nodes at `bootstrap`. Its retries end well before the HTTP request
     /// timeout, so that a cluster that does not answer gets a 503 problem document rather
     /// than the listener's 408.
-    fn new(bootstrap: &[String], request_timeout: Duration) -> Result<ApiClient, Problem> {
+    fn new(
+        bootstrap: &[String],
+        request_timeout: Duration,
+        security: tinymq_client::Security,
+    ) -> Result<ApiClient, Problem> {
         let mut config = ClientConfig::new(&bootstrap.join(","));
+        config.security = security;
         config.client_id = format!("tinymq-http/{}", env!("CARGO_PKG_VERSION"));
         let budget = request_timeout
             .mul_f64(CLIENT_TIMEOUT_SHARE)
@@ -131,6 +145,11 @@ impl ApiState {
         })
     }
 
+    /// The security of the API's connections to the cluster.
+    pub fn security(&self) -> tinymq_client::Security {
+        self.slot.security.get().cloned().unwrap_or_default()
+    }
+
     /// The node's own native address (every node answers `MetaRead` there).
     pub fn native(&self) -> Result<SocketAddr, Problem> {
         Ok(self.target()?.native)
@@ -147,9 +166,14 @@ impl ApiState {
         let bootstrap = if target.serves_data {
             vec![target.native.to_string()]
         } else {
-            live_brokers(target.native).await?
+            live_brokers(target.native, &self.security()).await?
         };
-        let client = Arc::new(ApiClient::new(&bootstrap, target.request_timeout)?);
+        let security = self.security();
+        let client = Arc::new(ApiClient::new(
+            &bootstrap,
+            target.request_timeout,
+            security,
+        )?);
         if let Ok(mut cached) = self.slot.cached.lock() {
             *cached = Some(Cached {
                 client: client.clone(),
@@ -170,8 +194,13 @@ impl ApiState {
 
 /// The addresses of the live brokers, from the metadata image of the MetaServer node at
 /// `native`.
-async fn live_brokers(native: SocketAddr) -> Result<Vec<String>, Problem> {
-    let image = cluster::read_image(native, META_NODE_ANSWER_WAIT).await?.1;
+async fn live_brokers(
+    native: SocketAddr,
+    security: &tinymq_client::Security,
+) -> Result<Vec<String>, Problem> {
+    let image = cluster::read_image(native, META_NODE_ANSWER_WAIT, security)
+        .await?
+        .1;
     let brokers: Vec<String> = image
         .brokers
         .values()
