@@ -4,6 +4,7 @@
 mod acl;
 mod args;
 mod bench;
+mod client_security;
 mod cluster;
 mod cluster_status;
 mod codec;
@@ -18,6 +19,7 @@ mod quota;
 mod reassign;
 mod scrape;
 mod server;
+mod server_security;
 mod tls;
 mod top;
 mod topic;

@@ -40,6 +40,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     http: HttpArgs,
     #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
+    #[command(flatten)]
     tls: crate::tls::ServerTlsArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
@@ -187,8 +189,26 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     } else {
         crate::user::admin_credentials(admin_file.as_deref())?
     };
-    let (config, file_http, tls) = build_config(args)?;
+    let security_flags = std::mem::take(&mut args.security);
+    let (mut config, file_http, tls) = build_config(args)?;
     let http_args = http_flags.over(file_http);
+    let standalone_data = (!cluster_member).then(|| config.data_dir.clone());
+    let security =
+        tokio::task::spawn_blocking(move || security_flags.resolve(standalone_data.as_deref()))
+            .await??;
+    let has_tls = tls.server.is_some();
+    security.check_exposure("client", config.listen, has_tls)?;
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, has_tls)?;
+    }
+    config.security = tinymq_net::ListenerSecurity {
+        tls: tls.server.clone(),
+        ..security.listener.clone()
+    };
+    config.authorization = security.authorization.clone();
+    let node = u64::from(config.node_id);
+    let node_login = security.node_login(tinymq_auth::NodeKind::Broker, node);
+    config.links.login = node_login.clone();
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {
@@ -214,7 +234,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();
         http.attach(std::sync::Arc::new(BrokerView { state, meta }));
-        http.attach_api(broker.local_addr, true, tls.links());
+        let mut api_links = tls.links();
+        api_links.login = node_login;
+        http.attach_api(broker.local_addr, true, api_links);
     }
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);

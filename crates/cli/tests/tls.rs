@@ -91,9 +91,8 @@ fn mutual_tls_needs_a_client_certificate_and_names_its_subject() {
         &tmp.path().join("mtls"),
         &node_flags(&ca.cert, &ca.leaf("server-1"), "required"),
     );
-    let list = |id: Option<&common::tls::Identity>| {
-        args(&["topic", "list"], &client_flags(&ca.cert, id))
-    };
+    let list =
+        |id: Option<&common::tls::Identity>| args(&["topic", "list"], &client_flags(&ca.cert, id));
     let (mallory, alice) = (other.leaf("mallory"), ca.leaf("alice"));
 
     let err = tool_err(&server.addr, &list(None));
@@ -310,4 +309,70 @@ fn a_cluster_with_mutual_tls_on_every_link_replicates_and_serves() {
             node.addr
         );
     }
+}
+
+#[test]
+fn tls_with_scram_opens_a_listener_to_other_machines_and_serves_logged_in_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new(tmp.path(), "ca");
+    let port = common::free_port();
+    let (listen, advertise) = (format!("0.0.0.0:{port}"), format!("127.0.0.1:{port}"));
+    let data = tmp.path().join("data");
+    let base = args(
+        &[
+            "server",
+            "--listen",
+            &listen,
+            "--advertise",
+            &advertise,
+            "--http",
+            "off",
+        ],
+        &[
+            "--auth".into(),
+            "scram".into(),
+            "--data".into(),
+            data.to_str().unwrap().into(),
+        ],
+    );
+    let password = [("TINYMQ_ADMIN_PASSWORD", "admin-pw-1")];
+    // Reachable from other machines with authentication but without TLS: refused at start.
+    let refused = std::process::Command::new(common::BIN)
+        .args(&base)
+        .envs(password)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("no TLS"), "{why}");
+
+    let with_tls = [base, node_flags(&ca.cert, &ca.leaf("server-1"), "none")].concat();
+    let server = Node::spawn_with_env(&with_tls, &tmp.path().join("server.log"), &password);
+    let login = ["--user", "admin", "--password", "admin-pw-1"].map(String::from);
+    let me = [client_flags(&ca.cert, None), login.to_vec()].concat();
+    let created = common::retry(100, Duration::from_millis(100), || {
+        let create = args(&["topic", "create", "t"], &me);
+        common::tls::tool(&advertise, &create, b"")
+            .status
+            .success()
+            .then_some(())
+    });
+    assert!(
+        created.is_some(),
+        "admin logs in over TLS once bootstrapped"
+    );
+    let input = lines(500, "secret");
+    tool_ok(&advertise, &args(&["produce", "t"], &me), input.as_bytes());
+    let consume = args(&["consume", "t", "--from-beginning", "--count", "500"], &me);
+    assert_eq!(sorted(&tool_ok(&advertise, &consume, b"")), sorted(&input));
+    // TLS alone is not a login.
+    let err = tool_err(
+        &advertise,
+        &args(&["topic", "list"], &client_flags(&ca.cert, None)),
+    );
+    assert!(
+        err.contains("AUTHENTICATION_REQUIRED") || err.contains("login"),
+        "{err}"
+    );
+    drop(server);
 }

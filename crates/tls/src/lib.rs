@@ -127,3 +127,6 @@ fn roots(path: &std::path::Path) -> Result<Arc<rustls::RootCertStore>, TlsError>
     }
     Ok(Arc::new(store))
 }
+
+#[cfg(test)]
+mod tests;
