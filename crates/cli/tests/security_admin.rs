@@ -613,18 +613,8 @@ fn logs_in(addr: &str, user: &str, password: &str) -> bool {
         .success()
 }
 
-/// Whether this build has authentication (`--auth`, issue 16's part D1, merged separately).
-fn has_authentication() -> bool {
-    let help = run("127.0.0.1:1", &["server", "--help"]);
-    String::from_utf8_lossy(&help.stdout).contains("--auth ")
-}
-
 #[test]
 fn the_bootstrapped_admin_logs_in_and_manages_users_with_authentication_on() {
-    if !has_authentication() {
-        eprintln!("skipped: this build has no --auth (the authentication part is not merged)");
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let env = [("TINYMQ_ADMIN_PASSWORD", "first-admin-pw")];
