@@ -23,6 +23,7 @@ mod handlers;
 mod join;
 mod legacy;
 mod offsets_partitions;
+pub mod quota;
 pub mod partition;
 pub mod producer_state;
 mod reconcile;
