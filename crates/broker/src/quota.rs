@@ -24,6 +24,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
+use tinymq_net::{NodeRole, Peer};
+use tinymq_protocol::{Frame, OpCode};
 
 pub use self::compat::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL};
 
@@ -83,8 +85,7 @@ impl QuotaTable {
     }
 
     fn is_empty(&self) -> bool {
-        self.default.as_ref().is_none_or(unlimited)
-            && self.own.values().all(|q| unlimited(q))
+        self.default.as_ref().is_none_or(unlimited) && self.own.values().all(|q| unlimited(q))
     }
 
     /// The principal's rates, `None` when it has no limit at all (its own entry wins over
@@ -315,6 +316,47 @@ impl Quotas {
     }
 }
 
+/// Admits one request of a connection: charges the principal's quotas and waits out what it
+/// owes (the front end reads nothing more of the connection meanwhile). Returns the
+/// principal's limiters for charging a fetch response later.
+pub(crate) async fn admit(quotas: &Quotas, peer: &Peer, frame: &Frame) -> Option<Throttle> {
+    if !quotas.enabled() {
+        return None;
+    }
+    let principal = principal_of(peer)?;
+    let produce_bytes = if frame.header.op_code() == OpCode::Produce.code() {
+        frame.body.len() as u64
+    } else {
+        0
+    };
+    let admission = quotas.admit(&principal, produce_bytes, Instant::now());
+    if !admission.delay.is_zero() {
+        tokio::time::sleep(admission.delay).await;
+    }
+    admission.throttle
+}
+
+/// Charges a fetch response of `bytes` and holds it back for what the principal owes.
+pub(crate) async fn hold_fetch(throttle: &Throttle, bytes: u64) {
+    let delay = throttle.fetched(bytes, Instant::now());
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+}
+
+/// Whom a connection's requests are charged to; `None` for nodes, never throttled (their
+/// replication and metadata traffic is not a tenant's).
+fn principal_of(peer: &Peer) -> Option<String> {
+    if peer.role != NodeRole::Client {
+        return None;
+    }
+    // Until connections carry an authenticated principal, every client is anonymous.
+    Some(ANONYMOUS.to_owned())
+}
+
+/// The principal of unauthenticated clients (`--auth none`).
+const ANONYMOUS: &str = "User:ANONYMOUS";
+
 /// Makes room for one principal: the least recently used that is idle and owes nothing,
 /// else the least recently used of all (its debt is forgiven: the map's bound comes first).
 fn forget_one(principals: &mut HashMap<String, Arc<Entry>>, now: Instant) {
@@ -323,8 +365,8 @@ fn forget_one(principals: &mut HashMap<String, Arc<Entry>>, now: Instant) {
     for (principal, entry) in principals.iter() {
         let state = entry.state.lock();
         let used = state.last_used;
-        let idle = now.saturating_duration_since(used) >= IDLE_FORGET_AFTER
-            && state.owed_until <= now;
+        let idle =
+            now.saturating_duration_since(used) >= IDLE_FORGET_AFTER && state.owed_until <= now;
         if idle && oldest_idle.is_none_or(|(t, _)| used < t) {
             oldest_idle = Some((used, principal));
         }

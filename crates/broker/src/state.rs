@@ -52,6 +52,8 @@ pub struct BrokerState {
     pub(crate) fetchers: crate::replica::fetcher::Fetchers,
     /// The native port's connection counts, for metrics.
     pub connections: Arc<tinymq_net::ConnectionStats>,
+    /// Per-principal throttling, with the rates of the metadata image.
+    pub quotas: crate::quota::Quotas,
 }
 
 impl BrokerState {
@@ -70,8 +72,10 @@ impl BrokerState {
         let fetch_memory = Arc::new(tokio::sync::Semaphore::new(
             config.fetch_memory_bytes_max as usize,
         ));
+        let quotas = crate::quota::Quotas::new(config.quota_principals_max);
         Ok(BrokerState {
             fetch_memory,
+            quotas,
             config,
             advertised,
             cluster,

@@ -2,10 +2,12 @@
 //! the broker's traffic, disk and replication figures, and consumer groups with their lag.
 //! All are taken from the [`crate::NodeView`] at scrape time.
 
-use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::MetricType;
 
 use crate::metrics::{as_i64, counter, counters, gauge, gauge1, histograms, Labels};
-use crate::{BrokerStats, GroupStats, OpStats};
+use crate::{BrokerStats, GroupStats, OpStats, QuotaThrottle};
 
 type Result = std::result::Result<(), std::fmt::Error>;
 
@@ -115,6 +117,41 @@ pub(crate) fn broker(encoder: &mut DescriptorEncoder, b: &BrokerStats) -> Result
         "isr_expands",
         "Changes to the ISR of a partition led here that added a replica.",
         b.isr_expands,
+    )
+}
+
+/// Throttling by quotas: at most `series_max` series of each (the first by principal and
+/// kind); only principals throttled at least once, with limiters on this broker now, appear.
+pub(crate) fn quotas(
+    encoder: &mut DescriptorEncoder,
+    throttles: &[QuotaThrottle],
+    series_max: usize,
+) -> Result {
+    let shown = &throttles[..throttles.len().min(series_max)];
+    let labels = |t: &QuotaThrottle| -> Labels {
+        vec![
+            ("principal", t.principal.clone()),
+            ("kind", t.kind.to_string()),
+        ]
+    };
+    let mut metric = encoder.encode_descriptor(
+        "quota_throttle_seconds",
+        "Delay imposed on a principal's requests by its quota of one kind (produce, fetch or request bytes/rates) on this broker; a request over two quotas waits for the longer, so kinds may overlap.",
+        None,
+        MetricType::Counter,
+    )?;
+    for t in shown {
+        ConstCounter::new(t.throttle_seconds).encode(metric.encode_family(&labels(t))?)?;
+    }
+    let counts: Vec<(Labels, u64)> = shown
+        .iter()
+        .map(|t| (labels(t), t.throttled_requests))
+        .collect();
+    counters(
+        encoder,
+        "quota_throttled_requests",
+        "Requests (or fetch responses) of a principal delayed by its quota of one kind on this broker.",
+        &counts,
     )
 }
 
