@@ -261,4 +261,49 @@ mod tests {
         // One group and one lag series left out.
         assert!(text.contains("tinymq_group_series_omitted 2\n"), "{text}");
     }
+
+    #[derive(Debug)]
+    struct Quotas(Vec<QuotaThrottle>, usize);
+
+    impl Collector for Quotas {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result {
+            quotas(&mut encoder, &self.0, self.1)
+        }
+    }
+
+    #[test]
+    fn quota_series_carry_principal_and_kind_and_stop_at_the_limit() {
+        let throttle = |principal: &str, kind: &'static str| QuotaThrottle {
+            principal: principal.into(),
+            kind,
+            throttle_seconds: 1.5,
+            throttled_requests: 3,
+        };
+        let all = vec![
+            throttle("User:alice", "fetch"),
+            throttle("User:alice", "produce"),
+            throttle("User:bob", "request"),
+        ];
+        let mut registry = Registry::with_prefix("tinymq");
+        registry.register_collector(Box::new(Quotas(all, 2)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("# TYPE tinymq_quota_throttle_seconds counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"tinymq_quota_throttle_seconds_total{principal="User:alice",kind="fetch"} 1.5"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"tinymq_quota_throttled_requests_total{principal="User:alice",kind="produce"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("User:bob"), "{text}");
+    }
 }
