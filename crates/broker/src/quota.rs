@@ -64,10 +64,11 @@ impl QuotaKind {
     }
 }
 
-/// The rates in force: each principal's own, and the default for the others.
+/// The rates in force: each user's own (by user name: quotas name users only), and the
+/// default for the others.
 #[derive(Debug, Default)]
 struct QuotaTable {
-    own: BTreeMap<String, QuotaConfig>,
+    own: HashMap<String, QuotaConfig>,
     default: Option<QuotaConfig>,
 }
 
@@ -76,9 +77,12 @@ impl QuotaTable {
         let mut table = QuotaTable::default();
         for (principal, quota) in quotas {
             if principal == QUOTA_DEFAULT_PRINCIPAL {
-                table.default = Some(quota.clone());
+                table.default = Some(*quota);
+            } else if let Some(user) = principal.strip_prefix(USER_PREFIX) {
+                table.own.insert(user.to_owned(), *quota);
             } else {
-                table.own.insert(principal.clone(), quota.clone());
+                // The MetaServer accepts only users and the default; nothing else can match.
+                tracing::warn!(%principal, "a quota for something other than a user is ignored");
             }
         }
         table
@@ -88,11 +92,11 @@ impl QuotaTable {
         self.default.as_ref().is_none_or(unlimited) && self.own.values().all(|q| unlimited(q))
     }
 
-    /// The principal's rates, `None` when it has no limit at all (its own entry wins over
-    /// the default even when that entry is all zeros: an explicit exemption).
-    fn of(&self, principal: &str) -> Option<&QuotaConfig> {
+    /// The user's rates, `None` when it has no limit at all (its own entry wins over the
+    /// default even when that entry is all zeros: an explicit exemption).
+    fn of(&self, user: &str) -> Option<&QuotaConfig> {
         self.own
-            .get(principal)
+            .get(user)
             .or(self.default.as_ref())
             .filter(|q| !unlimited(q))
     }
@@ -122,9 +126,9 @@ struct EntryState {
 
 impl EntryState {
     fn new(quota: &QuotaConfig, now: Instant) -> EntryState {
-        let limiter = |rate: u64| (rate > 0).then(|| RateLimiter::new(rate, now));
+        let limiter = |rate: u64| (rate > 0).then(|| RateLimiter::new(rate));
         EntryState {
-            quota: quota.clone(),
+            quota: *quota,
             limiters: [
                 limiter(quota.produce_bytes_per_sec),
                 limiter(quota.fetch_bytes_per_sec),
@@ -172,7 +176,10 @@ impl Entry {
     }
 }
 
-/// The quotas of one broker.
+/// How quota keys name users.
+const USER_PREFIX: &str = "User:";
+
+/// The quotas of one broker, keyed by user name (nodes are never throttled).
 #[derive(Debug)]
 pub struct Quotas {
     /// Whether any principal has a limit: when not, admission costs one atomic load.
@@ -250,13 +257,13 @@ impl Quotas {
         *self.table.write() = table;
     }
 
-    /// Admits one request of `principal` carrying `produce_bytes` of produce request (0 for
-    /// other operations): charges it, and says how long to hold it back.
-    pub fn admit(&self, principal: &str, produce_bytes: u64, now: Instant) -> Admission {
+    /// Admits one request of `user` carrying `produce_bytes` of produce request (0 for other
+    /// operations): charges it, and says how long to hold it back.
+    pub fn admit(&self, user: &str, produce_bytes: u64, now: Instant) -> Admission {
         if !self.enabled() {
             return Admission::default();
         }
-        let Some(entry) = self.entry(principal, now) else {
+        let Some(entry) = self.entry(user, now) else {
             return Admission::default();
         };
         let delay = entry.charge([produce_bytes, 0, 1], now);
@@ -266,18 +273,18 @@ impl Quotas {
         }
     }
 
-    /// The principal's limiters, made on first use; `None` when it has no limit.
-    fn entry(&self, principal: &str, now: Instant) -> Option<Arc<Entry>> {
-        let quota = self.table.read().of(principal)?.clone();
+    /// The user's limiters, made on first use; `None` when it has no limit.
+    fn entry(&self, user: &str, now: Instant) -> Option<Arc<Entry>> {
+        let quota = *self.table.read().of(user)?;
         let mut principals = self.principals.lock();
-        if let Some(entry) = principals.get(principal) {
+        if let Some(entry) = principals.get(user) {
             return Some(entry.clone());
         }
         if principals.len() >= self.principals_max {
             forget_one(&mut principals, now);
         }
         let entry = Arc::new(Entry::new(&quota, now));
-        principals.insert(principal.to_owned(), entry.clone());
+        principals.insert(user.to_owned(), entry.clone());
         Some(entry)
     }
 
@@ -291,7 +298,8 @@ impl Quotas {
                 .collect()
         };
         let mut stats = Vec::new();
-        for (principal, entry) in entries {
+        for (user, entry) in entries {
+            let principal = format!("{USER_PREFIX}{user}");
             for kind in QuotaKind::ALL {
                 let throttled = entry.throttled[kind.index()].load(Ordering::Relaxed);
                 if throttled == 0 {
@@ -323,13 +331,13 @@ pub(crate) async fn admit(quotas: &Quotas, peer: &Peer, frame: &Frame) -> Option
     if !quotas.enabled() {
         return None;
     }
-    let principal = principal_of(peer)?;
+    let user = user_of(peer)?;
     let produce_bytes = if frame.header.op_code() == OpCode::Produce.code() {
         frame.body.len() as u64
     } else {
         0
     };
-    let admission = quotas.admit(&principal, produce_bytes, Instant::now());
+    let admission = quotas.admit(user, produce_bytes, Instant::now());
     if !admission.delay.is_zero() {
         tokio::time::sleep(admission.delay).await;
     }
@@ -344,18 +352,18 @@ pub(crate) async fn hold_fetch(throttle: &Throttle, bytes: u64) {
     }
 }
 
-/// Whom a connection's requests are charged to; `None` for nodes, never throttled (their
-/// replication and metadata traffic is not a tenant's).
-fn principal_of(peer: &Peer) -> Option<String> {
+/// The user a connection's requests are charged to; `None` for nodes, never throttled
+/// (their replication and metadata traffic is not a tenant's).
+fn user_of(peer: &Peer) -> Option<&str> {
     if peer.role != NodeRole::Client {
         return None;
     }
     // Until connections carry an authenticated principal, every client is anonymous.
-    Some(ANONYMOUS.to_owned())
+    Some(ANONYMOUS)
 }
 
-/// The principal of unauthenticated clients (`--auth none`).
-const ANONYMOUS: &str = "User:ANONYMOUS";
+/// The user of unauthenticated clients (`--auth none`).
+const ANONYMOUS: &str = "ANONYMOUS";
 
 /// Makes room for one principal: the least recently used that is idle and owes nothing,
 /// else the least recently used of all (its debt is forgiven: the map's bound comes first).
@@ -387,7 +395,7 @@ mod compat {
 
     pub const QUOTA_DEFAULT_PRINCIPAL: &str = "<default>";
 
-    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct QuotaConfig {
         pub produce_bytes_per_sec: u64,
         pub fetch_bytes_per_sec: u64,
@@ -400,22 +408,23 @@ mod compat {
     pub struct RateLimiter {
         rate: u64,
         tokens: f64,
-        at: Instant,
+        at: Option<Instant>,
     }
 
     impl RateLimiter {
-        pub fn new(rate_per_sec: u64, now: Instant) -> RateLimiter {
+        pub fn new(rate_per_sec: u64) -> RateLimiter {
             RateLimiter {
                 rate: rate_per_sec.max(1),
                 tokens: rate_per_sec.max(1) as f64,
-                at: now,
+                at: None,
             }
         }
 
         pub fn record(&mut self, now: Instant, amount: u64) -> Duration {
             let rate = self.rate as f64;
-            let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-            self.at = self.at.max(now);
+            let at = *self.at.get_or_insert(now);
+            let elapsed = now.saturating_duration_since(at).as_secs_f64();
+            self.at = Some(at.max(now));
             self.tokens = (self.tokens + elapsed * rate).min(rate) - amount as f64;
             if self.tokens >= 0.0 {
                 Duration::ZERO
