@@ -89,7 +89,7 @@ impl QuotaTable {
     }
 
     fn is_empty(&self) -> bool {
-        self.default.as_ref().is_none_or(unlimited) && self.own.values().all(|q| unlimited(q))
+        self.default.as_ref().is_none_or(unlimited) && self.own.values().all(unlimited)
     }
 
     /// The user's rates, `None` when it has no limit at all (its own entry wins over the
