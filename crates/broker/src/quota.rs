@@ -27,7 +27,7 @@ use parking_lot::{Mutex, RwLock};
 use tinymq_net::{NodeRole, Peer};
 use tinymq_protocol::{Frame, OpCode};
 
-pub use self::compat::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL};
+pub use tinymq_auth::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL};
 
 /// Default of `quota_principals_max`: principals whose limiters one broker keeps.
 pub const QUOTA_PRINCIPALS_MAX_DEFAULT: usize = 10_000;
@@ -385,53 +385,6 @@ fn forget_one(principals: &mut HashMap<String, Arc<Entry>>, now: Instant) {
     if let Some((_, principal)) = oldest_idle.or(oldest) {
         let principal = principal.clone();
         principals.remove(&principal);
-    }
-}
-
-/// Stand-ins for `tinymq-auth`'s quota names until that crate is merged (same names and
-/// meaning; replaced by a re-export then).
-mod compat {
-    use std::time::{Duration, Instant};
-
-    pub const QUOTA_DEFAULT_PRINCIPAL: &str = "<default>";
-
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-    pub struct QuotaConfig {
-        pub produce_bytes_per_sec: u64,
-        pub fetch_bytes_per_sec: u64,
-        pub requests_per_sec: u64,
-    }
-
-    /// A token bucket holding up to one second of the rate, starting full; a charge past
-    /// what it holds leaves a debt, paid back at the rate.
-    #[derive(Debug)]
-    pub struct RateLimiter {
-        rate: u64,
-        tokens: f64,
-        at: Option<Instant>,
-    }
-
-    impl RateLimiter {
-        pub fn new(rate_per_sec: u64) -> RateLimiter {
-            RateLimiter {
-                rate: rate_per_sec.max(1),
-                tokens: rate_per_sec.max(1) as f64,
-                at: None,
-            }
-        }
-
-        pub fn record(&mut self, now: Instant, amount: u64) -> Duration {
-            let rate = self.rate as f64;
-            let at = *self.at.get_or_insert(now);
-            let elapsed = now.saturating_duration_since(at).as_secs_f64();
-            self.at = Some(at.max(now));
-            self.tokens = (self.tokens + elapsed * rate).min(rate) - amount as f64;
-            if self.tokens >= 0.0 {
-                Duration::ZERO
-            } else {
-                Duration::from_secs_f64((-self.tokens / rate).min(1e9))
-            }
-        }
     }
 }
 
