@@ -12,7 +12,7 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
 use tinymq_meta::link::MetaLink;
 
 use crate::state::BrokerState;
-use crate::{group_handlers, handlers, topic_handlers};
+use crate::{group_handlers, handlers, security_admin, topic_handlers};
 
 /// The front end's view of a broker.
 pub(crate) struct BrokerFront(pub Arc<BrokerState>);
@@ -219,16 +219,28 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             )
             .await)
         }
+        OpCode::PutUser => handle!(m::PutUserRequest, |r| security_admin::put_user(state, r)
+            .await),
+        OpCode::DeleteUser => handle!(m::DeleteUserRequest, |r| {
+            security_admin::delete_user(state, r).await
+        }),
+        OpCode::ListUsers => handle!(m::ListUsersRequest, |r| security_admin::list_users(
+            &state, r
+        )),
+        OpCode::CreateAcls => handle!(m::CreateAclsRequest, |r| {
+            security_admin::create_acls(state, r).await
+        }),
+        OpCode::DeleteAcls => handle!(m::DeleteAclsRequest, |r| {
+            security_admin::delete_acls(state, r).await
+        }),
+        OpCode::ListAcls => handle!(m::ListAclsRequest, |r| security_admin::list_acls(&state, r)),
+        OpCode::SetQuota => handle!(m::SetQuotaRequest, |r| security_admin::set_quota(state, r)
+            .await),
+        OpCode::ListQuotas => handle!(m::ListQuotasRequest, |r| security_admin::list_quotas(
+            &state, r
+        )),
         // Issue 16 in progress: served once the security work lands.
-        OpCode::Authenticate
-        | OpCode::PutUser
-        | OpCode::DeleteUser
-        | OpCode::ListUsers
-        | OpCode::CreateAcls
-        | OpCode::DeleteAcls
-        | OpCode::ListAcls
-        | OpCode::SetQuota
-        | OpCode::ListQuotas => Some(error_frame(
+        OpCode::Authenticate => Some(error_frame(
             op_code,
             id,
             ErrorCode::UNKNOWN_OPERATION,

@@ -28,6 +28,7 @@ pub mod producer_state;
 pub mod quota;
 mod reconcile;
 pub mod replica;
+mod security_admin;
 mod server;
 pub mod state;
 pub mod stats;

@@ -34,6 +34,10 @@ pub struct MetaArgs {
     limits: LimitArgs,
     #[command(flatten)]
     http: crate::http::HttpArgs,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users.
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
 }
 
 /// The TOML file of `tinymq meta`: every field optional.
@@ -90,7 +94,11 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let http = args.http.over(file_http).start(false).await?;
+    let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
     let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    if let Some(admin) = admin {
+        tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
+    }
     if let Some(http) = &http {
         let view = crate::http::MetaView {
             node: server.node().clone(),

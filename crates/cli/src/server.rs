@@ -67,6 +67,10 @@ pub struct ServerArgs {
     /// forgotten past it [default: 10000].
     #[arg(long, env = "TINYMQ_QUOTA_PRINCIPALS_MAX", value_parser = crate::args::positive_usize)]
     quota_principals_max: Option<usize>,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users (`tinymq server` only).
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
 }
 
 /// The TOML file: every field optional.
@@ -167,6 +171,16 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let http_flags = std::mem::take(&mut args.http);
+    let admin_file = args.admin_password_file.take();
+    anyhow::ensure!(
+        !(cluster_member && admin_file.is_some()),
+        "--admin-password-file is for `tinymq server` and `tinymq meta`; brokers keep no users"
+    );
+    let admin = if cluster_member {
+        None
+    } else {
+        crate::user::admin_credentials(admin_file.as_deref())?
+    };
     let (config, file_http) = build_config(args)?;
     let http_args = http_flags.over(file_http);
     let role = if cluster_member { "broker" } else { "server" };
@@ -186,6 +200,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
     let http = http_args.start(!cluster_member).await?;
     let broker = Broker::start(config).await?;
+    if let (Some(admin), Some(meta)) = (admin, broker.embedded_meta()) {
+        tinymq_meta::security_ops::bootstrap_admin(meta, admin);
+    }
     if let Some(http) = &http {
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();
