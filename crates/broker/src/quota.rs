@@ -185,6 +185,8 @@ pub struct Quotas {
     /// Whether any principal has a limit: when not, admission costs one atomic load.
     enabled: AtomicBool,
     table: RwLock<QuotaTable>,
+    /// The image's quotas as last applied (most image changes leave them alone).
+    applied: Mutex<BTreeMap<String, QuotaConfig>>,
     principals: Mutex<HashMap<String, Arc<Entry>>>,
     principals_max: usize,
 }
@@ -225,6 +227,7 @@ impl Quotas {
         Quotas {
             enabled: AtomicBool::new(false),
             table: RwLock::new(QuotaTable::default()),
+            applied: Mutex::new(BTreeMap::new()),
             principals: Mutex::new(HashMap::new()),
             principals_max: principals_max.max(1),
         }
@@ -239,6 +242,12 @@ impl Quotas {
     /// whose rates changed start afresh at the new rates; those without any limit now are
     /// dropped.
     pub fn apply(&self, quotas: &BTreeMap<String, QuotaConfig>, now: Instant) {
+        // Held throughout: two images applied at once take effect in the order they came.
+        let mut applied = self.applied.lock();
+        if *applied == *quotas {
+            return;
+        }
+        applied.clone_from(quotas);
         let table = QuotaTable::from_image(quotas);
         {
             let mut principals = self.principals.lock();
