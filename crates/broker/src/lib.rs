@@ -9,6 +9,7 @@
 //! broker's registration and its view of the cluster metadata, from the MetaServer).
 
 mod alter_config;
+mod authorize;
 pub mod cluster;
 pub mod config;
 mod connection;

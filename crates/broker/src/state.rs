@@ -54,6 +54,8 @@ pub struct BrokerState {
     pub connections: Arc<tinymq_net::ConnectionStats>,
     /// Per-principal throttling, with the rates of the metadata image.
     pub quotas: crate::quota::Quotas,
+    /// The ACLs of the current image, for `crate::authorize`.
+    pub(crate) authorization: tinymq_meta::authorize::AuthorizerCache,
 }
 
 impl BrokerState {
@@ -73,6 +75,8 @@ impl BrokerState {
             config.fetch_memory_bytes_max as usize,
         ));
         let quotas = crate::quota::Quotas::new(config.quota_principals_max);
+        let authorization =
+            tinymq_meta::authorize::AuthorizerCache::new(config.authorization.clone());
         Ok(BrokerState {
             fetch_memory,
             quotas,
@@ -85,6 +89,7 @@ impl BrokerState {
             deleter,
             fetchers: Default::default(),
             connections: Default::default(),
+            authorization,
         })
     }
 

@@ -14,6 +14,7 @@ mod group;
 mod producer;
 mod retry;
 mod security_admin;
+mod security;
 
 pub use admin::{
     Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove,
@@ -29,6 +30,7 @@ pub use producer::{
     ProducerConfig, ProducerRecord, RecordMetadata,
 };
 pub use security_admin::{AclFilter, PutUserMode, Quota, UserInfo, SCRAM_MECHANISMS_DEFAULT};
+pub use security::{ClientTls, Login, ScramMechanism, Security};
 pub use tinymq_protocol::batch::Compression;
 pub use tinymq_protocol::messages::NodeRole;
 pub use tinymq_protocol::ErrorCode;

@@ -7,7 +7,8 @@
 //! MetaServer peers and metadata writes and heartbeats to brokers and peers.
 //!
 //! Requests of one connection run concurrently (up to `requests_in_flight_max`), so a
-//! long-polling `MetaRead` does not hold up the others.
+//! long-polling `MetaRead` does not hold up the others. Every request is authorized in
+//! [`handle`] ([`crate::authorize`]) before it is served.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -25,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::authorize::{AuthorizationConfig, AuthorizerCache};
 use crate::raft::network::{RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
 use crate::raft::{MetaNode, MetaNodeError};
 use crate::security_ops;
@@ -65,8 +67,8 @@ pub enum MetaServerError {
     Node(#[from] MetaNodeError),
 }
 
-/// The front end's view of a MetaServer node.
-struct MetaFront(Arc<MetaService>);
+/// The front end's view of a MetaServer node, and the ACLs of its image.
+struct MetaFront(Arc<MetaService>, Arc<AuthorizerCache>);
 
 impl tinymq_net::Service for MetaFront {
     fn identity(&self) -> Identity {
@@ -78,10 +80,20 @@ impl tinymq_net::Service for MetaFront {
     }
 
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
-        let service = self.0.clone();
-        let peer_node_id = peer.node_id;
-        Box::pin(async move { Some(handle(&service, frame, peer_node_id).await.into()) })
+        let (service, authorization) = (self.0.clone(), self.1.clone());
+        let peer = peer.clone();
+        Box::pin(async move { Some(handle(&service, frame, &peer, &authorization).await.into()) })
     }
+}
+
+/// A MetaServer node's security: what its listener asks of connections, and how it connects
+/// to its peers.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSecurity {
+    pub listener: tinymq_net::ListenerSecurity,
+    pub links: tinymq_client::Security,
+    /// Whether requests are authorized against the image's ACLs, and the super users.
+    pub authorization: AuthorizationConfig,
 }
 
 impl MetaServer {
@@ -94,18 +106,35 @@ impl MetaServer {
         dir: &Path,
         limits: ListenerLimits,
     ) -> Result<MetaServer, MetaServerError> {
+        let security = NodeSecurity::default();
+        MetaServer::start_secure(id, listen, peers, dir, limits, security).await
+    }
+
+    /// [`MetaServer::start`] with TLS (and authentication) on its listener and its links.
+    pub async fn start_secure(
+        id: u64,
+        listen: SocketAddr,
+        peers: BTreeMap<u64, String>,
+        dir: &Path,
+        limits: ListenerLimits,
+        security: NodeSecurity,
+    ) -> Result<MetaServer, MetaServerError> {
         limits.check().map_err(MetaServerError::Limits)?;
         let listener = TcpListener::bind(listen)
             .await
             .map_err(MetaServerError::Listen)?;
         let local_addr = listener.local_addr().map_err(MetaServerError::Listen)?;
-        let service = MetaService::start(id, peers, dir, None).await?;
+        let service = MetaService::start_secure(id, peers, dir, None, security.links).await?;
         let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
         let connections = Arc::new(tinymq_net::ConnectionStats::default());
-        tasks.spawn(tinymq_net::serve_counted(
+        tasks.spawn(tinymq_net::serve_secure(
             listener,
-            Arc::new(MetaFront(service.clone())),
+            Arc::new(MetaFront(
+                service.clone(),
+                Arc::new(AuthorizerCache::new(security.authorization)),
+            )),
             limits.clone(),
+            security.listener,
             shutdown.clone(),
             tasks.clone(),
             connections.clone(),
@@ -141,10 +170,15 @@ impl Drop for MetaServer {
     }
 }
 
-/// Answers one request frame.
-/// `peer_node_id` is the node id the connection's handshake gave (0 for clients).
-pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> Bytes {
+/// Answers one request frame from `peer`, once `authorization` allows it.
+pub async fn handle(
+    service: &MetaService,
+    frame: Frame,
+    peer: &Peer,
+    authorization: &AuthorizerCache,
+) -> Bytes {
     let node = &service.node;
+    let peer_node_id = peer.node_id;
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
     let Some(code) = OpCode::from_code(op) else {
         return error_response(
@@ -154,10 +188,20 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
             format!("unknown operation {op}"),
         );
     };
+    // Every request is checked as it is decoded, before it is served.
     macro_rules! decode {
         ($t:ty) => {
             match <$t>::decode(frame.body) {
-                Ok(r) => r,
+                Ok(r) => {
+                    let version = || node.version();
+                    let image = || node.image();
+                    if let Err(e) =
+                        authorization.require_request(&peer.principal, &r, version, image)
+                    {
+                        return encode(op, id, &m::ErrorResponse { error: Some(e) });
+                    }
+                    r
+                }
                 Err(e) => return error_response(op, id, ErrorCode::MALFORMED_BODY, e.to_string()),
             }
         };
@@ -280,14 +324,13 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
             let w = service.write(Command::DeleteTopic { name: r.name }).await;
             encode(op, id, &m::DeleteTopicResponse { error: w.error })
         }
-        OpCode::ListTopics => encode(
-            op,
-            id,
-            &m::ListTopicsResponse {
-                error: None,
-                names: node.image().user_topic_names(),
-            },
-        ),
+        OpCode::ListTopics => {
+            let _ = decode!(m::ListTopicsRequest);
+            let access = authorization.current(|| node.version(), || node.image());
+            let mut names = node.image().user_topic_names();
+            names.retain(|t| access.describes_topic(&peer.principal, t));
+            encode(op, id, &m::ListTopicsResponse { error: None, names })
+        }
         OpCode::PutUser => {
             let r = decode!(m::PutUserRequest);
             encode(op, id, &security_ops::put_user(service, r).await)

@@ -78,6 +78,8 @@ pub(crate) fn answer(
         role: role.unwrap_or(NodeRole::Client),
         node_id: request.node_id,
         client_id: request.client_id,
+        principal: tinymq_auth::Principal::anonymous(),
+        tls_principal: None,
         large_response_gate: crate::LargeResponseGate::new(),
     });
     (encode_response(op, id, &response), peer)

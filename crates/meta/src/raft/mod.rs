@@ -239,6 +239,11 @@ impl MetaNode {
         self.image.read().expect("image lock").clone()
     }
 
+    /// The index of the last log entry applied to the image (see [`MetaNode::versioned_image`]).
+    pub fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+
     /// The image with the index of the last log entry applied to it (the image may already
     /// include later entries; it never lacks earlier ones).
     pub fn versioned_image(&self) -> (u64, MetadataImage) {
