@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
+use tinymq_auth::PrincipalKind;
 use tinymq_net::{NodeRole, Peer};
 use tinymq_protocol::{Frame, OpCode};
 
@@ -362,17 +363,15 @@ pub(crate) async fn hold_fetch(throttle: &Throttle, bytes: u64) {
 }
 
 /// The user a connection's requests are charged to; `None` for nodes, never throttled
-/// (their replication and metadata traffic is not a tenant's).
+/// (their replication and metadata traffic is not a tenant's). With `--auth none` every
+/// client is `User:ANONYMOUS`.
 fn user_of(peer: &Peer) -> Option<&str> {
-    if peer.role != NodeRole::Client {
+    let principal = &peer.principal;
+    if peer.role != NodeRole::Client || principal.kind != PrincipalKind::User {
         return None;
     }
-    // Until connections carry an authenticated principal, every client is anonymous.
-    Some(ANONYMOUS)
+    Some(&principal.name)
 }
-
-/// The user of unauthenticated clients (`--auth none`).
-const ANONYMOUS: &str = "ANONYMOUS";
 
 /// Makes room for one principal: the least recently used that is idle and owes nothing,
 /// else the least recently used of all (its debt is forgiven: the map's bound comes first).
