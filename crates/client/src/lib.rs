@@ -13,8 +13,8 @@ mod error;
 mod group;
 mod producer;
 mod retry;
-mod security_admin;
 mod security;
+mod security_admin;
 
 pub use admin::{
     Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove,
@@ -29,8 +29,8 @@ pub use producer::{
     murmur2, partition_for_key, Acks, BatchDelivery, BatchMetadata, DeliveryFuture, Producer,
     ProducerConfig, ProducerRecord, RecordMetadata,
 };
-pub use security_admin::{AclFilter, PutUserMode, Quota, UserInfo, SCRAM_MECHANISMS_DEFAULT};
 pub use security::{ClientTls, Login, ScramMechanism, Security};
+pub use security_admin::{AclFilter, PutUserMode, Quota, UserInfo, SCRAM_MECHANISMS_DEFAULT};
 pub use tinymq_protocol::batch::Compression;
 pub use tinymq_protocol::messages::NodeRole;
 pub use tinymq_protocol::ErrorCode;
