@@ -105,6 +105,8 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Keep the topic if the bench created it (by default it is deleted after the run).
     pub keep_topic: bool,
+    /// TLS and login of every connection the bench opens.
+    pub security: tinymq_client::Security,
 }
 
 /// How often progress is printed when stderr is not a terminal.
@@ -146,6 +148,13 @@ pub(crate) fn new_histogram() -> hdrhistogram::Histogram<u64> {
 }
 
 impl BenchConfig {
+    /// The client settings of every producer, consumer and admin of the run.
+    pub(crate) fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new(&self.bootstrap);
+        c.security = self.security.clone();
+        c
+    }
+
     fn validate(&self, mode: Mode) -> Result<(), BenchError> {
         let bad = |m: &str| Err(BenchError::Config(m.into()));
         if mode != Mode::Consume && self.producers == 0 {
@@ -174,7 +183,7 @@ impl BenchConfig {
 
     /// The topic's partition count, and whether this run created it.
     async fn ensure_topic(&self) -> Result<(u32, bool), BenchError> {
-        let admin = Admin::new(ClientConfig::new(&self.bootstrap))?;
+        let admin = Admin::new(self.client_config())?;
         match admin.describe_topic(&self.topic).await {
             Ok(d) => Ok((d.partitions.len() as u32, false)),
             Err(ClientError::Server {
@@ -267,7 +276,7 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
     }
     if created && !config.keep_topic {
         // The run's data is not wanted afterwards; a failure to delete is not the run's.
-        let deleted = match Admin::new(ClientConfig::new(&config.bootstrap)) {
+        let deleted = match Admin::new(config.client_config()) {
             Ok(admin) => admin.delete_topic(&config.topic).await,
             Err(e) => Err(e),
         };
@@ -284,11 +293,14 @@ pub async fn hold_idle_connections(
     bootstrap: &str,
     count: usize,
     hold: Duration,
+    security: &tinymq_client::Security,
 ) -> Result<usize, BenchError> {
     let mut connections = Vec::with_capacity(count);
+    let role = tinymq_client::NodeRole::Client;
     for _ in 0..count {
-        connections
-            .push(tinymq_client::Connection::connect(bootstrap, "tinymq-bench-idle", "").await?);
+        let id = "tinymq-bench-idle";
+        let c = tinymq_client::Connection::connect_secure(bootstrap, id, "", role, 0, security);
+        connections.push(c.await?);
     }
     println!(
         "holding {} idle connections for {} s",

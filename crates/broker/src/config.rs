@@ -52,14 +52,14 @@ pub struct BrokerConfig {
     /// Principals whose quota limiters this broker keeps at once (the least recently used
     /// is forgotten past it).
     pub quota_principals_max: usize,
-    /// Whether requests are authorized against the image's ACLs (`--auth`), and the super
-    /// users; off by default.
-    pub authorization: tinymq_meta::authorize::AuthorizationConfig,
     /// What the client port asks of connections (TLS, authentication).
     pub security: tinymq_net::ListenerSecurity,
     /// TLS and login of this broker's own connections: to the MetaServer nodes and, as a
     /// follower, to partition leaders.
     pub links: tinymq_client::Security,
+    /// Whether requests are authorized against the image's ACLs (`--auth`), and the super
+    /// users; off by default.
+    pub authorization: tinymq_meta::authorize::AuthorizationConfig,
 }
 
 /// Default of `replica_lag_time_max`: 10 s.
@@ -89,9 +89,9 @@ impl Default for BrokerConfig {
             replica_lag_time_max: REPLICA_LAG_TIME_MAX_DEFAULT,
             open_segment_files_max: tinymq_log::OPEN_SEGMENT_FILES_MAX_DEFAULT,
             quota_principals_max: crate::quota::QUOTA_PRINCIPALS_MAX_DEFAULT,
-            authorization: Default::default(),
             security: tinymq_net::ListenerSecurity::default(),
             links: tinymq_client::Security::default(),
+            authorization: Default::default(),
         }
     }
 }

@@ -27,6 +27,17 @@ impl tinymq_net::Service for BrokerFront {
         }
     }
 
+    /// From the image as this broker last saw it: a user created moments ago may need a
+    /// retry, a deleted one fails at once only once the broker has seen the deletion.
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.0.cluster.image().credential(user, mechanism)
+    }
+
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let state = self.0.clone();
         // A principal over its quota waits here, so the connection is read no further.
@@ -258,8 +269,13 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             };
             Some(tinymq_meta::server::handle(service, frame, &peer, &state.authorization).await)
         }
-        OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| topic_handlers::meta_read(&state)
-            .await),
+        OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| {
+            let mut answer = topic_handlers::meta_read(&state).await;
+            if !peer.principal.is_node() {
+                tinymq_meta::service::strip_credentials(&mut answer);
+            }
+            answer
+        }),
         OpCode::RaftRpc | OpCode::MetaWrite | OpCode::BrokerHeartbeat => Some(error_frame(
             op_code,
             id,

@@ -110,6 +110,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
                 &bootstrap.bootstrap,
                 count,
                 Duration::from_secs_f64(hold_s),
+                &bootstrap.security.security()?,
             )
             .await?;
             return Ok(());
@@ -136,6 +137,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         None => args.bootstrap.bootstrap.clone(),
     };
     let config = BenchConfig {
+        security: args.bootstrap.security.security()?,
         bootstrap,
         topic: args.topic,
         partitions: args.partitions,

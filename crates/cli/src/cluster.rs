@@ -34,6 +34,8 @@ pub struct MetaArgs {
     limits: LimitArgs,
     #[command(flatten)]
     http: crate::http::HttpArgs,
+    #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
     /// A file with the password of user `admin`, created at the cluster's first start (also
     /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users.
     #[arg(long)]
@@ -89,13 +91,28 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
     );
+    let security_flags = args.security.clone();
+    let security = tokio::task::spawn_blocking(move || security_flags.resolve(None)).await??;
+    // TLS is B's part: until its flags are read here, no listener has it.
+    let tls = false;
+    security.check_exposure("MetaServer", listen, tls)?;
+    let http_args = args.http.over(file_http);
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, tls)?;
+    }
     // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let http = args.http.over(file_http).start(false).await?;
+    let http = http_args.start(false).await?;
     let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
-    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    let mut node_security = tinymq_meta::server::NodeSecurity {
+        listener: security.listener.clone(),
+        authorization: security.authorization.clone(),
+        ..Default::default()
+    };
+    node_security.links.login = security.node_login(tinymq_auth::NodeKind::Meta, id);
+    let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
     if let Some(admin) = admin {
         tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
     }
@@ -176,7 +193,7 @@ pub async fn run_broker_action(action: BrokerAction) -> anyhow::Result<()> {
             bootstrap,
         } => (id, move_partitions, bootstrap),
     };
-    let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(&bootstrap.bootstrap))?;
+    let admin = tinymq_client::Admin::new(bootstrap.client_config()?)?;
     admin.decommission_broker(id, move_partitions).await?;
     if move_partitions {
         outln!("decommissioned broker {id}; its partitions are placed on live brokers")
@@ -207,7 +224,7 @@ pub enum ClusterCommand {
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status { json, bootstrap } => {
-            crate::cluster_status::run(json, &bootstrap.bootstrap).await
+            crate::cluster_status::run(json, &bootstrap).await
         }
         ClusterCommand::Rebalance { plan } => {
             crate::reassign::run(crate::reassign::Plan::Rebalance, plan).await

@@ -4,6 +4,7 @@
 mod acl;
 mod args;
 mod bench;
+mod client_security;
 mod cluster;
 mod cluster_status;
 mod codec;
@@ -18,6 +19,7 @@ mod quota;
 mod reassign;
 mod scrape;
 mod server;
+mod server_security;
 mod top;
 mod topic;
 mod user;
@@ -43,6 +45,17 @@ pub struct Bootstrap {
     /// Node addresses to bootstrap from, comma-separated.
     #[arg(long, env = "TINYMQ_BOOTSTRAP", default_value = "127.0.0.1:21581")]
     pub bootstrap: String,
+    #[command(flatten)]
+    pub security: client_security::ClientSecurityArgs,
+}
+
+impl Bootstrap {
+    /// The client configuration for these addresses, with the login and TLS of the flags.
+    pub fn client_config(&self) -> anyhow::Result<tinymq_client::ClientConfig> {
+        let mut config = tinymq_client::ClientConfig::new(&self.bootstrap);
+        config.security = self.security.security()?;
+        Ok(config)
+    }
 }
 
 #[derive(Subcommand)]

@@ -38,6 +38,8 @@ pub struct ServerArgs {
     limits: LimitArgs,
     #[command(flatten)]
     http: HttpArgs,
+    #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
@@ -181,8 +183,24 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     } else {
         crate::user::admin_credentials(admin_file.as_deref())?
     };
-    let (config, file_http) = build_config(args)?;
+    let security_flags = std::mem::take(&mut args.security);
+    let (mut config, file_http) = build_config(args)?;
     let http_args = http_flags.over(file_http);
+    let standalone_data = (!cluster_member).then(|| config.data_dir.clone());
+    let security = tokio::task::spawn_blocking(move || {
+        security_flags.resolve(standalone_data.as_deref())
+    })
+    .await??;
+    // TLS is B's part: until its flags are read here, no listener has it.
+    let tls = false;
+    security.check_exposure("client", config.listen, tls)?;
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, tls)?;
+    }
+    config.security = security.listener.clone();
+    config.authorization = security.authorization.clone();
+    let node = u64::from(config.node_id);
+    config.links.login = security.node_login(tinymq_auth::NodeKind::Broker, node);
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {

@@ -521,3 +521,38 @@ fn the_documented_create_acls_bytes_are_what_the_protocol_encodes() {
     assert_eq!(tinymq_protocol::OpCode::CreateAcls.code(), 0x1d);
     assert_eq!(tinymq_protocol::OpCode::DeleteUser.code(), 0x1b);
 }
+
+#[test]
+fn a_meta_follower_forwards_changes_and_lists_them_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addrs: Vec<String> = (0..3)
+        .map(|_| format!("127.0.0.1:{}", common::free_port()))
+        .collect();
+    let _nodes: Vec<_> = (1..=3)
+        .map(|id| common::start(id, &addrs, tmp.path()))
+        .collect();
+    let leader = common::leader(&addrs[0], None);
+    let follower = &addrs[if leader == 1 { 1 } else { 0 }];
+    ok(
+        follower,
+        &["user", "create", "frank", "--new-password", "f"],
+    );
+    assert!(
+        ok(follower, &["user", "list"]).contains("frank"),
+        "the follower lists what it forwarded"
+    );
+    ok(
+        follower,
+        &[
+            "quota",
+            "set",
+            "--principal",
+            "User:frank",
+            "--requests-per-sec",
+            "3",
+        ],
+    );
+    assert!(ok(follower, &["quota", "list"]).contains("User:frank"));
+    let removed = ok(follower, &["acl", "remove", "--principal", "User:frank"]);
+    assert_eq!(removed.trim(), "no ACL matched");
+}

@@ -6,6 +6,7 @@
 //! answers `NOT_LEADER` or `UNKNOWN_TOPIC_OR_PARTITION`.
 
 mod admin;
+mod authenticate;
 mod cluster;
 mod connection;
 mod consumer;

@@ -12,7 +12,7 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::command::{Command, Reply};
 use crate::image::MetadataImage;
-use crate::security::{matching_acls, PutUserMode, ACLS_MAX};
+use crate::security::{matching_acls, PutUserMode, ACLS_MAX, USER_CREDENTIALS_MAX};
 
 /// Where the handlers write commands, and how they wait for them to show.
 pub trait SecurityStore: Sync {
@@ -30,7 +30,14 @@ fn invalid(why: impl std::fmt::Display) -> m::Error {
     ErrorCode::INVALID_REQUEST.with_message(why.to_string())
 }
 
+/// The request's verifiers, each checked; their count first, before any is converted.
 fn credentials_of(r: &m::PutUserRequest) -> Result<Vec<StoredCredential>, m::Error> {
+    if r.credentials.len() > USER_CREDENTIALS_MAX {
+        let n = r.credentials.len();
+        return Err(invalid(format!(
+            "{n} credentials; at most {USER_CREDENTIALS_MAX}, one per mechanism"
+        )));
+    }
     r.credentials
         .iter()
         .map(|c| StoredCredential::from_wire(c).map_err(|e| invalid(format!("credential: {e}"))))

@@ -79,6 +79,15 @@ impl tinymq_net::Service for MetaFront {
         }
     }
 
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.0.node.with_image(|image| image.credential(user, mechanism))
+    }
+
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let (service, authorization) = (self.0.clone(), self.1.clone());
         let peer = peer.clone();
@@ -235,7 +244,8 @@ pub async fn handle(
         }
         OpCode::MetaRead => {
             let request = decode!(m::MetaReadRequest);
-            encode(op, id, &service.read(request).await)
+            let nodes_only = peer.principal.is_node();
+            encode(op, id, &service.read_as(request, nodes_only).await)
         }
         OpCode::CreateTopic => {
             let r = decode!(m::CreateTopicRequest);

@@ -138,7 +138,11 @@ impl From<ClientError> for Problem {
             | ClientError::ConnectionClosed(_)
             | ClientError::LeaderMoved { .. }
             | ClientError::Closed => Problem::unavailable(detail),
-            ClientError::Protocol(_) | ClientError::Batch(_) | ClientError::Config(_) => {
+            // The API's own node login failing is the server's problem, not the caller's.
+            ClientError::Protocol(_)
+            | ClientError::Batch(_)
+            | ClientError::Config(_)
+            | ClientError::Authentication { .. } => {
                 Problem::new(StatusCode::BAD_GATEWAY, "UNKNOWN_SERVER_ERROR", detail)
             }
         }
