@@ -250,21 +250,22 @@ impl Quotas {
         }
         applied.clone_from(quotas);
         let table = QuotaTable::from_image(quotas);
-        {
-            let mut principals = self.principals.lock();
-            principals.retain(|principal, entry| match table.of(principal) {
-                None => false,
-                Some(quota) => {
-                    let mut state = entry.state.lock();
-                    if state.quota != *quota {
-                        *state = EntryState::new(quota, now);
-                    }
-                    true
-                }
-            });
-        }
         self.enabled.store(!table.is_empty(), Ordering::Relaxed);
+        // The table first, then the limiters: an admission holds the table's read lock while
+        // it makes a limiter, so none made from the old table survives this.
         *self.table.write() = table;
+        let table = self.table.read();
+        let mut principals = self.principals.lock();
+        principals.retain(|principal, entry| match table.of(principal) {
+            None => false,
+            Some(quota) => {
+                let mut state = entry.state.lock();
+                if state.quota != *quota {
+                    *state = EntryState::new(quota, now);
+                }
+                true
+            }
+        });
     }
 
     /// Admits one request of `user` carrying `produce_bytes` of produce request (0 for other
@@ -285,7 +286,8 @@ impl Quotas {
 
     /// The user's limiters, made on first use; `None` when it has no limit.
     fn entry(&self, user: &str, now: Instant) -> Option<Arc<Entry>> {
-        let quota = *self.table.read().of(user)?;
+        let table = self.table.read();
+        let quota = table.of(user)?;
         let mut principals = self.principals.lock();
         if let Some(entry) = principals.get(user) {
             return Some(entry.clone());
@@ -293,7 +295,7 @@ impl Quotas {
         if principals.len() >= self.principals_max {
             forget_one(&mut principals, now);
         }
-        let entry = Arc::new(Entry::new(&quota, now));
+        let entry = Arc::new(Entry::new(quota, now));
         principals.insert(user.to_owned(), entry.clone());
         Some(entry)
     }
