@@ -24,7 +24,7 @@ pub use api::{HTTP_GROUPS_LIST_MAX, HTTP_MESSAGES_PAGE_BYTES_MAX, HTTP_MESSAGES_
 pub use limits::HttpLimits;
 pub use view::{
     BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
-    RaftStats, ReadinessCheck, Traffic,
+    QuotaThrottle, RaftStats, ReadinessCheck, Traffic,
 };
 
 use std::net::SocketAddr;
