@@ -43,7 +43,7 @@ fn fails(addr: &str, args: &[&str]) -> String {
 
 /// The image as `MetaRead` gives it to a client, as text and parsed.
 fn meta_read(addr: &str) -> (String, MetadataImage) {
-    let read = RawClient::handshaken(addr).call(&m::MetaReadRequest {
+    let read = RawClient::handshaken_as(addr, m::NodeRole::Broker).call(&m::MetaReadRequest {
         since_version: 0,
         wait_ms: 0,
     });
