@@ -288,9 +288,9 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         OpCode::DeleteUser => handle!(m::DeleteUserRequest, |r| {
             security_admin::delete_user(state, r).await
         }),
-        OpCode::ListUsers => handle!(m::ListUsersRequest, |r| security_admin::list_users(
-            &state, r
-        )),
+        OpCode::ListUsers => handle!(m::ListUsersRequest, |r| {
+            security_admin::list_users(state, r).await
+        }),
         OpCode::CreateAcls => handle!(m::CreateAclsRequest, |r| {
             security_admin::create_acls(state, r).await
         }),

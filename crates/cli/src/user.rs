@@ -9,7 +9,7 @@ use clap::Subcommand;
 use tinymq_auth::{
     ScramMechanism, SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN,
 };
-use tinymq_client::{Admin, ClientConfig, PutUserMode};
+use tinymq_client::{Admin, PutUserMode};
 
 use crate::{outln, Bootstrap};
 
@@ -109,7 +109,7 @@ pub fn read_password(
 
 async fn put(args: PutUserArgs, mode: PutUserMode) -> anyhow::Result<()> {
     let password = read_password(args.new_password, args.new_password_file.as_deref())?;
-    let admin = Admin::new(ClientConfig::new(&args.bootstrap.bootstrap))?;
+    let admin = Admin::new(args.bootstrap.client_config()?)?;
     let mechanisms = args.mechanism.list();
     admin
         .put_user(&args.name, &password, mode, &mechanisms, args.iterations)
@@ -127,15 +127,13 @@ pub async fn run(command: UserCommand) -> anyhow::Result<()> {
         UserCommand::Create(args) => put(args, PutUserMode::Create).await,
         UserCommand::Passwd(args) => put(args, PutUserMode::Update).await,
         UserCommand::Delete { name, bootstrap } => {
-            Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            Admin::new(bootstrap.client_config()?)?
                 .delete_user(&name)
                 .await?;
             outln!("deleted user {name}")
         }
         UserCommand::List { json, bootstrap } => {
-            let users = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
-                .list_users()
-                .await?;
+            let users = Admin::new(bootstrap.client_config()?)?.list_users().await?;
             if json {
                 let out: Vec<_> = users
                     .iter()
@@ -184,4 +182,45 @@ pub fn admin_credentials(
             .map(|m| tinymq_auth::StoredCredential::derive(m, &password, SCRAM_ITERATIONS_DEFAULT))
             .collect(),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn the_new_password_flags_do_not_clash_with_the_login_flags() {
+        crate::Cli::command().debug_assert();
+        let args = [
+            "tinymq",
+            "user",
+            "create",
+            "alice",
+            "--new-password",
+            "new",
+            "--user",
+            "admin",
+            "--password",
+            "login",
+        ];
+        let cli = crate::Cli::try_parse_from(args).expect("parses");
+        let crate::Command::User(super::UserCommand::Create(put)) = cli.command else {
+            panic!("not user create");
+        };
+        assert_eq!(put.new_password.as_deref(), Some("new"));
+        let both = [
+            "tinymq",
+            "user",
+            "passwd",
+            "alice",
+            "--new-password",
+            "a",
+            "--new-password-file",
+            "f",
+        ];
+        assert!(
+            crate::Cli::try_parse_from(both).is_err(),
+            "one password source only"
+        );
+    }
 }
