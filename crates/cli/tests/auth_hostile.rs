@@ -348,8 +348,11 @@ impl Drop for SecureCluster {
     }
 }
 
+/// A cluster secret file, readable by its owner only (nodes refuse any other).
 fn write_secret(path: &std::path::Path, byte: u8) {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, hex(&[byte; 32])).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 fn hex(bytes: &[u8]) -> String {
