@@ -271,7 +271,7 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         }
         OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| {
             let mut answer = topic_handlers::meta_read(&state).await;
-            if !peer.principal.is_node() {
+            if peer.role == m::NodeRole::Client {
                 tinymq_meta::service::strip_credentials(&mut answer);
             }
             answer

@@ -348,8 +348,11 @@ impl Drop for SecureCluster {
     }
 }
 
+/// A cluster secret file, readable by its owner only (nodes refuse any other).
 fn write_secret(path: &std::path::Path, byte: u8) {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, hex(&[byte; 32])).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -502,4 +505,62 @@ fn a_broker_with_the_wrong_secret_cannot_join_and_says_why() {
 /// An error code as the wire carries it.
 fn wire(code: ErrorCode) -> u32 {
     u32::from(code.code())
+}
+
+#[test]
+fn with_mtls_the_certificate_names_the_principal() {
+    use common::tls::{args, client_flags, node_flags, tool, tool_ok, Ca, Node};
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new(tmp.path(), "ca");
+    let mut flags = node_flags(&ca.cert, &ca.leaf("server-1"), "required");
+    flags.extend(["--auth".into(), "mtls".into()]);
+    let server = Node::server(&tmp.path().join("mtls"), &flags);
+    // `admin` is a super user by default: its certificate alone lets it create a topic.
+    let (admin, bob) = (ca.leaf("admin"), ca.leaf("bob"));
+    let create = |id, name: &str| {
+        args(
+            &["topic", "create", name],
+            &client_flags(&ca.cert, Some(id)),
+        )
+    };
+    tool_ok(&server.addr, &create(&admin, "by-admin"), b"");
+    // `bob` is who his certificate says, with no ACL: refused, by name.
+    let refused = tool(&server.addr, &create(&bob, "by-bob"), b"");
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("User:bob"), "{err}");
+}
+
+#[test]
+fn an_exposed_listener_needs_tls_and_authentication_or_insecure() {
+    let tmp = tempfile::tempdir().unwrap();
+    let start = |extra: &[&str], data: &str| {
+        Command::new(BIN)
+            .args(["server", "--listen", "0.0.0.0:0", "--http", "off", "--data"])
+            .arg(tmp.path().join(data))
+            .args(extra)
+            .env("TINYMQ_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let refused = start(&[], "a").wait_with_output().unwrap();
+    assert!(!refused.status.success());
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        err.contains("neither TLS nor authentication") && err.contains("--insecure"),
+        "{err}"
+    );
+    let refused = start(&["--auth", "scram"], "b").wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("no TLS"));
+
+    let mut insecure = start(&["--insecure"], "c");
+    let mut line = String::new();
+    BufReader::new(insecure.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = insecure.kill();
+    let _ = insecure.wait();
+    assert!(line.starts_with("tinymq listening on 0.0.0.0:"), "{line}");
 }

@@ -246,8 +246,10 @@ pub async fn handle(
         }
         OpCode::MetaRead => {
             let request = decode!(m::MetaReadRequest);
-            let nodes_only = peer.principal.is_node();
-            encode(op, id, &service.read_as(request, nodes_only).await)
+            // A node's role is proven wherever nodes authenticate; elsewhere anyone may claim
+            // one (and send Raft traffic too), so the claim is what counts.
+            let to_node = peer.role != m::NodeRole::Client;
+            encode(op, id, &service.read_as(request, to_node).await)
         }
         OpCode::CreateTopic => {
             let r = decode!(m::CreateTopicRequest);
