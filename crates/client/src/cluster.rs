@@ -19,7 +19,9 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::connection::Connection;
 use crate::error::{check, ClientError};
+use crate::security::Security;
 pub use failover::LEADER_CHECK_INTERVAL;
+use tinymq_protocol::messages::NodeRole;
 
 /// Routes older than this are fetched again before use.
 pub const METADATA_AGE_MAX: Duration = Duration::from_secs(300);
@@ -36,6 +38,8 @@ pub struct ClientConfig {
     /// How long an administrative operation keeps retrying retriable errors (a leader
     /// change, an unreachable node) before it fails; like Kafka's `default.api.timeout.ms`.
     pub api_timeout: Duration,
+    /// TLS and login for every connection (default: plain, no login).
+    pub security: Security,
 }
 
 impl ClientConfig {
@@ -51,6 +55,7 @@ impl ClientConfig {
             cluster_id: String::new(),
             request_timeout: Duration::from_secs(30),
             api_timeout: Duration::from_secs(60),
+            security: Security::default(),
         }
     }
 }
@@ -128,7 +133,15 @@ impl Cluster {
             return Ok(c.clone());
         }
         let c = Arc::new(
-            Connection::connect(addr, &self.config.client_id, &self.config.cluster_id).await?,
+            Connection::connect_secure(
+                addr,
+                &self.config.client_id,
+                &self.config.cluster_id,
+                NodeRole::Client,
+                0,
+                &self.config.security,
+            )
+            .await?,
         );
         self.connections.lock().insert(addr.to_string(), c.clone());
         Ok(c)

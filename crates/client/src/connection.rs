@@ -15,12 +15,12 @@ use prost::Message;
 use tinymq_protocol::frame::{FrameDecoder, FrameHeader};
 use tinymq_protocol::messages::{self as m, NodeRole};
 use tinymq_protocol::{Frame, Request, PROTOCOL_VERSION_MAX, PROTOCOL_VERSION_MIN};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{check, ClientError};
+use crate::security::{host_of, Security};
 
 /// Largest response body the client accepts (a fetch answer is bounded by its `max_bytes`).
 pub const RESPONSE_BYTES_MAX: u32 = 256 << 20;
@@ -106,7 +106,7 @@ fn encode_split<R: Request>(message_id: u32, body: &SplitBody) -> Result<Outgoin
 
 /// The writer task: waits for a frame, takes whatever else is queued behind it, and writes it
 /// all with vectored writes until every byte is out (a write may take only part of it).
-async fn write_frames(mut writer: OwnedWriteHalf, mut queue: mpsc::Receiver<Outgoing>) {
+async fn write_frames<W: AsyncWrite + Unpin>(mut writer: W, mut queue: mpsc::Receiver<Outgoing>) {
     let mut pieces: Vec<Bytes> = Vec::with_capacity(WRITE_PIECES_MAX);
     let push = |pieces: &mut Vec<Bytes>, frame: Outgoing| match frame {
         Outgoing::Whole(b) => pieces.push(b),
@@ -128,12 +128,16 @@ async fn write_frames(mut writer: OwnedWriteHalf, mut queue: mpsc::Receiver<Outg
         if write_all_vectored(&mut writer, &mut pieces).await.is_err() {
             return;
         }
+        // TLS buffers records until flushed; plain TCP has nothing to flush.
+        if writer.flush().await.is_err() {
+            return;
+        }
     }
 }
 
 /// Writes every byte of `pieces` (none empty), in order, and leaves `pieces` empty.
-async fn write_all_vectored(
-    writer: &mut OwnedWriteHalf,
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    writer: &mut W,
     pieces: &mut Vec<Bytes>,
 ) -> std::io::Result<()> {
     let mut first = 0;
@@ -163,6 +167,49 @@ async fn write_all_vectored(
     Ok(())
 }
 
+/// The reader task: routes each response to its waiter until the connection ends.
+async fn read_frames<R: AsyncRead + Unpin>(
+    mut reader: R,
+    (p, c, r): (Pending, Arc<AtomicBool>, ConnectionError),
+) {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    let decoder = FrameDecoder::new(RESPONSE_BYTES_MAX);
+    'read: loop {
+        loop {
+            match decoder.decode(&mut buf) {
+                Ok(Some(frame)) if frame.header.message_id == CONNECTION_ERROR_ID => {
+                    // About the whole connection (e.g. refused at the server's connection
+                    // limit, or a plain client on a TLS port): every request waiting gets its
+                    // error, and so does every later one.
+                    if let Ok(body) = m::ErrorResponse::decode(frame.body.clone()) {
+                        *r.lock() = body.error;
+                    }
+                    for (_, waiter) in p.lock().drain() {
+                        let _ = waiter.send(frame.clone());
+                    }
+                }
+                Ok(Some(frame)) => {
+                    if let Some(waiter) = p.lock().remove(&frame.header.message_id) {
+                        let _ = waiter.send(frame);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "invalid frame from server");
+                    break 'read;
+                }
+            }
+        }
+        match reader.read_buf(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    c.store(true, Ordering::SeqCst);
+    // Dropping the senders wakes every waiter with "closed".
+    p.lock().clear();
+}
+
 impl Connection {
     /// Connects and handshakes as a client, optionally checking the cluster id.
     pub async fn connect(
@@ -182,6 +229,21 @@ impl Connection {
         role: NodeRole,
         node_id: u64,
     ) -> Result<Connection, ClientError> {
+        let security = Security::default();
+        Connection::connect_secure(addr, client_id, cluster_id, role, node_id, &security).await
+    }
+
+    /// [`connect_as`](Self::connect_as) with `security`: TLS (the server's certificate must
+    /// be signed by the given CA and name the host of `addr`, a DNS name or an IP address)
+    /// and, when a login is given, authentication after the handshake.
+    pub async fn connect_secure(
+        addr: &str,
+        client_id: &str,
+        cluster_id: &str,
+        role: NodeRole,
+        node_id: u64,
+        security: &Security,
+    ) -> Result<Connection, ClientError> {
         let fail = |reason: String| ClientError::Connect {
             addr: addr.to_string(),
             reason,
@@ -191,51 +253,28 @@ impl Connection {
             .map_err(|_| fail("timed out".into()))?
             .map_err(|e| fail(e.to_string()))?;
         let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
         let (outgoing, queue) = mpsc::channel::<Outgoing>(256);
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(AtomicBool::new(false));
         let closed_reason = ConnectionError::default();
-        tokio::spawn(write_frames(writer, queue));
-        let (p, c, r) = (pending.clone(), closed.clone(), closed_reason.clone());
-        tokio::spawn(async move {
-            let mut buf = BytesMut::with_capacity(64 * 1024);
-            let decoder = FrameDecoder::new(RESPONSE_BYTES_MAX);
-            'read: loop {
-                loop {
-                    match decoder.decode(&mut buf) {
-                        Ok(Some(frame)) if frame.header.message_id == CONNECTION_ERROR_ID => {
-                            // About the whole connection (e.g. refused at the server's
-                            // connection limit): every request waiting gets its error, and
-                            // so does every later one.
-                            if let Ok(body) = m::ErrorResponse::decode(frame.body.clone()) {
-                                *r.lock() = body.error;
-                            }
-                            for (_, waiter) in p.lock().drain() {
-                                let _ = waiter.send(frame.clone());
-                            }
-                        }
-                        Ok(Some(frame)) => {
-                            if let Some(waiter) = p.lock().remove(&frame.header.message_id) {
-                                let _ = waiter.send(frame);
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            tracing::warn!(error = %e, "invalid frame from server");
-                            break 'read;
-                        }
-                    }
-                }
-                match reader.read_buf(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
+        let shared = (pending.clone(), closed.clone(), closed_reason.clone());
+        match &security.tls {
+            None => {
+                let (reader, writer) = stream.into_split();
+                tokio::spawn(write_frames(writer, queue));
+                tokio::spawn(read_frames(reader, shared));
             }
-            c.store(true, Ordering::SeqCst);
-            // Dropping the senders wakes every waiter with "closed".
-            p.lock().clear();
-        });
+            Some(tls) => {
+                let connecting = tls.connect(host_of(addr), stream);
+                let stream = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
+                    .await
+                    .map_err(|_| fail("TLS handshake timed out".into()))?
+                    .map_err(|e| fail(e.to_string()))?;
+                let (reader, writer) = tokio::io::split(stream);
+                tokio::spawn(write_frames(writer, queue));
+                tokio::spawn(read_frames(reader, shared));
+            }
+        }
         let mut connection = Connection {
             addr: addr.to_string(),
             outgoing,

@@ -13,6 +13,7 @@ mod error;
 mod group;
 mod producer;
 mod retry;
+mod security;
 
 pub use admin::{
     Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove,
@@ -27,6 +28,7 @@ pub use producer::{
     murmur2, partition_for_key, Acks, BatchDelivery, BatchMetadata, DeliveryFuture, Producer,
     ProducerConfig, ProducerRecord, RecordMetadata,
 };
+pub use security::{ClientTls, Login, Security};
 pub use tinymq_protocol::batch::Compression;
 pub use tinymq_protocol::messages::NodeRole;
 pub use tinymq_protocol::ErrorCode;

@@ -15,17 +15,19 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use tinymq_protocol::frame::{Decoded, FrameDecoder};
 use tinymq_protocol::{ErrorCode, FrameError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tinymq_tls::ServerTlsStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, WriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::handshake;
+use crate::transport::{self, Transport};
 use crate::writer::Writer;
 use crate::{
-    error_frame, ConnectionStats, ListenerLimits, Peer, Response, ResponseFuture, Service,
+    error_frame, handshake, ConnectionStats, ListenerLimits, ListenerSecurity, Peer, Response,
+    ResponseFuture, Service,
 };
 
 /// A response on its way to the socket, with the request's permit (none before the handshake):
@@ -51,24 +53,91 @@ struct Connection<S> {
     tx: mpsc::Sender<Outgoing>,
     permits: Arc<Semaphore>,
     stats: Arc<ConnectionStats>,
+    /// The subject CN of the client certificate the TLS handshake verified.
+    tls_principal: Option<String>,
 }
 
 /// Serves one accepted connection until the peer leaves, breaks the protocol, times out, or
 /// the server shuts down; then lets requests in flight finish (within the shutdown grace) and
-/// flushes their responses.
+/// flushes their responses. The TLS handshake, if the listener has TLS, and the tinymq
+/// handshake both happen within `handshake_timeout`.
 pub(crate) async fn run<S: Service>(
     stream: TcpStream,
     addr: SocketAddr,
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
+    security: Arc<ListenerSecurity>,
     shutdown: CancellationToken,
     stats: Arc<ConnectionStats>,
 ) {
     let _ = stream.set_nodelay(true);
-    let (mut reader, writer) = stream.into_split();
+    let handshake_deadline = Instant::now() + limits.handshake_timeout;
+    let opened = tokio::select! {
+        o = transport::open(stream, addr, &security, handshake_deadline) => o,
+        _ = shutdown.cancelled() => return,
+    };
+    let (transport, tls_principal) = match opened {
+        Ok(t) => t,
+        Err(why) => {
+            tracing::debug!(peer = %addr, %why, "closing connection");
+            return;
+        }
+    };
+    let start = Start {
+        addr,
+        service,
+        limits,
+        shutdown,
+        stats,
+        tls_principal,
+        handshake_deadline,
+    };
+    match transport {
+        Transport::Plain(stream) => {
+            let (reader, writer) = stream.into_split();
+            serve_stream(reader, Sink::Tcp(writer), start).await
+        }
+        Transport::Tls(stream) => {
+            let (reader, writer) = tokio::io::split(*stream);
+            serve_stream(reader, Sink::Tls(writer), start).await
+        }
+    }
+}
+
+/// What a connection starts with once its transport is open.
+struct Start<S> {
+    addr: SocketAddr,
+    service: Arc<S>,
+    limits: Arc<ListenerLimits>,
+    shutdown: CancellationToken,
+    stats: Arc<ConnectionStats>,
+    tls_principal: Option<String>,
+    handshake_deadline: Instant,
+}
+
+/// The writing half of a connection's transport.
+enum Sink {
+    Tcp(OwnedWriteHalf),
+    Tls(WriteHalf<ServerTlsStream<TcpStream>>),
+}
+
+async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
+    mut reader: R,
+    sink: Sink,
+    start: Start<S>,
+) {
+    let Start {
+        addr,
+        service,
+        limits,
+        shutdown,
+        stats,
+        tls_principal,
+        handshake_deadline,
+    } = start;
     let in_flight_max = limits.requests_in_flight_max;
     let (tx, rx) = mpsc::channel::<Outgoing>(in_flight_max);
-    let write_task = tokio::spawn(write_loop(writer, rx, limits.clone()));
+    let write_task = tokio::spawn(write_loop(sink, rx, limits.clone()));
     let connection = Connection {
         service,
         limits,
@@ -77,8 +146,9 @@ pub(crate) async fn run<S: Service>(
         tx,
         permits: Arc::new(Semaphore::new(in_flight_max)),
         stats,
+        tls_principal,
     };
-    if let Err(why) = connection.read_loop(&mut reader).await {
+    if let Err(why) = connection.read_loop(&mut reader, handshake_deadline).await {
         if why == IDLE_TIMEOUT {
             connection.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -100,13 +170,20 @@ pub(crate) async fn run<S: Service>(
 /// go (their buffers in shared vectored writes), releasing each one's permit (and what it
 /// holds) once written; gives up on a peer that accepts no bytes for `WRITE_STALL_MAX` (its
 /// requests' senders then fail and the reader stops).
-async fn write_loop(
-    mut writer: OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Outgoing>,
-    limits: Arc<ListenerLimits>,
-) {
+async fn write_loop(mut sink: Sink, rx: mpsc::Receiver<Outgoing>, limits: Arc<ListenerLimits>) {
     let stall_max = limits.idle_timeout.min(WRITE_STALL_MAX);
-    let mut out = Writer::new(writer.as_ref(), stall_max);
+    match &mut sink {
+        Sink::Tcp(writer) => write_responses(Writer::new(writer.as_ref(), stall_max), rx).await,
+        Sink::Tls(writer) => write_responses(Writer::tls(writer, stall_max), rx).await,
+    }
+    // TLS: close_notify, then FIN.
+    let _ = match &mut sink {
+        Sink::Tcp(writer) => writer.shutdown().await,
+        Sink::Tls(writer) => writer.shutdown().await,
+    };
+}
+
+async fn write_responses(mut out: Writer<'_>, mut rx: mpsc::Receiver<Outgoing>) {
     let mut written: Vec<Outgoing> = Vec::new();
     'responses: while let Some(first) = rx.recv().await {
         let mut next = Some(first);
@@ -126,16 +203,17 @@ async fn write_loop(
         }
         written.clear();
     }
-    drop(out);
-    let _ = writer.shutdown().await;
 }
 
 impl<S: Service> Connection<S> {
-    async fn read_loop(&self, reader: &mut OwnedReadHalf) -> Result<(), String> {
+    async fn read_loop<R: AsyncRead + Unpin>(
+        &self,
+        reader: &mut R,
+        handshake_deadline: Instant,
+    ) -> Result<(), String> {
         let mut decoder = FrameDecoder::pre_handshake();
         let mut buf = BytesMut::with_capacity(4096);
         let mut peer: Option<Peer> = None;
-        let handshake_deadline = Instant::now() + self.limits.handshake_timeout;
         loop {
             // Serve every complete frame already buffered.
             loop {
@@ -157,6 +235,10 @@ impl<S: Service> Connection<S> {
                         let identity = self.service.identity();
                         let (response, done) =
                             handshake::answer(frame, self.addr, identity, &self.limits);
+                        let done = done.map(|p| Peer {
+                            tls_principal: self.tls_principal.clone(),
+                            ..p
+                        });
                         self.send_before(handshake_deadline, response).await?;
                         if let Some(p) = done {
                             tracing::debug!(peer = %self.addr, role = ?p.role, node = p.node_id, client = %p.client_id, "handshake done");

@@ -78,6 +78,7 @@ pub(crate) fn answer(
         role: role.unwrap_or(NodeRole::Client),
         node_id: request.node_id,
         client_id: request.client_id,
+        tls_principal: None,
         large_response_gate: crate::LargeResponseGate::new(),
     });
     (encode_response(op, id, &response), peer)

@@ -2,7 +2,7 @@
 //! nodes: the accept loop with `connections_max` (a connection over it gets a
 //! `LIMIT_EXCEEDED` frame and is closed), frame decoding with the pre-handshake limit, the
 //! handshake (version range, cluster id, the peer's role), the handshake deadline and idle
-//! timeout, `requests_in_flight_max` permits (backpressure), a writer task, error frames for
+//! timeout, TLS (or its refusal to peers of the wrong kind), `requests_in_flight_max` permits (backpressure), a writer task, error frames for
 //! bad input, the node-only operations, and graceful shutdown.
 //!
 //! A server plugs in a [`Service`]: the front end hands it each request that passed those
@@ -11,9 +11,11 @@
 mod connection;
 mod handshake;
 mod listener;
+mod security;
 mod stats;
 #[cfg(test)]
 mod tests;
+mod transport;
 mod writer;
 #[cfg(test)]
 mod writer_tests;
@@ -29,9 +31,11 @@ use tinymq_protocol::frame::{FrameHeader, FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE};
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
 pub use handshake::authorize;
-pub use listener::{serve, serve_counted};
+pub use listener::{serve, serve_counted, serve_secure};
+pub use security::{ClientAuth, ListenerSecurity, ServerTls};
 pub use stats::{ConnectionStats, OpSnapshot, RequestStats};
 pub use tinymq_protocol::messages::NodeRole;
+pub use transport::PLAIN_ON_TLS_PORT;
 pub use writer::in_page_cache;
 
 /// Named limits of one listener: everything a peer can make the server hold.
@@ -115,6 +119,9 @@ pub struct Peer {
     /// The node id a broker or MetaServer peer gave (0 for clients).
     pub node_id: u64,
     pub client_id: String,
+    /// The subject CN of the client certificate the TLS handshake verified (mutual TLS);
+    /// `None` on plain connections and TLS ones without a client certificate.
+    pub tls_principal: Option<String>,
     /// One permit per connection for a service's large responses (the broker's fetches): a
     /// service takes it before building one and holds it (in [`Response::held`]) until the
     /// response is written, so a peer that reads slowly holds up only its own.

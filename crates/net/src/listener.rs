@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::{connection, error_frame, ConnectionStats, ListenerLimits, Service};
+use crate::{connection, error_frame, ConnectionStats, ListenerLimits, ListenerSecurity, Service};
 
 /// Pause after a failed accept (out of file descriptors and the like) instead of spinning.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
@@ -40,7 +40,22 @@ pub async fn serve_counted<S: Service>(
     tasks: TaskTracker,
     stats: Arc<ConnectionStats>,
 ) {
+    let security = ListenerSecurity::default();
+    serve_secure(listener, service, limits, security, shutdown, tasks, stats).await
+}
+
+/// [`serve_counted`] with `security` (TLS, authentication) asked of every connection.
+pub async fn serve_secure<S: Service>(
+    listener: TcpListener,
+    service: Arc<S>,
+    limits: ListenerLimits,
+    security: ListenerSecurity,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    stats: Arc<ConnectionStats>,
+) {
     let limits = Arc::new(limits);
+    let security = Arc::new(security);
     let open = Arc::new(Semaphore::new(limits.connections_max));
     loop {
         let accepted = tokio::select! {
@@ -63,9 +78,18 @@ pub async fn serve_counted<S: Service>(
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
         let (service, limits, shutdown) = (service.clone(), limits.clone(), shutdown.clone());
-        let stats = stats.clone();
+        let (security, stats) = (security.clone(), stats.clone());
         tasks.spawn(async move {
-            connection::run(stream, addr, service, limits, shutdown, stats.clone()).await;
+            connection::run(
+                stream,
+                addr,
+                service,
+                limits,
+                security,
+                shutdown,
+                stats.clone(),
+            )
+            .await;
             stats.open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });

@@ -8,6 +8,9 @@
 //! and [`FileSource::unchanged`] confirms it (a log truncated in between would otherwise have
 //! sent bytes of the new log under the old frame's lengths). When it does not, the frame stays
 //! incomplete and the connection is closed, which a client treats like any lost connection.
+//! Under TLS the bytes must be encrypted, so there is no `sendfile`: file ranges are read a
+//! bounded chunk at a time and written through the TLS stream, with the same check.
+//!
 //! `sendfile` queues references to page-cache pages rather than copies, so a page rewritten in
 //! place after the call could still change what leaves: services send only ranges that
 //! nothing rewrites (the broker: records below the high watermark).
@@ -18,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use tokio::io::Interest;
+use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use crate::{FileRange, FileSource, Part};
@@ -33,9 +36,15 @@ const COPY_CHUNK_BYTES: u64 = 64 * 1024;
 /// Writes responses to one socket; buffers wait in `pending` until [`Writer::flush`] or until
 /// a file range must follow them.
 pub(crate) struct Writer<'a> {
-    stream: &'a TcpStream,
+    stream: Stream<'a>,
     stall_max: Duration,
     pending: Vec<Bytes>,
+}
+
+/// Where the bytes go: the socket itself, or a TLS stream that encrypts them first.
+enum Stream<'a> {
+    Tcp(&'a TcpStream),
+    Tls(&'a mut (dyn AsyncWrite + Unpin + Send)),
 }
 
 /// The held-back last byte of a frame with file ranges.
@@ -47,7 +56,19 @@ enum LastByte {
 impl<'a> Writer<'a> {
     pub(crate) fn new(stream: &'a TcpStream, stall_max: Duration) -> Writer<'a> {
         Writer {
-            stream,
+            stream: Stream::Tcp(stream),
+            stall_max,
+            pending: Vec::new(),
+        }
+    }
+
+    /// A writer through TLS (file ranges are copied, not sent with `sendfile`).
+    pub(crate) fn tls(
+        stream: &'a mut (dyn AsyncWrite + Unpin + Send),
+        stall_max: Duration,
+    ) -> Writer<'a> {
+        Writer {
+            stream: Stream::Tls(stream),
             stall_max,
             pending: Vec::new(),
         }
@@ -120,6 +141,12 @@ impl<'a> Writer<'a> {
 
     /// Writes every queued buffer.
     pub(crate) async fn flush(&mut self) -> io::Result<()> {
+        let stream = match &mut self.stream {
+            Stream::Tcp(stream) => *stream,
+            Stream::Tls(stream) => {
+                return flush_tls(&mut **stream, &mut self.pending, self.stall_max).await
+            }
+        };
         let mut first = 0;
         while first < self.pending.len() {
             let slices: Vec<IoSlice<'_>> = self.pending[first..]
@@ -127,11 +154,11 @@ impl<'a> Writer<'a> {
                 .take(IOVECS_MAX)
                 .map(|b| IoSlice::new(b))
                 .collect();
-            let mut written = match self.stream.try_write_vectored(&slices) {
+            let mut written = match stream.try_write_vectored(&slices) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.writable().await?;
+                    writable(stream, self.stall_max).await?;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -150,32 +177,27 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    async fn writable(&self) -> io::Result<()> {
-        match tokio::time::timeout(self.stall_max, self.stream.writable()).await {
-            Ok(ready) => ready,
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the peer accepted no bytes for the write stall limit",
-            )),
-        }
-    }
-
     /// Sends a file range: from the page cache with `sendfile` when the file has a
     /// descriptor, else read and written a chunk at a time.
     async fn send_file(&mut self, range: &FileRange) -> io::Result<()> {
+        let Stream::Tcp(stream) = self.stream else {
+            return self.copy_file(range).await;
+        };
         let Some(file_fd) = range.source.fd().map(|fd| fd.as_raw_fd()) else {
             return self.copy_file(range).await;
         };
         let (mut position, end) = (range.position, range.position.saturating_add(range.len));
         while position < end {
             let count = (end - position).min(SENDFILE_CHUNK_BYTES);
-            let sent = self.stream.try_io(Interest::WRITABLE, || {
-                sendfile(self.stream, file_fd, position, count)
+            let sent = stream.try_io(Interest::WRITABLE, || {
+                sendfile(stream, file_fd, position, count)
             });
             match sent {
                 Ok(0) => return Err(file_ended(range)),
                 Ok(n) => position += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => self.writable().await?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    writable(stream, self.stall_max).await?
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -194,6 +216,44 @@ impl<'a> Writer<'a> {
         }
         Ok(())
     }
+}
+
+fn stalled() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "the peer accepted no bytes for the write stall limit",
+    )
+}
+
+async fn writable(stream: &TcpStream, stall_max: Duration) -> io::Result<()> {
+    match tokio::time::timeout(stall_max, stream.writable()).await {
+        Ok(ready) => ready,
+        Err(_) => Err(stalled()),
+    }
+}
+
+/// Writes every buffer through TLS and flushes the records out; each write that takes no
+/// bytes for `stall_max` fails.
+async fn flush_tls(
+    stream: &mut (dyn AsyncWrite + Unpin + Send),
+    pending: &mut Vec<Bytes>,
+    stall_max: Duration,
+) -> io::Result<()> {
+    for buffer in pending.iter_mut() {
+        while !buffer.is_empty() {
+            let n = tokio::time::timeout(stall_max, stream.write(buffer))
+                .await
+                .map_err(|_| stalled())??;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buffer.advance(n);
+        }
+    }
+    pending.clear();
+    tokio::time::timeout(stall_max, stream.flush())
+        .await
+        .map_err(|_| stalled())?
 }
 
 fn clone_part(part: &Part) -> Part {
