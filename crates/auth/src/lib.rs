@@ -1,0 +1,36 @@
+//! tinymq's security logic, with no I/O beyond the cluster-secret file and no async runtime:
+//! who a peer is ([`Principal`]), how it proves it (SCRAM-SHA-256/512 exchanges over
+//! [`StoredCredential`] verifiers, node logins derived from a [`ClusterSecret`], signed bearer
+//! tokens), what it may do ([`AclEntry`], [`Authorizer`]) and how fast ([`QuotaConfig`],
+//! [`RateLimiter`]).
+//!
+//! The network front end (tinymq-net), the MetaServer image (tinymq-meta), the brokers and the
+//! HTTP API call into this crate; it never touches a socket. Every function that network data
+//! can reach returns an [`AuthError`] rather than panicking. See `docs/security.md`.
+
+pub mod acl;
+pub mod credential;
+pub mod error;
+pub mod node;
+pub mod principal;
+pub mod quota;
+pub mod scram;
+pub mod token;
+
+mod crypto;
+
+pub use acl::{
+    AclEntry, AclFilter, AclOperation, AclPermission, Authorizer, Denied, PatternType,
+    ResourceType, ACL_RESOURCE_NAME_BYTES_MAX, CLUSTER_RESOURCE_NAME,
+};
+pub use credential::{
+    validate_user_name, CredentialLookup, ScramMechanism, StoredCredential,
+    SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN, SCRAM_SALT_BYTES_MAX,
+    SCRAM_SALT_BYTES_MIN, USER_NAME_BYTES_MAX,
+};
+pub use error::AuthError;
+pub use node::{node_user, parse_node_user, ClusterSecret, WithNodes};
+pub use principal::{NodeKind, Principal, PrincipalKind};
+pub use quota::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL};
+pub use scram::{Authenticated, ScramClient, ScramServer, SCRAM_MESSAGE_BYTES_MAX};
+pub use token::{issue_token, verify_token, TOKEN_BYTES_MAX};
