@@ -9,6 +9,8 @@ use tinymq_protocol::ErrorCode;
 
 use crate::image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};
 use crate::placement::{place, PlannedMove};
+use crate::security::PutUserMode;
+use tinymq_auth::{AclEntry, AclFilter, QuotaConfig, StoredCredential};
 
 /// Most partitions one topic may have.
 pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
@@ -133,6 +135,35 @@ pub enum Command {
         #[serde(default)]
         dry_run: bool,
     },
+    /// Creates a user or replaces its SCRAM verifiers ([`crate::security`]).
+    PutUser {
+        name: String,
+        credentials: Vec<StoredCredential>,
+        mode: PutUserMode,
+    },
+    DeleteUser {
+        name: String,
+    },
+    /// Creates user `admin` when the cluster has no user yet, else nothing; replies
+    /// [`Reply::UserCreated`]. Issued by the MetaServer leader at start.
+    BootstrapAdmin {
+        credentials: Vec<StoredCredential>,
+    },
+    /// Adds ACLs; duplicates are no-ops.
+    CreateAcls {
+        acls: Vec<AclEntry>,
+    },
+    /// Removes every ACL the filter matches; replies [`Reply::AclsRemoved`].
+    DeleteAcls {
+        filter: AclFilter,
+    },
+    SetQuota {
+        principal: String,
+        quota: QuotaConfig,
+    },
+    RemoveQuota {
+        principal: String,
+    },
 }
 
 fn yes() -> bool {
@@ -161,6 +192,10 @@ pub enum Reply {
     Partition(PartitionRecord),
     /// The reassignments a `Rebalance` or `DrainBroker` started (or would start: dry run).
     Plan(Vec<PlannedMove>),
+    /// The ACLs a `DeleteAcls` removed.
+    AclsRemoved(Vec<AclEntry>),
+    /// Whether `BootstrapAdmin` created the user.
+    UserCreated(bool),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
@@ -228,6 +263,12 @@ pub enum MetaError {
         sent: u32,
         current: u32,
     },
+    #[error("user {0} already exists")]
+    UserExists(String),
+    #[error("unknown user {0}")]
+    UserNotFound(String),
+    #[error("the cluster holds its most {what} ({max}); remove some first")]
+    LimitReached { what: String, max: usize },
     #[error("{topic}/{partition}: broker {broker} cannot join the ISR (not a replica, not live, or fenced)")]
     IneligibleReplica {
         topic: String,
@@ -257,6 +298,9 @@ impl MetaError {
             MetaError::FencedLeaderEpoch { .. } => ErrorCode::FENCED_LEADER_EPOCH,
             MetaError::StalePartitionEpoch { .. } => ErrorCode::INVALID_UPDATE_VERSION,
             MetaError::IneligibleReplica { .. } => ErrorCode::INELIGIBLE_REPLICA,
+            MetaError::UserExists(_) => ErrorCode::USER_ALREADY_EXISTS,
+            MetaError::UserNotFound(_) => ErrorCode::USER_NOT_FOUND,
+            MetaError::LimitReached { .. } => ErrorCode::INVALID_REQUEST,
         }
     }
 }
@@ -404,6 +448,21 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
                 },
             ))
         }
+        Command::PutUser {
+            name,
+            credentials,
+            mode,
+        } => crate::security::put_user(image, name, credentials, *mode),
+        Command::DeleteUser { name } => crate::security::delete_user(image, name),
+        Command::BootstrapAdmin { credentials } => {
+            crate::security::bootstrap_admin(image, credentials)
+        }
+        Command::CreateAcls { acls } => crate::security::create_acls(image, acls),
+        Command::DeleteAcls { filter } => crate::security::delete_acls(image, filter),
+        Command::SetQuota { principal, quota } => {
+            crate::security::set_quota(image, principal, quota)
+        }
+        Command::RemoveQuota { principal } => crate::security::remove_quota(image, principal),
     }
 }
 

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
+use tinymq_auth::{AclEntry, QuotaConfig, StoredCredential};
 
 /// Whether `name` is an internal topic (`__consumer_offsets`, …): never created, listed or
 /// opened as a user topic.
@@ -237,6 +238,30 @@ pub enum MetadataRecord {
         partition: u32,
         partition_epoch: u32,
     },
+    /// Creates a user or replaces its SCRAM verifiers ([`crate::security`]).
+    PutUser {
+        name: String,
+        credentials: Vec<StoredCredential>,
+    },
+    DeleteUser {
+        name: String,
+    },
+    /// Adds ACLs (ones already present stay as they are).
+    CreateAcls {
+        acls: Vec<AclEntry>,
+    },
+    /// Removes exactly these ACLs (the ones a `DeleteAcls` filter matched).
+    DeleteAcls {
+        acls: Vec<AclEntry>,
+    },
+    /// Sets a principal's (or the default, `<default>`) quota.
+    SetQuota {
+        principal: String,
+        quota: QuotaConfig,
+    },
+    RemoveQuota {
+        principal: String,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,6 +279,14 @@ pub struct MetadataImage {
     /// Ids of decommissioned brokers: never registered again.
     #[serde(default)]
     pub decommissioned_brokers: BTreeSet<u32>,
+    /// SCRAM verifiers by user name, at most one per mechanism; never passwords.
+    #[serde(default)]
+    pub users: BTreeMap<String, Vec<StoredCredential>>,
+    #[serde(default)]
+    pub acls: BTreeSet<AclEntry>,
+    /// Quotas by principal (`User:NAME`, or `<default>` for every user without its own).
+    #[serde(default)]
+    pub quotas: BTreeMap<String, QuotaConfig>,
 }
 
 impl MetadataImage {
@@ -349,6 +382,12 @@ impl MetadataImage {
                     }
                 }
             }
+            MetadataRecord::PutUser { .. }
+            | MetadataRecord::DeleteUser { .. }
+            | MetadataRecord::CreateAcls { .. }
+            | MetadataRecord::DeleteAcls { .. }
+            | MetadataRecord::SetQuota { .. }
+            | MetadataRecord::RemoveQuota { .. } => crate::security::apply(self, record),
         }
     }
 

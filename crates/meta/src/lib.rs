@@ -13,6 +13,8 @@ pub mod link;
 pub mod placement;
 pub mod raft;
 mod reassign;
+pub mod security;
+pub mod security_ops;
 pub mod server;
 pub mod service;
 mod topic_config;

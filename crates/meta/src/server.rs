@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::raft::network::{RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
 use crate::raft::{MetaNode, MetaNodeError};
+use crate::security_ops;
 use crate::service::MetaService;
 use crate::Command;
 
@@ -286,6 +287,38 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
                 names: node.image().user_topic_names(),
             },
         ),
+        OpCode::PutUser => {
+            let r = decode!(m::PutUserRequest);
+            encode(op, id, &security_ops::put_user(service, r).await)
+        }
+        OpCode::DeleteUser => {
+            let r = decode!(m::DeleteUserRequest);
+            encode(op, id, &security_ops::delete_user(service, r).await)
+        }
+        OpCode::ListUsers => {
+            let _ = decode!(m::ListUsersRequest);
+            encode(op, id, &security_ops::list_users(&node.image()))
+        }
+        OpCode::CreateAcls => {
+            let r = decode!(m::CreateAclsRequest);
+            encode(op, id, &security_ops::create_acls(service, r).await)
+        }
+        OpCode::DeleteAcls => {
+            let r = decode!(m::DeleteAclsRequest);
+            encode(op, id, &security_ops::delete_acls(service, r).await)
+        }
+        OpCode::ListAcls => {
+            let r = decode!(m::ListAclsRequest);
+            encode(op, id, &security_ops::list_acls(&node.image(), r))
+        }
+        OpCode::SetQuota => {
+            let r = decode!(m::SetQuotaRequest);
+            encode(op, id, &security_ops::set_quota(service, r).await)
+        }
+        OpCode::ListQuotas => {
+            let _ = decode!(m::ListQuotasRequest);
+            encode(op, id, &security_ops::list_quotas(&node.image()))
+        }
         other => error_response(
             op,
             id,
