@@ -89,7 +89,11 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let http = args.http.over(file_http).start(false).await?;
+    let http = args
+        .http
+        .over(file_http)
+        .start(false, tinymq_http::HttpSecurity::default())
+        .await?;
     let server = MetaServer::start(id, listen, peers, &data, limits).await?;
     if let Some(http) = &http {
         let view = crate::http::MetaView {

@@ -174,7 +174,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     }
     let stop_signal = shutdown_signal()?;
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
-    let http = http_args.start(!cluster_member).await?;
+    let http = http_args
+        .start(!cluster_member, tinymq_http::HttpSecurity::default())
+        .await?;
     let broker = Broker::start(config).await?;
     if let Some(http) = &http {
         let meta = broker.embedded_meta().map(|m| m.node.clone());

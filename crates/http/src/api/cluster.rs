@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use tinymq_client::Connection;
+use tinymq_client::{Connection, NodeRole, Security};
 use tinymq_protocol::messages as m;
 use utoipa::ToSchema;
 
@@ -77,13 +77,22 @@ pub(super) struct ImageBroker {
     pub fenced: bool,
 }
 
+/// A connection to the node at `addr` with the caller's security (TLS, impersonation).
+async fn connect(
+    addr: &str,
+    security: &Security,
+) -> Result<Connection, tinymq_client::ClientError> {
+    Connection::connect_secure(addr, "tinymq-http", "", NodeRole::Client, 0, security).await
+}
+
 /// Asks the node at `addr` (any role answers it) for the metadata image.
 pub(super) async fn read_image(
     addr: SocketAddr,
     wait: Duration,
+    security: &Security,
 ) -> Result<(m::MetaReadResponse, Image), Problem> {
     let asked = tokio::time::timeout(wait, async {
-        let c = Connection::connect(&addr.to_string(), "tinymq-http", "").await?;
+        let c = connect(&addr.to_string(), security).await?;
         c.request(&m::MetaReadRequest::default(), wait).await
     })
     .await;
@@ -120,14 +129,16 @@ pub(super) async fn read_image(
 )]
 pub async fn get_cluster(State(state): State<ApiState>) -> Result<Json<ClusterInfo>, Problem> {
     // Asked of this node itself: every role answers it, even with no broker live.
-    let (read, image) = read_image(state.native()?, META_NODE_ANSWER_WAIT.mul_f64(2.0)).await?;
+    let security = state.security();
+    let wait = META_NODE_ANSWER_WAIT.mul_f64(2.0);
+    let (read, image) = read_image(state.native()?, wait, &security).await?;
     let warning = read
         .error
         .as_ref()
         .filter(|e| e.code != 0)
         .map(|e| format!("{}: {}", e.error_code().name(), e.message));
     let leader = (read.leader != 0).then_some(read.leader);
-    let nodes = ask_nodes(&read.nodes, leader, &read.voters).await;
+    let nodes = ask_nodes(&read.nodes, leader, &read.voters, &security).await;
     let brokers = image
         .brokers
         .into_values()
@@ -151,13 +162,15 @@ async fn ask_nodes(
     nodes: &[m::MetaNodeAddress],
     leader: Option<u64>,
     voters: &[u64],
+    security: &Security,
 ) -> Vec<MetaNodeInfo> {
     let mut asks = tokio::task::JoinSet::new();
     for n in nodes {
         let (id, addr) = (n.id, n.addr.clone());
+        let security = security.clone();
         asks.spawn(async move {
             let asked = tokio::time::timeout(META_NODE_ANSWER_WAIT, async {
-                let c = Connection::connect(&addr, "tinymq-http", "").await?;
+                let c = connect(&addr, &security).await?;
                 c.request(&m::MetaReadRequest::default(), META_NODE_ANSWER_WAIT)
                     .await
             })
