@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use tinymq_client::{Admin, ClientConfig, Consumer, ConsumerConfig, StartFrom};
+use tinymq_client::{Admin, Consumer, ConsumerConfig, StartFrom};
 
 use crate::produce::run_producers;
 use crate::{new_histogram, now_ns, BenchConfig, BenchError, BenchResult, Limit, Mode, Progress};
@@ -35,6 +35,7 @@ async fn assigned_consumer(
         return Ok(None);
     }
     let mut c = ConsumerConfig::new(&config.bootstrap);
+    c.client = config.client_config();
     c.start_from = start_from;
     c.max_wait = POLL_WAIT;
     // Counting a record is all the processing here: take each fetch whole.
@@ -95,7 +96,7 @@ async fn consume_until(
 }
 
 async fn messages_stored(config: &BenchConfig) -> Result<u64, BenchError> {
-    let admin = Admin::new(ClientConfig::new(&config.bootstrap))?;
+    let admin = Admin::new(config.client_config())?;
     let d = admin.describe_topic(&config.topic).await?;
     Ok(d.partitions
         .iter()

@@ -79,6 +79,8 @@ pub enum Limit {
 #[derive(Debug, Clone)]
 pub struct BenchConfig {
     pub bootstrap: String,
+    /// TLS (and login) of every connection the bench opens.
+    pub security: tinymq_client::Security,
     pub topic: String,
     /// Partitions of the topic if the bench creates it.
     pub partitions: u32,
@@ -105,6 +107,15 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Keep the topic if the bench created it (by default it is deleted after the run).
     pub keep_topic: bool,
+}
+
+impl BenchConfig {
+    /// Client settings for the cluster under test.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(&self.bootstrap);
+        config.security = self.security.clone();
+        config
+    }
 }
 
 /// How often progress is printed when stderr is not a terminal.
@@ -174,7 +185,7 @@ impl BenchConfig {
 
     /// The topic's partition count, and whether this run created it.
     async fn ensure_topic(&self) -> Result<(u32, bool), BenchError> {
-        let admin = Admin::new(ClientConfig::new(&self.bootstrap))?;
+        let admin = Admin::new(self.client_config())?;
         match admin.describe_topic(&self.topic).await {
             Ok(d) => Ok((d.partitions.len() as u32, false)),
             Err(ClientError::Server {
@@ -267,7 +278,7 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
     }
     if created && !config.keep_topic {
         // The run's data is not wanted afterwards; a failure to delete is not the run's.
-        let deleted = match Admin::new(ClientConfig::new(&config.bootstrap)) {
+        let deleted = match Admin::new(config.client_config()) {
             Ok(admin) => admin.delete_topic(&config.topic).await,
             Err(e) => Err(e),
         };
@@ -282,13 +293,22 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
 /// what an idle connection costs the server. Returns how many were opened.
 pub async fn hold_idle_connections(
     bootstrap: &str,
+    security: &tinymq_client::Security,
     count: usize,
     hold: Duration,
 ) -> Result<usize, BenchError> {
     let mut connections = Vec::with_capacity(count);
+    let role = tinymq_client::NodeRole::Client;
     for _ in 0..count {
-        connections
-            .push(tinymq_client::Connection::connect(bootstrap, "tinymq-bench-idle", "").await?);
+        let connecting = tinymq_client::Connection::connect_secure(
+            bootstrap,
+            "tinymq-bench-idle",
+            "",
+            role,
+            0,
+            security,
+        );
+        connections.push(connecting.await?);
     }
     println!(
         "holding {} idle connections for {} s",

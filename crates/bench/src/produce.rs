@@ -134,6 +134,7 @@ async fn collect(mut rx: mpsc::Receiver<Sent>, progress: Arc<Progress>) -> Colle
 
 fn producer_config(config: &BenchConfig) -> ProducerConfig {
     let mut p = ProducerConfig::new(&config.bootstrap);
+    p.client = config.client_config();
     p.acks = config.acks;
     p.compression = config.compression;
     p.batch_bytes = config.batch_bytes;

@@ -107,12 +107,15 @@ impl Broker {
                 .map_err(StartError::Import)?;
             let peers = [(EMBEDDED_META_ID, advertised.to_string())].into();
             let cluster_id = legacy.as_ref().map(|l| l.cluster_id.clone());
+            let links = config.links.clone();
             let service =
-                MetaService::start(EMBEDDED_META_ID, peers, &meta_dir, cluster_id).await?;
+                MetaService::start_secure(EMBEDDED_META_ID, peers, &meta_dir, cluster_id, links)
+                    .await?;
             retire_previous_run(&service, config.node_id).await;
             (MetaLink::Local(service.clone()), Some(service), legacy)
         } else {
-            let link = MetaLink::remote(config.meta.clone(), config.node_id);
+            let link =
+                MetaLink::remote_secure(config.meta.clone(), config.node_id, config.links.clone());
             (link, None, None)
         };
         let cluster = Arc::new(ClusterView::new(config.node_id, link));
@@ -151,10 +154,11 @@ impl Broker {
         crate::offsets_partitions::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
-        tasks.spawn(tinymq_net::serve_counted(
+        tasks.spawn(tinymq_net::serve_secure(
             listener,
             Arc::new(BrokerFront(state.clone())),
             state.config.listener.clone(),
+            state.config.security.clone(),
             shutdown.clone(),
             tasks.clone(),
             state.connections.clone(),

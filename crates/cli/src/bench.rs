@@ -108,6 +108,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         } => {
             tinymq_bench::hold_idle_connections(
                 &bootstrap.bootstrap,
+                &bootstrap.security.security()?,
                 count,
                 Duration::from_secs_f64(hold_s),
             )
@@ -137,6 +138,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
     };
     let config = BenchConfig {
         bootstrap,
+        security: args.bootstrap.security.security()?,
         topic: args.topic,
         partitions: args.partitions,
         flush: args.flush.unwrap_or_default(),

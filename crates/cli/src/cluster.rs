@@ -34,6 +34,8 @@ pub struct MetaArgs {
     limits: LimitArgs,
     #[command(flatten)]
     http: crate::http::HttpArgs,
+    #[command(flatten)]
+    tls: crate::tls::ServerTlsArgs,
 }
 
 /// The TOML file of `tinymq meta`: every field optional.
@@ -44,6 +46,10 @@ struct MetaFileConfig {
     listen: Option<String>,
     peers: Option<String>,
     data: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_client_auth: Option<String>,
 }
 
 fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
@@ -81,6 +87,13 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         .limits
         .merge(file_limits, tinymq_meta::server::default_limits())?;
     let peers = parse_peers(&peers)?;
+    let file_tls = crate::tls::ServerTlsArgs::from_file(
+        file.tls_cert,
+        file.tls_key,
+        file.tls_ca,
+        file.tls_client_auth,
+    )?;
+    let tls = args.tls.load(file_tls)?;
     anyhow::ensure!(
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
@@ -89,19 +102,23 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let http = args
-        .http
-        .over(file_http)
-        .start(false, tinymq_http::HttpSecurity::default())
-        .await?;
-    let server = MetaServer::start(id, listen, peers, &data, limits).await?;
+    tls.reload_on_sighup()?;
+    let http_args = args.http.over(file_http);
+    // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
+    let http_security = http_args.security(tls.server.clone(), None)?;
+    let http = http_args.start(false, http_security).await?;
+    let security = tinymq_meta::server::NodeSecurity {
+        listener: tls.listener(),
+        links: tls.links(),
+    };
+    let server = MetaServer::start_secure(id, listen, peers, &data, limits, security).await?;
     if let Some(http) = &http {
         let view = crate::http::MetaView {
             node: server.node().clone(),
             connections: server.connections.clone(),
         };
         http.attach(std::sync::Arc::new(view));
-        http.attach_api(server.local_addr, false);
+        http.attach_api(server.local_addr, false, tls.links());
     }
     println!("tinymq meta listening on {}", server.local_addr);
     crate::http::announce(&http);
@@ -172,7 +189,7 @@ pub async fn run_broker_action(action: BrokerAction) -> anyhow::Result<()> {
             bootstrap,
         } => (id, move_partitions, bootstrap),
     };
-    let admin = tinymq_client::Admin::new(tinymq_client::ClientConfig::new(&bootstrap.bootstrap))?;
+    let admin = tinymq_client::Admin::new(bootstrap.client_config()?)?;
     admin.decommission_broker(id, move_partitions).await?;
     if move_partitions {
         outln!("decommissioned broker {id}; its partitions are placed on live brokers")
@@ -203,7 +220,8 @@ pub enum ClusterCommand {
 pub async fn run(command: ClusterCommand) -> anyhow::Result<()> {
     match command {
         ClusterCommand::Status { json, bootstrap } => {
-            crate::cluster_status::run(json, &bootstrap.bootstrap).await
+            let security = bootstrap.security.security()?;
+            crate::cluster_status::run(json, &bootstrap.bootstrap, &security).await
         }
         ClusterCommand::Rebalance { plan } => {
             crate::reassign::run(crate::reassign::Plan::Rebalance, plan).await

@@ -4,6 +4,7 @@
 //! is shown with a warning.
 
 use std::time::Duration;
+use tinymq_client::Security;
 
 use tinymq_client::Connection;
 use tinymq_meta::MetadataImage;
@@ -22,23 +23,28 @@ struct NodeState {
     answer: Result<u64, String>,
 }
 
-pub async fn run(json: bool, bootstrap: &str) -> anyhow::Result<()> {
+pub async fn run(json: bool, bootstrap: &str, security: &Security) -> anyhow::Result<()> {
     let mut last = None;
     for addr in bootstrap
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
     {
-        match read(addr, Duration::from_secs(10)).await {
-            Ok(read) => return show(read, json).await,
+        match read(addr, Duration::from_secs(10), security).await {
+            Ok(read) => return show(read, json, security).await,
             Err(e) => last = Some(e.context(format!("asking {addr}"))),
         }
     }
     Err(last.unwrap_or_else(|| anyhow::anyhow!("no --bootstrap address")))
 }
 
-async fn read(addr: &str, timeout: Duration) -> anyhow::Result<m::MetaReadResponse> {
-    let connect = Connection::connect(addr, "tinymq-cluster-status", "");
+async fn read(
+    addr: &str,
+    timeout: Duration,
+    security: &Security,
+) -> anyhow::Result<m::MetaReadResponse> {
+    let role = tinymq_client::NodeRole::Client;
+    let connect = Connection::connect_secure(addr, "tinymq-cluster-status", "", role, 0, security);
     let c = tokio::time::timeout(timeout, connect)
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {timeout:?}"))??;
@@ -47,12 +53,12 @@ async fn read(addr: &str, timeout: Duration) -> anyhow::Result<m::MetaReadRespon
 
 /// Asks every node of the group for its applied version, all at once (so the whole takes at
 /// most `NODE_ANSWER_WAIT`).
-async fn node_states(nodes: &[m::MetaNodeAddress]) -> Vec<NodeState> {
+async fn node_states(nodes: &[m::MetaNodeAddress], security: &Security) -> Vec<NodeState> {
     let mut asks = tokio::task::JoinSet::new();
     for n in nodes {
-        let (id, addr) = (n.id, n.addr.clone());
+        let (id, addr, security) = (n.id, n.addr.clone(), security.clone());
         asks.spawn(async move {
-            let answer = match read(&addr, NODE_ANSWER_WAIT).await {
+            let answer = match read(&addr, NODE_ANSWER_WAIT, &security).await {
                 Ok(r) => Ok(r.version),
                 Err(e) => Err(format!("{e:#}")),
             };
@@ -69,7 +75,7 @@ async fn node_states(nodes: &[m::MetaNodeAddress]) -> Vec<NodeState> {
     states
 }
 
-async fn show(read: m::MetaReadResponse, json: bool) -> anyhow::Result<()> {
+async fn show(read: m::MetaReadResponse, json: bool, security: &Security) -> anyhow::Result<()> {
     let warning = read
         .error
         .as_ref()
@@ -79,7 +85,7 @@ async fn show(read: m::MetaReadResponse, json: bool) -> anyhow::Result<()> {
         eprintln!("warning: {w}");
     }
     let image: MetadataImage = serde_json::from_slice(&read.image)?;
-    let nodes = node_states(&read.nodes).await;
+    let nodes = node_states(&read.nodes, security).await;
     let leader = (read.leader != 0).then_some(read.leader);
     if json {
         let meta: Vec<_> = nodes

@@ -111,6 +111,7 @@ impl std::error::Error for Interrupted {}
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let stop = watch_signals()?;
     let mut config = ConsumerConfig::new(&args.bootstrap.bootstrap);
+    config.client = args.bootstrap.client_config()?;
     config.start_from = if args.from_beginning {
         StartFrom::Earliest
     } else {

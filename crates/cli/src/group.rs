@@ -6,7 +6,7 @@
 //! known.
 
 use clap::Subcommand;
-use tinymq_client::{Admin, ClientConfig};
+use tinymq_client::Admin;
 
 use crate::args::count;
 use crate::{outln, Bootstrap};
@@ -64,7 +64,7 @@ pub enum GroupCommand {
 pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
     match command {
         GroupCommand::List { bootstrap } => {
-            for g in Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            for g in Admin::new(bootstrap.client_config()?)?
                 .list_groups()
                 .await?
             {
@@ -85,7 +85,7 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
             to_timestamp,
             bootstrap,
         } => {
-            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let admin = Admin::new(bootstrap.client_config()?)?;
             let partitions = admin.describe_topic(&topic).await?.partitions;
             if let Some(p) = partitions.iter().find(|p| !crate::topic::offsets_known(p)) {
                 anyhow::bail!(
@@ -113,7 +113,7 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
             }
         }
         GroupCommand::Delete { group, bootstrap } => {
-            Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            Admin::new(bootstrap.client_config()?)?
                 .delete_group(&group)
                 .await?;
             outln!("deleted group {group}")?;
@@ -123,7 +123,7 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
 }
 
 async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Result<()> {
-    let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+    let admin = Admin::new(bootstrap.client_config()?)?;
     let d = admin.describe_group(group).await?;
     let mut owner = std::collections::BTreeMap::new();
     for m in &d.members {

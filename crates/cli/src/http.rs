@@ -108,11 +108,10 @@ impl HttpArgs {
 
     /// The listener's TLS and authentication: HTTPS with the native port's certificate (the
     /// same `ServerTls`, so SIGHUP reloads both), and with `token_key` (authentication on)
-    /// credentials asked of every request. `native` is how the REST API reaches the node.
+    /// credentials asked of every request.
     pub fn security(
         &self,
         tls: Option<tinymq_tls::ServerTls>,
-        native: tinymq_client::Security,
         token_key: Option<[u8; 32]>,
     ) -> anyhow::Result<HttpSecurity> {
         let auth = match token_key {
@@ -129,7 +128,7 @@ impl HttpArgs {
                 Some(auth)
             }
         };
-        Ok(HttpSecurity { tls, auth, native })
+        Ok(HttpSecurity { tls, auth })
     }
 
     /// Starts the listener if asked for (the caller prints [`announce`] after its own

@@ -16,6 +16,7 @@ mod produce;
 mod reassign;
 mod scrape;
 mod server;
+mod tls;
 mod top;
 mod topic;
 
@@ -40,6 +41,17 @@ pub struct Bootstrap {
     /// Node addresses to bootstrap from, comma-separated.
     #[arg(long, env = "TINYMQ_BOOTSTRAP", default_value = "127.0.0.1:21581")]
     pub bootstrap: String,
+    #[command(flatten)]
+    pub security: tls::ClientSecurityArgs,
+}
+
+impl Bootstrap {
+    /// Client settings for these addresses, with the TLS (and login) flags applied.
+    pub fn client_config(&self) -> anyhow::Result<tinymq_client::ClientConfig> {
+        let mut config = tinymq_client::ClientConfig::new(&self.bootstrap);
+        config.security = self.security.security()?;
+        Ok(config)
+    }
 }
 
 #[derive(Subcommand)]

@@ -289,6 +289,7 @@ impl Sender {
 
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let mut config = ProducerConfig::new(&args.bootstrap.bootstrap);
+    config.client = args.bootstrap.client_config()?;
     config.acks = Acks::parse(&args.acks)
         .with_context(|| format!("--acks {}: expected 0, 1 or all", args.acks))?;
     config.compression = Compression::from_name(&args.compression).with_context(|| {

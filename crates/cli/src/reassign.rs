@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use tinymq_client::{Admin, ClientConfig, PartitionMove};
+use tinymq_client::{Admin, PartitionMove};
 
 use crate::{outln, Bootstrap};
 
@@ -40,7 +40,7 @@ pub enum Plan {
 }
 
 pub async fn run(plan: Plan, args: PlanArgs) -> anyhow::Result<()> {
-    let admin = Admin::new(ClientConfig::new(&args.bootstrap.bootstrap))?;
+    let admin = Admin::new(args.bootstrap.client_config()?)?;
     let moves = match plan {
         Plan::Rebalance => admin.rebalance(args.dry_run).await?,
         Plan::Drain(id) => admin.drain_broker(id, args.dry_run).await?,

@@ -11,6 +11,7 @@ use tinymq_broker::{Broker, BrokerConfig};
 
 use crate::http::{BrokerView, HttpArgs};
 use crate::limits::{read_file, LimitArgs};
+use crate::tls::{NodeTls, ServerTlsArgs};
 
 #[derive(clap::Args, Debug)]
 pub struct ServerArgs {
@@ -38,6 +39,8 @@ pub struct ServerArgs {
     limits: LimitArgs,
     #[command(flatten)]
     http: HttpArgs,
+    #[command(flatten)]
+    tls: crate::tls::ServerTlsArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
     flush: Option<String>,
@@ -81,10 +84,14 @@ struct FileConfig {
     fetch_memory_bytes_max: Option<u32>,
     replica_lag_time_max_ms: Option<u64>,
     open_segment_files_max: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    tls_client_auth: Option<String>,
 }
 
 /// The broker's settings, and the HTTP settings of the file (flags apply over them).
-fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs)> {
+fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs, NodeTls)> {
     let (file, file_limits, file_http) = read_file::<FileConfig>(args.config.as_deref())?;
     let mut c = BrokerConfig::default();
     let mut topics = TopicSettings::default();
@@ -137,7 +144,16 @@ fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs)> {
         .validate()
         .map_err(|(_, msg)| anyhow::anyhow!("topic defaults: {msg}"))?;
     c.topic_defaults = topics;
-    Ok((c, file_http))
+    let file_tls = ServerTlsArgs::from_file(
+        file.tls_cert,
+        file.tls_key,
+        file.tls_ca,
+        file.tls_client_auth,
+    )?;
+    let tls = args.tls.load(file_tls)?;
+    c.security = tls.listener();
+    c.links = tls.links();
+    Ok((c, file_http, tls))
 }
 
 /// Waits for SIGTERM or SIGINT. The handlers are installed when this is called (not when it is
@@ -157,7 +173,7 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let http_flags = std::mem::take(&mut args.http);
-    let (config, file_http) = build_config(args)?;
+    let (config, file_http, tls) = build_config(args)?;
     let http_args = http_flags.over(file_http);
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
@@ -173,16 +189,17 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         );
     }
     let stop_signal = shutdown_signal()?;
+    tls.reload_on_sighup()?;
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
-    let http = http_args
-        .start(!cluster_member, tinymq_http::HttpSecurity::default())
-        .await?;
+    // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
+    let http_security = http_args.security(tls.server.clone(), None)?;
+    let http = http_args.start(!cluster_member, http_security).await?;
     let broker = Broker::start(config).await?;
     if let Some(http) = &http {
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();
         http.attach(std::sync::Arc::new(BrokerView { state, meta }));
-        http.attach_api(broker.local_addr, true);
+        http.attach_api(broker.local_addr, true, tls.links());
     }
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);

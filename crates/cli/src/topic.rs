@@ -2,7 +2,7 @@
 //! partition whose leader cannot be reached) is `null` in JSON and `-` in text, never a number.
 
 use clap::Subcommand;
-use tinymq_client::{Admin, ClientConfig, TopicConfig};
+use tinymq_client::{Admin, TopicConfig};
 use tinymq_protocol::messages::PartitionState;
 
 use crate::args::count;
@@ -127,7 +127,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             message_timestamp_before_max_ms,
             bootstrap,
         } => {
-            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let admin = Admin::new(bootstrap.client_config()?)?;
             // 0 (and "") on the wire: the server's default.
             let config = TopicConfig {
                 partitions: partitions.unwrap_or(0),
@@ -164,7 +164,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             unset,
             bootstrap,
         } => {
-            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let admin = Admin::new(bootstrap.client_config()?)?;
             if let Some(partitions) = partitions {
                 admin.alter_partitions(&name, partitions).await?;
                 outln!("topic {name} now has {}", count(partitions, "partition"))?;
@@ -179,7 +179,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             }
         }
         TopicCommand::List { bootstrap } => {
-            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let admin = Admin::new(bootstrap.client_config()?)?;
             for name in admin.list_topics().await? {
                 outln!("{name}")?;
             }
@@ -189,7 +189,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             json,
             bootstrap,
         } => {
-            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let admin = Admin::new(bootstrap.client_config()?)?;
             let d = admin.describe_topic(&name).await?;
             let c = d.config.clone().unwrap_or_default();
             if json {
@@ -266,7 +266,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             }
         }
         TopicCommand::Delete { name, bootstrap } => {
-            let admin = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?;
+            let admin = Admin::new(bootstrap.client_config()?)?;
             admin.delete_topic(&name).await?;
             outln!("deleted topic {name}")?;
         }

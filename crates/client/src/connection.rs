@@ -38,6 +38,10 @@ type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Frame>>>>;
 /// later request on the connection fails with, instead of a bare "closed".
 type ConnectionError = Arc<Mutex<Option<m::Error>>>;
 
+/// Why TLS ended the connection, when it did (a refused client certificate shows up as a read
+/// error after the client's side of the handshake has finished).
+type TlsFailure = Arc<Mutex<Option<String>>>;
+
 /// The error for a request on a closed connection: the server's reason if it gave one.
 fn closed_error(addr: &str, reason: &ConnectionError) -> ClientError {
     match reason.lock().clone() {
@@ -170,7 +174,7 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
 /// The reader task: routes each response to its waiter until the connection ends.
 async fn read_frames<R: AsyncRead + Unpin>(
     mut reader: R,
-    (p, c, r): (Pending, Arc<AtomicBool>, ConnectionError),
+    (p, c, r, tls): (Pending, Arc<AtomicBool>, ConnectionError, TlsFailure),
 ) {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let decoder = FrameDecoder::new(RESPONSE_BYTES_MAX);
@@ -201,7 +205,11 @@ async fn read_frames<R: AsyncRead + Unpin>(
             }
         }
         match reader.read_buf(&mut buf).await {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
+            Err(e) => {
+                *tls.lock() = tinymq_tls::tls_failure(&e);
+                break;
+            }
             Ok(_) => {}
         }
     }
@@ -257,7 +265,13 @@ impl Connection {
         let pending: Pending = Arc::new(Mutex::new(HashMap::new()));
         let closed = Arc::new(AtomicBool::new(false));
         let closed_reason = ConnectionError::default();
-        let shared = (pending.clone(), closed.clone(), closed_reason.clone());
+        let tls_failure = TlsFailure::default();
+        let shared = (
+            pending.clone(),
+            closed.clone(),
+            closed_reason.clone(),
+            tls_failure.clone(),
+        );
         match &security.tls {
             None => {
                 let (reader, writer) = stream.into_split();
@@ -269,7 +283,13 @@ impl Connection {
                 let stream = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
                     .await
                     .map_err(|_| fail("TLS handshake timed out".into()))?
-                    .map_err(|e| fail(e.to_string()))?;
+                    .map_err(|e| match e.is_tls_failure() {
+                        true => ClientError::Tls {
+                            addr: addr.to_string(),
+                            reason: e.to_string(),
+                        },
+                        false => fail(e.to_string()),
+                    })?;
                 let (reader, writer) = tokio::io::split(stream);
                 tokio::spawn(write_frames(writer, queue));
                 tokio::spawn(read_frames(reader, shared));
@@ -293,7 +313,20 @@ impl Connection {
             role: role.into(),
             node_id,
         };
-        let response = connection.request(&handshake, CONNECT_TIMEOUT).await?;
+        let response = match connection.request(&handshake, CONNECT_TIMEOUT).await {
+            Ok(r) => r,
+            // TLS 1.3 finishes the client's side of the handshake before the server has
+            // checked the client's certificate: its refusal comes as the first read.
+            Err(e) => match tls_failure.lock().clone() {
+                Some(reason) => {
+                    return Err(ClientError::Tls {
+                        addr: addr.to_string(),
+                        reason,
+                    })
+                }
+                None => return Err(e),
+            },
+        };
         check(response.error.as_ref())?;
         connection.in_flight = Arc::new(Semaphore::new(
             response.requests_in_flight_max.max(1) as usize

@@ -8,6 +8,10 @@ use tinymq_protocol::{messages, ErrorCode};
 pub enum ClientError {
     #[error("cannot connect to {addr}: {reason}")]
     Connect { addr: String, reason: String },
+    /// TLS with the server failed in a way retrying does not cure: its certificate was
+    /// refused, it refused ours, or it does not speak TLS on that port.
+    #[error("TLS with {addr} failed: {reason}")]
+    Tls { addr: String, reason: String },
     #[error("connection to {0} closed")]
     ConnectionClosed(String),
     #[error("request timed out after {0} ms")]

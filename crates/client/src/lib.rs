@@ -28,7 +28,7 @@ pub use producer::{
     murmur2, partition_for_key, Acks, BatchDelivery, BatchMetadata, DeliveryFuture, Producer,
     ProducerConfig, ProducerRecord, RecordMetadata,
 };
-pub use security::{ClientTls, Login, Security};
+pub use security::{ClientTls, Login, ScramMechanism, Security};
 pub use tinymq_protocol::batch::Compression;
 pub use tinymq_protocol::messages::NodeRole;
 pub use tinymq_protocol::ErrorCode;

@@ -2,6 +2,7 @@
 //! certificate) and a login for the server's authentication. The default is neither: plain
 //! TCP, no login.
 
+pub use tinymq_auth::ScramMechanism;
 pub use tinymq_tls::ClientTls;
 
 /// Security for every connection a client (or a node's outgoing link) opens.
@@ -16,8 +17,7 @@ pub struct Security {
 /// The credentials a connection authenticates with after its handshake.
 #[derive(Clone)]
 pub struct Login {
-    /// The SASL mechanism name, e.g. "SCRAM-SHA-256".
-    pub mechanism: String,
+    pub mechanism: ScramMechanism,
     pub user: String,
     pub password: String,
     /// Act as this user (nodes only, for requests they make on a user's behalf).

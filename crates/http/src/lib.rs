@@ -51,8 +51,6 @@ pub enum HttpError {
     },
     #[error("invalid HTTP limits: {0}")]
     Limits(String),
-    #[error("invalid HTTP security settings: {0}")]
-    Security(String),
 }
 
 /// TLS and authentication of one HTTP listener; the default is neither (`--auth none`, plain
@@ -61,12 +59,10 @@ pub enum HttpError {
 pub struct HttpSecurity {
     /// Serve HTTPS with this certificate (reloaded in place on SIGHUP by its owner).
     pub tls: Option<tinymq_tls::ServerTls>,
-    /// Ask every request for credentials (`--auth scram|mtls`).
+    /// Ask every request for credentials (`--auth scram|mtls`). The REST API then needs the
+    /// node's own login (cluster secret) in the security given to
+    /// [`HttpServer::attach_api`]: it names each request's principal as SCRAM authzid.
     pub auth: Option<HttpAuth>,
-    /// How the REST API's native connections reach the node: its TLS settings, and with
-    /// authentication the node's own login (cluster secret), which then names each request's
-    /// principal as SCRAM authzid.
-    pub native: tinymq_client::Security,
 }
 
 /// Where the node's view goes once the node has started.
@@ -78,6 +74,8 @@ pub struct HttpServer {
     node: Arc<NodeSlot>,
     api: Arc<api::ApiSlot>,
     request_timeout: std::time::Duration,
+    /// Requests must authenticate.
+    auth: bool,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -96,13 +94,6 @@ impl HttpServer {
         security: HttpSecurity,
     ) -> Result<HttpServer, HttpError> {
         limits.check().map_err(HttpError::Limits)?;
-        if security.auth.is_some() && security.native.login.is_none() {
-            return Err(HttpError::Security(
-                "with authentication the REST API needs the node's login (the cluster secret) \
-                 to act as each caller"
-                    .into(),
-            ));
-        }
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| HttpError::Listen { addr, source })?;
@@ -112,10 +103,7 @@ impl HttpServer {
         let node: Arc<NodeSlot> = Arc::new(OnceLock::new());
         let shutdown = CancellationToken::new();
         let counters = Arc::new(listener::ConnectionCounters::default());
-        let api = Arc::new(api::ApiSlot::new(
-            security.native.clone(),
-            limits.principal_clients_max,
-        ));
+        let api = Arc::new(api::ApiSlot::new(limits.principal_clients_max));
         let loopback = local_addr.ip().is_loopback();
         let authenticator = security.auth.clone().map(|a| {
             Arc::new(auth::Authenticator::new(
@@ -154,6 +142,7 @@ impl HttpServer {
             node,
             api,
             request_timeout: limits.request_timeout,
+            auth: security.auth.is_some(),
             shutdown,
             task,
         })
@@ -169,11 +158,18 @@ impl HttpServer {
     /// Starts the REST API (`/api/v1`): it becomes a client of the cluster through the node's
     /// own native address (`serves_data`: a broker or `server`), or through the live brokers
     /// a MetaServer node knows of. Until then its routes answer 503. A second call is ignored.
-    pub fn attach_api(&self, native_addr: SocketAddr, serves_data: bool) {
-        if !self
-            .api
-            .attach(native_addr, serves_data, self.request_timeout)
-        {
+    /// Its connections to the cluster use `security` (the node's own links' TLS and login).
+    pub fn attach_api(
+        &self,
+        native_addr: SocketAddr,
+        serves_data: bool,
+        security: tinymq_client::Security,
+    ) {
+        let timeout = self.request_timeout;
+        if self.auth && security.login.is_none() {
+            tracing::error!("the REST API has no node login (cluster secret): with authentication on, its requests will be refused");
+        }
+        if !self.api.attach(native_addr, serves_data, timeout, security) {
             tracing::warn!("the REST API already has its native address; ignored");
         }
     }

@@ -54,9 +54,19 @@ pub enum MetaLink {
 impl MetaLink {
     /// A link to the MetaServer nodes at `addrs` (any one is enough) for broker `broker_id`.
     pub fn remote(addrs: Vec<String>, broker_id: u32) -> MetaLink {
+        MetaLink::remote_secure(addrs, broker_id, tinymq_client::Security::default())
+    }
+
+    /// [`MetaLink::remote`] whose connections use `security` (TLS, node login).
+    pub fn remote_secure(
+        addrs: Vec<String>,
+        broker_id: u32,
+        security: tinymq_client::Security,
+    ) -> MetaLink {
         MetaLink::Remote(RemoteMeta {
             addrs,
             broker_id,
+            security,
             control: tokio::sync::Mutex::new(None),
             watch: tokio::sync::Mutex::new(None),
             first_addr: AtomicUsize::new(0),
@@ -169,6 +179,8 @@ pub struct RemoteMeta {
     addrs: Vec<String>,
     /// Told in the handshake: metadata writes and heartbeats are accepted only from brokers.
     broker_id: u32,
+    /// TLS and login of every connection to the MetaServer nodes.
+    security: tinymq_client::Security,
     control: tokio::sync::Mutex<Option<Arc<Connection>>>,
     watch: tokio::sync::Mutex<Option<Arc<Connection>>>,
     /// Where the next connection attempt starts in `addrs`; moves on after a failure, so a
@@ -251,7 +263,9 @@ impl RemoteMeta {
             let addr = &self.addrs[(first + i) % self.addrs.len()];
             let client_id = format!("broker-{}", self.broker_id);
             let id = u64::from(self.broker_id);
-            match Connection::connect_as(addr, &client_id, "", NodeRole::Broker, id).await {
+            let role = NodeRole::Broker;
+            let security = &self.security;
+            match Connection::connect_secure(addr, &client_id, "", role, id, security).await {
                 Ok(c) => return Ok(c),
                 Err(e) => errors.push(format!("{addr}: {e}")),
             }

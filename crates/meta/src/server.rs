@@ -83,6 +83,14 @@ impl tinymq_net::Service for MetaFront {
     }
 }
 
+/// A MetaServer node's security: what its listener asks of connections, and how it connects
+/// to its peers.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSecurity {
+    pub listener: tinymq_net::ListenerSecurity,
+    pub links: tinymq_client::Security,
+}
+
 impl MetaServer {
     /// Starts node `id` of the group `peers` (id → address, including this node), storing in
     /// `dir`, and serves it on `listen` within `limits`.
@@ -93,18 +101,32 @@ impl MetaServer {
         dir: &Path,
         limits: ListenerLimits,
     ) -> Result<MetaServer, MetaServerError> {
+        let security = NodeSecurity::default();
+        MetaServer::start_secure(id, listen, peers, dir, limits, security).await
+    }
+
+    /// [`MetaServer::start`] with TLS (and authentication) on its listener and its links.
+    pub async fn start_secure(
+        id: u64,
+        listen: SocketAddr,
+        peers: BTreeMap<u64, String>,
+        dir: &Path,
+        limits: ListenerLimits,
+        security: NodeSecurity,
+    ) -> Result<MetaServer, MetaServerError> {
         limits.check().map_err(MetaServerError::Limits)?;
         let listener = TcpListener::bind(listen)
             .await
             .map_err(MetaServerError::Listen)?;
         let local_addr = listener.local_addr().map_err(MetaServerError::Listen)?;
-        let service = MetaService::start(id, peers, dir, None).await?;
+        let service = MetaService::start_secure(id, peers, dir, None, security.links).await?;
         let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
         let connections = Arc::new(tinymq_net::ConnectionStats::default());
-        tasks.spawn(tinymq_net::serve_counted(
+        tasks.spawn(tinymq_net::serve_secure(
             listener,
             Arc::new(MetaFront(service.clone())),
             limits.clone(),
+            security.listener,
             shutdown.clone(),
             tasks.clone(),
             connections.clone(),

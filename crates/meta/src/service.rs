@@ -66,6 +66,8 @@ impl Sessions {
 pub struct MetaService {
     pub node: Arc<MetaNode>,
     sessions: Sessions,
+    /// TLS and login of this node's connections to its peers (forwarding to the leader).
+    links: tinymq_client::Security,
 }
 
 impl MetaService {
@@ -79,17 +81,24 @@ impl MetaService {
         dir: &Path,
         cluster_id: Option<String>,
     ) -> Result<Arc<MetaService>, MetaNodeError> {
-        let node = Arc::new(
-            MetaNode::start(
-                id,
-                dir,
-                TcpNetwork {
-                    from: id,
-                    ..Default::default()
-                },
-            )
-            .await?,
-        );
+        let links = tinymq_client::Security::default();
+        MetaService::start_secure(id, peers, dir, cluster_id, links).await
+    }
+
+    /// [`MetaService::start`] whose connections to peers (Raft, forwarding) use `links`.
+    pub async fn start_secure(
+        id: u64,
+        peers: BTreeMap<u64, String>,
+        dir: &Path,
+        cluster_id: Option<String>,
+        links: tinymq_client::Security,
+    ) -> Result<Arc<MetaService>, MetaNodeError> {
+        let network = TcpNetwork {
+            from: id,
+            security: links.clone(),
+            ..Default::default()
+        };
+        let node = Arc::new(MetaNode::start(id, dir, network).await?);
         let initialized = node.raft.is_initialized().await.unwrap_or(true);
         if peers.keys().next() == Some(&id) && !initialized {
             // Initializing an already initialized group is refused by openraft: harmless.
@@ -100,6 +109,7 @@ impl MetaService {
         let service = Arc::new(MetaService {
             node,
             sessions: Sessions::default(),
+            links,
         });
         tokio::spawn(fence_expired_brokers(Arc::downgrade(&service)));
         tokio::spawn(elect_preferred_leaders(Arc::downgrade(&service)));
@@ -285,10 +295,17 @@ impl MetaService {
             .member_addr(leader)
             .ok_or_else(|| Forward::NotSent(format!("leader {leader} has no known address")))?;
         let role = tinymq_client::NodeRole::Meta;
-        let connection =
-            tinymq_client::Connection::connect_as(&addr, "meta-forward", "", role, self.node.id)
-                .await
-                .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
+        let (id, security) = (self.node.id, &self.links);
+        let connection = tinymq_client::Connection::connect_secure(
+            &addr,
+            "meta-forward",
+            "",
+            role,
+            id,
+            security,
+        )
+        .await
+        .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
         connection
             .request(request, FORWARD_TIMEOUT)
             .await

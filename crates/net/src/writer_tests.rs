@@ -1,7 +1,8 @@
 //! The response writer over a real loopback socket and real files: frames of buffers and file
 //! ranges arrive byte for byte (with `sendfile`, through the copy fallback, and from a file
 //! deleted before it was sent), several frames go out in one flush, and a frame whose file
-//! changed or ended early is never completed.
+//! changed or ended early is never completed. The same through a stream that is not a socket
+//! (how TLS is written: no `sendfile`, file ranges copied in bounded pieces).
 
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd};
@@ -151,6 +152,42 @@ async fn a_frame_whose_file_changed_is_never_completed() {
         let received = reader.await.expect("reader");
         assert_eq!(received.len(), 4 + 300_000 - 1, "all but the last byte");
     }
+}
+
+#[tokio::test]
+async fn through_a_tls_like_stream_ranges_are_copied_and_a_changed_file_still_stops_the_frame() {
+    let content = pattern(1 << 20, 13);
+    let source = file(&content, true, false);
+    let (mut near, mut far) = tokio::io::duplex(64 * 1024);
+    let reader = tokio::spawn(async move {
+        let mut out = Vec::new();
+        far.read_to_end(&mut out).await.expect("read");
+        out
+    });
+    let mut writer = Writer::tls(&mut near, Duration::from_secs(10));
+    let frame = [
+        Part::Bytes(Bytes::from_static(b"head")),
+        range(&source, 0, 1 << 20),
+    ];
+    writer.response(&frame).await.expect("written");
+    writer.flush().await.expect("flushed");
+    source.changed.store(true, Ordering::SeqCst);
+    let outcome = writer.response(&frame).await;
+    assert!(outcome.is_err(), "the writer reports the change");
+    drop(writer);
+    drop(near);
+    let received = reader.await.expect("reader");
+    let mut expected = b"head".to_vec();
+    expected.extend_from_slice(&content);
+    assert!(
+        received[..expected.len()] == expected[..],
+        "the first frame whole"
+    );
+    assert_eq!(
+        received.len(),
+        2 * expected.len() - 1,
+        "all of the second frame but its last byte"
+    );
 }
 
 #[tokio::test]

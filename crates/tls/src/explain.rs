@@ -4,6 +4,15 @@
 
 use rustls::{AlertDescription, CertificateError};
 
+/// The explanation of `e` when it is a TLS failure (a certificate refused, an alert, a peer
+/// that does not speak TLS): a failure that trying again does not cure. `None` for plain I/O
+/// errors (a reset, a timeout), which may be transient.
+pub fn tls_failure(e: &std::io::Error) -> Option<String> {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .map(|_| explain(e))
+}
+
 /// What went wrong in a TLS handshake, in words that say what to fix.
 pub fn explain(e: &std::io::Error) -> String {
     let Some(tls) = e

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use client::{server_name, ClientTls, ConnectError};
-pub use explain::{explain, is_not_tls_answer};
+pub use explain::{explain, is_not_tls_answer, tls_failure};
 pub use principal::{peer_principal, PRINCIPAL_BYTES_MAX};
 pub use rustls;
 pub use rustls_pki_types::{CertificateDer, ServerName};
@@ -127,3 +127,6 @@ fn roots(path: &std::path::Path) -> Result<Arc<rustls::RootCertStore>, TlsError>
     }
     Ok(Arc::new(store))
 }
+
+#[cfg(test)]
+mod tests;

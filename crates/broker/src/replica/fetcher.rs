@@ -154,12 +154,13 @@ async fn connect(state: &BrokerState, leader: u32, me: u32) -> Result<Connection
         .filter(|b| !b.fenced)
         .ok_or_else(|| format!("broker {leader} is not live"))?;
     let addr = format!("{}:{}", broker.host, broker.port);
-    Connection::connect_as(
+    Connection::connect_secure(
         &addr,
         &format!("tinymq-replica-{me}"),
         &image.cluster_id,
         NodeRole::Broker,
         u64::from(me),
+        &state.config.links,
     )
     .await
     .map_err(|e| e.to_string())

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod consume;
 pub mod http;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

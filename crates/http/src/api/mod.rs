@@ -52,24 +52,28 @@ const META_BOOTSTRAP_AGE: Duration = Duration::from_secs(30);
 /// `http_principal_clients_max`, the least recently used dropped first.
 pub(crate) struct ApiSlot {
     target: OnceLock<Target>,
-    /// TLS and the node's own login (cluster secret) for the native connections.
-    security: Security,
     clients: Mutex<HashMap<String, Cached>>,
     clients_max: usize,
 }
 
 impl ApiSlot {
-    pub fn new(security: Security, clients_max: usize) -> ApiSlot {
+    pub fn new(clients_max: usize) -> ApiSlot {
         ApiSlot {
             target: OnceLock::new(),
-            security,
             clients: Mutex::new(HashMap::new()),
             clients_max: clients_max.max(1),
         }
     }
 
-    /// Sets the node's native address; false if it was set already.
-    pub fn attach(&self, native: SocketAddr, serves_data: bool, request_timeout: Duration) -> bool {
+    /// Sets the node's native address and how to reach it (`security`: the node's TLS and,
+    /// with authentication, its own login); false if it was set already.
+    pub fn attach(
+        &self,
+        native: SocketAddr,
+        serves_data: bool,
+        request_timeout: Duration,
+        security: Security,
+    ) -> bool {
         // A node listening on every address is reached through loopback.
         let mut native = native;
         if native.ip().is_unspecified() {
@@ -83,6 +87,7 @@ impl ApiSlot {
                 native,
                 serves_data,
                 request_timeout,
+                security,
             })
             .is_ok()
     }
@@ -90,7 +95,10 @@ impl ApiSlot {
     /// The security of a native connection made for `principal`: the node's login with the
     /// principal as SCRAM authzid (the broker then checks ACLs as that principal).
     pub fn security_for(&self, principal: Option<&Principal>) -> Security {
-        let mut security = self.security.clone();
+        let Some(target) = self.target.get() else {
+            return Security::default();
+        };
+        let mut security = target.security.clone();
         if let (Some(p), Some(login)) = (principal, security.login.as_mut()) {
             login.authzid = Some(p.to_string());
         }
@@ -134,13 +142,15 @@ impl ApiSlot {
 /// A principal's client unused this long is dropped (with its connections).
 const PRINCIPAL_CLIENT_IDLE_MAX: Duration = Duration::from_secs(300);
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Target {
     native: SocketAddr,
     /// A broker (or `server`) serves every operation; a MetaServer node only the metadata
     /// ones, so its API goes through the live brokers.
     serves_data: bool,
     request_timeout: Duration,
+    /// TLS and the node's own login (cluster secret) for the native connections.
+    security: Security,
 }
 
 struct Cached {
@@ -193,7 +203,7 @@ pub(crate) struct ApiState {
 impl ApiState {
     /// The node's own native address, or 503 while the node is still starting.
     fn target(&self) -> Result<Target, Problem> {
-        self.slot.target.get().copied().ok_or_else(|| {
+        self.slot.target.get().cloned().ok_or_else(|| {
             Problem::unavailable("the node is still starting: the REST API is not ready yet")
         })
     }

@@ -145,7 +145,10 @@ impl From<ClientError> for Problem {
             | ClientError::ConnectionClosed(_)
             | ClientError::LeaderMoved { .. }
             | ClientError::Closed => Problem::unavailable(detail),
-            ClientError::Protocol(_) | ClientError::Batch(_) | ClientError::Config(_) => {
+            ClientError::Protocol(_)
+            | ClientError::Batch(_)
+            | ClientError::Config(_)
+            | ClientError::Tls { .. } => {
                 Problem::new(StatusCode::BAD_GATEWAY, "UNKNOWN_SERVER_ERROR", detail)
             }
         }

@@ -34,6 +34,8 @@ pub struct TcpNetwork {
     pub from: u64,
     /// Peers whose last RPC failed to reach them, shared by every link of this node.
     pub unreachable: Arc<Mutex<BTreeSet<u64>>>,
+    /// TLS and login of every connection to a peer.
+    pub security: tinymq_client::Security,
 }
 
 pub struct TcpLink {
@@ -42,6 +44,7 @@ pub struct TcpLink {
     addr: String,
     connection: Option<Arc<Connection>>,
     unreachable: Arc<Mutex<BTreeSet<u64>>>,
+    security: tinymq_client::Security,
 }
 
 impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
@@ -54,6 +57,7 @@ impl RaftNetworkFactory<TypeConfig> for TcpNetwork {
             addr: node.addr.clone(),
             connection: None,
             unreachable: self.unreachable.clone(),
+            security: self.security.clone(),
         }
     }
 }
@@ -93,15 +97,15 @@ impl TcpLink {
             Some(c) => c.clone(),
             None => {
                 let client_id = format!("meta-peer-{}", self.target);
-                let c =
-                    Connection::connect_as(&self.addr, &client_id, "", NodeRole::Meta, self.from)
-                        .await
-                        .map_err(|e| {
-                            self.note_reachable(false, Some(&e.to_string()));
-                            RPCError::Unreachable(Unreachable::new(&std::io::Error::other(
-                                e.to_string(),
-                            )))
-                        })?;
+                let (role, security) = (NodeRole::Meta, &self.security);
+                let c = Connection::connect_secure(
+                    &self.addr, &client_id, "", role, self.from, security,
+                )
+                .await
+                .map_err(|e| {
+                    self.note_reachable(false, Some(&e.to_string()));
+                    RPCError::Unreachable(Unreachable::new(&std::io::Error::other(e.to_string())))
+                })?;
                 let c = Arc::new(c);
                 self.connection = Some(c.clone());
                 c
