@@ -263,7 +263,8 @@ mod tests {
     fn from_wire_checks_every_field() {
         let good =
             StoredCredential::derive(ScramMechanism::Sha512, "pw", SCRAM_ITERATIONS_MIN).to_wire();
-        let cases: Vec<(&str, Box<dyn Fn(&mut m::ScramCredential)>)> = vec![
+        type Mutation = Box<dyn Fn(&mut m::ScramCredential)>;
+        let cases: Vec<(&str, Mutation)> = vec![
             (
                 "mechanism",
                 Box::new(|w| w.mechanism = "SCRAM-SHA-1".into()),

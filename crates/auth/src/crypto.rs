@@ -7,6 +7,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
 use crate::credential::ScramMechanism;
+use crate::error::AuthError;
 
 pub(crate) fn hash(m: ScramMechanism, data: &[u8]) -> Vec<u8> {
     match m {
@@ -67,12 +68,23 @@ pub(crate) fn b64url_decode(text: &str) -> Option<Vec<u8>> {
     URL_SAFE_NO_PAD.decode(text).ok()
 }
 
-/// Bytes from the operating system's random source. Its failure means the machine cannot do
-/// cryptography at all, so it stops the process rather than continuing with weak secrets.
-pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+/// Bytes from the operating system's random source, for paths a peer can reach: its failure
+/// fails the request instead of the process.
+pub(crate) fn try_random_bytes<const N: usize>() -> Result<[u8; N], AuthError> {
     let mut out = [0u8; N];
-    getrandom::fill(&mut out).expect("the operating system's random source failed");
-    out
+    getrandom::fill(&mut out).map_err(|e| AuthError::RandomUnavailable(e.to_string()))?;
+    Ok(out)
+}
+
+/// Bytes from the operating system's random source, for local calls (deriving a credential,
+/// starting a client exchange, creating the cluster secret). Its failure means the machine
+/// cannot do cryptography at all, so it stops the process rather than going on with weak
+/// secrets.
+pub(crate) fn random_bytes<const N: usize>() -> [u8; N] {
+    match try_random_bytes() {
+        Ok(bytes) => bytes,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 pub(crate) fn hex(data: &[u8]) -> String {
@@ -86,7 +98,7 @@ pub(crate) fn hex(data: &[u8]) -> String {
 }
 
 pub(crate) fn hex_decode(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     let digit = |c: u8| {

@@ -51,6 +51,8 @@ pub enum AuthError {
     TokenMalformed(&'static str),
     #[error("cluster secret {path}: {reason}")]
     ClusterSecret { path: String, reason: String },
+    #[error("the operating system's random source failed: {0}")]
+    RandomUnavailable(String),
 }
 
 impl AuthError {
@@ -74,7 +76,9 @@ impl AuthError {
             | AuthError::InvalidCredential(_)
             | AuthError::InvalidAcl(_)
             | AuthError::InvalidQuota(_) => ErrorCode::INVALID_REQUEST,
-            AuthError::ClusterSecret { .. } => ErrorCode::UNKNOWN_SERVER_ERROR,
+            AuthError::ClusterSecret { .. } | AuthError::RandomUnavailable(_) => {
+                ErrorCode::UNKNOWN_SERVER_ERROR
+            }
         }
     }
 

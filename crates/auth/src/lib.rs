@@ -7,6 +7,31 @@
 //! The network front end (tinymq-net), the MetaServer image (tinymq-meta), the brokers and the
 //! HTTP API call into this crate; it never touches a socket. Every function that network data
 //! can reach returns an [`AuthError`] rather than panicking. See `docs/security.md`.
+//!
+//! One SCRAM login, both sides (a server answers node users from the cluster secret and
+//! everyone else from its stored users through [`WithNodes`]):
+//!
+//! ```
+//! use tinymq_auth::*;
+//!
+//! struct Users(StoredCredential);
+//! impl CredentialLookup for Users {
+//!     fn credential(&self, user: &str, _: ScramMechanism) -> Option<StoredCredential> {
+//!         (user == "alice").then(|| self.0.clone())
+//!     }
+//! }
+//! let m = ScramMechanism::Sha256;
+//! let users = Users(StoredCredential::derive(m, "s3cret", SCRAM_ITERATIONS_MIN));
+//!
+//! let mut client = ScramClient::new(m, "alice", "s3cret", None);
+//! let mut server = ScramServer::new(m);
+//! let server_first = server.first(&client.first(), &users)?;
+//! let client_final = client.second(&server_first)?;
+//! let (server_final, who) = server.finish(&client_final)?;
+//! client.finish(&server_final)?;
+//! assert_eq!(who.user, "alice");
+//! # Ok::<(), AuthError>(())
+//! ```
 
 pub mod acl;
 pub mod credential;

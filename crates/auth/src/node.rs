@@ -85,7 +85,7 @@ impl ClusterSecret {
             path: path.display().to_string(),
             reason: e.to_string(),
         };
-        let secret = ClusterSecret(crypto::random_bytes::<SECRET_BYTES>().to_vec());
+        let secret = ClusterSecret(crypto::try_random_bytes::<SECRET_BYTES>()?.to_vec());
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]

@@ -21,6 +21,8 @@ use crate::credential::{
 };
 use crate::crypto;
 use crate::error::AuthError;
+use crate::node::parse_node_user;
+use crate::principal::Principal;
 
 /// Longest SCRAM message either side accepts.
 pub const SCRAM_MESSAGE_BYTES_MAX: usize = 4096;
@@ -35,6 +37,17 @@ pub struct Authenticated {
     pub authzid: Option<String>,
 }
 
+impl Authenticated {
+    /// The principal the login proves: `Node:broker-3` for node user `node:broker:3`,
+    /// otherwise `User:NAME`. (Acting as `authzid` instead is the caller's decision.)
+    pub fn principal(&self) -> Principal {
+        match parse_node_user(&self.user) {
+            Some((kind, id)) => Principal::node(kind, id),
+            None => Principal::user(&self.user),
+        }
+    }
+}
+
 /// The server side of one exchange: `first` answers the client-first with the server-first,
 /// `finish` checks the client-final and answers with the server-final (`v=...`). Any error
 /// ends the exchange; start a new `ScramServer` for another attempt.
@@ -42,6 +55,18 @@ pub struct ScramServer {
     mechanism: ScramMechanism,
     fixed_nonce: Option<String>,
     state: ServerState,
+}
+
+/// Shows the mechanism and the step, never keys.
+impl std::fmt::Debug for ScramServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let step = match &self.state {
+            ServerState::Initial => "initial",
+            ServerState::WaitingFinal(_) => "waiting for client-final",
+            ServerState::Done => "done",
+        };
+        write!(f, "ScramServer({}, {step})", self.mechanism)
+    }
 }
 
 enum ServerState {
@@ -103,11 +128,11 @@ impl ScramServer {
         let first = ClientFirst::parse(text)?;
         let (credential, known) = match lookup.credential(&first.user, self.mechanism) {
             Some(c) if c.mechanism == self.mechanism && c.validate().is_ok() => (c, true),
-            _ => (fake_credential(self.mechanism, &first.user), false),
+            _ => (fake_credential(self.mechanism, &first.user)?, false),
         };
         let server_part = match &self.fixed_nonce {
             Some(n) => n.clone(),
-            None => crypto::b64(&crypto::random_bytes::<NONCE_RANDOM_BYTES>()),
+            None => crypto::b64(&crypto::try_random_bytes::<NONCE_RANDOM_BYTES>()?),
         };
         let nonce = format!("{}{server_part}", first.nonce);
         let server_first = format!(
@@ -179,20 +204,27 @@ impl ScramServer {
 
 /// The verifier an unknown user is "checked" against: stable per user within a process (so a
 /// repeated probe sees the same salt, as for a real user) and unknowable outside it.
-fn fake_credential(m: ScramMechanism, user: &str) -> StoredCredential {
+fn fake_credential(m: ScramMechanism, user: &str) -> Result<StoredCredential, AuthError> {
     static KEY: OnceLock<[u8; 32]> = OnceLock::new();
-    let key = KEY.get_or_init(crypto::random_bytes::<32>);
+    let key = match KEY.get() {
+        Some(key) => key,
+        None => {
+            let fresh = crypto::try_random_bytes::<32>()?;
+            // A racing first call may win; every later call then uses its key.
+            KEY.get_or_init(|| fresh)
+        }
+    };
     let derive =
         |label: &str| crypto::hmac(m, key, format!("{label}\0{}\0{user}", m.name()).as_bytes());
     let mut salt = derive("salt");
     salt.truncate(16);
-    StoredCredential {
+    Ok(StoredCredential {
         mechanism: m,
         salt,
         iterations: SCRAM_ITERATIONS_DEFAULT,
         stored_key: derive("stored"),
         server_key: derive("server"),
-    }
+    })
 }
 
 /// The client side of one exchange: `first`, then `second` with the server-first, then
@@ -204,6 +236,13 @@ pub struct ScramClient {
     authzid: Option<String>,
     nonce: String,
     state: ClientState,
+}
+
+/// Shows the mechanism and user, never the password.
+impl std::fmt::Debug for ScramClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ScramClient({}, user {:?})", self.mechanism, self.user)
+    }
 }
 
 enum ClientState {

@@ -225,7 +225,8 @@ fn wire_round_trip_and_validation() {
     );
     assert_eq!(AclEntry::from_wire(&e.to_wire()).unwrap(), e);
     let good = e.to_wire();
-    let cases: Vec<(&str, Box<dyn Fn(&mut m::Acl)>)> = vec![
+    type Mutation = Box<dyn Fn(&mut m::Acl)>;
+    let cases: Vec<(&str, Mutation)> = vec![
         ("no principal", Box::new(|a| a.principal = String::new())),
         (
             "node principal",

@@ -136,6 +136,28 @@ fn authzid_round_trips_with_escapes() {
 }
 
 #[test]
+fn principal_of_a_login_and_redacted_debug() {
+    let user = Authenticated {
+        user: "alice".into(),
+        authzid: None,
+    };
+    assert_eq!(user.principal().to_string(), "User:alice");
+    let node = Authenticated {
+        user: "node:meta:2".into(),
+        authzid: Some("alice".into()),
+    };
+    assert_eq!(node.principal().to_string(), "Node:meta-2");
+    let client = ScramClient::new(ScramMechanism::Sha256, "alice", "hunter2", None);
+    assert!(!format!("{client:?}").contains("hunter2"));
+    let mut server = ScramServer::new(ScramMechanism::Sha512);
+    server.first(b"n,,n=alice,r=abc", &users_fast()).unwrap();
+    assert_eq!(
+        format!("{server:?}"),
+        "ScramServer(SCRAM-SHA-512, waiting for client-final)"
+    );
+}
+
+#[test]
 fn wrong_password_and_unknown_user_fail_alike() {
     let table = users("right");
     for m in ScramMechanism::ALL {
@@ -380,6 +402,19 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
+    fn any_changed_byte_of_a_valid_client_final_fails(index in any::<proptest::sample::Index>(),
+                                                      byte in any::<u8>()) {
+        let (client_first, client_final) = recorded_rfc_exchange();
+        let mut tampered = client_final.clone();
+        let i = index.index(tampered.len());
+        prop_assume!(tampered[i] != byte);
+        tampered[i] = byte;
+        let mut server = ScramServer::with_nonce(ScramMechanism::Sha256, RFC_SERVER_NONCE);
+        server.first(&client_first, &rfc_users_fast()).unwrap();
+        prop_assert!(server.finish(&tampered).is_err());
+    }
+
+    #[test]
     fn arbitrary_bytes_never_panic_the_server(first in proptest::collection::vec(any::<u8>(), 0..300),
                                                last in proptest::collection::vec(any::<u8>(), 0..300)) {
         let table = users_fast();
@@ -416,4 +451,20 @@ proptest! {
 fn users_fast() -> Users {
     static CREDS: OnceLock<Vec<StoredCredential>> = OnceLock::new();
     Users(CREDS.get_or_init(|| users("pw").0).clone(), "alice")
+}
+
+fn rfc_users_fast() -> Users {
+    static CREDS: OnceLock<Vec<StoredCredential>> = OnceLock::new();
+    Users(CREDS.get_or_init(|| rfc_users().0).clone(), "user")
+}
+
+/// The client messages of the RFC exchange, whose server nonce `with_nonce` reproduces.
+fn recorded_rfc_exchange() -> (Vec<u8>, Vec<u8>) {
+    // A sanity check that the recording still succeeds unchanged.
+    let mut server = ScramServer::with_nonce(ScramMechanism::Sha256, RFC_SERVER_NONCE);
+    server
+        .first(RFC_CLIENT_FIRST.as_bytes(), &rfc_users_fast())
+        .unwrap();
+    server.finish(RFC_CLIENT_FINAL.as_bytes()).unwrap();
+    (RFC_CLIENT_FIRST.into(), RFC_CLIENT_FINAL.into())
 }
