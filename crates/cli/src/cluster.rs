@@ -105,7 +105,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     tls.reload_on_sighup()?;
     let http_args = args.http.over(file_http);
     // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
-    let http_security = http_args.security(tls.server.clone(), None)?;
+    let http_security = http_args.security(tls.server.clone(), false, None)?;
     let http = http_args.start(false, http_security).await?;
     let security = tinymq_meta::server::NodeSecurity {
         listener: tls.listener(),

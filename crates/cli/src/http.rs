@@ -107,17 +107,22 @@ impl HttpArgs {
     }
 
     /// The listener's TLS and authentication: HTTPS with the native port's certificate (the
-    /// same `ServerTls`, so SIGHUP reloads both), and with `token_key` (authentication on)
-    /// credentials asked of every request.
+    /// same `ServerTls`, so SIGHUP reloads both), and with authentication on (`--auth
+    /// scram|mtls`) credentials asked of every request, tokens signed with the cluster secret.
     pub fn security(
         &self,
         tls: Option<tinymq_tls::ServerTls>,
-        token_key: Option<[u8; 32]>,
+        auth_on: bool,
+        secret: Option<&tinymq_auth::ClusterSecret>,
     ) -> anyhow::Result<HttpSecurity> {
-        let auth = match token_key {
-            None => None,
-            Some(key) => {
-                let mut auth = HttpAuth::new(key);
+        let auth = match (auth_on, secret) {
+            (false, _) => None,
+            (true, None) => anyhow::bail!(
+                "the HTTP listener with --auth needs the cluster secret (--cluster-secret-file): \
+                 its REST API logs in as this node to act for each caller"
+            ),
+            (true, Some(secret)) => {
+                let mut auth = HttpAuth::new(secret.token_key());
                 if let Some(ms) = self.http_token_lifetime_ms {
                     anyhow::ensure!(
                         ms <= HTTP_TOKEN_LIFETIME_MS_MAX,

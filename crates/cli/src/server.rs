@@ -192,7 +192,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     tls.reload_on_sighup()?;
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
     // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
-    let http_security = http_args.security(tls.server.clone(), None)?;
+    let http_security = http_args.security(tls.server.clone(), false, None)?;
     let http = http_args.start(!cluster_member, http_security).await?;
     let broker = Broker::start(config).await?;
     if let Some(http) = &http {
