@@ -96,6 +96,11 @@ impl ClusterView {
         self.image.borrow().image.clone()
     }
 
+    /// The current image's version (cheaper than [`ClusterView::versioned`]).
+    pub fn version(&self) -> u64 {
+        self.image.borrow().version
+    }
+
     pub fn versioned(&self) -> VersionedImage {
         self.image.borrow().clone()
     }

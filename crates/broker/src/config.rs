@@ -54,6 +54,9 @@ pub struct BrokerConfig {
     /// TLS and login of this broker's own connections: to the MetaServer nodes and, as a
     /// follower, to partition leaders.
     pub links: tinymq_client::Security,
+    /// Whether requests are authorized against the image's ACLs (`--auth`), and the super
+    /// users; off by default.
+    pub authorization: tinymq_meta::authorize::AuthorizationConfig,
 }
 
 /// Default of `replica_lag_time_max`: 10 s.
@@ -84,6 +87,7 @@ impl Default for BrokerConfig {
             open_segment_files_max: tinymq_log::OPEN_SEGMENT_FILES_MAX_DEFAULT,
             security: tinymq_net::ListenerSecurity::default(),
             links: tinymq_client::Security::default(),
+            authorization: Default::default(),
         }
     }
 }

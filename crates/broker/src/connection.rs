@@ -1,5 +1,7 @@
 //! The broker behind the shared connection front end ([`tinymq_net`]): admission of each
-//! request (produce is written here, in arrival order) and dispatch to its handler.
+//! request (produce is written here, in arrival order), its authorization (every operation is
+//! checked here, through [`crate::authorize`], before its handler runs) and dispatch to its
+//! handler.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
 use tinymq_meta::link::MetaLink;
 
 use crate::state::BrokerState;
-use crate::{group_handlers, handlers, topic_handlers};
+use crate::{authorize, group_handlers, handlers, security_admin, topic_handlers};
 
 /// The front end's view of a broker.
 pub(crate) struct BrokerFront(pub Arc<BrokerState>);
@@ -25,24 +27,42 @@ impl tinymq_net::Service for BrokerFront {
         }
     }
 
+    /// From the image as this broker last saw it: a user created moments ago may need a
+    /// retry, a deleted one fails at once only once the broker has seen the deletion.
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.0.cluster.image().credential(user, mechanism)
+    }
+
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let state = self.0.clone();
         if frame.header.op_code() == OpCode::Fetch.code() {
             return Box::pin(fetch(state, frame, peer.clone()));
         }
         if frame.header.op_code() != OpCode::Produce.code() {
-            let node_id = peer.node_id;
-            return Box::pin(async move { dispatch(state, frame, node_id).await.map(Into::into) });
+            let peer = peer.clone();
+            return Box::pin(async move { dispatch(state, frame, peer).await.map(Into::into) });
         }
         // Written before the front end reads the next frame: a connection's produce requests
         // are written in the order received. The wait for the flush policy runs concurrently.
         let (op, id) = (frame.header.op_code(), frame.header.message_id);
-        let written = match decode::<m::ProduceRequest>(frame.body) {
-            Ok(request) => handlers::produce_write(state, request).await,
-            Err(error) => Err(m::ProduceResponse {
-                error: Some(error),
-                partitions: vec![],
-            }),
+        let (written, refused) = match decode::<m::ProduceRequest>(frame.body) {
+            Ok(mut request) => {
+                let access = authorize::access(&state);
+                let refused = authorize::produce(&access, &peer.principal, &mut request);
+                (handlers::produce_write(state, request).await, refused)
+            }
+            Err(error) => {
+                let response = m::ProduceResponse {
+                    error: Some(error),
+                    partitions: vec![],
+                };
+                (Err(response), vec![])
+            }
         };
         Box::pin(async move {
             // acks = 0 still waits for the flush policy (which raises the high watermark); it
@@ -55,7 +75,12 @@ impl tinymq_net::Service for BrokerFront {
                 }
                 Err(response) => Some(response),
             };
-            response.map(|r| encode_response(op, id, &r).into())
+            response.map(|mut r| {
+                if r.error.is_none() {
+                    r.partitions.extend(refused);
+                }
+                encode_response(op, id, &r).into()
+            })
         })
     }
 }
@@ -66,13 +91,26 @@ impl tinymq_net::Service for BrokerFront {
 /// fetch memory bounds the reads in progress across connections.
 async fn fetch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Response> {
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
-    let request = decode::<m::FetchRequest>(frame.body).and_then(|request| {
+    let access = authorize::access(&state);
+    let mut refused = vec![];
+    let request = decode::<m::FetchRequest>(frame.body).and_then(|mut request| {
         if request.replica_id != 0 {
             crate::replica::serve::authorize(request.replica_id, &peer)?;
+            access.check_node(&peer.principal)?;
+        } else {
+            refused = authorize::fetch(&access, &peer.principal, &mut request);
         }
         Ok(request)
     });
-    let (answer, hold) = match request {
+    let (mut answer, hold) = match request {
+        // Every partition refused: answered now, not after the long poll.
+        Ok(request) if request.partitions.is_empty() && !refused.is_empty() => {
+            let answer = handlers::FetchAnswer {
+                error: None,
+                partitions: vec![],
+            };
+            (answer, None)
+        }
         Ok(request) => handlers::fetch(state, request, peer.large_response_gate.0).await,
         Err(error) => {
             let answer = handlers::FetchAnswer {
@@ -82,6 +120,9 @@ async fn fetch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Resp
             (answer, None)
         }
     };
+    if answer.error.is_none() {
+        answer.partitions.extend(refused);
+    }
     let parts = crate::fetch_frame::encode(op, id, answer.error, answer.partitions);
     Some(Response {
         parts,
@@ -92,18 +133,25 @@ async fn fetch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Resp
     })
 }
 
-/// Routes one request to its handler; returns the encoded response, or `None` when none is due
-/// (produce with acks = 0).
-async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> Option<Bytes> {
+/// Routes one request to its handler once authorized; returns the encoded response, or `None`
+/// when none is due (produce with acks = 0).
+async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Bytes> {
     let (op_code, id) = (frame.header.op_code(), frame.header.message_id);
     let Some(op) = OpCode::from_code(op_code) else {
         // The front end answers unknown operations; this is only for completeness.
         let why = format!("unknown operation {op_code}");
         return Some(error_frame(op_code, id, ErrorCode::UNKNOWN_OPERATION, why));
     };
+    let access = authorize::access(&state);
+    let principal = &peer.principal;
+    // Every request is checked here (what it needs up front) before its handler runs; the
+    // arms of multi-topic and list operations apply the per-topic part.
     macro_rules! handle {
         ($req:ty, |$r:ident| $body:expr) => {
-            match decode::<$req>(frame.body) {
+            match decode::<$req>(frame.body).and_then(|r| {
+                access.require_request(principal, &r, || state.cluster.image())?;
+                Ok(r)
+            }) {
                 Ok($r) => {
                     let response = $body;
                     Some(encode_response(op_code, id, &response))
@@ -123,7 +171,11 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             ErrorCode::INVALID_REQUEST,
             "already handshaken".into(),
         )),
-        OpCode::Metadata => handle!(m::MetadataRequest, |r| topic_handlers::metadata(&state, r)),
+        OpCode::Metadata => handle!(m::MetadataRequest, |r| {
+            let all = r.topics.is_empty();
+            let response = topic_handlers::metadata(&state, r);
+            authorize::metadata(&access, principal, all, response)
+        }),
         OpCode::CreateTopic => handle!(m::CreateTopicRequest, |r| topic_handlers::create_topic(
             state, r
         )
@@ -132,8 +184,10 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             state, r
         )
         .await),
-        OpCode::ListTopics => handle!(m::ListTopicsRequest, |_r| topic_handlers::list_topics(
-            &state
+        OpCode::ListTopics => handle!(m::ListTopicsRequest, |_r| authorize::list_topics(
+            &access,
+            principal,
+            topic_handlers::list_topics(&state)
         )),
         OpCode::DescribeTopic => {
             handle!(m::DescribeTopicRequest, |r| topic_handlers::describe_topic(
@@ -165,14 +219,29 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             &state, r
         )),
         OpCode::LeaveGroup => handle!(m::LeaveGroupRequest, |r| group_handlers::leave(&state, r)),
-        OpCode::OffsetCommit => {
-            handle!(m::OffsetCommitRequest, |r| group_handlers::commit(state, r)
-                .await)
-        }
-        OpCode::OffsetFetch => handle!(m::OffsetFetchRequest, |r| group_handlers::fetch_offsets(
-            &state, r
+        OpCode::OffsetCommit => handle!(m::OffsetCommitRequest, |r| {
+            let mut r = r;
+            let refused = authorize::offset_commit(&access, principal, &mut r);
+            let mut response = if r.offsets.is_empty() && !refused.is_empty() {
+                m::OffsetCommitResponse::default()
+            } else {
+                group_handlers::commit(state.clone(), r).await
+            };
+            if response.error.is_none() {
+                response.offsets.extend(refused);
+            }
+            response
+        }),
+        OpCode::OffsetFetch => handle!(m::OffsetFetchRequest, |r| {
+            let all = r.partitions.is_empty();
+            let response = group_handlers::fetch_offsets(&state, r);
+            authorize::offset_fetch(&access, principal, all, response)
+        }),
+        OpCode::ListGroups => handle!(m::ListGroupsRequest, |_r| authorize::list_groups(
+            &access,
+            principal,
+            group_handlers::list(&state)
         )),
-        OpCode::ListGroups => handle!(m::ListGroupsRequest, |_r| group_handlers::list(&state)),
         OpCode::DescribeGroup => handle!(m::DescribeGroupRequest, |r| group_handlers::describe(
             &state, r
         )),
@@ -186,10 +255,15 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
             let MetaLink::Local(service) = &state.cluster.link else {
                 unreachable!("matched above")
             };
-            Some(tinymq_meta::server::handle(service, frame, peer_node_id).await)
+            Some(tinymq_meta::server::handle(service, frame, &peer, &state.authorization).await)
         }
-        OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| topic_handlers::meta_read(&state)
-            .await),
+        OpCode::MetaRead => handle!(m::MetaReadRequest, |_r| {
+            let mut answer = topic_handlers::meta_read(&state).await;
+            if !peer.principal.is_node() {
+                tinymq_meta::service::strip_credentials(&mut answer);
+            }
+            answer
+        }),
         OpCode::RaftRpc | OpCode::MetaWrite | OpCode::BrokerHeartbeat => Some(error_frame(
             op_code,
             id,
@@ -199,24 +273,38 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer_node_id: u64) -> O
                 op.name()
             ),
         )),
-        OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| handlers::list_offsets(state, r)
-            .await),
+        OpCode::ListOffsets => handle!(m::ListOffsetsRequest, |r| {
+            let response = handlers::list_offsets(state.clone(), r).await;
+            authorize::list_offsets(&access, principal, response)
+        }),
         OpCode::InitProducerId => {
             handle!(m::InitProducerIdRequest, |r| handlers::init_producer_id(
                 state, r
             )
             .await)
         }
+        OpCode::PutUser => handle!(m::PutUserRequest, |r| security_admin::put_user(state, r)
+            .await),
+        OpCode::DeleteUser => handle!(m::DeleteUserRequest, |r| {
+            security_admin::delete_user(state, r).await
+        }),
+        OpCode::ListUsers => handle!(m::ListUsersRequest, |r| security_admin::list_users(
+            &state, r
+        )),
+        OpCode::CreateAcls => handle!(m::CreateAclsRequest, |r| {
+            security_admin::create_acls(state, r).await
+        }),
+        OpCode::DeleteAcls => handle!(m::DeleteAclsRequest, |r| {
+            security_admin::delete_acls(state, r).await
+        }),
+        OpCode::ListAcls => handle!(m::ListAclsRequest, |r| security_admin::list_acls(&state, r)),
+        OpCode::SetQuota => handle!(m::SetQuotaRequest, |r| security_admin::set_quota(state, r)
+            .await),
+        OpCode::ListQuotas => handle!(m::ListQuotasRequest, |r| security_admin::list_quotas(
+            &state, r
+        )),
         // Issue 16 in progress: served once the security work lands.
-        OpCode::Authenticate
-        | OpCode::PutUser
-        | OpCode::DeleteUser
-        | OpCode::ListUsers
-        | OpCode::CreateAcls
-        | OpCode::DeleteAcls
-        | OpCode::ListAcls
-        | OpCode::SetQuota
-        | OpCode::ListQuotas => Some(error_frame(
+        OpCode::Authenticate => Some(error_frame(
             op_code,
             id,
             ErrorCode::UNKNOWN_OPERATION,

@@ -9,6 +9,7 @@
 //! broker's registration and its view of the cluster metadata, from the MetaServer).
 
 mod alter_config;
+mod authorize;
 pub mod cluster;
 pub mod config;
 mod connection;
@@ -27,6 +28,7 @@ pub mod partition;
 pub mod producer_state;
 mod reconcile;
 pub mod replica;
+mod security_admin;
 mod server;
 pub mod state;
 pub mod stats;

@@ -52,6 +52,8 @@ pub struct BrokerState {
     pub(crate) fetchers: crate::replica::fetcher::Fetchers,
     /// The native port's connection counts, for metrics.
     pub connections: Arc<tinymq_net::ConnectionStats>,
+    /// The ACLs of the current image, for `crate::authorize`.
+    pub(crate) authorization: tinymq_meta::authorize::AuthorizerCache,
 }
 
 impl BrokerState {
@@ -70,6 +72,8 @@ impl BrokerState {
         let fetch_memory = Arc::new(tokio::sync::Semaphore::new(
             config.fetch_memory_bytes_max as usize,
         ));
+        let authorization =
+            tinymq_meta::authorize::AuthorizerCache::new(config.authorization.clone());
         Ok(BrokerState {
             fetch_memory,
             config,
@@ -81,6 +85,7 @@ impl BrokerState {
             deleter,
             fetchers: Default::default(),
             connections: Default::default(),
+            authorization,
         })
     }
 

@@ -35,6 +35,12 @@ pub struct MetaArgs {
     #[command(flatten)]
     http: crate::http::HttpArgs,
     #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users.
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
+    #[command(flatten)]
     tls: crate::tls::ServerTlsArgs,
 }
 
@@ -98,27 +104,50 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
     );
+    let security_flags = args.security.clone();
+    let security = tokio::task::spawn_blocking(move || security_flags.resolve(None)).await??;
+    let has_tls = tls.server.is_some();
+    security.check_exposure("MetaServer", listen, has_tls)?;
+    let http_args = args.http.over(file_http);
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, has_tls)?;
+    }
     // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tls.reload_on_sighup()?;
-    let http_args = args.http.over(file_http);
-    // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
-    let http_security = http_args.security(tls.server.clone(), false, None)?;
+    // HTTPS with the native port's certificate (the same ServerTls, so SIGHUP reloads both);
+    // credentials asked when the node asks them.
+    let auth_on = security.listener.auth != tinymq_net::AuthMode::None;
+    let secret = security.listener.cluster_secret.as_deref();
+    let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
     let http = http_args.start(false, http_security).await?;
-    let security = tinymq_meta::server::NodeSecurity {
-        listener: tls.listener(),
-        links: tls.links(),
+    let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
+    let node_login = security.node_login(tinymq_auth::NodeKind::Meta, id);
+    let mut links = tls.links();
+    links.login = node_login.clone();
+    let node_security = tinymq_meta::server::NodeSecurity {
+        listener: tinymq_net::ListenerSecurity {
+            tls: tls.server.clone(),
+            ..security.listener.clone()
+        },
+        links,
+        authorization: security.authorization.clone(),
     };
-    let server = MetaServer::start_secure(id, listen, peers, &data, limits, security).await?;
+    let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
+    if let Some(admin) = admin {
+        tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
+    }
     if let Some(http) = &http {
         let view = crate::http::MetaView {
             node: server.node().clone(),
             connections: server.connections.clone(),
         };
         http.attach(std::sync::Arc::new(view));
-        http.attach_api(server.local_addr, false, tls.links());
+        let mut api_links = tls.links();
+        api_links.login = node_login;
+        http.attach_api(server.local_addr, false, api_links);
     }
     println!("tinymq meta listening on {}", server.local_addr);
     crate::http::announce(&http);

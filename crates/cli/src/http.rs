@@ -136,6 +136,14 @@ impl HttpArgs {
         Ok(HttpSecurity { tls, auth })
     }
 
+    /// The address the flags give the listener, when they name one.
+    pub fn explicit_addr(&self) -> Option<SocketAddr> {
+        match self.http.as_deref().map(str::trim) {
+            Some("off") | None => None,
+            Some(text) => crate::args::socket_addr(text).ok(),
+        }
+    }
+
     /// Starts the listener if asked for (the caller prints [`announce`] after its own
     /// address line, which scripts read first) (or by default, when `on_by_default`). When the
     /// default address is taken (another server on this machine), the node runs without

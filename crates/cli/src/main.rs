@@ -1,8 +1,10 @@
 //! The `tinymq` binary: every role and every tool behind one command. This file only parses
 //! arguments and hands off; the roles live in the library crates.
 
+mod acl;
 mod args;
 mod bench;
+mod client_security;
 mod cluster;
 mod cluster_status;
 mod codec;
@@ -13,12 +15,15 @@ mod limits;
 mod logging;
 mod out;
 mod produce;
+mod quota;
 mod reassign;
 mod scrape;
 mod server;
+mod server_security;
 mod tls;
 mod top;
 mod topic;
+mod user;
 
 use clap::{Parser, Subcommand};
 
@@ -77,6 +82,15 @@ enum Command {
     /// List, describe, reset and delete consumer groups.
     #[command(subcommand)]
     Group(group::GroupCommand),
+    /// Create, list, delete users and change their passwords (SCRAM).
+    #[command(subcommand)]
+    User(user::UserCommand),
+    /// Add, list and remove ACLs: who may do what to which resource.
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
+    /// Set, list and remove produce, fetch and request rate quotas.
+    #[command(subcommand)]
+    Quota(quota::QuotaCommand),
     /// Measure throughput and latency: produce, consume or end-to-end.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -156,6 +170,9 @@ fn main() -> std::process::ExitCode {
             Command::Produce(args) => produce::run(args).await,
             Command::Consume(args) => consume::run(args).await,
             Command::Group(cmd) => group::run(cmd).await,
+            Command::User(cmd) => user::run(cmd).await,
+            Command::Acl(cmd) => acl::run(cmd).await,
+            Command::Quota(cmd) => quota::run(cmd).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Top(args) => top::run(args).await,
             Command::Info => {

@@ -40,6 +40,8 @@ pub struct ServerArgs {
     #[command(flatten)]
     http: HttpArgs,
     #[command(flatten)]
+    security: crate::server_security::ServerSecurityArgs,
+    #[command(flatten)]
     tls: crate::tls::ServerTlsArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
     #[arg(long, env = "TINYMQ_FLUSH")]
@@ -66,6 +68,10 @@ pub struct ServerArgs {
     /// recently used is closed past it and opened again on its next use [default: 4096].
     #[arg(long, env = "TINYMQ_OPEN_SEGMENT_FILES_MAX", value_parser = crate::args::positive_usize)]
     open_segment_files_max: Option<usize>,
+    /// A file with the password of user `admin`, created at the cluster's first start (also
+    /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users (`tinymq server` only).
+    #[arg(long)]
+    admin_password_file: Option<PathBuf>,
 }
 
 /// The TOML file: every field optional.
@@ -173,8 +179,36 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let http_flags = std::mem::take(&mut args.http);
-    let (config, file_http, tls) = build_config(args)?;
+    let admin_file = args.admin_password_file.take();
+    anyhow::ensure!(
+        !(cluster_member && admin_file.is_some()),
+        "--admin-password-file is for `tinymq server` and `tinymq meta`; brokers keep no users"
+    );
+    let admin = if cluster_member {
+        None
+    } else {
+        crate::user::admin_credentials(admin_file.as_deref())?
+    };
+    let security_flags = std::mem::take(&mut args.security);
+    let (mut config, file_http, tls) = build_config(args)?;
     let http_args = http_flags.over(file_http);
+    let standalone_data = (!cluster_member).then(|| config.data_dir.clone());
+    let security =
+        tokio::task::spawn_blocking(move || security_flags.resolve(standalone_data.as_deref()))
+            .await??;
+    let has_tls = tls.server.is_some();
+    security.check_exposure("client", config.listen, has_tls)?;
+    if let Some(addr) = http_args.explicit_addr() {
+        security.check_exposure("HTTP", addr, has_tls)?;
+    }
+    config.security = tinymq_net::ListenerSecurity {
+        tls: tls.server.clone(),
+        ..security.listener.clone()
+    };
+    config.authorization = security.authorization.clone();
+    let node = u64::from(config.node_id);
+    let node_login = security.node_login(tinymq_auth::NodeKind::Broker, node);
+    config.links.login = node_login.clone();
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
     if cluster_member {
@@ -192,14 +226,21 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     tls.reload_on_sighup()?;
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
     // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
-    let http_security = http_args.security(tls.server.clone(), false, None)?;
+    let auth_on = security.listener.auth != tinymq_net::AuthMode::None;
+    let secret = security.listener.cluster_secret.as_deref();
+    let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
     let http = http_args.start(!cluster_member, http_security).await?;
     let broker = Broker::start(config).await?;
+    if let (Some(admin), Some(meta)) = (admin, broker.embedded_meta()) {
+        tinymq_meta::security_ops::bootstrap_admin(meta, admin);
+    }
     if let Some(http) = &http {
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();
         http.attach(std::sync::Arc::new(BrokerView { state, meta }));
-        http.attach_api(broker.local_addr, true, tls.links());
+        let mut api_links = tls.links();
+        api_links.login = node_login;
+        http.attach_api(broker.local_addr, true, api_links);
     }
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);

@@ -51,6 +51,7 @@ impl NodeTls {
     pub fn listener(&self) -> tinymq_net::ListenerSecurity {
         tinymq_net::ListenerSecurity {
             tls: self.server.clone(),
+            ..Default::default()
         }
     }
 
@@ -156,6 +157,8 @@ pub struct ClientSecurityArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, env = "TINYMQ_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub login: crate::client_security::LoginArgs,
 }
 
 impl ClientSecurityArgs {
@@ -175,6 +178,9 @@ impl ClientSecurityArgs {
                 None
             }
         };
-        Ok(Security { tls, login: None })
+        Ok(Security {
+            tls,
+            login: self.login.login()?,
+        })
     }
 }

@@ -29,7 +29,7 @@ pub use tinymq_protocol::messages::{
 /// ```
 #[derive(Debug, Clone)]
 pub struct Admin {
-    cluster: Arc<Cluster>,
+    pub(crate) cluster: Arc<Cluster>,
 }
 
 impl Admin {
@@ -197,7 +197,11 @@ impl Admin {
     }
 
     /// Runs `attempt` again after retriable errors, for up to the api timeout.
-    async fn retry<T, F, Fut>(&self, operation: &str, mut attempt: F) -> Result<T, ClientError>
+    pub(crate) async fn retry<T, F, Fut>(
+        &self,
+        operation: &str,
+        mut attempt: F,
+    ) -> Result<T, ClientError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
@@ -214,7 +218,7 @@ impl Admin {
     /// [`Admin::retry`] for a change: when an earlier attempt may have been applied (its
     /// answer was lost) and a later one fails with `done_code` (the change is already there),
     /// that is success, `Ok(None)`.
-    async fn retry_change<T, F, Fut>(
+    pub(crate) async fn retry_change<T, F, Fut>(
         &self,
         operation: &str,
         done_code: ErrorCode,

@@ -65,6 +65,8 @@ pub struct Connection {
     /// Bounds requests in flight to what the server said it processes at once.
     in_flight: Arc<Semaphore>,
     pub handshake: m::HandshakeResponse,
+    /// Whom the server says the connection acts as, once it logged in (`User:alice`).
+    pub principal: Option<String>,
 }
 
 /// A frame on its way to the socket: whole, or a head (frame header and the start of the
@@ -304,6 +306,7 @@ impl Connection {
             closed_reason,
             in_flight: Arc::new(Semaphore::new(1)),
             handshake: m::HandshakeResponse::default(),
+            principal: None,
         };
         let handshake = m::HandshakeRequest {
             min_version: PROTOCOL_VERSION_MIN,
@@ -332,6 +335,22 @@ impl Connection {
             response.requests_in_flight_max.max(1) as usize
         ));
         connection.handshake = response;
+        match &security.login {
+            Some(login) => {
+                let principal = crate::authenticate::authenticate(&connection, login).await?;
+                connection.principal = Some(principal);
+            }
+            // Nothing but a login would be served: say so now, not at the first request.
+            None if connection.handshake.auth_required => {
+                return Err(ClientError::Server {
+                    code: tinymq_protocol::ErrorCode::AUTHENTICATION_REQUIRED,
+                    message: format!(
+                        "{addr} requires a login: give a user and password (the tools take --user and --password, or TINYMQ_USER and TINYMQ_PASSWORD)"
+                    ),
+                });
+            }
+            None => {}
+        }
         Ok(connection)
     }
 

@@ -16,6 +16,11 @@ pub enum ClientError {
     ConnectionClosed(String),
     #[error("request timed out after {0} ms")]
     Timeout(u64),
+    /// The login after the handshake failed (wrong password, unknown user, a mechanism the
+    /// server does not take, a server that could not prove it knows the password). Not
+    /// retriable.
+    #[error("authentication failed for user {user}: {reason}")]
+    Authentication { user: String, reason: String },
     #[error("server error {}: {}", .code.name(), .message)]
     Server { code: ErrorCode, message: String },
     #[error("protocol error: {0}")]
@@ -90,6 +95,7 @@ impl ClientError {
             ClientError::Server { code, .. } => Some(*code),
             ClientError::GaveUp { last_error, .. } => last_error.code(),
             ClientError::RecordTooLarge { .. } => Some(ErrorCode::MESSAGE_TOO_LARGE),
+            ClientError::Authentication { .. } => Some(ErrorCode::AUTHENTICATION_FAILED),
             _ => None,
         }
     }

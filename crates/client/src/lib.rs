@@ -6,6 +6,7 @@
 //! answers `NOT_LEADER` or `UNKNOWN_TOPIC_OR_PARTITION`.
 
 mod admin;
+mod authenticate;
 mod cluster;
 mod connection;
 mod consumer;
@@ -14,6 +15,7 @@ mod group;
 mod producer;
 mod retry;
 mod security;
+mod security_admin;
 
 pub use admin::{
     Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove,
@@ -29,6 +31,7 @@ pub use producer::{
     ProducerConfig, ProducerRecord, RecordMetadata,
 };
 pub use security::{ClientTls, Login, ScramMechanism, Security};
+pub use security_admin::{AclFilter, PutUserMode, Quota, UserInfo, SCRAM_MECHANISMS_DEFAULT};
 pub use tinymq_protocol::batch::Compression;
 pub use tinymq_protocol::messages::NodeRole;
 pub use tinymq_protocol::ErrorCode;

@@ -4,6 +4,7 @@
 //! and a reply without I/O. The MetaServer replicates the records with Raft; every replica
 //! applies them in order and so holds the same image. Snapshots are the serialized image.
 
+pub mod authorize;
 pub mod command;
 pub mod dir_lock;
 pub mod election;

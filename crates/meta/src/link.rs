@@ -48,7 +48,8 @@ impl LinkError {
 
 pub enum MetaLink {
     Local(Arc<MetaService>),
-    Remote(RemoteMeta),
+    /// Boxed: it holds the link's connections and security, the local variant one pointer.
+    Remote(Box<RemoteMeta>),
 }
 
 impl MetaLink {
@@ -63,14 +64,14 @@ impl MetaLink {
         broker_id: u32,
         security: tinymq_client::Security,
     ) -> MetaLink {
-        MetaLink::Remote(RemoteMeta {
+        MetaLink::Remote(Box::new(RemoteMeta {
             addrs,
             broker_id,
             security,
             control: tokio::sync::Mutex::new(None),
             watch: tokio::sync::Mutex::new(None),
             first_addr: AtomicUsize::new(0),
-        })
+        }))
     }
 
     /// Applies a metadata command and returns its reply. Rides out a leader change: while no

@@ -23,6 +23,8 @@ pub const USERS_MAX: usize = 10_000;
 pub const ACLS_MAX: usize = 10_000;
 /// Most quotas a cluster holds (`quotas_max`), the default quota included.
 pub const QUOTAS_MAX: usize = 10_000;
+/// Most SCRAM verifiers one user holds: one per mechanism.
+pub const USER_CREDENTIALS_MAX: usize = 2;
 /// The user created at a cluster's first start from `TINYMQ_ADMIN_PASSWORD`.
 pub const ADMIN_USER: &str = "admin";
 

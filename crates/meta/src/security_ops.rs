@@ -12,14 +12,12 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::command::{Command, Reply};
 use crate::image::MetadataImage;
-use crate::security::{matching_acls, PutUserMode, ACLS_MAX};
+use crate::security::{matching_acls, PutUserMode, ACLS_MAX, USER_CREDENTIALS_MAX};
 
-/// Where the handlers write commands and read the image.
+/// Where the handlers write commands, and how they wait for them to show.
 pub trait SecurityStore: Sync {
     /// Applies `command` through the MetaServer's Raft log.
     fn write(&self, command: Command) -> impl Future<Output = Result<Reply, m::Error>> + Send;
-    /// The image this node answers list requests from.
-    fn image(&self) -> Arc<MetadataImage>;
     /// Waits (bounded) until this node's image satisfies `applied`, so a list request right
     /// after a change sees it. Returns at once where writes are applied before they answer.
     fn settle(
@@ -32,7 +30,14 @@ fn invalid(why: impl std::fmt::Display) -> m::Error {
     ErrorCode::INVALID_REQUEST.with_message(why.to_string())
 }
 
+/// The request's verifiers, each checked; their count first, before any is converted.
 fn credentials_of(r: &m::PutUserRequest) -> Result<Vec<StoredCredential>, m::Error> {
+    if r.credentials.len() > USER_CREDENTIALS_MAX {
+        let n = r.credentials.len();
+        return Err(invalid(format!(
+            "{n} credentials; at most {USER_CREDENTIALS_MAX}, one per mechanism"
+        )));
+    }
     r.credentials
         .iter()
         .map(|c| StoredCredential::from_wire(c).map_err(|e| invalid(format!("credential: {e}"))))
@@ -236,10 +241,6 @@ impl SecurityStore for crate::service::MetaService {
         serde_json::from_slice(&response.reply).map_err(|e| {
             ErrorCode::UNKNOWN_SERVER_ERROR.with_message(format!("unreadable reply: {e}"))
         })
-    }
-
-    fn image(&self) -> Arc<MetadataImage> {
-        Arc::new(self.node.image())
     }
 
     /// A follower applies the leader's entry a moment after the leader answered.

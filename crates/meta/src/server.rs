@@ -2,11 +2,13 @@
 //! front of a [`MetaService`]. It answers Raft RPCs from its peers, metadata commands (a
 //! follower forwards them to the leader), image reads, broker heartbeats, and the topic
 //! operations of the tools (`CreateTopic`, `AlterPartitions`, `ListTopics`, `DeleteTopic`,
-//! `DecommissionBroker`), which it turns into commands. The front end keeps Raft RPCs to
+//! `DecommissionBroker`, and users, ACLs and quotas through [`crate::security_ops`]), which it
+//! turns into commands. The front end keeps Raft RPCs to
 //! MetaServer peers and metadata writes and heartbeats to brokers and peers.
 //!
 //! Requests of one connection run concurrently (up to `requests_in_flight_max`), so a
-//! long-polling `MetaRead` does not hold up the others.
+//! long-polling `MetaRead` does not hold up the others. Every request is authorized in
+//! [`handle`] ([`crate::authorize`]) before it is served.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,6 +26,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::authorize::{AuthorizationConfig, AuthorizerCache};
 use crate::raft::network::{RPC_APPEND, RPC_SNAPSHOT, RPC_VOTE};
 use crate::raft::{MetaNode, MetaNodeError};
 use crate::security_ops;
@@ -64,8 +67,8 @@ pub enum MetaServerError {
     Node(#[from] MetaNodeError),
 }
 
-/// The front end's view of a MetaServer node.
-struct MetaFront(Arc<MetaService>);
+/// The front end's view of a MetaServer node, and the ACLs of its image.
+struct MetaFront(Arc<MetaService>, Arc<AuthorizerCache>);
 
 impl tinymq_net::Service for MetaFront {
     fn identity(&self) -> Identity {
@@ -76,10 +79,21 @@ impl tinymq_net::Service for MetaFront {
         }
     }
 
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.0
+            .node
+            .with_image(|image| image.credential(user, mechanism))
+    }
+
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
-        let service = self.0.clone();
-        let peer_node_id = peer.node_id;
-        Box::pin(async move { Some(handle(&service, frame, peer_node_id).await.into()) })
+        let (service, authorization) = (self.0.clone(), self.1.clone());
+        let peer = peer.clone();
+        Box::pin(async move { Some(handle(&service, frame, &peer, &authorization).await.into()) })
     }
 }
 
@@ -89,19 +103,26 @@ impl tinymq_net::Service for MetaFront {
 pub struct NodeSecurity {
     pub listener: tinymq_net::ListenerSecurity,
     pub links: tinymq_client::Security,
+    /// Whether requests are authorized against the image's ACLs, and the super users.
+    pub authorization: AuthorizationConfig,
 }
 
 impl MetaServer {
     /// Starts node `id` of the group `peers` (id → address, including this node), storing in
-    /// `dir`, and serves it on `listen` within `limits`.
+    /// `dir`, and serves it on `listen` within `limits`, authorizing requests per
+    /// `authorization`.
     pub async fn start(
         id: u64,
         listen: SocketAddr,
         peers: BTreeMap<u64, String>,
         dir: &Path,
         limits: ListenerLimits,
+        authorization: AuthorizationConfig,
     ) -> Result<MetaServer, MetaServerError> {
-        let security = NodeSecurity::default();
+        let security = NodeSecurity {
+            authorization,
+            ..NodeSecurity::default()
+        };
         MetaServer::start_secure(id, listen, peers, dir, limits, security).await
     }
 
@@ -124,7 +145,10 @@ impl MetaServer {
         let connections = Arc::new(tinymq_net::ConnectionStats::default());
         tasks.spawn(tinymq_net::serve_secure(
             listener,
-            Arc::new(MetaFront(service.clone())),
+            Arc::new(MetaFront(
+                service.clone(),
+                Arc::new(AuthorizerCache::new(security.authorization)),
+            )),
             limits.clone(),
             security.listener,
             shutdown.clone(),
@@ -162,10 +186,15 @@ impl Drop for MetaServer {
     }
 }
 
-/// Answers one request frame.
-/// `peer_node_id` is the node id the connection's handshake gave (0 for clients).
-pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> Bytes {
+/// Answers one request frame from `peer`, once `authorization` allows it.
+pub async fn handle(
+    service: &MetaService,
+    frame: Frame,
+    peer: &Peer,
+    authorization: &AuthorizerCache,
+) -> Bytes {
     let node = &service.node;
+    let peer_node_id = peer.node_id;
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
     let Some(code) = OpCode::from_code(op) else {
         return error_response(
@@ -175,10 +204,20 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
             format!("unknown operation {op}"),
         );
     };
+    // Every request is checked as it is decoded, before it is served.
     macro_rules! decode {
         ($t:ty) => {
             match <$t>::decode(frame.body) {
-                Ok(r) => r,
+                Ok(r) => {
+                    let version = || node.version();
+                    let image = || node.image();
+                    if let Err(e) =
+                        authorization.require_request(&peer.principal, &r, version, image)
+                    {
+                        return encode(op, id, &m::ErrorResponse { error: Some(e) });
+                    }
+                    r
+                }
                 Err(e) => return error_response(op, id, ErrorCode::MALFORMED_BODY, e.to_string()),
             }
         };
@@ -212,7 +251,8 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
         }
         OpCode::MetaRead => {
             let request = decode!(m::MetaReadRequest);
-            encode(op, id, &service.read(request).await)
+            let nodes_only = peer.principal.is_node();
+            encode(op, id, &service.read_as(request, nodes_only).await)
         }
         OpCode::CreateTopic => {
             let r = decode!(m::CreateTopicRequest);
@@ -301,14 +341,13 @@ pub async fn handle(service: &MetaService, frame: Frame, peer_node_id: u64) -> B
             let w = service.write(Command::DeleteTopic { name: r.name }).await;
             encode(op, id, &m::DeleteTopicResponse { error: w.error })
         }
-        OpCode::ListTopics => encode(
-            op,
-            id,
-            &m::ListTopicsResponse {
-                error: None,
-                names: node.image().user_topic_names(),
-            },
-        ),
+        OpCode::ListTopics => {
+            let _ = decode!(m::ListTopicsRequest);
+            let access = authorization.current(|| node.version(), || node.image());
+            let mut names = node.image().user_topic_names();
+            names.retain(|t| access.describes_topic(&peer.principal, t));
+            encode(op, id, &m::ListTopicsResponse { error: None, names })
+        }
         OpCode::PutUser => {
             let r = decode!(m::PutUserRequest);
             encode(op, id, &security_ops::put_user(service, r).await)

@@ -210,14 +210,29 @@ impl MetaService {
 
     /// The image as applied here, once it is newer than `since_version` or the wait is over.
     pub async fn read(&self, request: m::MetaReadRequest) -> m::MetaReadResponse {
+        self.read_as(request, true).await
+    }
+
+    /// [`MetaService::read`] for a reader that is a node (`with_credentials`) or not: the users'
+    /// SCRAM verifiers go to nodes only.
+    pub async fn read_as(
+        &self,
+        request: m::MetaReadRequest,
+        with_credentials: bool,
+    ) -> m::MetaReadResponse {
         let wait = Duration::from_millis(u64::from(request.wait_ms)).min(READ_WAIT_MAX);
         if wait > Duration::ZERO {
             self.node.wait_for_change(request.since_version, wait).await;
         }
         let (version, image) = self.node.versioned_image();
+        let image = if with_credentials || image.users.is_empty() {
+            serde_json::to_vec(&image)
+        } else {
+            serde_json::to_vec(&image.without_credentials())
+        };
         m::MetaReadResponse {
             error: None,
-            image: Bytes::from(serde_json::to_vec(&image).expect("image serializes")),
+            image: Bytes::from(image.expect("image serializes")),
             leader: self.node.current_leader().unwrap_or(0),
             voters: self.node.voters().into_iter().collect(),
             node_id: self.node.id,
@@ -473,4 +488,17 @@ fn new_cluster_id() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     format!("tmq-{:016x}{:08x}", nanos as u64, std::process::id())
+}
+
+/// Strips the users' SCRAM verifiers from a MetaRead answer (one a broker relays from the
+/// MetaServer to a reader that is not a node). An image that does not parse is left out whole.
+pub fn strip_credentials(response: &mut m::MetaReadResponse) {
+    let Ok(image) = serde_json::from_slice::<crate::MetadataImage>(&response.image) else {
+        response.image = Bytes::new();
+        return;
+    };
+    if !image.users.is_empty() {
+        let stripped = serde_json::to_vec(&image.without_credentials()).expect("image serializes");
+        response.image = Bytes::from(stripped);
+    }
 }

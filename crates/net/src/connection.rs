@@ -1,5 +1,5 @@
-//! One connection: a reader loop that decodes frames, runs the handshake, and hands each
-//! request to the service, and a writer task that sends responses as they complete (full
+//! One connection: a reader loop that decodes frames, runs the handshake and authentication
+//! (see `auth`), and hands each request to the service, and a writer task that sends responses as they complete (full
 //! duplex, matched by message id).
 //!
 //! Backpressure: at most `requests_in_flight_max` requests run at once, counting a request
@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::auth::{Login, Outcome};
 use crate::transport::{self, Transport};
 use crate::writer::Writer;
 use crate::{
@@ -48,6 +49,7 @@ const IDLE_TIMEOUT: &str = "idle timeout";
 struct Connection<S> {
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
+    security: Arc<ListenerSecurity>,
     addr: SocketAddr,
     shutdown: CancellationToken,
     tx: mpsc::Sender<Outgoing>,
@@ -87,6 +89,7 @@ pub(crate) async fn run<S: Service>(
         addr,
         service,
         limits,
+        security,
         shutdown,
         stats,
         tls_principal,
@@ -109,6 +112,7 @@ struct Start<S> {
     addr: SocketAddr,
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
+    security: Arc<ListenerSecurity>,
     shutdown: CancellationToken,
     stats: Arc<ConnectionStats>,
     tls_principal: Option<String>,
@@ -130,6 +134,7 @@ async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
         addr,
         service,
         limits,
+        security,
         shutdown,
         stats,
         tls_principal,
@@ -141,6 +146,7 @@ async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
     let connection = Connection {
         service,
         limits,
+        security,
         addr,
         shutdown,
         tx,
@@ -213,7 +219,9 @@ impl<S: Service> Connection<S> {
     ) -> Result<(), String> {
         let mut decoder = FrameDecoder::pre_handshake();
         let mut buf = BytesMut::with_capacity(4096);
-        let mut peer: Option<Peer> = None;
+        // The peer, once handshaken, and whether it must still authenticate.
+        let mut peer: Option<(Peer, bool)> = None;
+        let mut login = Login::default();
         loop {
             // Serve every complete frame already buffered.
             loop {
@@ -229,27 +237,53 @@ impl<S: Service> Connection<S> {
                 let Some(frame) = decoder.decode(&mut buf).map_err(|e| e.to_string())? else {
                     break;
                 };
-                match &peer {
-                    Some(peer) => self.serve(frame, peer).await?,
+                match &mut peer {
+                    Some((p, must)) if is_authenticate(&frame) && !login.done => {
+                        // A login on a connection already serving (a node proving itself on a
+                        // listener without `--auth`) gets a deadline of its own.
+                        let deadline = if *must {
+                            handshake_deadline
+                        } else {
+                            Instant::now() + self.limits.handshake_timeout
+                        };
+                        let ready = self.authenticate(frame, p, &mut login, deadline);
+                        if ready.await? {
+                            decoder.set_body_bytes_max(self.limits.frame_bytes_max);
+                            peer = peer.map(|(p, _)| (p, false));
+                        }
+                    }
+                    Some((_, true)) => {
+                        let (op, id) = (frame.header.op_code(), frame.header.message_id);
+                        let why = "authenticate first (Authenticate, operation 25)".to_string();
+                        let refusal = error_frame(op, id, ErrorCode::AUTHENTICATION_REQUIRED, why);
+                        self.send_before(handshake_deadline, refusal).await?;
+                    }
+                    Some((p, false)) => self.serve(frame, p).await?,
                     None => {
                         let identity = self.service.identity();
-                        let (response, done) =
-                            handshake::answer(frame, self.addr, identity, &self.limits);
-                        let done = done.map(|p| Peer {
-                            tls_principal: self.tls_principal.clone(),
-                            ..p
-                        });
+                        let (response, done) = handshake::answer(
+                            frame,
+                            self.addr,
+                            identity,
+                            &self.limits,
+                            &self.security,
+                            self.tls_principal.as_deref(),
+                        );
                         self.send_before(handshake_deadline, response).await?;
-                        if let Some(p) = done {
-                            tracing::debug!(peer = %self.addr, role = ?p.role, node = p.node_id, client = %p.client_id, "handshake done");
-                            decoder.set_body_bytes_max(self.limits.frame_bytes_max);
-                            peer = Some(p);
+                        if let Some((p, must_authenticate)) = done {
+                            tracing::debug!(peer = %self.addr, role = ?p.role, node = p.node_id, client = %p.client_id, must_authenticate, "handshake done");
+                            if !must_authenticate {
+                                decoder.set_body_bytes_max(self.limits.frame_bytes_max);
+                            }
+                            peer = Some((p, must_authenticate));
                         }
                     }
                 }
             }
+            // Until the peer may send requests, the handshake deadline bounds the connection.
+            let ready = matches!(peer, Some((_, false)));
             let read = async {
-                if peer.is_some() {
+                if ready {
                     tokio::time::timeout(self.limits.idle_timeout, reader.read_buf(&mut buf)).await
                 } else {
                     tokio::time::timeout_at(handshake_deadline, reader.read_buf(&mut buf)).await
@@ -271,12 +305,59 @@ impl<S: Service> Connection<S> {
                 Ok(Ok(_)) => {}
                 Ok(Err(e)) => return Err(e.to_string()),
                 Err(_) if peer.is_none() => return Err("handshake timed out".into()),
+                Err(_) if !ready => return Err("authentication timed out".into()),
                 Err(_)
                     if self.permits.available_permits() == self.limits.requests_in_flight_max =>
                 {
                     return Err(IDLE_TIMEOUT.into())
                 }
                 Err(_) => {}
+            }
+        }
+    }
+
+    /// Takes one Authenticate request: answers it (a failure after its delay, all within the
+    /// handshake deadline), and on success makes `peer` act as the proven principal. Whether
+    /// the connection has authenticated; an error closes it.
+    async fn authenticate(
+        &self,
+        frame: tinymq_protocol::Frame,
+        peer: &mut Peer,
+        login: &mut Login,
+        deadline: Instant,
+    ) -> Result<bool, String> {
+        match login.step(frame, self.service.as_ref(), &self.security, peer) {
+            Outcome::Continue(reply) => {
+                self.send_before(deadline, reply).await?;
+                Ok(false)
+            }
+            Outcome::Done {
+                reply,
+                principal,
+                role,
+                node_id,
+            } => {
+                self.stats.auth_succeeded.fetch_add(1, Ordering::Relaxed);
+                (peer.principal, peer.role, peer.node_id) = (principal, role, node_id);
+                self.send_before(deadline, reply).await?;
+                Ok(true)
+            }
+            Outcome::Failed {
+                reply,
+                delay,
+                close,
+            } => {
+                self.stats.auth_failed.fetch_add(1, Ordering::Relaxed);
+                let slowed = Instant::now() + delay;
+                tokio::select! {
+                    _ = tokio::time::sleep_until(slowed.min(deadline)) => {}
+                    _ = self.shutdown.cancelled() => return Err("shutting down".into()),
+                }
+                self.send_before(deadline, reply).await?;
+                if close {
+                    return Err("too many failed authentications".into());
+                }
+                Ok(false)
             }
         }
     }
@@ -346,4 +427,11 @@ impl<S: Service> Connection<S> {
         tracing::info!(peer = %self.addr, error = %e, "invalid frame");
         e.to_string()
     }
+}
+
+/// Whether `frame` is an Authenticate request.
+fn is_authenticate(frame: &tinymq_protocol::Frame) -> bool {
+    !frame.header.is_response()
+        && tinymq_protocol::OpCode::from_code(frame.header.op_code())
+            == Some(tinymq_protocol::OpCode::Authenticate)
 }

@@ -1,13 +1,18 @@
 //! The server side of a native-protocol connection, one front end for brokers and MetaServer
 //! nodes: the accept loop with `connections_max` (a connection over it gets a
 //! `LIMIT_EXCEEDED` frame and is closed), frame decoding with the pre-handshake limit, the
-//! handshake (version range, cluster id, the peer's role), the handshake deadline and idle
-//! timeout, TLS (or its refusal to peers of the wrong kind), `requests_in_flight_max` permits (backpressure), a writer task, error frames for
+//! handshake (version range, cluster id, the peer's role), TLS (or its refusal to peers of the
+//! wrong kind), authentication (only Authenticate is served until it succeeds, see `auth`), the
+//! handshake deadline and idle timeout, `requests_in_flight_max` permits (backpressure), a
+//! writer task, error frames for
 //! bad input, the node-only operations, and graceful shutdown.
 //!
 //! A server plugs in a [`Service`]: the front end hands it each request that passed those
 //! checks and writes whatever response it produces.
 
+mod auth;
+#[cfg(test)]
+mod auth_tests;
 mod connection;
 mod handshake;
 mod listener;
@@ -30,9 +35,10 @@ use prost::Message;
 use tinymq_protocol::frame::{FrameHeader, FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE};
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
+pub use auth::{AUTH_FAILURE_DELAY, AUTH_FAILURE_DELAY_MAX};
 pub use handshake::authorize;
 pub use listener::{serve, serve_counted, serve_secure};
-pub use security::{ClientAuth, ListenerSecurity, ServerTls};
+pub use security::{AuthMode, ClientAuth, ListenerSecurity, ServerTls, AUTH_FAILURES_MAX_DEFAULT};
 pub use stats::{ConnectionStats, OpSnapshot, RequestStats};
 pub use tinymq_protocol::messages::NodeRole;
 pub use transport::PLAIN_ON_TLS_PORT;
@@ -114,10 +120,15 @@ pub struct Identity {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub addr: SocketAddr,
-    /// Claimed, not proven: identification, not authentication.
+    /// The node role the connection may act in. Where nodes authenticate (authentication on,
+    /// or a cluster secret set) it is `Client` until the peer proved a node identity, then
+    /// that node's; elsewhere it is what the handshake claimed.
     pub role: NodeRole,
-    /// The node id a broker or MetaServer peer gave (0 for clients).
+    /// The node id of a broker or MetaServer peer (0 for clients), proven like `role`.
     pub node_id: u64,
+    /// Whom the connection acts as: `User:ANONYMOUS` until it authenticates (and always with
+    /// `--auth none`), then the SCRAM user, the node, or the certificate's subject.
+    pub principal: tinymq_auth::Principal,
     pub client_id: String,
     /// The subject CN of the client certificate the TLS handshake verified (mutual TLS);
     /// `None` on plain connections and TLS ones without a client certificate.
@@ -247,6 +258,18 @@ pub trait Service: Send + Sync + 'static {
     /// `requests_in_flight_max` permits until its response has been written to the peer (so
     /// responses a peer does not read count against the same bound as requests).
     fn admit(&self, frame: Frame, peer: &Peer) -> impl Future<Output = ResponseFuture> + Send;
+
+    /// The stored SCRAM verifier of `user` for Authenticate (from the server's current
+    /// metadata); `None` for an unknown user. Node users are answered from the cluster secret
+    /// by the front end and never asked here.
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        let _ = (user, mechanism);
+        None
+    }
 }
 
 /// A response that is already known.

@@ -1,4 +1,5 @@
-//! What the front end counts for metrics: connections (open, accepted, refused, idle-closed)
+//! What the front end counts for metrics: connections (open, accepted, refused, idle-closed),
+//! authentications (succeeded, failed)
 //! and, per operation, requests, errors by code and latency. Recording a request is a few
 //! relaxed atomic adds into slots fixed at start (indexed by operation and error code): no
 //! lock, no allocation.
@@ -36,6 +37,8 @@ pub struct ConnectionStats {
     pub(crate) accepted: AtomicU64,
     pub(crate) refused: AtomicU64,
     pub(crate) idle_closed: AtomicU64,
+    pub(crate) auth_succeeded: AtomicU64,
+    pub(crate) auth_failed: AtomicU64,
     /// Requests served, by operation.
     pub requests: RequestStats,
 }
@@ -59,6 +62,17 @@ impl ConnectionStats {
     /// Connections closed since start because they stayed idle for `idle_timeout_ms`.
     pub fn idle_closed(&self) -> u64 {
         self.idle_closed.load(Ordering::Relaxed)
+    }
+
+    /// Authenticate exchanges that succeeded since start.
+    pub fn auth_succeeded(&self) -> u64 {
+        self.auth_succeeded.load(Ordering::Relaxed)
+    }
+
+    /// Authenticate exchanges that failed since start (wrong password, unknown user, bad
+    /// message, refused mechanism).
+    pub fn auth_failed(&self) -> u64 {
+        self.auth_failed.load(Ordering::Relaxed)
     }
 }
 

@@ -145,10 +145,12 @@ impl From<ClientError> for Problem {
             | ClientError::ConnectionClosed(_)
             | ClientError::LeaderMoved { .. }
             | ClientError::Closed => Problem::unavailable(detail),
+            // The API's own node login failing is the server's problem, not the caller's.
             ClientError::Protocol(_)
             | ClientError::Batch(_)
             | ClientError::Config(_)
-            | ClientError::Tls { .. } => {
+            | ClientError::Tls { .. }
+            | ClientError::Authentication { .. } => {
                 Problem::new(StatusCode::BAD_GATEWAY, "UNKNOWN_SERVER_ERROR", detail)
             }
         }

@@ -239,6 +239,16 @@ impl MetaNode {
         self.image.read().expect("image lock").clone()
     }
 
+    /// `f` of the current image, without copying it (e.g. one user's credential at a login).
+    pub fn with_image<T>(&self, f: impl FnOnce(&MetadataImage) -> T) -> T {
+        f(&self.image.read().expect("image lock"))
+    }
+
+    /// The index of the last log entry applied to the image (see [`MetaNode::versioned_image`]).
+    pub fn version(&self) -> u64 {
+        *self.version.borrow()
+    }
+
     /// The image with the index of the last log entry applied to it (the image may already
     /// include later entries; it never lacks earlier ones).
     pub fn versioned_image(&self) -> (u64, MetadataImage) {

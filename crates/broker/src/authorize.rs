@@ -1,0 +1,232 @@
+//! The broker's side of authorization (issue 16): the [`Access`] of the broker's current image,
+//! and the per-topic parts of requests that name several topics. The dispatcher
+//! (`connection.rs`) checks every request up front with
+//! [`tinymq_meta::authorize::Access::require_request`], then, for the operations listed here,
+//! takes the topics the principal may not use out of the request (refused in the answer's
+//! per-partition errors) or out of the answer (list and metadata answers show only what the
+//! principal may DESCRIBE).
+
+use bytes::Bytes;
+use tinymq_auth::{AclOperation, Principal};
+use tinymq_meta::authorize::{Access, Permission};
+use tinymq_protocol::messages as m;
+
+use crate::fetch_frame::Records;
+use crate::handlers::PartitionRead;
+use crate::state::BrokerState;
+
+/// The access rules of the broker's current metadata image (rebuilt when it changes).
+pub(crate) fn access(state: &BrokerState) -> Access {
+    state
+        .authorization
+        .current(|| state.cluster.version(), || state.cluster.image())
+}
+
+/// Takes out of `entries` those whose topic `p` may not `operation`, each turned into its
+/// refusal by `refuse`. The common case (every topic allowed) moves nothing.
+fn split<T, R>(
+    access: &Access,
+    p: &Principal,
+    operation: AclOperation,
+    entries: &mut Vec<T>,
+    topic: impl Fn(&T) -> &str,
+    refuse: impl Fn(T, m::Error) -> R,
+) -> Vec<R> {
+    if !access.is_enforced() {
+        return Vec::new();
+    }
+    let mut last = None;
+    if entries.iter().all(|e| {
+        access
+            .check_topic_cached(p, topic(e), operation, &mut last)
+            .is_ok()
+    }) {
+        return Vec::new();
+    }
+    let mut refused = Vec::new();
+    for entry in std::mem::take(entries) {
+        match access.check_topic_cached(p, topic(&entry), operation, &mut last) {
+            Ok(()) => entries.push(entry),
+            Err(error) => refused.push(refuse(entry, error)),
+        }
+    }
+    refused
+}
+
+/// Produce: the partitions of topics `p` may not WRITE, refused.
+pub(crate) fn produce(
+    access: &Access,
+    p: &Principal,
+    request: &mut m::ProduceRequest,
+) -> Vec<m::ProducePartitionResult> {
+    split(
+        access,
+        p,
+        AclOperation::Write,
+        &mut request.partitions,
+        |pp| &pp.topic,
+        |pp, error| m::ProducePartitionResult {
+            topic: pp.topic,
+            partition: pp.partition,
+            error: Some(error),
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+            current_leader: 0,
+        },
+    )
+}
+
+/// A consumer's fetch: the partitions of topics `p` may not READ, refused.
+pub(crate) fn fetch(
+    access: &Access,
+    p: &Principal,
+    request: &mut m::FetchRequest,
+) -> Vec<PartitionRead> {
+    split(
+        access,
+        p,
+        AclOperation::Read,
+        &mut request.partitions,
+        |fp| &fp.topic,
+        |fp, error| {
+            let result = m::FetchPartitionResult {
+                topic: fp.topic,
+                partition: fp.partition,
+                error: Some(error),
+                high_watermark: -1,
+                log_start_offset: -1,
+                ..Default::default()
+            };
+            (result, Records::Bytes(Bytes::new()))
+        },
+    )
+}
+
+/// OffsetCommit (the group's READ is checked up front): the offsets of topics `p` may not READ,
+/// refused.
+pub(crate) fn offset_commit(
+    access: &Access,
+    p: &Principal,
+    request: &mut m::OffsetCommitRequest,
+) -> Vec<m::CommittedOffset> {
+    split(
+        access,
+        p,
+        AclOperation::Read,
+        &mut request.offsets,
+        |c| &c.topic,
+        |c, error| m::CommittedOffset {
+            error: Some(error),
+            ..c
+        },
+    )
+}
+
+/// ListOffsets: the answers for topics `p` may not DESCRIBE, replaced by refusals (finding
+/// an offset has no effect, so the answer is filtered rather than the request).
+pub(crate) fn list_offsets(
+    access: &Access,
+    p: &Principal,
+    mut response: m::ListOffsetsResponse,
+) -> m::ListOffsetsResponse {
+    let mut last = None;
+    for result in &mut response.partitions {
+        if let Err(error) =
+            access.check_topic_cached(p, &result.topic, AclOperation::Describe, &mut last)
+        {
+            *result = m::ListOffsetsPartitionResult {
+                topic: std::mem::take(&mut result.topic),
+                partition: result.partition,
+                error: Some(error),
+                offset: -1,
+                timestamp: -1,
+                current_leader: 0,
+            };
+        }
+    }
+    response
+}
+
+/// Metadata: every topic (`all`) → only those `p` may DESCRIBE; named topics → a refusal for
+/// each `p` may not DESCRIBE, existing or not.
+pub(crate) fn metadata(
+    access: &Access,
+    p: &Principal,
+    all: bool,
+    mut response: m::MetadataResponse,
+) -> m::MetadataResponse {
+    if !access.is_enforced() {
+        return response;
+    }
+    if all {
+        response
+            .topics
+            .retain(|t| access.describes_topic(p, &t.name));
+        return response;
+    }
+    for topic in &mut response.topics {
+        if let Err(error) = access.check(p, Permission::topic(&topic.name, AclOperation::Describe))
+        {
+            topic.error = Some(error);
+            topic.partitions.clear();
+        }
+    }
+    response
+}
+
+/// OffsetFetch (the group's DESCRIBE is checked up front): every offset of the group (`all`) →
+/// only those of topics `p` may DESCRIBE; named partitions → a refusal for each such topic.
+pub(crate) fn offset_fetch(
+    access: &Access,
+    p: &Principal,
+    all: bool,
+    mut response: m::OffsetFetchResponse,
+) -> m::OffsetFetchResponse {
+    if !access.is_enforced() {
+        return response;
+    }
+    if all {
+        response
+            .offsets
+            .retain(|c| access.describes_topic(p, &c.topic));
+        return response;
+    }
+    let mut last = None;
+    for c in &mut response.offsets {
+        if let Err(error) =
+            access.check_topic_cached(p, &c.topic, AclOperation::Describe, &mut last)
+        {
+            c.error = Some(error);
+            c.offset = -1;
+            c.metadata.clear();
+        }
+    }
+    response
+}
+
+/// ListTopics: only the topics `p` may DESCRIBE.
+pub(crate) fn list_topics(
+    access: &Access,
+    p: &Principal,
+    mut response: m::ListTopicsResponse,
+) -> m::ListTopicsResponse {
+    if access.is_enforced() {
+        response.names.retain(|t| access.describes_topic(p, t));
+    }
+    response
+}
+
+/// ListGroups: only the groups `p` may DESCRIBE.
+pub(crate) fn list_groups(
+    access: &Access,
+    p: &Principal,
+    mut response: m::ListGroupsResponse,
+) -> m::ListGroupsResponse {
+    if access.is_enforced() {
+        response
+            .group_ids
+            .retain(|g| access.allows(p, Permission::group(g, AclOperation::Describe)));
+    }
+    response
+}

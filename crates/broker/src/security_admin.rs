@@ -1,0 +1,70 @@
+//! Users, ACLs and quotas (operations 26..33) on a broker: changes are forwarded to the
+//! MetaServer as commands, like topic creation, and answered once this broker's image shows
+//! them; lists are answered from this broker's image. The handlers themselves live in
+//! [`tinymq_meta::security_ops`], shared with MetaServer nodes.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinymq_meta::security_ops::{self as ops, SecurityStore};
+use tinymq_meta::{Command, MetadataImage, Reply};
+use tinymq_protocol::messages as m;
+
+use crate::state::BrokerState;
+
+/// How long a change waits to show in this broker's image before it is answered anyway.
+const VISIBLE_WAIT: Duration = Duration::from_secs(5);
+
+struct Store<'a>(&'a BrokerState);
+
+impl SecurityStore for Store<'_> {
+    fn write(&self, command: Command) -> impl Future<Output = Result<Reply, m::Error>> + Send {
+        self.0.cluster.write(command)
+    }
+
+    async fn settle(&self, applied: impl Fn(&MetadataImage) -> bool + Send + Sync) {
+        self.0.cluster.wait_until(VISIBLE_WAIT, applied).await;
+    }
+}
+
+pub async fn put_user(state: Arc<BrokerState>, r: m::PutUserRequest) -> m::PutUserResponse {
+    ops::put_user(&Store(&state), r).await
+}
+
+pub async fn delete_user(
+    state: Arc<BrokerState>,
+    r: m::DeleteUserRequest,
+) -> m::DeleteUserResponse {
+    ops::delete_user(&Store(&state), r).await
+}
+
+pub fn list_users(state: &BrokerState, _r: m::ListUsersRequest) -> m::ListUsersResponse {
+    ops::list_users(&state.cluster.image())
+}
+
+pub async fn create_acls(
+    state: Arc<BrokerState>,
+    r: m::CreateAclsRequest,
+) -> m::CreateAclsResponse {
+    ops::create_acls(&Store(&state), r).await
+}
+
+pub async fn delete_acls(
+    state: Arc<BrokerState>,
+    r: m::DeleteAclsRequest,
+) -> m::DeleteAclsResponse {
+    ops::delete_acls(&Store(&state), r).await
+}
+
+pub fn list_acls(state: &BrokerState, r: m::ListAclsRequest) -> m::ListAclsResponse {
+    ops::list_acls(&state.cluster.image(), r)
+}
+
+pub async fn set_quota(state: Arc<BrokerState>, r: m::SetQuotaRequest) -> m::SetQuotaResponse {
+    ops::set_quota(&Store(&state), r).await
+}
+
+pub fn list_quotas(state: &BrokerState, _r: m::ListQuotasRequest) -> m::ListQuotasResponse {
+    ops::list_quotas(&state.cluster.image())
+}
