@@ -6,7 +6,7 @@ use clap::Subcommand;
 use tinymq_auth::{
     AclEntry, AclOperation, AclPermission, PatternType, ResourceType, CLUSTER_RESOURCE_NAME,
 };
-use tinymq_client::{AclFilter, Admin, ClientConfig};
+use tinymq_client::{AclFilter, Admin};
 use tinymq_protocol::messages as m;
 
 use crate::{outln, Bootstrap};
@@ -272,7 +272,7 @@ pub async fn run(command: AclCommand) -> anyhow::Result<()> {
                     AclPermission::Allow
                 },
             };
-            Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            Admin::new(bootstrap.client_config()?)?
                 .create_acls(std::slice::from_ref(&acl))
                 .await?;
             outln!("added {}", text(&acl))
@@ -282,7 +282,7 @@ pub async fn run(command: AclCommand) -> anyhow::Result<()> {
             json: as_json,
             bootstrap,
         } => {
-            let acls = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            let acls = Admin::new(bootstrap.client_config()?)?
                 .list_acls(&filter.to_wire())
                 .await?;
             if as_json {
@@ -299,7 +299,7 @@ pub async fn run(command: AclCommand) -> anyhow::Result<()> {
                 !filter.is_empty(),
                 "acl remove needs at least one of --principal, --topic, --group, --cluster, --transactional-id, --prefixed, --operation, --deny"
             );
-            let removed = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            let removed = Admin::new(bootstrap.client_config()?)?
                 .delete_acls(&filter.to_wire())
                 .await?;
             for a in &removed {

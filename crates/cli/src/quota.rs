@@ -4,7 +4,7 @@
 
 use clap::Subcommand;
 use tinymq_auth::{QuotaConfig, QUOTA_DEFAULT_PRINCIPAL};
-use tinymq_client::{Admin, ClientConfig};
+use tinymq_client::Admin;
 
 use crate::{outln, Bootstrap};
 
@@ -88,7 +88,7 @@ pub async fn run(command: QuotaCommand) -> anyhow::Result<()> {
                 fetch_bytes_per_sec: fetch_bytes_per_sec.unwrap_or(0),
                 requests_per_sec: requests_per_sec.unwrap_or(0),
             };
-            Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            Admin::new(bootstrap.client_config()?)?
                 .set_quota(&principal, &quota)
                 .await?;
             outln!(
@@ -99,7 +99,7 @@ pub async fn run(command: QuotaCommand) -> anyhow::Result<()> {
             )
         }
         QuotaCommand::List { json, bootstrap } => {
-            let quotas = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            let quotas = Admin::new(bootstrap.client_config()?)?
                 .list_quotas()
                 .await?;
             if json {
@@ -129,7 +129,7 @@ pub async fn run(command: QuotaCommand) -> anyhow::Result<()> {
         }
         QuotaCommand::Remove { whom, bootstrap } => {
             let principal = whom.principal();
-            Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            Admin::new(bootstrap.client_config()?)?
                 .remove_quota(&principal)
                 .await?;
             outln!("removed the quota of {principal}")

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use tinymq_auth::{
     ScramMechanism, SCRAM_ITERATIONS_DEFAULT, SCRAM_ITERATIONS_MAX, SCRAM_ITERATIONS_MIN,
 };
-use tinymq_client::{Admin, ClientConfig, PutUserMode};
+use tinymq_client::{Admin, PutUserMode};
 
 use crate::{outln, Bootstrap};
 
@@ -109,7 +109,7 @@ pub fn read_password(
 
 async fn put(args: PutUserArgs, mode: PutUserMode) -> anyhow::Result<()> {
     let password = read_password(args.new_password, args.new_password_file.as_deref())?;
-    let admin = Admin::new(ClientConfig::new(&args.bootstrap.bootstrap))?;
+    let admin = Admin::new(args.bootstrap.client_config()?)?;
     let mechanisms = args.mechanism.list();
     admin
         .put_user(&args.name, &password, mode, &mechanisms, args.iterations)
@@ -127,15 +127,13 @@ pub async fn run(command: UserCommand) -> anyhow::Result<()> {
         UserCommand::Create(args) => put(args, PutUserMode::Create).await,
         UserCommand::Passwd(args) => put(args, PutUserMode::Update).await,
         UserCommand::Delete { name, bootstrap } => {
-            Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
+            Admin::new(bootstrap.client_config()?)?
                 .delete_user(&name)
                 .await?;
             outln!("deleted user {name}")
         }
         UserCommand::List { json, bootstrap } => {
-            let users = Admin::new(ClientConfig::new(&bootstrap.bootstrap))?
-                .list_users()
-                .await?;
+            let users = Admin::new(bootstrap.client_config()?)?.list_users().await?;
             if json {
                 let out: Vec<_> = users
                     .iter()

@@ -41,9 +41,10 @@ fn fails(addr: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The image as `MetaRead` gives it to a client, as text and parsed.
-fn meta_read(addr: &str) -> (String, MetadataImage) {
-    let read = RawClient::handshaken(addr).call(&m::MetaReadRequest {
+/// The image as `MetaRead` gives it to a connection of `role`, as text and parsed (only a
+/// node gets the users' verifiers).
+fn meta_read_as(addr: &str, role: m::NodeRole) -> (String, MetadataImage) {
+    let read = RawClient::handshaken_as(addr, role).call(&m::MetaReadRequest {
         since_version: 0,
         wait_ms: 0,
     });
@@ -51,6 +52,16 @@ fn meta_read(addr: &str) -> (String, MetadataImage) {
     let text = String::from_utf8(read.image.to_vec()).expect("JSON");
     let image = serde_json::from_str(&text).expect("image");
     (text, image)
+}
+
+/// What a tool sees: never a password.
+fn meta_read(addr: &str) -> (String, MetadataImage) {
+    meta_read_as(addr, m::NodeRole::Client)
+}
+
+/// What a broker sees: the verifiers too.
+fn node_image(addr: &str) -> MetadataImage {
+    meta_read_as(addr, m::NodeRole::Broker).1
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
@@ -148,7 +159,8 @@ fn users(addr: &str, dir: &std::path::Path) {
     assert_eq!(json[0]["name"], "alice");
     assert_eq!(json[1]["credentials"][0]["mechanism"], "SCRAM-SHA-512");
 
-    let (text, image) = meta_read(addr);
+    let (text, _) = meta_read(addr);
+    let image = node_image(addr);
     for password in ["alice-secret-1", "alice-secret-2", "bob-secret"] {
         assert!(!text.contains(password), "MetaRead shows a password");
         assert!(!list.contains(password) && !json.to_string().contains(password));
@@ -380,7 +392,7 @@ fn a_standalone_server_keeps_users_acls_and_quotas_across_kill_9() {
     server.kill9();
     let server = Server::start(&data);
     assert_eq!(state(&server.addr), before);
-    let (_, image) = meta_read(&server.addr);
+    let image = node_image(&server.addr);
     let alice = image
         .credential("alice", ScramMechanism::Sha512)
         .expect("alice");
@@ -417,13 +429,13 @@ fn a_cluster_broker_forwards_to_the_meta_node_and_both_answer() {
         ok(&broker, &["user", "list"]).contains("erin")
             && ok(&broker, &["acl", "list", "--principal", "User:erin"]).contains("DESCRIBE")
     });
-    let (text, image) = meta_read(&meta);
+    let (text, _) = meta_read(&meta);
     assert!(!text.contains("alice-secret"), "MetaRead shows a password");
-    assert_list_users_has_no_keys(&meta, &image);
+    assert_list_users_has_no_keys(&meta, &node_image(&meta));
 }
 
 fn admin_verifies(addr: &str, password: &str) -> bool {
-    let (_, image) = meta_read(addr);
+    let image = node_image(addr);
     image
         .credential("admin", ScramMechanism::Sha256)
         .is_some_and(|c| c.verify_password(password))
