@@ -35,14 +35,24 @@ fn split<T, R>(
     if !access.is_enforced() {
         return Vec::new();
     }
-    let mut last = None;
-    if entries.iter().all(|e| {
-        access
-            .check_topic_cached(p, topic(e), operation, &mut last)
-            .is_ok()
-    }) {
+    // No allocation on this path: a request's partitions come grouped by topic, so the last
+    // topic's answer is reused.
+    let mut last: Option<(&str, bool)> = None;
+    let all_allowed = entries.iter().all(|e| {
+        let name = topic(e);
+        match last {
+            Some((previous, allowed)) if previous == name => allowed,
+            _ => {
+                let allowed = access.allows(p, Permission::topic(name, operation));
+                last = Some((name, allowed));
+                allowed
+            }
+        }
+    });
+    if all_allowed {
         return Vec::new();
     }
+    let mut last = None;
     let mut refused = Vec::new();
     for entry in std::mem::take(entries) {
         match access.check_topic_cached(p, topic(&entry), operation, &mut last) {

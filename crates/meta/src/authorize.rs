@@ -364,12 +364,7 @@ impl AuthorizerCache {
                 return access.clone();
             }
         }
-        // TEMPORARY until C's `MetadataImage::authorizer` lands.
-        let _ = image();
-        let authorizer = Authorizer::new(
-            Vec::<tinymq_auth::AclEntry>::new(),
-            self.config.super_users.clone(),
-        );
+        let authorizer = image().borrow().authorizer(self.config.super_users.clone());
         let access = Access {
             authorizer: Arc::new(authorizer),
             enforced: true,

@@ -109,20 +109,15 @@ pub struct NodeSecurity {
 
 impl MetaServer {
     /// Starts node `id` of the group `peers` (id → address, including this node), storing in
-    /// `dir`, and serves it on `listen` within `limits`, authorizing requests per
-    /// `authorization`.
+    /// `dir`, and serves it on `listen` within `limits`.
     pub async fn start(
         id: u64,
         listen: SocketAddr,
         peers: BTreeMap<u64, String>,
         dir: &Path,
         limits: ListenerLimits,
-        authorization: AuthorizationConfig,
     ) -> Result<MetaServer, MetaServerError> {
-        let security = NodeSecurity {
-            authorization,
-            ..NodeSecurity::default()
-        };
+        let security = NodeSecurity::default();
         MetaServer::start_secure(id, listen, peers, dir, limits, security).await
     }
 

@@ -295,4 +295,20 @@ fn the_cache_rebuilds_only_when_the_image_version_changes() {
         .require_request(&alice, &heartbeat, || 5, image)
         .is_err());
     assert_eq!(built.get(), 2, "a node-only check builds no ACL index");
+    // A new version with an ACL: applied.
+    let granted = || {
+        let mut image = MetadataImage::default();
+        image.acls.insert(acl(
+            "User:alice",
+            ResourceType::Topic,
+            "t",
+            PatternType::Literal,
+            Read,
+            AclPermission::Allow,
+        ));
+        image
+    };
+    let access = cache.current(|| 6, granted);
+    assert!(access.describes_topic(&alice, "t"));
+    assert!(!access.describes_topic(&alice, "u"));
 }
