@@ -508,3 +508,149 @@ fn https(ca: &Path, http: &str, method: &str, path: &str, auth: Option<&str>) ->
     let _ = stream.read_to_end(&mut bytes);
     parse_answer(&bytes)
 }
+
+/// One REST route, the ACLs that allow it (`(--topic|--group|--cluster, name, operation)`),
+/// and the request.
+struct Row {
+    route: &'static str,
+    acls: &'static [(&'static str, &'static str, &'static str)],
+    method: &'static str,
+    path: &'static str,
+    body: Option<Value>,
+}
+
+#[test]
+fn each_rest_route_is_refused_without_its_permission_and_served_with_it() {
+    let server = AuthServer::start(&[]);
+    let http = &server.http;
+    let admin = basic("admin", ADMIN_PASSWORD);
+    let ok = |method: &str, path: &str, body: Option<Value>| {
+        let r = call(http, method, path, Some(&admin), body.as_ref());
+        assert!((200..300).contains(&r.status), "{method} {path}: {r:?}");
+    };
+    for name in ["m", "m-del"] {
+        ok(
+            "POST",
+            "/api/v1/topics",
+            Some(json!({"name": name, "partitions": 1})),
+        );
+    }
+    ok(
+        "POST",
+        "/api/v1/topics/m/messages",
+        Some(json!({"value": "v"})),
+    );
+    ok(
+        "POST",
+        "/api/v1/groups/g/offsets",
+        Some(json!({"topic": "m", "to": "latest"})),
+    );
+    server.create_user("nobody", "nobody-pass-1");
+    let nobody = basic("nobody", "nobody-pass-1");
+
+    let rows = [
+        Row {
+            route: "describe topic",
+            acls: &[("--topic", "m", "describe")],
+            method: "GET",
+            path: "/api/v1/topics/m",
+            body: None,
+        },
+        Row {
+            route: "create topic",
+            acls: &[("--topic", "new-1", "create")],
+            method: "POST",
+            path: "/api/v1/topics",
+            body: Some(json!({"name": "new-1", "partitions": 1})),
+        },
+        Row {
+            route: "alter topic",
+            acls: &[("--topic", "m", "alter")],
+            method: "PATCH",
+            path: "/api/v1/topics/m",
+            body: Some(json!({"config": {"retention_ms": 600000}})),
+        },
+        Row {
+            route: "read messages",
+            acls: &[("--topic", "m", "read")],
+            method: "GET",
+            path: "/api/v1/topics/m/partitions/0/messages?offset=0",
+            body: None,
+        },
+        Row {
+            route: "produce",
+            acls: &[("--topic", "m", "write")],
+            method: "POST",
+            path: "/api/v1/topics/m/messages",
+            body: Some(json!({"value": "w"})),
+        },
+        Row {
+            route: "reset offsets",
+            acls: &[("--group", "g2", "read"), ("--topic", "m", "read")],
+            method: "POST",
+            path: "/api/v1/groups/g2/offsets",
+            body: Some(json!({"topic": "m", "to": "earliest"})),
+        },
+        Row {
+            route: "describe group",
+            acls: &[("--group", "g", "describe"), ("--topic", "m", "describe")],
+            method: "GET",
+            path: "/api/v1/groups/g",
+            body: None,
+        },
+        Row {
+            route: "delete group",
+            acls: &[("--group", "g", "delete")],
+            method: "DELETE",
+            path: "/api/v1/groups/g",
+            body: None,
+        },
+        Row {
+            route: "delete topic",
+            acls: &[("--topic", "m-del", "delete")],
+            method: "DELETE",
+            path: "/api/v1/topics/m-del",
+            body: None,
+        },
+        Row {
+            route: "cluster",
+            acls: &[("--cluster", "", "describe")],
+            method: "GET",
+            path: "/api/v1/cluster",
+            body: None,
+        },
+    ];
+    for (i, row) in rows.iter().enumerate() {
+        let refused = call(http, row.method, row.path, Some(&nobody), row.body.as_ref());
+        assert_eq!(
+            refused.status, 403,
+            "{} without permission: {refused:?}",
+            row.route
+        );
+        let user = format!("user-{i}");
+        server.create_user(&user, "user-pass-1");
+        let principal = format!("User:{user}");
+        for (kind, name, op) in row.acls {
+            let mut args = vec!["acl", "add", "--principal", &principal, kind];
+            if !name.is_empty() {
+                args.push(name);
+            }
+            args.extend(["--operation", op]);
+            server.admin_tool(&args);
+        }
+        let allowed = basic(&user, "user-pass-1");
+        let served = call(
+            http,
+            row.method,
+            row.path,
+            Some(&allowed),
+            row.body.as_ref(),
+        );
+        assert!(
+            (200..300).contains(&served.status),
+            "{} with {:?}: {served:?}",
+            row.route,
+            row.acls
+        );
+    }
+}
