@@ -426,14 +426,28 @@ pub struct Authorizer {
 
 impl Authorizer {
     /// Default deny: only what an ALLOW grants (and no DENY refuses) is allowed.
+    ///
+    /// ALLOW entries that fail [`AclEntry::validate`] are dropped without a word (this crate
+    /// logs nothing; callers that want to report them validate first): an entry that slipped
+    /// past validation, e.g. from an older image, must never grant more than a valid one
+    /// could. DENY entries are kept as they are, since honouring one can only refuse more.
+    /// A super user `User:*` is dropped too: super users are single principals (see
+    /// [`Principal::parse_super_user`]), and a certificate named `*` must not become one.
     pub fn new(
         acls: impl IntoIterator<Item = AclEntry>,
         super_users: Vec<Principal>,
     ) -> Authorizer {
         let mut by_type: [Vec<AclEntry>; 4] = Default::default();
         for acl in acls {
+            if acl.permission == AclPermission::Allow && acl.validate().is_err() {
+                continue;
+            }
             by_type[acl.resource_type as usize].push(acl);
         }
+        let super_users = super_users
+            .into_iter()
+            .filter(|p| !(p.kind == PrincipalKind::User && p.name == "*"))
+            .collect();
         Authorizer {
             allow_all: false,
             super_users,
@@ -498,11 +512,25 @@ impl Authorizer {
     }
 
     /// Whether some ALLOW could let `p` do `op` on some resource of type `t` (e.g. WRITE on
-    /// some topic for InitProducerId). DENYs of particular names are not weighed: this only
-    /// says whether the principal has any such grant at all.
+    /// some topic for InitProducerId). A DENY of `op` on every name (literal `*`) for `p`
+    /// makes it false. Other DENYs are not weighed, so this is an approximation that can
+    /// answer true when every name an ALLOW covers is also denied by narrower DENYs (e.g.
+    /// ALLOW prefixed `ord` with DENY prefixed `or`); the per-resource [`Authorizer::check`]
+    /// still refuses each such resource.
     pub fn allows_any(&self, p: &Principal, t: ResourceType, op: AclOperation) -> bool {
-        self.is_unrestricted(p)
-            || self.acls[t as usize].iter().any(|acl| {
+        if self.is_unrestricted(p) {
+            return true;
+        }
+        let acls = &self.acls[t as usize];
+        let denied_everywhere = acls.iter().any(|acl| {
+            acl.permission == AclPermission::Deny
+                && acl.operation == op
+                && acl.pattern_type == PatternType::Literal
+                && acl.resource_name == "*"
+                && acl.matches_principal(p)
+        });
+        !denied_everywhere
+            && acls.iter().any(|acl| {
                 acl.permission == AclPermission::Allow
                     && acl.matches_principal(p)
                     && acl.operation.implies(op)

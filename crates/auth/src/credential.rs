@@ -192,12 +192,19 @@ impl ClientKeys {
 }
 
 /// Checks a name for a new user: 1..=255 bytes of `[A-Za-z0-9._@-]`. Names beginning with
-/// `node:` belong to cluster nodes ([`crate::node_user`]) and are refused.
+/// `node:` belong to cluster nodes ([`crate::node_user`]) and are refused, and so is
+/// `ANONYMOUS` in any case: it is the principal of connections when authentication is off,
+/// and a real user of that name would be mistaken for (or get the grants of) them.
 pub fn validate_user_name(name: &str) -> Result<(), AuthError> {
     let invalid = |reason| AuthError::InvalidUserName {
         name: truncated(name),
         reason,
     };
+    if name.eq_ignore_ascii_case(crate::principal::ANONYMOUS_USER) {
+        return Err(invalid(
+            "ANONYMOUS is reserved for connections when authentication is off",
+        ));
+    }
     if name.starts_with("node:") {
         return Err(invalid(
             "names beginning with 'node:' are reserved for cluster nodes",
@@ -217,6 +224,16 @@ pub fn validate_user_name(name: &str) -> Result<(), AuthError> {
 /// [`crate::WithNodes`]).
 pub trait CredentialLookup: Send + Sync {
     fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<StoredCredential>;
+
+    /// The key the fake verifier of an unknown user is derived from. A key every server of
+    /// the cluster shares (and keeps across restarts) makes an unknown user's salt as stable
+    /// as a real user's, so probing several brokers or one broker across restarts does not
+    /// tell which users exist. `None` (the default) uses a random key of this process, which
+    /// hides nothing from a prober who can compare two processes. [`crate::WithNodes`]
+    /// derives one from the cluster secret.
+    fn fake_key(&self) -> Option<[u8; 32]> {
+        None
+    }
 }
 
 /// A client-controlled string cut short enough to quote in an error.
@@ -292,7 +309,14 @@ mod tests {
 
     #[test]
     fn user_names() {
-        for ok in ["alice", "a", "svc.orders-1_x@corp", &"a".repeat(255)] {
+        for ok in [
+            "alice",
+            "a",
+            "svc.orders-1_x@corp",
+            "anonymous2",
+            "ANONYMOUS.x",
+            &"a".repeat(255),
+        ] {
             validate_user_name(ok).unwrap();
         }
         for bad in [
@@ -303,6 +327,9 @@ mod tests {
             "a=b",
             "é",
             "User:x",
+            "ANONYMOUS",
+            "anonymous",
+            "AnOnYmOuS",
             &"a".repeat(256),
         ] {
             assert!(validate_user_name(bad).is_err(), "{bad}");

@@ -56,6 +56,6 @@ pub use credential::{
 pub use error::AuthError;
 pub use node::{node_user, parse_node_user, ClusterSecret, WithNodes};
 pub use principal::{NodeKind, Principal, PrincipalKind};
-pub use quota::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL};
+pub use quota::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL, QUOTA_DELAY_MAX};
 pub use scram::{Authenticated, ScramClient, ScramServer, SCRAM_MESSAGE_BYTES_MAX};
 pub use token::{issue_token, verify_token, TOKEN_BYTES_MAX};

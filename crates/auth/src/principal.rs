@@ -131,6 +131,20 @@ impl Principal {
         }
         Ok(principal)
     }
+
+    /// Parses a super-user principal (`--super-users`): [`Principal::parse`], but `User:*` is
+    /// refused — a super user is one principal, never "every user" (and an ACL-style wildcard
+    /// here would also match a certificate whose subject is `*`).
+    pub fn parse_super_user(s: &str) -> Result<Principal, AuthError> {
+        let p = Principal::parse(s)?;
+        if p.kind == PrincipalKind::User && p.name == "*" {
+            return Err(AuthError::InvalidPrincipal {
+                principal: s.to_string(),
+                reason: "a super user is one principal; User:* is for ACLs only",
+            });
+        }
+        Ok(p)
+    }
 }
 
 /// A decimal id without sign, leading '+' or leading zeros, so each id has one spelling.
@@ -220,6 +234,24 @@ mod tests {
         }
         assert!(Principal::parse(&format!("User:{}", "a".repeat(256))).is_err());
         assert!(Principal::parse(&format!("User:{}", "a".repeat(255))).is_ok());
+    }
+
+    #[test]
+    fn super_users_are_single_principals() {
+        assert_eq!(
+            Principal::parse_super_user("User:admin").unwrap(),
+            Principal::user("admin")
+        );
+        assert_eq!(
+            Principal::parse_super_user("Node:meta-1").unwrap(),
+            Principal::node(NodeKind::Meta, 1)
+        );
+        let err = Principal::parse_super_user("User:*").unwrap_err();
+        assert!(matches!(err, AuthError::InvalidPrincipal { .. }), "{err}");
+        assert!(err.to_string().contains("User:*"), "{err}");
+        assert!(Principal::parse_super_user("admin").is_err());
+        // ACLs still take the wildcard.
+        assert_eq!(Principal::parse("User:*").unwrap(), Principal::user("*"));
     }
 
     #[test]

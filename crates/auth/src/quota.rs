@@ -69,6 +69,13 @@ pub fn check_quota_principal(principal: &str) -> Result<(), AuthError> {
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
+/// The longest delay [`RateLimiter::record`] asks for, and the most debt it keeps: one huge
+/// request (or a rate lowered to almost nothing) throttles its principal for at most this
+/// long instead of for hours, and a broker never holds a response (or a connection) for
+/// longer than this. A principal that keeps sending is still held to its rate: each
+/// request past the cap waits the full cap again.
+pub const QUOTA_DELAY_MAX: Duration = Duration::from_secs(30);
+
 /// A token bucket refilled at `rate_per_sec` holding at most one second's worth (the burst).
 /// Each [`RateLimiter::record`] takes `amount` from it, going into debt if needed, and answers
 /// how long the caller must wait before its next use so that the long-run rate stays at the
@@ -101,7 +108,8 @@ impl RateLimiter {
         self.rate_per_sec = rate_per_sec;
     }
 
-    /// Takes `amount` at `now` and returns the delay owed (zero while within the burst).
+    /// Takes `amount` at `now` and returns the delay owed (zero while within the burst), at
+    /// most [`QUOTA_DELAY_MAX`]: debt beyond it is forgiven.
     pub fn record(&mut self, now: Instant, amount: u64) -> Duration {
         if self.rate_per_sec == 0 {
             return Duration::ZERO;
@@ -114,7 +122,8 @@ impl RateLimiter {
             .saturating_add(NANOS_PER_SEC);
         let cost = u128::from(amount).saturating_mul(NANOS_PER_SEC) / u128::from(self.rate_per_sec);
         let base = self.tat_nanos.max(now_nanos.saturating_sub(NANOS_PER_SEC));
-        self.tat_nanos = base.saturating_add(cost);
+        let cap = now_nanos.saturating_add(QUOTA_DELAY_MAX.as_nanos());
+        self.tat_nanos = base.saturating_add(cost).min(cap);
         let owed = self.tat_nanos.saturating_sub(now_nanos);
         Duration::from_nanos(u64::try_from(owed).unwrap_or(u64::MAX))
     }
@@ -206,9 +215,8 @@ mod tests {
         assert_eq!(huge.record(t0, 1000), Duration::from_secs(1));
 
         let mut slow = RateLimiter::new(1);
-        let saturated = Duration::from_nanos(u64::MAX);
         for _ in 0..10 {
-            assert_eq!(slow.record(t0, u64::MAX), saturated);
+            assert_eq!(slow.record(t0, u64::MAX), QUOTA_DELAY_MAX);
         }
 
         // An Instant before the first one counts as the first.
@@ -216,6 +224,24 @@ mod tests {
         let later = t0 + Duration::from_secs(10);
         assert_eq!(r.record(later, 10), Duration::ZERO);
         assert_eq!(r.record(t0, 10), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn delay_and_debt_are_capped() {
+        let t0 = Instant::now();
+        let mut r = RateLimiter::new(1000);
+        // One second of burst, then an hour's worth: the delay asked is the cap.
+        assert_eq!(r.record(t0, 1000 + 3_600_000), QUOTA_DELAY_MAX);
+        assert_eq!(r.owed(t0), QUOTA_DELAY_MAX);
+        // The debt kept is the cap too: once it has been waited out, the principal may go on.
+        let after = t0 + QUOTA_DELAY_MAX;
+        assert_eq!(r.owed(after), Duration::ZERO);
+        assert_eq!(r.record(after, 500), Duration::from_millis(500));
+        // Still held to the rate: more debt at once waits the cap again.
+        assert_eq!(r.record(after, 1_000_000), QUOTA_DELAY_MAX);
+        // Below the cap nothing changes.
+        let mut r = RateLimiter::new(1000);
+        assert_eq!(r.record(t0, 1000 + 29_000), Duration::from_secs(29));
     }
 
     #[test]

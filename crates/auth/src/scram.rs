@@ -8,8 +8,9 @@
 //!
 //! Each server exchange adds 24 random bytes to the client's nonce, and the client-final must
 //! carry that combined nonce, so a client-final recorded from one exchange fails in any other.
-//! For an unknown user the server goes on with a fake verifier derived from a per-process
-//! random key, and fails at `finish` with the same error as for a wrong password.
+//! For an unknown user the server goes on with a fake verifier derived from
+//! [`CredentialLookup::fake_key`] (the cluster secret's, else a per-process random key), and
+//! fails at `finish` with the same error as for a wrong password.
 
 use std::sync::OnceLock;
 
@@ -97,7 +98,9 @@ impl ScramServer {
     }
 
     /// A server whose nonce part is `server_nonce` instead of random: for test vectors only.
-    #[doc(hidden)]
+    /// A fixed server nonce would let a recorded client-final be replayed, so this exists
+    /// only in this crate's tests.
+    #[cfg(test)]
     pub fn with_nonce(mechanism: ScramMechanism, server_nonce: &str) -> ScramServer {
         ScramServer {
             fixed_nonce: Some(server_nonce.to_string()),
@@ -128,7 +131,10 @@ impl ScramServer {
         let first = ClientFirst::parse(text)?;
         let (credential, known) = match lookup.credential(&first.user, self.mechanism) {
             Some(c) if c.mechanism == self.mechanism && c.validate().is_ok() => (c, true),
-            _ => (fake_credential(self.mechanism, &first.user)?, false),
+            _ => (
+                fake_credential(self.mechanism, &first.user, lookup.fake_key())?,
+                false,
+            ),
         };
         let server_part = match &self.fixed_nonce {
             Some(n) => n.clone(),
@@ -202,20 +208,32 @@ impl ScramServer {
     }
 }
 
-/// The verifier an unknown user is "checked" against: stable per user within a process (so a
-/// repeated probe sees the same salt, as for a real user) and unknowable outside it.
-fn fake_credential(m: ScramMechanism, user: &str) -> Result<StoredCredential, AuthError> {
-    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
-    let key = match KEY.get() {
+/// The verifier an unknown user is "checked" against: stable per user for a given key (so a
+/// repeated probe sees the same salt, as for a real user) and unknowable without it. `key` is
+/// the lookup's [`CredentialLookup::fake_key`]; without one a per-process random key is used.
+///
+/// Its iteration count is always [`SCRAM_ITERATIONS_DEFAULT`]: a real user created with
+/// another count (`tinymq user create --iterations`) answers with that count, and so can be told
+/// from an unknown user by anyone who knows the default. Operators who care keep the default.
+fn fake_credential(
+    m: ScramMechanism,
+    user: &str,
+    key: Option<[u8; 32]>,
+) -> Result<StoredCredential, AuthError> {
+    static PROCESS_KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    let key = match key {
         Some(key) => key,
-        None => {
-            let fresh = crypto::try_random_bytes::<32>()?;
-            // A racing first call may win; every later call then uses its key.
-            KEY.get_or_init(|| fresh)
-        }
+        None => match PROCESS_KEY.get() {
+            Some(key) => *key,
+            None => {
+                let fresh = crypto::try_random_bytes::<32>()?;
+                // A racing first call may win; every later call then uses its key.
+                *PROCESS_KEY.get_or_init(|| fresh)
+            }
+        },
     };
     let derive =
-        |label: &str| crypto::hmac(m, key, format!("{label}\0{}\0{user}", m.name()).as_bytes());
+        |label: &str| crypto::hmac(m, &key, format!("{label}\0{}\0{user}", m.name()).as_bytes());
     let mut salt = derive("salt");
     salt.truncate(16);
     Ok(StoredCredential {
@@ -357,7 +375,11 @@ impl ScramClient {
         };
         let text = message_text(server_final)?;
         match ServerFinal::parse(text)? {
-            ServerFinal::Error(e) => Err(AuthError::ServerRefused(e.chars().take(64).collect())),
+            // The text goes into errors and logs: no control characters (forged log lines,
+            // terminal escapes) and no more than 64 characters.
+            ServerFinal::Error(e) => Err(AuthError::ServerRefused(
+                e.chars().filter(|c| !c.is_control()).take(64).collect(),
+            )),
             ServerFinal::Verifier(v) => {
                 if bool::from(v.ct_eq(server_signature)) {
                     Ok(())

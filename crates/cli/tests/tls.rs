@@ -26,7 +26,15 @@ fn the_cli_works_over_tls_and_peers_of_the_wrong_kind_are_told_why() {
     let tmp = tempfile::tempdir().unwrap();
     let ca = Ca::new(tmp.path(), "ca");
     let id = ca.leaf("server-1");
-    let tls = Node::server(&tmp.path().join("tls"), &node_flags(&ca.cert, &id, "none"));
+    // The TLS settings from the TOML file, as an operator would keep them.
+    let config = tmp.path().join("tls.toml");
+    let toml = format!(
+        "tls_cert = {:?}\ntls_key = {:?}\ntls_ca = {:?}\ntls_client_auth = \"none\"\n",
+        id.cert, id.key, ca.cert
+    );
+    std::fs::write(&config, toml).unwrap();
+    let from_file = ["--config".to_string(), config.to_str().unwrap().to_string()];
+    let tls = Node::server(&tmp.path().join("tls"), &from_file);
     let plain = Node::server(&tmp.path().join("plain"), &[]);
     let trust = client_flags(&ca.cert, None);
 
@@ -309,4 +317,70 @@ fn a_cluster_with_mutual_tls_on_every_link_replicates_and_serves() {
             node.addr
         );
     }
+}
+
+#[test]
+fn tls_with_scram_opens_a_listener_to_other_machines_and_serves_logged_in_clients() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ca = Ca::new(tmp.path(), "ca");
+    let port = common::free_port();
+    let (listen, advertise) = (format!("0.0.0.0:{port}"), format!("127.0.0.1:{port}"));
+    let data = tmp.path().join("data");
+    let base = args(
+        &[
+            "server",
+            "--listen",
+            &listen,
+            "--advertise",
+            &advertise,
+            "--http",
+            "off",
+        ],
+        &[
+            "--auth".into(),
+            "scram".into(),
+            "--data".into(),
+            data.to_str().unwrap().into(),
+        ],
+    );
+    let password = [("TINYMQ_ADMIN_PASSWORD", "admin-pw-1")];
+    // Reachable from other machines with authentication but without TLS: refused at start.
+    let refused = std::process::Command::new(common::BIN)
+        .args(&base)
+        .envs(password)
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("no TLS"), "{why}");
+
+    let with_tls = [base, node_flags(&ca.cert, &ca.leaf("server-1"), "none")].concat();
+    let server = Node::spawn_with_env(&with_tls, &tmp.path().join("server.log"), &password);
+    let login = ["--user", "admin", "--password", "admin-pw-1"].map(String::from);
+    let me = [client_flags(&ca.cert, None), login.to_vec()].concat();
+    let created = common::retry(100, Duration::from_millis(100), || {
+        let create = args(&["topic", "create", "t"], &me);
+        common::tls::tool(&advertise, &create, b"")
+            .status
+            .success()
+            .then_some(())
+    });
+    assert!(
+        created.is_some(),
+        "admin logs in over TLS once bootstrapped"
+    );
+    let input = lines(500, "secret");
+    tool_ok(&advertise, &args(&["produce", "t"], &me), input.as_bytes());
+    let consume = args(&["consume", "t", "--from-beginning", "--count", "500"], &me);
+    assert_eq!(sorted(&tool_ok(&advertise, &consume, b"")), sorted(&input));
+    // TLS alone is not a login.
+    let err = tool_err(
+        &advertise,
+        &args(&["topic", "list"], &client_flags(&ca.cert, None)),
+    );
+    assert!(
+        err.contains("AUTHENTICATION_REQUIRED") || err.contains("login"),
+        "{err}"
+    );
+    drop(server);
 }

@@ -1,6 +1,7 @@
 //! Loading, reloading and principal extraction, on certificates made with rcgen.
 
 use std::path::{Path, PathBuf};
+
 use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -41,29 +42,24 @@ fn pki(dir: &Path, cn: Option<&str>) -> Files {
     files
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tinymq-tls-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 #[test]
 fn the_principal_is_the_subject_common_name() {
-    let dir = temp_dir("principal");
-    let files = pki(&dir, Some("alice"));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let files = pki(dir, Some("alice"));
     let certs = crate::pem::certificates(&files.cert).unwrap();
     assert_eq!(peer_principal(&certs).as_deref(), Some("alice"));
-    let files = pki(&dir, None);
+    let files = pki(dir, None);
     let certs = crate::pem::certificates(&files.cert).unwrap();
     assert_eq!(peer_principal(&certs), None, "no CN, no principal");
     assert_eq!(peer_principal(&[]), None);
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn load_errors_name_the_file_and_what_is_missing() {
-    let dir = temp_dir("errors");
-    let files = pki(&dir, Some("server"));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let files = pki(dir, Some("server"));
     let missing = dir.join("missing.pem");
     let err = ServerTls::load(&missing, &files.key, None, ClientAuth::None).unwrap_err();
     assert!(err.to_string().contains("missing.pem"), "{err}");
@@ -83,13 +79,13 @@ fn load_errors_name_the_file_and_what_is_missing() {
     )
     .unwrap();
     ClientTls::load(&files.ca, Some(&files.cert), Some(&files.key)).unwrap();
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn a_failed_reload_keeps_the_configuration_in_force() {
-    let dir = temp_dir("reload");
-    let files = pki(&dir, Some("server"));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let files = pki(dir, Some("server"));
     let tls = ServerTls::load(&files.cert, &files.key, Some(&files.ca), ClientAuth::None).unwrap();
     let before = tls.config();
     std::fs::write(&files.key, "not a key").unwrap();
@@ -98,14 +94,13 @@ fn a_failed_reload_keeps_the_configuration_in_force() {
         Arc::ptr_eq(&before, &tls.config()),
         "the old configuration stays"
     );
-    pki(&dir, Some("server"));
+    pki(dir, Some("server"));
     tls.reload().unwrap();
     let shared = tls.clone();
     assert!(
         !Arc::ptr_eq(&before, &shared.config()),
         "clones see the reload"
     );
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

@@ -214,6 +214,104 @@ fn allows_any_finds_a_grant_of_the_type() {
 }
 
 #[test]
+fn allows_any_is_false_under_a_deny_of_every_name() {
+    let deny = |principal: &str, op| acl(principal, Topic, "*", Literal, op, AclPermission::Deny);
+    let grant = allow_topic("User:alice", "a", Prefixed, Write);
+    let alice = Principal::user("alice");
+    for denial in [deny("User:alice", Write), deny("User:*", Write)] {
+        let auth = Authorizer::new([grant.clone(), denial.clone()], vec![]);
+        assert!(!auth.allows_any(&alice, Topic, Write), "{denial}");
+        assert!(!auth.allows(&alice, Topic, "a1", Write), "{denial}");
+        // The DENY names WRITE only: DESCRIBE implied by the ALLOW still counts.
+        assert!(auth.allows_any(&alice, Topic, Describe), "{denial}");
+    }
+    // DENYs that do not cover every name, or name another user or operation, leave it true.
+    for other in [
+        deny("User:bob", Write),
+        deny("User:alice", Read),
+        acl(
+            "User:alice",
+            Topic,
+            "a",
+            Prefixed,
+            Write,
+            AclPermission::Deny,
+        ),
+        acl(
+            "User:alice",
+            Group,
+            "*",
+            Literal,
+            Write,
+            AclPermission::Deny,
+        ),
+    ] {
+        let auth = Authorizer::new([grant.clone(), other.clone()], vec![]);
+        assert!(auth.allows_any(&alice, Topic, Write), "{other}");
+    }
+    let auth = Authorizer::new([grant, deny("User:alice", Write)], vec![alice.clone()]);
+    assert!(
+        auth.allows_any(&alice, Topic, Write),
+        "a super user is never denied"
+    );
+}
+
+#[test]
+fn invalid_allows_are_dropped_and_denies_kept() {
+    let alice = Principal::user("alice");
+    let invalid_allows = [
+        // The cluster resource under another name or pattern.
+        acl(
+            "User:alice",
+            Cluster,
+            "*",
+            Literal,
+            Alter,
+            AclPermission::Allow,
+        ),
+        acl(
+            "User:alice",
+            Cluster,
+            "",
+            Prefixed,
+            Alter,
+            AclPermission::Allow,
+        ),
+        // An empty or over-long name, a node or malformed principal.
+        allow_topic("User:alice", "", Prefixed, Read),
+        allow_topic("User:alice", &"t".repeat(256), Prefixed, Read),
+        allow_topic("Node:broker-1", "t", Prefixed, Read),
+        allow_topic("alice", "t", Prefixed, Read),
+    ];
+    let auth = Authorizer::new(invalid_allows, vec![]);
+    assert!(!auth.allows(&alice, Cluster, "cluster", Alter));
+    assert!(!auth.allows(&alice, Topic, "t", Read));
+    assert!(!auth.allows(&alice, Topic, &"t".repeat(256), Read));
+    assert!(!auth.allows_any(&alice, Topic, Read));
+    assert!(!auth.allows_any(&alice, Cluster, Alter));
+
+    // An invalid DENY (empty prefix: every name) still refuses.
+    let auth = Authorizer::new(
+        [
+            allow_topic("User:alice", "t", Literal, Read),
+            acl("User:alice", Topic, "", Prefixed, Read, AclPermission::Deny),
+        ],
+        vec![],
+    );
+    let denied = auth.check(&alice, Topic, "t", Read).unwrap_err();
+    assert!(denied.deny_acl.is_some(), "{denied}");
+}
+
+#[test]
+fn a_wildcard_super_user_is_ignored() {
+    let auth = Authorizer::new([], vec![Principal::user("*"), Principal::user("admin")]);
+    // A certificate whose subject is "*" gets no super powers.
+    assert!(!auth.is_super_user(&Principal::user("*")));
+    assert!(!auth.allows(&Principal::user("*"), Cluster, "cluster", Alter));
+    assert!(auth.is_super_user(&Principal::user("admin")));
+}
+
+#[test]
 fn wire_round_trip_and_validation() {
     let e = acl(
         "User:alice",

@@ -195,6 +195,42 @@ fn unknown_user_server_first_looks_like_a_real_one() {
     assert!(ghost.ends_with(&format!(",i={SCRAM_ITERATIONS_DEFAULT}")));
 }
 
+/// No users, and a fixed fake key: what every server of one cluster would hold.
+struct Keyed([u8; 32]);
+
+impl CredentialLookup for Keyed {
+    fn credential(&self, _: &str, _: ScramMechanism) -> Option<StoredCredential> {
+        None
+    }
+
+    fn fake_key(&self) -> Option<[u8; 32]> {
+        Some(self.0)
+    }
+}
+
+#[test]
+fn unknown_user_fake_verifier_follows_the_lookups_fake_key() {
+    let server_first = |lookup: &dyn CredentialLookup, m: ScramMechanism| {
+        let mut c = ScramClient::new(m, "ghost", "x", None);
+        let first = ScramServer::new(m).first(&c.first(), lookup).unwrap();
+        let text = String::from_utf8(first).unwrap();
+        text.split_once(',').unwrap().1.to_string()
+    };
+    for m in ScramMechanism::ALL {
+        // Two servers (or one restarted) with the same key answer a probe identically.
+        let a = server_first(&Keyed([1; 32]), m);
+        assert_eq!(a, server_first(&Keyed([1; 32]), m));
+        assert_ne!(a, server_first(&Keyed([2; 32]), m));
+        assert!(
+            a.ends_with(&format!(",i={SCRAM_ITERATIONS_DEFAULT}")),
+            "{a}"
+        );
+        // And the exchange still fails like a wrong password.
+        let err = exchange(m, "ghost", "x", None, &Keyed([1; 32])).unwrap_err();
+        assert_eq!(err, AuthError::AuthenticationFailed);
+    }
+}
+
 #[test]
 fn replayed_client_final_is_refused_by_a_new_exchange() {
     let table = users("pw");
@@ -276,6 +312,16 @@ fn tampered_server_messages_are_refused_by_the_client() {
         client.finish(b"e=invalid-proof").unwrap_err(),
         AuthError::ServerRefused(e) if e == "invalid-proof"
     ));
+    // Control characters (a forged log line, a terminal escape) are dropped, length capped.
+    let hostile = format!("e=bad\nuser=admin ok\r\u{1b}[2J\u{7f}{}", "x".repeat(100));
+    match client.finish(hostile.as_bytes()).unwrap_err() {
+        AuthError::ServerRefused(e) => {
+            assert!(e.starts_with("baduser=admin ok[2J"), "{e:?}");
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+            assert_eq!(e.chars().count(), 64);
+        }
+        other => panic!("{other}"),
+    }
     assert!(client.finish(b"x=1").is_err());
     assert!(client.finish(b"v=!!").is_err());
 

@@ -126,9 +126,15 @@ pub struct Node {
 impl Node {
     /// Runs `tinymq ARGS` at log level info and waits for its "listening on ADDR" line.
     pub fn spawn(args: &[String], log: &Path) -> Node {
+        Node::spawn_with_env(args, log, &[])
+    }
+
+    /// [`Node::spawn`] with extra environment variables.
+    pub fn spawn_with_env(args: &[String], log: &Path, env: &[(&str, &str)]) -> Node {
         let file = std::fs::File::create(log).unwrap();
         let mut child = Command::new(BIN)
             .args(args)
+            .envs(env.iter().copied())
             .args(["--log-level", "info"])
             .stdout(Stdio::piped())
             .stderr(Stdio::from(file))
