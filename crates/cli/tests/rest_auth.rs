@@ -654,3 +654,108 @@ fn each_rest_route_is_refused_without_its_permission_and_served_with_it() {
         );
     }
 }
+
+/// A process whose first two stdout lines name its native and HTTP addresses.
+fn spawn_node(args: &[&str], data: &Path, secret: &Path) -> (Child, String) {
+    let mut child = Command::new(common::BIN)
+        .args(args)
+        .args([
+            "--http",
+            "127.0.0.1:0",
+            "--auth",
+            "scram",
+            "--cluster-secret-file",
+        ])
+        .arg(secret)
+        .arg("--data")
+        .arg(data)
+        .env("TINYMQ_ADMIN_PASSWORD", ADMIN_PASSWORD)
+        .env("TINYMQ_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    let http = line
+        .trim()
+        .strip_prefix("tinymq http listening on ")
+        .unwrap_or_else(|| panic!("{line:?}"))
+        .to_string();
+    (child, http)
+}
+
+struct Killed(Vec<Child>);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn a_metaserver_node_and_a_broker_ask_credentials_and_act_for_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("cluster.secret");
+    std::fs::write(&secret, "07".repeat(32)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let meta_addr = format!("127.0.0.1:{}", common::free_port());
+    let peers = format!("1={meta_addr}");
+    let meta_args = [
+        "meta", "--id", "1", "--listen", &meta_addr, "--peers", &peers,
+    ];
+    let (meta, meta_http) = spawn_node(&meta_args, &dir.path().join("meta"), &secret);
+    let mut nodes = Killed(vec![meta]);
+    let broker_args = [
+        "broker",
+        "--id",
+        "1",
+        "--listen",
+        "127.0.0.1:0",
+        "--meta",
+        &meta_addr,
+    ];
+    let (broker, broker_http) = spawn_node(&broker_args, &dir.path().join("b1"), &secret);
+    nodes.0.push(broker);
+
+    let admin = basic("admin", ADMIN_PASSWORD);
+    for http in [&meta_http, &broker_http] {
+        call(http, "GET", "/api/v1/cluster", None, None).unauthorized();
+        let wrong = basic("admin", "wrong-password");
+        call(http, "GET", "/api/v1/topics", Some(&wrong), None).unauthorized();
+    }
+    // The broker's API, as the admin; then the MetaServer node's, through the live broker.
+    let created = common::retry(150, Duration::from_millis(100), || {
+        let body = json!({"name": "orders", "partitions": 1});
+        let r = call(
+            &broker_http,
+            "POST",
+            "/api/v1/topics",
+            Some(&admin),
+            Some(&body),
+        );
+        (r.status == 201).then_some(())
+    });
+    assert!(
+        created.is_some(),
+        "the admin never created a topic through the broker"
+    );
+    let listed = common::retry(150, Duration::from_millis(100), || {
+        let r = call(&meta_http, "GET", "/api/v1/topics", Some(&admin), None);
+        (r.status == 200 && r.body.contains("orders")).then_some(())
+    });
+    assert!(
+        listed.is_some(),
+        "the MetaServer node's API never listed the topic"
+    );
+    let cluster = call(&meta_http, "GET", "/api/v1/cluster", Some(&admin), None);
+    assert_eq!(cluster.status, 200, "{cluster:?}");
+    assert_eq!(cluster.json()["brokers"][0]["id"], 1, "{}", cluster.body);
+    drop(nodes);
+}
