@@ -248,6 +248,12 @@ fn every_route_but_health_needs_credentials_and_wrong_ones_are_refused_and_logge
         "{log}"
     );
     assert!(!log.contains("not-the-password"), "{log}");
+    let metrics = call(http, "GET", "/metrics", None, None).body;
+    let failed = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("tinymq_http_auth_failed_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(failed.is_some_and(|n| n >= 2.0), "{failed:?}");
     // The right password, twice (the second from the remembered verification).
     let admin = basic("admin", ADMIN_PASSWORD);
     for _ in 0..2 {

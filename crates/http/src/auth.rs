@@ -31,8 +31,9 @@ use tinymq_auth::{Principal, ScramMechanism, StoredCredential};
 use tokio::sync::Semaphore;
 
 use crate::api::Problem;
-use crate::listener::PeerAddr;
+use crate::listener::{ConnectionCounters, PeerAddr};
 use crate::NodeSlot;
+use std::sync::atomic::Ordering;
 
 /// Default lifetime of a token from `POST /api/v1/auth/token` (`http_token_lifetime_ms`).
 pub const HTTP_TOKEN_LIFETIME_MS_DEFAULT: u64 = 3_600_000;
@@ -99,6 +100,8 @@ pub(crate) struct Authenticator {
     loopback: bool,
     verified: Mutex<HashMap<[u8; 32], Verified>>,
     verifying: Semaphore,
+    /// Where failed attempts are counted for `/metrics`.
+    counters: Option<Arc<ConnectionCounters>>,
 }
 
 struct Verified {
@@ -117,7 +120,14 @@ impl Authenticator {
             loopback,
             verified: Mutex::new(HashMap::new()),
             verifying: Semaphore::new(VERIFICATIONS_AT_ONCE),
+            counters: None,
         }
+    }
+
+    /// Counts failed attempts in the listener's counters.
+    pub fn counting(mut self, counters: Arc<ConnectionCounters>) -> Authenticator {
+        self.counters = Some(counters);
+        self
     }
 
     /// A token for `principal`, and when it expires (ms since the Unix epoch).
@@ -362,6 +372,9 @@ pub(crate) async fn authenticate(
         ),
         Err(Refusal::Bad(why)) => unauthorized(why),
         Err(Refusal::Failed { user, why }) => {
+            if let Some(c) = &auth.counters {
+                c.auth_failed.fetch_add(1, Ordering::Relaxed);
+            }
             tracing::warn!(
                 %peer,
                 user = user.as_deref().unwrap_or("-"),

@@ -106,12 +106,10 @@ impl HttpServer {
         let api = Arc::new(api::ApiSlot::new(limits.principal_clients_max));
         let loopback = local_addr.ip().is_loopback();
         let authenticator = security.auth.clone().map(|a| {
-            Arc::new(auth::Authenticator::new(
-                a,
-                node.clone(),
-                security.tls.is_some(),
-                loopback,
-            ))
+            Arc::new(
+                auth::Authenticator::new(a, node.clone(), security.tls.is_some(), loopback)
+                    .counting(counters.clone()),
+            )
         });
         let app = routes::router(
             routes::Parts {

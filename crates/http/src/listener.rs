@@ -39,6 +39,8 @@ pub(crate) struct ConnectionCounters {
     pub slow_closed: AtomicU64,
     /// Closed because the TLS handshake failed (or the client spoke plain HTTP to HTTPS).
     pub tls_failed: AtomicU64,
+    /// Requests refused for credentials that did not verify.
+    pub auth_failed: AtomicU64,
 }
 
 pub(crate) struct LimitedListener {
