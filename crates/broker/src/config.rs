@@ -49,6 +49,9 @@ pub struct BrokerConfig {
     /// LRU of open files, [`tinymq_log::OpenFiles`]); index files are never held open. Keeps
     /// the broker's file descriptors bounded however many partitions and segments it holds.
     pub open_segment_files_max: usize,
+    /// Principals whose quota limiters this broker keeps at once (the least recently used
+    /// is forgotten past it).
+    pub quota_principals_max: usize,
     /// What the client port asks of connections (TLS, authentication).
     pub security: tinymq_net::ListenerSecurity,
     /// TLS and login of this broker's own connections: to the MetaServer nodes and, as a
@@ -85,6 +88,7 @@ impl Default for BrokerConfig {
             fetch_memory_bytes_max: FETCH_MEMORY_BYTES_MAX_DEFAULT,
             replica_lag_time_max: REPLICA_LAG_TIME_MAX_DEFAULT,
             open_segment_files_max: tinymq_log::OPEN_SEGMENT_FILES_MAX_DEFAULT,
+            quota_principals_max: crate::quota::QUOTA_PRINCIPALS_MAX_DEFAULT,
             security: tinymq_net::ListenerSecurity::default(),
             links: tinymq_client::Security::default(),
             authorization: Default::default(),

@@ -40,8 +40,10 @@ impl tinymq_net::Service for BrokerFront {
 
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let state = self.0.clone();
+        // A principal over its quota waits here, so the connection is read no further.
+        let throttle = crate::quota::admit(&state.quotas, peer, &frame).await;
         if frame.header.op_code() == OpCode::Fetch.code() {
-            return Box::pin(fetch(state, frame, peer.clone()));
+            return Box::pin(fetch(state, frame, peer.clone(), throttle));
         }
         if frame.header.op_code() != OpCode::Produce.code() {
             let peer = peer.clone();
@@ -89,7 +91,12 @@ impl tinymq_net::Service for BrokerFront {
 /// peer (the connection's large-response gate, held with the response), so a peer that reads
 /// slowly delays only its own fetches and holds at most one response's memory; the broker's
 /// fetch memory bounds the reads in progress across connections.
-async fn fetch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Response> {
+async fn fetch(
+    state: Arc<BrokerState>,
+    frame: Frame,
+    peer: Peer,
+    throttle: Option<crate::quota::Throttle>,
+) -> Option<Response> {
     let (op, id) = (frame.header.op_code(), frame.header.message_id);
     let access = authorize::access(&state);
     let mut refused = vec![];
@@ -124,13 +131,18 @@ async fn fetch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<Resp
         answer.partitions.extend(refused);
     }
     let parts = crate::fetch_frame::encode(op, id, answer.error, answer.partitions);
-    Some(Response {
+    let response = Response {
         parts,
         held: hold.map(|hold| {
             drop(hold.memory);
             Box::new(hold.turn) as Box<dyn std::any::Any + Send>
         }),
-    })
+    };
+    // Held back (its fetch memory already released) if the principal is over its fetch rate.
+    if let Some(throttle) = throttle {
+        crate::quota::hold_fetch(&throttle, response.len()).await;
+    }
+    Some(response)
 }
 
 /// Routes one request to its handler once authorized; returns the encoded response, or `None`
@@ -288,9 +300,9 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         OpCode::DeleteUser => handle!(m::DeleteUserRequest, |r| {
             security_admin::delete_user(state, r).await
         }),
-        OpCode::ListUsers => handle!(m::ListUsersRequest, |r| security_admin::list_users(
-            &state, r
-        )),
+        OpCode::ListUsers => handle!(m::ListUsersRequest, |r| {
+            security_admin::list_users(state, r).await
+        }),
         OpCode::CreateAcls => handle!(m::CreateAclsRequest, |r| {
             security_admin::create_acls(state, r).await
         }),

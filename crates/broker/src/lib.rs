@@ -26,6 +26,7 @@ mod legacy;
 mod offsets_partitions;
 pub mod partition;
 pub mod producer_state;
+pub mod quota;
 mod reconcile;
 pub mod replica;
 mod security_admin;

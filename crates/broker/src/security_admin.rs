@@ -39,8 +39,16 @@ pub async fn delete_user(
     ops::delete_user(&Store(&state), r).await
 }
 
-pub fn list_users(state: &BrokerState, _r: m::ListUsersRequest) -> m::ListUsersResponse {
-    ops::list_users(&state.cluster.image())
+/// Asked of the MetaServer: this broker's image carries the users only where nodes
+/// authenticate (a broker of a cluster with `--auth none` is sent the image without them).
+pub async fn list_users(state: Arc<BrokerState>, _r: m::ListUsersRequest) -> m::ListUsersResponse {
+    match state.cluster.link.list_users().await {
+        Ok(response) => response,
+        Err(e) => m::ListUsersResponse {
+            error: Some(e.to_wire()),
+            users: vec![],
+        },
+    }
 }
 
 pub async fn create_acls(

@@ -141,6 +141,8 @@ impl Broker {
         let state = tokio::task::spawn_blocking(move || BrokerState::new(config, advertised, view))
             .await??;
         let state = Arc::new(state);
+        let quotas = &state.cluster.image().quotas;
+        state.quotas.apply(quotas, std::time::Instant::now());
         let opening = state.clone();
         tokio::task::spawn_blocking(move || {
             let image = opening.cluster.image();
@@ -275,6 +277,7 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => return,
         }
         let image = images.borrow_and_update().image.clone();
+        state.quotas.apply(&image.quotas, std::time::Instant::now());
         let s = state.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || s.reconcile(&image)).await {
             tracing::error!(error = %e, "reconciling partitions failed");

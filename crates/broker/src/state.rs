@@ -52,6 +52,8 @@ pub struct BrokerState {
     pub(crate) fetchers: crate::replica::fetcher::Fetchers,
     /// The native port's connection counts, for metrics.
     pub connections: Arc<tinymq_net::ConnectionStats>,
+    /// Per-principal throttling, with the rates of the metadata image.
+    pub quotas: crate::quota::Quotas,
     /// The ACLs of the current image, for `crate::authorize`.
     pub(crate) authorization: tinymq_meta::authorize::AuthorizerCache,
 }
@@ -72,10 +74,12 @@ impl BrokerState {
         let fetch_memory = Arc::new(tokio::sync::Semaphore::new(
             config.fetch_memory_bytes_max as usize,
         ));
+        let quotas = crate::quota::Quotas::new(config.quota_principals_max);
         let authorization =
             tinymq_meta::authorize::AuthorizerCache::new(config.authorization.clone());
         Ok(BrokerState {
             fetch_memory,
+            quotas,
             config,
             advertised,
             cluster,

@@ -287,6 +287,7 @@ impl NodeView for BrokerView {
             offline_partitions: offline,
             isr_shrinks: node.isr_shrinks.load(Ordering::Relaxed),
             isr_expands: node.isr_expands.load(Ordering::Relaxed),
+            quota_throttles: quota_throttles(&self.state.quotas),
         })
     }
 
@@ -315,6 +316,16 @@ impl NodeView for BrokerView {
         };
         groups.list().into_iter().filter_map(describe).collect()
     }
+}
+
+fn quota_throttles(quotas: &tinymq_broker::quota::Quotas) -> Vec<tinymq_http::QuotaThrottle> {
+    let throttle = |t: tinymq_broker::quota::ThrottleStats| tinymq_http::QuotaThrottle {
+        principal: t.principal,
+        kind: t.kind.name(),
+        throttle_seconds: t.throttle_seconds,
+        throttled_requests: t.throttled_requests,
+    };
+    quotas.stats().into_iter().map(throttle).collect()
 }
 
 fn traffic(t: tinymq_broker::stats::TrafficSnapshot) -> Traffic {

@@ -68,6 +68,10 @@ pub struct ServerArgs {
     /// recently used is closed past it and opened again on its next use [default: 4096].
     #[arg(long, env = "TINYMQ_OPEN_SEGMENT_FILES_MAX", value_parser = crate::args::positive_usize)]
     open_segment_files_max: Option<usize>,
+    /// Principals whose quota limiters one broker keeps at once; the least recently used is
+    /// forgotten past it [default: 10000].
+    #[arg(long, env = "TINYMQ_QUOTA_PRINCIPALS_MAX", value_parser = crate::args::positive_usize)]
+    quota_principals_max: Option<usize>,
     /// A file with the password of user `admin`, created at the cluster's first start (also
     /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users (`tinymq server` only).
     #[arg(long)]
@@ -94,6 +98,7 @@ struct FileConfig {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_client_auth: Option<String>,
+    quota_principals_max: Option<usize>,
 }
 
 /// The broker's settings, and the HTTP settings of the file (flags apply over them).
@@ -142,6 +147,11 @@ fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs, Nod
     anyhow::ensure!(
         c.open_segment_files_max >= 1,
         "open_segment_files_max must be at least 1"
+    );
+    c.quota_principals_max = pick!(quota_principals_max).unwrap_or(c.quota_principals_max);
+    anyhow::ensure!(
+        c.quota_principals_max >= 1,
+        "quota_principals_max must be at least 1"
     );
     topics.flush = pick!(flush).unwrap_or(topics.flush);
     topics.partitions = pick!(partitions).unwrap_or(topics.partitions);

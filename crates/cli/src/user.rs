@@ -183,3 +183,44 @@ pub fn admin_credentials(
             .collect(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    #[test]
+    fn the_new_password_flags_do_not_clash_with_the_login_flags() {
+        crate::Cli::command().debug_assert();
+        let args = [
+            "tinymq",
+            "user",
+            "create",
+            "alice",
+            "--new-password",
+            "new",
+            "--user",
+            "admin",
+            "--password",
+            "login",
+        ];
+        let cli = crate::Cli::try_parse_from(args).expect("parses");
+        let crate::Command::User(super::UserCommand::Create(put)) = cli.command else {
+            panic!("not user create");
+        };
+        assert_eq!(put.new_password.as_deref(), Some("new"));
+        let both = [
+            "tinymq",
+            "user",
+            "passwd",
+            "alice",
+            "--new-password",
+            "a",
+            "--new-password-file",
+            "f",
+        ];
+        assert!(
+            crate::Cli::try_parse_from(both).is_err(),
+            "one password source only"
+        );
+    }
+}

@@ -59,20 +59,45 @@ fn meta_read(addr: &str) -> (String, MetadataImage) {
     meta_read_as(addr, m::NodeRole::Client)
 }
 
-/// What a broker sees: the verifiers too.
+/// What a connection claiming to be a broker sees: the verifiers too, unless nodes must
+/// authenticate to get them (then none, which is also checked).
 fn node_image(addr: &str) -> MetadataImage {
     meta_read_as(addr, m::NodeRole::Broker).1
+}
+
+/// Whether `user`'s `mechanism` verifier takes `password`; `None` when this node hands the
+/// verifiers only to authenticated nodes (then the image it gave has no user at all).
+fn verifies(addr: &str, user: &str, mechanism: ScramMechanism, password: &str) -> Option<bool> {
+    let image = node_image(addr);
+    if image.users.is_empty() {
+        return None;
+    }
+    Some(
+        image
+            .credential(user, mechanism)
+            .is_some_and(|c| c.verify_password(password)),
+    )
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// ListUsers, raw: its body holds no salt or key of any stored verifier.
+/// ListUsers, raw: its body is exactly the documented fields (names, mechanisms, counts:
+/// nothing a decoder would skip), and holds no salt or key of a verifier `image` shows.
 fn assert_list_users_has_no_keys(addr: &str, image: &MetadataImage) {
-    let body = RawClient::handshaken(addr)
-        .call(&m::ListUsersRequest {})
-        .encode_to_vec();
+    let mut c = RawClient::handshaken(addr);
+    let id = c.send_frame(common::op(tinymq_protocol::OpCode::ListUsers), &[]);
+    let frame = c.read_frame().expect("ListUsers answer");
+    assert_eq!(frame.header.message_id, id);
+    let body = frame.body.to_vec();
+    let decoded = m::ListUsersResponse::decode(&body[..]).expect("ListUsersResponse");
+    assert!(!decoded.users.is_empty());
+    assert_eq!(
+        decoded.encode_to_vec(),
+        body,
+        "ListUsers carries fields beyond UserInfo's"
+    );
     for c in image.users.values().flatten() {
         for secret in [&c.salt, &c.stored_key, &c.server_key] {
             assert!(
@@ -165,18 +190,22 @@ fn users(addr: &str, dir: &std::path::Path) {
         assert!(!text.contains(password), "MetaRead shows a password");
         assert!(!list.contains(password) && !json.to_string().contains(password));
     }
-    let alice = image
-        .credential("alice", ScramMechanism::Sha256)
-        .expect("alice");
-    assert!(alice.verify_password("alice-secret-2") && !alice.verify_password("alice-secret-1"));
-    let bob = image
-        .credential("bob", ScramMechanism::Sha512)
-        .expect("bob");
-    assert!(
-        bob.verify_password("bob-secret"),
-        "the file's newline is not the password's"
-    );
     assert!(!json.to_string().contains("stored_key") && !json.to_string().contains("salt"));
+    let sha256 = ScramMechanism::Sha256;
+    if let Some(new) = verifies(addr, "alice", sha256, "alice-secret-2") {
+        assert!(new, "alice's new password");
+        assert_eq!(
+            verifies(addr, "alice", sha256, "alice-secret-1"),
+            Some(false)
+        );
+        let bob = verifies(addr, "bob", ScramMechanism::Sha512, "bob-secret");
+        assert_eq!(bob, Some(true), "the file's newline is not the password's");
+    } else {
+        assert!(
+            !text.contains("stored_key"),
+            "verifiers are hidden from tools too"
+        );
+    }
     assert_list_users_has_no_keys(addr, &image);
 
     ok(addr, &["user", "create", "dave", "--new-password", "d"]);
@@ -392,11 +421,13 @@ fn a_standalone_server_keeps_users_acls_and_quotas_across_kill_9() {
     server.kill9();
     let server = Server::start(&data);
     assert_eq!(state(&server.addr), before);
-    let image = node_image(&server.addr);
-    let alice = image
-        .credential("alice", ScramMechanism::Sha512)
-        .expect("alice");
-    assert!(alice.verify_password("alice-secret-2"));
+    let alice = verifies(
+        &server.addr,
+        "alice",
+        ScramMechanism::Sha512,
+        "alice-secret-2",
+    );
+    assert_ne!(alice, Some(false), "alice's verifier survives");
 }
 
 #[test]
@@ -434,14 +465,18 @@ fn a_cluster_broker_forwards_to_the_meta_node_and_both_answer() {
     assert_list_users_has_no_keys(&meta, &node_image(&meta));
 }
 
-fn admin_verifies(addr: &str, password: &str) -> bool {
-    let image = node_image(addr);
-    image
-        .credential("admin", ScramMechanism::Sha256)
-        .is_some_and(|c| c.verify_password(password))
-        && image
-            .credential("admin", ScramMechanism::Sha512)
-            .is_some_and(|c| c.verify_password(password))
+/// Whether admin's verifiers (both mechanisms) take `password` (`None`: hidden, see
+/// [`verifies`]).
+fn admin_verifies(addr: &str, password: &str) -> Option<bool> {
+    let sha256 = verifies(addr, "admin", ScramMechanism::Sha256, password)?;
+    Some(sha256 && verifies(addr, "admin", ScramMechanism::Sha512, password)?)
+}
+
+/// Whether user `admin` is listed with both mechanisms.
+fn admin_listed(addr: &str) -> bool {
+    run(addr, &["user", "list"]).status.success()
+        && ok(addr, &["user", "list"])
+            .contains("admin SCRAM-SHA-256 (8192 iterations), SCRAM-SHA-512")
 }
 
 #[test]
@@ -450,14 +485,8 @@ fn admin_is_bootstrapped_once_and_a_later_password_changes_nothing() {
     let data = tmp.path().join("data");
     let first = [("TINYMQ_ADMIN_PASSWORD", "first-admin-pw")];
     let mut server = Server::start_with_env(&data, &[], &first);
-    wait_for("admin to be created", || {
-        admin_verifies(&server.addr, "first-admin-pw")
-    });
-    let list = ok(&server.addr, &["user", "list"]);
-    assert!(
-        list.contains("admin SCRAM-SHA-256 (8192 iterations), SCRAM-SHA-512"),
-        "{list}"
-    );
+    wait_for("admin to be created", || admin_listed(&server.addr));
+    assert_ne!(admin_verifies(&server.addr, "first-admin-pw"), Some(false));
     server.terminate();
 
     let file = tmp.path().join("admin.pw");
@@ -466,12 +495,11 @@ fn admin_is_bootstrapped_once_and_a_later_password_changes_nothing() {
     let second = [("TINYMQ_ADMIN_PASSWORD", "third-admin-pw")];
     let server = Server::start_with_env(&data, &flags, &second);
     // The node decides at its first look at the image (every 100 ms); give it ample time.
+    // Where verifiers are hidden, the login test below checks the same by logging in.
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(100));
-        assert!(
-            admin_verifies(&server.addr, "first-admin-pw"),
-            "admin was replaced"
-        );
+        let first = admin_verifies(&server.addr, "first-admin-pw");
+        assert_ne!(first, Some(false), "admin was replaced");
     }
     assert_eq!(ok(&server.addr, &["user", "list"]).lines().count(), 1);
 }
@@ -488,10 +516,8 @@ fn a_meta_node_bootstraps_admin_from_its_password_file() {
         tmp.path(),
         &["--admin-password-file", file.to_str().unwrap()],
     );
-    wait_for("admin on the MetaServer node", || {
-        run(&addrs[0], &["user", "list"]).status.success()
-            && admin_verifies(&addrs[0], "meta-admin-pw")
-    });
+    wait_for("admin on the MetaServer node", || admin_listed(&addrs[0]));
+    assert_ne!(admin_verifies(&addrs[0], "meta-admin-pw"), Some(false));
     let broker_flag = fails(
         &addrs[0],
         &[
@@ -567,4 +593,87 @@ fn a_meta_follower_forwards_changes_and_lists_them_at_once() {
     assert!(ok(follower, &["quota", "list"]).contains("User:frank"));
     let removed = ok(follower, &["acl", "remove", "--principal", "User:frank"]);
     assert_eq!(removed.trim(), "no ACL matched");
+}
+
+/// Runs a tool as `user` (SCRAM login) against `addr`.
+fn as_user(addr: &str, user: &str, password: &str, args: &[&str]) -> Output {
+    std::process::Command::new(common::BIN)
+        .args(args)
+        .env("TINYMQ_BOOTSTRAP", addr)
+        .env("TINYMQ_USER", user)
+        .env("TINYMQ_PASSWORD", password)
+        .output()
+        .expect("run tinymq")
+}
+
+/// Whether `user` can log in with `password` (`topic list` needs no permission but login).
+fn logs_in(addr: &str, user: &str, password: &str) -> bool {
+    as_user(addr, user, password, &["topic", "list"])
+        .status
+        .success()
+}
+
+#[test]
+fn the_bootstrapped_admin_logs_in_and_manages_users_with_authentication_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let env = [("TINYMQ_ADMIN_PASSWORD", "first-admin-pw")];
+    let mut server = Server::start_with_env(&data, &["--auth", "scram"], &env);
+    let addr = server.addr.clone();
+    wait_for("admin to log in", || {
+        logs_in(&addr, "admin", "first-admin-pw")
+    });
+    assert!(!logs_in(&addr, "admin", "wrong"));
+    let anonymous = run(&addr, &["user", "list"]);
+    assert!(
+        !anonymous.status.success(),
+        "a tool without a login is refused"
+    );
+
+    let admin = |args: &[&str]| {
+        let out = as_user(&addr, "admin", "first-admin-pw", args);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    admin(&["user", "create", "alice", "--new-password", "alice-1"]);
+    assert!(logs_in(&addr, "alice", "alice-1"));
+    admin(&[
+        "user",
+        "passwd",
+        "alice",
+        "--new-password",
+        "alice-2",
+        "--mechanism",
+        "scram-sha-256",
+    ]);
+    assert!(logs_in(&addr, "alice", "alice-2") && !logs_in(&addr, "alice", "alice-1"));
+    let denied = as_user(
+        &addr,
+        "alice",
+        "alice-2",
+        &["user", "create", "mallory", "--new-password", "m"],
+    );
+    assert!(String::from_utf8_lossy(&denied.stderr).contains("AUTHORIZATION_FAILED"));
+    assert!(admin(&["user", "list"]).contains("alice SCRAM-SHA-256 (8192 iterations)"));
+    server.terminate();
+
+    // Another password at the next start changes nothing.
+    let env = [("TINYMQ_ADMIN_PASSWORD", "second-admin-pw")];
+    let server = Server::start_with_env(&data, &["--auth", "scram"], &env);
+    let addr = server.addr.clone();
+    wait_for("admin to log in again", || {
+        logs_in(&addr, "admin", "first-admin-pw")
+    });
+    for _ in 0..10 {
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !logs_in(&addr, "admin", "second-admin-pw"),
+            "admin's password was replaced"
+        );
+    }
+    assert!(logs_in(&addr, "alice", "alice-2"));
 }

@@ -29,7 +29,7 @@ pub use auth::{
 pub use limits::HttpLimits;
 pub use view::{
     BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
-    RaftStats, ReadinessCheck, Traffic,
+    QuotaThrottle, RaftStats, ReadinessCheck, Traffic,
 };
 
 use std::net::SocketAddr;

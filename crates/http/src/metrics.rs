@@ -163,6 +163,8 @@ impl Collector for NodeCollector {
         crate::node_metrics::requests(&mut encoder, &node.requests())?;
         if let Some(broker) = node.broker() {
             crate::node_metrics::broker(&mut encoder, &broker)?;
+            let throttles = &broker.quota_throttles;
+            crate::node_metrics::quotas(&mut encoder, throttles, self.partition_series_max)?;
         }
         let groups = node.groups();
         crate::node_metrics::groups(&mut encoder, &groups, self.partition_series_max)?;

@@ -2,10 +2,12 @@
 //! the broker's traffic, disk and replication figures, and consumer groups with their lag.
 //! All are taken from the [`crate::NodeView`] at scrape time.
 
-use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::MetricType;
 
 use crate::metrics::{as_i64, counter, counters, gauge, gauge1, histograms, Labels};
-use crate::{BrokerStats, GroupStats, OpStats};
+use crate::{BrokerStats, GroupStats, OpStats, QuotaThrottle};
 
 type Result = std::result::Result<(), std::fmt::Error>;
 
@@ -118,6 +120,41 @@ pub(crate) fn broker(encoder: &mut DescriptorEncoder, b: &BrokerStats) -> Result
     )
 }
 
+/// Throttling by quotas: at most `series_max` series of each (the first by principal and
+/// kind); only principals throttled at least once, with limiters on this broker now, appear.
+pub(crate) fn quotas(
+    encoder: &mut DescriptorEncoder,
+    throttles: &[QuotaThrottle],
+    series_max: usize,
+) -> Result {
+    let shown = &throttles[..throttles.len().min(series_max)];
+    let labels = |t: &QuotaThrottle| -> Labels {
+        vec![
+            ("principal", t.principal.clone()),
+            ("kind", t.kind.to_string()),
+        ]
+    };
+    let mut metric = encoder.encode_descriptor(
+        "quota_throttle_seconds",
+        "Delay imposed on a principal's requests by its quota of one kind (produce, fetch or request bytes/rates) on this broker; a request over two quotas waits for the longer, so kinds may overlap.",
+        None,
+        MetricType::Counter,
+    )?;
+    for t in shown {
+        ConstCounter::new(t.throttle_seconds).encode(metric.encode_family(&labels(t))?)?;
+    }
+    let counts: Vec<(Labels, u64)> = shown
+        .iter()
+        .map(|t| (labels(t), t.throttled_requests))
+        .collect();
+    counters(
+        encoder,
+        "quota_throttled_requests",
+        "Requests (or fetch responses) of a principal delayed by its quota of one kind on this broker.",
+        &counts,
+    )
+}
+
 /// At most `series_max` groups, and `series_max` lag series in all, get series (the first by
 /// name); the others are counted in `group_series_omitted`.
 pub(crate) fn groups(
@@ -223,5 +260,50 @@ mod tests {
         assert!(!text.contains(r#"group="b""#), "{text}");
         // One group and one lag series left out.
         assert!(text.contains("tinymq_group_series_omitted 2\n"), "{text}");
+    }
+
+    #[derive(Debug)]
+    struct Quotas(Vec<QuotaThrottle>, usize);
+
+    impl Collector for Quotas {
+        fn encode(&self, mut encoder: DescriptorEncoder) -> Result {
+            quotas(&mut encoder, &self.0, self.1)
+        }
+    }
+
+    #[test]
+    fn quota_series_carry_principal_and_kind_and_stop_at_the_limit() {
+        let throttle = |principal: &str, kind: &'static str| QuotaThrottle {
+            principal: principal.into(),
+            kind,
+            throttle_seconds: 1.5,
+            throttled_requests: 3,
+        };
+        let all = vec![
+            throttle("User:alice", "fetch"),
+            throttle("User:alice", "produce"),
+            throttle("User:bob", "request"),
+        ];
+        let mut registry = Registry::with_prefix("tinymq");
+        registry.register_collector(Box::new(Quotas(all, 2)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("# TYPE tinymq_quota_throttle_seconds counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"tinymq_quota_throttle_seconds_total{principal="User:alice",kind="fetch"} 1.5"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"tinymq_quota_throttled_requests_total{principal="User:alice",kind="produce"} 3"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("User:bob"), "{text}");
     }
 }

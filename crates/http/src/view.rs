@@ -78,6 +78,17 @@ pub struct BrokerStats {
     pub offline_partitions: u64,
     pub isr_shrinks: u64,
     pub isr_expands: u64,
+    /// Throttling by quotas, per principal (with limiters on this broker now) and kind.
+    pub quota_throttles: Vec<QuotaThrottle>,
+}
+
+/// How much one principal's quota of one kind (`produce`, `fetch`, `request`) has throttled it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaThrottle {
+    pub principal: String,
+    pub kind: &'static str,
+    pub throttle_seconds: f64,
+    pub throttled_requests: u64,
 }
 
 /// The Raft state of a MetaServer node (one running in this process).

@@ -174,6 +174,19 @@ impl MetaLink {
             None => Ok(response.fenced),
         }
     }
+
+    /// The users as the MetaServer lists them: a broker's own image may lack them (only an
+    /// authenticated node is sent the users' verifiers).
+    pub async fn list_users(&self) -> Result<m::ListUsersResponse, LinkError> {
+        match self {
+            MetaLink::Local(service) => Ok(crate::security_ops::list_users(&service.node.image())),
+            MetaLink::Remote(remote) => {
+                remote
+                    .control(&m::ListUsersRequest {}, REQUEST_TIMEOUT)
+                    .await
+            }
+        }
+    }
 }
 
 pub struct RemoteMeta {
