@@ -99,8 +99,19 @@ interface GroupDetail {
   offsets: GroupOffset[];
 }
 
+/** What a refusal of the node's authentication (401) or of the cluster's ACLs (403) means to
+ * the person at the console; null for any other status. */
+function authMessage(status: number, what: string): string | null {
+  if (status === 401) {
+    return `not logged in, or the login was refused: reload the page to log in with a tinymq user (${what})`;
+  }
+  if (status === 403) return `your user may not do this: ${what}`;
+  return null;
+}
+
 async function api<T>(method: string, path: string, body?: unknown): Promise<T> {
-  const init: RequestInit = { method, headers: { Accept: "application/json" } };
+  // Same-origin credentials: the Basic login the browser asked for when the node requires one.
+  const init: RequestInit = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
   if (body !== undefined) {
     init.body = JSON.stringify(body);
     init.headers = { Accept: "application/json", "Content-Type": "application/json" };
@@ -119,7 +130,9 @@ async function api<T>(method: string, path: string, body?: unknown): Promise<T> 
     const p = (parsed ?? {}) as Problem;
     const what = p.detail ?? p.title ?? response.statusText;
     const code = p.code ? ` (${p.code})` : "";
-    throw new ApiError(`${method} ${path}: ${response.status} ${what}${code}`, response.status, p.code);
+    const refused = authMessage(response.status, `${what}${code}`);
+    const message = refused ?? `${response.status} ${what}${code}`;
+    throw new ApiError(`${method} ${path}: ${message}`, response.status, p.code);
   }
   return parsed as T;
 }

@@ -125,8 +125,11 @@ class Throughput {
 
   private async poll(): Promise<void> {
     try {
-      const response = await fetch("/metrics");
-      if (!response.ok) throw new Error(`/metrics answered ${response.status}`);
+      const response = await fetch("/metrics", { credentials: "same-origin" });
+      if (!response.ok) {
+        const refused = authMessage(response.status, "reading /metrics needs DESCRIBE on the cluster");
+        throw new Error(`/metrics: ${refused ?? `answered ${response.status}`}`);
+      }
       this.record(Date.now(), readCounters(parseMetrics(await response.text())));
       this.error = null;
     } catch (e) {

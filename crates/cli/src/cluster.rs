@@ -117,7 +117,12 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     tls.reload_on_sighup()?;
-    let http = http_args.start(false).await?;
+    // HTTPS with the native port's certificate (the same ServerTls, so SIGHUP reloads both);
+    // credentials asked when the node asks them.
+    let auth_on = security.listener.auth != tinymq_net::AuthMode::None;
+    let secret = security.listener.cluster_secret.as_deref();
+    let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
+    let http = http_args.start(false, http_security).await?;
     let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
     let node_login = security.node_login(tinymq_auth::NodeKind::Meta, id);
     let mut links = tls.links();

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tinymq_broker::state::BrokerState;
 use tinymq_http::{
-    BrokerStats, ConnectionCounts, GroupStats, HistogramData, HttpLimits, HttpServer, NodeView,
-    OpStats, PartitionStats, RaftStats, ReadinessCheck, Traffic, DEFAULT_HTTP_ADDR,
+    BrokerStats, ConnectionCounts, GroupStats, HistogramData, HttpAuth, HttpLimits, HttpSecurity,
+    HttpServer, NodeView, OpStats, PartitionStats, RaftStats, ReadinessCheck, Traffic,
+    DEFAULT_HTTP_ADDR, HTTP_TOKEN_LIFETIME_MS_MAX,
 };
 use tinymq_meta::raft::MetaNode;
 use tinymq_protocol::stats::HistogramSnapshot;
@@ -41,16 +42,26 @@ pub struct HttpArgs {
     /// series); past it only node totals [default: 1000].
     #[arg(long, env = "TINYMQ_HTTP_PARTITION_SERIES_MAX")]
     http_partition_series_max: Option<usize>,
+    /// With --auth scram|mtls: how long (ms) a bearer token from POST /api/v1/auth/token is
+    /// accepted, at most a day [default: 3600000].
+    #[arg(long, env = "TINYMQ_HTTP_TOKEN_LIFETIME_MS", value_parser = crate::args::positive_u64)]
+    http_token_lifetime_ms: Option<u64>,
+    /// Most principals the REST API keeps a cluster client (and its connections) for at once;
+    /// past it the least recently used is dropped [default: 64].
+    #[arg(long, env = "TINYMQ_HTTP_PRINCIPAL_CLIENTS_MAX", value_parser = crate::args::positive_usize)]
+    http_principal_clients_max: Option<usize>,
 }
 
 /// The TOML keys of [`HttpArgs`].
-pub const HTTP_KEYS: [&str; 6] = [
+pub const HTTP_KEYS: [&str; 8] = [
     "http",
     "http_connections_max",
     "http_body_bytes_max",
     "http_request_timeout_ms",
     "http_idle_timeout_ms",
     "http_partition_series_max",
+    "http_token_lifetime_ms",
+    "http_principal_clients_max",
 ];
 
 impl HttpArgs {
@@ -67,6 +78,10 @@ impl HttpArgs {
             http_partition_series_max: self
                 .http_partition_series_max
                 .or(file.http_partition_series_max),
+            http_token_lifetime_ms: self.http_token_lifetime_ms.or(file.http_token_lifetime_ms),
+            http_principal_clients_max: self
+                .http_principal_clients_max
+                .or(file.http_principal_clients_max),
         }
     }
 
@@ -85,7 +100,40 @@ impl HttpArgs {
         l.partition_series_max = self
             .http_partition_series_max
             .unwrap_or(l.partition_series_max);
+        l.principal_clients_max = self
+            .http_principal_clients_max
+            .unwrap_or(l.principal_clients_max);
         l
+    }
+
+    /// The listener's TLS and authentication: HTTPS with the native port's certificate (the
+    /// same `ServerTls`, so SIGHUP reloads both), and with authentication on (`--auth
+    /// scram|mtls`) credentials asked of every request, tokens signed with the cluster secret.
+    pub fn security(
+        &self,
+        tls: Option<tinymq_tls::ServerTls>,
+        auth_on: bool,
+        secret: Option<&tinymq_auth::ClusterSecret>,
+    ) -> anyhow::Result<HttpSecurity> {
+        let auth = match (auth_on, secret) {
+            (false, _) => None,
+            (true, None) => anyhow::bail!(
+                "the HTTP listener with --auth needs the cluster secret (--cluster-secret-file): \
+                 its REST API logs in as this node to act for each caller"
+            ),
+            (true, Some(secret)) => {
+                let mut auth = HttpAuth::new(secret.token_key());
+                if let Some(ms) = self.http_token_lifetime_ms {
+                    anyhow::ensure!(
+                        ms <= HTTP_TOKEN_LIFETIME_MS_MAX,
+                        "http_token_lifetime_ms may be at most {HTTP_TOKEN_LIFETIME_MS_MAX} (a day)"
+                    );
+                    auth.token_lifetime = Duration::from_millis(ms);
+                }
+                Some(auth)
+            }
+        };
+        Ok(HttpSecurity { tls, auth })
     }
 
     /// The address the flags give the listener, when they name one.
@@ -100,7 +148,11 @@ impl HttpArgs {
     /// address line, which scripts read first) (or by default, when `on_by_default`). When the
     /// default address is taken (another server on this machine), the node runs without
     /// HTTP and says so; an address given explicitly that cannot be bound is an error.
-    pub async fn start(&self, on_by_default: bool) -> anyhow::Result<Option<HttpServer>> {
+    pub async fn start(
+        &self,
+        on_by_default: bool,
+        security: HttpSecurity,
+    ) -> anyhow::Result<Option<HttpServer>> {
         let (addr, explicit) = match self.http.as_deref().map(str::trim) {
             Some("off") => return Ok(None),
             Some(text) => (
@@ -110,7 +162,7 @@ impl HttpArgs {
             None if on_by_default => (DEFAULT_HTTP_ADDR.parse::<SocketAddr>()?, false),
             None => return Ok(None),
         };
-        match HttpServer::start(addr, self.limits()).await {
+        match HttpServer::start_secure(addr, self.limits(), security).await {
             Ok(server) => Ok(Some(server)),
             // Only a taken default address is forgiven; bad limits are the flags' mistake.
             Err(e @ tinymq_http::HttpError::Listen { .. }) if !explicit => {
@@ -140,6 +192,15 @@ pub struct BrokerView {
 }
 
 impl NodeView for BrokerView {
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.state.cluster.image().credential(user, mechanism)
+    }
+
     fn role(&self) -> &'static str {
         if self.meta.is_some() {
             "server"
@@ -317,6 +378,15 @@ pub struct MetaView {
 impl NodeView for MetaView {
     fn role(&self) -> &'static str {
         "meta"
+    }
+
+    fn credential(
+        &self,
+        user: &str,
+        mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        use tinymq_auth::CredentialLookup;
+        self.node.image().credential(user, mechanism)
     }
 
     fn partitions(&self) -> Vec<PartitionStats> {

@@ -235,7 +235,11 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     let stop_signal = shutdown_signal()?;
     tls.reload_on_sighup()?;
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
-    let http = http_args.start(!cluster_member).await?;
+    // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
+    let auth_on = security.listener.auth != tinymq_net::AuthMode::None;
+    let secret = security.listener.cluster_secret.as_deref();
+    let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
+    let http = http_args.start(!cluster_member, http_security).await?;
     let broker = Broker::start(config).await?;
     if let (Some(admin), Some(meta)) = (admin, broker.embedded_meta()) {
         tinymq_meta::security_ops::bootstrap_admin(meta, admin);

@@ -73,8 +73,16 @@ class ApiError extends Error {
         this.code = code;
     }
 }
+function authMessage(status, what) {
+    if (status === 401) {
+        return `not logged in, or the login was refused: reload the page to log in with a tinymq user (${what})`;
+    }
+    if (status === 403)
+        return `your user may not do this: ${what}`;
+    return null;
+}
 async function api(method, path, body) {
-    const init = { method, headers: { Accept: "application/json" } };
+    const init = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
     if (body !== undefined) {
         init.body = JSON.stringify(body);
         init.headers = { Accept: "application/json", "Content-Type": "application/json" };
@@ -94,7 +102,9 @@ async function api(method, path, body) {
         const p = (parsed ?? {});
         const what = p.detail ?? p.title ?? response.statusText;
         const code = p.code ? ` (${p.code})` : "";
-        throw new ApiError(`${method} ${path}: ${response.status} ${what}${code}`, response.status, p.code);
+        const refused = authMessage(response.status, `${what}${code}`);
+        const message = refused ?? `${response.status} ${what}${code}`;
+        throw new ApiError(`${method} ${path}: ${message}`, response.status, p.code);
     }
     return parsed;
 }
@@ -273,9 +283,11 @@ class Throughput {
     }
     async poll() {
         try {
-            const response = await fetch("/metrics");
-            if (!response.ok)
-                throw new Error(`/metrics answered ${response.status}`);
+            const response = await fetch("/metrics", { credentials: "same-origin" });
+            if (!response.ok) {
+                const refused = authMessage(response.status, "reading /metrics needs DESCRIBE on the cluster");
+                throw new Error(`/metrics: ${refused ?? `answered ${response.status}`}`);
+            }
             this.record(Date.now(), readCounters(parseMetrics(await response.text())));
             this.error = null;
         }
@@ -355,7 +367,7 @@ function throughputView() {
 async function loadCluster(section) {
     let ready = {};
     try {
-        const response = await fetch("/health/ready");
+        const response = await fetch("/health/ready", { credentials: "same-origin" });
         ready = await response.json();
     }
     catch {

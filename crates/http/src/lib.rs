@@ -10,6 +10,7 @@
 //! `health`; `console` serves the embedded web console at `/`.
 
 mod api;
+mod auth;
 mod console;
 mod health;
 mod limits;
@@ -21,6 +22,10 @@ mod routes;
 mod view;
 
 pub use api::{HTTP_GROUPS_LIST_MAX, HTTP_MESSAGES_PAGE_BYTES_MAX, HTTP_MESSAGES_PAGE_MAX};
+pub use auth::{
+    HttpAuth, HTTP_AUTH_CACHE_ENTRIES_MAX, HTTP_TOKEN_LIFETIME_MS_DEFAULT,
+    HTTP_TOKEN_LIFETIME_MS_MAX,
+};
 pub use limits::HttpLimits;
 pub use view::{
     BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
@@ -48,6 +53,18 @@ pub enum HttpError {
     Limits(String),
 }
 
+/// TLS and authentication of one HTTP listener; the default is neither (`--auth none`, plain
+/// HTTP), as before security existed.
+#[derive(Clone, Default)]
+pub struct HttpSecurity {
+    /// Serve HTTPS with this certificate (reloaded in place on SIGHUP by its owner).
+    pub tls: Option<tinymq_tls::ServerTls>,
+    /// Ask every request for credentials (`--auth scram|mtls`). The REST API then needs the
+    /// node's own login (cluster secret) in the security given to
+    /// [`HttpServer::attach_api`]: it names each request's principal as SCRAM authzid.
+    pub auth: Option<HttpAuth>,
+}
+
 /// Where the node's view goes once the node has started.
 pub(crate) type NodeSlot = OnceLock<Arc<dyn NodeView>>;
 
@@ -57,13 +74,25 @@ pub struct HttpServer {
     node: Arc<NodeSlot>,
     api: Arc<api::ApiSlot>,
     request_timeout: std::time::Duration,
+    /// Requests must authenticate.
+    auth: bool,
     shutdown: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl HttpServer {
-    /// Binds `addr` and serves at once; readiness says "starting" until [`HttpServer::attach`].
+    /// Binds `addr` and serves plain HTTP without authentication at once; readiness says
+    /// "starting" until [`HttpServer::attach`].
     pub async fn start(addr: SocketAddr, limits: HttpLimits) -> Result<HttpServer, HttpError> {
+        HttpServer::start_secure(addr, limits, HttpSecurity::default()).await
+    }
+
+    /// [`HttpServer::start`] with TLS and authentication as `security` says.
+    pub async fn start_secure(
+        addr: SocketAddr,
+        limits: HttpLimits,
+        security: HttpSecurity,
+    ) -> Result<HttpServer, HttpError> {
         limits.check().map_err(HttpError::Limits)?;
         let listener = TcpListener::bind(addr)
             .await
@@ -74,22 +103,29 @@ impl HttpServer {
         let node: Arc<NodeSlot> = Arc::new(OnceLock::new());
         let shutdown = CancellationToken::new();
         let counters = Arc::new(listener::ConnectionCounters::default());
-        let api = Arc::new(api::ApiSlot::new());
+        let api = Arc::new(api::ApiSlot::new(limits.principal_clients_max));
+        let loopback = local_addr.ip().is_loopback();
+        let authenticator = security.auth.clone().map(|a| {
+            Arc::new(
+                auth::Authenticator::new(a, node.clone(), security.tls.is_some(), loopback)
+                    .counting(counters.clone()),
+            )
+        });
         let app = routes::router(
-            node.clone(),
-            counters.clone(),
+            routes::Parts {
+                node: node.clone(),
+                counters: counters.clone(),
+                api: api.clone(),
+                auth: authenticator.clone(),
+                loopback,
+            },
             &limits,
-            api::router(api.clone()),
-            local_addr.ip().is_loopback(),
+            api::router(api.clone(), authenticator),
         );
-        let limited = listener::LimitedListener::new(
-            listener,
-            limits.connections_max,
-            limits.idle_timeout,
-            limits.request_timeout,
-            counters,
-        );
+        let limited =
+            listener::LimitedListener::new(listener, &limits, security.tls.clone(), counters);
         let stop = shutdown.clone();
+        let app = app.into_make_service_with_connect_info::<listener::PeerAddr>();
         let task = tokio::spawn(async move {
             let served = axum::serve(limited, app)
                 .with_graceful_shutdown(stop.cancelled_owned())
@@ -104,6 +140,7 @@ impl HttpServer {
             node,
             api,
             request_timeout: limits.request_timeout,
+            auth: security.auth.is_some(),
             shutdown,
             task,
         })
@@ -127,6 +164,9 @@ impl HttpServer {
         security: tinymq_client::Security,
     ) {
         let timeout = self.request_timeout;
+        if self.auth && security.login.is_none() {
+            tracing::error!("the REST API has no node login (cluster secret): with authentication on, its requests will be refused");
+        }
         if !self.api.attach(native_addr, serves_data, timeout, security) {
             tracing::warn!("the REST API already has its native address; ignored");
         }

@@ -20,6 +20,9 @@ pub struct HttpLimits {
     /// Partitions with their own series in `/metrics`; past it, only the totals (cardinality
     /// stays bounded however many partitions a node holds).
     pub partition_series_max: usize,
+    /// Most principals the REST API keeps a cluster client (with its connections) for at
+    /// once; past it the least recently used is dropped.
+    pub principal_clients_max: usize,
 }
 
 impl Default for HttpLimits {
@@ -30,6 +33,7 @@ impl Default for HttpLimits {
             request_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             partition_series_max: 1000,
+            principal_clients_max: 64,
         }
     }
 }
@@ -41,6 +45,9 @@ impl HttpLimits {
         let most = tokio::sync::Semaphore::MAX_PERMITS;
         if self.connections_max == 0 || self.connections_max > most {
             return Err(format!("http_connections_max must be in 1..={most}"));
+        }
+        if self.principal_clients_max == 0 {
+            return Err("http_principal_clients_max must be at least 1".into());
         }
         if self.request_timeout.is_zero() {
             return Err("http_request_timeout_ms must be at least 1".into());

@@ -6,6 +6,11 @@
 //! `request_timeout + idle_timeout` of its first byte, so a client that trickles its headers a
 //! byte at a time, never idle, cannot hold its place either: hyper bounds header reading only
 //! with a timer axum's server does not give it.
+//!
+//! With TLS the handshake runs inside the same bounds: it happens on the connection's first
+//! read, after the connection took its place, and no request byte moves until it is done, so
+//! a handshake that does not finish within `idle_timeout` closes the connection like an idle
+//! one. A client speaking plain HTTP to the TLS listener is answered a plain 400 saying so.
 
 use std::future::Future;
 use std::io;
@@ -15,8 +20,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use tinymq_tls::{ServerTls, ServerTlsStream, TlsAcceptor, TLS_HANDSHAKE_RECORD_TYPE};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::HttpLimits;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
@@ -29,10 +37,16 @@ pub(crate) struct ConnectionCounters {
     pub idle_closed: AtomicU64,
     /// Closed because a request was not received and answered in time (slow senders).
     pub slow_closed: AtomicU64,
+    /// Closed because the TLS handshake failed (or the client spoke plain HTTP to HTTPS).
+    pub tls_failed: AtomicU64,
+    /// Requests refused for credentials that did not verify.
+    pub auth_failed: AtomicU64,
 }
 
 pub(crate) struct LimitedListener {
     inner: TcpListener,
+    /// Serve HTTPS: each connection gets the configuration in force when it is accepted.
+    tls: Option<ServerTls>,
     permits: Arc<Semaphore>,
     counters: Arc<ConnectionCounters>,
     idle_timeout: Duration,
@@ -44,17 +58,17 @@ impl LimitedListener {
     /// receive a request's headers gets `idle_timeout` on top of it.
     pub fn new(
         inner: TcpListener,
-        max: usize,
-        idle_timeout: Duration,
-        request_timeout: Duration,
+        limits: &HttpLimits,
+        tls: Option<ServerTls>,
         counters: Arc<ConnectionCounters>,
     ) -> Self {
         LimitedListener {
             inner,
-            permits: Arc::new(Semaphore::new(max)),
+            tls,
+            permits: Arc::new(Semaphore::new(limits.connections_max)),
             counters,
-            idle_timeout,
-            request_limit: request_timeout.saturating_add(idle_timeout),
+            idle_timeout: limits.idle_timeout,
+            request_limit: limits.request_timeout.saturating_add(limits.idle_timeout),
         }
     }
 }
@@ -74,6 +88,10 @@ impl axum::serve::Listener for LimitedListener {
             };
             self.counters.accepted.fetch_add(1, Ordering::Relaxed);
             self.counters.open.fetch_add(1, Ordering::Relaxed);
+            let stream = match &self.tls {
+                None => Transport::Plain(stream),
+                Some(tls) => Transport::Tls(Box::new(TlsState::Sniffing(stream, tls.acceptor()))),
+            };
             let io = LimitedStream {
                 stream,
                 _permit: permit,
@@ -94,9 +112,21 @@ impl axum::serve::Listener for LimitedListener {
     }
 }
 
+/// The peer's address, for log lines about a request (axum's `ConnectInfo`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerAddr(pub std::net::SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, LimitedListener>>
+    for PeerAddr
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, LimitedListener>) -> Self {
+        PeerAddr(*stream.remote_addr())
+    }
+}
+
 /// An accepted connection holding its place under the limit until dropped.
 pub(crate) struct LimitedStream {
-    stream: TcpStream,
+    stream: Transport,
     _permit: OwnedSemaphorePermit,
     counters: Arc<ConnectionCounters>,
     idle_timeout: Duration,
@@ -174,7 +204,8 @@ impl AsyncRead for LimitedStream {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
-        match Pin::new(&mut self.stream).poll_read(cx, buf) {
+        let this = &mut *self;
+        match this.stream.poll_read(cx, buf, &this.counters) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
                     self.received();
@@ -193,7 +224,8 @@ impl AsyncWrite for LimitedStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+        let this = &mut *self;
+        match this.stream.poll_write(cx, buf, &this.counters) {
             Poll::Ready(Ok(n)) => {
                 if n > 0 {
                     self.answered();
@@ -206,10 +238,152 @@ impl AsyncWrite for LimitedStream {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        match &mut self.stream {
+            Transport::Plain(s) => Pin::new(s).poll_flush(cx),
+            Transport::Tls(t) => match &mut **t {
+                TlsState::Ready(s) => Pin::new(s).poll_flush(cx),
+                _ => Poll::Ready(Ok(())),
+            },
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        match &mut self.stream {
+            Transport::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Transport::Tls(t) => match &mut **t {
+                TlsState::Ready(s) => Pin::new(s).poll_shutdown(cx),
+                TlsState::Sniffing(s, _) => Pin::new(s).poll_shutdown(cx),
+                _ => Poll::Ready(Ok(())),
+            },
+        }
     }
+}
+
+/// The bytes under a connection: plain TCP, or TLS once its handshake is done.
+enum Transport {
+    Plain(TcpStream),
+    Tls(Box<TlsState>),
+}
+
+enum TlsState {
+    /// Waiting for the first byte: a TLS ClientHello, or a plain HTTP request.
+    Sniffing(TcpStream, TlsAcceptor),
+    Accepting(tokio_rustls::Accept<TcpStream>),
+    Ready(ServerTlsStream<TcpStream>),
+    Failed,
+}
+
+/// What a plain HTTP client on the HTTPS listener reads before it is closed.
+const PLAIN_ON_TLS: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+Connection: close\r\nContent-Length: 46\r\n\r\nthis listener speaks HTTPS: use https:// URLs\n";
+
+impl Transport {
+    /// Ready once bytes of requests can move: at once for plain TCP, after the handshake
+    /// for TLS.
+    fn poll_open(
+        &mut self,
+        cx: &mut Context<'_>,
+        counters: &ConnectionCounters,
+    ) -> Poll<io::Result<()>> {
+        let Transport::Tls(state) = self else {
+            return Poll::Ready(Ok(()));
+        };
+        loop {
+            let next = match &mut **state {
+                TlsState::Ready(_) => return Poll::Ready(Ok(())),
+                TlsState::Failed => return Poll::Ready(Err(handshake_failed("it failed before"))),
+                TlsState::Sniffing(stream, _) => {
+                    let mut first = [0u8; 1];
+                    let mut peeked = ReadBuf::new(&mut first);
+                    match stream.poll_peek(cx, &mut peeked) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(e)) => Err(e),
+                        Poll::Ready(Ok(0)) => Err(handshake_failed("closed before a ClientHello")),
+                        Poll::Ready(Ok(_)) if first[0] == TLS_HANDSHAKE_RECORD_TYPE => Ok(None),
+                        Poll::Ready(Ok(_)) => {
+                            refuse_plain(stream);
+                            Err(handshake_failed("plain HTTP on the HTTPS listener"))
+                        }
+                    }
+                }
+                TlsState::Accepting(accept) => match Pin::new(accept).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Ok(stream)) => Ok(Some(stream)),
+                    Poll::Ready(Err(e)) => Err(e),
+                },
+            };
+            let taken = std::mem::replace(&mut **state, TlsState::Failed);
+            match (next, taken) {
+                (Ok(None), TlsState::Sniffing(stream, acceptor)) => {
+                    **state = TlsState::Accepting(acceptor.accept(stream));
+                }
+                (Ok(Some(stream)), _) => **state = TlsState::Ready(stream),
+                (Ok(None), _) => return Poll::Ready(Err(handshake_failed("out of order"))),
+                (Err(e), _) => {
+                    counters.tls_failed.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "HTTPS connection closed in its TLS handshake");
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+    }
+
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        counters: &ConnectionCounters,
+    ) -> Poll<io::Result<()>> {
+        match self.poll_open(cx, counters) {
+            Poll::Ready(Ok(())) => {}
+            other => return other,
+        }
+        match self {
+            Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Transport::Tls(t) => match &mut **t {
+                TlsState::Ready(s) => Pin::new(s).poll_read(cx, buf),
+                _ => Poll::Ready(Err(handshake_failed("not open"))),
+            },
+        }
+    }
+
+    fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+        counters: &ConnectionCounters,
+    ) -> Poll<io::Result<usize>> {
+        match self.poll_open(cx, counters) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => return Poll::Pending,
+        }
+        match self {
+            Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Transport::Tls(t) => match &mut **t {
+                TlsState::Ready(s) => Pin::new(s).poll_write(cx, buf),
+                _ => Poll::Ready(Err(handshake_failed("not open"))),
+            },
+        }
+    }
+}
+
+fn handshake_failed(why: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!("TLS handshake: {why}"),
+    )
+}
+
+/// Tells a plain HTTP client it reached the HTTPS listener: best effort, without waiting
+/// (the answer is smaller than any socket buffer). The request already received is read
+/// first, so closing sends a FIN the client reads the answer before, not a reset.
+fn refuse_plain(stream: &TcpStream) {
+    let mut drain = [0u8; 4096];
+    for _ in 0..16 {
+        if !matches!(stream.try_read(&mut drain), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    let _ = stream.try_write(PLAIN_ON_TLS);
 }

@@ -346,6 +346,18 @@ impl Collector for HttpCollector {
             "http_requests_slow_closed",
             "HTTP connections closed because a request was not received and answered within http_request_timeout_ms + http_idle_timeout_ms of its first byte.",
             c.slow_closed.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "http_connections_tls_failed",
+            "HTTPS connections closed in their TLS handshake (a failed handshake, or plain HTTP sent to the HTTPS listener).",
+            c.tls_failed.load(Ordering::Relaxed),
+        )?;
+        counter(
+            &mut encoder,
+            "http_auth_failed",
+            "HTTP requests refused for credentials that did not verify (a wrong password, an unknown user, a bad or expired token).",
+            c.auth_failed.load(Ordering::Relaxed),
         )
     }
 }

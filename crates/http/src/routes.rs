@@ -12,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use crate::api::ApiSlot;
+use crate::auth::Authenticator;
 use crate::listener::ConnectionCounters;
 use crate::metrics::Metrics;
 use crate::{HttpLimits, NodeSlot};
@@ -20,6 +22,19 @@ use crate::{HttpLimits, NodeSlot};
 pub(crate) struct AppState {
     pub node: Arc<NodeSlot>,
     pub metrics: Arc<Metrics>,
+    /// Asked whether a `/metrics` caller may describe the cluster.
+    api: Arc<ApiSlot>,
+}
+
+/// What the router serves from.
+pub(crate) struct Parts {
+    pub node: Arc<NodeSlot>,
+    pub counters: Arc<ConnectionCounters>,
+    pub api: Arc<ApiSlot>,
+    /// Set when requests must authenticate.
+    pub auth: Option<Arc<Authenticator>>,
+    /// The listener is bound to loopback.
+    pub loopback: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -28,13 +43,14 @@ struct RequestLimits {
     timeout: Duration,
 }
 
-pub(crate) fn router(
-    node: Arc<NodeSlot>,
-    counters: Arc<ConnectionCounters>,
-    limits: &HttpLimits,
-    api: Router,
-    loopback: bool,
-) -> Router {
+pub(crate) fn router(parts: Parts, limits: &HttpLimits, api: Router) -> Router {
+    let Parts {
+        node,
+        counters,
+        api: slot,
+        auth,
+        loopback,
+    } = parts;
     let metrics = Arc::new(Metrics::new(
         node.clone(),
         counters,
@@ -50,9 +66,18 @@ pub(crate) fn router(
         .route("/health/ready", get(crate::health::ready))
         .merge(crate::console::router())
         .fallback(not_found)
-        .with_state(AppState { node, metrics })
+        .with_state(AppState {
+            node,
+            metrics,
+            api: slot,
+        })
         .merge(api)
         .layer(middleware::from_fn_with_state(loopback, loopback_host))
+        // Before anything else is looked at (a wrong method or path included), the caller.
+        .layer(middleware::from_fn_with_state(
+            auth,
+            crate::auth::authenticate,
+        ))
         // axum answers a wrong method with an empty 405: give it the JSON body every other
         // error has (a problem document under /api/v1).
         .layer(middleware::from_fn(method_not_allowed_body))
@@ -168,6 +193,12 @@ async fn method_not_allowed_body(request: Request, next: Next) -> Response {
 }
 
 async fn metrics_page(State(state): State<AppState>) -> Response {
+    // An authenticated caller (the listener is not loopback) needs DESCRIBE on the cluster.
+    if crate::auth::current_principal().is_some() {
+        if let Err(p) = crate::api::check_describe_cluster(&state.api).await {
+            return p.into_response();
+        }
+    }
     let metrics = state.metrics.clone();
     // The view takes the node's locks and reads /proc: off the async threads.
     match tokio::task::spawn_blocking(move || metrics.encode()).await {

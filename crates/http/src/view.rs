@@ -146,6 +146,15 @@ pub trait NodeView: Send + Sync + 'static {
     fn groups(&self) -> Vec<GroupStats> {
         Vec::new()
     }
+    /// `user`'s stored SCRAM credential for `mechanism` from the node's metadata image (HTTP
+    /// Basic passwords are checked against it); `None` for an unknown user.
+    fn credential(
+        &self,
+        _user: &str,
+        _mechanism: tinymq_auth::ScramMechanism,
+    ) -> Option<tinymq_auth::StoredCredential> {
+        None
+    }
 }
 
 impl std::fmt::Debug for dyn NodeView {

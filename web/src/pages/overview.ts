@@ -96,7 +96,7 @@ function throughputView(): Node[] {
 async function loadCluster(section: HTMLElement): Promise<void> {
   let ready: { status?: string; role?: string; missing?: string[] } = {};
   try {
-    const response = await fetch("/health/ready");
+    const response = await fetch("/health/ready", { credentials: "same-origin" });
     ready = await response.json();
   } catch {
     ready = { status: "unreachable" };

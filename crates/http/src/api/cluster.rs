@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use tinymq_client::{ClientError, Connection, NodeRole, Security};
+use tinymq_client::{Connection, NodeRole, Security};
 use tinymq_protocol::messages as m;
 use utoipa::ToSchema;
 
@@ -77,8 +77,11 @@ pub(super) struct ImageBroker {
     pub fenced: bool,
 }
 
-/// A connection of the API to a node.
-async fn connect(addr: &str, security: &Security) -> Result<Connection, ClientError> {
+/// A connection to the node at `addr` with the caller's security (TLS, impersonation).
+async fn connect(
+    addr: &str,
+    security: &Security,
+) -> Result<Connection, tinymq_client::ClientError> {
     Connection::connect_secure(addr, "tinymq-http", "", NodeRole::Client, 0, security).await
 }
 
@@ -163,7 +166,8 @@ async fn ask_nodes(
 ) -> Vec<MetaNodeInfo> {
     let mut asks = tokio::task::JoinSet::new();
     for n in nodes {
-        let (id, addr, security) = (n.id, n.addr.clone(), security.clone());
+        let (id, addr) = (n.id, n.addr.clone());
+        let security = security.clone();
         asks.spawn(async move {
             let asked = tokio::time::timeout(META_NODE_ANSWER_WAIT, async {
                 let c = connect(&addr, &security).await?;

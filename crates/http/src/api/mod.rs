@@ -14,16 +14,20 @@ mod cluster;
 mod groups;
 mod messages;
 mod problem;
+mod token;
 mod topics;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::auth::Authenticator;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use tinymq_client::{Admin, ClientConfig, Cluster};
+use tinymq_auth::Principal;
+use tinymq_client::{Admin, ClientConfig, Cluster, Security};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -43,29 +47,33 @@ pub const HTTP_GROUPS_LIST_MAX: usize = 1000;
 const META_BOOTSTRAP_AGE: Duration = Duration::from_secs(30);
 
 /// What the REST API reaches the cluster through, set once the node knows its native address,
-/// and the client built from it.
-#[derive(Default)]
+/// and the clients built from it: one per principal when authentication is on (each
+/// impersonates its principal, so the brokers' ACLs decide what it may do), bounded by
+/// `http_principal_clients_max`, the least recently used dropped first.
 pub(crate) struct ApiSlot {
     target: OnceLock<Target>,
-    /// TLS (and login) of the API's connections to the cluster.
-    security: OnceLock<tinymq_client::Security>,
-    cached: Mutex<Option<Cached>>,
+    clients: Mutex<HashMap<String, Cached>>,
+    clients_max: usize,
 }
 
 impl ApiSlot {
-    pub fn new() -> ApiSlot {
-        ApiSlot::default()
+    pub fn new(clients_max: usize) -> ApiSlot {
+        ApiSlot {
+            target: OnceLock::new(),
+            clients: Mutex::new(HashMap::new()),
+            clients_max: clients_max.max(1),
+        }
     }
 
-    /// Sets the node's native address; false if it was set already.
+    /// Sets the node's native address and how to reach it (`security`: the node's TLS and,
+    /// with authentication, its own login); false if it was set already.
     pub fn attach(
         &self,
         native: SocketAddr,
         serves_data: bool,
         request_timeout: Duration,
-        security: tinymq_client::Security,
+        security: Security,
     ) -> bool {
-        let _ = self.security.set(security);
         // A node listening on every address is reached through loopback.
         let mut native = native;
         if native.ip().is_unspecified() {
@@ -79,23 +87,76 @@ impl ApiSlot {
                 native,
                 serves_data,
                 request_timeout,
+                security,
             })
             .is_ok()
     }
+
+    /// The security of a native connection made for `principal`: the node's login with the
+    /// principal as SCRAM authzid (the broker then checks ACLs as that principal).
+    pub fn security_for(&self, principal: Option<&Principal>) -> Security {
+        let Some(target) = self.target.get() else {
+            return Security::default();
+        };
+        let mut security = target.security.clone();
+        if let (Some(p), Some(login)) = (principal, security.login.as_mut()) {
+            login.authzid = Some(p.to_string());
+        }
+        security
+    }
+
+    fn cached(&self, key: &str, fresh: impl Fn(&Cached) -> bool) -> Option<Arc<ApiClient>> {
+        let mut clients = self.clients.lock().ok()?;
+        let cached = clients.get_mut(key).filter(|c| fresh(c))?;
+        cached.used = Instant::now();
+        Some(cached.client.clone())
+    }
+
+    fn keep(&self, key: String, client: Arc<ApiClient>) {
+        let Ok(mut clients) = self.clients.lock() else {
+            return;
+        };
+        clients.retain(|_, c| c.used.elapsed() < PRINCIPAL_CLIENT_IDLE_MAX);
+        while clients.len() >= self.clients_max {
+            let idlest = clients
+                .iter()
+                .min_by_key(|(_, c)| c.used)
+                .map(|(k, _)| k.clone());
+            match idlest {
+                Some(k) => clients.remove(&k),
+                None => break,
+            };
+        }
+        let now = Instant::now();
+        clients.insert(
+            key,
+            Cached {
+                client,
+                built: now,
+                used: now,
+            },
+        );
+    }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// A principal's client unused this long is dropped (with its connections).
+const PRINCIPAL_CLIENT_IDLE_MAX: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone)]
 struct Target {
     native: SocketAddr,
     /// A broker (or `server`) serves every operation; a MetaServer node only the metadata
     /// ones, so its API goes through the live brokers.
     serves_data: bool,
     request_timeout: Duration,
+    /// TLS and the node's own login (cluster secret) for the native connections.
+    security: Security,
 }
 
 struct Cached {
     client: Arc<ApiClient>,
     built: Instant,
+    used: Instant,
 }
 
 pub(crate) struct ApiClient {
@@ -111,16 +172,16 @@ impl ApiClient {
     fn new(
         bootstrap: &[String],
         request_timeout: Duration,
-        security: tinymq_client::Security,
+        security: Security,
     ) -> Result<ApiClient, Problem> {
         let mut config = ClientConfig::new(&bootstrap.join(","));
-        config.security = security;
         config.client_id = format!("tinymq-http/{}", env!("CARGO_PKG_VERSION"));
         let budget = request_timeout
             .mul_f64(CLIENT_TIMEOUT_SHARE)
             .max(Duration::from_millis(100));
         config.api_timeout = budget;
         config.request_timeout = budget;
+        config.security = security;
         let admin = Admin::new(config.clone())?;
         let cluster = Cluster::new(config.clone())?;
         Ok(ApiClient {
@@ -135,19 +196,16 @@ impl ApiClient {
 pub(crate) struct ApiState {
     slot: Arc<ApiSlot>,
     doc: Arc<OnceLock<String>>,
+    /// Set when the node runs with authentication (`POST /auth/token` issues tokens).
+    auth: Option<Arc<Authenticator>>,
 }
 
 impl ApiState {
     /// The node's own native address, or 503 while the node is still starting.
     fn target(&self) -> Result<Target, Problem> {
-        self.slot.target.get().copied().ok_or_else(|| {
+        self.slot.target.get().cloned().ok_or_else(|| {
             Problem::unavailable("the node is still starting: the REST API is not ready yet")
         })
-    }
-
-    /// The security of the API's connections to the cluster.
-    pub fn security(&self) -> tinymq_client::Security {
-        self.slot.security.get().cloned().unwrap_or_default()
     }
 
     /// The node's own native address (every node answers `MetaRead` there).
@@ -155,49 +213,56 @@ impl ApiState {
         Ok(self.target()?.native)
     }
 
-    /// The cluster client, or 503 while the node is still starting (or, on a MetaServer node,
-    /// while no broker is live).
+    /// The security of a native connection made for this request's caller.
+    pub fn security(&self) -> Security {
+        self.slot
+            .security_for(crate::auth::current_principal().as_ref())
+    }
+
+    /// The cluster client acting as this request's caller, or 503 while the node is still
+    /// starting (or, on a MetaServer node, while no broker is live).
     pub async fn client(&self) -> Result<Arc<ApiClient>, Problem> {
         let target = self.target()?;
+        let principal = crate::auth::current_principal();
+        let key = principal
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
         let fresh = |c: &Cached| target.serves_data || c.built.elapsed() < META_BOOTSTRAP_AGE;
-        if let Some(client) = self.cached(fresh) {
+        if let Some(client) = self.slot.cached(&key, fresh) {
             return Ok(client);
         }
+        let security = self.slot.security_for(principal.as_ref());
         let bootstrap = if target.serves_data {
             vec![target.native.to_string()]
         } else {
-            live_brokers(target.native, &self.security()).await?
+            live_brokers(target.native, &security).await?
         };
-        let security = self.security();
         let client = Arc::new(ApiClient::new(
             &bootstrap,
             target.request_timeout,
             security,
         )?);
-        if let Ok(mut cached) = self.slot.cached.lock() {
-            *cached = Some(Cached {
-                client: client.clone(),
-                built: Instant::now(),
-            });
-        }
+        self.slot.keep(key, client.clone());
         Ok(client)
     }
+}
 
-    fn cached(&self, fresh: impl Fn(&Cached) -> bool) -> Option<Arc<ApiClient>> {
-        let cached = self.slot.cached.lock().ok()?;
-        cached
-            .as_ref()
-            .filter(|c| fresh(c))
-            .map(|c| c.client.clone())
-    }
+/// Whether this request's caller may DESCRIBE the cluster: asked of the node as the caller
+/// (reading the metadata image needs that permission), so the same ACLs decide.
+pub(crate) async fn check_describe_cluster(slot: &ApiSlot) -> Result<(), Problem> {
+    let native = slot.target.get().map(|t| t.native).ok_or_else(|| {
+        Problem::unavailable("the node is still starting: permissions cannot be checked yet")
+    })?;
+    let security = slot.security_for(crate::auth::current_principal().as_ref());
+    cluster::read_image(native, META_NODE_ANSWER_WAIT, &security)
+        .await
+        .map(|_| ())
 }
 
 /// The addresses of the live brokers, from the metadata image of the MetaServer node at
 /// `native`.
-async fn live_brokers(
-    native: SocketAddr,
-    security: &tinymq_client::Security,
-) -> Result<Vec<String>, Problem> {
+async fn live_brokers(native: SocketAddr, security: &Security) -> Result<Vec<String>, Problem> {
     let image = cluster::read_image(native, META_NODE_ANSWER_WAIT, security)
         .await?
         .1;
@@ -227,7 +292,10 @@ const META_NODE_ANSWER_WAIT: Duration = Duration::from_secs(2);
                        documents whose `code` is the native protocol's error code name.",
         license(name = "MIT OR Apache-2.0")
     ),
+    // With `--auth none` no credentials are asked (the empty requirement); otherwise either.
+    security((), ("basic" = []), ("bearer" = [])),
     tags(
+        (name = "auth", description = "Bearer tokens for HTTP Basic credentials"),
         (name = "cluster", description = "MetaServer nodes and brokers"),
         (name = "topics", description = "Create, describe, alter and delete topics"),
         (name = "messages", description = "Read and produce records"),
@@ -236,13 +304,74 @@ const META_NODE_ANSWER_WAIT: Duration = Duration::from_secs(2);
 )]
 struct ApiDoc;
 
+/// Declares the two ways to authenticate, and the 401 and 403 answers every operation may
+/// give once the node runs with authentication.
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "basic",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Basic)),
+        );
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+        let answer = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    problem::PROBLEM_CONTENT_TYPE,
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("Problem")))
+                        .build(),
+                )
+                .build()
+        };
+        let unauthorized = answer(
+            "No valid credentials (with `WWW-Authenticate: Basic realm=\"tinymq\"`); only when \
+             the node runs with --auth scram or mtls",
+        );
+        let forbidden = answer(
+            "The caller is authenticated but an ACL does not allow the operation; the detail \
+             names the missing permission",
+        );
+        for item in doc.paths.paths.values_mut() {
+            for op in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let responses = &mut op.responses.responses;
+                responses
+                    .entry("401".into())
+                    .or_insert_with(|| unauthorized.clone().into());
+                responses
+                    .entry("403".into())
+                    .or_insert_with(|| forbidden.clone().into());
+            }
+        }
+    }
+}
+
 /// The API's routes (full paths under `/api/v1`) and the OpenAPI document served beside them.
-pub(crate) fn router(slot: Arc<ApiSlot>) -> Router {
+pub(crate) fn router(slot: Arc<ApiSlot>, auth: Option<Arc<Authenticator>>) -> Router {
     let state = ApiState {
         slot,
         doc: Arc::new(OnceLock::new()),
+        auth,
     };
     let api = OpenApiRouter::new()
+        .routes(routes!(token::issue_token))
         .routes(routes!(cluster::get_cluster))
         .routes(routes!(topics::list_topics, topics::create_topic))
         .routes(routes!(
@@ -261,6 +390,8 @@ pub(crate) fn router(slot: Arc<ApiSlot>) -> Router {
         .nest("/api/v1", api)
         .split_for_parts();
     doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+    // After the routes are in: it adds the 401 and 403 answers to each.
+    utoipa::Modify::modify(&SecuritySchemes, &mut doc);
     // Serializing a document built from our own types cannot fail; an empty slot would
     // answer 503 all the same.
     if let Ok(text) = doc.to_json() {

@@ -69,7 +69,10 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self).unwrap_or_default();
-        (status, [(header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE)], body).into_response()
+        let mut response =
+            (status, [(header::CONTENT_TYPE, PROBLEM_CONTENT_TYPE)], body).into_response();
+        crate::auth::challenge(&mut response);
+        response
     }
 }
 
@@ -104,7 +107,11 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | E::INELIGIBLE_REPLICA => StatusCode::BAD_REQUEST,
         E::MESSAGE_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
         E::LIMIT_EXCEEDED => StatusCode::TOO_MANY_REQUESTS,
-        E::CLUSTER_AUTHORIZATION_FAILED => StatusCode::FORBIDDEN,
+        E::AUTHENTICATION_FAILED | E::AUTHENTICATION_REQUIRED => StatusCode::UNAUTHORIZED,
+        E::AUTHORIZATION_FAILED | E::CLUSTER_AUTHORIZATION_FAILED => StatusCode::FORBIDDEN,
+        E::USER_NOT_FOUND => StatusCode::NOT_FOUND,
+        E::USER_ALREADY_EXISTS => StatusCode::CONFLICT,
+        E::UNSUPPORTED_SASL_MECHANISM => StatusCode::BAD_REQUEST,
         E::NOT_LEADER
         | E::LEADER_NOT_AVAILABLE
         | E::NOT_ENOUGH_REPLICAS
@@ -296,6 +303,16 @@ mod tests {
             status_of(ErrorCode::NOT_LEADER),
             StatusCode::SERVICE_UNAVAILABLE
         );
+        assert_eq!(
+            status_of(ErrorCode::AUTHENTICATION_FAILED),
+            StatusCode::UNAUTHORIZED
+        );
+        for code in [
+            ErrorCode::AUTHORIZATION_FAILED,
+            ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+        ] {
+            assert_eq!(status_of(code), StatusCode::FORBIDDEN, "{code:?}");
+        }
     }
 
     #[test]

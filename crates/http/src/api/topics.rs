@@ -246,7 +246,8 @@ pub async fn list_topics(State(state): State<ApiState>) -> Result<Json<TopicList
     tag = "topics",
     request_body = CreateTopic,
     responses(
-        (status = 201, description = "Created", body = TopicDescription),
+        (status = 201, description = "Created; `partitions` is empty when the caller may \
+         create the topic but not DESCRIBE it", body = TopicDescription),
         (status = 400, description = "Invalid name, partition count or settings", body = Problem,
          content_type = "application/problem+json"),
         (status = 409, description = "The topic exists (TOPIC_ALREADY_EXISTS)", body = Problem,
@@ -278,11 +279,20 @@ pub async fn create_topic(
         min_insync_replicas: settings.min_insync_replicas.unwrap_or(0),
         unclean_leader_election: settings.unclean_leader_election.unwrap_or(false),
     };
-    api.admin
+    let created = api
+        .admin
         .create_topic(&body.name, config)
         .await
         .map_err(refused_placement)?;
-    let described = describe(&state, &body.name).await?;
+    let described = match describe(&state, &body.name).await {
+        // CREATE without DESCRIBE: the topic exists, say so with the settings it got.
+        Err(p) if p.code == ErrorCode::AUTHORIZATION_FAILED.name() => TopicDescription {
+            name: body.name,
+            config: created.into(),
+            partitions: Vec::new(),
+        },
+        other => other?,
+    };
     Ok((StatusCode::CREATED, Json(described)))
 }
 
