@@ -99,6 +99,14 @@ impl Broker {
             source,
         })?;
         let advertised = config.advertise.unwrap_or(local_addr);
+        if advertised.ip().is_unspecified() {
+            // Clients and other nodes are told this address in metadata; 0.0.0.0 reaches this
+            // node only from its own machine, and a TLS certificate cannot name it.
+            tracing::warn!(
+                %advertised,
+                "advertising the unspecified address: clients on other machines cannot reach it; give --advertise HOST:PORT (the address they reach this node at, which a TLS certificate must name)"
+            );
+        }
         let meta_dir = config.data_dir.join(META_DIR);
         let (link, embedded_meta, legacy) = if config.meta.is_empty() {
             let dir = meta_dir.clone();

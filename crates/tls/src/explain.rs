@@ -43,6 +43,10 @@ pub fn explain(e: &std::io::Error) -> String {
             CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
                 format!("the server's certificate does not name the address connected to ({tls})")
             }
+            CertificateError::Other(other) => match misissued(&format!("{other:?}")) {
+                Some(why) => format!("the server's certificate was refused: {why} ({tls})"),
+                None => format!("the server's certificate was refused ({tls})"),
+            },
             _ => format!("the server's certificate was refused ({tls})"),
         },
         rustls::Error::AlertReceived(
@@ -63,6 +67,18 @@ pub fn explain(e: &std::io::Error) -> String {
     }
 }
 
+/// The two ways a hand-made certificate usually goes wrong, in words: webpki reports them only
+/// by their variant names.
+fn misissued(detail: &str) -> Option<&'static str> {
+    if detail.contains("UnsupportedCertVersion") {
+        Some("it is an X.509 v1 certificate; sign it again with extensions (subjectAltName, extendedKeyUsage), e.g. `openssl x509 -req ... -extfile ext.cnf` as docs/operate.md shows")
+    } else if detail.contains("CaUsedAsEndEntity") {
+        Some("it is the CA certificate itself; give the server a certificate signed by that CA, not the CA's own")
+    } else {
+        None
+    }
+}
+
 /// Whether a TLS client's handshake failed because the other end is not a TLS server: a
 /// tinymq server answers a ClientHello on a plain port with an `unexpected_message` alert;
 /// anything else that is not TLS shows up as an unreadable record.
@@ -72,4 +88,18 @@ pub fn is_not_tls_answer(e: &rustls::Error) -> bool {
         rustls::Error::AlertReceived(AlertDescription::UnexpectedMessage)
             | rustls::Error::InvalidMessage(_)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hand_made_certificate_mistakes_are_named() {
+        let v1 = misissued("OtherError(UnsupportedCertVersion)").unwrap();
+        assert!(v1.contains("X.509 v1"), "{v1}");
+        let ca = misissued("OtherError(CaUsedAsEndEntity)").unwrap();
+        assert!(ca.contains("CA certificate itself"), "{ca}");
+        assert_eq!(misissued("OtherError(Something)"), None);
+    }
 }
