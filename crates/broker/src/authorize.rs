@@ -215,6 +215,29 @@ pub(crate) fn offset_fetch(
     response
 }
 
+/// DescribeGroup (the group's DESCRIBE is checked up front): the committed offsets, and the
+/// topics of the members' subscriptions and assignments, only of topics `p` may DESCRIBE (a
+/// group's description must not reveal other topics' names or progress).
+pub(crate) fn describe_group(
+    access: &Access,
+    p: &Principal,
+    mut response: m::DescribeGroupResponse,
+) -> m::DescribeGroupResponse {
+    if !access.is_enforced() {
+        return response;
+    }
+    response
+        .offsets
+        .retain(|c| access.describes_topic(p, &c.topic));
+    for member in &mut response.members {
+        member.topics.retain(|t| access.describes_topic(p, t));
+        member
+            .assignment
+            .retain(|a| access.describes_topic(p, &a.topic));
+    }
+    response
+}
+
 /// ListTopics: only the topics `p` may DESCRIBE.
 pub(crate) fn list_topics(
     access: &Access,
@@ -240,3 +263,6 @@ pub(crate) fn list_groups(
     }
     response
 }
+
+#[cfg(test)]
+mod tests;

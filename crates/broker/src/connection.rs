@@ -254,8 +254,10 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             principal,
             group_handlers::list(&state)
         )),
-        OpCode::DescribeGroup => handle!(m::DescribeGroupRequest, |r| group_handlers::describe(
-            &state, r
+        OpCode::DescribeGroup => handle!(m::DescribeGroupRequest, |r| authorize::describe_group(
+            &access,
+            principal,
+            group_handlers::describe(&state, r)
         )),
         OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| group_handlers::delete(state, r)
             .await),

@@ -10,7 +10,8 @@
 //!
 //! Rates come from the metadata image's `quotas` (the principal's own entry, else the
 //! `<default>` one; 0 = unlimited) and apply per broker: a principal served by three brokers
-//! may reach three times its rates in the cluster. Nodes are never throttled.
+//! may reach three times its rates in the cluster. Nodes that proved who they are (cluster
+//! secret or certificate) are never throttled; a merely claimed node role is not enough.
 //!
 //! The limiters of a principal are shared by all its connections here, in a map bounded by
 //! `quota_principals_max` that forgets the least recently used principal first (idle ones
@@ -24,8 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
-use tinymq_auth::PrincipalKind;
-use tinymq_net::{NodeRole, Peer};
+use tinymq_net::Peer;
 use tinymq_protocol::{Frame, OpCode};
 
 pub use tinymq_auth::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL};
@@ -366,11 +366,13 @@ pub(crate) async fn hold_fetch(throttle: &Throttle, bytes: u64) {
 }
 
 /// The user a connection's requests are charged to; `None` for nodes, never throttled
-/// (their replication and metadata traffic is not a tenant's). With `--auth none` every
-/// client is `User:ANONYMOUS`.
+/// (their replication and metadata traffic is not a tenant's). Only a node principal is
+/// exempt, one the connection proved (cluster secret or certificate): a node role merely
+/// claimed in the handshake (`--auth none` without a cluster secret) is `User:ANONYMOUS`
+/// like every other connection there, or anyone could escape its quota by claiming one.
 fn user_of(peer: &Peer) -> Option<&str> {
     let principal = &peer.principal;
-    if peer.role != NodeRole::Client || principal.kind != PrincipalKind::User {
+    if principal.is_node() {
         return None;
     }
     Some(&principal.name)

@@ -56,6 +56,11 @@ struct MetaFileConfig {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     tls_client_auth: Option<String>,
+    auth: Option<String>,
+    cluster_secret_file: Option<PathBuf>,
+    super_users: Option<String>,
+    insecure: Option<bool>,
+    admin_password_file: Option<PathBuf>,
 }
 
 fn parse_peers(text: &str) -> anyhow::Result<BTreeMap<u64, String>> {
@@ -104,7 +109,14 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         peers.contains_key(&id),
         "--peers must include this node's id {id}"
     );
-    let security_flags = args.security.clone();
+    let file_security = crate::server_security::ServerSecurityArgs::from_file(
+        file.auth,
+        file.cluster_secret_file,
+        file.super_users,
+        file.insecure,
+    );
+    let security_flags = args.security.over(file_security);
+    let admin_password_file = args.admin_password_file.or(file.admin_password_file);
     let security = tokio::task::spawn_blocking(move || security_flags.resolve(None)).await??;
     let has_tls = tls.server.is_some();
     security.check_exposure("MetaServer", listen, has_tls)?;
@@ -123,7 +135,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let secret = security.listener.cluster_secret.as_deref();
     let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
     let http = http_args.start(false, http_security).await?;
-    let admin = crate::user::admin_credentials(args.admin_password_file.as_deref())?;
+    let admin = crate::user::admin_credentials(admin_password_file.as_deref())?;
     let node_login = security.node_login(tinymq_auth::NodeKind::Meta, id);
     let mut links = tls.links();
     links.login = node_login.clone();

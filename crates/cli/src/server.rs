@@ -11,6 +11,7 @@ use tinymq_broker::{Broker, BrokerConfig};
 
 use crate::http::{BrokerView, HttpArgs};
 use crate::limits::{read_file, LimitArgs};
+use crate::server_security::ServerSecurityArgs;
 use crate::tls::{NodeTls, ServerTlsArgs};
 
 #[derive(clap::Args, Debug)]
@@ -40,7 +41,7 @@ pub struct ServerArgs {
     #[command(flatten)]
     http: HttpArgs,
     #[command(flatten)]
-    security: crate::server_security::ServerSecurityArgs,
+    security: ServerSecurityArgs,
     #[command(flatten)]
     tls: crate::tls::ServerTlsArgs,
     /// Default flush policy of new topics: always, interval:MS or os [default: always].
@@ -99,10 +100,23 @@ struct FileConfig {
     tls_ca: Option<PathBuf>,
     tls_client_auth: Option<String>,
     quota_principals_max: Option<usize>,
+    auth: Option<String>,
+    cluster_secret_file: Option<PathBuf>,
+    super_users: Option<String>,
+    insecure: Option<bool>,
+    admin_password_file: Option<PathBuf>,
+}
+
+/// The file's security settings: the flags' keys, and `admin_password_file`.
+struct FileSecurity {
+    flags: ServerSecurityArgs,
+    admin_password_file: Option<PathBuf>,
 }
 
 /// The broker's settings, and the HTTP settings of the file (flags apply over them).
-fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs, NodeTls)> {
+fn build_config(
+    args: ServerArgs,
+) -> anyhow::Result<(BrokerConfig, HttpArgs, NodeTls, FileSecurity)> {
     let (file, file_limits, file_http) = read_file::<FileConfig>(args.config.as_deref())?;
     let mut c = BrokerConfig::default();
     let mut topics = TopicSettings::default();
@@ -169,7 +183,16 @@ fn build_config(args: ServerArgs) -> anyhow::Result<(BrokerConfig, HttpArgs, Nod
     let tls = args.tls.load(file_tls)?;
     c.security = tls.listener();
     c.links = tls.links();
-    Ok((c, file_http, tls))
+    let file_security = FileSecurity {
+        flags: ServerSecurityArgs::from_file(
+            file.auth,
+            file.cluster_secret_file,
+            file.super_users,
+            file.insecure,
+        ),
+        admin_password_file: file.admin_password_file,
+    };
+    Ok((c, file_http, tls, file_security))
 }
 
 /// Waits for SIGTERM or SIGINT. The handlers are installed when this is called (not when it is
@@ -189,18 +212,20 @@ fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'stati
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let http_flags = std::mem::take(&mut args.http);
-    let admin_file = args.admin_password_file.take();
+    let admin_flag = args.admin_password_file.take();
+    let security_flags = std::mem::take(&mut args.security);
+    let (mut config, file_http, tls, file_security) = build_config(args)?;
+    let admin_file = admin_flag.or(file_security.admin_password_file);
     anyhow::ensure!(
         !(cluster_member && admin_file.is_some()),
-        "--admin-password-file is for `tinymq server` and `tinymq meta`; brokers keep no users"
+        "--admin-password-file (admin_password_file) is for `tinymq server` and `tinymq meta`; brokers keep no users"
     );
     let admin = if cluster_member {
         None
     } else {
         crate::user::admin_credentials(admin_file.as_deref())?
     };
-    let security_flags = std::mem::take(&mut args.security);
-    let (mut config, file_http, tls) = build_config(args)?;
+    let security_flags = security_flags.over(file_security.flags);
     let http_args = http_flags.over(file_http);
     let standalone_data = (!cluster_member).then(|| config.data_dir.clone());
     let security =

@@ -83,14 +83,43 @@ impl NodeSecurity {
 }
 
 impl ServerSecurityArgs {
+    /// The security keys of a node's TOML file (`auth`, `cluster_secret_file`, `super_users`,
+    /// `insecure`: the flags' names with `_`).
+    pub fn from_file(
+        auth: Option<String>,
+        cluster_secret_file: Option<PathBuf>,
+        super_users: Option<String>,
+        insecure: Option<bool>,
+    ) -> ServerSecurityArgs {
+        ServerSecurityArgs {
+            auth,
+            cluster_secret_file,
+            super_users,
+            insecure: insecure.unwrap_or(false),
+        }
+    }
+
+    /// These flags (and `TINYMQ_*` variables) over the file's settings: a flag given wins.
+    pub fn over(self, file: ServerSecurityArgs) -> ServerSecurityArgs {
+        ServerSecurityArgs {
+            auth: self.auth.or(file.auth),
+            cluster_secret_file: self.cluster_secret_file.or(file.cluster_secret_file),
+            super_users: self.super_users.or(file.super_users),
+            insecure: self.insecure || file.insecure,
+        }
+    }
+
     /// Resolves the flags. `standalone_data`: the standalone server's data directory, where a
     /// cluster secret is created (or found) when authentication is on and none is given.
     /// Reads or writes a small file: called before the runtime's hot paths.
     pub fn resolve(&self, standalone_data: Option<&Path>) -> anyhow::Result<NodeSecurity> {
         let auth = match self.auth.as_deref() {
             None => AuthMode::None,
-            Some(text) => AuthMode::parse(text)
-                .with_context(|| format!("--auth {text}: expected none, scram or mtls"))?,
+            Some(text) => AuthMode::parse(text).with_context(|| {
+                format!(
+                    "auth {text:?} (--auth or `auth` in --config): expected none, scram or mtls"
+                )
+            })?,
         };
         let secret = match (&self.cluster_secret_file, standalone_data) {
             (Some(path), _) => Some(
@@ -180,6 +209,37 @@ mod tests {
         assert!(node(AuthMode::None, true)
             .check_exposure("client", public, false)
             .is_ok());
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let file = ServerSecurityArgs::from_file(
+            Some("scram".into()),
+            Some("/file/secret".into()),
+            Some("User:ops".into()),
+            Some(true),
+        );
+        let none = ServerSecurityArgs::default().over(file.clone());
+        assert_eq!(none.auth.as_deref(), Some("scram"));
+        assert_eq!(none.super_users.as_deref(), Some("User:ops"));
+        assert!(none.insecure);
+        let flags = ServerSecurityArgs {
+            auth: Some("mtls".into()),
+            cluster_secret_file: Some("/flag/secret".into()),
+            super_users: None,
+            insecure: false,
+        };
+        let merged = flags.over(file);
+        assert_eq!(merged.auth.as_deref(), Some("mtls"));
+        assert_eq!(
+            merged.cluster_secret_file,
+            Some(PathBuf::from("/flag/secret"))
+        );
+        assert_eq!(merged.super_users.as_deref(), Some("User:ops"));
+        assert!(
+            merged.insecure,
+            "insecure = true in the file holds without the flag"
+        );
     }
 
     #[test]

@@ -7,8 +7,9 @@
 //! it) and the super user `admin` succeed; `none` (no ACL), `other` (the operation on another
 //! resource), `premiss` (a prefix that does not match) and `deny` (an ALLOW plus a matching
 //! prefixed DENY) are refused with AUTHORIZATION_FAILED naming the permission. List and
-//! metadata answers show each principal only what it may describe. Node-only operations are
-//! refused to every user, the super user included. The table must cover `OpCode::ALL`.
+//! metadata answers show each principal only what it may describe, as do a group's offsets in
+//! OffsetFetch and DescribeGroup answers. Node-only operations are refused to every user, the
+//! super user included. The table must cover `OpCode::ALL`.
 
 mod common;
 
@@ -1142,6 +1143,27 @@ async fn every_operation_is_allowed_exactly_to_principals_with_its_permission() 
         "{} failures:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+
+    // A group's description shows only the topics the principal may DESCRIBE: `lit` may
+    // describe group describegroup-lit and topic describetopic-lit, not topic
+    // describegroup-lit, so of the group's two offsets it sees one; the super user both.
+    let mut second = commit("describegroup-lit");
+    second.offsets[0].topic = "describetopic-lit".into();
+    let committed = ask(&admin, second).await;
+    assert!(committed.is_ok(), "{committed:?}");
+    let describe = || m::DescribeGroupRequest {
+        group_id: "describegroup-lit".into(),
+    };
+    let topics = |d: m::DescribeGroupResponse| -> Vec<String> {
+        d.offsets.into_iter().map(|o| o.topic).collect()
+    };
+    let seen = ask(&connections[0].1, describe()).await.expect("described");
+    assert_eq!(topics(seen), ["describetopic-lit"]);
+    let everything = ask(&admin, describe()).await.expect("described");
+    assert_eq!(
+        topics(everything),
+        ["describegroup-lit", "describetopic-lit"]
     );
 
     // One request over two topics: the topic without the permission is refused in its own

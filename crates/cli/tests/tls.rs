@@ -326,6 +326,13 @@ fn tls_with_scram_opens_a_listener_to_other_machines_and_serves_logged_in_client
     let port = common::free_port();
     let (listen, advertise) = (format!("0.0.0.0:{port}"), format!("127.0.0.1:{port}"));
     let data = tmp.path().join("data");
+    // Authentication and the admin's password from the TOML file, as an operator keeps them:
+    // the file's `auth = "scram"` turns authentication on.
+    let password_file = tmp.path().join("admin.password");
+    std::fs::write(&password_file, "admin-pw-1").unwrap();
+    let config = tmp.path().join("server.toml");
+    let toml = format!("auth = \"scram\"\nadmin_password_file = {password_file:?}\n");
+    std::fs::write(&config, toml).unwrap();
     let base = args(
         &[
             "server",
@@ -337,17 +344,15 @@ fn tls_with_scram_opens_a_listener_to_other_machines_and_serves_logged_in_client
             "off",
         ],
         &[
-            "--auth".into(),
-            "scram".into(),
+            "--config".into(),
+            config.to_str().unwrap().into(),
             "--data".into(),
             data.to_str().unwrap().into(),
         ],
     );
-    let password = [("TINYMQ_ADMIN_PASSWORD", "admin-pw-1")];
     // Reachable from other machines with authentication but without TLS: refused at start.
     let refused = std::process::Command::new(common::BIN)
         .args(&base)
-        .envs(password)
         .output()
         .unwrap();
     assert!(!refused.status.success());
@@ -355,7 +360,7 @@ fn tls_with_scram_opens_a_listener_to_other_machines_and_serves_logged_in_client
     assert!(why.contains("no TLS"), "{why}");
 
     let with_tls = [base, node_flags(&ca.cert, &ca.leaf("server-1"), "none")].concat();
-    let server = Node::spawn_with_env(&with_tls, &tmp.path().join("server.log"), &password);
+    let server = Node::spawn_with_env(&with_tls, &tmp.path().join("server.log"), &[]);
     let login = ["--user", "admin", "--password", "admin-pw-1"].map(String::from);
     let me = [client_flags(&ca.cert, None), login.to_vec()].concat();
     let created = common::retry(100, Duration::from_millis(100), || {

@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use tinymq_net::NodeRole;
+
 use super::*;
 
 fn quota(produce: u64, fetch: u64, requests: u64) -> QuotaConfig {
@@ -178,4 +180,32 @@ fn throttling_is_counted_per_principal_and_kind() {
     assert!((stats[0].throttle_seconds - 1.0).abs() < 1e-6);
     assert_eq!(stats[1].kind, QuotaKind::Fetch);
     assert!((stats[1].throttle_seconds - 0.5).abs() < 1e-6);
+}
+
+fn peer(role: NodeRole, principal: tinymq_auth::Principal) -> Peer {
+    Peer {
+        addr: "127.0.0.1:1".parse().expect("an address"),
+        role,
+        node_id: 3,
+        principal,
+        client_id: "quota-test".into(),
+        tls_principal: None,
+        large_response_gate: Default::default(),
+    }
+}
+
+/// Only a proven node escapes quotas: a node role claimed in the handshake with `--auth none`
+/// and no cluster secret leaves the connection `User:ANONYMOUS`, charged like any client.
+#[test]
+fn only_proven_nodes_are_exempt() {
+    use tinymq_auth::{NodeKind, Principal};
+    let claimed = peer(NodeRole::Broker, Principal::anonymous());
+    assert_eq!(user_of(&claimed), Some("ANONYMOUS"));
+    let proven = peer(NodeRole::Broker, Principal::node(NodeKind::Broker, 3));
+    assert_eq!(user_of(&proven), None);
+    let meta = peer(NodeRole::Meta, Principal::node(NodeKind::Meta, 1));
+    assert_eq!(user_of(&meta), None);
+    // A node acting for a user (the REST API's impersonation) is charged as that user.
+    let acting = peer(NodeRole::Client, Principal::user("alice"));
+    assert_eq!(user_of(&acting), Some("alice"));
 }
