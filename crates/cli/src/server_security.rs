@@ -73,8 +73,8 @@ impl NodeSecurity {
                 _ => "no authentication",
             },
             match (tls, auth) {
-                (false, false) => "--tls-cert/--tls-key and --auth scram|mtls",
-                (false, true) => "--tls-cert and --tls-key",
+                (false, false) => "--tls-cert/--tls-key/--tls-ca and --auth scram|mtls",
+                (false, true) => "--tls-cert, --tls-key and --tls-ca",
                 _ => "--auth scram|mtls",
             },
         );
