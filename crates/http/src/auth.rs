@@ -3,6 +3,8 @@
 //! stored SCRAM verifier, the same credential the native port checks) or a Bearer token
 //! issued by `POST /api/v1/auth/token`; the principal found is what the REST API acts as
 //! (`api`: its native connections impersonate it, so the brokers' ACLs decide).
+//! A token is bound to a digest of its user's stored credential and checked against the
+//! current one on every use, so deleting the user or changing the password voids it.
 //!
 //! Open without credentials: `/health/live`, `/health/ready` (orchestrators probe them), and
 //! `/metrics` on a loopback listener. Elsewhere `/metrics` needs a principal allowed DESCRIBE
