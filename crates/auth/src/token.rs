@@ -83,7 +83,7 @@ pub fn verify_bound_token(
 }
 
 fn unhex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 || hex.len() > 2 * TOKEN_BINDING_BYTES_MAX {
+    if !hex.len().is_multiple_of(2) || hex.len() > 2 * TOKEN_BINDING_BYTES_MAX {
         return None;
     }
     (0..hex.len())

@@ -71,8 +71,8 @@ pub(crate) async fn run<S: Service>(
     addr: SocketAddr,
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
-    security: Arc<ListenerSecurity>,
-    limiter: Arc<LoginLimiter>,
+    // The listener's security and its failed-login counts, which go together.
+    (security, limiter): (Arc<ListenerSecurity>, Arc<LoginLimiter>),
     shutdown: CancellationToken,
     stats: Arc<ConnectionStats>,
 ) {

@@ -87,8 +87,7 @@ pub async fn serve_secure<S: Service>(
                 addr,
                 service,
                 limits,
-                security,
-                limiter,
+                (security, limiter),
                 shutdown,
                 stats.clone(),
             )
