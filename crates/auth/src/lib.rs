@@ -36,6 +36,7 @@
 pub mod acl;
 pub mod credential;
 pub mod error;
+pub mod limiter;
 pub mod node;
 pub mod principal;
 pub mod quota;
@@ -54,8 +55,14 @@ pub use credential::{
     SCRAM_SALT_BYTES_MIN, USER_NAME_BYTES_MAX,
 };
 pub use error::AuthError;
+pub use limiter::{
+    Admission, LoginLimiter, LOGIN_FAILURES_PER_IP_MAX, LOGIN_FAILURE_WINDOW, LOGIN_LIMITER_IPS_MAX,
+};
 pub use node::{node_user, parse_node_user, ClusterSecret, WithNodes};
 pub use principal::{NodeKind, Principal, PrincipalKind};
 pub use quota::{QuotaConfig, RateLimiter, QUOTA_DEFAULT_PRINCIPAL, QUOTA_DELAY_MAX};
 pub use scram::{Authenticated, ScramClient, ScramServer, SCRAM_MESSAGE_BYTES_MAX};
-pub use token::{issue_token, verify_token, TOKEN_BYTES_MAX};
+pub use token::{
+    issue_bound_token, issue_token, verify_bound_token, verify_token, TOKEN_BINDING_BYTES_MAX,
+    TOKEN_BYTES_MAX,
+};

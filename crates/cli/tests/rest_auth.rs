@@ -327,6 +327,79 @@ fn tokens_are_issued_for_basic_used_until_they_expire_and_forgeries_are_refused(
 }
 
 #[test]
+fn a_token_dies_with_its_users_password_and_with_the_user() {
+    let server = AuthServer::start(&[]);
+    let http = &server.http;
+    let token_of = |user: &str, password: &str| {
+        let issued = call(
+            http,
+            "POST",
+            "/api/v1/auth/token",
+            Some(&basic(user, password)),
+            None,
+        );
+        assert_eq!(issued.status, 200, "{}", issued.body);
+        bearer(issued.json()["token"].as_str().unwrap())
+    };
+    let topics = |auth: &str| call(http, "GET", "/api/v1/topics", Some(auth), None);
+
+    server.create_user("erin", "erin-pass-1");
+    let before = token_of("erin", "erin-pass-1");
+    assert_eq!(topics(&before).status, 200);
+    server.admin_tool(&["user", "passwd", "erin", "--new-password", "erin-pass-2"]);
+    topics(&before).unauthorized();
+    let after = token_of("erin", "erin-pass-2");
+    assert_eq!(topics(&after).status, 200);
+
+    server.create_user("frank", "frank-pass-1");
+    let frank = token_of("frank", "frank-pass-1");
+    assert_eq!(topics(&frank).status, 200);
+    server.admin_tool(&["user", "delete", "frank"]);
+    topics(&frank).unauthorized();
+    // Made again with the same password: a new credential (new salt), so still void.
+    server.create_user("frank", "frank-pass-1");
+    topics(&frank).unauthorized();
+    assert!(
+        server.log_text().contains("no longer exists"),
+        "the refusal is logged with its reason"
+    );
+}
+
+#[test]
+fn an_address_over_its_failure_budget_gets_401_for_basic_but_tokens_still_work() {
+    let server = AuthServer::start(&[]);
+    let http = server.http.clone();
+    let admin = basic("admin", ADMIN_PASSWORD);
+    let issued = call(&http, "POST", "/api/v1/auth/token", Some(&admin), None);
+    assert_eq!(issued.status, 200, "{}", issued.body);
+    let token = bearer(issued.json()["token"].as_str().unwrap());
+    // The budget (login_failures_per_ip_max, 10) spent at once, unknown users included.
+    let guesses: Vec<_> = (0..10)
+        .map(|i| {
+            let http = http.clone();
+            std::thread::spawn(move || {
+                let guess = basic(&format!("guess{i}"), "nope");
+                call(&http, "GET", "/api/v1/topics", Some(&guess), None).unauthorized()
+            })
+        })
+        .collect();
+    for g in guesses {
+        g.join().unwrap();
+    }
+    let refused = call(&http, "GET", "/api/v1/topics", Some(&admin), None).unauthorized();
+    assert!(refused.contains("too many failed logins"), "{refused}");
+    let r = call(&http, "GET", "/api/v1/topics", Some(&token), None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let log = server.log_text();
+    assert_eq!(
+        log.matches("too many failed logins from this address")
+            .count(),
+        1,
+        "logged once a window: {log}"
+    );
+}
+
+#[test]
 fn the_api_acts_as_the_caller_and_the_cluster_acls_decide() {
     let server = AuthServer::start(&[]);
     let http = &server.http;

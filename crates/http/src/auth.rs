@@ -3,6 +3,8 @@
 //! stored SCRAM verifier, the same credential the native port checks) or a Bearer token
 //! issued by `POST /api/v1/auth/token`; the principal found is what the REST API acts as
 //! (`api`: its native connections impersonate it, so the brokers' ACLs decide).
+//! A token is bound to a digest of its user's stored credential and checked against the
+//! current one on every use, so deleting the user or changing the password voids it.
 //!
 //! Open without credentials: `/health/live`, `/health/ready` (orchestrators probe them), and
 //! `/metrics` on a loopback listener. Elsewhere `/metrics` needs a principal allowed DESCRIBE
@@ -16,8 +18,13 @@
 //! one it was verified against (a password change or a deleted user takes effect at once).
 //! Failed attempts are logged and answered only after [`FAILED_ATTEMPT_DELAY`]; at most
 //! [`VERIFICATIONS_AT_ONCE`] PBKDF2 verifications run at a time, off the async threads.
+//! Failures are also counted per source address (`login_failures_per_ip_max` within a
+//! minute, the native listener's limit): Basic credentials from an address over it are
+//! answered 401 at once, without the PBKDF2 work, so a flood of guesses (unknown users
+//! included) from one address cannot hold the verifications good logins wait for.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -27,7 +34,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use sha2::{Digest, Sha256};
-use tinymq_auth::{Principal, ScramMechanism, StoredCredential};
+use tinymq_auth::{
+    Admission, LoginLimiter, Principal, PrincipalKind, ScramMechanism, StoredCredential,
+};
 use tokio::sync::Semaphore;
 
 use crate::api::Problem;
@@ -102,6 +111,8 @@ pub(crate) struct Authenticator {
     verifying: Semaphore,
     /// Where failed attempts are counted for `/metrics`.
     counters: Option<Arc<ConnectionCounters>>,
+    /// Failed attempts per source address.
+    limiter: LoginLimiter,
 }
 
 struct Verified {
@@ -121,6 +132,7 @@ impl Authenticator {
             verified: Mutex::new(HashMap::new()),
             verifying: Semaphore::new(VERIFICATIONS_AT_ONCE),
             counters: None,
+            limiter: LoginLimiter::default(),
         }
     }
 
@@ -130,14 +142,53 @@ impl Authenticator {
         self
     }
 
-    /// A token for `principal`, and when it expires (ms since the Unix epoch).
+    /// A token for `principal`, and when it expires (ms since the Unix epoch). It is bound to
+    /// the user's current credential: deleting the user or changing the password voids it.
     pub fn issue(&self, principal: &Principal) -> (String, u64) {
         let lifetime = u64::try_from(self.auth.token_lifetime.as_millis()).unwrap_or(u64::MAX);
         let expires = now_unix_ms().saturating_add(lifetime);
-        (
-            tinymq_auth::issue_token(&self.auth.token_key, principal, expires),
-            expires,
-        )
+        let binding = self
+            .credential(&principal.name)
+            .map(|c| binding(&c))
+            .unwrap_or_default();
+        let token =
+            tinymq_auth::issue_bound_token(&self.auth.token_key, principal, &binding, expires);
+        (token, expires)
+    }
+
+    /// The principal a bearer token names, if it is good now: signed, unexpired, and its user
+    /// still has the credential it was issued under.
+    fn verify_bearer(&self, token: &str) -> Result<Principal, Refusal> {
+        let failed = |user: Option<String>, why: String| Refusal::Failed { user, why };
+        let (principal, bound) =
+            tinymq_auth::verify_bound_token(&self.auth.token_key, token, now_unix_ms())
+                .map_err(|e| failed(None, format!("the bearer token is not valid: {e}")))?;
+        let current = (principal.kind == PrincipalKind::User)
+            .then(|| self.credential(&principal.name))
+            .flatten();
+        match current {
+            Some(c) if binding(&c) == bound => Ok(principal),
+            Some(_) => Err(failed(
+                Some(principal.name),
+                "the bearer token was issued before the user's password changed".into(),
+            )),
+            None => Err(failed(
+                Some(principal.name),
+                "the bearer token's user no longer exists".into(),
+            )),
+        }
+    }
+
+    /// Whether `headers` carry Basic credentials from an address over its failure budget:
+    /// those are refused before any verification. `Some(first)`: refused, and whether this is
+    /// the first refusal of the address's window (the one logged).
+    fn over_budget(&self, headers: &HeaderMap, ip: IpAddr) -> Option<bool> {
+        let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+        let basic = value.len() >= 6 && value[..6].eq_ignore_ascii_case(b"basic ");
+        match basic.then(|| self.limiter.admit(ip, Instant::now()))? {
+            Admission::Allowed => None,
+            Admission::Refused { first } => Some(first),
+        }
     }
 
     /// The principal the request's `Authorization` header proves, or why not.
@@ -170,11 +221,7 @@ impl Authenticator {
                 by_token: false,
             })
         } else if scheme.eq_ignore_ascii_case("bearer") {
-            let principal = tinymq_auth::verify_token(&self.auth.token_key, rest, now_unix_ms())
-                .map_err(|e| Refusal::Failed {
-                    user: None,
-                    why: format!("the bearer token is not valid: {e}"),
-                })?;
+            let principal = self.verify_bearer(rest)?;
             Ok(Caller {
                 principal: Some(principal),
                 by_token: true,
@@ -309,6 +356,17 @@ fn pair_key(user: &str, password: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// What a token is bound to: a digest of the user's stored keys, which a new password or a
+/// deleted user changes. Short: it only has to tell one credential from the next.
+fn binding(c: &StoredCredential) -> Vec<u8> {
+    let mut h = Sha256::new();
+    h.update(b"tinymq token binding\0");
+    h.update((c.stored_key.len() as u64).to_be_bytes());
+    h.update(&c.stored_key);
+    h.update(&c.server_key);
+    h.finalize()[..16].to_vec()
+}
+
 /// A credential no password matches, checked for unknown users.
 fn decoy() -> &'static StoredCredential {
     static DECOY: OnceLock<StoredCredential> = OnceLock::new();
@@ -354,11 +412,26 @@ pub(crate) async fn authenticate(
         };
         return CALLER.scope(caller, next.run(request)).await;
     }
-    let peer = request
+    let ip = request
         .extensions()
         .get::<ConnectInfo<PeerAddr>>()
-        .map(|c| c.0 .0.to_string())
-        .unwrap_or_else(|| "?".into());
+        .map(|c| c.0 .0.ip());
+    let peer = ip.map_or_else(|| "?".into(), |ip| ip.to_string());
+    if let Some(first) = ip.and_then(|ip| auth.over_budget(request.headers(), ip)) {
+        if first {
+            tracing::warn!(
+                %peer,
+                "HTTP authentication refused: too many failed logins from this address \
+                 (logged once a window)"
+            );
+        }
+        return unauthorized(format!(
+            "too many failed logins from {peer} (login_failures_per_ip_max {} within {} s): \
+             try again later",
+            tinymq_auth::LOGIN_FAILURES_PER_IP_MAX,
+            tinymq_auth::LOGIN_FAILURE_WINDOW.as_secs()
+        ));
+    }
     match auth.authenticate(request.headers()).await {
         Ok(caller) => {
             let mut response = CALLER.scope(caller, next.run(request)).await;
@@ -374,6 +447,9 @@ pub(crate) async fn authenticate(
         Err(Refusal::Failed { user, why }) => {
             if let Some(c) = &auth.counters {
                 c.auth_failed.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(ip) = ip {
+                auth.limiter.failed(ip, Instant::now());
             }
             tracing::warn!(
                 %peer,
@@ -487,7 +563,7 @@ mod tests {
 
     #[tokio::test]
     async fn basic_over_plain_http_off_loopback_is_refused_but_tokens_work() {
-        let (auth, _) = authenticator(false, false);
+        let (auth, node) = authenticator(false, false);
         let refused = auth.authenticate(&basic("alice", "right")).await;
         assert!(matches!(refused, Err(Refusal::Bad(_))));
         let (token, expires) = auth.issue(&Principal::user("alice"));
@@ -512,9 +588,44 @@ mod tests {
             .authenticate(&headers(&format!("Bearer {token}")))
             .await;
         assert!(matches!(forged, Err(Refusal::Failed { .. })));
+        // A new password voids the token; so does a deleted user.
+        *node.0.lock().unwrap() = alice("changed");
+        let stale = auth
+            .authenticate(&headers(&format!("Bearer {token}")))
+            .await;
+        assert!(matches!(stale, Err(Refusal::Failed { .. })));
+        let (token, _) = auth.issue(&Principal::user("alice"));
+        let bob = auth.issue(&Principal::user("bob")).0;
+        assert!(auth
+            .authenticate(&headers(&format!("Bearer {token}")))
+            .await
+            .is_ok());
+        let gone = auth.authenticate(&headers(&format!("Bearer {bob}"))).await;
+        assert!(matches!(gone, Err(Refusal::Failed { .. })));
         // Over TLS, Basic is taken.
         let (tls, _) = authenticator(true, false);
         assert!(tls.authenticate(&basic("alice", "right")).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn basic_from_an_address_over_its_budget_is_refused_before_verification() {
+        let (auth, _) = authenticator(true, true);
+        let (ip, other): (IpAddr, IpAddr) =
+            ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let good = basic("alice", "right");
+        assert_eq!(auth.over_budget(&good, ip), None);
+        for _ in 0..tinymq_auth::LOGIN_FAILURES_PER_IP_MAX {
+            auth.limiter.failed(ip, Instant::now());
+        }
+        // Good credentials too (a lockout), logged once; another address and tokens pass.
+        assert_eq!(auth.over_budget(&good, ip), Some(true));
+        assert_eq!(auth.over_budget(&good, ip), Some(false));
+        assert_eq!(auth.over_budget(&good, other), None);
+        let (token, _) = auth.issue(&Principal::user("alice"));
+        assert_eq!(
+            auth.over_budget(&headers(&format!("Bearer {token}")), ip),
+            None
+        );
     }
 
     #[test]

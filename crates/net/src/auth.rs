@@ -2,15 +2,20 @@
 //! `tinymq_auth::ScramServer`), who the connection acts as once it succeeds (a user, a node
 //! proven with the cluster secret, or whom a node acts for), and what a failure costs: it is
 //! logged, answered only after a delay that grows with each failure of the connection, and the
-//! connection is closed after `auth_failures_max` of them.
+//! connection is closed after `auth_failures_max` of them. Failures are also counted per
+//! source address across the listener's connections ([`LoginLimiter`]): an address over
+//! `login_failures_per_ip_max` is refused further exchanges, without their credential
+//! check, until its window passes. Node logins (`node:` users, proven with the 256-bit cluster
+//! secret, which no one guesses) are neither counted nor refused, so failing logins from a
+//! shared address cannot cut a cluster's nodes off each other.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use prost::Message;
 use tinymq_auth::{
-    parse_node_user, ClusterSecret, CredentialLookup, NodeKind, Principal, ScramMechanism,
-    ScramServer, StoredCredential,
+    parse_node_user, Admission, ClusterSecret, CredentialLookup, LoginLimiter, NodeKind, Principal,
+    ScramMechanism, ScramServer, StoredCredential,
 };
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
@@ -78,6 +83,9 @@ impl<S: Service> CredentialLookup for Lookup<'_, S> {
 struct Failure {
     code: ErrorCode,
     reason: String,
+    /// Refused by the per-address limiter: not counted again, and logged only as `Some(true)`
+    /// says (the first refusal of the address's window).
+    limited: Option<bool>,
 }
 
 impl Failure {
@@ -85,6 +93,7 @@ impl Failure {
         Failure {
             code,
             reason: reason.into(),
+            limited: None,
         }
     }
 }
@@ -96,11 +105,13 @@ impl Login {
         frame: Frame,
         service: &S,
         security: &ListenerSecurity,
+        limiter: &LoginLimiter,
         peer: &Peer,
     ) -> Outcome {
         let (op, id) = (frame.header.op_code(), frame.header.message_id);
         let mut user = self.exchange.as_ref().map(|e| e.user.clone());
-        match self.advance(frame.body, service, security, &mut user) {
+        let source = (limiter, peer);
+        match self.advance(frame.body, service, security, source, &mut user) {
             Ok(Advanced::Continue(payload)) => {
                 let body = m::AuthenticateResponse {
                     payload: payload.into(),
@@ -129,7 +140,18 @@ impl Login {
                 self.failures = self.failures.saturating_add(1);
                 let close = self.failures >= security.auth_failures_max;
                 let user = user.unwrap_or_default();
-                tracing::warn!(peer = %peer.addr, user = %user, reason = %failure.reason, failures = self.failures, close, "authentication failed");
+                match failure.limited {
+                    None => {
+                        if parse_node_user(&user).is_none() {
+                            limiter.failed(peer.addr.ip(), Instant::now());
+                        }
+                        tracing::warn!(peer = %peer.addr, user = %user, reason = %failure.reason, failures = self.failures, close, "authentication failed");
+                    }
+                    Some(true) => {
+                        tracing::warn!(peer = %peer.addr, user = %user, reason = %failure.reason, "authentication refused: too many failed logins from this address (logged once a window)");
+                    }
+                    Some(false) => {}
+                }
                 let body = m::AuthenticateResponse {
                     error: Some(failure.code.with_message(failure.reason)),
                     ..Default::default()
@@ -148,6 +170,7 @@ impl Login {
         body: Bytes,
         service: &S,
         security: &ListenerSecurity,
+        (limiter, peer): (&LoginLimiter, &Peer),
         user: &mut Option<String>,
     ) -> Result<Advanced, Failure> {
         let request = m::AuthenticateRequest::decode(body).map_err(|e| {
@@ -174,7 +197,11 @@ impl Login {
             secret: security.cluster_secret.as_deref(),
         };
         let Some(mut exchange) = self.exchange.take() else {
-            *user = Some(claimed_user(&request.payload));
+            let claimed = claimed_user(&request.payload);
+            *user = Some(claimed.clone());
+            if parse_node_user(&claimed).is_none() {
+                limited(limiter, peer)?;
+            }
             let mut server = ScramServer::new(mechanism);
             let first = server
                 .first(&request.payload, &lookup)
@@ -198,6 +225,24 @@ impl Login {
             .map_err(|e| Failure::new(ErrorCode::AUTHENTICATION_FAILED, e.to_string()))?;
         let (principal, node) = acting_principal(&done.user, done.authzid.as_deref())?;
         Ok(Advanced::Done(last, principal, node))
+    }
+}
+
+/// Refuses an exchange, before its credential is looked at, from an address over its budget.
+fn limited(limiter: &LoginLimiter, peer: &Peer) -> Result<(), Failure> {
+    match limiter.admit(peer.addr.ip(), Instant::now()) {
+        Admission::Allowed => Ok(()),
+        Admission::Refused { first } => Err(Failure {
+            code: ErrorCode::AUTHENTICATION_FAILED,
+            reason: format!(
+                "too many failed logins from {} (login_failures_per_ip_max {} within {} s): \
+                 try again later",
+                peer.addr.ip(),
+                tinymq_auth::LOGIN_FAILURES_PER_IP_MAX,
+                tinymq_auth::LOGIN_FAILURE_WINDOW.as_secs()
+            ),
+            limited: Some(first),
+        }),
     }
 }
 

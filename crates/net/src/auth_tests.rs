@@ -2,6 +2,7 @@
 //! against the service's credentials, node logins with the cluster secret (and the roles they
 //! prove), acting for another principal, and what failures cost.
 
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,6 +29,8 @@ const MECH: ScramMechanism = ScramMechanism::Sha256;
 /// principal, and anything else with success.
 struct Users {
     alice: StoredCredential,
+    /// Credential lookups so far: a refused exchange must not reach one.
+    lookups: AtomicUsize,
 }
 
 impl Service for Users {
@@ -53,6 +56,7 @@ impl Service for Users {
     }
 
     fn credential(&self, user: &str, mechanism: ScramMechanism) -> Option<StoredCredential> {
+        self.lookups.fetch_add(1, AtomicOrdering::Relaxed);
         (user == "alice" && mechanism == self.alice.mechanism).then(|| self.alice.clone())
     }
 }
@@ -65,10 +69,19 @@ async fn start(
     auth: AuthMode,
     with_secret: bool,
 ) -> (String, Arc<ConnectionStats>, CancellationToken) {
+    let (addr, stats, stop, _) = start_counted(auth, with_secret).await;
+    (addr, stats, stop)
+}
+
+async fn start_counted(
+    auth: AuthMode,
+    with_secret: bool,
+) -> (String, Arc<ConnectionStats>, CancellationToken, Arc<Users>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let service = Arc::new(Users {
         alice: StoredCredential::derive(MECH, "pw", tinymq_auth::SCRAM_ITERATIONS_MIN),
+        lookups: AtomicUsize::new(0),
     });
     let security = ListenerSecurity {
         auth,
@@ -83,14 +96,14 @@ async fn start(
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::serve_secure(
         listener,
-        service,
+        service.clone(),
         limits,
         security,
         shutdown.clone(),
         TaskTracker::new(),
         stats.clone(),
     ));
-    (addr, stats, shutdown)
+    (addr, stats, shutdown, service)
 }
 
 struct Raw {
@@ -280,4 +293,39 @@ async fn without_auth_clients_need_no_login_but_nodes_prove_themselves() {
     let (mut c, hello) = Raw::handshaken(&addr, NodeRole::Broker).await;
     assert!(hello.auth_mechanisms.is_empty());
     assert_eq!(c.who().await.unwrap(), ["Broker", "3", "User:ANONYMOUS"]);
+}
+
+#[tokio::test]
+async fn an_address_over_its_failure_budget_is_locked_out_without_a_credential_check() {
+    let (addr, stats, _stop, service) = start_counted(AuthMode::Scram, true).await;
+    let budget = tinymq_auth::LOGIN_FAILURES_PER_IP_MAX;
+    // The budget spent on connections of their own (each within its own close limit).
+    let failing = (0..budget).map(|_| {
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            let (mut c, _) = Raw::handshaken(&addr, NodeRole::Client).await;
+            code(&c.login("alice", "nope", None).await)
+        })
+    });
+    for failed in failing {
+        assert_eq!(failed.await.unwrap(), ErrorCode::AUTHENTICATION_FAILED);
+    }
+    assert_eq!(stats.auth_failed(), u64::from(budget));
+    let lookups = service.lookups.load(AtomicOrdering::Relaxed);
+
+    // The next attempt from this address, even with the right password, is refused before
+    // its credential is looked up, on a fresh connection too.
+    let (mut c, _) = Raw::handshaken(&addr, NodeRole::Client).await;
+    let refused = c.login("alice", "pw", None).await;
+    assert_eq!(code(&refused), ErrorCode::AUTHENTICATION_FAILED);
+    let why = refused.error.unwrap().message;
+    assert!(why.contains("too many failed logins"), "{why}");
+    assert_eq!(service.lookups.load(AtomicOrdering::Relaxed), lookups);
+    assert_eq!(c.who().await, Err(ErrorCode::AUTHENTICATION_REQUIRED));
+
+    // Nodes, proven with the cluster secret, are not locked out by users' failures.
+    let (mut node, _) = Raw::handshaken(&addr, NodeRole::Client).await;
+    let me = node_user(NodeKind::Broker, 4);
+    let done = node.login(&me, &secret().password(), None).await;
+    assert!(done.complete, "{:?}", done.error);
 }

@@ -30,6 +30,7 @@ use crate::{
     error_frame, handshake, ConnectionStats, ListenerLimits, ListenerSecurity, Peer, Response,
     ResponseFuture, Service,
 };
+use tinymq_auth::LoginLimiter;
 
 /// A response on its way to the socket, with the request's permit (none before the handshake):
 /// both are released once it is written.
@@ -50,6 +51,8 @@ struct Connection<S> {
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
     security: Arc<ListenerSecurity>,
+    /// Failed logins per source address, shared by the listener's connections.
+    limiter: Arc<LoginLimiter>,
     addr: SocketAddr,
     shutdown: CancellationToken,
     tx: mpsc::Sender<Outgoing>,
@@ -68,7 +71,8 @@ pub(crate) async fn run<S: Service>(
     addr: SocketAddr,
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
-    security: Arc<ListenerSecurity>,
+    // The listener's security and its failed-login counts, which go together.
+    (security, limiter): (Arc<ListenerSecurity>, Arc<LoginLimiter>),
     shutdown: CancellationToken,
     stats: Arc<ConnectionStats>,
 ) {
@@ -90,6 +94,7 @@ pub(crate) async fn run<S: Service>(
         service,
         limits,
         security,
+        limiter,
         shutdown,
         stats,
         tls_principal,
@@ -113,6 +118,7 @@ struct Start<S> {
     service: Arc<S>,
     limits: Arc<ListenerLimits>,
     security: Arc<ListenerSecurity>,
+    limiter: Arc<LoginLimiter>,
     shutdown: CancellationToken,
     stats: Arc<ConnectionStats>,
     tls_principal: Option<String>,
@@ -135,6 +141,7 @@ async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
         service,
         limits,
         security,
+        limiter,
         shutdown,
         stats,
         tls_principal,
@@ -147,6 +154,7 @@ async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
         service,
         limits,
         security,
+        limiter,
         addr,
         shutdown,
         tx,
@@ -326,7 +334,8 @@ impl<S: Service> Connection<S> {
         login: &mut Login,
         deadline: Instant,
     ) -> Result<bool, String> {
-        match login.step(frame, self.service.as_ref(), &self.security, peer) {
+        let (service, limiter) = (self.service.as_ref(), self.limiter.as_ref());
+        match login.step(frame, service, &self.security, limiter, peer) {
             Outcome::Continue(reply) => {
                 self.send_before(deadline, reply).await?;
                 Ok(false)

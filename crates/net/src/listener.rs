@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tinymq_auth::LoginLimiter;
 use tinymq_protocol::ErrorCode;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -56,6 +57,7 @@ pub async fn serve_secure<S: Service>(
 ) {
     let limits = Arc::new(limits);
     let security = Arc::new(security);
+    let limiter = Arc::new(LoginLimiter::default());
     let open = Arc::new(Semaphore::new(limits.connections_max));
     loop {
         let accepted = tokio::select! {
@@ -78,14 +80,14 @@ pub async fn serve_secure<S: Service>(
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
         let (service, limits, shutdown) = (service.clone(), limits.clone(), shutdown.clone());
-        let (security, stats) = (security.clone(), stats.clone());
+        let (security, stats, limiter) = (security.clone(), stats.clone(), limiter.clone());
         tasks.spawn(async move {
             connection::run(
                 stream,
                 addr,
                 service,
                 limits,
-                security,
+                (security, limiter),
                 shutdown,
                 stats.clone(),
             )
