@@ -10,7 +10,7 @@
 //! principal may describe ([`Requirement::Filtered`]).
 
 use std::borrow::Borrow;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 
 use tinymq_auth::{AclOperation, Authorizer, Principal, ResourceType, CLUSTER_RESOURCE_NAME};
 use tinymq_protocol::{messages as m, ErrorCode};
@@ -305,7 +305,7 @@ impl Access {
 pub struct AuthorizerCache {
     config: AuthorizationConfig,
     off: Access,
-    built: Mutex<Option<(u64, Access)>>,
+    built: RwLock<Option<(u64, Access)>>,
 }
 
 impl std::fmt::Debug for AuthorizerCache {
@@ -321,7 +321,7 @@ impl AuthorizerCache {
         AuthorizerCache {
             config,
             off: Access::off(),
-            built: Mutex::new(None),
+            built: RwLock::new(None),
         }
     }
 
@@ -357,9 +357,10 @@ impl AuthorizerCache {
             return self.off.clone();
         }
         let version = version();
-        // Held for a version comparison, or a rebuild of the ACL index; never across an await.
-        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((v, access)) = &*built {
+        // A read lock for the version comparison, so requests never wait on one another; the
+        // ACL index of a new version is built outside the lock, and kept unless a newer one
+        // was stored meanwhile (image versions only grow).
+        if let Some((v, access)) = &*self.built.read().unwrap_or_else(|e| e.into_inner()) {
             if *v == version {
                 return access.clone();
             }
@@ -369,7 +370,10 @@ impl AuthorizerCache {
             authorizer: Arc::new(authorizer),
             enforced: true,
         };
-        *built = Some((version, access.clone()));
+        let mut built = self.built.write().unwrap_or_else(|e| e.into_inner());
+        if built.as_ref().is_none_or(|(v, _)| *v < version) {
+            *built = Some((version, access.clone()));
+        }
         access
     }
 }
