@@ -159,7 +159,7 @@ impl Authenticator {
     /// The principal a bearer token names, if it is good now: signed, unexpired, and its user
     /// still has the credential it was issued under.
     fn verify_bearer(&self, token: &str) -> Result<Principal, Refusal> {
-        let failed = |user: Option<String>, why: String| Refusal::Failed { user, why };
+        let failed = |user: Option<String>, why: String| Refusal::BadToken { user, why };
         let (principal, bound) =
             tinymq_auth::verify_bound_token(&self.auth.token_key, token, now_unix_ms())
                 .map_err(|e| failed(None, format!("the bearer token is not valid: {e}")))?;
@@ -315,6 +315,10 @@ enum Refusal {
     Bad(String),
     /// Credentials that did not verify: logged, and answered after the delay.
     Failed { user: Option<String>, why: String },
+    /// A bearer token that is forged, expired or outlived its credential: logged and counted,
+    /// but answered at once and not charged to the address's failure budget (a signed token
+    /// cannot be guessed, and a stale one in a dashboard must not lock out Basic logins).
+    BadToken { user: Option<String>, why: String },
 }
 
 /// A 401 problem document with the challenge that makes a browser prompt.
@@ -445,22 +449,31 @@ pub(crate) async fn authenticate(
         ),
         Err(Refusal::Bad(why)) => unauthorized(why),
         Err(Refusal::Failed { user, why }) => {
-            if let Some(c) = &auth.counters {
-                c.auth_failed.fetch_add(1, Ordering::Relaxed);
-            }
+            refused(&auth, &peer, user, &why);
             if let Some(ip) = ip {
                 auth.limiter.failed(ip, Instant::now());
             }
-            tracing::warn!(
-                %peer,
-                user = user.as_deref().unwrap_or("-"),
-                reason = %why,
-                "HTTP authentication failed"
-            );
             tokio::time::sleep(FAILED_ATTEMPT_DELAY).await;
             unauthorized(why)
         }
+        Err(Refusal::BadToken { user, why }) => {
+            refused(&auth, &peer, user, &why);
+            unauthorized(why)
+        }
     }
+}
+
+/// Counts and logs a refused login (never the password).
+fn refused(auth: &Authenticator, peer: &str, user: Option<String>, why: &str) {
+    if let Some(c) = &auth.counters {
+        c.auth_failed.fetch_add(1, Ordering::Relaxed);
+    }
+    tracing::warn!(
+        %peer,
+        user = user.as_deref().unwrap_or("-"),
+        reason = %why,
+        "HTTP authentication failed"
+    );
 }
 
 #[cfg(test)]
@@ -587,13 +600,13 @@ mod tests {
         let forged = other
             .authenticate(&headers(&format!("Bearer {token}")))
             .await;
-        assert!(matches!(forged, Err(Refusal::Failed { .. })));
+        assert!(matches!(forged, Err(Refusal::BadToken { .. })));
         // A new password voids the token; so does a deleted user.
         *node.0.lock().unwrap() = alice("changed");
         let stale = auth
             .authenticate(&headers(&format!("Bearer {token}")))
             .await;
-        assert!(matches!(stale, Err(Refusal::Failed { .. })));
+        assert!(matches!(stale, Err(Refusal::BadToken { .. })));
         let (token, _) = auth.issue(&Principal::user("alice"));
         let bob = auth.issue(&Principal::user("bob")).0;
         assert!(auth
@@ -601,7 +614,7 @@ mod tests {
             .await
             .is_ok());
         let gone = auth.authenticate(&headers(&format!("Bearer {bob}"))).await;
-        assert!(matches!(gone, Err(Refusal::Failed { .. })));
+        assert!(matches!(gone, Err(Refusal::BadToken { .. })));
         // Over TLS, Basic is taken.
         let (tls, _) = authenticator(true, false);
         assert!(tls.authenticate(&basic("alice", "right")).await.is_ok());

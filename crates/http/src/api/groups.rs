@@ -132,10 +132,10 @@ pub struct PartitionOffset {
     pub offset: i64,
 }
 
-/// Every consumer group with its state and member count.
 /// Groups `GET /api/v1/groups` describes at once (each is a request to its coordinator).
 const GROUPS_DESCRIBED_AT_ONCE: usize = 16;
 
+/// Every consumer group with its state and member count.
 #[utoipa::path(
     get,
     path = "/groups",
