@@ -317,12 +317,13 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         OpCode::ListQuotas => handle!(m::ListQuotasRequest, |r| security_admin::list_quotas(
             &state, r
         )),
-        // Issue 16 in progress: served once the security work lands.
+        // The front end runs the login and refuses a second one (`screen`); as for Handshake,
+        // this arm is only for completeness.
         OpCode::Authenticate => Some(error_frame(
             op_code,
             id,
-            ErrorCode::UNKNOWN_OPERATION,
-            format!("{} is not served yet", op.name()),
+            ErrorCode::INVALID_REQUEST,
+            "already authenticated: a connection authenticates once".into(),
         )),
     }
 }

@@ -5,16 +5,12 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tinymq_meta::security_ops::{self as ops, SecurityStore};
 use tinymq_meta::{Command, MetadataImage, Reply};
 use tinymq_protocol::messages as m;
 
 use crate::state::BrokerState;
-
-/// How long a change waits to show in this broker's image before it is answered anyway.
-const VISIBLE_WAIT: Duration = Duration::from_secs(5);
 
 struct Store<'a>(&'a BrokerState);
 
@@ -24,7 +20,7 @@ impl SecurityStore for Store<'_> {
     }
 
     async fn settle(&self, applied: impl Fn(&MetadataImage) -> bool + Send + Sync) {
-        self.0.cluster.wait_until(VISIBLE_WAIT, applied).await;
+        self.0.cluster.wait_until(ops::SETTLE_WAIT, applied).await;
     }
 }
 

@@ -37,9 +37,6 @@ pub const TLS_RECORD_VERSION_MAJOR: u8 = 0x03;
 pub const PEM_FILE_BYTES_MAX: u64 = 1 << 20;
 /// Certificates in one chain or CA bundle at most.
 pub const PEM_CERTIFICATES_MAX: usize = 256;
-/// Largest TLS record payload sent (rustls' own maximum is 16 KiB; stated here so the
-/// bound is visible where the listener limits are documented).
-pub const TLS_RECORD_BYTES_MAX: usize = 16 * 1024;
 
 /// Whether a server asks for client certificates, verified against `--tls-ca`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
