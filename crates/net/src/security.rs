@@ -13,8 +13,10 @@ pub const AUTH_FAILURES_MAX_DEFAULT: u32 = 3;
 /// How a listener's peers prove who they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum AuthMode {
-    /// Nobody authenticates: every peer is `User:ANONYMOUS` (node peers still prove
-    /// themselves with the cluster secret when one is configured).
+    /// Nobody has to authenticate: a peer that does not is `User:ANONYMOUS`. When a cluster
+    /// secret is configured, node peers prove themselves with it, and a client may still log
+    /// in as a user (which changes nothing but the name its quotas and logs see, since
+    /// authorization is off).
     #[default]
     None,
     /// SCRAM-SHA-256/512 against the credentials the server holds.
