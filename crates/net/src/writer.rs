@@ -20,7 +20,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use tokio::io::{AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
@@ -32,9 +32,6 @@ const IOVECS_MAX: usize = 64;
 const SENDFILE_CHUNK_BYTES: u64 = 4 << 20;
 /// Bytes of a file without a descriptor read and written at a time.
 const COPY_CHUNK_BYTES: u64 = 64 * 1024;
-/// Under TLS, buffers smaller than this are joined before being written, up to this many
-/// bytes at once (one TLS record's payload).
-const TLS_JOIN_BYTES_MAX: usize = 16 * 1024;
 
 /// Writes responses to one socket; buffers wait in `pending` until [`Writer::flush`] or until
 /// a file range must follow them.
@@ -211,15 +208,8 @@ impl<'a> Writer<'a> {
         let (mut position, end) = (range.position, range.position.saturating_add(range.len));
         while position < end {
             let len = (end - position).min(COPY_CHUNK_BYTES) as usize;
-            // A disk read (the page cache may be cold): on a blocking thread, never on the
-            // runtime's worker, which other connections share.
-            let source = range.source.clone();
-            let chunk = tokio::task::spawn_blocking(move || {
-                let mut chunk = vec![0u8; len];
-                read_exact(&*source, &mut chunk, position).map(|()| chunk)
-            })
-            .await
-            .map_err(io::Error::other)??;
+            let mut chunk = vec![0u8; len];
+            read_exact(&*range.source, &mut chunk, position)?;
             self.push(Bytes::from(chunk)).await?;
             self.flush().await?;
             position += len as u64;
@@ -249,38 +239,21 @@ async fn flush_tls(
     pending: &mut Vec<Bytes>,
     stall_max: Duration,
 ) -> io::Result<()> {
-    // Each write becomes at least one TLS record: small buffers (frame headers, small
-    // responses) are joined first, so they share records instead of paying one each.
-    let mut joined = BytesMut::new();
-    for buffer in pending.drain(..) {
-        if buffer.len() < TLS_JOIN_BYTES_MAX && joined.len() + buffer.len() <= TLS_JOIN_BYTES_MAX {
-            joined.extend_from_slice(&buffer);
-            continue;
+    for buffer in pending.iter_mut() {
+        while !buffer.is_empty() {
+            let n = tokio::time::timeout(stall_max, stream.write(buffer))
+                .await
+                .map_err(|_| stalled())??;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            buffer.advance(n);
         }
-        write_all_tls(stream, joined.split().freeze(), stall_max).await?;
-        write_all_tls(stream, buffer, stall_max).await?;
     }
-    write_all_tls(stream, joined.freeze(), stall_max).await?;
+    pending.clear();
     tokio::time::timeout(stall_max, stream.flush())
         .await
         .map_err(|_| stalled())?
-}
-
-async fn write_all_tls(
-    stream: &mut (dyn AsyncWrite + Unpin + Send),
-    mut buffer: Bytes,
-    stall_max: Duration,
-) -> io::Result<()> {
-    while !buffer.is_empty() {
-        let n = tokio::time::timeout(stall_max, stream.write(&buffer))
-            .await
-            .map_err(|_| stalled())??;
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        buffer.advance(n);
-    }
-    Ok(())
 }
 
 fn clone_part(part: &Part) -> Part {
