@@ -287,6 +287,7 @@ pub async fn reset_offsets(
 ) -> Result<Json<ResetResult>, Problem> {
     check_name("group id", &path.id)?;
     check_name("topic name", &body.topic)?;
+    check_reset_target(&body.to)?;
     let api = state.client().await?;
     match api.admin.describe_group(&path.id).await {
         Ok(d) if !d.members.is_empty() => {
@@ -337,6 +338,20 @@ pub async fn reset_offsets(
         topic: body.topic,
         offsets,
     }))
+}
+
+/// Refuses the negative offsets and times the schema excludes: the log's
+/// sentinels (-1 latest, -2 earliest) are not a way in through this route.
+fn check_reset_target(to: &ResetTo) -> Result<(), Problem> {
+    match to {
+        ResetTo::Offset(OffsetTarget { offset }) if *offset < 0 => {
+            Err(Problem::invalid("to.offset must be 0 or more"))
+        }
+        ResetTo::Timestamp(TimestampTarget { timestamp_ms }) if *timestamp_ms < 0 => {
+            Err(Problem::invalid("to.timestamp_ms must be 0 or more"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The offset `to` names in one partition.
