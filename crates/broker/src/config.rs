@@ -60,6 +60,10 @@ pub struct BrokerConfig {
     /// Whether requests are authorized against the image's ACLs (`--auth`), and the super
     /// users; off by default.
     pub authorization: tinymq_meta::authorize::AuthorizationConfig,
+    /// Where Kafka clients reach this broker's Kafka listener (`--kafka-advertise`, else the
+    /// address `--kafka-listen` bound), registered with the cluster so every broker's Kafka
+    /// Metadata answer names it; `None` when this broker has no Kafka listener.
+    pub kafka_advertised: Option<(String, u16)>,
 }
 
 /// Default of `replica_lag_time_max`: 10 s.
@@ -92,6 +96,7 @@ impl Default for BrokerConfig {
             security: tinymq_net::ListenerSecurity::default(),
             links: tinymq_client::Security::default(),
             authorization: Default::default(),
+            kafka_advertised: None,
         }
     }
 }

@@ -16,8 +16,12 @@ use tinymq_meta::link::MetaLink;
 use crate::state::BrokerState;
 use crate::{authorize, group_handlers, handlers, security_admin, topic_handlers};
 
-/// The front end's view of a broker.
-pub(crate) struct BrokerFront(pub Arc<BrokerState>);
+/// The front end's view of a broker: every native request goes through
+/// [`tinymq_net::Service::admit`] here, whichever listener it came from (the Kafka listener
+/// translates its requests into native ones and calls the same `admit`, so both protocols
+/// share admission order, authorization, quotas and handlers).
+#[derive(Clone)]
+pub struct BrokerFront(pub Arc<BrokerState>);
 
 impl tinymq_net::Service for BrokerFront {
     fn identity(&self) -> Identity {

@@ -202,6 +202,11 @@ impl Broker {
         &self.state
     }
 
+    /// The native service, for in-process listeners of other protocols (Kafka).
+    pub fn front(&self) -> BrokerFront {
+        BrokerFront(self.state.clone())
+    }
+
     /// The MetaServer running in this process (the standalone server), if any.
     pub fn embedded_meta(&self) -> Option<&Arc<MetaService>> {
         self.embedded_meta.as_ref()

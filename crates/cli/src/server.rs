@@ -77,6 +77,57 @@ pub struct ServerArgs {
     /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users (`tinymq server` only).
     #[arg(long)]
     admin_password_file: Option<PathBuf>,
+    /// Also serve Kafka clients on HOST:PORT (docs/kafka.md) [default: off].
+    #[arg(long, env = "TINYMQ_KAFKA_LISTEN", value_parser = crate::args::socket_addr)]
+    kafka_listen: Option<SocketAddr>,
+    /// HOST:PORT Kafka clients are told to connect to (not resolved here) [default: the Kafka
+    /// listen address, with --advertise's host when it listens on all addresses].
+    #[arg(long, env = "TINYMQ_KAFKA_ADVERTISE")]
+    kafka_advertise: Option<String>,
+    /// Kafka Metadata requests naming an unknown topic create it, with the topic defaults
+    /// (Kafka's auto.create.topics.enable) [default: false].
+    #[arg(long, env = "TINYMQ_KAFKA_AUTO_CREATE_TOPICS", num_args = 0..=1, default_missing_value = "true")]
+    kafka_auto_create_topics: Option<bool>,
+}
+
+/// The Kafka listener's settings, from flags and the file.
+#[derive(Debug, Default)]
+struct KafkaSettings {
+    listen: Option<SocketAddr>,
+    advertise: Option<String>,
+    auto_create_topics: bool,
+}
+
+impl KafkaSettings {
+    /// The address Kafka clients are told, for a listener bound at `bound`.
+    fn advertised(
+        &self,
+        bound: SocketAddr,
+        native_advertise: Option<SocketAddr>,
+    ) -> anyhow::Result<(String, u16)> {
+        if let Some(text) = &self.advertise {
+            let (host, port) = text.rsplit_once(':').ok_or_else(|| {
+                anyhow::anyhow!("--kafka-advertise must be HOST:PORT, not {text:?}")
+            })?;
+            let port: u16 = port
+                .parse()
+                .map_err(|_| anyhow::anyhow!("--kafka-advertise: bad port in {text:?}"))?;
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            anyhow::ensure!(
+                !host.is_empty() && port != 0,
+                "--kafka-advertise must name a host and a port other than 0"
+            );
+            return Ok((host.to_string(), port));
+        }
+        let ip = match (bound.ip().is_unspecified(), native_advertise) {
+            (false, _) => bound.ip(),
+            (true, Some(native)) => native.ip(),
+            (true, None) => anyhow::bail!(
+                "--kafka-listen {bound} listens on every address: give --kafka-advertise HOST:PORT (or --advertise) so clients know where to connect"
+            ),
+        };
+        Ok((ip.to_string(), bound.port()))
+    }
 }
 
 /// The TOML file: every field optional.
@@ -105,6 +156,9 @@ struct FileConfig {
     super_users: Option<String>,
     insecure: Option<bool>,
     admin_password_file: Option<PathBuf>,
+    kafka_listen: Option<String>,
+    kafka_advertise: Option<String>,
+    kafka_auto_create_topics: Option<bool>,
 }
 
 /// The file's security settings: the flags' keys, and `admin_password_file`.
@@ -116,7 +170,7 @@ struct FileSecurity {
 /// The broker's settings, and the HTTP settings of the file (flags apply over them).
 fn build_config(
     args: ServerArgs,
-) -> anyhow::Result<(BrokerConfig, HttpArgs, NodeTls, FileSecurity)> {
+) -> anyhow::Result<(BrokerConfig, HttpArgs, NodeTls, FileSecurity, KafkaSettings)> {
     let (file, file_limits, file_http) = read_file::<FileConfig>(args.config.as_deref())?;
     let mut c = BrokerConfig::default();
     let mut topics = TopicSettings::default();
@@ -141,6 +195,11 @@ fn build_config(
         c.listen = v;
     }
     c.advertise = args.advertise.or(resolve(file.advertise)?);
+    let kafka = KafkaSettings {
+        listen: args.kafka_listen.or(resolve(file.kafka_listen)?),
+        advertise: pick!(kafka_advertise),
+        auto_create_topics: pick!(kafka_auto_create_topics).unwrap_or(false),
+    };
     c.data_dir = pick!(data).unwrap_or(c.data_dir);
     c.listener = args.limits.merge(file_limits, c.listener)?;
     c.fetch_bytes_max = pick!(fetch_bytes_max).unwrap_or(c.fetch_bytes_max);
@@ -192,7 +251,7 @@ fn build_config(
         ),
         admin_password_file: file.admin_password_file,
     };
-    Ok((c, file_http, tls, file_security))
+    Ok((c, file_http, tls, file_security, kafka))
 }
 
 /// Waits for SIGTERM or SIGINT. The handlers are installed when this is called (not when it is
@@ -214,7 +273,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     let http_flags = std::mem::take(&mut args.http);
     let admin_flag = args.admin_password_file.take();
     let security_flags = std::mem::take(&mut args.security);
-    let (mut config, file_http, tls, file_security) = build_config(args)?;
+    let (mut config, file_http, tls, file_security, kafka) = build_config(args)?;
     let admin_file = admin_flag.or(file_security.admin_password_file);
     anyhow::ensure!(
         !(cluster_member && admin_file.is_some()),
@@ -236,6 +295,20 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     if let Some(addr) = http_args.explicit_addr() {
         security.check_exposure("HTTP", addr, has_tls)?;
     }
+    // Bound before the broker starts, so that it registers the Kafka address clients will
+    // be told (port 0 becomes the port bound).
+    let kafka_listener = match kafka.listen {
+        Some(addr) => {
+            security.check_exposure("Kafka", addr, has_tls)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen for Kafka clients on {addr}: {e}"))?;
+            let advertised = kafka.advertised(listener.local_addr()?, config.advertise)?;
+            config.kafka_advertised = Some(advertised.clone());
+            Some((listener, advertised))
+        }
+        None => None,
+    };
     config.security = tinymq_net::ListenerSecurity {
         tls: tls.server.clone(),
         ..security.listener.clone()
@@ -277,8 +350,26 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         api_links.login = node_login;
         http.attach_api(broker.local_addr, true, api_links);
     }
+    let kafka_listener = match kafka_listener {
+        Some((listener, advertised)) => {
+            let kafka_config = tinymq_kafka::KafkaConfig {
+                advertised,
+                limits: broker.state().config.listener.clone(),
+                auto_create_topics: kafka.auto_create_topics,
+            };
+            Some(tinymq_kafka::KafkaListener::start(
+                listener,
+                broker.front(),
+                kafka_config,
+            )?)
+        }
+        None => None,
+    };
     // A plain line for scripts and tests that start the server on port 0.
     println!("tinymq listening on {}", broker.local_addr);
+    if let Some(kafka) = &kafka_listener {
+        println!("tinymq kafka listening on {}", kafka.local_addr);
+    }
     crate::http::announce(&http);
     let stop = tokio::select! {
         signal = stop_signal => signal,
@@ -289,6 +380,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         }
     };
     tracing::info!(signal = stop, "stopping");
+    if let Some(kafka) = kafka_listener {
+        kafka.shutdown().await;
+    }
     broker.shutdown().await;
     if let Some(http) = http {
         http.shutdown().await;

@@ -1,0 +1,146 @@
+//! What a Kafka request's handler works with: the connection's native identity ([`Peer`]),
+//! the broker's native service, and the listener's shared state. Handlers translate a Kafka
+//! request into native requests and send them through [`Ctx::admit`] / [`Ctx::call`], the same
+//! path a native connection's frames take, so both protocols share admission order,
+//! authorization, quotas and every handler.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ResponseKind;
+use prost::Message;
+use tinymq_broker::state::BrokerState;
+use tinymq_broker::BrokerFront;
+use tinymq_net::{Part, Peer, Response, ResponseFuture, Service};
+use tinymq_protocol::frame::{FrameHeader, FRAME_HEADER_BYTES};
+use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
+
+use crate::config::KafkaConfig;
+
+/// A Kafka response still being worked out; `None` when none is due (produce with acks = 0).
+pub(crate) type Pending = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
+
+/// The listener's state shared by its connections.
+pub(crate) struct Shared {
+    pub config: KafkaConfig,
+    pub front: BrokerFront,
+    /// Kafka's classic consumer groups coordinated by this broker.
+    pub groups: crate::groups::Coordinator,
+    /// Message ids for the native frames built here (they only pair a frame with its
+    /// response inside this process).
+    message_ids: AtomicU32,
+}
+
+impl Shared {
+    pub fn new(config: KafkaConfig, front: BrokerFront) -> Shared {
+        Shared {
+            config,
+            front,
+            groups: crate::groups::Coordinator::default(),
+            message_ids: AtomicU32::new(1),
+        }
+    }
+}
+
+/// One request's context: the connection's peer as the native side sees it.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub peer: Peer,
+    pub shared: Arc<Shared>,
+}
+
+impl Ctx {
+    pub fn state(&self) -> &Arc<BrokerState> {
+        &self.shared.front.0
+    }
+
+    pub fn config(&self) -> &KafkaConfig {
+        &self.shared.config
+    }
+
+    /// Hands a native request to the broker as a native connection's frame would be: the
+    /// broker admits it (a produce is written here, before this returns, so requests admitted
+    /// in order are written in order) and the returned call yields its response.
+    pub async fn admit<Req: Message>(&self, op: OpCode, request: &Req) -> NativeCall {
+        let body = Bytes::from(request.encode_to_vec());
+        let message_id = self.shared.message_ids.fetch_add(1, Ordering::Relaxed);
+        // A native body the broker would refuse as too long is refused there, with an error.
+        let body_len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+        let frame = Frame {
+            header: FrameHeader::request(op.code(), message_id, body_len),
+            body,
+        };
+        NativeCall(self.shared.front.admit(frame, &self.peer).await)
+    }
+
+    /// [`Ctx::admit`] and its response.
+    pub async fn call<Req: Message, Resp: Message + Default>(
+        &self,
+        op: OpCode,
+        request: &Req,
+    ) -> Result<Resp, m::Error> {
+        self.admit(op, request)
+            .await
+            .finish()
+            .await?
+            .ok_or_else(|| ErrorCode::UNKNOWN_SERVER_ERROR.with_message("no response"))
+    }
+}
+
+/// A native request admitted by the broker, whose response is still to come.
+pub(crate) struct NativeCall(ResponseFuture);
+
+impl NativeCall {
+    /// The response decoded as `Resp`; `Ok(None)` when the broker sends none (acks = 0).
+    /// A refused request's response (authorization, a malformed body, …) decodes as a `Resp`
+    /// whose `error` (field 1 of every native response) says why.
+    pub async fn finish<Resp: Message + Default>(self) -> Result<Option<Resp>, m::Error> {
+        let Some(response) = self.0.await else {
+            return Ok(None);
+        };
+        let frame = collect(response)?;
+        let body = frame.slice(FRAME_HEADER_BYTES.min(frame.len())..);
+        Resp::decode(body).map(Some).map_err(|e| {
+            ErrorCode::UNKNOWN_SERVER_ERROR.with_message(format!("native response: {e}"))
+        })
+    }
+}
+
+/// A response frame's bytes, with its file ranges read (the native port sends those with
+/// `sendfile`; here they become part of a Kafka response).
+fn collect(response: Response) -> Result<Bytes, m::Error> {
+    if let [Part::Bytes(only)] = response.parts.as_slice() {
+        return Ok(only.clone());
+    }
+    let len = usize::try_from(response.len()).unwrap_or(usize::MAX);
+    let mut out = BytesMut::with_capacity(len);
+    for part in &response.parts {
+        match part {
+            Part::Bytes(b) => out.extend_from_slice(b),
+            Part::File(range) => {
+                let start = out.len();
+                out.resize(start + range.len as usize, 0);
+                let mut done = 0usize;
+                while done < range.len as usize {
+                    let read = range
+                        .source
+                        .read_at(&mut out[start + done..], range.position + done as u64)
+                        .map_err(|e| ErrorCode::STORAGE_ERROR.with_message(e.to_string()))?;
+                    if read == 0 {
+                        return Err(ErrorCode::STORAGE_ERROR
+                            .with_message("a log file ended before the range read from it"));
+                    }
+                    done += read;
+                }
+                if !range.source.unchanged() {
+                    return Err(ErrorCode::STORAGE_ERROR
+                        .with_message("a log file changed while it was read; fetch again"));
+                }
+            }
+        }
+    }
+    Ok(out.freeze())
+}

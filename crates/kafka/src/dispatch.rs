@@ -1,0 +1,140 @@
+//! One request, from its parsed header to the handler that answers it: ApiVersions first
+//! (answered whatever its version), then the SASL gate, the version check against
+//! [`crate::api_versions::SUPPORTED`], the body's decoding, and the handler.
+//!
+//! `admit` runs in the connection's read loop, so what a handler does before returning its
+//! [`Pending`] happens in request order (produce writes there); the pending responses run
+//! concurrently and are written in request order by the connection's writer.
+
+use std::sync::Arc;
+
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
+
+use crate::context::{Ctx, Pending};
+use crate::frame::Request;
+use crate::sasl::Session;
+use crate::{admin, api_versions, fetch, groups, list_offsets, metadata, produce, producer_id};
+
+/// Why a connection is closed instead of answered: logged, as Kafka's protocol has no way
+/// to answer a request whose body cannot be parsed.
+pub(crate) type Close = String;
+
+/// A request on its way: the response to come, and what to write it with.
+pub(crate) struct Admitted {
+    pub api_key: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub pending: Pending,
+}
+
+/// Admits one request. `ctx` is replaced when the request completes a SASL login (the
+/// connection acts as the new principal from its next request).
+pub(crate) async fn admit(
+    ctx: &mut Arc<Ctx>,
+    session: &mut Session,
+    request: Request,
+) -> Result<Admitted, Close> {
+    let Request {
+        api_key,
+        header,
+        mut body,
+    } = request;
+    let version = header.request_api_version;
+    let correlation_id = header.correlation_id;
+    let admitted = |version: i16, pending: Pending| Admitted {
+        api_key,
+        version,
+        correlation_id,
+        pending,
+    };
+    if api_key == ApiKey::ApiVersions {
+        // Not decoded: a client may send a version newer than ours, whose body we cannot
+        // read, and must still learn which versions we serve.
+        let (response, version) = api_versions::response(version);
+        let pending = ready(ResponseKind::ApiVersions(response));
+        return Ok(admitted(version, pending));
+    }
+    if !session.admits(api_key) {
+        return Err(format!(
+            "{api_key:?} before SASL authentication (the listener requires SaslHandshake and SaslAuthenticate first)"
+        ));
+    }
+    if !api_versions::is_supported(api_key, version) {
+        return match crate::unsupported::response(api_key, version) {
+            Some(response) => Ok(admitted(version, ready(response))),
+            None => Err(format!(
+                "{api_key:?} v{version} is not supported by this listener"
+            )),
+        };
+    }
+    let decoded = RequestKind::decode(api_key, &mut body, version)
+        .map_err(|e| format!("cannot parse {api_key:?} v{version}: {e}"))?;
+    if let RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) = decoded {
+        let (response, principal) = session.step(ctx, version, decoded).await?;
+        if let Some(principal) = principal {
+            let mut next = Ctx::clone(ctx);
+            next.peer.principal = principal;
+            *ctx = Arc::new(next);
+        }
+        return Ok(admitted(version, ready(response)));
+    }
+    let pending = route(ctx, version, decoded).await?;
+    Ok(admitted(version, pending))
+}
+
+/// A response already known.
+fn ready(response: ResponseKind) -> Pending {
+    Box::pin(std::future::ready(Some(response)))
+}
+
+/// Runs `$handler(ctx, version, request)` concurrently, as `ResponseKind::$variant`.
+macro_rules! serve {
+    ($ctx:expr, $version:expr, $request:expr, $variant:ident, $handler:path) => {{
+        let ctx = Arc::clone($ctx);
+        let version = $version;
+        let request = $request;
+        Box::pin(async move {
+            Some(ResponseKind::$variant(
+                $handler(ctx, version, request).await,
+            ))
+        }) as Pending
+    }};
+}
+
+async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pending, Close> {
+    use RequestKind as R;
+    Ok(match request {
+        // Written before this returns: the connection's produce requests in arrival order.
+        R::Produce(r) => produce::admit(ctx, version, r).await,
+        R::Fetch(r) => serve!(ctx, version, r, Fetch, fetch::handle),
+        R::ListOffsets(r) => serve!(ctx, version, r, ListOffsets, list_offsets::handle),
+        R::InitProducerId(r) => serve!(ctx, version, r, InitProducerId, producer_id::handle),
+        R::Metadata(r) => serve!(ctx, version, r, Metadata, metadata::handle),
+        R::CreateTopics(r) => serve!(ctx, version, r, CreateTopics, admin::create_topics),
+        R::DeleteTopics(r) => serve!(ctx, version, r, DeleteTopics, admin::delete_topics),
+        R::CreatePartitions(r) => {
+            serve!(ctx, version, r, CreatePartitions, admin::create_partitions)
+        }
+        R::DescribeConfigs(r) => serve!(ctx, version, r, DescribeConfigs, admin::describe_configs),
+        R::DescribeCluster(r) => serve!(ctx, version, r, DescribeCluster, admin::describe_cluster),
+        R::FindCoordinator(r) => {
+            serve!(ctx, version, r, FindCoordinator, groups::find_coordinator)
+        }
+        R::JoinGroup(r) => serve!(ctx, version, r, JoinGroup, groups::join_group),
+        R::SyncGroup(r) => serve!(ctx, version, r, SyncGroup, groups::sync_group),
+        R::Heartbeat(r) => serve!(ctx, version, r, Heartbeat, groups::heartbeat),
+        R::LeaveGroup(r) => serve!(ctx, version, r, LeaveGroup, groups::leave_group),
+        R::OffsetCommit(r) => serve!(ctx, version, r, OffsetCommit, groups::offset_commit),
+        R::OffsetFetch(r) => serve!(ctx, version, r, OffsetFetch, groups::offset_fetch),
+        R::ListGroups(r) => serve!(ctx, version, r, ListGroups, groups::list_groups),
+        R::DescribeGroups(r) => serve!(ctx, version, r, DescribeGroups, groups::describe_groups),
+        R::DeleteGroups(r) => serve!(ctx, version, r, DeleteGroups, groups::delete_groups),
+        other => {
+            // `is_supported` let through only the APIs above.
+            return Err(format!(
+                "{:?} has no handler",
+                std::mem::discriminant(&other)
+            ));
+        }
+    })
+}
