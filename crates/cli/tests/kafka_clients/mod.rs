@@ -1,0 +1,245 @@
+//! Shared by the `kafka_clients_*` tests, which drive REAL Kafka clients (kcat,
+//! confluent-kafka, kafka-python, the Java client) against `tinymq server --kafka-listen`:
+//! the server process with both addresses, finding each installed client (a missing one fails
+//! the test naming `scripts/install-kafka-tools.sh`, which CI runs), running a client with a
+//! bound on its run time so a client stuck on an unanswered request fails instead of hanging,
+//! and reading the JSON lines the clients and `tinymq consume --format json` print.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{http::workspace_root, BIN};
+
+/// What to run when a client is missing.
+pub const INSTALL: &str = "scripts/install-kafka-tools.sh";
+
+/// A client that runs longer than this is killed and its test fails with what it printed. Not
+/// a performance bound: far above what any of these runs needs, only there to stop a hang.
+pub const CLIENT_RUN_LIMIT: Duration = Duration::from_secs(180);
+
+/// A `tinymq server` with a Kafka listener, on ephemeral ports and a temporary data directory.
+pub struct KafkaServer {
+    child: Child,
+    /// The native address (for `tinymq` tools).
+    pub native: String,
+    /// The Kafka listener's address (for Kafka clients' bootstrap).
+    pub kafka: String,
+    data: tempfile::TempDir,
+}
+
+impl KafkaServer {
+    pub fn start() -> KafkaServer {
+        KafkaServer::start_with(&[])
+    }
+
+    /// `tinymq server --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 --http off EXTRA...`.
+    pub fn start_with(extra: &[&str]) -> KafkaServer {
+        let data = tempfile::tempdir().expect("temporary data directory");
+        let mut child = Command::new(BIN)
+            .args(["server", "--listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0"])
+            .args(["--http", "off"])
+            .args(extra)
+            .arg("--data")
+            .arg(data.path())
+            .env("TINYMQ_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn tinymq server");
+        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let native = read_address(&mut stdout, "tinymq listening on ");
+        let kafka = read_address(&mut stdout, "tinymq kafka listening on ");
+        // Keep reading, so that a later line never meets a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        KafkaServer {
+            child,
+            native,
+            kafka,
+            data,
+        }
+    }
+
+    /// A `tinymq` tool command bootstrapped at this server's native address.
+    pub fn tinymq(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(BIN);
+        command.args(args).env("TINYMQ_BOOTSTRAP", &self.native);
+        command
+    }
+
+    /// `tinymq topic create NAME --partitions N` through the native protocol.
+    pub fn create_topic(&self, name: &str, partitions: u32) {
+        let partitions = partitions.to_string();
+        run_ok(
+            self.tinymq(&["topic", "create", name, "--partitions", &partitions]),
+            b"",
+        );
+    }
+
+    /// Every stored record of `topic`, as `tinymq consume --format json` prints them.
+    pub fn native_records(&self, topic: &str) -> Vec<Value> {
+        let mut command = self.tinymq(&["consume", topic, "--from-beginning"]);
+        command.args(["--timeout-ms", "0", "--format", "json"]);
+        json_lines(&run_ok(command, b""))
+    }
+}
+
+impl Drop for KafkaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_address(stdout: &mut impl BufRead, prefix: &str) -> String {
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("server prints its addresses");
+    line.trim()
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("expected {prefix:?}..., got {line:?}"))
+        .to_string()
+}
+
+/// `kcat`, or a failure naming the install script.
+pub fn kcat() -> Command {
+    let found = Command::new("kcat").arg("-V").output();
+    assert!(
+        found.is_ok_and(|out| out.status.success()),
+        "kcat is missing: run {INSTALL} (it installs Debian's kcat)"
+    );
+    Command::new("kcat")
+}
+
+/// The venv's Python with `module` importable, or a failure naming the install script.
+pub fn python_with(module: &str) -> Command {
+    let python = workspace_root().join(".tools/venv/bin/python");
+    let imports = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output();
+    assert!(
+        imports.is_ok_and(|out| out.status.success()),
+        "{} cannot import {module}: run {INSTALL} (it installs confluent-kafka and \
+         kafka-python into .tools/venv)",
+        python.display()
+    );
+    Command::new(python)
+}
+
+/// `python tests/kafka-python/SCRIPT` with the venv's Python (confluent-kafka and kafka-python).
+pub fn python_script(script: &str, module: &str) -> Command {
+    let mut command = python_with(module);
+    command
+        .arg(workspace_root().join("tests/kafka-python").join(script))
+        .env("PYTHONUNBUFFERED", "1");
+    command
+}
+
+/// The Java program of tests/kafka-java with ARGS, or a failure naming the install script.
+pub fn java(args: &[&str]) -> Command {
+    let dir = workspace_root().join("tests/kafka-java/target");
+    let jar = dir.join("kafka-java.jar");
+    assert!(
+        jar.exists(),
+        "{} is missing: run {INSTALL} (it builds tests/kafka-java with Maven)",
+        jar.display()
+    );
+    let classpath = format!("{}:{}/lib/*", jar.display(), dir.display());
+    let mut command = Command::new("java");
+    command
+        .args(["-cp", &classpath, "tinymq.kafkajava.Main"])
+        .args(args);
+    command
+}
+
+/// What a client run printed.
+pub struct Ran {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    /// Both streams, for a failure message.
+    pub fn printed(&self) -> String {
+        format!("stdout:\n{}\nstderr:\n{}", self.stdout, self.stderr)
+    }
+}
+
+/// Runs `command` with `stdin` to its end, killing it after [`CLIENT_RUN_LIMIT`].
+pub fn run(mut command: Command, stdin: &[u8]) -> Ran {
+    let described = format!("{command:?}");
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+    let mut input = child.stdin.take().expect("stdin");
+    let stdin = stdin.to_vec();
+    std::thread::spawn(move || input.write_all(&stdin));
+    let stdout = drain(child.stdout.take().expect("stdout"));
+    let stderr = drain(child.stderr.take().expect("stderr"));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for client") {
+            break Some(status);
+        }
+        if started.elapsed() > CLIENT_RUN_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let ran = Ran {
+        status: status.unwrap_or_else(ExitStatus::default),
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    };
+    assert!(
+        status.is_some(),
+        "{described} still ran after {CLIENT_RUN_LIMIT:?}, killed; {}",
+        ran.printed()
+    );
+    ran
+}
+
+fn drain(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = stream.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// [`run`], failing the test (with everything printed) unless the command exits 0; stdout.
+pub fn run_ok(command: Command, stdin: &[u8]) -> String {
+    let described = format!("{command:?}");
+    let ran = run(command, stdin);
+    assert!(
+        ran.status.success(),
+        "{described} failed ({}); {}",
+        ran.status,
+        ran.printed()
+    );
+    ran.stdout
+}
+
+/// Each non-blank line of `text` as JSON.
+pub fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
+        })
+        .collect()
+}
+
+/// The path of a script or file in the repository, for messages.
+pub fn repo_path(relative: &str) -> PathBuf {
+    workspace_root().join(relative)
+}
