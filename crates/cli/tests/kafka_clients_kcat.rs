@@ -43,8 +43,21 @@ fn kcat_lists_brokers_and_topics() {
 fn kcat_produces_keys_and_headers_that_kcat_and_tinymq_read_back() {
     let server = KafkaServer::start();
     server.create_topic("events", 1);
-    let produce = ["-P", "-t", "events", "-K", ":", "-H", "trace=abc", "-H", "origin=kcat"];
-    run_ok(kcat_at(&server, &produce), b"k1:hello\nk2:world\nk3:again\n");
+    let produce = [
+        "-P",
+        "-t",
+        "events",
+        "-K",
+        ":",
+        "-H",
+        "trace=abc",
+        "-H",
+        "origin=kcat",
+    ];
+    run_ok(
+        kcat_at(&server, &produce),
+        b"k1:hello\nk2:world\nk3:again\n",
+    );
 
     let consume = ["-C", "-t", "events", "-o", "beginning", "-e", "-J"];
     let read = json_lines(&run_ok(kcat_at(&server, &consume), b""));
@@ -93,7 +106,14 @@ fn kcat_group_consumer_reads_everything_then_resumes_from_its_commits() {
 
     // `-G` is librdkafka's balanced consumer: FindCoordinator, JoinGroup, SyncGroup,
     // OffsetFetch, heartbeats, and at exit an OffsetCommit and LeaveGroup.
-    let group = ["-G", "workers", "-X", "auto.offset.reset=earliest", "-e", "-J"];
+    let group = [
+        "-G",
+        "workers",
+        "-X",
+        "auto.offset.reset=earliest",
+        "-e",
+        "-J",
+    ];
     let mut first = kcat_at(&server, &group);
     first.arg("jobs");
     let read = json_lines(&run_ok(first, b""));

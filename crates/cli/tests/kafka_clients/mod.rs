@@ -41,7 +41,13 @@ impl KafkaServer {
     pub fn start_with(extra: &[&str]) -> KafkaServer {
         let data = tempfile::tempdir().expect("temporary data directory");
         let mut child = Command::new(BIN)
-            .args(["server", "--listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0"])
+            .args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--kafka-listen",
+                "127.0.0.1:0",
+            ])
             .args(["--http", "off"])
             .args(extra)
             .arg("--data")
@@ -97,7 +103,9 @@ impl Drop for KafkaServer {
 
 fn read_address(stdout: &mut impl BufRead, prefix: &str) -> String {
     let mut line = String::new();
-    stdout.read_line(&mut line).expect("server prints its addresses");
+    stdout
+        .read_line(&mut line)
+        .expect("server prints its addresses");
     line.trim()
         .strip_prefix(prefix)
         .unwrap_or_else(|| panic!("expected {prefix:?}..., got {line:?}"))

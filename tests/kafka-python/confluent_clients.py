@@ -1,0 +1,309 @@
+"""confluent-kafka (librdkafka inside) driven by crates/cli/tests/kafka_clients_confluent.rs and
+kafka_clients_cross.rs against tinymq's Kafka listener.
+
+    confluent_clients.py MODE BOOTSTRAP ARGS...
+
+Each mode checks what it can see itself and prints JSON lines on stdout, the last one the
+summary the Rust test asserts on; any failure prints {"error": ...} and exits 1. Every wait is
+bounded (WAIT_S), so a missing answer fails the run instead of hanging it.
+"""
+
+import json
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (AdminClient, ConfigResource, NewPartitions, NewTopic,
+                                   ResourceType)
+
+WAIT_S = 60
+
+
+class Failed(Exception):
+    pass
+
+
+def out(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+def text(data):
+    return None if data is None else data.decode("utf-8", "replace")
+
+
+def record(msg):
+    return {
+        "partition": msg.partition(),
+        "offset": msg.offset(),
+        "timestamp": msg.timestamp()[1],
+        "key": text(msg.key()),
+        "value": text(msg.value()),
+        "headers": [[k, text(v)] for k, v in (msg.headers() or [])],
+    }
+
+
+def producer(bootstrap, **conf):
+    return Producer({"bootstrap.servers": bootstrap, "message.timeout.ms": WAIT_S * 1000, **conf})
+
+
+def consumer(bootstrap, group, **conf):
+    return Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        **conf,
+    })
+
+
+def produce_all(p, topic, records):
+    """Produces (key, value, headers) tuples; returns each record's (partition, offset)."""
+    acks = [None] * len(records)
+    errors = []
+
+    def delivered(index):
+        def report(err, msg):
+            if err is not None:
+                errors.append(f"record {index}: {err}")
+            else:
+                acks[index] = (msg.partition(), msg.offset())
+        return report
+
+    for index, (key, value, headers) in enumerate(records):
+        p.produce(topic, key=key, value=value, headers=headers, on_delivery=delivered(index))
+        p.poll(0)
+    left = p.flush(WAIT_S)
+    if left or errors or None in acks:
+        raise Failed(f"{left} undelivered, errors {errors[:5]}")
+    return acks
+
+
+def read_from_beginning(bootstrap, topic, count):
+    """Reads COUNT records of every partition from the beginning, without a group."""
+    c = consumer(bootstrap, "unused", **{"enable.partition.eof": False})
+    try:
+        partitions = c.list_topics(topic, timeout=WAIT_S).topics[topic].partitions
+        c.assign([TopicPartition(topic, p, 0) for p in partitions])
+        got = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < count:
+            if time.monotonic() > deadline:
+                raise Failed(f"read {len(got)} of {count} records of {topic}")
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                raise Failed(f"consume: {msg.error()}")
+            got.append(record(msg))
+        return got
+    finally:
+        c.close()
+
+
+def idempotent(bootstrap, topic, codec, count):
+    """An idempotent producer's COUNT records with CODEC batches: each partition holds them
+    once, in the order sent, at the offsets acknowledged."""
+    count = int(count)
+    p = producer(bootstrap, **{"enable.idempotence": True, "compression.type": codec,
+                               "linger.ms": 20})
+    # Repetitive values, so a compressed batch is much smaller than the records.
+    records = [(f"key{i % 7}", f"{codec}-{i:06d}-" + "x" * 200, [("i", str(i))])
+               for i in range(count)]
+    acks = produce_all(p, topic, records)
+    got = read_from_beginning(bootstrap, topic, count)
+    sent = {}
+    for (key, value, _), (partition, offset) in zip(records, acks):
+        sent.setdefault(partition, []).append((offset, key, value))
+    read = {}
+    for r in got:
+        read.setdefault(r["partition"], []).append((r["offset"], r["key"], r["value"]))
+    if read != sent:
+        for partition in sorted(set(sent) | set(read)):
+            if sent.get(partition) != read.get(partition):
+                raise Failed(f"partition {partition}: sent {sent.get(partition, [])[:3]}..., "
+                             f"read {read.get(partition, [])[:3]}...")
+    out(codec=codec, produced=count, consumed=len(got),
+        partitions={str(k): len(v) for k, v in sorted(read.items())})
+
+
+def group_rebalance(bootstrap, topic, group, assignor):
+    """Three members join one by one, then one leaves; after each change the partitions are
+    spread over the members, none twice, and every record produced since is consumed."""
+    admin_client = AdminClient({"bootstrap.servers": bootstrap})
+    partitions = len(partitions_of(admin_client, topic))
+    p = producer(bootstrap)
+    members = {}
+    seen = {}
+    phases = []
+
+    def assignments():
+        return {name: sorted(tp.partition for tp in c.assignment())
+                for name, c in members.items()}
+
+    def balanced():
+        got = assignments()
+        owned = [part for parts in got.values() for part in parts]
+        sizes = [len(parts) for parts in got.values()]
+        return (sorted(owned) == list(range(partitions))
+                and min(sizes) >= partitions // len(got) and max(sizes) - min(sizes) <= 1)
+
+    def poll_until(done, what):
+        deadline = time.monotonic() + WAIT_S
+        while not done():
+            if time.monotonic() > deadline:
+                raise Failed(f"{what}: assignments {assignments()}, seen {len(seen)}")
+            for c in list(members.values()):
+                msg = c.poll(0.05)
+                if msg is not None and not msg.error():
+                    key = (msg.partition(), msg.offset())
+                    seen[key] = seen.get(key, 0) + 1
+                elif msg is not None and msg.error().code() != KafkaError._PARTITION_EOF:
+                    raise Failed(f"consume: {msg.error()}")
+
+    def phase(name):
+        poll_until(balanced, f"{name}: partitions not spread over {sorted(members)}")
+        # Records sent now must reach whoever owns their partition.
+        acks = produce_all(p, topic, [(f"{name}-{i}", "v", None) for i in range(4 * partitions)])
+        poll_until(lambda: all(a in seen for a in acks), f"{name}: records not consumed")
+        phases.append({"phase": name, "assignment": assignments()})
+        out(**phases[-1])
+
+    conf = {"partition.assignment.strategy": assignor, "heartbeat.interval.ms": 300,
+            "session.timeout.ms": 10000}
+    for name in ["a", "b", "c"]:
+        members[name] = consumer(bootstrap, group, **conf)
+        members[name].subscribe([topic])
+        phase(f"{name} joined")
+    members.pop("c").close()  # LeaveGroup: the other two take its partitions at once.
+    phase("c left")
+    for c in members.values():
+        c.close()
+    out(assignor=assignor, phases=len(phases), records=len(seen),
+        members=[len(ph["assignment"]) for ph in phases])
+
+
+def commit_resume(bootstrap, topic, group):
+    """A member reads half, commits, leaves; the next member of the group starts right after
+    the commit. Then the group is described, listed and deleted through the AdminClient."""
+    acks = produce_all(producer(bootstrap), topic, [(f"r{i}", f"v{i}", None) for i in range(20)])
+    if [o for _, o in acks] != list(range(20)):
+        raise Failed(f"offsets acknowledged: {acks}")
+
+    def take(c, count):
+        got = []
+        deadline = time.monotonic() + WAIT_S
+        while len(got) < count:
+            if time.monotonic() > deadline:
+                raise Failed(f"read {len(got)} of {count}")
+            msg = c.poll(0.2)
+            if msg is not None and msg.error():
+                raise Failed(f"consume: {msg.error()}")
+            if msg is not None:
+                got.append(msg)
+        return got
+
+    first = consumer(bootstrap, group)
+    first.subscribe([topic])
+    read = take(first, 10)
+    first.commit(message=read[-1], asynchronous=False)
+    committed = first.committed([TopicPartition(topic, 0)], timeout=WAIT_S)[0].offset
+    first.close()
+    second = consumer(bootstrap, group)
+    second.subscribe([topic])
+    resumed = take(second, 10)
+    second.commit(asynchronous=False)
+    second.close()
+    keys = [text(m.key()) for m in resumed]
+    if committed != 10 or resumed[0].offset() != 10 or keys != [f"r{i}" for i in range(10, 20)]:
+        raise Failed(f"committed {committed}, resumed at {resumed[0].offset()} with {keys}")
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    listed = admin.list_consumer_groups(request_timeout=WAIT_S).result()
+    if group not in [g.group_id for g in listed.valid]:
+        raise Failed(f"list_consumer_groups: {listed.valid} errors {listed.errors}")
+    described = admin.describe_consumer_groups([group], request_timeout=WAIT_S)[group].result()
+    admin.delete_consumer_groups([group], request_timeout=WAIT_S)[group].result()
+    after = admin.list_consumer_groups(request_timeout=WAIT_S).result()
+    if group in [g.group_id for g in after.valid]:
+        raise Failed(f"group {group} still listed after delete_consumer_groups")
+    out(committed=committed, resumed_at=resumed[0].offset(), resumed=len(resumed),
+        described_state=str(described.state), deleted=group)
+
+
+def admin(bootstrap, topic):
+    """AdminClient: create a topic (twice: the second is TOPIC_ALREADY_EXISTS), add
+    partitions, describe its configs and the cluster, delete it."""
+    a = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic(topic, num_partitions=3, replication_factor=1)],
+                    operation_timeout=WAIT_S)[topic].result()
+    wait_for(lambda: len(partitions_of(a, topic)) == 3, f"{topic} with 3 partitions")
+    try:
+        a.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result()
+        raise Failed("creating an existing topic succeeded")
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    a.create_partitions([NewPartitions(topic, 5)], operation_timeout=WAIT_S)[topic].result()
+    wait_for(lambda: len(partitions_of(a, topic)) == 5, f"{topic} with 5 partitions")
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    configs = a.describe_configs([resource])[resource].result()
+    if not configs:
+        raise Failed("describe_configs returned no config entries")
+    cluster = a.describe_cluster(request_timeout=WAIT_S).result()
+    a.delete_topics([topic], operation_timeout=WAIT_S)[topic].result()
+    wait_for(lambda: topic not in a.list_topics(timeout=WAIT_S).topics, f"{topic} gone")
+    out(created=topic, partitions=5,
+        configs={name: entry.value for name, entry in sorted(configs.items())},
+        cluster_nodes=[f"{n.host}:{n.port}" for n in cluster.nodes], deleted=topic)
+
+
+def partitions_of(a, topic):
+    found = a.list_topics(timeout=WAIT_S).topics.get(topic)
+    return [] if found is None or found.error is not None else list(found.partitions)
+
+
+def wait_for(done, what):
+    deadline = time.monotonic() + WAIT_S
+    while not done():
+        if time.monotonic() > deadline:
+            raise Failed(f"waited {WAIT_S} s for {what}")
+        time.sleep(0.1)
+
+
+def produce_one(bootstrap, topic):
+    """One record with a key, repeated and null-valued headers and a set timestamp, to
+    partition 0; prints where it was stored."""
+    p = producer(bootstrap)
+    acks = []
+    p.produce(topic, key=b"ck", value=b"cv", partition=0, timestamp=1717000000123,
+              headers=[("h1", b"x"), ("h2", None), ("h1", b"y")],
+              on_delivery=lambda err, msg: acks.append((err, msg)))
+    if p.flush(WAIT_S) or len(acks) != 1 or acks[0][0] is not None:
+        raise Failed(f"delivery: {acks}")
+    msg = acks[0][1]
+    out(partition=msg.partition(), offset=msg.offset(), timestamp=msg.timestamp()[1])
+
+
+def consume(bootstrap, topic, count):
+    """Prints COUNT records of TOPIC from the beginning of every partition."""
+    for r in read_from_beginning(bootstrap, topic, int(count)):
+        out(**r)
+
+
+MODES = {
+    "idempotent": idempotent,
+    "group-rebalance": group_rebalance,
+    "commit-resume": commit_resume,
+    "admin": admin,
+    "produce-one": produce_one,
+    "consume": consume,
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in MODES:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(MODES)} BOOTSTRAP ARGS...")
+    try:
+        MODES[sys.argv[1]](*sys.argv[2:])
+    except (Failed, KafkaException) as e:
+        out(error=f"{type(e).__name__}: {e}")
+        sys.exit(1)
