@@ -34,6 +34,13 @@ fn idempotent_producer_round_trip(codec: &str) {
     let summary = lines.last().expect("summary");
     assert_eq!(summary["produced"], 300, "{summary}");
     assert_eq!(summary["consumed"], 300, "{summary}");
+    // Stored as the producer sent them, compressed: 300 values of over 200 bytes each take
+    // far less than 60,000 bytes on disk.
+    let stored = server.stored_log_bytes(&topic);
+    assert!(
+        0 < stored && stored < 30_000,
+        "{stored} bytes stored for {topic}"
+    );
 
     // The native consumer decodes the same compressed batches: per partition, offsets from 0
     // without a gap, in the order the producer sent them (the value carries the send index).

@@ -94,6 +94,31 @@ impl KafkaServer {
     }
 }
 
+impl KafkaServer {
+    /// Bytes of `topic`'s log segments on disk, every partition (`DATA/TOPIC-P/*.log`).
+    pub fn stored_log_bytes(&self, topic: &str) -> u64 {
+        let prefix = format!("{topic}-");
+        let mut bytes = 0;
+        for dir in std::fs::read_dir(self.data.path()).expect("data directory") {
+            let dir = dir.expect("data directory entry").path();
+            let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let is_partition = name
+                .strip_prefix(&prefix)
+                .is_some_and(|p| p.parse::<u32>().is_ok());
+            if !is_partition {
+                continue;
+            }
+            for file in std::fs::read_dir(&dir).expect("partition directory") {
+                let file = file.expect("partition directory entry").path();
+                if file.extension().is_some_and(|e| e == "log") {
+                    bytes += file.metadata().expect("segment metadata").len();
+                }
+            }
+        }
+        bytes
+    }
+}
+
 impl Drop for KafkaServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
