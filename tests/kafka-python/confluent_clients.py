@@ -284,6 +284,36 @@ def produce_one(bootstrap, topic):
     out(partition=msg.partition(), offset=msg.offset(), timestamp=msg.timestamp()[1])
 
 
+def produce_many(bootstrap, topic, count):
+    """COUNT records from an idempotent lz4 producer: key k(i % 1000), value the decimal i, so
+    a reader can check per partition that nothing is lost, repeated or reordered."""
+    count = int(count)
+    p = producer(bootstrap, **{"enable.idempotence": True, "compression.type": "lz4",
+                               "linger.ms": 20, "batch.size": 262144})
+    failed = []
+    acked = [0]
+
+    def report(err, _msg):
+        if err is not None:
+            failed.append(str(err))
+        else:
+            acked[0] += 1
+
+    for i in range(count):
+        while True:
+            try:
+                p.produce(topic, key=f"k{i % 1000}", value=str(i), on_delivery=report)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                p.poll(0.05)
+        if i % 10000 == 0:
+            p.poll(0)
+    left = p.flush(WAIT_S * 5)
+    if left or failed or acked[0] != count:
+        raise Failed(f"{left} undelivered, {acked[0]} acknowledged, errors {failed[:5]}")
+    out(produced=count)
+
+
 def consume(bootstrap, topic, count):
     """Prints COUNT records of TOPIC from the beginning of every partition."""
     for r in read_from_beginning(bootstrap, topic, int(count)):
@@ -297,6 +327,7 @@ MODES = {
     "admin": admin,
     "produce-one": produce_one,
     "consume": consume,
+    "produce-many": produce_many,
 }
 
 if __name__ == "__main__":

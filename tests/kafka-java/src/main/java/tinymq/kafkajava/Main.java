@@ -3,10 +3,13 @@ package tinymq.kafkajava;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.BitSet;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -33,6 +36,9 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * consume-group BOOTSTRAP TOPIC GROUP COUNT  as a group member; commits what it read
  * roundtrip     BOOTSTRAP TOPIC GROUP COUNT  produce, then consume-group, and check each
  *                                            acknowledged record arrived exactly once
+ * check-sequence BOOTSTRAP TOPIC GROUP COUNT read COUNT records whose values are 0..COUNT-1
+ *                                            as a group member: none lost or repeated, and per
+ *                                            partition offsets without a gap, values rising
  * </pre>
  */
 public final class Main {
@@ -70,6 +76,10 @@ public final class Main {
             case "roundtrip" -> {
                 need(args, 5);
                 roundtrip(args[1], args[2], args[3], Integer.parseInt(args[4]));
+            }
+            case "check-sequence" -> {
+                need(args, 5);
+                checkSequence(args[1], args[2], args[3], Integer.parseInt(args[4]));
             }
             default -> throw new IllegalArgumentException(
                 "usage: produce|consume|consume-group|roundtrip BOOTSTRAP TOPIC [GROUP] COUNT");
@@ -174,6 +184,57 @@ public final class Main {
         }
         System.out.println("{\"done\":\"roundtrip\",\"produced\":" + produced.size()
             + ",\"consumed\":" + consumed.size() + "}");
+    }
+
+    /** Reads values 0..COUNT-1 as GROUP, checking loss, duplicates and per-partition order. */
+    private static void checkSequence(String bootstrap, String topic, String group, int count) {
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        BitSet seen = new BitSet(count);
+        Map<Integer, long[]> lastByPartition = new TreeMap<>(); // {offset, value, records}
+        int read = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            consumer.subscribe(List.of(topic));
+            long idleSince = System.nanoTime();
+            while (read < count) {
+                int before = read;
+                for (ConsumerRecord<byte[], byte[]> record : consumer.poll(Duration.ofMillis(200))) {
+                    int value = Integer.parseInt(text(record.value()));
+                    long[] last = lastByPartition.computeIfAbsent(
+                        record.partition(), p -> new long[] {-1, -1, 0});
+                    if (record.offset() != last[0] + 1 || value <= last[1]) {
+                        throw new IllegalStateException("partition " + record.partition()
+                            + ": offset " + record.offset() + " value " + value + " after offset "
+                            + last[0] + " value " + last[1]);
+                    }
+                    if (value < 0 || value >= count || seen.get(value)) {
+                        throw new IllegalStateException("value " + value + " unexpected or repeated");
+                    }
+                    seen.set(value);
+                    last[0] = record.offset();
+                    last[1] = value;
+                    last[2]++;
+                    read++;
+                }
+                if (read > before) {
+                    idleSince = System.nanoTime();
+                } else if (System.nanoTime() - idleSince > IDLE_LIMIT.toNanos()) {
+                    throw new IllegalStateException("nothing new for " + IDLE_LIMIT + " after "
+                        + read + " of " + count + " records");
+                }
+            }
+            consumer.commitSync();
+        }
+        StringBuilder partitions = new StringBuilder("{");
+        lastByPartition.forEach((partition, last) -> partitions
+            .append(partitions.length() > 1 ? "," : "")
+            .append(json(partition.toString())).append(':').append(last[2]));
+        System.out.println("{\"done\":\"check-sequence\",\"count\":" + read
+            + ",\"distinct\":" + seen.cardinality() + ",\"partitions\":" + partitions + "}}");
     }
 
     private static String recordJson(ConsumerRecord<byte[], byte[]> record) {
