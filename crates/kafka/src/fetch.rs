@@ -29,7 +29,9 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, version: i16, request: FetchRequest) -
         return FetchResponse::default().with_error_code(code);
     }
     let (topics, native) = plan(&request);
-    let answer = ctx.call::<_, m::FetchResponse>(OpCode::Fetch, &native).await;
+    let answer = ctx
+        .call::<_, m::FetchResponse>(OpCode::Fetch, &native)
+        .await;
     let mut results = Results::new(answer);
     let responses = topics
         .into_iter()

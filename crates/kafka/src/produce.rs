@@ -214,7 +214,8 @@ impl Results {
             let Some(r) = queue.pop_front() else {
                 return Answer::missing();
             };
-            let answer = Answer::native(r.error, r.base_offset, r.log_start_offset, r.current_leader);
+            let answer =
+                Answer::native(r.error, r.base_offset, r.log_start_offset, r.current_leader);
             combined = match combined {
                 None => Some(answer),
                 Some(first) if first.code != 0 => Some(first),

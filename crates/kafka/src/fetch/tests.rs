@@ -42,8 +42,14 @@ fn every_partition_is_asked_for_with_its_offset_and_bound() {
         .map(|p| (p.partition, p.offset, p.partition_bytes_max))
         .collect();
     assert_eq!(asked, vec![(0, 5, 1000), (2, 0, 1)]);
-    assert_eq!((native.max_wait_ms, native.min_bytes, native.max_bytes), (500, 1, 1 << 20));
-    assert_eq!(native.replica_id, 0, "a Kafka client is a consumer, never a follower");
+    assert_eq!(
+        (native.max_wait_ms, native.min_bytes, native.max_bytes),
+        (500, 1, 1 << 20)
+    );
+    assert_eq!(
+        native.replica_id, 0,
+        "a Kafka client is a consumer, never a follower"
+    );
 }
 
 #[test]

@@ -15,7 +15,11 @@ pub(crate) struct Leader {
 /// with no leader (offline).
 pub(crate) fn of(ctx: &Ctx, topic: &str, partition: u32) -> Option<Leader> {
     let image = ctx.state().cluster.image();
-    let record = image.topics.get(topic)?.partitions.get(partition as usize)?;
+    let record = image
+        .topics
+        .get(topic)?
+        .partitions
+        .get(partition as usize)?;
     Some(Leader {
         node_id: record.leader?,
         epoch: i32::try_from(record.leader_epoch).unwrap_or(i32::MAX),

@@ -18,7 +18,9 @@ pub(crate) fn batches(records: &Bytes) -> Result<Vec<Bytes>, String> {
         let rest = records.slice(at..);
         let size = match batch_size(&rest) {
             Ok(Some(size)) if size < BATCH_HEADER_BYTES => {
-                return Err(format!("batch at byte {at}: {size} bytes, shorter than its header"));
+                return Err(format!(
+                    "batch at byte {at}: {size} bytes, shorter than its header"
+                ));
             }
             Ok(Some(size)) => size,
             Ok(None) => {

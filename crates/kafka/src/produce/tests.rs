@@ -63,7 +63,11 @@ fn each_batch_becomes_one_native_partition_in_order() {
 
 #[test]
 fn what_the_broker_need_not_see_is_refused_here() {
-    let plan = plan(request(vec![(-1, Some(batch(b"x"))), (0, None), (1, Some(Bytes::from_static(b"junk")))]));
+    let plan = plan(request(vec![
+        (-1, Some(batch(b"x"))),
+        (0, None),
+        (1, Some(Bytes::from_static(b"junk"))),
+    ]));
     assert!(plan.native.partitions.is_empty());
     let codes: Vec<_> = plan.topics[0]
         .1
@@ -108,7 +112,11 @@ fn results_are_matched_by_partition_and_combined_per_kafka_partition() {
             result(0, 10, None),
             result(0, 11, None),
             result(2, 5, None),
-            result(2, -1, Some(ErrorCode::OUT_OF_ORDER_SEQUENCE.with_message("seq"))),
+            result(
+                2,
+                -1,
+                Some(ErrorCode::OUT_OF_ORDER_SEQUENCE.with_message("seq")),
+            ),
             result(1, -1, Some(denied)),
         ],
     };
