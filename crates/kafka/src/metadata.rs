@@ -50,34 +50,36 @@ pub(crate) async fn handle(
         .with_topics(topics.into_iter().map(|t| topic(&ctx, &image, t)).collect())
 }
 
-/// Every broker with a Kafka listener, as the image has it.
-fn brokers(ctx: &Ctx, image: &MetadataImage) -> Vec<MetadataResponseBroker> {
-    let mut out: Vec<MetadataResponseBroker> = image
+/// Every live broker with a Kafka listener, as the image has it: (node id, host, port). This
+/// broker is among them even before its registration shows in its image.
+pub(crate) fn kafka_brokers(ctx: &Ctx, image: &MetadataImage) -> Vec<(u32, String, u16)> {
+    let mut out: Vec<(u32, String, u16)> = image
         .brokers
         .values()
         .filter(|b| !b.fenced)
         .filter_map(|b| {
             let (host, port) = kafka_address(ctx, image, b.id)?;
-            Some(
-                MetadataResponseBroker::default()
-                    .with_node_id(BrokerId(b.id as i32))
-                    .with_host(StrBytes::from_string(host))
-                    .with_port(i32::from(port)),
-            )
+            Some((b.id, host, port))
         })
         .collect();
-    // This broker is answering on its Kafka listener even before its registration shows.
     let me = ctx.state().node_id();
-    if !image.brokers.contains_key(&me) {
+    if !out.iter().any(|(id, _, _)| *id == me) {
         let (host, port) = ctx.config().advertised.clone();
-        out.push(
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(me as i32))
-                .with_host(StrBytes::from_string(host))
-                .with_port(i32::from(port)),
-        );
+        out.push((me, host, port));
     }
     out
+}
+
+fn brokers(ctx: &Ctx, image: &MetadataImage) -> Vec<MetadataResponseBroker> {
+    kafka_brokers(ctx, image)
+        .into_iter()
+        .map(|(id, host, port)| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(id as i32))
+                .with_host(StrBytes::from_string(host))
+                .with_port(i32::from(port))
+        })
+        .collect()
 }
 
 /// The native answer for every topic (the native Metadata lists only those the principal may
