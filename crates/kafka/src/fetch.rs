@@ -8,7 +8,6 @@
 //! handed out gets FETCH_SESSION_ID_NOT_FOUND. No transactions either: `isolation_level` is
 //! accepted, the last stable offset is the high watermark and no transaction is aborted.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError as K;
@@ -20,6 +19,7 @@ use tinymq_protocol::{messages as m, OpCode};
 
 use crate::context::Ctx;
 use crate::errors::{kafka_code_for, Resource};
+use crate::produce::answers::Answers;
 use crate::produce::leader;
 
 pub(crate) async fn handle(ctx: Arc<Ctx>, version: i16, request: FetchRequest) -> FetchResponse {
@@ -92,36 +92,17 @@ fn plan(request: &FetchRequest) -> (Vec<(TopicName, Vec<i32>)>, m::FetchRequest)
     (topics, native)
 }
 
-/// The native results by partition (the broker answers partitions it refused for
-/// authorization after the others, so they are matched by name, not position).
-struct Results {
-    failed: Option<m::Error>,
-    by_partition: HashMap<(String, u32), VecDeque<m::FetchPartitionResult>>,
-}
+/// The native results, each partition's or the error it gets instead.
+struct Results(Answers<m::FetchPartitionResult>);
 
 impl Results {
     fn new(answer: Result<m::FetchResponse, m::Error>) -> Results {
-        let mut by_partition: HashMap<_, VecDeque<_>> = HashMap::new();
-        let failed = match answer {
-            Err(e) => Some(e),
-            Ok(response) if response.error.is_some() => response.error,
-            Ok(response) => {
-                for result in response.partitions {
-                    let key = (result.topic.clone(), result.partition);
-                    by_partition.entry(key).or_default().push_back(result);
-                }
-                None
-            }
-        };
-        Results {
-            failed,
-            by_partition,
-        }
+        Results(Answers::new(answer))
     }
 
     /// The native result for one requested partition, or the error it gets instead.
     fn take(&mut self, topic: &str, index: i32) -> Result<m::FetchPartitionResult, (i16, String)> {
-        if let Some(error) = &self.failed {
+        if let Some(error) = &self.0.failed {
             let code = kafka_code_for(Some(error), Resource::Topic);
             return Err((code, error.message.clone()));
         }
@@ -129,18 +110,15 @@ impl Results {
             let code = K::UnknownTopicOrPartition.code();
             return Err((code, "negative partition index".into()));
         };
-        self.by_partition
-            .get_mut(&(topic.to_owned(), partition))
-            .and_then(VecDeque::pop_front)
-            .ok_or_else(|| {
-                let code = K::UnknownServerError.code();
-                (code, "the broker's answer left this partition out".into())
-            })
+        self.0.take(topic, partition).ok_or_else(|| {
+            let code = K::UnknownServerError.code();
+            (code, "the broker's answer left this partition out".into())
+        })
     }
 
     /// The response-level error code (v7+): set only when the whole request failed.
     fn top_level_code(&self) -> i16 {
-        kafka_code_for(self.failed.as_ref(), Resource::Topic)
+        kafka_code_for(self.0.failed.as_ref(), Resource::Topic)
     }
 }
 

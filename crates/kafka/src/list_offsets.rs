@@ -4,7 +4,6 @@
 //! no native counterpart: it is answered UNSUPPORTED_VERSION, as a Kafka broker too old for it
 //! would, so clients report it as unsupported.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError as K;
@@ -16,6 +15,7 @@ use tinymq_protocol::{messages as m, OpCode};
 
 use crate::context::Ctx;
 use crate::errors::{kafka_code_for, Resource};
+use crate::produce::answers::Answers;
 use crate::produce::leader;
 
 /// Kafka's "latest" timestamp.
@@ -121,39 +121,20 @@ fn plan(
     (topics, native)
 }
 
-/// The native results by partition, in request order per partition.
-struct Results {
-    failed: Option<m::Error>,
-    by_partition: HashMap<(String, u32), VecDeque<m::ListOffsetsPartitionResult>>,
-}
+/// The native results, each partition's or the Kafka error it gets instead.
+struct Results(Answers<m::ListOffsetsPartitionResult>);
 
 impl Results {
     fn new(answer: Result<m::ListOffsetsResponse, m::Error>) -> Results {
-        let mut by_partition: HashMap<_, VecDeque<_>> = HashMap::new();
-        let failed = match answer {
-            Err(e) => Some(e),
-            Ok(response) if response.error.is_some() => response.error,
-            Ok(response) => {
-                for result in response.partitions {
-                    let key = (result.topic.clone(), result.partition);
-                    by_partition.entry(key).or_default().push_back(result);
-                }
-                None
-            }
-        };
-        Results {
-            failed,
-            by_partition,
-        }
+        Results(Answers::new(answer))
     }
 
     fn take(&mut self, topic: &str, partition: u32) -> Result<m::ListOffsetsPartitionResult, i16> {
-        if let Some(error) = &self.failed {
+        if let Some(error) = &self.0.failed {
             return Err(kafka_code_for(Some(error), Resource::Topic));
         }
-        self.by_partition
-            .get_mut(&(topic.to_owned(), partition))
-            .and_then(VecDeque::pop_front)
+        self.0
+            .take(topic, partition)
             .ok_or(K::UnknownServerError.code())
     }
 }

@@ -8,10 +8,10 @@
 //!
 //! Transactions do not exist yet: a request with a `transactional_id` is refused per partition.
 
+pub(crate) mod answers;
 pub(crate) mod leader;
 mod split;
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError as K;
@@ -26,6 +26,7 @@ use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
 use crate::context::{Ctx, Pending};
 use crate::errors::{kafka_code_for, message_of, Resource};
+use answers::Answers;
 
 /// What became of one Kafka partition's records on their way to the broker.
 #[derive(Debug, Clone, PartialEq)]
@@ -168,50 +169,27 @@ fn respond(
     response
 }
 
-/// The native answers by partition, each partition's in the order its batches were sent.
-/// (The broker answers partitions it refused for authorization after the others, so they are
-/// matched by name, not position.)
-struct Results {
-    failed: Option<m::Error>,
-    by_partition: HashMap<(String, u32), VecDeque<m::ProducePartitionResult>>,
-}
+/// The native answers, combined per Kafka partition.
+struct Results(Answers<m::ProducePartitionResult>);
 
 impl Results {
     fn new(native: Result<m::ProduceResponse, m::Error>) -> Results {
-        let mut by_partition: HashMap<_, VecDeque<_>> = HashMap::new();
-        let failed = match native {
-            Err(e) => Some(e),
-            Ok(response) if response.error.is_some() => response.error,
-            Ok(response) => {
-                for result in response.partitions {
-                    let key = (result.topic.clone(), result.partition);
-                    by_partition.entry(key).or_default().push_back(result);
-                }
-                None
-            }
-        };
-        Results {
-            failed,
-            by_partition,
-        }
+        Results(Answers::new(native))
     }
 
     /// The combined answer for a partition's `batches` batches: the first batch's offset, or
     /// the first error (batches before it are written; a retry of an idempotent producer's
     /// batches is recognised as a duplicate).
     fn take(&mut self, topic: &str, index: i32, batches: usize) -> Answer {
-        if let Some(error) = &self.failed {
+        if let Some(error) = &self.0.failed {
             return Answer::native(Some(error.clone()), -1, -1, 0);
         }
-        let queue = u32::try_from(index)
-            .ok()
-            .and_then(|p| self.by_partition.get_mut(&(topic.to_owned(), p)));
-        let Some(queue) = queue else {
+        let Ok(partition) = u32::try_from(index) else {
             return Answer::missing();
         };
         let mut combined: Option<Answer> = None;
         for _ in 0..batches {
-            let Some(r) = queue.pop_front() else {
+            let Some(r) = self.0.take(topic, partition) else {
                 return Answer::missing();
             };
             let answer =
