@@ -294,7 +294,7 @@ async fn fetch_group(ctx: &Arc<Ctx>, group_id: &str, asked: Asked) -> Result<Fet
             .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
             .collect(),
     };
-    let mut by_topic: Vec<(String, Vec<(i32, i64, String, i16)>)> = Vec::new();
+    let mut by_topic: Fetched = Vec::new();
     for (topic, p) in wanted {
         let (offset, metadata, error) =
             found
