@@ -210,7 +210,7 @@ pub fn run(mut command: Command, stdin: &[u8]) -> Ran {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {described}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot start {described}: {e}; run {INSTALL}"));
     let mut input = child.stdin.take().expect("stdin");
     let stdin = stdin.to_vec();
     std::thread::spawn(move || input.write_all(&stdin));
