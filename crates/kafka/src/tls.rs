@@ -51,7 +51,9 @@ mod tests {
     use tokio::io::AsyncWriteExt;
 
     async fn first_bytes(bytes: &'static [u8]) -> Result<(), String> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let client = tokio::spawn(async move {
             let mut c = TcpStream::connect(addr).await.expect("connect");

@@ -265,7 +265,7 @@ mod tests {
     fn error_code_of(response: &ResponseKind) -> Option<i16> {
         match response {
             ResponseKind::Metadata(r) => Some(r.error_code),
-            ResponseKind::FindCoordinator(r) => Some(r.error_code),
+            ResponseKind::ConsumerGroupHeartbeat(r) => Some(r.error_code),
             ResponseKind::EndTxn(r) => Some(r.error_code),
             _ => None,
         }
@@ -277,7 +277,7 @@ mod tests {
         for (api, version) in [
             (ApiKey::EndTxn, 0),
             (ApiKey::Metadata, 13),
-            (ApiKey::FindCoordinator, 5),
+            (ApiKey::ConsumerGroupHeartbeat, 0),
         ] {
             let response = response(api, version).unwrap_or_else(|| panic!("{api:?} v{version}"));
             assert_eq!(error_code_of(&response), Some(unsupported), "{api:?}");
@@ -288,6 +288,8 @@ mod tests {
     fn a_version_whose_response_has_no_error_field_is_not_answered() {
         // Metadata's top-level error code arrived in v13: v0 would read as an empty success.
         assert!(response(ApiKey::Metadata, 0).is_none());
+        // FindCoordinator v4+ reports errors per coordinator key, not at the top.
+        assert!(response(ApiKey::FindCoordinator, 5).is_none());
         // Produce has no top-level error code in any version.
         assert!(response(ApiKey::Produce, 2).is_none());
         // Versions kafka-protocol cannot encode.
