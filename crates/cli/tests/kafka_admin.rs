@@ -28,27 +28,40 @@ struct KafkaServer {
 
 impl KafkaServer {
     fn start(extra: &[&str], env: &[(&str, &str)]) -> KafkaServer {
-        KafkaServer::spawn(extra, env, Stdio::inherit())
+        KafkaServer::spawn(&server_args(extra), env, Stdio::inherit())
     }
 
     /// [`KafkaServer::start`] with its log (at info) written to `log`.
     fn start_logging(extra: &[&str], log: &std::path::Path) -> KafkaServer {
         let file = std::fs::File::create(log).expect("log file");
-        KafkaServer::spawn(extra, &[("TINYMQ_LOG", "info")], Stdio::from(file))
+        let env = [("TINYMQ_LOG", "info")];
+        KafkaServer::spawn(&server_args(extra), &env, Stdio::from(file))
     }
 
-    fn spawn(extra: &[&str], env: &[(&str, &str)], stderr: Stdio) -> KafkaServer {
+    /// `tinymq broker --id ID` of the cluster at `meta`, with a Kafka listener when `kafka`.
+    fn start_broker(id: u32, meta: &str, kafka: bool) -> KafkaServer {
+        let id = id.to_string();
+        let mut args = vec![
+            "broker",
+            "--id",
+            &id,
+            "--listen",
+            "127.0.0.1:0",
+            "--meta",
+            meta,
+        ];
+        if kafka {
+            args.extend(["--kafka-listen", "127.0.0.1:0"]);
+        }
+        KafkaServer::spawn(&args, &[], Stdio::inherit())
+    }
+
+    /// Runs `tinymq ARGS --data DIR` and reads the addresses it prints (the Kafka one when
+    /// `--kafka-listen` is among the arguments; else `kafka` is empty).
+    fn spawn(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> KafkaServer {
         let data = tempfile::tempdir().expect("tempdir");
         let mut child = Command::new(common::BIN)
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--kafka-listen",
-                "127.0.0.1:0",
-            ])
-            .args(["--http", "off"])
-            .args(extra)
+            .args(args)
             .arg("--data")
             .arg(data.path())
             .env("TINYMQ_LOG", "warn")
@@ -56,7 +69,7 @@ impl KafkaServer {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .spawn()
-            .expect("spawn tinymq server");
+            .expect("spawn tinymq");
         let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let mut line = |prefix: &str| {
             let mut line = String::new();
@@ -67,7 +80,11 @@ impl KafkaServer {
                 .to_string()
         };
         let addr = line("tinymq listening on ");
-        let kafka = line("tinymq kafka listening on ");
+        let kafka = if args.contains(&"--kafka-listen") {
+            line("tinymq kafka listening on ")
+        } else {
+            String::new()
+        };
         // Keep reading, so a later line never finds the pipe closed.
         std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         KafkaServer {
@@ -97,6 +114,20 @@ impl KafkaServer {
     fn connect(&self) -> Kafka {
         Kafka::connect(&self.kafka)
     }
+}
+
+/// `tinymq server` on ephemeral ports with a Kafka listener, then `extra`.
+fn server_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "server",
+        "--listen",
+        "127.0.0.1:0",
+        "--kafka-listen",
+        "127.0.0.1:0",
+    ];
+    args.extend(["--http", "off"]);
+    args.extend_from_slice(extra);
+    args
 }
 
 impl Drop for KafkaServer {
@@ -195,6 +226,7 @@ fn topic<'a>(
 }
 
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const LEADER_NOT_AVAILABLE: i16 = 5;
 
 #[test]
 fn metadata_names_the_kafka_listener_and_every_partition() {
@@ -653,4 +685,78 @@ fn a_plain_kafka_client_on_a_tls_port_is_logged_and_closed() {
         text.contains("plain Kafka client").then_some(text)
     });
     assert!(logged.is_some(), "no log line names the plain Kafka client");
+}
+
+/// In a cluster, each broker registers its Kafka address: any broker's Metadata names every
+/// broker with a Kafka listener, and a partition led by one without is not offered.
+#[test]
+fn every_broker_registers_its_kafka_address() {
+    let meta_dir = tempfile::tempdir().expect("tempdir");
+    let meta_addrs = vec![format!("127.0.0.1:{}", common::free_port())];
+    let _meta = common::start(1, &meta_addrs, meta_dir.path());
+    let brokers = [
+        KafkaServer::start_broker(1, &meta_addrs[0], true),
+        KafkaServer::start_broker(2, &meta_addrs[0], true),
+        KafkaServer::start_broker(3, &meta_addrs[0], false),
+    ];
+    brokers[0].tool(
+        &[
+            "topic",
+            "create",
+            "spread",
+            "--partitions",
+            "6",
+            "--replicas",
+            "1",
+        ],
+        &[],
+    );
+    let leaders: Vec<u64> = common::retry(100, Duration::from_millis(100), || {
+        let described = common::cluster::describe("spread", &brokers[0].addr);
+        (described.len() == 6 && described.iter().all(|p| p.leader != 0))
+            .then(|| described.iter().map(|p| p.leader).collect())
+    })
+    .expect("every partition led");
+    assert!(leaders.contains(&3), "broker 3 leads none of {leaders:?}");
+
+    for asked in &brokers[..2] {
+        let metadata = common::retry(100, Duration::from_millis(100), || {
+            let mut k = asked.connect();
+            let m = metadata_of(&mut k, 12, Some(&["spread"]));
+            (m.brokers.len() == 2).then_some(m)
+        })
+        .expect("both Kafka brokers listed");
+        for (id, broker) in [(1, &brokers[0]), (2, &brokers[1])] {
+            let listed = metadata
+                .brokers
+                .iter()
+                .find(|b| b.node_id.0 == id)
+                .unwrap_or_else(|| panic!("broker {id} not in {metadata:?}"));
+            assert_eq!(
+                format!("{}:{}", listed.host.as_str(), listed.port),
+                broker.kafka
+            );
+        }
+        let spread = topic(&metadata, "spread");
+        for p in &spread.partitions {
+            let native_leader = leaders[p.partition_index as usize];
+            if native_leader == 3 {
+                assert_eq!(
+                    (p.error_code, p.leader_id.0),
+                    (LEADER_NOT_AVAILABLE, -1),
+                    "{p:?}"
+                );
+            } else {
+                assert_eq!(
+                    (p.error_code, p.leader_id.0 as u64),
+                    (0, native_leader),
+                    "{p:?}"
+                );
+            }
+        }
+        let cluster = asked.connect().call(1, &DescribeClusterRequest::default());
+        let mut ids: Vec<i32> = cluster.brokers.iter().map(|b| b.broker_id.0).collect();
+        ids.sort();
+        assert_eq!(ids, [1, 2], "{cluster:?}");
+    }
 }
