@@ -280,6 +280,18 @@ fn metadata_names_the_kafka_listener_and_every_partition() {
         UNKNOWN_TOPIC_OR_PARTITION
     );
     assert!(!server.tool(&["topic", "list"], &[]).contains("nope"));
+    // By id (v10+): topics have no ids here. Decoded from the wire form (the id, a null
+    // name, no tagged fields), as kafka-protocol's Uuid type is not a dependency here.
+    let mut wire = vec![9u8; 16];
+    wire.extend([0, 0]);
+    let by_id = MetadataRequestTopic::decode(&mut bytes::Bytes::from(wire), 12).expect("by id");
+    let response = k.call(
+        12,
+        &MetadataRequest::default().with_topics(Some(vec![by_id])),
+    );
+    assert_eq!(response.topics.len(), 1);
+    assert_eq!(response.topics[0].error_code, UNKNOWN_TOPIC_ID);
+    assert!(response.topics[0].name.is_none());
 }
 
 #[test]
