@@ -143,7 +143,9 @@ fn produce_with_each_acks_then_fetch_and_list_offsets() {
     assert_eq!((both.error_code, both.base_offset), (0, 6));
 
     for version in [4, 12] {
-        let data = fetch(&mut k, version, "t", 0);
+        // read_committed is accepted: with no transactions every record is committed.
+        let request = fetch_request("t", 0, 0).with_isolation_level(1);
+        let data = k.call(version, &request).responses[0].partitions[0].clone();
         assert_eq!((data.error_code, data.high_watermark), (0, 8));
         assert_eq!(
             data.last_stable_offset, 8,
@@ -291,7 +293,7 @@ fn an_idempotent_producer_is_deduplicated_and_kept_in_order() {
     let values: Vec<_> = got.into_iter().map(|(_, r)| r).collect();
     assert_eq!(
         values,
-        [first, second].concat(),
+        [first, second.clone()].concat(),
         "no duplicate, nothing after the gap"
     );
 
@@ -299,6 +301,28 @@ fn an_idempotent_producer_is_deduplicated_and_kept_in_order() {
     let again = k.call(0, &InitProducerIdRequest::default());
     assert_eq!(again.error_code, 0);
     assert_ne!(again.producer_id, init.producer_id);
+
+    // An epoch bump (v3+, naming the current id and epoch, KIP-360) gets a fresh id, whose
+    // sequences start at 0 again.
+    let bump = InitProducerIdRequest::default()
+        .with_producer_id(init.producer_id)
+        .with_producer_epoch(init.producer_epoch);
+    let bumped = k.call(4, &bump);
+    assert_eq!(bumped.error_code, 0);
+    assert_ne!(bumped.producer_id, init.producer_id);
+    let fresh = ProducerStamp {
+        producer_id: bumped.producer_id.0,
+        producer_epoch: bumped.producer_epoch,
+        base_sequence: 0,
+    };
+    let after_bump = produce(
+        &mut k,
+        11,
+        "idem",
+        batch(&second, Compression::None, fresh),
+        -1,
+    );
+    assert_eq!((after_bump.error_code, after_bump.base_offset), (0, 5));
 }
 
 #[test]
