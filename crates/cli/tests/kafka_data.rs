@@ -480,3 +480,69 @@ fn errors_are_kafkas_codes() {
     let bad_acks = produce(&mut k, 11, "e", plain(&records("e", 1, T0)), 2);
     assert_eq!(bad_acks.error_code, K::InvalidRequiredAcks.code());
 }
+
+#[test]
+fn a_broker_that_does_not_lead_names_the_leader_and_its_kafka_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta = format!("127.0.0.1:{}", common::free_port());
+    let _meta = common::start(1, std::slice::from_ref(&meta), tmp.path());
+    let brokers = [KafkaServer::broker(1, &meta), KafkaServer::broker(2, &meta)];
+    let create = [
+        "topic",
+        "create",
+        "moved",
+        "--partitions",
+        "1",
+        "--replicas",
+        "2",
+    ];
+    let created = common::retry(150, std::time::Duration::from_millis(200), || {
+        let out =
+            common::cluster::tool(&[&create[..], &["--bootstrap", &brokers[0].native]].concat());
+        out.status.success().then_some(())
+    });
+    assert!(
+        created.is_some(),
+        "the topic is created once both brokers registered"
+    );
+    common::cluster::wait_all_in_sync("moved", &brokers[0].native);
+    let leader_id = common::cluster::describe("moved", &brokers[0].native)[0].leader as u32;
+    let leader = &brokers[leader_id as usize - 1];
+    let follower = &brokers[2 - leader_id as usize];
+    let leader_port: i32 = leader.kafka.rsplit(':').next().unwrap().parse().unwrap();
+
+    let mut k = follower.connect();
+    let refused = k.call(
+        11,
+        &produce_request("moved", plain(&records("m", 1, T0)), -1),
+    );
+    let answer = &refused.responses[0].partition_responses[0];
+    assert_eq!(answer.error_code, K::NotLeaderOrFollower.code());
+    assert_eq!(answer.current_leader.leader_id.0, leader_id as i32);
+    assert!(answer.current_leader.leader_epoch >= 0);
+    let endpoint = refused
+        .node_endpoints
+        .iter()
+        .find(|e| e.node_id.0 == leader_id as i32)
+        .expect("the leader's Kafka address comes with the refusal");
+    assert_eq!(
+        (endpoint.host.as_str(), endpoint.port),
+        ("127.0.0.1", leader_port)
+    );
+    // Before v10 the same refusal, without the fields the version lacks.
+    let old = produce(&mut k, 9, "moved", plain(&records("m", 1, T0)), -1);
+    assert_eq!(old.error_code, K::NotLeaderOrFollower.code());
+
+    let fetched = fetch(&mut k, 12, "moved", 0);
+    assert_eq!(fetched.error_code, K::NotLeaderOrFollower.code());
+    assert_eq!(fetched.current_leader.leader_id.0, leader_id as i32);
+    assert_eq!(
+        list_offset(&mut k, 7, "moved", -1).error_code,
+        K::NotLeaderOrFollower.code()
+    );
+
+    // Where it says: the leader takes the write.
+    let mut at_leader = leader.connect();
+    let written = produce(&mut at_leader, 11, "moved", plain(&records("m", 1, T0)), -1);
+    assert_eq!((written.error_code, written.base_offset), (0, 0));
+}
