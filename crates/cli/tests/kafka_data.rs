@@ -546,3 +546,38 @@ fn a_broker_that_does_not_lead_names_the_leader_and_its_kafka_address() {
     let written = produce(&mut at_leader, 11, "moved", plain(&records("m", 1, T0)), -1);
     assert_eq!((written.error_code, written.base_offset), (0, 0));
 }
+
+#[test]
+fn every_served_version_of_the_data_apis_answers() {
+    let server = KafkaServer::start();
+    server.create_topic("v", 1);
+    let mut k = server.connect();
+    let recs = records("v", 9, T0);
+    for (i, version) in (3..=11).enumerate() {
+        let answer = produce(&mut k, version, "v", plain(&recs[i..i + 1]), 1);
+        assert_eq!(
+            (answer.error_code, answer.base_offset),
+            (0, i as i64),
+            "produce v{version}"
+        );
+    }
+    for version in 4..=12 {
+        let data = fetch(&mut k, version, "v", 0);
+        assert_eq!(data.error_code, 0, "fetch v{version}");
+        let (got, _) = read_records(&data.records.unwrap());
+        assert_eq!(got.len(), 9, "fetch v{version}");
+    }
+    for version in 1..=7 {
+        let latest = list_offset(&mut k, version, "v", -1);
+        assert_eq!(
+            (latest.error_code, latest.offset),
+            (0, 9),
+            "list offsets v{version}"
+        );
+    }
+    for version in 0..=4 {
+        let init = k.call(version, &InitProducerIdRequest::default());
+        assert_eq!(init.error_code, 0, "init producer id v{version}");
+        assert!(init.producer_id.0 > 0, "init producer id v{version}");
+    }
+}
