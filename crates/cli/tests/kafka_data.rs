@@ -5,113 +5,19 @@
 //! protocols unchanged. Requests are kafka-protocol's own types over a TcpStream.
 
 mod common;
+#[path = "kafka_data/requests.rs"]
+mod requests;
 #[path = "kafka_data/wire.rs"]
 mod wire;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as K;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::fetch_response::PartitionData;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::list_offsets_response::ListOffsetsPartitionResponse;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::produce_response::PartitionProduceResponse;
-use kafka_protocol::messages::{
-    FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest, TopicName,
-    TransactionalId,
-};
+use kafka_protocol::messages::{FetchRequest, InitProducerIdRequest, TransactionalId};
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::batch::{Compression, ProducerStamp};
 
-use wire::{batch, read_records, Kafka, KafkaServer, Rec};
-
-const T0: i64 = 1_700_000_000_000;
-
-fn name(topic: &str) -> TopicName {
-    TopicName(StrBytes::from_string(topic.to_owned()))
-}
-
-fn produce_request(topic: &str, records: Bytes, acks: i16) -> ProduceRequest {
-    ProduceRequest::default()
-        .with_acks(acks)
-        .with_timeout_ms(10_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(name(topic))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(records))])])
-}
-
-/// Produces `records` to partition 0 of `topic`; the partition's answer.
-fn produce(
-    k: &mut Kafka,
-    version: i16,
-    topic: &str,
-    records: Bytes,
-    acks: i16,
-) -> PartitionProduceResponse {
-    let response = k.call(version, &produce_request(topic, records, acks));
-    assert_eq!(response.responses.len(), 1);
-    assert_eq!(response.responses[0].name, name(topic));
-    response.responses[0].partition_responses[0].clone()
-}
-
-fn fetch_request(topic: &str, offset: i64, max_wait_ms: i32) -> FetchRequest {
-    FetchRequest::default()
-        .with_replica_id((-1).into())
-        .with_max_wait_ms(max_wait_ms)
-        .with_min_bytes(1)
-        .with_max_bytes(1 << 20)
-        .with_session_epoch(-1)
-        .with_topics(vec![FetchTopic::default()
-            .with_topic(name(topic))
-            .with_partitions(vec![FetchPartition::default()
-                .with_partition(0)
-                .with_fetch_offset(offset)
-                .with_partition_max_bytes(1 << 20)])])
-}
-
-/// Fetches partition 0 of `topic` from `offset` (answered at once when there is nothing).
-fn fetch(k: &mut Kafka, version: i16, topic: &str, offset: i64) -> PartitionData {
-    let response = k.call(version, &fetch_request(topic, offset, 0));
-    assert_eq!(response.error_code, 0);
-    assert_eq!(response.session_id, 0, "sessionless");
-    response.responses[0].partitions[0].clone()
-}
-
-fn list_offset(
-    k: &mut Kafka,
-    version: i16,
-    topic: &str,
-    timestamp: i64,
-) -> ListOffsetsPartitionResponse {
-    let request = ListOffsetsRequest::default()
-        .with_replica_id((-1).into())
-        .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(name(topic))
-            .with_partitions(vec![ListOffsetsPartition::default()
-                .with_partition_index(0)
-                .with_timestamp(timestamp)])]);
-    let response = k.call(version, &request);
-    response.topics[0].partitions[0].clone()
-}
-
-fn records(prefix: &str, count: usize, first_timestamp_ms: i64) -> Vec<Rec> {
-    (0..count)
-        .map(|i| {
-            Rec::new(
-                &format!("{prefix}{i}"),
-                &format!("value {prefix}{i}"),
-                first_timestamp_ms + i as i64,
-            )
-        })
-        .collect()
-}
-
-fn plain(records: &[Rec]) -> Bytes {
-    batch(records, Compression::None, ProducerStamp::NONE)
-}
-
+use requests::{fetch, fetch_request, list_offset, plain, produce, produce_request, records, T0};
+use wire::{batch, read_records, KafkaServer, Rec};
 #[test]
 fn produce_with_each_acks_then_fetch_and_list_offsets() {
     let server = KafkaServer::start();
@@ -143,7 +49,9 @@ fn produce_with_each_acks_then_fetch_and_list_offsets() {
     assert_eq!((both.error_code, both.base_offset), (0, 6));
 
     for version in [4, 12] {
-        let data = fetch(&mut k, version, "t", 0);
+        // read_committed is accepted: with no transactions every record is committed.
+        let request = fetch_request("t", 0, 0).with_isolation_level(1);
+        let data = k.call(version, &request).responses[0].partitions[0].clone();
         assert_eq!((data.error_code, data.high_watermark), (0, 8));
         assert_eq!(
             data.last_stable_offset, 8,
@@ -291,7 +199,7 @@ fn an_idempotent_producer_is_deduplicated_and_kept_in_order() {
     let values: Vec<_> = got.into_iter().map(|(_, r)| r).collect();
     assert_eq!(
         values,
-        [first, second].concat(),
+        [first, second.clone()].concat(),
         "no duplicate, nothing after the gap"
     );
 
@@ -299,6 +207,28 @@ fn an_idempotent_producer_is_deduplicated_and_kept_in_order() {
     let again = k.call(0, &InitProducerIdRequest::default());
     assert_eq!(again.error_code, 0);
     assert_ne!(again.producer_id, init.producer_id);
+
+    // An epoch bump (v3+, naming the current id and epoch, KIP-360) gets a fresh id, whose
+    // sequences start at 0 again.
+    let bump = InitProducerIdRequest::default()
+        .with_producer_id(init.producer_id)
+        .with_producer_epoch(init.producer_epoch);
+    let bumped = k.call(4, &bump);
+    assert_eq!(bumped.error_code, 0);
+    assert_ne!(bumped.producer_id, init.producer_id);
+    let fresh = ProducerStamp {
+        producer_id: bumped.producer_id.0,
+        producer_epoch: bumped.producer_epoch,
+        base_sequence: 0,
+    };
+    let after_bump = produce(
+        &mut k,
+        11,
+        "idem",
+        batch(&second, Compression::None, fresh),
+        -1,
+    );
+    assert_eq!((after_bump.error_code, after_bump.base_offset), (0, 5));
 }
 
 #[test]
@@ -455,4 +385,105 @@ fn errors_are_kafkas_codes() {
     assert_eq!(session.error_code, K::FetchSessionIdNotFound.code());
     let bad_acks = produce(&mut k, 11, "e", plain(&records("e", 1, T0)), 2);
     assert_eq!(bad_acks.error_code, K::InvalidRequiredAcks.code());
+}
+
+#[test]
+fn a_broker_that_does_not_lead_names_the_leader_and_its_kafka_address() {
+    let tmp = tempfile::tempdir().unwrap();
+    let meta = format!("127.0.0.1:{}", common::free_port());
+    let _meta = common::start(1, std::slice::from_ref(&meta), tmp.path());
+    let brokers = [KafkaServer::broker(1, &meta), KafkaServer::broker(2, &meta)];
+    let create = [
+        "topic",
+        "create",
+        "moved",
+        "--partitions",
+        "1",
+        "--replicas",
+        "2",
+    ];
+    let created = common::retry(150, std::time::Duration::from_millis(200), || {
+        let out =
+            common::cluster::tool(&[&create[..], &["--bootstrap", &brokers[0].native]].concat());
+        out.status.success().then_some(())
+    });
+    assert!(
+        created.is_some(),
+        "the topic is created once both brokers registered"
+    );
+    common::cluster::wait_all_in_sync("moved", &brokers[0].native);
+    let leader_id = common::cluster::describe("moved", &brokers[0].native)[0].leader as u32;
+    let leader = &brokers[leader_id as usize - 1];
+    let follower = &brokers[2 - leader_id as usize];
+    let leader_port: i32 = leader.kafka.rsplit(':').next().unwrap().parse().unwrap();
+
+    let mut k = follower.connect();
+    let refused = k.call(
+        11,
+        &produce_request("moved", plain(&records("m", 1, T0)), -1),
+    );
+    let answer = &refused.responses[0].partition_responses[0];
+    assert_eq!(answer.error_code, K::NotLeaderOrFollower.code());
+    assert_eq!(answer.current_leader.leader_id.0, leader_id as i32);
+    assert!(answer.current_leader.leader_epoch >= 0);
+    let endpoint = refused
+        .node_endpoints
+        .iter()
+        .find(|e| e.node_id.0 == leader_id as i32)
+        .expect("the leader's Kafka address comes with the refusal");
+    assert_eq!(
+        (endpoint.host.as_str(), endpoint.port),
+        ("127.0.0.1", leader_port)
+    );
+    // Before v10 the same refusal, without the fields the version lacks.
+    let old = produce(&mut k, 9, "moved", plain(&records("m", 1, T0)), -1);
+    assert_eq!(old.error_code, K::NotLeaderOrFollower.code());
+
+    let fetched = fetch(&mut k, 12, "moved", 0);
+    assert_eq!(fetched.error_code, K::NotLeaderOrFollower.code());
+    assert_eq!(fetched.current_leader.leader_id.0, leader_id as i32);
+    assert_eq!(
+        list_offset(&mut k, 7, "moved", -1).error_code,
+        K::NotLeaderOrFollower.code()
+    );
+
+    // Where it says: the leader takes the write.
+    let mut at_leader = leader.connect();
+    let written = produce(&mut at_leader, 11, "moved", plain(&records("m", 1, T0)), -1);
+    assert_eq!((written.error_code, written.base_offset), (0, 0));
+}
+
+#[test]
+fn every_served_version_of_the_data_apis_answers() {
+    let server = KafkaServer::start();
+    server.create_topic("v", 1);
+    let mut k = server.connect();
+    let recs = records("v", 9, T0);
+    for (i, version) in (3..=11).enumerate() {
+        let answer = produce(&mut k, version, "v", plain(&recs[i..i + 1]), 1);
+        assert_eq!(
+            (answer.error_code, answer.base_offset),
+            (0, i as i64),
+            "produce v{version}"
+        );
+    }
+    for version in 4..=12 {
+        let data = fetch(&mut k, version, "v", 0);
+        assert_eq!(data.error_code, 0, "fetch v{version}");
+        let (got, _) = read_records(&data.records.unwrap());
+        assert_eq!(got.len(), 9, "fetch v{version}");
+    }
+    for version in 1..=7 {
+        let latest = list_offset(&mut k, version, "v", -1);
+        assert_eq!(
+            (latest.error_code, latest.offset),
+            (0, 9),
+            "list offsets v{version}"
+        );
+    }
+    for version in 0..=4 {
+        let init = k.call(version, &InitProducerIdRequest::default());
+        assert_eq!(init.error_code, 0, "init producer id v{version}");
+        assert!(init.producer_id.0 > 0, "init producer id v{version}");
+    }
 }

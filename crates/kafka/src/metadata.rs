@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError as K;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -27,27 +28,31 @@ pub(crate) async fn handle(
     _version: i16,
     request: MetadataRequest,
 ) -> MetadataResponse {
-    let image = ctx.state().cluster.image();
-    let topics = match request.topics {
+    let (routes, by_id) = match request.topics {
         // Null: every topic. (Version 0's empty list meaning "all" is not served.)
-        None => all_topics(&ctx).await,
-        Some(wanted) if wanted.is_empty() => vec![],
+        None => (all_topics(&ctx).await, vec![]),
+        Some(wanted) if wanted.is_empty() => (vec![], vec![]),
         Some(wanted) => {
             let auto_create = request.allow_auto_topic_creation && ctx.config().auto_create_topics;
             named_topics(&ctx, wanted, auto_create).await
         }
     };
-    let image = if topics.is_empty() {
-        image
-    } else {
-        // Topics created here are in a newer image.
-        ctx.state().cluster.image()
-    };
+    // Read after the routes: topics created just now are in it.
+    let image = ctx.state().cluster.image();
+    let mut topics: Vec<MetadataResponseTopic> =
+        routes.into_iter().map(|t| topic(&ctx, &image, t)).collect();
+    // Topics have no Kafka ids here (Metadata answers with the zero UUID).
+    topics.extend(by_id.into_iter().map(|t| {
+        MetadataResponseTopic::default()
+            .with_name(None)
+            .with_topic_id(t.topic_id)
+            .with_error_code(K::UnknownTopicId.code())
+    }));
     MetadataResponse::default()
         .with_brokers(brokers(&ctx, &image))
         .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
         .with_controller_id(BrokerId(ctx.state().node_id() as i32))
-        .with_topics(topics.into_iter().map(|t| topic(&ctx, &image, t)).collect())
+        .with_topics(topics)
 }
 
 /// Every live broker with a Kafka listener, as the image has it: (node id, host, port). This
@@ -108,19 +113,19 @@ fn log_refusal(error: Option<&m::Error>) {
     }
 }
 
-/// The native answer for the topics named; unknown ones created first when `auto_create`.
+/// The native answer for the topics named (unknown ones created first when `auto_create`),
+/// and the topics asked for by id only.
 async fn named_topics(
     ctx: &Ctx,
-    wanted: Vec<kafka_protocol::messages::metadata_request::MetadataRequestTopic>,
+    wanted: Vec<MetadataRequestTopic>,
     auto_create: bool,
-) -> Vec<m::TopicRoutes> {
+) -> (Vec<m::TopicRoutes>, Vec<MetadataRequestTopic>) {
     let mut by_id = Vec::new();
     let mut names = Vec::new();
     for t in wanted {
-        match t.name {
+        match &t.name {
             Some(name) if !name.is_empty() => names.push(name.to_string()),
-            // Topics have no Kafka ids here (Metadata answers with the zero UUID).
-            _ => by_id.push(t.topic_id),
+            _ => by_id.push(t),
         }
     }
     let mut routes = native_routes(ctx, &names).await;
@@ -142,17 +147,7 @@ async fn named_topics(
             }
         }
     }
-    routes.extend(by_id.into_iter().map(|id| {
-        m::TopicRoutes {
-            name: String::new(),
-            error: Some(
-                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                    .with_message(format!("topic ids are not served (asked for {id})")),
-            ),
-            partitions: vec![],
-        }
-    }));
-    routes
+    (routes, by_id)
 }
 
 fn is_unknown_topic(error: Option<&m::Error>) -> bool {

@@ -50,12 +50,14 @@ struct Plan {
 /// watermark), but no response is sent.
 pub(crate) async fn admit(ctx: &Arc<Ctx>, version: i16, request: ProduceRequest) -> Pending {
     let acks = request.acks;
-    let plan = plan(request);
-    let call = if plan.native.partitions.is_empty() {
+    let Plan { topics, native } = plan(request);
+    let call = if native.partitions.is_empty() {
         None
     } else {
-        Some(ctx.admit(OpCode::Produce, &plan.native).await)
+        Some(ctx.admit(OpCode::Produce, &native).await)
     };
+    // Written: the request's record bytes need not live on through the flush wait.
+    drop(native);
     let ctx = Arc::clone(ctx);
     Box::pin(async move {
         let native = match call {
@@ -68,7 +70,9 @@ pub(crate) async fn admit(ctx: &Arc<Ctx>, version: i16, request: ProduceRequest)
         let native = native.and_then(|r| {
             r.ok_or_else(|| ErrorCode::UNKNOWN_SERVER_ERROR.with_message("no produce response"))
         });
-        Some(ResponseKind::Produce(respond(&ctx, version, plan, native)))
+        Some(ResponseKind::Produce(respond(
+            &ctx, version, topics, native,
+        )))
     })
 }
 
@@ -138,13 +142,12 @@ fn refused(code: K, message: &str) -> Slot {
 fn respond(
     ctx: &Ctx,
     version: i16,
-    plan: Plan,
+    topics: Vec<(TopicName, Vec<(i32, Slot)>)>,
     native: Result<m::ProduceResponse, m::Error>,
 ) -> ProduceResponse {
     let mut results = Results::new(native);
     let mut endpoints: Vec<NodeEndpoint> = Vec::new();
-    let responses = plan
-        .topics
+    let responses = topics
         .into_iter()
         .map(|(name, partitions)| {
             let partition_responses = partitions

@@ -25,16 +25,25 @@ pub struct KafkaServer {
 }
 
 impl KafkaServer {
+    /// A standalone server (MetaServer and broker in one process).
     pub fn start() -> KafkaServer {
+        KafkaServer::spawn(&["server", "--listen", "127.0.0.1:0"])
+    }
+
+    /// Broker `id` of the cluster whose MetaServer is at `meta`.
+    pub fn broker(id: u32, meta: &str) -> KafkaServer {
+        let id = id.to_string();
+        let listen = format!("127.0.0.1:{}", common::free_port());
+        KafkaServer::spawn(&["broker", "--id", &id, "--listen", &listen, "--meta", meta])
+    }
+
+    /// Runs `tinymq ARGS --kafka-listen 127.0.0.1:PORT --data DIR`; reads both addresses.
+    fn spawn(args: &[&str]) -> KafkaServer {
         let data = tempfile::tempdir().unwrap();
+        let kafka_listen = format!("127.0.0.1:{}", common::free_port());
         let mut child = Command::new(common::BIN)
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--kafka-listen",
-                "127.0.0.1:0",
-            ])
+            .args(args)
+            .args(["--kafka-listen", &kafka_listen])
             .arg("--data")
             .arg(data.path())
             .env("TINYMQ_LOG", "warn")

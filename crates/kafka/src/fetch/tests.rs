@@ -1,3 +1,5 @@
+//! Fetch translation without a broker: the native request built and the answers matched.
+
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::ErrorCode;

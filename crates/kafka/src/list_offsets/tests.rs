@@ -1,3 +1,5 @@
+//! ListOffsets translation without a broker: what goes to the broker and what is answered here.
+
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::ErrorCode;

@@ -1,3 +1,6 @@
+//! Produce translation without a broker: how a Kafka request is split into native partitions
+//! and how native answers are combined back per Kafka partition.
+
 use bytes::Bytes;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::TransactionalId;
