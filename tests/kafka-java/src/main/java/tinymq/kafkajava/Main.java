@@ -39,6 +39,12 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * check-sequence BOOTSTRAP TOPIC GROUP COUNT read COUNT records whose values are 0..COUNT-1
  *                                            as a group member: none lost or repeated, and per
  *                                            partition offsets without a gap, values rising
+ * perf-produce  BOOTSTRAP TOPIC COUNT BYTES  throughput: COUNT values of BYTES bytes, no key,
+ *                                            acks=all, linger.ms=5, batch.size=1 MiB, no
+ *                                            compression (tinymq bench's defaults); one JSON
+ *                                            line in tinymq bench's report form
+ * perf-consume  BOOTSTRAP TOPIC COUNT BYTES  throughput: COUNT records from every partition's
+ *                                            beginning, no group, the client's fetch defaults
  * </pre>
  */
 public final class Main {
@@ -80,6 +86,14 @@ public final class Main {
             case "check-sequence" -> {
                 need(args, 5);
                 checkSequence(args[1], args[2], args[3], Integer.parseInt(args[4]));
+            }
+            case "perf-produce" -> {
+                need(args, 5);
+                Perf.produce(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            }
+            case "perf-consume" -> {
+                need(args, 5);
+                Perf.consume(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
             }
             default -> throw new IllegalArgumentException(
                 "usage: produce|consume|consume-group|roundtrip BOOTSTRAP TOPIC [GROUP] COUNT");
@@ -259,7 +273,7 @@ public final class Main {
     }
 
     /** A JSON string literal. */
-    private static String json(String s) {
+    static String json(String s) {
         StringBuilder out = new StringBuilder("\"");
         for (char c : s.toCharArray()) {
             switch (c) {
