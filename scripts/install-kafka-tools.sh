@@ -6,7 +6,8 @@
 #   .tools/venv that scripts/install-python-tools.sh makes (made first when missing);
 # - the Java client: tests/kafka-java, a small Maven program on org.apache.kafka:kafka-clients,
 #   built into tests/kafka-java/target/kafka-java.jar with its dependencies in target/lib
-#   (run as `java -cp 'target/kafka-java.jar:target/lib/*' tinymq.kafkajava.Main`).
+#   (run as `java -cp 'target/kafka-java.jar:target/lib/*' tinymq.kafkajava.Main`); a JDK and
+#   Maven come from Debian when missing.
 # Idempotent, and quick when everything is already there: the jar is rebuilt only when the
 # program's sources or pom change (a stamp of their hash), offline first from ~/.m2.
 set -euo pipefail
@@ -19,18 +20,23 @@ python_pins=(
 )
 java_dir="$root/tests/kafka-java"
 
+# Installs Debian packages; a fresh machine may have no package lists yet, so the lists are
+# updated only when the install fails.
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
+    echo "needed: $* (Debian: apt-get install $*), and this is not root on Debian" >&2
+    exit 1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"; }
+}
+
 install_kcat() {
   if command -v kcat >/dev/null 2>&1; then
     echo "kcat already installed: $(command -v kcat)"
     return
   fi
-  if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
-    echo "kcat is needed (Debian: apt-get install kcat), and this is not root on Debian" >&2
-    exit 1
-  fi
-  # A fresh machine may have no package lists yet: update only when the install fails.
-  apt-get install -y -qq kcat >/dev/null 2>&1 ||
-    { apt-get update -qq && apt-get install -y -qq kcat; }
+  apt_install kcat
   command -v kcat >/dev/null 2>&1 || { echo "kcat did not install" >&2; exit 1; }
   echo "kcat installed: $(command -v kcat)"
 }
@@ -63,10 +69,9 @@ install_python_clients() {
 }
 
 install_java_client() {
-  command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || {
-    echo "java and mvn are needed (Debian: apt-get install default-jdk-headless maven)" >&2
-    exit 1
-  }
+  if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+    apt_install default-jdk-headless maven
+  fi
   local stamp="$java_dir/target/sources.sha256" want
   want="$(cd "$java_dir" && find pom.xml src -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)"
   if [ -f "$java_dir/target/kafka-java.jar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
