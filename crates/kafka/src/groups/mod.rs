@@ -133,10 +133,11 @@ impl Coordinator {
         Some(out)
     }
 
-    /// Forgets a vacant group now (DeleteGroups); false if it has members.
+    /// Forgets `group_id` if it is known here and vacant (DeleteGroups, once the native
+    /// deletion passed); whether it was.
     fn forget_if_vacant(&self, native: &GroupCoordinator, group_id: &str) -> bool {
         let mut groups = self.groups.lock();
-        if groups.get(group_id).is_some_and(|g| !g.is_vacant()) {
+        if !groups.get(group_id).is_some_and(Group::is_vacant) {
             return false;
         }
         groups.remove(group_id);
