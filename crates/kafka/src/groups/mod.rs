@@ -244,3 +244,6 @@ async fn admit_group(ctx: &Arc<Ctx>, group_id: &str) -> Result<(), i16> {
 fn group_name(id: &kafka_protocol::messages::GroupId) -> String {
     id.0.to_string()
 }
+
+#[cfg(test)]
+mod tests;
