@@ -219,6 +219,7 @@ async fn describe_one(ctx: &Arc<Ctx>, group: GroupId) -> DescribedGroup {
                 .map(|(id, m)| {
                     DescribedGroupMember::default()
                         .with_member_id(text(id.clone()))
+                        .with_group_instance_id(m.instance_id.clone().map(text))
                         .with_client_id(text(m.client_id.clone()))
                         .with_client_host(text(m.client_host.clone()))
                         .with_member_metadata(m.metadata(&protocol))

@@ -3,7 +3,8 @@
 //! assign server-side), OffsetCommit and OffsetFetch (the native group's committed offsets),
 //! ListGroups, DescribeGroups, DeleteGroups.
 //!
-//! - `state`: one group's state machine (pure: time passed in, waiting requests parked).
+//! - `state`: one group's state machine (pure: time passed in, waiting requests parked),
+//!   with static membership (`group.instance.id`) in `state::static_members`.
 //! - this module: the [`Coordinator`] holding those groups (bounded), the timer that expires
 //!   sessions and ends join phases, and the checks every group request makes natively.
 //! - `membership`, `offsets`, `admin`: the handlers.

@@ -21,6 +21,7 @@ fn join(member_id: &str) -> Join {
             name: "range".into(),
             metadata: Bytes::new(),
         }],
+        group_instance_id: None,
     }
 }
 
