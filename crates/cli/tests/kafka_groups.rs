@@ -198,6 +198,7 @@ struct Member {
     generation: i32,
     assignors: Vec<&'static str>,
     session_timeout_ms: i32,
+    instance: Option<&'static str>,
 }
 
 impl Member {
@@ -209,6 +210,7 @@ impl Member {
             generation: -1,
             assignors: assignors.to_vec(),
             session_timeout_ms: 10_000,
+            instance: None,
         }
     }
 
@@ -227,6 +229,7 @@ impl Member {
             .with_session_timeout_ms(self.session_timeout_ms)
             .with_rebalance_timeout_ms(30_000)
             .with_member_id(s(&self.id))
+            .with_group_instance_id(self.instance.map(s))
             .with_protocol_type(s("consumer"))
             .with_protocols(protocols)
     }
@@ -234,7 +237,8 @@ impl Member {
     /// The first join: told MEMBER_ID_REQUIRED and its id; then sends the real join (whose
     /// answer comes when the join phase ends).
     fn start_join(&mut self) -> i32 {
-        if self.id.is_empty() {
+        // A static member is named by its instance id: no MEMBER_ID_REQUIRED round trip.
+        if self.id.is_empty() && self.instance.is_none() {
             let first = self.kafka.call(JOIN_V, &self.join_request());
             assert_eq!(first.error_code, K::MemberIdRequired.code());
             assert!(!first.member_id.is_empty());
@@ -247,6 +251,9 @@ impl Member {
     fn finish_join(&mut self, correlation: i32) -> JoinGroupResponse {
         let joined = self.kafka.receive::<JoinGroupRequest>(JOIN_V, correlation);
         assert_eq!(joined.error_code, 0, "{joined:?}");
+        if self.instance.is_some() && self.id.is_empty() {
+            self.id = joined.member_id.to_string();
+        }
         assert_eq!(joined.member_id.as_str(), self.id);
         self.generation = joined.generation_id;
         joined
@@ -275,7 +282,8 @@ impl Member {
         let request = HeartbeatRequest::default()
             .with_group_id(group(&self.group))
             .with_generation_id(self.generation)
-            .with_member_id(s(&self.id));
+            .with_member_id(s(&self.id))
+            .with_group_instance_id(self.instance.map(s));
         self.kafka.call(4, &request).error_code
     }
 
@@ -603,4 +611,45 @@ fn one_group_id_has_members_of_one_protocol() {
     let joined = native.call(&join);
     assert!(joined.error.is_none(), "{joined:?}");
     assert_eq!(a.heartbeat(), K::UnknownMemberId.code());
+}
+
+#[test]
+fn a_restarted_static_member_gets_its_assignment_back_and_fences_its_old_self() {
+    let server = KafkaServer::start();
+    server.tool(&["topic", "create", "t", "--partitions", "4"]);
+    let mut a = Member::new(&server.kafka, "static-g", &["range"]);
+    let mut b = Member::new(&server.kafka, "static-g", &["range"]);
+    b.instance = Some("instance-b");
+    let (leader, generation) = join_all(&mut [&mut a, &mut b]);
+    let owned = sync_all(&mut [&mut a, &mut b], leader);
+    let b_owned = owned[1].clone();
+
+    // b restarts (a new connection, same instance id, no member id).
+    let mut b2 = Member::new(&server.kafka, "static-g", &["range"]);
+    b2.instance = Some("instance-b");
+    let sent = b2.start_join();
+    let joined = b2.finish_join(sent);
+    assert_ne!(b2.id, b.id, "a new member id");
+    // The leader is the first member in id order: a, whose id was handed out first.
+    assert_eq!(leader, 0);
+    {
+        // A follower came back: same generation, same assignment, no rebalance.
+        assert_eq!(joined.generation_id, generation);
+        let request = b2.sync_request(vec![]);
+        let synced = b2.kafka.call(5, &request);
+        assert_eq!(assigned_partitions(synced.assignment), b_owned);
+        assert_eq!(a.heartbeat(), 0);
+    }
+    assert_eq!(
+        b.heartbeat(),
+        K::FencedInstanceId.code(),
+        "the old self is fenced"
+    );
+    let described = describe(&mut Kafka::connect(&server.kafka), "static-g");
+    assert!(described.members.iter().any(|m| m
+        .group_instance_id
+        .as_ref()
+        .map(|i| i.to_string())
+        .as_deref()
+        == Some("instance-b")));
 }

@@ -139,7 +139,13 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
         R::SyncGroup(r) => serve!(ctx, version, r, SyncGroup, groups::sync_group),
         R::Heartbeat(r) => serve!(ctx, version, r, Heartbeat, groups::heartbeat),
         R::LeaveGroup(r) => serve!(ctx, version, r, LeaveGroup, groups::leave_group),
-        R::OffsetCommit(r) => serve!(ctx, version, r, OffsetCommit, groups::offset_commit),
+        // Committed before the next request is read, as Kafka does: a client's pipelined
+        // commits (librdkafka's async commits) must apply in the order sent, the last one
+        // winning, and concurrent native commits have no order between them.
+        R::OffsetCommit(r) => {
+            let response = groups::offset_commit(Arc::clone(ctx), version, r).await;
+            ready(ResponseKind::OffsetCommit(response))
+        }
         R::OffsetFetch(r) => serve!(ctx, version, r, OffsetFetch, groups::offset_fetch),
         R::ListGroups(r) => serve!(ctx, version, r, ListGroups, groups::list_groups),
         R::DescribeGroups(r) => serve!(ctx, version, r, DescribeGroups, groups::describe_groups),

@@ -219,6 +219,7 @@ async fn describe_one(ctx: &Arc<Ctx>, group: GroupId) -> DescribedGroup {
                 .map(|(id, m)| {
                     DescribedGroupMember::default()
                         .with_member_id(text(id.clone()))
+                        .with_group_instance_id(m.instance_id.clone().map(text))
                         .with_client_id(text(m.client_id.clone()))
                         .with_client_host(text(m.client_host.clone()))
                         .with_member_metadata(m.metadata(&protocol))
@@ -284,23 +285,33 @@ pub(crate) async fn delete_groups(
     DeleteGroupsResponse::default().with_results(results)
 }
 
-/// Refuses a group with Kafka members (NON_EMPTY_GROUP); otherwise forgets it here and
-/// deletes it natively (which refuses one with native members, and deletes its offsets).
+/// Deletes a group natively: the native coordinator checks the principal's access, refuses
+/// a group with native members, and one with Kafka members (held by this module: so
+/// NON_EMPTY_GROUP), and deletes its offsets. Then the vacant group is forgotten here; a
+/// group known only here (vacant, no offsets) is deleted by forgetting it.
 async fn delete_one(ctx: &Arc<Ctx>, group_id: &str) -> i16 {
-    if !ctx
-        .shared
-        .groups
-        .forget_if_vacant(&ctx.state().groups, group_id)
-    {
-        return K::NonEmptyGroup.code();
-    }
     let request = m::DeleteGroupRequest {
         group_id: group_id.to_string(),
     };
     let answer: Result<m::DeleteGroupResponse, m::Error> =
         ctx.call(OpCode::DeleteGroup, &request).await;
-    match answer {
-        Ok(response) => group_code(response.error.as_ref()),
-        Err(e) => group_code(Some(&e)),
+    let error = match answer {
+        Ok(response) => response.error,
+        Err(e) => Some(e),
+    };
+    let native = &ctx.state().groups;
+    match error {
+        Some(e) if e.code == u32::from(ErrorCode::GROUP_ID_NOT_FOUND.code()) => {
+            if ctx.shared.groups.forget_if_vacant(native, group_id) {
+                0
+            } else {
+                group_code(Some(&e))
+            }
+        }
+        Some(e) if e.code != 0 => group_code(Some(&e)),
+        _ => {
+            ctx.shared.groups.forget_if_vacant(native, group_id);
+            0
+        }
     }
 }

@@ -24,20 +24,6 @@ fn text(s: String) -> StrBytes {
     StrBytes::from_string(s)
 }
 
-/// Static membership (`group.instance.id`) is not implemented: such requests are refused
-/// with UNSUPPORTED_VERSION, the code Kafka clients report as "the broker does not support
-/// static membership", and the reason is logged.
-fn refuse_static_member(group_id: &str, instance: &Option<StrBytes>) -> Result<(), i16> {
-    match instance {
-        None => Ok(()),
-        Some(instance) => {
-            tracing::warn!(group = %group_id, instance = %instance.as_str(),
-                "kafka group request with group.instance.id refused: static membership is not supported; unset group.instance.id");
-            Err(K::UnsupportedVersion.code())
-        }
-    }
-}
-
 pub(crate) async fn join_group(
     ctx: Arc<Ctx>,
     version: i16,
@@ -47,9 +33,6 @@ pub(crate) async fn join_group(
     let member_id = r.member_id.to_string();
     let fail = |code: i16| join_response(version, Joined::error(code, &member_id));
     if let Err(code) = admit_group(&ctx, &group_id).await {
-        return fail(code);
-    }
-    if let Err(code) = refuse_static_member(&group_id, &r.group_instance_id) {
         return fail(code);
     }
     let session_timeout = millis(r.session_timeout_ms);
@@ -76,6 +59,7 @@ pub(crate) async fn join_group(
                 metadata: p.metadata,
             })
             .collect(),
+        group_instance_id: r.group_instance_id.map(|i| i.to_string()),
     };
     let (waiter, answer) = oneshot::channel();
     let native = &ctx.state().groups;
@@ -91,9 +75,10 @@ fn join_response(version: i16, j: Joined) -> JoinGroupResponse {
     let members = j
         .members
         .into_iter()
-        .map(|(id, metadata)| {
+        .map(|(id, instance, metadata)| {
             JoinGroupResponseMember::default()
                 .with_member_id(text(id))
+                .with_group_instance_id(instance.map(text))
                 .with_metadata(metadata)
         })
         .collect();
@@ -127,9 +112,6 @@ pub(crate) async fn sync_group(
     if let Err(code) = admit_group(&ctx, &group_id).await {
         return fail(code);
     }
-    if let Err(code) = refuse_static_member(&group_id, &r.group_instance_id) {
-        return fail(code);
-    }
     let assignments = r
         .assignments
         .into_iter()
@@ -139,11 +121,13 @@ pub(crate) async fn sync_group(
     let member_id = r.member_id.to_string();
     let protocol_type = r.protocol_type.as_ref().map(|s| s.as_str());
     let protocol_name = r.protocol_name.as_ref().map(|s| s.as_str());
+    let instance = r.group_instance_id.as_ref().map(|s| s.as_str());
     let out = ctx
         .shared
         .groups
         .with_group(&ctx.state().groups, &group_id, |g| {
-            g.sync(
+            g.check_instance(instance, &member_id)?;
+            Ok(g.sync(
                 &member_id,
                 r.generation_id,
                 protocol_type,
@@ -151,10 +135,12 @@ pub(crate) async fn sync_group(
                 assignments,
                 waiter,
                 Instant::now(),
-            )
+            ))
         });
-    let Some(out) = out else {
-        return fail(K::UnknownMemberId.code());
+    let out = match out {
+        None => return fail(K::UnknownMemberId.code()),
+        Some(Err(code)) => return fail(code),
+        Some(Ok(out)) => out,
     };
     deliver(out);
     match answer.await {
@@ -183,7 +169,11 @@ pub(crate) async fn heartbeat(
             .shared
             .groups
             .with_group(&ctx.state().groups, &group_id, |g| {
-                g.heartbeat(r.member_id.as_str(), r.generation_id, Instant::now())
+                let instance = r.group_instance_id.as_ref().map(|s| s.as_str());
+                match g.check_instance(instance, r.member_id.as_str()) {
+                    Err(code) => code,
+                    Ok(()) => g.heartbeat(r.member_id.as_str(), r.generation_id, Instant::now()),
+                }
             })
             .unwrap_or(K::UnknownMemberId.code()),
     };
@@ -199,12 +189,23 @@ pub(crate) async fn leave_group(
     if let Err(code) = admit_group(&ctx, &group_id).await {
         return LeaveGroupResponse::default().with_error_code(code);
     }
-    let leave = |member_id: &str| {
+    // A static member may leave by instance id alone.
+    let leave = |member_id: &str, instance: Option<&str>| {
         let outcome = ctx
             .shared
             .groups
             .with_group(&ctx.state().groups, &group_id, |g| {
-                g.leave(member_id, Instant::now())
+                let member_id = match (member_id, instance) {
+                    ("", Some(instance)) => g.member_of_instance(instance).cloned(),
+                    _ => Some(member_id.to_string()),
+                };
+                let Some(member_id) = member_id else {
+                    return (K::UnknownMemberId.code(), Vec::new());
+                };
+                if let Err(code) = g.check_instance(instance, &member_id) {
+                    return (code, Vec::new());
+                }
+                g.leave(&member_id, Instant::now())
             });
         let (code, out) = outcome.unwrap_or((K::UnknownMemberId.code(), Vec::new()));
         deliver(out);
@@ -214,16 +215,14 @@ pub(crate) async fn leave_group(
         code
     };
     if version < 3 {
-        return LeaveGroupResponse::default().with_error_code(leave(r.member_id.as_str()));
+        return LeaveGroupResponse::default().with_error_code(leave(r.member_id.as_str(), None));
     }
     let members = r
         .members
         .into_iter()
         .map(|m| {
-            let code = match refuse_static_member(&group_id, &m.group_instance_id) {
-                Err(code) if m.member_id.is_empty() => code,
-                _ => leave(m.member_id.as_str()),
-            };
+            let instance = m.group_instance_id.as_ref().map(|s| s.as_str());
+            let code = leave(m.member_id.as_str(), instance);
             MemberResponse::default()
                 .with_member_id(m.member_id)
                 .with_group_instance_id(m.group_instance_id)

@@ -3,7 +3,8 @@
 //! assign server-side), OffsetCommit and OffsetFetch (the native group's committed offsets),
 //! ListGroups, DescribeGroups, DeleteGroups.
 //!
-//! - `state`: one group's state machine (pure: time passed in, waiting requests parked).
+//! - `state`: one group's state machine (pure: time passed in, waiting requests parked),
+//!   with static membership (`group.instance.id`) in `state::static_members`.
 //! - this module: the [`Coordinator`] holding those groups (bounded), the timer that expires
 //!   sessions and ends join phases, and the checks every group request makes natively.
 //! - `membership`, `offsets`, `admin`: the handlers.
@@ -133,10 +134,11 @@ impl Coordinator {
         Some(out)
     }
 
-    /// Forgets a vacant group now (DeleteGroups); false if it has members.
+    /// Forgets `group_id` if it is known here and vacant (DeleteGroups, once the native
+    /// deletion passed); whether it was.
     fn forget_if_vacant(&self, native: &GroupCoordinator, group_id: &str) -> bool {
         let mut groups = self.groups.lock();
-        if groups.get(group_id).is_some_and(|g| !g.is_vacant()) {
+        if !groups.get(group_id).is_some_and(Group::is_vacant) {
             return false;
         }
         groups.remove(group_id);
@@ -243,3 +245,6 @@ async fn admit_group(ctx: &Arc<Ctx>, group_id: &str) -> Result<(), i16> {
 fn group_name(id: &kafka_protocol::messages::GroupId) -> String {
     id.0.to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -83,6 +83,8 @@ async fn check_committer(
     ctx.shared
         .groups
         .with_group(&ctx.state().groups, group_id, |g| {
+            let instance = r.group_instance_id.as_ref().map(|s| s.as_str());
+            g.check_instance(instance, member_id)?;
             g.check_commit(member_id, generation)
         })
         .unwrap_or(if generation < 0 {

@@ -76,7 +76,12 @@ pub struct Join {
     pub rebalance_timeout: Duration,
     pub protocol_type: String,
     pub protocols: Vec<Protocol>,
+    /// A static member's `group.instance.id` (see `static_members`).
+    pub group_instance_id: Option<String>,
 }
+
+/// One member as the leader learns it: id, instance id, metadata for the chosen protocol.
+pub type JoinedMember = (String, Option<String>, Bytes);
 
 /// The answer to a JoinGroup.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,7 +93,7 @@ pub struct Joined {
     pub leader: String,
     pub member_id: String,
     /// The leader's answer only: every member and its metadata for the chosen protocol.
-    pub members: Vec<(String, Bytes)>,
+    pub members: Vec<JoinedMember>,
 }
 
 impl Joined {
@@ -125,6 +130,8 @@ pub struct Member<W> {
     pub client_id: String,
     pub client_host: String,
     pub protocols: Vec<Protocol>,
+    /// A static member's instance id.
+    pub instance_id: Option<String>,
     session_timeout: Duration,
     rebalance_timeout: Duration,
     /// The member is removed when this passes without a heartbeat (unless it waits for a
@@ -161,6 +168,8 @@ pub struct Group<W> {
     pub members: BTreeMap<String, Member<W>>,
     /// Ids handed out with MEMBER_ID_REQUIRED, valid until their deadline.
     pending: BTreeMap<String, Instant>,
+    /// Static members: instance id → its current member id.
+    static_members: BTreeMap<String, String>,
     /// The join phase ends no earlier than this (a new group's initial delay)...
     join_ready_at: Instant,
     /// ...and no later than this (the longest rebalance timeout).
@@ -179,6 +188,7 @@ impl<W> Group<W> {
             leader: None,
             members: BTreeMap::new(),
             pending: BTreeMap::new(),
+            static_members: BTreeMap::new(),
             join_ready_at: now,
             join_deadline: now,
             empty_since: now,
@@ -231,6 +241,9 @@ impl<W> Group<W> {
         if !self.supports(&join.protocol_type, &join.protocols, &join.member_id) {
             return refuse(K::InconsistentGroupProtocol, waiter);
         }
+        if let Some(instance) = join.group_instance_id.clone() {
+            return self.join_static(instance, join, waiter, now);
+        }
         if join.member_id.is_empty() {
             if self.members.len() + self.pending.len() >= GROUP_MEMBERS_MAX {
                 return refuse(K::GroupMaxSizeReached, waiter);
@@ -257,12 +270,16 @@ impl<W> Group<W> {
         if self.members.is_empty() {
             self.protocol_type = Some(join.protocol_type.clone());
         }
+        if let Some(instance) = &join.group_instance_id {
+            self.static_members.insert(instance.clone(), id.clone());
+        }
         self.members.insert(
             id,
             Member {
                 client_id: join.client_id,
                 client_host: join.client_host,
                 protocols: join.protocols,
+                instance_id: join.group_instance_id,
                 session_timeout: join.session_timeout,
                 rebalance_timeout: join.rebalance_timeout.min(REBALANCE_TIMEOUT_MAX),
                 deadline: now + join.session_timeout,
@@ -441,7 +458,7 @@ impl<W> Group<W> {
         let members = if leader == id {
             self.members
                 .iter()
-                .map(|(id, m)| (id.clone(), m.metadata(&protocol)))
+                .map(|(id, m)| (id.clone(), m.instance_id.clone(), m.metadata(&protocol)))
                 .collect()
         } else {
             Vec::new()
@@ -577,19 +594,17 @@ impl<W> Group<W> {
     /// Removes a member, answering its waiting requests with UNKNOWN_MEMBER_ID, and starts
     /// a rebalance of the others; `None` if it is not a member.
     fn remove_member(&mut self, member_id: &str, now: Instant) -> Option<Deliveries<W>> {
-        let member = self.members.remove(member_id)?;
-        let mut out = Vec::new();
-        let gone = code(K::UnknownMemberId);
-        if let Some(waiter) = member.join_waiter {
-            out.push((waiter, Reply::Join(Joined::error(gone, member_id))));
+        let mut member = self.members.remove(member_id)?;
+        if let Some(instance) = &member.instance_id {
+            if self
+                .static_members
+                .get(instance)
+                .is_some_and(|id| id == member_id)
+            {
+                self.static_members.remove(instance);
+            }
         }
-        if let Some(waiter) = member.sync_waiter {
-            let answer = Synced {
-                error: gone,
-                ..Synced::default()
-            };
-            out.push((waiter, Reply::Sync(answer)));
-        }
+        let mut out = answer_waiters(&mut member, member_id, code(K::UnknownMemberId));
         if self.phase != Phase::PreparingRebalance {
             out.extend(self.prepare_rebalance(now));
         }
@@ -631,5 +646,22 @@ impl<W> Group<W> {
     }
 }
 
+/// Answers a departing member's waiting requests with `error`.
+fn answer_waiters<W>(member: &mut Member<W>, member_id: &str, error: i16) -> Deliveries<W> {
+    let mut out = Vec::new();
+    if let Some(waiter) = member.join_waiter.take() {
+        out.push((waiter, Reply::Join(Joined::error(error, member_id))));
+    }
+    if let Some(waiter) = member.sync_waiter.take() {
+        let answer = Synced {
+            error,
+            ..Synced::default()
+        };
+        out.push((waiter, Reply::Sync(answer)));
+    }
+    out
+}
+
+mod static_members;
 #[cfg(test)]
 mod tests;

@@ -27,6 +27,7 @@ fn join(member_id: &str, fresh: &str, names: &[&str]) -> Join {
         rebalance_timeout: REBALANCE,
         protocol_type: "consumer".into(),
         protocols: protocols(names),
+        group_instance_id: None,
     }
 }
 
@@ -223,7 +224,7 @@ fn the_protocol_is_one_every_member_supports() {
     let (_, d) = g.tick(now + INITIAL_REBALANCE_DELAY);
     let a = joined(&d, "a");
     assert_eq!(a.protocol_name.as_deref(), Some("range"));
-    let metadata: Vec<Bytes> = a.members.iter().map(|(_, m)| m.clone()).collect();
+    let metadata: Vec<Bytes> = a.members.iter().map(|(_, _, m)| m.clone()).collect();
     assert!(metadata
         .iter()
         .all(|m| m == &Bytes::from_static(b"meta-range")));
@@ -265,4 +266,66 @@ fn a_sync_from_the_wrong_generation_or_member_is_refused() {
         now,
     );
     assert_eq!(synced(&d, "b").assignment, Bytes::from_static(b"for-b"));
+}
+
+fn static_join(member_id: &str, fresh: &str, instance: &str) -> Join {
+    Join {
+        group_instance_id: Some(instance.into()),
+        ..join(member_id, fresh, &["range"])
+    }
+}
+
+#[test]
+fn a_restarted_static_member_takes_its_place_back_and_its_old_id_is_fenced() {
+    let now = Instant::now();
+    let mut g = Group::new(now);
+    // Static members skip MEMBER_ID_REQUIRED even when the client could handle it.
+    let mut first = static_join("", "s-1", "instance-a");
+    first.require_known_member_id = true;
+    assert!(g.join(first, "a", now).is_empty());
+    assert!(g.join(join("", "b", &["range"]), "b", now).is_empty());
+    let (_, d) = g.tick(now + INITIAL_REBALANCE_DELAY);
+    let generation = joined(&d, "a").generation;
+    let leader = joined(&d, "a").leader;
+    let follower = if leader == "s-1" { "b" } else { "s-1" };
+    let assignments = vec![
+        ("s-1".to_string(), Bytes::from_static(b"for-a")),
+        ("b".to_string(), Bytes::from_static(b"for-b")),
+    ];
+    let who = if leader == "s-1" { "a" } else { "b" };
+    g.sync(follower, generation, None, None, vec![], "f", now);
+    g.sync(&leader, generation, None, None, assignments, who, now);
+    assert_eq!(g.phase, Phase::Stable);
+    assert_eq!(g.check_instance(Some("instance-a"), "s-1"), Ok(()));
+
+    // The instance restarts: it joins without a member id and gets a new one.
+    let d = g.join(static_join("", "s-2", "instance-a"), "a2", now);
+    assert_eq!(
+        g.check_instance(Some("instance-a"), "s-1"),
+        Err(K::FencedInstanceId.code())
+    );
+    assert_eq!(
+        g.member_of_instance("instance-a").map(String::as_str),
+        Some("s-2")
+    );
+    if leader == "b" {
+        // A follower comes back without a rebalance, with its assignment.
+        let again = joined(&d, "a2");
+        assert_eq!((again.error, again.generation), (0, generation));
+        assert_eq!(g.phase, Phase::Stable);
+        let d = g.sync("s-2", generation, None, None, vec![], "a2", now);
+        assert_eq!(synced(&d, "a2").assignment, Bytes::from_static(b"for-a"));
+    } else {
+        assert_eq!(
+            g.phase,
+            Phase::PreparingRebalance,
+            "the leader came back: rebalance"
+        );
+    }
+    let d = g.join(static_join("s-1", "", "instance-a"), "old", now);
+    assert_eq!(joined(&d, "old").error, K::FencedInstanceId.code());
+    // Leaving by instance id.
+    let (error, _) = g.leave("s-2", now);
+    assert_eq!(error, 0);
+    assert_eq!(g.member_of_instance("instance-a"), None);
 }
