@@ -230,6 +230,27 @@ def commit_resume(bootstrap, topic, group):
         described_state=str(described.state), deleted=group)
 
 
+def group_consume(bootstrap, topic, group, count):
+    """As a member of GROUP, reads COUNT records from where the group's committed offsets say
+    (whichever protocol committed them), prints them, commits, leaves."""
+    c = consumer(bootstrap, group)
+    c.subscribe([topic])
+    got = []
+    deadline = time.monotonic() + WAIT_S
+    while len(got) < int(count):
+        if time.monotonic() > deadline:
+            raise Failed(f"read {len(got)} of {count} as a member of {group}")
+        msg = c.poll(0.2)
+        if msg is not None and msg.error():
+            raise Failed(f"consume: {msg.error()}")
+        if msg is not None:
+            got.append(msg)
+    c.commit(asynchronous=False)
+    c.close()
+    for msg in got:
+        out(**record(msg))
+
+
 def admin(bootstrap, topic):
     """AdminClient: create a topic (twice: the second is TOPIC_ALREADY_EXISTS), add
     partitions, describe its configs and the cluster, delete it."""
@@ -328,6 +349,7 @@ MODES = {
     "produce-one": produce_one,
     "consume": consume,
     "produce-many": produce_many,
+    "group-consume": group_consume,
 }
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 //! Cross-protocol (issue 17): a record produced by a Kafka client (confluent-kafka) is what
 //! `tinymq consume` prints, with the same key, value, headers (repeated and null-valued ones
 //! included), timestamp and offset; and a record written by `tinymq produce` is what kcat and
-//! confluent-kafka read. Clients from `scripts/install-kafka-tools.sh`.
+//! confluent-kafka read; and a group's committed offsets are one set, resumed from by members
+//! of either protocol. Clients from `scripts/install-kafka-tools.sh`.
 
 mod common;
 mod kafka_clients;
@@ -99,4 +100,48 @@ fn a_record_from_tinymq_produce_is_the_same_through_kcat_and_confluent_kafka() {
             .collect();
         assert_eq!(k["headers"], Value::Array(flat), "{k}");
     }
+}
+
+/// One set of committed offsets: a native group member's commit is where a confluent-kafka
+/// member of the same group starts, and its commit is where the next native member starts
+/// (members of one protocol at a time: each leaves before the other joins).
+#[test]
+fn a_group_resumes_across_protocols_from_one_set_of_committed_offsets() {
+    let server = KafkaServer::start();
+    server.create_topic("handover", 1);
+    let lines: String = (0..10).map(|i| format!("m{i}\n")).collect();
+    run_ok(server.tinymq(&["produce", "handover"]), lines.as_bytes());
+
+    let native_member = [
+        "consume",
+        "handover",
+        "--group",
+        "relay",
+        "--from-beginning",
+    ];
+    let mut first = server.tinymq(&native_member);
+    first.args(["--count", "4"]);
+    assert_eq!(run_ok(first, b""), "m0\nm1\nm2\nm3\n");
+
+    let mut kafka_member = python_script("confluent_clients.py", "confluent_kafka");
+    kafka_member.args(["group-consume", &server.kafka, "handover", "relay", "3"]);
+    let read = json_lines(&run_ok(kafka_member, b""));
+    let offsets: Vec<&Value> = read.iter().map(|r| &r["offset"]).collect();
+    assert_eq!(offsets, [4, 5, 6], "{read:?}");
+    assert_eq!(read[0]["value"], "m4", "{read:?}");
+
+    let described = run_ok(
+        server.tinymq(&["group", "describe", "relay", "--json"]),
+        b"",
+    );
+    let described: Value = serde_json::from_str(&described).expect("group describe --json");
+    assert_eq!(
+        described["partitions"][0]["committed_offset"], 7,
+        "{described}"
+    );
+    assert_eq!(described["members"], json!([]), "{described}");
+
+    let mut last = server.tinymq(&native_member);
+    last.args(["--count", "3"]);
+    assert_eq!(run_ok(last, b""), "m7\nm8\nm9\n");
 }
