@@ -2,6 +2,7 @@
 //! arguments and hands off; the roles live in the library crates.
 
 mod acl;
+mod alloc_guard;
 mod args;
 mod bench;
 mod client_security;
@@ -26,6 +27,10 @@ mod topic;
 mod user;
 
 use clap::{Parser, Subcommand};
+
+/// See `alloc_guard`: the Kafka decoder's lying-array-count allocations must not abort.
+#[global_allocator]
+static ALLOCATOR: alloc_guard::GuardedAllocator = alloc_guard::GuardedAllocator;
 
 #[derive(Parser)]
 #[command(

@@ -67,8 +67,7 @@ pub(crate) async fn admit(
             )),
         };
     }
-    let decoded = RequestKind::decode(api_key, &mut body, version)
-        .map_err(|e| format!("cannot parse {api_key:?} v{version}: {e}"))?;
+    let decoded = decode(api_key, version, &mut body)?;
     if let RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) = decoded {
         let (response, principal) = session.step(ctx, version, decoded).await?;
         if let Some(principal) = principal {
@@ -80,6 +79,22 @@ pub(crate) async fn admit(
     }
     let pending = route(ctx, version, decoded).await?;
     Ok(admitted(version, pending))
+}
+
+/// The request's body. The decoder is third-party code fed network bytes: a panic in it
+/// (there should be none) closes this connection, not the process. Its lying-array-count
+/// allocations are the binary's allocator's concern (`alloc_guard` in tinymq-cli).
+fn decode(api_key: ApiKey, version: i16, body: &mut bytes::Bytes) -> Result<RequestKind, Close> {
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        RequestKind::decode(api_key, body, version)
+    }));
+    match decoded {
+        Ok(Ok(request)) => Ok(request),
+        Ok(Err(e)) => Err(format!("cannot parse {api_key:?} v{version}: {e}")),
+        Err(_) => Err(format!(
+            "cannot parse {api_key:?} v{version}: the decoder panicked"
+        )),
+    }
 }
 
 /// A response already known.
