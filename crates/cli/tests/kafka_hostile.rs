@@ -748,3 +748,30 @@ fn connections_over_connections_max_are_closed_and_the_listener_recovers() {
     assert!(listed.status.success(), "{listed:?}");
     drop(held);
 }
+
+/// docs/kafka.md's table of APIs and versions is the one ApiVersions advertises.
+#[test]
+fn the_docs_list_exactly_the_apis_and_versions_served() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/kafka.md");
+    let page = std::fs::read_to_string(path).expect("docs/kafka.md");
+    let section = page
+        .split("\n## ")
+        .find(|s| s.starts_with("Supported APIs and versions"))
+        .expect("a section 'Supported APIs and versions'");
+    let mut documented: Vec<(i16, i16, i16)> = section
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let key = cells.get(2)?.parse().ok()?;
+            let (min, max) = cells.get(3)?.split_once('–')?;
+            Some((key, min.parse().ok()?, max.parse().ok()?))
+        })
+        .collect();
+    let mut served = supported_table();
+    documented.sort_unstable();
+    served.sort_unstable();
+    assert_eq!(
+        documented, served,
+        "docs/kafka.md vs api_versions::SUPPORTED"
+    );
+}
