@@ -1043,7 +1043,10 @@ fn mutated_valid_requests_are_answered_coherently_or_closed() {
                 send_then_half_close(&mut c, &frame);
                 match read_or_wait(&mut c) {
                     Outcome::Closed => closed += 1,
-                    Outcome::Waiting => waiting += 1,
+                    Outcome::Waiting => {
+                        eprintln!("{api_key:?} v{version}: still waiting after 2 s");
+                        waiting += 1;
+                    }
                     Outcome::Answered(frame) => {
                         let mut frame = bytes::Bytes::from(frame);
                         let header = ResponseHeader::decode(
