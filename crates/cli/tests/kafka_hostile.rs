@@ -482,3 +482,78 @@ fn mutated_valid_requests_are_answered_coherently_or_closed() {
     eprintln!("mutants of {seeds} seeds: {answered} answered, {closed} closed, {waiting} still waiting after 2 s");
     assert!(answered > 0, "some mutants reach the handlers");
 }
+
+/// With `--auth scram`, a connection that has not logged in may send only ApiVersions and
+/// SASL requests, of at most 64 KiB each, and must log in by the handshake deadline.
+#[test]
+fn before_a_sasl_login_only_small_login_requests_are_taken() {
+    let pre_login_frame_bytes_max = tinymq_kafka::KAFKA_PRE_AUTH_FRAME_BYTES_MAX as usize;
+    let mut server = KafkaServer::start_with_admin(
+        &["--auth", "scram", "--handshake-timeout-ms", "1000"],
+        Some("hostile-admin-password"),
+    );
+    server.assert_healthy("start");
+
+    // Any other API before the login: closed without an answer.
+    let mut c = server.connect();
+    c.write_all(&request(METADATA, 1, 1, false, &(-1i32).to_be_bytes()))
+        .unwrap();
+    assert_closed_silently(&mut c, "Metadata before the login");
+
+    // A request of exactly the pre-login limit is read; one byte more is refused by its size.
+    let mut c = server.connect();
+    let header_bytes = request(API_VERSIONS, 0, 2, false, &[]).len() - 4;
+    let padding = vec![0; pre_login_frame_bytes_max - header_bytes];
+    c.write_all(&request(API_VERSIONS, 0, 2, false, &padding))
+        .unwrap();
+    let answer = parse_api_versions(&read_frame(&mut c).expect("answered"), 0);
+    assert_eq!((answer.correlation_id, answer.error_code), (2, 0));
+    let mut c = server.connect();
+    c.write_all(&((pre_login_frame_bytes_max + 1) as u32).to_be_bytes())
+        .unwrap();
+    assert_closed_silently(&mut c, "a request over the pre-login limit");
+
+    // Nothing at all, or half a request: closed at the handshake deadline.
+    let mut silent = server.connect();
+    let mut half = server.connect();
+    half.write_all(&request(API_VERSIONS, 0, 3, false, &[])[..6])
+        .unwrap();
+    assert_closed_silently(&mut silent, "a silent connection");
+    assert_closed_silently(&mut half, "half a request");
+    server.assert_healthy("requests before the login");
+}
+
+/// A client that pipelines requests and never reads an answer: once the server has waited
+/// `idle_timeout` to write to it, it is disconnected, and what it sent is not kept.
+#[test]
+fn a_client_that_never_reads_its_answers_is_disconnected() {
+    const REQUESTS_MAX: usize = 10_000_000;
+    let mut server = KafkaServer::start(&["--idle-timeout-ms", "1000"]);
+    server.assert_healthy("start");
+    let rss_before = server.rss_kib();
+    let mut c = server.connect();
+    shrink_receive_buffer(&c);
+    let frame = request(API_VERSIONS, 0, 1, false, &[]);
+    let mut written = 0;
+    let error = loop {
+        if let Err(e) = c.write_all(&frame) {
+            break e;
+        }
+        written += 1;
+        assert!(
+            written < REQUESTS_MAX,
+            "the server read {written} requests it could not answer"
+        );
+    };
+    assert!(
+        matches!(
+            error.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        ),
+        "after {written} requests: {error} (the server neither read on nor closed)"
+    );
+    let grown_mib = server.rss_kib().saturating_sub(rss_before) / 1024;
+    eprintln!("never-reading client: closed after {written} requests; RSS +{grown_mib} MiB");
+    assert!(grown_mib < 24, "the server's memory grew {grown_mib} MiB");
+    server.assert_healthy("a client that never reads");
+}

@@ -13,11 +13,19 @@ pub struct KafkaServer {
     pub child: Child,
     pub native: String,
     pub kafka: String,
+    /// Variables for the native tools (the admin's login, with `--auth scram`).
+    tool_env: Vec<(&'static str, String)>,
     _data: tempfile::TempDir,
 }
 
 impl KafkaServer {
     pub fn start(extra: &[&str]) -> KafkaServer {
+        KafkaServer::start_with_admin(extra, None)
+    }
+
+    /// With `admin_password`: the server's first super user `admin` has it (for `--auth
+    /// scram`), and the native tools log in as admin.
+    pub fn start_with_admin(extra: &[&str], admin_password: Option<&str>) -> KafkaServer {
         let data = tempfile::tempdir().expect("tempdir");
         let mut child = Command::new(BIN)
             .args([
@@ -31,6 +39,7 @@ impl KafkaServer {
             .arg(data.path())
             .args(extra)
             .env("TINYMQ_LOG", "warn")
+            .envs(admin_password.map(|p| ("TINYMQ_ADMIN_PASSWORD", p)))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -51,10 +60,22 @@ impl KafkaServer {
             child,
             native,
             kafka,
+            tool_env: admin_password
+                .map(|p| {
+                    vec![
+                        ("TINYMQ_USER", "admin".into()),
+                        ("TINYMQ_PASSWORD", p.into()),
+                    ]
+                })
+                .unwrap_or_default(),
             _data: data,
         };
-        let created = server.tool(&["topic", "create", "good"]).output().unwrap();
-        assert!(created.status.success(), "{created:?}");
+        // With --auth scram, `admin` is written shortly after the server listens.
+        let created = retry(100, Duration::from_millis(100), || {
+            let created = server.tool(&["topic", "create", "good"]).output().unwrap();
+            created.status.success().then_some(())
+        });
+        assert!(created.is_some(), "topic good never created");
         server
     }
 
@@ -71,6 +92,7 @@ impl KafkaServer {
     pub fn tool(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(BIN);
         cmd.args(args).env("TINYMQ_BOOTSTRAP", &self.native);
+        cmd.envs(self.tool_env.iter().map(|(k, v)| (*k, v)));
         cmd
     }
 
