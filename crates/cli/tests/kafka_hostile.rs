@@ -294,8 +294,7 @@ fn a_flood_of_pipelined_requests_read_slowly_keeps_memory_bounded() {
     server.assert_healthy("start");
     let rss_before = server.rss_kib();
 
-    let flood = server.connect();
-    shrink_receive_buffer(&flood);
+    let flood = connect_with_small_receive_buffer(&server.kafka);
     let mut writer = flood.try_clone().unwrap();
     let written = Arc::new(AtomicUsize::new(0));
     let writing = {
@@ -531,8 +530,7 @@ fn a_client_that_never_reads_its_answers_is_disconnected() {
     let mut server = KafkaServer::start(&["--idle-timeout-ms", "1000"]);
     server.assert_healthy("start");
     let rss_before = server.rss_kib();
-    let mut c = server.connect();
-    shrink_receive_buffer(&c);
+    let mut c = connect_with_small_receive_buffer(&server.kafka);
     let frame = request(API_VERSIONS, 0, 1, false, &[]);
     let mut written = 0;
     let error = loop {

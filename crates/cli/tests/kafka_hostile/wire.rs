@@ -231,19 +231,44 @@ pub fn read_or_wait(stream: &mut TcpStream) -> Outcome {
     Outcome::Answered(frame)
 }
 
-/// A small receive buffer, so that unread answers push back on the server sooner.
-pub fn shrink_receive_buffer(stream: &TcpStream) {
-    use std::os::fd::AsRawFd;
-    let bytes: libc::c_int = 16 * 1024;
-    // SAFETY: setsockopt on a socket this process owns, with a c_int option value.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
+/// A connection to `addr` (IPv4) whose receive buffer is small, set before connecting (a
+/// buffer shrunk after the handshake, below the segment size, makes loopback TCP drop
+/// segments and back off): answers left unread push back on the server after a few KiB.
+pub fn connect_with_small_receive_buffer(addr: &str) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let addr: std::net::SocketAddrV4 = addr.parse().expect("an IPv4 address");
+    let receive_buffer_bytes: libc::c_int = 16 * 1024;
+    let sockaddr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*addr.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a new socket this function owns until it hands it to TcpStream; the option
+    // value and the address are live locals of the sizes passed.
+    let stream = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(fd);
+        let rc = libc::setsockopt(
+            fd,
             libc::SOL_SOCKET,
             libc::SO_RCVBUF,
-            &bytes as *const libc::c_int as *const libc::c_void,
+            &receive_buffer_bytes as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
+        );
+        assert_eq!(rc, 0, "SO_RCVBUF: {}", std::io::Error::last_os_error());
+        let rc = libc::connect(
+            fd,
+            &sockaddr as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+        stream
     };
-    assert_eq!(rc, 0, "setsockopt SO_RCVBUF");
+    stream.set_read_timeout(Some(READ_WAIT)).unwrap();
+    stream.set_write_timeout(Some(READ_WAIT)).unwrap();
+    stream
 }
