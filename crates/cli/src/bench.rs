@@ -61,7 +61,7 @@ pub struct BenchArgs {
     /// 0, 1 or all.
     #[arg(long, default_value = "all")]
     acks: String,
-    /// none, lz4 or zstd.
+    /// none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none")]
     compression: String,
     /// Messages to send (consume: to read) [default: 1000000, unless --duration].
@@ -151,7 +151,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             .with_context(|| format!("--acks {}: expected 0, 1 or all", args.acks))?,
         compression: Compression::from_name(&args.compression).with_context(|| {
             format!(
-                "--compression {}: expected none, lz4 or zstd",
+                "--compression {}: expected none, gzip, snappy, lz4 or zstd",
                 args.compression
             )
         })?,

@@ -57,7 +57,7 @@ pub struct ProduceArgs {
     /// Send every message to this partition [default: by key, or spread when there is none].
     #[arg(long)]
     partition: Option<u32>,
-    /// none, lz4 or zstd.
+    /// none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none")]
     compression: String,
     /// Wait this long for more messages before sending a batch, ms (0: send at once).
@@ -294,7 +294,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         .with_context(|| format!("--acks {}: expected 0, 1 or all", args.acks))?;
     config.compression = Compression::from_name(&args.compression).with_context(|| {
         format!(
-            "--compression {}: expected none, lz4 or zstd",
+            "--compression {}: expected none, gzip, snappy, lz4 or zstd",
             args.compression
         )
     })?;

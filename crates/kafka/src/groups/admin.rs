@@ -59,9 +59,12 @@ async fn find_one(ctx: &Arc<Ctx>, key_type: i8, key: StrBytes) -> Coordinator {
     };
     match key_type {
         KEY_TYPE_GROUP => {}
+        // The code InitProducerId and Produce refuse transactional ids with: librdkafka
+        // retries every other FindCoordinator error until its timeout, but fails this one at
+        // once, with our message.
         KEY_TYPE_TRANSACTION => {
             return refuse(
-                K::InvalidRequest.code(),
+                K::TransactionalIdAuthorizationFailed.code(),
                 "transactions are not supported by tinymq: no transaction coordinator".into(),
             )
         }
