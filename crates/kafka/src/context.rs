@@ -20,8 +20,32 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
 
 use crate::config::KafkaConfig;
 
-/// A Kafka response still being worked out; `None` when none is due (produce with acks = 0).
-pub(crate) type Pending = Pin<Box<dyn Future<Output = Option<ResponseKind>> + Send>>;
+/// A Kafka response still being worked out.
+pub(crate) type Pending = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+/// What a connection's writer does for one request.
+pub(crate) enum Reply {
+    /// Writes `response`, then lets `hold` go (a fetch's turn at the connection's one large
+    /// response, so a connection holds at most one fetch answer in memory at a time).
+    Send { response: ResponseKind, hold: Hold },
+    /// No response is due (produce with acks = 0 that succeeded).
+    Nothing,
+    /// Closes the connection, logging why: what Kafka does when a produce with acks = 0
+    /// fails, so that the producer (which hears nothing else) refreshes its metadata.
+    Close(String),
+}
+
+impl Reply {
+    pub fn send(response: ResponseKind) -> Reply {
+        Reply::Send {
+            response,
+            hold: None,
+        }
+    }
+}
+
+/// Whatever must stay held until a response has been written.
+pub(crate) type Hold = Option<Box<dyn std::any::Any + Send>>;
 
 /// The listener's state shared by its connections.
 pub(crate) struct Shared {
@@ -50,6 +74,10 @@ impl Shared {
 pub(crate) struct Ctx {
     pub peer: Peer,
     pub shared: Arc<Shared>,
+    /// The connection's one fetch at a time: taken in arrival order (in the read loop) and
+    /// held until the fetch's answer is written, so a connection holds at most one fetch
+    /// answer in memory however many fetches it pipelines (Kafka clients send one at a time).
+    pub fetch_turn: Arc<tokio::sync::Semaphore>,
 }
 
 impl Ctx {

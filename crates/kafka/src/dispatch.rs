@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
-use crate::context::{Ctx, Pending};
+use crate::context::{Ctx, Pending, Reply};
 use crate::frame::Request;
 use crate::sasl::Session;
 use crate::{admin, api_versions, fetch, groups, list_offsets, metadata, produce, producer_id};
@@ -99,7 +99,7 @@ fn decode(api_key: ApiKey, version: i16, body: &mut bytes::Bytes) -> Result<Requ
 
 /// A response already known.
 fn ready(response: ResponseKind) -> Pending {
-    Box::pin(std::future::ready(Some(response)))
+    Box::pin(std::future::ready(Reply::send(response)))
 }
 
 /// Runs `$handler(ctx, version, request)` concurrently, as `ResponseKind::$variant`.
@@ -109,7 +109,7 @@ macro_rules! serve {
         let version = $version;
         let request = $request;
         Box::pin(async move {
-            Some(ResponseKind::$variant(
+            Reply::send(ResponseKind::$variant(
                 $handler(ctx, version, request).await,
             ))
         }) as Pending
@@ -121,7 +121,21 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
     Ok(match request {
         // Written before this returns: the connection's produce requests in arrival order.
         R::Produce(r) => produce::admit(ctx, version, r).await,
-        R::Fetch(r) => serve!(ctx, version, r, Fetch, fetch::handle),
+        // One fetch per connection at a time, taken in arrival order and held until its
+        // answer is written (see `Ctx::fetch_turn`).
+        R::Fetch(r) => {
+            let Ok(turn) = Arc::clone(&ctx.fetch_turn).acquire_owned().await else {
+                return Err("closing".into());
+            };
+            let ctx = Arc::clone(ctx);
+            Box::pin(async move {
+                let response = fetch::handle(ctx, version, r).await;
+                Reply::Send {
+                    response: ResponseKind::Fetch(response),
+                    hold: Some(Box::new(turn)),
+                }
+            })
+        }
         R::ListOffsets(r) => serve!(ctx, version, r, ListOffsets, list_offsets::handle),
         R::InitProducerId(r) => serve!(ctx, version, r, InitProducerId, producer_id::handle),
         R::Metadata(r) => serve!(ctx, version, r, Metadata, metadata::handle),

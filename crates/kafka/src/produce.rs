@@ -24,7 +24,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
-use crate::context::{Ctx, Pending};
+use crate::context::{Ctx, Pending, Reply};
 use crate::errors::{kafka_code_for, message_of, Resource};
 use answers::Answers;
 
@@ -65,15 +65,36 @@ pub(crate) async fn admit(ctx: &Arc<Ctx>, version: i16, request: ProduceRequest)
             None => Ok(Some(m::ProduceResponse::default())),
         };
         if acks == 0 {
-            return None;
+            return unacknowledged(native);
         }
         let native = native.and_then(|r| {
             r.ok_or_else(|| ErrorCode::UNKNOWN_SERVER_ERROR.with_message("no produce response"))
         });
-        Some(ResponseKind::Produce(respond(
+        Reply::send(ResponseKind::Produce(respond(
             &ctx, version, topics, native,
         )))
     })
+}
+
+/// acks = 0: nothing to send, unless the write failed; then the connection is closed, as
+/// Kafka does, so the producer (which hears nothing else) refreshes its metadata.
+fn unacknowledged(native: Result<Option<m::ProduceResponse>, m::Error>) -> Reply {
+    let failed = match &native {
+        Err(e) => Some(e.clone()),
+        Ok(None) => None,
+        Ok(Some(r)) => r.error.clone().or_else(|| {
+            r.partitions
+                .iter()
+                .find_map(|p| p.error.clone().filter(|e| e.code != 0))
+        }),
+    };
+    match failed {
+        Some(e) if e.code != 0 => Reply::Close(format!(
+            "a produce with acks=0 failed ({}); closing as Kafka does",
+            e.message
+        )),
+        _ => Reply::Nothing,
+    }
 }
 
 /// Splits the request into native partitions, refusing here what the broker need not see.

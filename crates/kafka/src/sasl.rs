@@ -15,7 +15,7 @@
 //! refused without its credential being checked until its window passes.
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as K;
@@ -28,14 +28,13 @@ use tinymq_auth::{
     parse_node_user, Admission, CredentialLookup, LoginLimiter, Principal, ScramMechanism,
     ScramServer, StoredCredential,
 };
-use tinymq_net::{AuthMode, ListenerSecurity, Service, AUTH_FAILURE_DELAY, AUTH_FAILURE_DELAY_MAX};
+use tinymq_net::{claimed_user, failure_delay, log_safe, AuthMode, ListenerSecurity, Service};
 
 use crate::config::KAFKA_PRE_AUTH_FRAME_BYTES_MAX;
 use crate::context::Ctx;
 use crate::dispatch::Close;
 
 /// Bytes of a claimed user name kept for the log at most.
-const LOGGED_USER_BYTES_MAX: usize = 64;
 
 /// Failed logins per source address across the Kafka listener's connections (the listener is
 /// one per process, as is this limiter).
@@ -165,7 +164,7 @@ impl Session {
             Some(_) => response.with_error_code(K::IllegalSaslState.code()),
             None => {
                 // PLAIN among them: tinymq keeps no passwords, only SCRAM verifiers.
-                tracing::info!(%peer, mechanism = %logged(r.mechanism.as_str()), "Kafka SASL mechanism not offered (SCRAM-SHA-256 and SCRAM-SHA-512 are; PLAIN is not)");
+                tracing::info!(%peer, mechanism = %log_safe(r.mechanism.as_str()), "Kafka SASL mechanism not offered (SCRAM-SHA-256 and SCRAM-SHA-512 are; PLAIN is not)");
                 response.with_error_code(K::UnsupportedSaslMechanism.code())
             }
         }
@@ -228,7 +227,7 @@ impl Session {
             return Err(Failure::new(format!(
                 "User:{} may not act as {:?}: only nodes may act for another principal",
                 done.user,
-                logged(authzid)
+                log_safe(authzid)
             )));
         }
         Ok(Advanced::Done(last, Principal::user(&done.user)))
@@ -331,49 +330,9 @@ impl CredentialLookup for Lookup<'_> {
     }
 }
 
-/// The delay before answering a connection's `failures`-th failure.
-fn failure_delay(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(8);
-    AUTH_FAILURE_DELAY
-        .saturating_mul(1u32 << doublings)
-        .min(AUTH_FAILURE_DELAY_MAX)
-}
-
-/// The user a SCRAM client-first message names (`n=...`), for the log only.
-fn claimed_user(client_first: &[u8]) -> String {
-    let text = String::from_utf8_lossy(client_first);
-    let name = text
-        .split(',')
-        .find_map(|attr| attr.strip_prefix("n="))
-        .unwrap_or("");
-    logged(&name.replace("=2C", ",").replace("=3D", "="))
-}
-
-/// A peer-given string as it may appear in a log line: bounded and printable.
-fn logged(s: &str) -> String {
-    s.chars()
-        .take(LOGGED_USER_BYTES_MAX)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failure_delays_grow_and_stay_bounded() {
-        assert_eq!(failure_delay(1), AUTH_FAILURE_DELAY);
-        assert_eq!(failure_delay(2), AUTH_FAILURE_DELAY * 2);
-        assert_eq!(failure_delay(100), AUTH_FAILURE_DELAY_MAX);
-    }
-
-    #[test]
-    fn claimed_user_reads_the_scram_name() {
-        assert_eq!(claimed_user(b"n,,n=alice,r=abc"), "alice");
-        assert_eq!(claimed_user(b"n,a=x,n=a=2Cb,r=abc"), "a,b");
-        assert_eq!(claimed_user(&[0xff]), "");
-    }
 
     #[test]
     fn only_scram_is_offered_and_only_with_scram_on() {

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::KafkaConfig;
-use crate::context::{Ctx, Shared};
+use crate::context::{Ctx, Hold, Reply, Shared};
 use crate::dispatch::{self, Admitted};
 use crate::frame::{self, FrameError};
 use crate::sasl::Session;
@@ -173,6 +173,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     let mut ctx = Arc::new(Ctx {
         peer,
         shared: shared.clone(),
+        fetch_turn: Arc::new(Semaphore::new(1)),
     });
     let (reader, writer) = tokio::io::split(stream);
     let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, reader);
@@ -254,6 +255,13 @@ async fn read_next<R: tokio::io::AsyncRead + Unpin>(
     }
 }
 
+/// One request's outcome, encoded, for the writer.
+enum Written {
+    Bytes(Result<bytes::Bytes, String>, Hold),
+    Nothing,
+    Close(String),
+}
+
 /// Writes responses in request order as they complete; each frees its in-flight permit once
 /// written. A peer that reads none of them for `idle_timeout` is disconnected.
 async fn write_loop<W: AsyncWrite + Send + 'static>(
@@ -269,25 +277,34 @@ async fn write_loop<W: AsyncWrite + Send + 'static>(
         tokio::select! {
             next = queue.recv(), if open => match next {
                 Some(Outgoing { admitted, permit }) => ordered.push_back(async move {
-                    let response = admitted.pending.await;
-                    let bytes = response.map(|r| {
-                        crate::frame::encode_response(admitted.api_key, admitted.version, admitted.correlation_id, &r)
-                    });
-                    (bytes, permit)
+                    let reply = admitted.pending.await;
+                    let encoded = match reply {
+                        Reply::Send { response, hold } => Written::Bytes(
+                            crate::frame::encode_response(admitted.api_key, admitted.version, admitted.correlation_id, &response),
+                            hold,
+                        ),
+                        Reply::Nothing => Written::Nothing,
+                        Reply::Close(why) => Written::Close(why),
+                    };
+                    (encoded, permit)
                 }),
                 None => open = false,
             },
-            Some((bytes, permit)) = ordered.next(), if !ordered.is_empty() => {
-                let bytes = match bytes {
-                    None => continue,
-                    Some(Ok(bytes)) => bytes,
-                    Some(Err(e)) => {
+            Some((written, permit)) = ordered.next(), if !ordered.is_empty() => {
+                let (bytes, hold) = match written {
+                    Written::Nothing => continue,
+                    Written::Close(why) => {
+                        tracing::info!(peer = %addr, reason = %why, "Kafka connection closed");
+                        break;
+                    }
+                    Written::Bytes(Ok(bytes), hold) => (bytes, hold),
+                    Written::Bytes(Err(e), _) => {
                         tracing::error!(peer = %addr, error = %e, "Kafka response could not be encoded; closing the connection");
                         break;
                     }
                 };
                 match tokio::time::timeout(idle_timeout, writer.write_all(&bytes)).await {
-                    Ok(Ok(())) => drop(permit),
+                    Ok(Ok(())) => drop((permit, hold)),
                     Ok(Err(_)) => break,
                     Err(_) => {
                         tracing::info!(peer = %addr, "Kafka client read no response for idle_timeout; closing");

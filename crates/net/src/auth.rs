@@ -187,7 +187,7 @@ impl Login {
                     ErrorCode::UNSUPPORTED_SASL_MECHANISM,
                     format!(
                         "mechanism {:?} is not accepted here (accepted: {:?})",
-                        logged(&request.mechanism),
+                        log_safe(&request.mechanism),
                         offered
                     ),
                 )
@@ -275,7 +275,7 @@ fn acting_principal(
             ErrorCode::AUTHENTICATION_FAILED,
             format!(
                 "{proven} may not act as {:?}: only nodes may act for another principal",
-                logged(authzid)
+                log_safe(authzid)
             ),
         ));
     }
@@ -284,8 +284,9 @@ fn acting_principal(
     Ok((acting, node))
 }
 
-/// The delay before answering a connection's `failures`-th failure.
-fn failure_delay(failures: u32) -> Duration {
+/// The delay before answering a connection's `failures`-th failure (the Kafka listener's
+/// SASL logins use it too).
+pub fn failure_delay(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(8);
     AUTH_FAILURE_DELAY
         .saturating_mul(1u32 << doublings)
@@ -293,17 +294,17 @@ fn failure_delay(failures: u32) -> Duration {
 }
 
 /// The user a SCRAM client-first message names (`n=...`), for the log only.
-fn claimed_user(client_first: &[u8]) -> String {
+pub fn claimed_user(client_first: &[u8]) -> String {
     let text = String::from_utf8_lossy(client_first);
     let name = text
         .split(',')
         .find_map(|attr| attr.strip_prefix("n="))
         .unwrap_or("");
-    logged(&name.replace("=2C", ",").replace("=3D", "="))
+    log_safe(&name.replace("=2C", ",").replace("=3D", "="))
 }
 
 /// A peer-given string as it may appear in a log line: bounded and printable.
-fn logged(s: &str) -> String {
+pub fn log_safe(s: &str) -> String {
     s.chars()
         .take(LOGGED_USER_BYTES_MAX)
         .map(|c| if c.is_control() { '?' } else { c })

@@ -35,7 +35,7 @@ use prost::Message;
 use tinymq_protocol::frame::{FrameHeader, FRAME_BODY_BYTES_MAX_PRE_HANDSHAKE};
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
-pub use auth::{AUTH_FAILURE_DELAY, AUTH_FAILURE_DELAY_MAX};
+pub use auth::{claimed_user, failure_delay, log_safe, AUTH_FAILURE_DELAY, AUTH_FAILURE_DELAY_MAX};
 pub use handshake::authorize;
 pub use listener::{serve, serve_counted, serve_secure};
 pub use security::{AuthMode, ClientAuth, ListenerSecurity, ServerTls, AUTH_FAILURES_MAX_DEFAULT};
