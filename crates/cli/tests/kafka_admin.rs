@@ -6,199 +6,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, BytesMut};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 
-/// A `tinymq server` with a Kafka listener.
-struct KafkaServer {
-    child: Child,
-    /// The native port.
-    addr: String,
-    /// The Kafka port.
-    kafka: String,
-    _data: tempfile::TempDir,
-}
-
-impl KafkaServer {
-    fn start(extra: &[&str], env: &[(&str, &str)]) -> KafkaServer {
-        KafkaServer::spawn(&server_args(extra), env, Stdio::inherit())
-    }
-
-    /// [`KafkaServer::start`] with its log (at info) written to `log`.
-    fn start_logging(extra: &[&str], log: &std::path::Path) -> KafkaServer {
-        let file = std::fs::File::create(log).expect("log file");
-        let env = [("TINYMQ_LOG", "info")];
-        KafkaServer::spawn(&server_args(extra), &env, Stdio::from(file))
-    }
-
-    /// `tinymq broker --id ID` of the cluster at `meta`, with a Kafka listener when `kafka`.
-    fn start_broker(id: u32, meta: &str, kafka: bool) -> KafkaServer {
-        let id = id.to_string();
-        let mut args = vec![
-            "broker",
-            "--id",
-            &id,
-            "--listen",
-            "127.0.0.1:0",
-            "--meta",
-            meta,
-        ];
-        if kafka {
-            args.extend(["--kafka-listen", "127.0.0.1:0"]);
-        }
-        KafkaServer::spawn(&args, &[], Stdio::inherit())
-    }
-
-    /// Runs `tinymq ARGS --data DIR` and reads the addresses it prints (the Kafka one when
-    /// `--kafka-listen` is among the arguments; else `kafka` is empty).
-    fn spawn(args: &[&str], env: &[(&str, &str)], stderr: Stdio) -> KafkaServer {
-        let data = tempfile::tempdir().expect("tempdir");
-        let mut child = Command::new(common::BIN)
-            .args(args)
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn tinymq");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = |prefix: &str| {
-            let mut line = String::new();
-            stdout.read_line(&mut line).expect("server output");
-            line.trim()
-                .strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
-                .to_string()
-        };
-        let addr = line("tinymq listening on ");
-        let kafka = if args.contains(&"--kafka-listen") {
-            line("tinymq kafka listening on ")
-        } else {
-            String::new()
-        };
-        // Keep reading, so a later line never finds the pipe closed.
-        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-        KafkaServer {
-            child,
-            addr,
-            kafka,
-            _data: data,
-        }
-    }
-
-    /// Runs a `tinymq` tool against the native port; panics on failure.
-    fn tool(&self, args: &[&str], env: &[(&str, &str)]) -> String {
-        let out = Command::new(common::BIN)
-            .args(args)
-            .env("TINYMQ_BOOTSTRAP", &self.addr)
-            .envs(env.iter().copied())
-            .output()
-            .expect("run tinymq");
-        assert!(
-            out.status.success(),
-            "tinymq {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn connect(&self) -> Kafka {
-        Kafka::connect(&self.kafka)
-    }
-}
-
-/// `tinymq server` on ephemeral ports with a Kafka listener, then `extra`.
-fn server_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "server",
-        "--listen",
-        "127.0.0.1:0",
-        "--kafka-listen",
-        "127.0.0.1:0",
-    ];
-    args.extend(["--http", "off"]);
-    args.extend_from_slice(extra);
-    args
-}
-
-impl Drop for KafkaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A Kafka client connection.
-struct Kafka {
-    stream: TcpStream,
-    correlation_id: i32,
-}
-
-impl Kafka {
-    fn connect(addr: &str) -> Kafka {
-        let stream = TcpStream::connect(addr).expect("connect to the Kafka port");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .expect("timeout");
-        Kafka {
-            stream,
-            correlation_id: 0,
-        }
-    }
-
-    fn send<R: Request>(&mut self, version: i16, request: &R) {
-        self.correlation_id += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(StrBytes::from_static_str("kafka-admin-test")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, R::header_version(version))
-            .expect("header");
-        request.encode(&mut body, version).expect("request");
-        let mut frame = BytesMut::new();
-        frame.put_u32(body.len() as u32);
-        frame.extend_from_slice(&body);
-        self.stream.write_all(&frame).expect("write request");
-    }
-
-    /// The next response, or the error reading it (the server closed the connection).
-    fn receive<R: Request>(&mut self, version: i16) -> std::io::Result<R::Response> {
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size)?;
-        let mut body = vec![0u8; u32::from_be_bytes(size) as usize];
-        self.stream.read_exact(&mut body)?;
-        let mut body = bytes::Bytes::from(body);
-        let header = ResponseHeader::decode(&mut body, R::Response::header_version(version))
-            .expect("response header");
-        assert_eq!(header.correlation_id, self.correlation_id);
-        let response = R::Response::decode(&mut body, version).expect("response body");
-        assert_eq!(body.remaining(), 0, "bytes left after the response");
-        Ok(response)
-    }
-
-    fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
-        self.send(version, request);
-        self.receive::<R>(version).expect("a response")
-    }
-
-    /// Whether the server closed the connection (instead of answering).
-    fn closed(&mut self) -> bool {
-        let mut byte = [0u8; 1];
-        matches!(self.stream.read(&mut byte), Ok(0) | Err(_))
-    }
-}
+use common::kafka::{Kafka, KafkaServer, Launch};
 
 fn name(text: &str) -> TopicName {
     TopicName(StrBytes::from_string(text.to_string()))
@@ -230,8 +44,8 @@ const LEADER_NOT_AVAILABLE: i16 = 5;
 
 #[test]
 fn metadata_names_the_kafka_listener_and_every_partition() {
-    let server = KafkaServer::start(&[], &[]);
-    server.tool(&["topic", "create", "orders", "--partitions", "3"], &[]);
+    let server = KafkaServer::start();
+    server.run_tool(&["topic", "create", "orders", "--partitions", "3"], b"");
     let (host, port) = server.kafka.rsplit_once(':').expect("host:port");
     let mut k = server.connect();
     for version in [1, 4, 9, 12] {
@@ -279,7 +93,7 @@ fn metadata_names_the_kafka_listener_and_every_partition() {
         topic(&unknown, "nope").error_code,
         UNKNOWN_TOPIC_OR_PARTITION
     );
-    assert!(!server.tool(&["topic", "list"], &[]).contains("nope"));
+    assert!(!server.run_tool(&["topic", "list"], b"").contains("nope"));
     // By id (v10+): topics have no ids here. Decoded from the wire form (the id, a null
     // name, no tagged fields), as kafka-protocol's Uuid type is not a dependency here.
     let mut wire = vec![9u8; 16];
@@ -296,7 +110,7 @@ fn metadata_names_the_kafka_listener_and_every_partition() {
 
 #[test]
 fn metadata_creates_topics_when_auto_creation_is_on() {
-    let server = KafkaServer::start(&["--kafka-auto-create-topics"], &[]);
+    let server = KafkaServer::start_with(&["--kafka-auto-create-topics"]);
     let mut k = server.connect();
     // A client that does not ask for creation does not get it.
     let asked_not = MetadataRequest::default()
@@ -314,7 +128,7 @@ fn metadata_creates_topics_when_auto_creation_is_on() {
     let fresh = topic(&response, "fresh");
     assert_eq!(fresh.error_code, 0, "{response:?}");
     assert_eq!(fresh.partitions.len(), 1);
-    assert!(server.tool(&["topic", "list"], &[]).contains("fresh"));
+    assert!(server.run_tool(&["topic", "list"], b"").contains("fresh"));
 }
 
 const INVALID_CONFIG: i16 = 40;
@@ -400,13 +214,13 @@ fn config<'a>(configs: &'a [(String, String)], key: &str) -> &'a str {
 
 #[test]
 fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
-    let server = KafkaServer::start(&[], &[]);
+    let server = KafkaServer::start();
     let mut k = server.connect();
 
     // Validation only: checked, not created.
     let checked = create_topics(&mut k, vec![creatable("events", 2, &[])], true);
     assert_eq!(result(&checked, "events").error_code, 0, "{checked:?}");
-    assert!(!server.tool(&["topic", "list"], &[]).contains("events"));
+    assert!(!server.run_tool(&["topic", "list"], b"").contains("events"));
 
     let created = create_topics(
         &mut k,
@@ -444,7 +258,7 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
         why.contains("flux.capacitor") && why.contains("cleanup.policy=compact"),
         "{why}"
     );
-    let listed = server.tool(&["topic", "list"], &[]);
+    let listed = server.run_tool(&["topic", "list"], b"");
     assert!(
         listed.contains("events") && listed.contains("defaults") && !listed.contains("odd"),
         "{listed}"
@@ -539,7 +353,7 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
     assert_eq!(deleted.responses.len(), 2);
     assert_eq!(deleted.responses[0].error_code, 0, "{deleted:?}");
     assert_eq!(deleted.responses[1].error_code, UNKNOWN_TOPIC_ID);
-    let listed = server.tool(&["topic", "list"], &[]);
+    let listed = server.run_tool(&["topic", "list"], b"");
     assert!(
         !listed.contains("events") && !listed.contains("defaults"),
         "{listed}"
@@ -562,25 +376,19 @@ const SASL_AUTHENTICATION_FAILED: i16 = 58;
 
 /// A server with `--auth scram`, once its first super user can log in, and user `alice`.
 fn scram_server() -> KafkaServer {
-    let server = KafkaServer::start(
-        &["--auth", "scram"],
-        &[("TINYMQ_ADMIN_PASSWORD", ADMIN_PASSWORD)],
-    );
-    let admin = [
-        ("TINYMQ_USER", "admin"),
-        ("TINYMQ_PASSWORD", ADMIN_PASSWORD),
-    ];
+    let server = Launch::server()
+        .args(&["--auth", "scram"])
+        .admin_password(ADMIN_PASSWORD)
+        .start();
     let ready = common::retry(100, Duration::from_millis(100), || {
-        let out = Command::new(common::BIN)
-            .args([
+        let out = server
+            .tool(&[
                 "user",
                 "create",
                 "alice",
                 "--new-password",
                 "alice-secret-1",
             ])
-            .env("TINYMQ_BOOTSTRAP", &server.addr)
-            .envs(admin)
             .output()
             .expect("run tinymq");
         out.status.success().then_some(())
@@ -685,7 +493,7 @@ fn a_plain_kafka_client_on_a_tls_port_is_logged_and_closed() {
         "--tls-ca",
         ca.cert.to_str().expect("path"),
     ];
-    let server = KafkaServer::start_logging(&tls, &log);
+    let server = Launch::server().args(&tls).log_to(&log).start();
     let mut k = server.connect();
     k.send(3, &ApiVersionsRequest::default());
     assert!(
@@ -707,11 +515,11 @@ fn every_broker_registers_its_kafka_address() {
     let meta_addrs = vec![format!("127.0.0.1:{}", common::free_port())];
     let _meta = common::start(1, &meta_addrs, meta_dir.path());
     let brokers = [
-        KafkaServer::start_broker(1, &meta_addrs[0], true),
-        KafkaServer::start_broker(2, &meta_addrs[0], true),
-        KafkaServer::start_broker(3, &meta_addrs[0], false),
+        KafkaServer::broker(1, &meta_addrs[0]),
+        KafkaServer::broker(2, &meta_addrs[0]),
+        Launch::broker(3, &meta_addrs[0]).without_kafka().start(),
     ];
-    brokers[0].tool(
+    brokers[0].run_tool(
         &[
             "topic",
             "create",
@@ -721,10 +529,10 @@ fn every_broker_registers_its_kafka_address() {
             "--replicas",
             "1",
         ],
-        &[],
+        b"",
     );
     let leaders: Vec<u64> = common::retry(100, Duration::from_millis(100), || {
-        let described = common::cluster::describe("spread", &brokers[0].addr);
+        let described = common::cluster::describe("spread", &brokers[0].native);
         (described.len() == 6 && described.iter().all(|p| p.leader != 0))
             .then(|| described.iter().map(|p| p.leader).collect())
     })

@@ -7,7 +7,8 @@
 mod common;
 mod kafka_clients;
 
-use kafka_clients::{json_lines, python_script, run, KafkaServer};
+use common::kafka::KafkaServer;
+use kafka_clients::{json_lines, native_records, python_script, run};
 use serde_json::Value;
 
 /// Runs `confluent_clients.py MODE KAFKA ARGS`; every JSON line it printed, the summary last.
@@ -44,7 +45,7 @@ fn idempotent_producer_round_trip(codec: &str) {
 
     // The native consumer decodes the same compressed batches: per partition, offsets from 0
     // without a gap, in the order the producer sent them (the value carries the send index).
-    let native = server.native_records(&topic);
+    let native = native_records(&server, &topic);
     assert_eq!(native.len(), 300);
     for partition in 0..3 {
         let held: Vec<&Value> = native
@@ -125,7 +126,7 @@ fn group_commits_and_the_next_member_resumes_after_the_commit() {
 
     // The committed offsets are the group's one set, visible natively: none left after the
     // AdminClient deleted the group.
-    let listed = kafka_clients::run_ok(server.tinymq(&["group", "list"]), b"");
+    let listed = kafka_clients::run_ok(server.tool(&["group", "list"]), b"");
     assert!(!listed.contains("bookkeepers"), "{listed}");
 }
 
@@ -146,6 +147,6 @@ fn admin_client_creates_describes_and_deletes_topics() {
         serde_json::json!([server.kafka]),
         "{summary}"
     );
-    let topics = kafka_clients::run_ok(server.tinymq(&["topic", "list"]), b"");
+    let topics = kafka_clients::run_ok(server.tool(&["topic", "list"]), b"");
     assert!(!topics.contains("admin-made"), "{topics}");
 }

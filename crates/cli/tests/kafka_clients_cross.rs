@@ -7,7 +7,8 @@
 mod common;
 mod kafka_clients;
 
-use kafka_clients::{json_lines, kcat, python_script, run_ok, KafkaServer};
+use common::kafka::KafkaServer;
+use kafka_clients::{json_lines, kcat, native_records, python_script, run_ok};
 use serde_json::{json, Value};
 
 #[test]
@@ -15,7 +16,7 @@ fn a_record_from_confluent_kafka_is_the_same_through_tinymq_consume() {
     let server = KafkaServer::start();
     server.create_topic("crossing", 1);
     // A native record first, so the Kafka producer's lands at offset 1, not the trivial 0.
-    run_ok(server.tinymq(&["produce", "crossing"]), b"native first\n");
+    run_ok(server.tool(&["produce", "crossing"]), b"native first\n");
 
     let mut produce = python_script("confluent_clients.py", "confluent_kafka");
     produce.args(["produce-one", &server.kafka, "crossing"]);
@@ -24,7 +25,7 @@ fn a_record_from_confluent_kafka_is_the_same_through_tinymq_consume() {
     assert_eq!(acked["partition"], 0, "{acked}");
     assert_eq!(acked["offset"], 1, "{acked}");
 
-    let native = server.native_records("crossing");
+    let native = native_records(&server, "crossing");
     assert_eq!(native.len(), 2, "{native:?}");
     let record = &native[1];
     assert_eq!(record["offset"], 1, "{record}");
@@ -53,10 +54,10 @@ fn a_record_from_tinymq_produce_is_the_same_through_kcat_and_confluent_kafka() {
         r#"{"timestamp":1717000000789,"key":"nk2","value":"nv2","headers":[{"key":"a","value":"2"}]}"#,
         "\n",
     );
-    let mut produce = server.tinymq(&["produce", "outbound", "--input-format", "json"]);
+    let mut produce = server.tool(&["produce", "outbound", "--input-format", "json"]);
     produce.env("TINYMQ_LOG", "warn");
     run_ok(produce, lines.as_bytes());
-    let native = server.native_records("outbound");
+    let native = native_records(&server, "outbound");
     assert_eq!(native.len(), 2, "{native:?}");
 
     let mut kcat_consume = kcat();
@@ -110,7 +111,7 @@ fn a_group_resumes_across_protocols_from_one_set_of_committed_offsets() {
     let server = KafkaServer::start();
     server.create_topic("handover", 1);
     let lines: String = (0..10).map(|i| format!("m{i}\n")).collect();
-    run_ok(server.tinymq(&["produce", "handover"]), lines.as_bytes());
+    run_ok(server.tool(&["produce", "handover"]), lines.as_bytes());
 
     let native_member = [
         "consume",
@@ -119,7 +120,7 @@ fn a_group_resumes_across_protocols_from_one_set_of_committed_offsets() {
         "relay",
         "--from-beginning",
     ];
-    let mut first = server.tinymq(&native_member);
+    let mut first = server.tool(&native_member);
     first.args(["--count", "4"]);
     assert_eq!(run_ok(first, b""), "m0\nm1\nm2\nm3\n");
 
@@ -130,10 +131,7 @@ fn a_group_resumes_across_protocols_from_one_set_of_committed_offsets() {
     assert_eq!(offsets, [4, 5, 6], "{read:?}");
     assert_eq!(read[0]["value"], "m4", "{read:?}");
 
-    let described = run_ok(
-        server.tinymq(&["group", "describe", "relay", "--json"]),
-        b"",
-    );
+    let described = run_ok(server.tool(&["group", "describe", "relay", "--json"]), b"");
     let described: Value = serde_json::from_str(&described).expect("group describe --json");
     assert_eq!(
         described["partitions"][0]["committed_offset"], 7,
@@ -141,7 +139,7 @@ fn a_group_resumes_across_protocols_from_one_set_of_committed_offsets() {
     );
     assert_eq!(described["members"], json!([]), "{described}");
 
-    let mut last = server.tinymq(&native_member);
+    let mut last = server.tool(&native_member);
     last.args(["--count", "3"]);
     assert_eq!(run_ok(last, b""), "m7\nm8\nm9\n");
 }

@@ -6,7 +6,8 @@
 mod common;
 mod kafka_clients;
 
-use kafka_clients::{java, json_lines, run_ok, KafkaServer};
+use common::kafka::KafkaServer;
+use kafka_clients::{java, json_lines, native_records, run_ok};
 use serde_json::Value;
 
 #[test]
@@ -25,7 +26,7 @@ fn java_client_round_trip_through_a_group() {
     assert!(committed.is_some(), "no commit reported: {lines:?}");
 
     // The same records, natively: keys, values and the header, at the offsets acknowledged.
-    let native = server.native_records("jlog");
+    let native = native_records(&server, "jlog");
     assert_eq!(native.len(), 200);
     for ack in lines
         .iter()
@@ -48,7 +49,7 @@ fn java_consumer_reads_what_tinymq_produce_wrote() {
     let server = KafkaServer::start();
     server.create_topic("native-made", 2);
     let input: String = (0..20).map(|i| format!("key{i}=value{i}\n")).collect();
-    let mut produce = server.tinymq(&["produce", "native-made", "--key-separator", "="]);
+    let mut produce = server.tool(&["produce", "native-made", "--key-separator", "="]);
     produce.args(["--header", "via=tinymq"]);
     run_ok(produce, input.as_bytes());
 

@@ -6,7 +6,8 @@
 mod common;
 mod kafka_clients;
 
-use kafka_clients::{json_lines, kcat, run_ok, KafkaServer};
+use common::kafka::KafkaServer;
+use kafka_clients::{json_lines, kcat, native_records, run_ok};
 use serde_json::{json, Value};
 
 /// `kcat -b KAFKA ARGS`.
@@ -76,7 +77,7 @@ fn kcat_produces_keys_and_headers_that_kcat_and_tinymq_read_back() {
     }
 
     // The native consumer sees the same records: offsets, keys, values, headers, timestamps.
-    let native = server.native_records("events");
+    let native = native_records(&server, "events");
     assert_eq!(native.len(), read.len(), "{native:?}");
     for (mine, theirs) in native.iter().zip(&read) {
         assert_eq!(mine["offset"], theirs["offset"], "{mine} vs {theirs}");

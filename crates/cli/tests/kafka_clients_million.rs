@@ -7,7 +7,8 @@
 mod common;
 mod kafka_clients;
 
-use kafka_clients::{java, json_lines, python_script, run_ok, KafkaServer};
+use common::kafka::KafkaServer;
+use kafka_clients::{java, json_lines, python_script, run_ok};
 
 const RECORDS: u32 = 1_000_000;
 

@@ -6,7 +6,8 @@
 mod common;
 mod kafka_clients;
 
-use kafka_clients::{json_lines, python_script, run, KafkaServer};
+use common::kafka::KafkaServer;
+use kafka_clients::{json_lines, native_records, python_script, run};
 
 #[test]
 fn kafka_python_produces_consumes_as_a_group_and_resumes() {
@@ -32,5 +33,5 @@ fn kafka_python_produces_consumes_as_a_group_and_resumes() {
             .is_some_and(|p| p.len() > 1),
         "{summary}"
     );
-    assert_eq!(server.native_records("pylog").len(), 52);
+    assert_eq!(native_records(&server, "pylog").len(), 52);
 }

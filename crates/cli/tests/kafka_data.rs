@@ -4,11 +4,11 @@
 //! retries and out-of-order sequences, and records crossing between the Kafka and native
 //! protocols unchanged. Requests are kafka-protocol's own types over a TcpStream.
 
+#[path = "kafka_data/batches.rs"]
+mod batches;
 mod common;
 #[path = "kafka_data/requests.rs"]
 mod requests;
-#[path = "kafka_data/wire.rs"]
-mod wire;
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError as K;
@@ -16,8 +16,10 @@ use kafka_protocol::messages::{FetchRequest, InitProducerIdRequest, Transactiona
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::batch::{Compression, ProducerStamp};
 
+use batches::{batch, read_records, Rec};
+use common::kafka::KafkaServer;
 use requests::{fetch, fetch_request, list_offset, plain, produce, produce_request, records, T0};
-use wire::{batch, read_records, KafkaServer, Rec};
+
 #[test]
 fn produce_with_each_acks_then_fetch_and_list_offsets() {
     let server = KafkaServer::start();
@@ -121,7 +123,7 @@ fn every_compression_codec_is_stored_and_read_back_by_both_protocols() {
     let (got, _) = read_records(&data.records.unwrap());
     let values: Vec<_> = got.into_iter().map(|(_, r)| r).collect();
     assert_eq!(values, sent);
-    let consumed = server.tool(
+    let consumed = server.run_tool(
         &[
             "consume",
             "z",
@@ -276,7 +278,7 @@ fn records_cross_between_kafka_and_native_clients_unchanged() {
         r#"{"key":"n0","value":"native zero","headers":[{"key":"h","value":"one"},{"key":"empty"}],"timestamp":1700000000000}"#,
         r#"{"key":"n1","value":"native one","headers":[],"timestamp":1700000000005}"#,
     ];
-    server.tool(
+    server.run_tool(
         &["produce", "x", "--input-format", "json", "--partition", "0"],
         (lines.join("\n") + "\n").as_bytes(),
     );
@@ -314,7 +316,7 @@ fn records_cross_between_kafka_and_native_clients_unchanged() {
         -1,
     );
     assert_eq!((answer.error_code, answer.base_offset), (0, 2));
-    let out = server.tool(
+    let out = server.run_tool(
         &[
             "consume",
             "x",
@@ -520,7 +522,7 @@ fn a_fetch_returns_no_more_than_max_bytes_beyond_its_first_batch() {
                 .with_topic(requests::name("big"))
                 .with_partitions(partitions)])
     };
-    let sizes = |k: &mut wire::Kafka, max_bytes: i32| -> Vec<usize> {
+    let sizes = |k: &mut common::kafka::Kafka, max_bytes: i32| -> Vec<usize> {
         let response = k.call(12, &fetch_all(max_bytes));
         response.responses[0]
             .partitions

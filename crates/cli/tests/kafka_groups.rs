@@ -6,9 +6,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -24,130 +22,11 @@ use kafka_protocol::messages::offset_fetch_request::{
 };
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use common::{RawClient, BIN};
-
-/// `tinymq server` with a Kafka listener; both addresses read from its first two lines.
-struct KafkaServer {
-    child: Child,
-    native: String,
-    kafka: String,
-    _data: tempfile::TempDir,
-}
-
-impl KafkaServer {
-    fn start() -> KafkaServer {
-        let data = tempfile::tempdir().unwrap();
-        let mut child = Command::new(BIN)
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--kafka-listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tinymq server");
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut next = |prefix: &str| {
-            let line = lines.next().expect("a line").expect("stdout");
-            line.strip_prefix(prefix)
-                .unwrap_or_else(|| panic!("unexpected line {line:?}"))
-                .to_string()
-        };
-        let native = next("tinymq listening on ");
-        let kafka = next("tinymq kafka listening on ");
-        KafkaServer {
-            child,
-            native,
-            kafka,
-            _data: data,
-        }
-    }
-
-    fn tool(&self, args: &[&str]) {
-        let out = Command::new(BIN)
-            .args(args)
-            .env("TINYMQ_BOOTSTRAP", &self.native)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for KafkaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One Kafka connection; requests may be sent ahead of reading their responses.
-struct Kafka {
-    stream: TcpStream,
-    next_correlation: i32,
-}
-
-impl Kafka {
-    fn connect(addr: &str) -> Kafka {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        Kafka {
-            stream,
-            next_correlation: 1,
-        }
-    }
-
-    fn send<R: Request>(&mut self, version: i16, request: &R) -> i32 {
-        let correlation = self.next_correlation;
-        self.next_correlation += 1;
-        let header = RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(correlation)
-            .with_client_id(Some(StrBytes::from_static_str("groups-test")));
-        let mut body = BytesMut::new();
-        header
-            .encode(&mut body, R::header_version(version))
-            .unwrap();
-        request.encode(&mut body, version).unwrap();
-        let mut frame = BytesMut::new();
-        frame.put_i32(body.len() as i32);
-        frame.extend_from_slice(&body);
-        self.stream.write_all(&frame).unwrap();
-        correlation
-    }
-
-    fn receive<R: Request>(&mut self, version: i16, correlation: i32) -> R::Response {
-        let mut size = [0u8; 4];
-        self.stream.read_exact(&mut size).unwrap();
-        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
-        self.stream.read_exact(&mut body).unwrap();
-        let mut body = Bytes::from(body);
-        let header =
-            ResponseHeader::decode(&mut body, R::Response::header_version(version)).unwrap();
-        assert_eq!(header.correlation_id, correlation);
-        R::Response::decode(&mut body, version).unwrap()
-    }
-
-    fn call<R: Request>(&mut self, version: i16, request: &R) -> R::Response {
-        let correlation = self.send(version, request);
-        self.receive::<R>(version, correlation)
-    }
-}
+use common::kafka::{Kafka, KafkaServer};
+use common::{retry, RawClient};
 
 /// Heartbeats a member sends, 20 ms apart, before the rebalance a join on another connection
 /// starts must have been seen.
@@ -398,19 +277,14 @@ fn fetch_offsets(kafka: &mut Kafka, name: &str) -> Vec<(i32, i64)> {
 
 /// Polls `check` until it holds (bounded), sleeping between tries.
 fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    for _ in 0..300 {
-        if check() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("never happened: {what}");
+    let happened = retry(300, Duration::from_millis(100), || check().then_some(()));
+    assert!(happened.is_some(), "never happened: {what}");
 }
 
 #[test]
 fn members_join_sync_rebalance_commit_and_resume() {
     let server = KafkaServer::start();
-    server.tool(&["topic", "create", "t", "--partitions", "4"]);
+    server.create_topic("t", 4);
     let mut admin = Kafka::connect(&server.kafka);
 
     // FindCoordinator names this broker by its Kafka address, batched (v4) or not; a
@@ -564,13 +438,12 @@ fn members_join_sync_rebalance_commit_and_resume() {
 #[test]
 fn one_group_id_has_members_of_one_protocol() {
     let server = KafkaServer::start();
-    server.tool(&["topic", "create", "t", "--partitions", "2"]);
+    server.create_topic("t", 2);
     let mut admin = Kafka::connect(&server.kafka);
 
     // A native consumer in "native-g": a Kafka join is refused.
-    let mut consumer = Command::new(BIN)
-        .args(["consume", "t", "--group", "native-g"])
-        .env("TINYMQ_BOOTSTRAP", &server.native)
+    let mut consumer = server
+        .tool(&["consume", "t", "--group", "native-g"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -631,7 +504,7 @@ fn one_group_id_has_members_of_one_protocol() {
 #[test]
 fn a_restarted_static_member_gets_its_assignment_back_and_fences_its_old_self() {
     let server = KafkaServer::start();
-    server.tool(&["topic", "create", "t", "--partitions", "4"]);
+    server.create_topic("t", 4);
     let mut a = Member::new(&server.kafka, "static-g", &["range"]);
     let mut b = Member::new(&server.kafka, "static-g", &["range"]);
     b.instance = Some("instance-b");

@@ -23,7 +23,7 @@ use common::retry;
 use kafka_protocol::messages::{ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::Decodable;
 use mutants::{mutate, seed};
-use server::KafkaServer;
+use server::{start_server, start_server_with_admin, Healthy};
 use tinymq_kafka::api_versions::SUPPORTED;
 use wire::*;
 
@@ -32,11 +32,11 @@ use wire::*;
 #[test]
 fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps_serving() {
     let frame_bytes_max: usize = 1 << 20;
-    let mut server = KafkaServer::start(&["--frame-bytes-max", &frame_bytes_max.to_string()]);
+    let mut server = start_server(&["--frame-bytes-max", &frame_bytes_max.to_string()]);
     server.assert_healthy("start");
 
     // A request of exactly frame_bytes_max is read (ApiVersions ignores its body) ...
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     let header_bytes = request(API_VERSIONS, 0, 1, false, &[]).len() - 4;
     let padded = request(
         API_VERSIONS,
@@ -49,7 +49,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
     let answer = parse_api_versions(&read_frame(&mut c).expect("answered"), 0);
     assert_eq!((answer.correlation_id, answer.error_code), (1, 0));
     // ... one byte more is refused from its size alone: nothing sent after the prefix.
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     c.write_all(&((frame_bytes_max + 1) as u32).to_be_bytes())
         .unwrap();
     assert_closed_silently(&mut c, "size frame_bytes_max + 1");
@@ -57,7 +57,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
 
     // The largest size a prefix can say: refused before anything is allocated.
     let rss_before = server.rss_kib();
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     c.write_all(&i32::MAX.to_be_bytes()).unwrap();
     assert_closed_silently(&mut c, "size i32::MAX");
     assert!(
@@ -68,7 +68,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
 
     // Negative sizes, and sizes too small to hold a request header.
     for size in [-1i32, i32::MIN, -8, 0, 1, 4, 7] {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         let mut bytes = size.to_be_bytes().to_vec();
         bytes.extend_from_slice(&[0; 8]);
         c.write_all(&bytes).unwrap();
@@ -79,13 +79,13 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
     // Truncated: a size prefix cut short, and a frame cut short, then end of input.
     let whole = request(API_VERSIONS, 0, 3, false, &[0; 100]);
     for cut in [1, 2, 3, 4, 5, 12, whole.len() - 1] {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         send_then_half_close(&mut c, &whole[..cut]);
         assert_closed_silently(&mut c, &format!("frame cut after {cut} bytes"));
     }
     // The same, with the socket closed outright (nothing to read back).
     for cut in [2, 20] {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         c.write_all(&whole[..cut]).unwrap();
         drop(c);
     }
@@ -111,7 +111,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
         ("native handshake", &native_frame),
     ];
     for (what, bytes) in others {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         send_then_half_close(&mut c, bytes);
         assert_closed_silently(&mut c, what);
         server.assert_healthy(what);
@@ -120,7 +120,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
     // Random garbage, of many lengths.
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
     for len in [1, 3, 8, 64, 1000, 4096, 65536, 300_000] {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         let garbage = rng.bytes(len);
         send_then_half_close(&mut c, &garbage);
         drain_until_closed(&mut c, &format!("{len} bytes of garbage"));
@@ -130,7 +130,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
     // Unknown API keys: Kafka's protocol cannot answer them (the header's shape depends on
     // the key), so the connection is closed.
     for api_key in [-1i16, 99, 9999, i16::MAX, i16::MIN] {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         c.write_all(&request(api_key, 0, 5, false, &[])).unwrap();
         assert_closed_silently(&mut c, &format!("API key {api_key}"));
     }
@@ -138,7 +138,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
 
     // An API Kafka defines but this listener does not serve: answered (with its correlation
     // id) or closed, never left hanging.
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     c.write_all(&request(DELETE_RECORDS, 0, 6, false, &[0; 16]))
         .unwrap();
     let sent = drain_until_closed_or_answered(&mut c, 6);
@@ -147,7 +147,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
 
     // ApiVersions of a version above ours: version 0 answer, UNSUPPORTED_VERSION and the whole
     // table, and the connection stays open for the retry at a version we serve.
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     c.write_all(&request(API_VERSIONS, 99, 7, true, &[1, 2, 3]))
         .unwrap();
     let answer = parse_api_versions(&read_frame(&mut c).expect("ApiVersions v99 answered"), 0);
@@ -160,7 +160,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
         (8, 0)
     );
     // A negative version is just as unknown.
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     let answer = api_versions(&mut c, -1, 9).expect("ApiVersions v-1 answered");
     assert_eq!(
         (answer.correlation_id, answer.error_code),
@@ -171,7 +171,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
 
     // Any other API at a version no Kafka defines: its response could not be written at that
     // version, so the connection is closed.
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     c.write_all(&request(METADATA, 99, 10, true, &[0; 8]))
         .unwrap();
     assert_closed_silently(&mut c, "Metadata v99");
@@ -183,7 +183,7 @@ fn bad_sizes_truncation_garbage_and_unknown_apis_are_closed_and_the_server_keeps
 /// and the process aborts.
 #[test]
 fn huge_array_counts_do_not_crash_the_server() {
-    let mut server = KafkaServer::start(&[]);
+    let mut server = start_server(&[]);
     server.assert_healthy("start");
     let huge = i32::MAX.to_be_bytes();
     let mut produce_one_topic = Vec::new();
@@ -230,7 +230,7 @@ fn huge_array_counts_do_not_crash_the_server() {
         ("Fetch v4 topics", request(FETCH, 4, 7, false, &fetch)),
     ];
     for (case, bytes) in cases {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         send_then_half_close(&mut c, &bytes);
         let sent = drain_until_closed(&mut c, case);
         // A request that cannot be parsed is closed without an answer.
@@ -243,7 +243,7 @@ fn huge_array_counts_do_not_crash_the_server() {
 /// answered (with its correlation id) or closed, and the server survives them all.
 #[test]
 fn random_bodies_for_every_supported_api_and_version_do_not_crash_the_server() {
-    let mut server = KafkaServer::start(&[]);
+    let mut server = start_server(&[]);
     server.assert_healthy("start");
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
     let mut answered = 0;
@@ -256,7 +256,7 @@ fn random_bodies_for_every_supported_api_and_version_do_not_crash_the_server() {
                 let len = (rng.next() % 200) as usize;
                 let body = rng.bytes(len);
                 let correlation_id = (rng.next() & 0x7fff_ffff) as i32;
-                let mut c = server.connect();
+                let mut c = server.connect_raw();
                 // Requests that may legally wait (a long poll, a rebalance) are not waited for.
                 c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
                 send_then_half_close(
@@ -273,7 +273,7 @@ fn random_bodies_for_every_supported_api_and_version_do_not_crash_the_server() {
                     }
                 }
             }
-            if let Some(status) = server.child.try_wait().unwrap() {
+            if let Some(status) = server.try_wait() {
                 panic!("the server exited after random {api_key:?} v{version} bodies: {status}");
             }
         }
@@ -290,7 +290,7 @@ fn random_bodies_for_every_supported_api_and_version_do_not_crash_the_server() {
 fn a_flood_of_pipelined_requests_read_slowly_keeps_memory_bounded() {
     const REQUESTS: usize = 10_000;
     const CLIENT_ID_BYTES: usize = 8 * 1024;
-    let mut server = KafkaServer::start(&[]);
+    let mut server = start_server(&[]);
     server.assert_healthy("start");
     let rss_before = server.rss_kib();
 
@@ -321,7 +321,7 @@ fn a_flood_of_pipelined_requests_read_slowly_keeps_memory_bounded() {
     let rss_stalled = server.rss_kib();
 
     // Another client is served while the flooding one reads nothing.
-    let mut other = server.connect();
+    let mut other = server.connect_raw();
     let answer = api_versions(&mut other, 2, 77).expect("the other client is answered");
     assert_eq!((answer.correlation_id, answer.error_code), (77, 0));
     let listed = server.tool(&["topic", "list"]).output().unwrap();
@@ -355,11 +355,11 @@ fn a_flood_of_pipelined_requests_read_slowly_keeps_memory_bounded() {
 #[test]
 fn connections_over_connections_max_are_closed_and_the_listener_recovers() {
     const CONNECTIONS_MAX: usize = 8;
-    let mut server = KafkaServer::start(&["--connections-max", &CONNECTIONS_MAX.to_string()]);
+    let mut server = start_server(&["--connections-max", &CONNECTIONS_MAX.to_string()]);
     let mut open = Vec::new();
     let mut served = Vec::new();
     for i in 0..2 * CONNECTIONS_MAX {
-        let mut c = server.connect();
+        let mut c = server.connect_raw();
         if let Some(answer) = api_versions(&mut c, 0, i as i32) {
             assert_eq!((answer.correlation_id, answer.error_code), (i as i32, 0));
             served.push(i);
@@ -378,7 +378,7 @@ fn connections_over_connections_max_are_closed_and_the_listener_recovers() {
     let again = retry(100, Duration::from_millis(100), || {
         let mut held = Vec::new();
         for i in 0..CONNECTIONS_MAX {
-            let mut c = server.connect();
+            let mut c = server.connect_raw();
             let answer = api_versions(&mut c, 0, 2000 + i as i32)?;
             assert_eq!(answer.correlation_id, 2000 + i as i32);
             held.push(c);
@@ -386,7 +386,7 @@ fn connections_over_connections_max_are_closed_and_the_listener_recovers() {
         Some(held)
     });
     let held = again.expect("served again once the first connections were closed");
-    assert!(server.child.try_wait().unwrap().is_none(), "still running");
+    assert!(server.try_wait().is_none(), "still running");
     // The native port has its own connections_max: it serves while the Kafka port is full.
     let listed = server.tool(&["topic", "list"]).output().unwrap();
     assert!(listed.status.success(), "{listed:?}");
@@ -426,7 +426,7 @@ fn the_docs_list_exactly_the_apis_and_versions_served() {
 #[test]
 fn mutated_valid_requests_are_answered_coherently_or_closed() {
     const MUTANTS_PER_VERSION: usize = 12;
-    let mut server = KafkaServer::start(&[]);
+    let mut server = start_server(&[]);
     server.assert_healthy("start");
     let mut rng = XorShift(0x5851_f42d_4c95_7f2d);
     let (mut answered, mut closed, mut waiting, mut seeds) = (0, 0, 0, 0);
@@ -444,7 +444,7 @@ fn mutated_valid_requests_are_answered_coherently_or_closed() {
             for _ in 0..MUTANTS_PER_VERSION {
                 let mutant = mutate(&mut rng, &body);
                 let correlation_id = (rng.next() & 0x7fff_ffff) as i32;
-                let mut c = server.connect();
+                let mut c = server.connect_raw();
                 c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
                 let frame = request(*api_key as i16, version, correlation_id, flexible, &mutant);
                 send_then_half_close(&mut c, &frame);
@@ -472,7 +472,7 @@ fn mutated_valid_requests_are_answered_coherently_or_closed() {
                     }
                 }
             }
-            if let Some(status) = server.child.try_wait().unwrap() {
+            if let Some(status) = server.try_wait() {
                 panic!("the server exited after mutants of {api_key:?} v{version}: {status}");
             }
         }
@@ -487,34 +487,34 @@ fn mutated_valid_requests_are_answered_coherently_or_closed() {
 #[test]
 fn before_a_sasl_login_only_small_login_requests_are_taken() {
     let pre_login_frame_bytes_max = tinymq_kafka::KAFKA_PRE_AUTH_FRAME_BYTES_MAX as usize;
-    let mut server = KafkaServer::start_with_admin(
+    let mut server = start_server_with_admin(
         &["--auth", "scram", "--handshake-timeout-ms", "1000"],
-        Some("hostile-admin-password"),
+        "hostile-admin-password",
     );
     server.assert_healthy("start");
 
     // Any other API before the login: closed without an answer.
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     c.write_all(&request(METADATA, 1, 1, false, &(-1i32).to_be_bytes()))
         .unwrap();
     assert_closed_silently(&mut c, "Metadata before the login");
 
     // A request of exactly the pre-login limit is read; one byte more is refused by its size.
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     let header_bytes = request(API_VERSIONS, 0, 2, false, &[]).len() - 4;
     let padding = vec![0; pre_login_frame_bytes_max - header_bytes];
     c.write_all(&request(API_VERSIONS, 0, 2, false, &padding))
         .unwrap();
     let answer = parse_api_versions(&read_frame(&mut c).expect("answered"), 0);
     assert_eq!((answer.correlation_id, answer.error_code), (2, 0));
-    let mut c = server.connect();
+    let mut c = server.connect_raw();
     c.write_all(&((pre_login_frame_bytes_max + 1) as u32).to_be_bytes())
         .unwrap();
     assert_closed_silently(&mut c, "a request over the pre-login limit");
 
     // Nothing at all, or half a request: closed at the handshake deadline.
-    let mut silent = server.connect();
-    let mut half = server.connect();
+    let mut silent = server.connect_raw();
+    let mut half = server.connect_raw();
     half.write_all(&request(API_VERSIONS, 0, 3, false, &[])[..6])
         .unwrap();
     assert_closed_silently(&mut silent, "a silent connection");
@@ -527,7 +527,7 @@ fn before_a_sasl_login_only_small_login_requests_are_taken() {
 #[test]
 fn a_client_that_never_reads_its_answers_is_disconnected() {
     const REQUESTS_MAX: usize = 10_000_000;
-    let mut server = KafkaServer::start(&["--idle-timeout-ms", "1000"]);
+    let mut server = start_server(&["--idle-timeout-ms", "1000"]);
     server.assert_healthy("start");
     let rss_before = server.rss_kib();
     let mut c = connect_with_small_receive_buffer(&server.kafka);

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod consume;
 pub mod http;
+pub mod kafka;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -112,13 +113,7 @@ impl Server {
 
     /// Resident memory of the server, from /proc.
     pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS")
+        rss_kib_of(self.child.id())
     }
 
     /// Runs a `tinymq` tool against this server.
@@ -145,6 +140,16 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Resident memory of process `pid`, from /proc.
+pub fn rss_kib_of(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }
 
 // ---- MetaServer nodes ----------------------------------------------------------------------

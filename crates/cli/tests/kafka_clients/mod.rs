@@ -1,19 +1,20 @@
 //! Shared by the `kafka_clients_*` tests, which drive REAL Kafka clients (kcat,
 //! confluent-kafka, kafka-python, the Java client) against `tinymq server --kafka-listen`:
-//! the server process with both addresses, finding each installed client (a missing one fails
+//! reading a server's records natively, finding each installed client (a missing one fails
 //! the test naming `scripts/install-kafka-tools.sh`, which CI runs), running a client with a
 //! bound on its run time so a client stuck on an unanswered request fails instead of hanging,
 //! and reading the JSON lines the clients and `tinymq consume --format json` print.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::common::{http::workspace_root, BIN};
+use crate::common::http::workspace_root;
+use crate::common::kafka::KafkaServer;
 
 /// What to run when a client is missing.
 pub const INSTALL: &str = "scripts/install-kafka-tools.sh";
@@ -22,119 +23,11 @@ pub const INSTALL: &str = "scripts/install-kafka-tools.sh";
 /// a performance bound: far above what any of these runs needs, only there to stop a hang.
 pub const CLIENT_RUN_LIMIT: Duration = Duration::from_secs(180);
 
-/// A `tinymq server` with a Kafka listener, on ephemeral ports and a temporary data directory.
-pub struct KafkaServer {
-    child: Child,
-    /// The native address (for `tinymq` tools).
-    pub native: String,
-    /// The Kafka listener's address (for Kafka clients' bootstrap).
-    pub kafka: String,
-    data: tempfile::TempDir,
-}
-
-impl KafkaServer {
-    pub fn start() -> KafkaServer {
-        KafkaServer::start_with(&[])
-    }
-
-    /// `tinymq server --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 --http off EXTRA...`.
-    pub fn start_with(extra: &[&str]) -> KafkaServer {
-        let data = tempfile::tempdir().expect("temporary data directory");
-        let mut child = Command::new(BIN)
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--kafka-listen",
-                "127.0.0.1:0",
-            ])
-            .args(["--http", "off"])
-            .args(extra)
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tinymq server");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let native = read_address(&mut stdout, "tinymq listening on ");
-        let kafka = read_address(&mut stdout, "tinymq kafka listening on ");
-        // Keep reading, so that a later line never meets a closed pipe.
-        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-        KafkaServer {
-            child,
-            native,
-            kafka,
-            data,
-        }
-    }
-
-    /// A `tinymq` tool command bootstrapped at this server's native address.
-    pub fn tinymq(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(BIN);
-        command.args(args).env("TINYMQ_BOOTSTRAP", &self.native);
-        command
-    }
-
-    /// `tinymq topic create NAME --partitions N` through the native protocol.
-    pub fn create_topic(&self, name: &str, partitions: u32) {
-        let partitions = partitions.to_string();
-        run_ok(
-            self.tinymq(&["topic", "create", name, "--partitions", &partitions]),
-            b"",
-        );
-    }
-
-    /// Every stored record of `topic`, as `tinymq consume --format json` prints them.
-    pub fn native_records(&self, topic: &str) -> Vec<Value> {
-        let mut command = self.tinymq(&["consume", topic, "--from-beginning"]);
-        command.args(["--timeout-ms", "0", "--format", "json"]);
-        json_lines(&run_ok(command, b""))
-    }
-}
-
-impl KafkaServer {
-    /// Bytes of `topic`'s log segments on disk, every partition (`DATA/TOPIC-P/*.log`).
-    pub fn stored_log_bytes(&self, topic: &str) -> u64 {
-        let prefix = format!("{topic}-");
-        let mut bytes = 0;
-        for dir in std::fs::read_dir(self.data.path()).expect("data directory") {
-            let dir = dir.expect("data directory entry").path();
-            let name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            let is_partition = name
-                .strip_prefix(&prefix)
-                .is_some_and(|p| p.parse::<u32>().is_ok());
-            if !is_partition {
-                continue;
-            }
-            for file in std::fs::read_dir(&dir).expect("partition directory") {
-                let file = file.expect("partition directory entry").path();
-                if file.extension().is_some_and(|e| e == "log") {
-                    bytes += file.metadata().expect("segment metadata").len();
-                }
-            }
-        }
-        bytes
-    }
-}
-
-impl Drop for KafkaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn read_address(stdout: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    stdout
-        .read_line(&mut line)
-        .expect("server prints its addresses");
-    line.trim()
-        .strip_prefix(prefix)
-        .unwrap_or_else(|| panic!("expected {prefix:?}..., got {line:?}"))
-        .to_string()
+/// Every stored record of `topic`, as `tinymq consume --format json` prints them.
+pub fn native_records(server: &KafkaServer, topic: &str) -> Vec<Value> {
+    let mut command = server.tool(&["consume", topic, "--from-beginning"]);
+    command.args(["--timeout-ms", "0", "--format", "json"]);
+    json_lines(&run_ok(command, b""))
 }
 
 /// `kcat`, or a failure naming the install script.

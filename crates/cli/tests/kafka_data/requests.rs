@@ -12,7 +12,8 @@ use kafka_protocol::messages::{FetchRequest, ListOffsetsRequest, ProduceRequest,
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::batch::{Compression, ProducerStamp};
 
-use super::wire::{batch, Kafka, Rec};
+use super::batches::{batch, Rec};
+use super::common::kafka::Kafka;
 
 pub const T0: i64 = 1_700_000_000_000;
 

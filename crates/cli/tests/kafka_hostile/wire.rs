@@ -15,8 +15,9 @@ pub const DELETE_RECORDS: i16 = 21;
 pub const API_VERSIONS: i16 = 18;
 /// Kafka's UNSUPPORTED_VERSION error code.
 pub const UNSUPPORTED_VERSION: i16 = 35;
-/// How long a test waits for any one answer or close before failing.
-pub const READ_WAIT: Duration = Duration::from_secs(10);
+/// How long a test waits for any one answer or close before failing (as the connections
+/// [`KafkaServer::connect_raw`](super::common::kafka::KafkaServer::connect_raw) makes).
+pub const READ_WAIT: Duration = super::common::kafka::RAW_WAIT;
 
 /// A request frame with a version-1 header (API key, version, correlation id, client id);
 /// `flexible` adds the empty tagged-field section of a version-2 header.
