@@ -55,6 +55,8 @@ impl Authenticated {
 pub struct ScramServer {
     mechanism: ScramMechanism,
     fixed_nonce: Option<String>,
+    /// See [`ScramServer::accepting_repeated_client_nonce`].
+    repeated_client_nonce_ok: bool,
     state: ServerState,
 }
 
@@ -83,6 +85,8 @@ struct ServerExchange {
     client_first_bare: String,
     server_first: String,
     nonce: String,
+    /// The client's part of `nonce` (its first bytes).
+    client_nonce_bytes: usize,
     credential: StoredCredential,
     /// False when the user is unknown and `credential` is the fake one.
     known: bool,
@@ -93,8 +97,18 @@ impl ScramServer {
         ScramServer {
             mechanism,
             fixed_nonce: None,
+            repeated_client_nonce_ok: false,
             state: ServerState::Initial,
         }
+    }
+
+    /// Also accepts a client-final whose `r=` is the client nonce followed by the whole
+    /// combined nonce: what librdkafka before 2.6.1 sends (its PR #4895), which Kafka brokers
+    /// accept. The combined nonce must still be there in full, so the server's fresh part
+    /// still defeats a replay. Only the Kafka listener uses this.
+    pub fn accepting_repeated_client_nonce(mut self) -> ScramServer {
+        self.repeated_client_nonce_ok = true;
+        self
     }
 
     /// A server whose nonce part is `server_nonce` instead of random: for test vectors only.
@@ -153,11 +167,21 @@ impl ScramServer {
             gs2_header: first.gs2_header.to_string(),
             client_first_bare: first.bare.to_string(),
             server_first,
+            client_nonce_bytes: first.nonce.len(),
             nonce,
             credential,
             known,
         }));
         Ok(reply)
+    }
+
+    /// Whether `nonce` is the client nonce and then the combined one, when that is accepted.
+    fn repeated_nonce(&self, ex: &ServerExchange, nonce: &str) -> bool {
+        let client_nonce = ex.nonce.get(..ex.client_nonce_bytes).unwrap_or_default();
+        self.repeated_client_nonce_ok
+            && nonce.len() == client_nonce.len() + ex.nonce.len()
+            && nonce.starts_with(client_nonce)
+            && nonce.ends_with(ex.nonce.as_str())
     }
 
     pub fn finish(&mut self, client_final: &[u8]) -> Result<(Vec<u8>, Authenticated), AuthError> {
@@ -174,7 +198,7 @@ impl ScramServer {
                 "c= does not repeat the client-first's gs2 header",
             ));
         }
-        if fin.nonce != ex.nonce {
+        if fin.nonce != ex.nonce && !self.repeated_nonce(&ex, &fin.nonce) {
             return Err(AuthError::NonceMismatch);
         }
         let m = self.mechanism;

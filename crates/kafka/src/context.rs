@@ -30,6 +30,9 @@ pub(crate) enum Reply {
     Send { response: ResponseKind, hold: Hold },
     /// No response is due (produce with acks = 0 that succeeded).
     Nothing,
+    /// Writes these bytes after Kafka's 4-byte size and nothing else: a raw SASL token (the
+    /// exchange after a SaslHandshake v0).
+    Raw(bytes::Bytes),
     /// Closes the connection, logging why: what Kafka does when a produce with acks = 0
     /// fails, so that the producer (which hears nothing else) refreshes its metadata.
     Close(String),

@@ -130,6 +130,15 @@ pub fn encode_response(
     Ok(out.freeze())
 }
 
+/// `bytes` after their 4-byte big-endian size: a raw SASL token's framing.
+pub fn size_prefixed(bytes: &[u8]) -> Result<Bytes, String> {
+    let size = u32::try_from(bytes.len()).map_err(|_| "token over 4 GiB".to_string())?;
+    let mut out = BytesMut::with_capacity(SIZE_BYTES + bytes.len());
+    out.put_u32(size);
+    out.extend_from_slice(bytes);
+    Ok(out.freeze())
+}
+
 /// Reads a response written by [`encode_response`] (tests and tools): correlation id and body.
 pub fn split_response(mut frame: Bytes, header_version: i16) -> Result<(i32, Bytes), String> {
     if frame.len() < SIZE_BYTES {

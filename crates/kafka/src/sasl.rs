@@ -5,8 +5,10 @@
 //!
 //! Mechanisms: SCRAM-SHA-256 and SCRAM-SHA-512 (tinymq-auth's `ScramServer` against the
 //! broker's credentials). PLAIN is not offered: tinymq stores only SCRAM verifiers, never a
-//! password. SaslHandshake v0 (raw SASL tokens after the handshake, without SaslAuthenticate
-//! framing) is refused with `UNSUPPORTED_VERSION`: every current client uses v1.
+//! password. After a SaslHandshake v0 the client sends the SCRAM messages as raw tokens (each
+//! with Kafka's 4-byte size, no request header) instead of SaslAuthenticate requests, and gets
+//! raw tokens back; a failure closes the connection, as the raw form has no error field.
+//! Clients that know SaslAuthenticate send v1.
 //!
 //! What a failure costs mirrors the native port (`tinymq_net`'s auth): it is logged, answered
 //! after a delay that doubles with each failure of the connection (up to
@@ -60,6 +62,8 @@ pub(crate) struct Session {
     /// The exchange in progress (after its client-first) and the user it claimed.
     exchange: Option<(ScramServer, String)>,
     failures: u32,
+    /// A SaslHandshake v0 chose the mechanism: the exchange comes as raw tokens.
+    raw_tokens: bool,
 }
 
 impl Session {
@@ -79,6 +83,7 @@ impl Session {
             mechanism: None,
             exchange: None,
             failures: 0,
+            raw_tokens: false,
         }
     }
 
@@ -130,6 +135,35 @@ impl Session {
         }
     }
 
+    /// Whether the connection's next input is a raw SASL token (after SaslHandshake v0).
+    pub fn expects_raw_token(&self) -> bool {
+        self.raw_tokens && !self.authenticated
+    }
+
+    /// One raw SASL token (after SaslHandshake v0): the raw token to answer with, and the
+    /// principal once the login completes; a refused login closes the connection.
+    pub async fn raw_step(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        token: Bytes,
+    ) -> Result<(Bytes, Option<Principal>), Close> {
+        let request = SaslAuthenticateRequest::default().with_auth_bytes(token);
+        let (response, principal) = self.authenticate(ctx, request).await?;
+        if response.error_code != 0 {
+            return Err(format!(
+                "SASL login (raw tokens after SaslHandshake v0) refused: {}",
+                response
+                    .error_message
+                    .as_deref()
+                    .unwrap_or("authentication failed")
+            ));
+        }
+        if principal.is_some() {
+            self.raw_tokens = false;
+        }
+        Ok((response.auth_bytes, principal))
+    }
+
     fn offered(&self) -> Vec<StrBytes> {
         if !self.scram {
             return vec![];
@@ -152,13 +186,10 @@ impl Session {
             tracing::info!(%peer, "Kafka SaslHandshake refused: no SASL login on this listener or connection");
             return response.with_error_code(K::IllegalSaslState.code());
         }
-        if version == 0 {
-            tracing::info!(%peer, "Kafka SaslHandshake v0 refused: raw SASL tokens are not served; use v1 (SaslAuthenticate)");
-            return response.with_error_code(K::UnsupportedVersion.code());
-        }
         match ScramMechanism::from_name(r.mechanism.as_str()) {
             Some(mechanism) if self.exchange.is_none() => {
                 self.mechanism = Some(mechanism);
+                self.raw_tokens = version == 0;
                 response
             }
             Some(_) => response.with_error_code(K::IllegalSaslState.code()),
@@ -208,7 +239,7 @@ impl Session {
             let claimed = claimed_user(&payload);
             *user = Some(claimed.clone());
             limited(ctx)?;
-            let mut server = ScramServer::new(mechanism);
+            let mut server = ScramServer::new(mechanism).accepting_repeated_client_nonce();
             let first = server
                 .first(&payload, &lookup)
                 .map_err(|e| Failure::new(e.to_string()))?;

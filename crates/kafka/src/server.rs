@@ -195,6 +195,17 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
             Ok(None) => break String::new(),
             Err(why) => break why,
         };
+        if session.expects_raw_token() {
+            // After a SaslHandshake v0: the frame is a raw SCRAM message, not a request.
+            let admitted = match raw_sasl(&mut ctx, &mut session, frame).await {
+                Ok(admitted) => admitted,
+                Err(why) => break why,
+            };
+            if outgoing.send(Outgoing { admitted, permit }).await.is_err() {
+                break String::new();
+            }
+            continue;
+        }
         let request = match frame::parse_request(frame) {
             Ok(request) => request,
             Err(e) => break e.to_string(),
@@ -220,6 +231,28 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     }
     drop(outgoing);
     let _ = writer.await;
+}
+
+/// One raw SASL token after a SaslHandshake v0, answered with a raw token; the connection
+/// acts as the new principal once the login completes.
+async fn raw_sasl(
+    ctx: &mut Arc<Ctx>,
+    session: &mut Session,
+    token: bytes::Bytes,
+) -> Result<Admitted, String> {
+    let (reply, principal) = session.raw_step(ctx, token).await?;
+    if let Some(principal) = principal {
+        let mut next = Ctx::clone(ctx);
+        next.peer.principal = principal;
+        *ctx = Arc::new(next);
+    }
+    Ok(Admitted {
+        // Not written: a raw reply has no response header.
+        api_key: kafka_protocol::messages::ApiKey::SaslAuthenticate,
+        version: 0,
+        correlation_id: 0,
+        pending: Box::pin(std::future::ready(Reply::Raw(reply))),
+    })
 }
 
 /// The next request's bytes; `Err` says why the connection is closed instead.
@@ -284,6 +317,7 @@ async fn write_loop<W: AsyncWrite + Send + 'static>(
                             hold,
                         ),
                         Reply::Nothing => Written::Nothing,
+                        Reply::Raw(token) => Written::Bytes(crate::frame::size_prefixed(&token), None),
                         Reply::Close(why) => Written::Close(why),
                     };
                     (encoded, permit)

@@ -514,3 +514,62 @@ fn recorded_rfc_exchange() -> (Vec<u8>, Vec<u8>) {
     server.finish(RFC_CLIENT_FINAL.as_bytes()).unwrap();
     (RFC_CLIENT_FIRST.into(), RFC_CLIENT_FINAL.into())
 }
+
+/// The client-final librdkafka before 2.6.1 sends: `r=` is its own nonce and then the whole
+/// combined nonce, with a proof computed over exactly that message.
+fn librdkafka_client_final(server_first: &str, client_first_bare: &str, cnonce: &str) -> String {
+    let m = ScramMechanism::Sha256;
+    let attr = |key: &str| {
+        server_first
+            .split(',')
+            .find_map(|a| a.strip_prefix(key))
+            .unwrap()
+            .to_string()
+    };
+    let (combined, salt, iterations) = (attr("r="), attr("s="), attr("i="));
+    let salt = crypto::b64_decode(&salt).unwrap();
+    let salted = crypto::hi(m, b"pw", &salt, iterations.parse().unwrap());
+    let client_key = crypto::hmac(m, &salted, b"Client Key");
+    let stored_key = crypto::hash(m, &client_key);
+    let without_proof = format!("c=biws,r={cnonce}{combined}");
+    let auth_message = format!("{client_first_bare},{server_first},{without_proof}");
+    let signature = crypto::hmac(m, &stored_key, auth_message.as_bytes());
+    let proof: Vec<u8> = client_key
+        .iter()
+        .zip(&signature)
+        .map(|(k, s)| k ^ s)
+        .collect();
+    format!("{without_proof},p={}", crypto::b64(&proof))
+}
+
+#[test]
+fn a_repeated_client_nonce_is_accepted_only_where_asked_and_only_in_that_form() {
+    let table = users("pw");
+    let m = ScramMechanism::Sha256;
+    let cnonce = "fyko+d2lbbFgONRv9qkxdawL";
+    let client_first = format!("n,,n=alice,r={cnonce}");
+    let exchange = |server: &mut ScramServer, extra: &str| {
+        let sf = server.first(client_first.as_bytes(), &table).unwrap();
+        let cf = librdkafka_client_final(s(&sf), &client_first[3..], &format!("{extra}{cnonce}"));
+        server.finish(cf.as_bytes()).map(|_| ())
+    };
+    // The native port keeps RFC 5802's rule.
+    assert_eq!(
+        exchange(&mut ScramServer::new(m), "").unwrap_err(),
+        AuthError::NonceMismatch
+    );
+    // The Kafka listener takes librdkafka's form, and only that form.
+    exchange(
+        &mut ScramServer::new(m).accepting_repeated_client_nonce(),
+        "",
+    )
+    .unwrap();
+    assert_eq!(
+        exchange(
+            &mut ScramServer::new(m).accepting_repeated_client_nonce(),
+            "x"
+        )
+        .unwrap_err(),
+        AuthError::NonceMismatch
+    );
+}
