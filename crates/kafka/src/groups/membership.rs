@@ -56,6 +56,8 @@ pub(crate) async fn join_group(
             .into_iter()
             .map(|p| Protocol {
                 name: p.name.to_string(),
+                // Still a slice of the request's frame: the group copies what it keeps,
+                // once the join passed its limits.
                 metadata: p.metadata,
             })
             .collect(),
@@ -125,7 +127,7 @@ pub(crate) async fn sync_group(
     let out = ctx
         .shared
         .groups
-        .with_group(&ctx.state().groups, &group_id, |g| {
+        .with_group_budgeted(&ctx.state().groups, &group_id, |g| {
             g.check_instance(instance, &member_id)?;
             Ok(g.sync(
                 &member_id,

@@ -24,18 +24,20 @@ mod state;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError as K;
 use parking_lot::Mutex;
 use tinymq_broker::group::GroupCoordinator;
+use tinymq_broker::state::BrokerState;
+use tinymq_meta::authorize::{Access, AuthorizerCache};
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 use tokio::sync::oneshot;
 
 use crate::context::{Ctx, Shared};
 use crate::errors::{kafka_code_for, Resource};
-use state::{Deliveries, Group, Join, Joined, Reply};
+use state::{Budget, Deliveries, Group, Join, Joined, Reply, GROUP_BYTES_MAX};
 
 pub(crate) use admin::{delete_groups, describe_groups, find_coordinator, list_groups};
 pub(crate) use membership::{heartbeat, join_group, leave_group, sync_group};
@@ -44,6 +46,15 @@ pub(crate) use offsets::{offset_commit, offset_fetch};
 /// Most Kafka groups this broker keeps (with members, or vacant and not yet forgotten); a
 /// join that would add another is refused.
 pub const KAFKA_GROUPS_MAX: usize = 10_000;
+/// Most bytes all Kafka groups here keep together (members' protocol metadata,
+/// assignments, ids and client strings; see [`state::GROUP_BYTES_MAX`] for one group): a
+/// join or assignment beyond it is refused with GROUP_MAX_SIZE_REACHED. 32 groups at their
+/// own limit, or 500 groups of 100 members subscribed to 1000 topics each, fit.
+pub const KAFKA_GROUPS_BYTES_MAX: usize = 512 << 20;
+/// Most chars of a client id a fresh member id starts with (Kafka's member ids are the
+/// client id and a unique suffix; clients never parse them): a member id handed out with
+/// MEMBER_ID_REQUIRED is kept before the member is, so its length is bounded here.
+const MEMBER_ID_CLIENT_ID_CHARS_MAX: usize = 128;
 /// A group without members is forgotten after this (its offsets are native and stay).
 pub const VACANT_GROUP_FORGET_AFTER: Duration = Duration::from_secs(60);
 /// How often sessions and join phases are checked: the precision of session timeouts.
@@ -60,6 +71,10 @@ pub(crate) struct Coordinator {
     /// Makes member ids unique across restarts: a member of a previous incarnation cannot
     /// rejoin with its old id as if it were another member.
     incarnation: u128,
+    /// The broker's ACLs, for what the native side cannot check for us (which Kafka groups
+    /// ListGroups may show): built from the broker's own authorization settings and image,
+    /// so it decides as the native checks do.
+    acls: OnceLock<AuthorizerCache>,
 }
 
 impl Default for Coordinator {
@@ -72,6 +87,7 @@ impl Default for Coordinator {
             ticking: AtomicBool::new(false),
             next_member: AtomicU64::new(1),
             incarnation,
+            acls: OnceLock::new(),
         }
     }
 }
@@ -79,7 +95,11 @@ impl Default for Coordinator {
 impl Coordinator {
     fn fresh_member_id(&self, client_id: &str) -> String {
         let n = self.next_member.fetch_add(1, Ordering::Relaxed);
-        format!("{client_id}-{:x}-{n}", self.incarnation)
+        let prefix: String = client_id
+            .chars()
+            .take(MEMBER_ID_CLIENT_ID_CHARS_MAX)
+            .collect();
+        format!("{prefix}-{:x}-{n}", self.incarnation)
     }
 
     /// Runs a JoinGroup through `group_id`'s state machine, creating the group (bounded)
@@ -97,24 +117,59 @@ impl Coordinator {
             let answer = Joined::error(error.code(), &join.member_id);
             vec![(waiter, Reply::Join(answer))]
         };
+        // Before the group exists: a join refused for itself creates nothing.
+        if let Err((error, why)) = join.check() {
+            return refuse(error, &why, waiter);
+        }
         let mut groups = self.groups.lock();
-        if !groups.contains_key(group_id) && groups.len() >= KAFKA_GROUPS_MAX {
-            let why = format!("this broker keeps {KAFKA_GROUPS_MAX} Kafka groups already");
+        let created = !groups.contains_key(group_id);
+        if created && groups.len() >= KAFKA_GROUPS_MAX {
+            let why = format!(
+                "this broker keeps KAFKA_GROUPS_MAX ({KAFKA_GROUPS_MAX}) Kafka groups already"
+            );
             return refuse(K::GroupMaxSizeReached, &why, waiter);
         }
+        let budget = budget_of(&groups, group_id, KAFKA_GROUPS_BYTES_MAX);
         let group = groups
             .entry(group_id.to_string())
             .or_insert_with(|| Group::new(now));
+        group.budget = budget;
+        let out = if group.is_vacant() {
+            native.claim_for_other_protocol(group_id).err()
+        } else {
+            None
+        };
+        let out = match out {
+            Some((_, why)) => refuse(K::InconsistentGroupProtocol, &why, waiter),
+            None => group.join(join, waiter, now),
+        };
         if group.is_vacant() {
-            if let Err((_, why)) = native.claim_for_other_protocol(group_id) {
-                return refuse(K::InconsistentGroupProtocol, &why, waiter);
+            native.release_other_protocol(group_id);
+            if created {
+                // Refused (or left nothing behind): it does not count against KAFKA_GROUPS_MAX.
+                groups.remove(group_id);
             }
         }
-        let out = group.join(join, waiter, now);
+        out
+    }
+
+    /// [`Coordinator::with_group`] for a change that may add bytes (a leader's SyncGroup):
+    /// the group's budget is set first.
+    fn with_group_budgeted<T>(
+        &self,
+        native: &GroupCoordinator,
+        group_id: &str,
+        f: impl FnOnce(&mut Group<Waiter>) -> T,
+    ) -> Option<T> {
+        let mut groups = self.groups.lock();
+        let budget = budget_of(&groups, group_id, KAFKA_GROUPS_BYTES_MAX);
+        let group = groups.get_mut(group_id)?;
+        group.budget = budget;
+        let out = f(group);
         if group.is_vacant() {
             native.release_other_protocol(group_id);
         }
-        out
+        Some(out)
     }
 
     /// Applies `f` to `group_id`'s state (`None`: no such group here), then gives the
@@ -183,6 +238,14 @@ impl Coordinator {
         });
     }
 
+    /// The access rules of the broker's current image (as the native side's own checks).
+    fn access(&self, state: &BrokerState) -> Access {
+        let acls = self
+            .acls
+            .get_or_init(|| AuthorizerCache::new(state.config.authorization.clone()));
+        acls.current(|| state.cluster.version(), || state.cluster.image())
+    }
+
     /// A snapshot of the Kafka groups kept here: (id, state, protocol type).
     fn list(&self) -> Vec<(String, &'static str, String)> {
         self.groups
@@ -193,6 +256,30 @@ impl Coordinator {
                 (id.clone(), g.phase.kafka_name(), protocol_type)
             })
             .collect()
+    }
+}
+
+/// What group `group_id` may keep: [`GROUP_BYTES_MAX`], or less when the other groups
+/// leave less of `groups_bytes_max` ([`KAFKA_GROUPS_BYTES_MAX`]). (A walk over the groups,
+/// on joins and syncs only.)
+fn budget_of(
+    groups: &HashMap<String, Group<Waiter>>,
+    group_id: &str,
+    groups_bytes_max: usize,
+) -> Budget {
+    let others = groups
+        .iter()
+        .filter(|(id, _)| id.as_str() != group_id)
+        .map(|(_, g)| g.stored_bytes())
+        .fold(0, usize::saturating_add);
+    let left = groups_bytes_max.saturating_sub(others);
+    if left < GROUP_BYTES_MAX {
+        Budget {
+            bytes_max: left,
+            limit: "KAFKA_GROUPS_BYTES_MAX",
+        }
+    } else {
+        Budget::default()
     }
 }
 

@@ -29,10 +29,42 @@ pub const REBALANCE_TIMEOUT_MAX: Duration = Duration::from_secs(30 * 60);
 pub const GROUP_MEMBERS_MAX: usize = 1000;
 /// Most protocols (assignors) one member may offer.
 pub const MEMBER_PROTOCOLS_MAX: usize = 32;
+/// Most bytes of protocol names and metadata one member may offer in a JoinGroup, all its
+/// protocols together (a larger one is refused with INVALID_REQUEST). A consumer subscribed
+/// to 1000 topics of 100-byte names sends about 100 KB of subscription per protocol, plus as
+/// much again for the partitions it owns (cooperative-sticky) or its previous assignment
+/// (sticky's user data): three assignors offered together stay under 700 KB.
+pub const MEMBER_METADATA_BYTES_MAX: usize = 1 << 20;
+/// Most bytes of one member's assignment in the leader's SyncGroup (a larger one is refused
+/// with INVALID_REQUEST): 1000 topics of 100-byte names with 100 partitions each take
+/// about 500 KB.
+pub const ASSIGNMENT_BYTES_MAX: usize = 1 << 20;
+/// Most bytes one group keeps: its members' protocols with their metadata, assignments, ids
+/// and client strings (a join or assignment beyond it is refused with
+/// GROUP_MAX_SIZE_REACHED). So the leader's JoinGroup answer, and a DescribeGroups answer,
+/// for one group stay under the default `frame_bytes_max` (16 MiB). Kafka keeps a group
+/// as one record bounded by `message.max.bytes` (1 MiB by default): this is generous.
+pub const GROUP_BYTES_MAX: usize = 16 << 20;
 
 /// Kafka's error codes used here.
 fn code(e: K) -> i16 {
     e.code()
+}
+
+/// The bytes a group may keep at most now, and the limit that says so (for the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    pub bytes_max: usize,
+    pub limit: &'static str,
+}
+
+impl Default for Budget {
+    fn default() -> Budget {
+        Budget {
+            bytes_max: GROUP_BYTES_MAX,
+            limit: "GROUP_BYTES_MAX",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +94,25 @@ pub struct Protocol {
     pub metadata: Bytes,
 }
 
+impl Protocol {
+    /// The same protocol owning its metadata: a request's `Bytes` are slices of its whole
+    /// frame, which a kept slice would pin for the member's life.
+    fn detached(self) -> Protocol {
+        Protocol {
+            metadata: Bytes::copy_from_slice(&self.metadata),
+            ..self
+        }
+    }
+}
+
+/// The bytes of `protocols`' names and metadata.
+fn protocol_bytes(protocols: &[Protocol]) -> usize {
+    protocols
+        .iter()
+        .map(|p| p.name.len().saturating_add(p.metadata.len()))
+        .fold(0, usize::saturating_add)
+}
+
 /// A JoinGroup, as the state machine needs it.
 #[derive(Debug, Clone)]
 pub struct Join {
@@ -78,6 +129,54 @@ pub struct Join {
     pub protocols: Vec<Protocol>,
     /// A static member's `group.instance.id` (see `static_members`).
     pub group_instance_id: Option<String>,
+}
+
+impl Join {
+    /// The refusals that depend on the request alone, checked before any state is touched
+    /// (so a refused join creates no group): the error and why.
+    pub fn check(&self) -> Result<(), (K, String)> {
+        if self.protocol_type.is_empty() || self.protocols.is_empty() {
+            let why = "a join needs a protocol type and at least one protocol";
+            return Err((K::InconsistentGroupProtocol, why.into()));
+        }
+        if self.protocols.len() > MEMBER_PROTOCOLS_MAX {
+            let why = format!(
+                "{} protocols offered, over MEMBER_PROTOCOLS_MAX ({MEMBER_PROTOCOLS_MAX})",
+                self.protocols.len()
+            );
+            return Err((K::InconsistentGroupProtocol, why));
+        }
+        let bytes = protocol_bytes(&self.protocols);
+        if bytes > MEMBER_METADATA_BYTES_MAX {
+            let why = format!(
+                "{bytes} bytes of protocol metadata, over MEMBER_METADATA_BYTES_MAX \
+                 ({MEMBER_METADATA_BYTES_MAX})"
+            );
+            return Err((K::InvalidRequest, why));
+        }
+        if !(SESSION_TIMEOUT_MIN..=SESSION_TIMEOUT_MAX).contains(&self.session_timeout) {
+            let why = format!(
+                "session timeout {:?} outside {SESSION_TIMEOUT_MIN:?}..={SESSION_TIMEOUT_MAX:?}",
+                self.session_timeout
+            );
+            return Err((K::InvalidSessionTimeout, why));
+        }
+        Ok(())
+    }
+
+    /// The bytes a member made of this join keeps, but its assignment: an upper bound, as
+    /// its id is either id the join carries.
+    fn member_bytes(&self) -> usize {
+        [
+            self.member_id.len().max(self.fresh_member_id.len()),
+            self.client_id.len(),
+            self.client_host.len(),
+            self.group_instance_id.as_ref().map_or(0, String::len),
+            protocol_bytes(&self.protocols),
+        ]
+        .into_iter()
+        .fold(0, usize::saturating_add)
+    }
 }
 
 /// One member as the leader learns it: id, instance id, metadata for the chosen protocol.
@@ -156,6 +255,20 @@ impl<W> Member<W> {
     fn waits(&self) -> bool {
         self.join_waiter.is_some() || self.sync_waiter.is_some()
     }
+
+    /// The bytes this member keeps, known by `id`.
+    fn stored_bytes(&self, id: &str) -> usize {
+        [
+            id.len(),
+            self.client_id.len(),
+            self.client_host.len(),
+            self.instance_id.as_ref().map_or(0, String::len),
+            protocol_bytes(&self.protocols),
+            self.assignment.len(),
+        ]
+        .into_iter()
+        .fold(0, usize::saturating_add)
+    }
 }
 
 #[derive(Debug)]
@@ -176,6 +289,12 @@ pub struct Group<W> {
     join_deadline: Instant,
     /// When the group last became empty.
     empty_since: Instant,
+    /// What its members keep ([`Member::stored_bytes`] summed), kept up to date by every
+    /// change, so the coordinator's budget costs no walk over members.
+    stored_bytes: usize,
+    /// What it may keep at most: [`GROUP_BYTES_MAX`], less when the coordinator's budget is
+    /// short (the coordinator sets it before a join or sync).
+    pub budget: Budget,
 }
 
 impl<W> Group<W> {
@@ -192,7 +311,41 @@ impl<W> Group<W> {
             join_ready_at: now,
             join_deadline: now,
             empty_since: now,
+            stored_bytes: 0,
+            budget: Budget::default(),
         }
+    }
+
+    /// The bytes its members keep.
+    pub fn stored_bytes(&self) -> usize {
+        self.stored_bytes
+    }
+
+    /// Accounts a change of what one member keeps from `before` to `after` bytes.
+    fn restate_bytes(&mut self, before: usize, after: usize) {
+        self.stored_bytes = self
+            .stored_bytes
+            .saturating_sub(before)
+            .saturating_add(after);
+    }
+
+    /// The bytes the group would keep after `join` (an upper bound): the member it names,
+    /// if any, replaced by the join's.
+    fn bytes_after_join(&self, join: &Join) -> usize {
+        let existing_id = if join.member_id.is_empty() {
+            join.group_instance_id
+                .as_ref()
+                .and_then(|i| self.static_members.get(i))
+        } else {
+            Some(&join.member_id)
+        };
+        let existing = existing_id.and_then(|id| self.members.get(id).map(|m| (id, m)));
+        let (before, assignment) =
+            existing.map_or((0, 0), |(id, m)| (m.stored_bytes(id), m.assignment.len()));
+        self.stored_bytes
+            .saturating_sub(before)
+            .saturating_add(join.member_bytes())
+            .saturating_add(assignment)
     }
 
     /// No members, and none on their way (MEMBER_ID_REQUIRED).
@@ -229,17 +382,18 @@ impl<W> Group<W> {
                 Reply::Join(Joined::error(code(error), &join.member_id)),
             )]
         };
-        if join.protocol_type.is_empty()
-            || join.protocols.is_empty()
-            || join.protocols.len() > MEMBER_PROTOCOLS_MAX
-        {
-            return refuse(K::InconsistentGroupProtocol, waiter);
-        }
-        if !(SESSION_TIMEOUT_MIN..=SESSION_TIMEOUT_MAX).contains(&join.session_timeout) {
-            return refuse(K::InvalidSessionTimeout, waiter);
+        if let Err((error, why)) = join.check() {
+            tracing::info!("kafka join refused: {why}");
+            return refuse(error, waiter);
         }
         if !self.supports(&join.protocol_type, &join.protocols, &join.member_id) {
             return refuse(K::InconsistentGroupProtocol, waiter);
+        }
+        let bytes = self.bytes_after_join(&join);
+        if bytes > self.budget.bytes_max {
+            let Budget { bytes_max, limit } = self.budget;
+            tracing::info!("kafka join refused: the group would keep {bytes} bytes, over {limit} ({bytes_max} bytes now)");
+            return refuse(K::GroupMaxSizeReached, waiter);
         }
         if let Some(instance) = join.group_instance_id.clone() {
             return self.join_static(instance, join, waiter, now);
@@ -273,21 +427,23 @@ impl<W> Group<W> {
         if let Some(instance) = &join.group_instance_id {
             self.static_members.insert(instance.clone(), id.clone());
         }
-        self.members.insert(
-            id,
-            Member {
-                client_id: join.client_id,
-                client_host: join.client_host,
-                protocols: join.protocols,
-                instance_id: join.group_instance_id,
-                session_timeout: join.session_timeout,
-                rebalance_timeout: join.rebalance_timeout.min(REBALANCE_TIMEOUT_MAX),
-                deadline: now + join.session_timeout,
-                assignment: Bytes::new(),
-                join_waiter: Some(waiter),
-                sync_waiter: None,
-            },
-        );
+        let member = Member {
+            client_id: join.client_id,
+            client_host: join.client_host,
+            protocols: join.protocols.into_iter().map(Protocol::detached).collect(),
+            instance_id: join.group_instance_id,
+            session_timeout: join.session_timeout,
+            rebalance_timeout: join.rebalance_timeout.min(REBALANCE_TIMEOUT_MAX),
+            deadline: now + join.session_timeout,
+            assignment: Bytes::new(),
+            join_waiter: Some(waiter),
+            sync_waiter: None,
+        };
+        self.restate_bytes(0, member.stored_bytes(&id));
+        if let Some(replaced) = self.members.insert(id.clone(), member) {
+            // Not expected (ids are fresh), but the accounting stays exact.
+            self.restate_bytes(replaced.stored_bytes(&id), 0);
+        }
         let mut out = Vec::new();
         if self.phase == Phase::PreparingRebalance {
             // A new group's members keep arriving: wait a little longer for the next one.
@@ -306,13 +462,21 @@ impl<W> Group<W> {
         let Some(member) = self.members.get_mut(&join.member_id) else {
             return Vec::new();
         };
+        let before = member.stored_bytes(&join.member_id);
         let unchanged = member.protocols == join.protocols;
         member.client_id = join.client_id;
         member.client_host = join.client_host;
-        member.protocols = join.protocols;
+        if !unchanged {
+            member.protocols = join.protocols.into_iter().map(Protocol::detached).collect();
+        }
         member.session_timeout = join.session_timeout;
         member.rebalance_timeout = join.rebalance_timeout.min(REBALANCE_TIMEOUT_MAX);
         member.deadline = now + join.session_timeout;
+        let after = member.stored_bytes(&join.member_id);
+        self.restate_bytes(before, after);
+        let Some(member) = self.members.get_mut(&join.member_id) else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         match self.phase {
             Phase::CompletingRebalance | Phase::Stable if unchanged && !is_leader => {
@@ -338,6 +502,7 @@ impl<W> Group<W> {
     /// assignment are told the rebalance started.
     fn prepare_rebalance(&mut self, now: Instant) -> Deliveries<W> {
         let mut out = Vec::new();
+        let mut freed = 0usize;
         for member in self.members.values_mut() {
             if let Some(waiter) = member.sync_waiter.take() {
                 let answer = Synced {
@@ -346,8 +511,10 @@ impl<W> Group<W> {
                 };
                 out.push((waiter, Reply::Sync(answer)));
             }
+            freed = freed.saturating_add(member.assignment.len());
             member.assignment = Bytes::new();
         }
+        self.restate_bytes(freed, 0);
         let longest = self
             .members
             .values()
@@ -374,7 +541,15 @@ impl<W> Group<W> {
         if !(all_joined && now >= self.join_ready_at) && now < self.join_deadline {
             return Vec::new();
         }
-        self.members.retain(|_, m| m.join_waiter.is_some());
+        let mut freed = 0usize;
+        self.members.retain(|id, m| {
+            let keep = m.join_waiter.is_some();
+            if !keep {
+                freed = freed.saturating_add(m.stored_bytes(id));
+            }
+            keep
+        });
+        self.restate_bytes(freed, 0);
         self.generation += 1;
         if self.members.is_empty() {
             self.become_empty(now);
@@ -525,17 +700,22 @@ impl<W> Group<W> {
                 vec![(waiter, Reply::Sync(answer))]
             }
             Phase::CompletingRebalance => {
+                let assignments = if is_leader {
+                    match self.check_assignments(assignments) {
+                        Ok(assignments) => Some(assignments),
+                        Err(error) => return refuse(error, waiter),
+                    }
+                } else {
+                    None
+                };
                 if let Some(member) = self.members.get_mut(member_id) {
                     member.deadline = now + member.session_timeout;
                     member.sync_waiter = Some(waiter);
                 }
-                if !is_leader {
+                let Some(assignments) = assignments else {
                     return Vec::new();
-                }
-                let mut assignments: BTreeMap<String, Bytes> = assignments.into_iter().collect();
-                for (id, member) in self.members.iter_mut() {
-                    member.assignment = assignments.remove(id).unwrap_or_default();
-                }
+                };
+                self.assign(assignments);
                 self.phase = Phase::Stable;
                 let ids: Vec<String> = self.members.keys().cloned().collect();
                 let mut out = Vec::new();
@@ -550,6 +730,58 @@ impl<W> Group<W> {
                 out
             }
         }
+    }
+
+    /// The leader's assignments of current members (an id given twice: the last), unless
+    /// one is over [`ASSIGNMENT_BYTES_MAX`] (INVALID_REQUEST) or they would take the group
+    /// over its budget (GROUP_MAX_SIZE_REACHED).
+    fn check_assignments(
+        &self,
+        assignments: Vec<(String, Bytes)>,
+    ) -> Result<BTreeMap<String, Bytes>, i16> {
+        if let Some((id, a)) = assignments
+            .iter()
+            .find(|(_, a)| a.len() > ASSIGNMENT_BYTES_MAX)
+        {
+            tracing::info!(
+                member = %id,
+                "kafka sync refused: an assignment of {} bytes, over ASSIGNMENT_BYTES_MAX \
+                 ({ASSIGNMENT_BYTES_MAX})",
+                a.len()
+            );
+            return Err(code(K::InvalidRequest));
+        }
+        let mut assignments: BTreeMap<String, Bytes> = assignments.into_iter().collect();
+        assignments.retain(|id, _| self.members.contains_key(id));
+        let sum = |lens: &mut dyn Iterator<Item = usize>| lens.fold(0, usize::saturating_add);
+        let current = sum(&mut self.members.values().map(|m| m.assignment.len()));
+        let incoming = sum(&mut assignments.values().map(Bytes::len));
+        let bytes = self
+            .stored_bytes
+            .saturating_sub(current)
+            .saturating_add(incoming);
+        if bytes > self.budget.bytes_max {
+            let Budget { bytes_max, limit } = self.budget;
+            tracing::info!(
+                "kafka sync refused: the group would keep {bytes} bytes, over {limit} \
+                 ({bytes_max} bytes now)"
+            );
+            return Err(code(K::GroupMaxSizeReached));
+        }
+        Ok(assignments)
+    }
+
+    /// Gives every member its part of `assignments` (copied: the request's bytes are
+    /// slices of its whole frame), nothing for a member left out.
+    fn assign(&mut self, mut assignments: BTreeMap<String, Bytes>) {
+        let (mut before, mut after) = (0usize, 0usize);
+        for (id, member) in self.members.iter_mut() {
+            let assignment = assignments.remove(id).unwrap_or_default();
+            before = before.saturating_add(member.assignment.len());
+            after = after.saturating_add(assignment.len());
+            member.assignment = Bytes::copy_from_slice(&assignment);
+        }
+        self.restate_bytes(before, after);
     }
 
     fn synced(&self, member_id: &str) -> Synced {
@@ -595,6 +827,7 @@ impl<W> Group<W> {
     /// a rebalance of the others; `None` if it is not a member.
     fn remove_member(&mut self, member_id: &str, now: Instant) -> Option<Deliveries<W>> {
         let mut member = self.members.remove(member_id)?;
+        self.restate_bytes(member.stored_bytes(member_id), 0);
         if let Some(instance) = &member.instance_id {
             if self
                 .static_members
@@ -662,6 +895,16 @@ fn answer_waiters<W>(member: &mut Member<W>, member_id: &str, error: i16) -> Del
     out
 }
 
+impl<W> Group<W> {
+    /// What its members keep, counted afresh: what [`Group::stored_bytes`] must equal.
+    #[cfg(test)]
+    fn recount_bytes(&self) -> usize {
+        self.members.iter().map(|(id, m)| m.stored_bytes(id)).sum()
+    }
+}
+
+#[cfg(test)]
+mod bytes_tests;
 mod static_members;
 #[cfg(test)]
 mod tests;

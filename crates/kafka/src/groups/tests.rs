@@ -74,6 +74,86 @@ fn a_group_with_native_members_refuses_kafka_members() {
     let out = kafka.join(&native, "n", join(""), waiter, Instant::now());
     assert_eq!(join_error(&out), Some(K::InconsistentGroupProtocol.code()));
     assert!(!native.is_held_by_other_protocol("n"));
+    assert!(
+        kafka.list().is_empty(),
+        "the refused join left no group behind"
+    );
+}
+
+#[test]
+fn refused_joins_leave_no_group_behind() {
+    let native = GroupCoordinator::default();
+    let kafka = Coordinator::default();
+    let now = Instant::now();
+    let refused = [
+        (
+            Join {
+                session_timeout: Duration::ZERO,
+                ..join("")
+            },
+            K::InvalidSessionTimeout,
+        ),
+        (
+            Join {
+                protocols: Vec::new(),
+                ..join("")
+            },
+            K::InconsistentGroupProtocol,
+        ),
+        // Refused by the (new, empty) group itself.
+        (join("not-a-member"), K::UnknownMemberId),
+    ];
+    for (n, (request, error)) in refused.into_iter().enumerate() {
+        let (waiter, _answer) = oneshot::channel();
+        let out = kafka.join(&native, &format!("g{n}"), request, waiter, now);
+        assert_eq!(join_error(&out), Some(error.code()));
+    }
+    assert!(kafka.list().is_empty());
+    // A join told MEMBER_ID_REQUIRED keeps its group: the member comes back.
+    let (waiter, _answer) = oneshot::channel();
+    let first = Join {
+        require_known_member_id: true,
+        ..join("")
+    };
+    let out = kafka.join(&native, "kept", first, waiter, now);
+    assert_eq!(join_error(&out), Some(K::MemberIdRequired.code()));
+    assert_eq!(kafka.list().len(), 1);
+}
+
+#[test]
+fn a_group_may_keep_what_the_other_groups_leave_of_the_coordinators_budget() {
+    let native = GroupCoordinator::default();
+    let kafka = Coordinator::default();
+    let now = Instant::now();
+    let (waiter, _answer) = oneshot::channel();
+    let big = Join {
+        protocols: vec![Protocol {
+            name: "range".into(),
+            metadata: Bytes::from(vec![0u8; 100_000]),
+        }],
+        ..join("")
+    };
+    kafka.join(&native, "big", big, waiter, now);
+    let groups = kafka.groups.lock();
+    let kept = groups.get("big").map_or(0, |g| g.stored_bytes());
+    assert!(kept > 100_000);
+    // Plenty left: the group's own limit.
+    let roomy = budget_of(&groups, "other", KAFKA_GROUPS_BYTES_MAX);
+    assert_eq!(roomy, Budget::default());
+    // Little left: what is left, named.
+    let tight = budget_of(&groups, "other", kept + 10);
+    assert_eq!(tight.bytes_max, 10);
+    assert_eq!(tight.limit, "KAFKA_GROUPS_BYTES_MAX");
+    // A group's own bytes are not counted against itself.
+    assert_eq!(budget_of(&groups, "big", kept + 10).bytes_max, kept + 10);
+}
+
+#[test]
+fn fresh_member_ids_start_with_a_bounded_part_of_the_client_id() {
+    let kafka = Coordinator::default();
+    let id = kafka.fresh_member_id(&"c".repeat(100_000));
+    assert!(id.starts_with(&"c".repeat(MEMBER_ID_CLIENT_ID_CHARS_MAX)));
+    assert!(id.len() < MEMBER_ID_CLIENT_ID_CHARS_MAX + 64);
 }
 
 #[test]

@@ -56,6 +56,8 @@ impl<W> Group<W> {
             return self.add_member(new_id, join, waiter, now);
         };
         let mut out = answer_waiters(&mut member, &old_id, code(K::FencedInstanceId));
+        // Known by another id now: its bytes are counted anew.
+        self.restate_bytes(member.stored_bytes(&old_id), member.stored_bytes(&new_id));
         self.members.insert(new_id.clone(), member);
         self.static_members.insert(instance, new_id.clone());
         if self.leader.as_deref() == Some(old_id.as_str()) {

@@ -31,7 +31,7 @@ fn join(member_id: &str, fresh: &str, names: &[&str]) -> Join {
     }
 }
 
-fn joined(d: &Deliveries<&'static str>, who: &str) -> Joined {
+pub(super) fn joined(d: &Deliveries<&'static str>, who: &str) -> Joined {
     d.iter()
         .find_map(|(w, r)| match r {
             Reply::Join(j) if *w == who => Some(j.clone()),
@@ -40,7 +40,7 @@ fn joined(d: &Deliveries<&'static str>, who: &str) -> Joined {
         .unwrap_or_else(|| panic!("no join answer for {who} in {d:?}"))
 }
 
-fn synced(d: &Deliveries<&'static str>, who: &str) -> Synced {
+pub(super) fn synced(d: &Deliveries<&'static str>, who: &str) -> Synced {
     d.iter()
         .find_map(|(w, r)| match r {
             Reply::Sync(s) if *w == who => Some(s.clone()),
