@@ -18,14 +18,19 @@ fn name(text: &str) -> TopicName {
     TopicName(StrBytes::from_string(text.to_string()))
 }
 
-fn metadata_of(k: &mut Kafka, version: i16, topics: Option<&[&str]>) -> MetadataResponse {
+/// Metadata of the topics named (`None`: every topic).
+fn metadata_request(topics: Option<&[&str]>) -> MetadataRequest {
     let topics = topics.map(|names| {
         names
             .iter()
             .map(|n| MetadataRequestTopic::default().with_name(Some(name(n))))
             .collect()
     });
-    k.call(version, &MetadataRequest::default().with_topics(topics))
+    MetadataRequest::default().with_topics(topics)
+}
+
+fn metadata_of(k: &mut Kafka, version: i16, topics: Option<&[&str]>) -> MetadataResponse {
+    k.call(version, &metadata_request(topics))
 }
 
 fn topic<'a>(
@@ -83,11 +88,7 @@ fn metadata_names_the_kafka_listener_and_every_partition() {
     assert!(none.topics.is_empty(), "{none:?}");
     assert_eq!(none.brokers.len(), 1);
     // Unknown topics are not created unless the listener is told to.
-    let request = MetadataRequest::default()
-        .with_topics(Some(vec![
-            MetadataRequestTopic::default().with_name(Some(name("nope")))
-        ]))
-        .with_allow_auto_topic_creation(true);
+    let request = metadata_request(Some(&["nope"])).with_allow_auto_topic_creation(true);
     let unknown = k.call(12, &request);
     assert_eq!(
         topic(&unknown, "nope").error_code,
@@ -113,11 +114,7 @@ fn metadata_creates_topics_when_auto_creation_is_on() {
     let server = KafkaServer::start_with(&["--kafka-auto-create-topics"]);
     let mut k = server.connect();
     // A client that does not ask for creation does not get it.
-    let asked_not = MetadataRequest::default()
-        .with_topics(Some(vec![
-            MetadataRequestTopic::default().with_name(Some(name("fresh")))
-        ]))
-        .with_allow_auto_topic_creation(false);
+    let asked_not = metadata_request(Some(&["fresh"])).with_allow_auto_topic_creation(false);
     let response = k.call(9, &asked_not);
     assert_eq!(
         topic(&response, "fresh").error_code,

@@ -13,7 +13,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
-use super::{closed_by_server, retry, rss_kib_of, run_with_input, BIN};
+use super::{closed_by_server, retry, rss_kib_of, run_succeeding, BIN};
 
 /// How long [`Kafka`] waits for any one response before the test fails.
 pub const RESPONSE_WAIT: Duration = Duration::from_secs(60);
@@ -39,26 +39,19 @@ pub struct Launch {
 impl Launch {
     /// `tinymq server --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0 --http off`.
     pub fn server() -> Launch {
-        Launch::role(&["server", "--listen", "127.0.0.1:0", "--http", "off"])
+        Launch::role(&["server", "--http", "off"])
     }
 
-    /// `tinymq broker --id ID --listen 127.0.0.1:0 --meta META --kafka-listen 127.0.0.1:0`.
+    /// `tinymq broker --id ID --meta META --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0`.
     pub fn broker(id: u32, meta: &str) -> Launch {
-        let id = id.to_string();
-        Launch::role(&[
-            "broker",
-            "--id",
-            &id,
-            "--listen",
-            "127.0.0.1:0",
-            "--meta",
-            meta,
-        ])
+        Launch::role(&["broker", "--id", &id.to_string(), "--meta", meta])
     }
 
+    /// `tinymq ARGS --listen 127.0.0.1:0`.
     fn role(args: &[&str]) -> Launch {
+        let listen = ["--listen", "127.0.0.1:0"];
         Launch {
-            args: args.iter().map(|a| a.to_string()).collect(),
+            args: args.iter().chain(&listen).map(|a| a.to_string()).collect(),
             kafka: true,
             env: Vec::new(),
             tool_env: Vec::new(),
@@ -207,12 +200,7 @@ impl KafkaServer {
 
     /// Runs [`KafkaServer::tool`] to its end with `stdin`; asserts it succeeds, returns stdout.
     pub fn run_tool(&self, args: &[&str], stdin: &[u8]) -> String {
-        let out = run_with_input(&mut self.tool(args), stdin);
-        assert!(
-            out.status.success(),
-            "tinymq {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = run_succeeding(&mut self.tool(args), stdin);
         String::from_utf8(out.stdout).expect("UTF-8 output")
     }
 

@@ -125,13 +125,7 @@ impl Server {
 
     /// Runs a tool to completion, feeding `stdin`; panics on failure.
     pub fn run_tool(&self, args: &[&str], stdin: &[u8]) -> Output {
-        let out = run_with_input(&mut self.tool(args), stdin);
-        assert!(
-            out.status.success(),
-            "tinymq {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        run_succeeding(&mut self.tool(args), stdin)
     }
 }
 
@@ -240,6 +234,17 @@ pub fn run_with_input(cmd: &mut Command, stdin: &[u8]) -> Output {
     });
     let out = child.wait_with_output().expect("tool output");
     writer.join().expect("stdin writer");
+    out
+}
+
+/// [`run_with_input`], failing the test (with the command and its stderr) unless it succeeds.
+pub fn run_succeeding(cmd: &mut Command, stdin: &[u8]) -> Output {
+    let out = run_with_input(cmd, stdin);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
