@@ -392,7 +392,10 @@ impl<W> Group<W> {
         let bytes = self.bytes_after_join(&join);
         if bytes > self.budget.bytes_max {
             let Budget { bytes_max, limit } = self.budget;
-            tracing::info!("kafka join refused: the group would keep {bytes} bytes, over {limit} ({bytes_max} bytes now)");
+            tracing::info!(
+                "kafka join refused: the group would keep {bytes} bytes, over {limit} \
+                 ({bytes_max} bytes now)"
+            );
             return refuse(K::GroupMaxSizeReached, waiter);
         }
         if let Some(instance) = join.group_instance_id.clone() {
