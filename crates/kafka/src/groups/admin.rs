@@ -12,8 +12,6 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use tinymq_auth::AclOperation;
-use tinymq_meta::authorize::Permission;
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
 use super::{consumer_protocol, group_code, group_name};
@@ -144,14 +142,12 @@ pub(crate) async fn list_groups(
     // The native answer lists only the groups the principal may DESCRIBE; the Kafka groups
     // are filtered by the same rule.
     let access = ctx.shared.groups.access(ctx.state());
-    let may_describe = |g: &str| {
-        access.allows(
-            &ctx.peer.principal,
-            Permission::group(g, AclOperation::Describe),
-        )
-    };
-    for (group_id, state, protocol_type) in ctx.shared.groups.list() {
-        if ctx.state().check_coordinator(&group_id).is_err() || !may_describe(&group_id) {
+    let kafka_groups = ctx
+        .shared
+        .groups
+        .list_describable(&access, &ctx.peer.principal);
+    for (group_id, state, protocol_type) in kafka_groups {
+        if ctx.state().check_coordinator(&group_id).is_err() {
             continue;
         }
         if state != "Empty" || !listed.contains_key(&group_id) {

@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::error::ResponseError as K;
 use parking_lot::Mutex;
+use tinymq_auth::{AclOperation, Principal};
 use tinymq_broker::group::GroupCoordinator;
 use tinymq_broker::state::BrokerState;
-use tinymq_meta::authorize::{Access, AuthorizerCache};
+use tinymq_meta::authorize::{Access, AuthorizerCache, Permission};
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 use tokio::sync::oneshot;
 
@@ -244,6 +245,20 @@ impl Coordinator {
             .acls
             .get_or_init(|| AuthorizerCache::new(state.config.authorization.clone()));
         acls.current(|| state.cluster.version(), || state.cluster.image())
+    }
+
+    /// [`Coordinator::list`], only the groups `principal` may DESCRIBE: what ListGroups
+    /// shows, as the native ListGroups filters its own groups.
+    fn list_describable(
+        &self,
+        access: &Access,
+        principal: &Principal,
+    ) -> Vec<(String, &'static str, String)> {
+        let mut groups = self.list();
+        groups.retain(|(id, _, _)| {
+            access.allows(principal, Permission::group(id, AclOperation::Describe))
+        });
+        groups
     }
 
     /// A snapshot of the Kafka groups kept here: (id, state, protocol type).

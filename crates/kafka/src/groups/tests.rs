@@ -149,6 +149,50 @@ fn a_group_may_keep_what_the_other_groups_leave_of_the_coordinators_budget() {
 }
 
 #[test]
+fn only_the_groups_a_principal_may_describe_are_listed() {
+    use tinymq_auth::{AclEntry, AclOperation, AclPermission, PatternType, ResourceType};
+    use tinymq_meta::authorize::{AuthorizationConfig, AuthorizerCache};
+    use tinymq_meta::MetadataImage;
+
+    let native = GroupCoordinator::default();
+    let kafka = Coordinator::default();
+    let now = Instant::now();
+    for group_id in ["visible", "hidden"] {
+        let (waiter, _answer) = oneshot::channel();
+        kafka.join(&native, group_id, join(""), waiter, now);
+    }
+    let mut image = MetadataImage::default();
+    image.acls.insert(AclEntry {
+        principal: "User:alice".into(),
+        resource_type: ResourceType::Group,
+        resource_name: "visible".into(),
+        pattern_type: PatternType::Literal,
+        operation: AclOperation::Describe,
+        permission: AclPermission::Allow,
+    });
+    let config = AuthorizationConfig {
+        enabled: true,
+        super_users: Vec::new(),
+    };
+    let access = AuthorizerCache::new(config).current(|| 1, || image);
+    let names = |p: &str| -> Vec<String> {
+        let listed = kafka.list_describable(&access, &Principal::user(p));
+        listed.into_iter().map(|(id, _, _)| id).collect()
+    };
+    assert_eq!(names("alice"), ["visible"]);
+    assert!(names("mallory").is_empty());
+    // Authorization off: every group.
+    let off =
+        AuthorizerCache::new(AuthorizationConfig::default()).current(|| 1, MetadataImage::default);
+    assert_eq!(
+        kafka
+            .list_describable(&off, &Principal::user("mallory"))
+            .len(),
+        2
+    );
+}
+
+#[test]
 fn fresh_member_ids_start_with_a_bounded_part_of_the_client_id() {
     let kafka = Coordinator::default();
     let id = kafka.fresh_member_id(&"c".repeat(100_000));
