@@ -198,7 +198,7 @@ impl ScramServer {
                 "c= does not repeat the client-first's gs2 header",
             ));
         }
-        if fin.nonce != ex.nonce && !self.repeated_nonce(&ex, &fin.nonce) {
+        if fin.nonce != ex.nonce && !self.repeated_nonce(&ex, fin.nonce) {
             return Err(AuthError::NonceMismatch);
         }
         let m = self.mechanism;
