@@ -49,6 +49,9 @@ pub struct ClusterView {
     session_confirmed: parking_lot::Mutex<Option<std::time::Instant>>,
     /// The unused rest of the current producer-id block: `next..end`.
     producer_ids: tokio::sync::Mutex<(i64, i64)>,
+    /// This broker's Kafka listener address, registered with the cluster so every broker's
+    /// Kafka Metadata answer can name it; `None` without a Kafka listener.
+    kafka_advertised: Option<tinymq_meta::KafkaAddress>,
 }
 
 impl std::fmt::Debug for ClusterView {
@@ -70,7 +73,14 @@ impl ClusterView {
             image: watch::Sender::new(VersionedImage::default()),
             session_confirmed: parking_lot::Mutex::new(None),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
+            kafka_advertised: None,
         }
+    }
+
+    /// Registers `kafka` (host, port) as this broker's Kafka listener address.
+    pub fn with_kafka_advertised(mut self, kafka: Option<(String, u16)>) -> ClusterView {
+        self.kafka_advertised = kafka.map(|(host, port)| tinymq_meta::KafkaAddress { host, port });
+        self
     }
 
     /// Whether this broker may still act as a leader: the MetaServer confirmed its session
@@ -170,6 +180,7 @@ impl ClusterView {
             host: host.into(),
             port,
             clean_shutdown,
+            kafka: self.kafka_advertised.clone(),
         };
         let mut attempts = 0u32;
         let started = tokio::time::Instant::now();

@@ -126,7 +126,10 @@ impl Broker {
                 MetaLink::remote_secure(config.meta.clone(), config.node_id, config.links.clone());
             (link, None, None)
         };
-        let cluster = Arc::new(ClusterView::new(config.node_id, link));
+        let cluster = Arc::new(
+            ClusterView::new(config.node_id, link)
+                .with_kafka_advertised(config.kafka_advertised.clone()),
+        );
         let host = advertised.ip().to_string();
         crate::join::join(&cluster, &config.data_dir, &host, advertised.port()).await?;
         if let Some(legacy) = legacy {

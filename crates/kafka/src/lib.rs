@@ -29,6 +29,7 @@ mod produce;
 mod producer_id;
 mod sasl;
 mod server;
+mod tls;
 mod unsupported;
 
 pub use config::{KafkaConfig, KAFKA_PRE_AUTH_FRAME_BYTES_MAX};

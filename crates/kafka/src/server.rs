@@ -122,10 +122,13 @@ async fn open(
     let Some(tls) = tls else {
         return serve(stream, addr, None, shared, shutdown).await;
     };
-    let handshake = tokio::time::timeout(
-        shared.config.limits.handshake_timeout,
-        tls.acceptor().accept(stream),
-    );
+    let deadline = tokio::time::Instant::now() + shared.config.limits.handshake_timeout;
+    // A plain Kafka client is told apart (and logged as such) before the TLS library fails.
+    if let Err(why) = crate::tls::expect_tls(&stream, addr, deadline).await {
+        tracing::info!(peer = %addr, reason = %why, "Kafka connection closed");
+        return;
+    }
+    let handshake = tokio::time::timeout_at(deadline, tls.acceptor().accept(stream));
     match handshake.await {
         Ok(Ok(stream)) => {
             let principal = stream

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use tinymq_protocol::ErrorCode;
 
-use crate::image::{BrokerRecord, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord};
+use crate::image::{
+    BrokerRecord, KafkaAddress, MetadataImage, MetadataRecord, PartitionRecord, TopicRecord,
+};
 use crate::placement::{place, PlannedMove};
 use crate::security::PutUserMode;
 use tinymq_auth::{AclEntry, AclFilter, QuotaConfig, StoredCredential};
@@ -44,6 +46,9 @@ pub enum Command {
         /// ISRs it was in (see `register_broker`). Log entries from before this field: true.
         #[serde(default = "yes")]
         clean_shutdown: bool,
+        /// The broker's Kafka listener, if it has one; log entries from before it: none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        kafka: Option<KafkaAddress>,
     },
     /// Issued by the MetaServer leader when a broker's session expired.
     FenceBroker {
@@ -340,7 +345,8 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             host,
             port,
             clean_shutdown,
-        } => register_broker(image, *id, host, *port, *clean_shutdown),
+            kafka,
+        } => register_broker(image, *id, host, *port, *clean_shutdown, kafka.clone()),
         Command::FenceBroker { id, epoch } => fence_broker(image, *id, *epoch),
         Command::CreateTopic {
             name,
@@ -472,6 +478,7 @@ fn register_broker(
     host: &str,
     port: u16,
     clean_shutdown: bool,
+    kafka: Option<KafkaAddress>,
 ) -> Outcome {
     if image.decommissioned_brokers.contains(&id) {
         return Err(MetaError::BrokerDecommissioned(id));
@@ -495,6 +502,7 @@ fn register_broker(
             port,
             epoch,
             fenced: false,
+            kafka,
         },
     }];
     records.extend(crate::election::after_registration(

@@ -25,6 +25,17 @@ pub struct BrokerRecord {
     pub epoch: u64,
     /// A fenced broker leads nothing and is not placed on; it is unfenced when it registers again.
     pub fenced: bool,
+    /// Where Kafka clients reach the broker's Kafka listener (`--kafka-advertise`); `None`
+    /// for a broker without one, and in images and log entries from before Kafka listeners.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<KafkaAddress>,
+}
+
+/// A broker's advertised Kafka listener address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KafkaAddress {
+    pub host: String,
+    pub port: u16,
 }
 
 /// One partition's placement.

@@ -24,8 +24,8 @@ pub use command::{default_replication_factor, DEFAULT_REPLICATION_FACTOR_MAX};
 pub use command::{execute, Command, MetaError, Reply};
 pub use election::choose_leader;
 pub use image::{
-    default_min_insync_replicas, is_internal_topic, BrokerRecord, MetadataImage, MetadataRecord,
-    PartitionRecord, TopicRecord, MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION,
+    default_min_insync_replicas, is_internal_topic, BrokerRecord, KafkaAddress, MetadataImage,
+    MetadataRecord, PartitionRecord, TopicRecord, MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION,
 };
 pub use placement::PlannedMove;
 

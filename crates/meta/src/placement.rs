@@ -353,6 +353,7 @@ mod tests {
                 port: 1,
                 epoch: u64::from(id),
                 fenced: id > live,
+                kafka: None,
             };
             image.brokers.insert(id, broker);
         }

@@ -24,6 +24,7 @@ fn register_as(
             host: "127.0.0.1".into(),
             port: 9000 + id as u16,
             clean_shutdown,
+            kafka: None,
         },
     )
 }
@@ -782,6 +783,7 @@ fn command_for(image: &MetadataImage, step: &Step, topics: &mut u32) -> Option<(
                 host: "h".into(),
                 port: *id as u16,
                 clean_shutdown: *clean,
+                kafka: None,
             },
             false,
         ),

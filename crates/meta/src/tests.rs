@@ -13,6 +13,7 @@ fn register(image: &mut MetadataImage, id: u32) -> u64 {
             host: "127.0.0.1".into(),
             port: 9000 + id as u16,
             clean_shutdown: true,
+            kafka: None,
         },
     )
     .unwrap()
@@ -166,6 +167,7 @@ fn a_broker_id_is_not_shared_by_two_live_brokers() {
         host: "10.0.0.9".into(),
         port: 1,
         clean_shutdown: true,
+        kafka: None,
     };
     assert!(matches!(
         execute(&image, &other_address),
@@ -284,6 +286,7 @@ fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
             host: "a".into(),
             port: 1,
             clean_shutdown: true,
+            kafka: None,
         },
     );
     run(
@@ -293,6 +296,7 @@ fn replaying_the_records_or_the_snapshot_rebuilds_the_same_image() {
             host: "b".into(),
             port: 2,
             clean_shutdown: true,
+            kafka: None,
         },
     );
     run(
@@ -516,6 +520,7 @@ fn decommission_needs_a_stopped_broker_and_its_partitions_moved_and_retires_the_
         host: "127.0.0.1".into(),
         port: 9003,
         clean_shutdown: true,
+        kafka: None,
     };
     assert!(matches!(
         execute(&image, &again),
@@ -538,4 +543,53 @@ fn a_broker_holding_nothing_is_decommissioned_without_moving_anything() {
     decommission(&mut image, 2, false).unwrap();
     assert_eq!(image.topics, before);
     assert_eq!(image.decommissioned_brokers, [2].into());
+}
+
+/// Kafka listener addresses: registered with the broker, kept in the image, and absent (not
+/// an error) in log entries and images written before brokers had them.
+#[test]
+fn a_broker_registers_its_kafka_address_and_old_logs_still_load() {
+    let mut image = MetadataImage::default();
+    let kafka = KafkaAddress {
+        host: "kafka.example".into(),
+        port: 9092,
+    };
+    let with_kafka = Command::RegisterBroker {
+        id: 1,
+        host: "127.0.0.1".into(),
+        port: 9001,
+        clean_shutdown: true,
+        kafka: Some(kafka.clone()),
+    };
+    execute_and_apply(&mut image, &with_kafka).unwrap();
+    assert_eq!(image.brokers[&1].kafka, Some(kafka));
+    // Registering again without one (the listener was turned off) forgets it.
+    register(&mut image, 2);
+    assert_eq!(image.brokers[&2].kafka, None);
+
+    let old_entry: Command =
+        serde_json::from_str(r#"{"RegisterBroker":{"id":3,"host":"a","port":1}}"#).unwrap();
+    assert!(matches!(
+        old_entry,
+        Command::RegisterBroker { kafka: None, .. }
+    ));
+    let old_record: MetadataRecord = serde_json::from_str(
+        r#"{"RegisterBroker":{"broker":{"id":3,"host":"a","port":1,"epoch":7,"fenced":false}}}"#,
+    )
+    .unwrap();
+    image.apply(&old_record);
+    assert_eq!(image.brokers[&3].kafka, None);
+    // Without a Kafka address the entry is written as before, for readers that predate it.
+    let written = serde_json::to_string(&Command::RegisterBroker {
+        id: 3,
+        host: "a".into(),
+        port: 1,
+        clean_shutdown: true,
+        kafka: None,
+    })
+    .unwrap();
+    assert!(!written.contains("kafka"), "{written}");
+    let snapshot = serde_json::to_vec(&image).unwrap();
+    let reloaded = MetadataImage::from_snapshot(&snapshot).unwrap();
+    assert_eq!(reloaded, image);
 }

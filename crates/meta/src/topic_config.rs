@@ -175,6 +175,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: 9000 + id as u16,
                 clean_shutdown: true,
+                kafka: None,
             };
             execute_and_apply(&mut image, &register).unwrap();
         }

@@ -7,7 +7,7 @@ pub mod assignment;
 pub mod coordinator;
 pub mod offsets;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -151,9 +151,61 @@ pub struct GroupCoordinator {
     /// nothing until that session has passed ([`Group::hold_until`]): members of the previous
     /// coordinator may still be reading.
     pub offsets: OffsetStore,
+    /// Groups whose members speak another protocol (Kafka's classic group protocol, whose
+    /// membership tinymq-kafka keeps): one namespace of group ids, so a native join of one of
+    /// these is refused, and so is its native deletion, while the other protocol holds it.
+    /// Claimed and released by that protocol ([`GroupCoordinator::claim_for_other_protocol`]);
+    /// at most [`GROUPS_MAX`] entries.
+    held_by_other_protocol: Mutex<HashSet<String>>,
 }
 
 impl GroupCoordinator {
+    /// Marks `group` as held by another protocol's members (the caller has members of its
+    /// own for it): refused while the group has native members. Lock order: groups, then
+    /// the held set (as [`GroupCoordinator::join`]), so a native join and a claim cannot both
+    /// succeed.
+    pub fn claim_for_other_protocol(&self, group: &str) -> Result<(), GroupError> {
+        let groups = self.groups.lock();
+        if groups.get(group).is_some_and(|g| !g.is_empty()) {
+            return Err((
+                ErrorCode::GROUP_NOT_EMPTY,
+                format!("group {group} has native members"),
+            ));
+        }
+        let mut held = self.held_by_other_protocol.lock();
+        if !held.contains(group) && held.len() >= GROUPS_MAX {
+            return Err((
+                ErrorCode::LIMIT_EXCEEDED,
+                format!("{GROUPS_MAX} groups are held by another protocol already"),
+            ));
+        }
+        held.insert(group.to_string());
+        Ok(())
+    }
+
+    /// The other protocol has no members left in `group`.
+    pub fn release_other_protocol(&self, group: &str) {
+        self.held_by_other_protocol.lock().remove(group);
+    }
+
+    /// Whether another protocol's members hold `group`.
+    pub fn is_held_by_other_protocol(&self, group: &str) -> bool {
+        self.held_by_other_protocol.lock().contains(group)
+    }
+
+    fn refuse_if_held(&self, group: &str) -> Result<(), GroupError> {
+        if self.is_held_by_other_protocol(group) {
+            return Err((
+                ErrorCode::GROUP_NOT_EMPTY,
+                format!(
+                    "group {group} has members speaking Kafka's group protocol; a group's \
+                     members must all speak one protocol"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// This broker no longer coordinates the groups of offsets partition `partition` (or
     /// starts over with them in a new leader epoch): drops their members and offsets.
     pub fn drop_partition(&self, partition: u32) {
@@ -199,6 +251,7 @@ impl GroupCoordinator {
         }
         let session = Duration::from_millis(u64::from(req.session_timeout_ms));
         let mut groups = self.groups.lock();
+        self.refuse_if_held(&req.group_id)?;
         if !groups.contains_key(&req.group_id) && groups.len() >= GROUPS_MAX {
             return Err((
                 ErrorCode::LIMIT_EXCEEDED,
@@ -373,6 +426,7 @@ impl GroupCoordinator {
     /// Deletes a group without members, returning the tombstones of its offsets to append.
     pub fn prepare_delete(&self, group_id: &str) -> Result<Vec<Change>, GroupError> {
         let mut groups = self.groups.lock();
+        self.refuse_if_held(group_id)?;
         if groups.get(group_id).is_some_and(|g| !g.is_empty()) {
             return Err((
                 ErrorCode::GROUP_NOT_EMPTY,
@@ -406,6 +460,7 @@ impl GroupCoordinator {
             .idle_groups(retention)
             .into_iter()
             .filter(|group| self.groups.lock().get(group).is_none_or(Group::is_empty))
+            .filter(|group| !self.is_held_by_other_protocol(group))
             .map(|group| {
                 let tombstones = self.tombstones(&group);
                 (group, tombstones)
@@ -539,5 +594,35 @@ mod tests {
         );
         assert!(coordinator.describe(b).is_some());
         assert_eq!(coordinator.list(), vec![b.to_string()]);
+    }
+
+    #[test]
+    fn a_group_held_by_another_protocol_refuses_native_joins_and_deletion() {
+        let coordinator = leading_everything();
+        let join = |group: &str| {
+            coordinator.join(
+                &m::JoinGroupRequest {
+                    group_id: group.into(),
+                    topics: vec!["t".into()],
+                    session_timeout_ms: 10_000,
+                    client_id: "c".into(),
+                    ..Default::default()
+                },
+                &none,
+            )
+        };
+        coordinator.claim_for_other_protocol("k").unwrap();
+        assert_eq!(join("k").unwrap_err().0, ErrorCode::GROUP_NOT_EMPTY);
+        assert_eq!(
+            coordinator.prepare_delete("k").unwrap_err().0,
+            ErrorCode::GROUP_NOT_EMPTY
+        );
+        coordinator.release_other_protocol("k");
+        join("k").unwrap();
+        assert_eq!(
+            coordinator.claim_for_other_protocol("k").unwrap_err().0,
+            ErrorCode::GROUP_NOT_EMPTY,
+            "a group with native members cannot be claimed"
+        );
     }
 }

@@ -24,6 +24,7 @@ fn image(leader: u32, leader_epoch: u32) -> MetadataImage {
             port: 9000 + id as u16,
             epoch: 1,
             fenced: false,
+            kafka: None,
         };
         image.brokers.insert(id, broker);
     }

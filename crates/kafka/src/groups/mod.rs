@@ -1,82 +1,250 @@
 //! Kafka's classic consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-//! LeaveGroup (membership and client-side assignment, kept here), OffsetCommit and
-//! OffsetFetch (the native group's committed offsets), ListGroups, DescribeGroups,
-//! DeleteGroups.
+//! LeaveGroup (membership and client-side assignment, kept here: tinymq's native groups
+//! assign server-side), OffsetCommit and OffsetFetch (the native group's committed offsets),
+//! ListGroups, DescribeGroups, DeleteGroups.
+//!
+//! - `state`: one group's state machine (pure: time passed in, waiting requests parked),
+//!   with static membership (`group.instance.id`) in `state::static_members`.
+//! - this module: the [`Coordinator`] holding those groups (bounded), the timer that expires
+//!   sessions and ends join phases, and the checks every group request makes natively.
+//! - `membership`, `offsets`, `admin`: the handlers.
+//!
+//! One namespace of group ids with native groups: a group whose members speak Kafka's
+//! protocol is claimed on the native coordinator
+//! ([`tinymq_broker::group::GroupCoordinator::claim_for_other_protocol`]) while it has
+//! members, so native joins are refused; a group with native members refuses a Kafka join
+//! with INCONSISTENT_GROUP_PROTOCOL. Groups vacant for [`VACANT_GROUP_FORGET_AFTER`] are
+//! forgotten here; their committed offsets stay native.
 
-use std::sync::Arc;
+mod admin;
+mod consumer_protocol;
+mod membership;
+mod offsets;
+mod state;
 
-use kafka_protocol::messages::*;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
-use crate::context::Ctx;
+use kafka_protocol::error::ResponseError as K;
+use parking_lot::Mutex;
+use tinymq_broker::group::GroupCoordinator;
+use tinymq_protocol::{messages as m, ErrorCode, OpCode};
+use tokio::sync::oneshot;
+
+use crate::context::{Ctx, Shared};
+use crate::errors::{kafka_code_for, Resource};
+use state::{Deliveries, Group, Join, Joined, Reply};
+
+pub(crate) use admin::{delete_groups, describe_groups, find_coordinator, list_groups};
+pub(crate) use membership::{heartbeat, join_group, leave_group, sync_group};
+pub(crate) use offsets::{offset_commit, offset_fetch};
+
+/// Most Kafka groups this broker keeps (with members, or vacant and not yet forgotten); a
+/// join that would add another is refused.
+pub const KAFKA_GROUPS_MAX: usize = 10_000;
+/// A group without members is forgotten after this (its offsets are native and stay).
+pub const VACANT_GROUP_FORGET_AFTER: Duration = Duration::from_secs(60);
+/// How often sessions and join phases are checked: the precision of session timeouts.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A request waiting for its join or sync answer.
+type Waiter = oneshot::Sender<Reply>;
 
 /// The classic groups this broker coordinates.
-#[derive(Default)]
-pub(crate) struct Coordinator {}
-
-pub(crate) async fn find_coordinator(
-    _ctx: Arc<Ctx>,
-    _v: i16,
-    _r: FindCoordinatorRequest,
-) -> FindCoordinatorResponse {
-    FindCoordinatorResponse::default()
+pub(crate) struct Coordinator {
+    groups: Mutex<HashMap<String, Group<Waiter>>>,
+    ticking: AtomicBool,
+    next_member: AtomicU64,
+    /// Makes member ids unique across restarts: a member of a previous incarnation cannot
+    /// rejoin with its old id as if it were another member.
+    incarnation: u128,
 }
 
-pub(crate) async fn join_group(_ctx: Arc<Ctx>, _v: i16, _r: JoinGroupRequest) -> JoinGroupResponse {
-    JoinGroupResponse::default()
+impl Default for Coordinator {
+    fn default() -> Coordinator {
+        let incarnation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        Coordinator {
+            groups: Mutex::new(HashMap::new()),
+            ticking: AtomicBool::new(false),
+            next_member: AtomicU64::new(1),
+            incarnation,
+        }
+    }
 }
 
-pub(crate) async fn sync_group(_ctx: Arc<Ctx>, _v: i16, _r: SyncGroupRequest) -> SyncGroupResponse {
-    SyncGroupResponse::default()
+impl Coordinator {
+    fn fresh_member_id(&self, client_id: &str) -> String {
+        let n = self.next_member.fetch_add(1, Ordering::Relaxed);
+        format!("{client_id}-{:x}-{n}", self.incarnation)
+    }
+
+    /// Runs a JoinGroup through `group_id`'s state machine, creating the group (bounded)
+    /// and claiming its id from the native coordinator for its first member.
+    fn join(
+        &self,
+        native: &GroupCoordinator,
+        group_id: &str,
+        join: Join,
+        waiter: Waiter,
+        now: Instant,
+    ) -> Deliveries<Waiter> {
+        let refuse = |error: K, why: &str, waiter: Waiter| {
+            tracing::info!(group = %group_id, "kafka join refused: {why}");
+            let answer = Joined::error(error.code(), &join.member_id);
+            vec![(waiter, Reply::Join(answer))]
+        };
+        let mut groups = self.groups.lock();
+        if !groups.contains_key(group_id) && groups.len() >= KAFKA_GROUPS_MAX {
+            let why = format!("this broker keeps {KAFKA_GROUPS_MAX} Kafka groups already");
+            return refuse(K::GroupMaxSizeReached, &why, waiter);
+        }
+        let group = groups
+            .entry(group_id.to_string())
+            .or_insert_with(|| Group::new(now));
+        if group.is_vacant() {
+            if let Err((_, why)) = native.claim_for_other_protocol(group_id) {
+                return refuse(K::InconsistentGroupProtocol, &why, waiter);
+            }
+        }
+        let out = group.join(join, waiter, now);
+        if group.is_vacant() {
+            native.release_other_protocol(group_id);
+        }
+        out
+    }
+
+    /// Applies `f` to `group_id`'s state (`None`: no such group here), then gives the
+    /// group's id back to the native coordinator if it has no members left.
+    fn with_group<T>(
+        &self,
+        native: &GroupCoordinator,
+        group_id: &str,
+        f: impl FnOnce(&mut Group<Waiter>) -> T,
+    ) -> Option<T> {
+        let mut groups = self.groups.lock();
+        let group = groups.get_mut(group_id)?;
+        let out = f(group);
+        if group.is_vacant() {
+            native.release_other_protocol(group_id);
+        }
+        Some(out)
+    }
+
+    /// Forgets `group_id` if it is known here and vacant (DeleteGroups, once the native
+    /// deletion passed); whether it was.
+    fn forget_if_vacant(&self, native: &GroupCoordinator, group_id: &str) -> bool {
+        let mut groups = self.groups.lock();
+        if !groups.get(group_id).is_some_and(Group::is_vacant) {
+            return false;
+        }
+        groups.remove(group_id);
+        native.release_other_protocol(group_id);
+        true
+    }
+
+    /// Expires sessions, ends join phases past their deadline, forgets long-vacant groups.
+    fn tick(&self, native: &GroupCoordinator, now: Instant) -> Deliveries<Waiter> {
+        let mut out = Vec::new();
+        let mut groups = self.groups.lock();
+        for (group_id, group) in groups.iter_mut() {
+            let (expired, delivered) = group.tick(now);
+            for member in expired {
+                tracing::info!(group = %group_id, %member, "kafka group member session expired");
+            }
+            out.extend(delivered);
+            if group.is_vacant() {
+                native.release_other_protocol(group_id);
+            }
+        }
+        groups.retain(|_, g| !g.is_forgettable(now, VACANT_GROUP_FORGET_AFTER));
+        out
+    }
+
+    /// Starts the timer on the first group request (the listener's shared state is built
+    /// outside a runtime); it stops when the listener is gone.
+    fn ensure_ticking(&self, shared: &Arc<Shared>) {
+        if self.ticking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let weak: Weak<Shared> = Arc::downgrade(shared);
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(shared) = weak.upgrade() else { return };
+                let out = shared.groups.tick(&shared.front.0.groups, Instant::now());
+                deliver(out);
+            }
+        });
+    }
+
+    /// A snapshot of the Kafka groups kept here: (id, state, protocol type).
+    fn list(&self) -> Vec<(String, &'static str, String)> {
+        self.groups
+            .lock()
+            .iter()
+            .map(|(id, g)| {
+                let protocol_type = g.protocol_type.clone().unwrap_or_default();
+                (id.clone(), g.phase.kafka_name(), protocol_type)
+            })
+            .collect()
+    }
 }
 
-pub(crate) async fn heartbeat(_ctx: Arc<Ctx>, _v: i16, _r: HeartbeatRequest) -> HeartbeatResponse {
-    HeartbeatResponse::default()
+/// Sends the replies due; a request that is no longer waiting (its connection closed) is
+/// skipped.
+fn deliver(out: Deliveries<Waiter>) {
+    for (waiter, reply) in out {
+        let _ = waiter.send(reply);
+    }
 }
 
-pub(crate) async fn leave_group(
-    _ctx: Arc<Ctx>,
-    _v: i16,
-    _r: LeaveGroupRequest,
-) -> LeaveGroupResponse {
-    LeaveGroupResponse::default()
+/// A native group error as Kafka's code for a group request.
+fn group_code(error: Option<&m::Error>) -> i16 {
+    if error.is_some_and(|e| e.code == u32::from(ErrorCode::LEADER_NOT_AVAILABLE.code())) {
+        // The offsets partition that names the coordinator has no live leader.
+        return K::CoordinatorNotAvailable.code();
+    }
+    kafka_code_for(error, Resource::Group)
 }
 
-pub(crate) async fn offset_commit(
-    _ctx: Arc<Ctx>,
-    _v: i16,
-    _r: OffsetCommitRequest,
-) -> OffsetCommitResponse {
-    OffsetCommitResponse::default()
+/// The checks every Kafka group request makes before this module's state is touched,
+/// through the native path: a valid group id, this broker coordinates the group (else
+/// NOT_COORDINATOR), and the principal may READ it. A native Heartbeat of no member asks
+/// exactly that (its UNKNOWN_MEMBER_ID is the expected answer).
+async fn admit_group(ctx: &Arc<Ctx>, group_id: &str) -> Result<(), i16> {
+    ctx.shared.groups.ensure_ticking(&ctx.shared);
+    if let Err((code, why)) = tinymq_broker::group::validate_group_id(group_id) {
+        tracing::debug!(group = %group_id, "kafka group request refused: {why}");
+        return Err(group_code(Some(&code.with_message(why))));
+    }
+    let probe = m::HeartbeatRequest {
+        group_id: group_id.to_string(),
+        ..Default::default()
+    };
+    let answer: Result<m::HeartbeatResponse, m::Error> = ctx.call(OpCode::Heartbeat, &probe).await;
+    let error = match answer {
+        Ok(response) => response.error,
+        Err(e) => Some(e),
+    };
+    match error {
+        None => Ok(()),
+        Some(e) if e.code == u32::from(ErrorCode::UNKNOWN_MEMBER_ID.code()) || e.code == 0 => {
+            Ok(())
+        }
+        Some(e) => Err(group_code(Some(&e))),
+    }
 }
 
-pub(crate) async fn offset_fetch(
-    _ctx: Arc<Ctx>,
-    _v: i16,
-    _r: OffsetFetchRequest,
-) -> OffsetFetchResponse {
-    OffsetFetchResponse::default()
+/// Kafka's group id string.
+fn group_name(id: &kafka_protocol::messages::GroupId) -> String {
+    id.0.to_string()
 }
 
-pub(crate) async fn list_groups(
-    _ctx: Arc<Ctx>,
-    _v: i16,
-    _r: ListGroupsRequest,
-) -> ListGroupsResponse {
-    ListGroupsResponse::default()
-}
-
-pub(crate) async fn describe_groups(
-    _ctx: Arc<Ctx>,
-    _v: i16,
-    _r: DescribeGroupsRequest,
-) -> DescribeGroupsResponse {
-    DescribeGroupsResponse::default()
-}
-
-pub(crate) async fn delete_groups(
-    _ctx: Arc<Ctx>,
-    _v: i16,
-    _r: DeleteGroupsRequest,
-) -> DeleteGroupsResponse {
-    DeleteGroupsResponse::default()
-}
+#[cfg(test)]
+mod tests;

@@ -158,6 +158,7 @@ async fn three_nodes_replicate_elect_a_new_leader_and_catch_up_after_restart() {
                 host: "127.0.0.1".into(),
                 port: 9000 + id as u16,
                 clean_shutdown: true,
+                kafka: None,
             },
         )
         .await;

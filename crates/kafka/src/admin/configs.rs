@@ -1,0 +1,216 @@
+//! Kafka's topic and broker configuration names, as tinymq's settings. A Kafka name with a
+//! tinymq counterpart (`retention.ms` → `retention_ms`, `max.message.bytes` →
+//! `message_bytes_max`, …) maps onto it; a few Kafka names describe what tinymq always does
+//! (`cleanup.policy=delete`, `compression.type=producer`, `message.timestamp.type=CreateTime`)
+//! and are accepted with that value only; tinymq settings without a Kafka name go under
+//! `tinymq.*`. Any other name is refused with `INVALID_CONFIG` naming it.
+
+use tinymq_protocol::messages as m;
+
+/// Kafka's config types (DescribeConfigs v3+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Long = 5,
+}
+
+/// One configuration entry as DescribeConfigs and CreateTopics (v5+) report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub name: &'static str,
+    pub value: String,
+    pub config_type: ConfigType,
+    /// Fixed by tinymq (the only value it has), not settable.
+    pub read_only: bool,
+}
+
+/// Kafka names that state what tinymq always does: (name, the only value accepted).
+const FIXED: &[(&str, &str)] = &[
+    ("cleanup.policy", "delete"),
+    ("compression.type", "producer"),
+    ("message.timestamp.type", "CreateTime"),
+];
+
+/// Topic settings in Kafka's names, from `(name, value)` pairs of a CreateTopics request
+/// (a null value leaves the default). `Err` names every key refused, and why.
+pub(crate) fn topic_config_from_kafka<'a>(
+    configs: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> Result<m::TopicConfig, String> {
+    let mut out = m::TopicConfig::default();
+    let mut refused = Vec::new();
+    for (name, value) in configs {
+        let Some(value) = value else { continue };
+        if let Err(why) = set(&mut out, name, value) {
+            refused.push(why);
+        }
+    }
+    if refused.is_empty() {
+        Ok(out)
+    } else {
+        Err(refused.join("; "))
+    }
+}
+
+fn set(out: &mut m::TopicConfig, name: &str, value: &str) -> Result<(), String> {
+    fn parse<T: std::str::FromStr>(name: &str, value: &str) -> Result<T, String> {
+        value
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={value:?} is not a valid number here"))
+    }
+    // tinymq stores 0 as "the default": a value that would read as 0 is refused, not lost.
+    fn nonzero<T: PartialEq + Default>(name: &str, value: &str, v: T) -> Result<T, String> {
+        if v == T::default() {
+            return Err(format!("{name}={value} is not accepted (must not be 0)"));
+        }
+        Ok(v)
+    }
+    match name {
+        "retention.ms" => out.retention_ms = nonzero(name, value, parse(name, value)?)?,
+        "retention.bytes" => out.retention_bytes = nonzero(name, value, parse(name, value)?)?,
+        "segment.bytes" => out.segment_bytes = nonzero(name, value, parse(name, value)?)?,
+        "segment.ms" => out.segment_ms = nonzero(name, value, parse(name, value)?)?,
+        "max.message.bytes" => {
+            out.message_bytes_max = nonzero(name, value, parse(name, value)?)?;
+        }
+        "message.timestamp.after.max.ms" => {
+            out.message_timestamp_after_max_ms = nonzero(name, value, parse(name, value)?)?;
+        }
+        "message.timestamp.before.max.ms" => {
+            out.message_timestamp_before_max_ms = nonzero(name, value, parse(name, value)?)?;
+        }
+        "min.insync.replicas" => {
+            out.min_insync_replicas = nonzero(name, value, parse(name, value)?)?;
+        }
+        "unclean.leader.election.enable" => {
+            out.unclean_leader_election = parse(name, value)?;
+        }
+        "tinymq.flush" => out.flush = value.to_string(),
+        _ => {
+            return match FIXED.iter().find(|(fixed, _)| *fixed == name) {
+                Some((_, only)) if value.eq_ignore_ascii_case(only) => Ok(()),
+                Some((_, only)) => Err(format!("{name}={value} is not supported (only {only})")),
+                None => Err(format!("unknown config {name}")),
+            };
+        }
+    }
+    Ok(())
+}
+
+/// A topic's settings under Kafka's names (and `tinymq.*` for the rest).
+pub(crate) fn topic_entries(config: &m::TopicConfig) -> Vec<Entry> {
+    use ConfigType as T;
+    let entry = |name, value: std::string::String, config_type| Entry {
+        name,
+        value,
+        config_type,
+        read_only: false,
+    };
+    let mut out = vec![
+        entry("retention.ms", config.retention_ms.to_string(), T::Long),
+        entry(
+            "retention.bytes",
+            config.retention_bytes.to_string(),
+            T::Long,
+        ),
+        entry("segment.bytes", config.segment_bytes.to_string(), T::Long),
+        entry("segment.ms", config.segment_ms.to_string(), T::Long),
+        entry(
+            "max.message.bytes",
+            config.message_bytes_max.to_string(),
+            T::Int,
+        ),
+        entry(
+            "message.timestamp.after.max.ms",
+            config.message_timestamp_after_max_ms.to_string(),
+            T::Long,
+        ),
+        entry(
+            "message.timestamp.before.max.ms",
+            config.message_timestamp_before_max_ms.to_string(),
+            T::Long,
+        ),
+        entry(
+            "min.insync.replicas",
+            config.min_insync_replicas.to_string(),
+            T::Int,
+        ),
+        entry(
+            "unclean.leader.election.enable",
+            config.unclean_leader_election.to_string(),
+            T::Boolean,
+        ),
+        entry("tinymq.flush", config.flush.clone(), T::String),
+    ];
+    out.extend(FIXED.iter().map(|(name, value)| Entry {
+        name,
+        value: (*value).to_string(),
+        config_type: T::String,
+        read_only: true,
+    }));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_names_map_onto_tinymq_settings() {
+        let config = topic_config_from_kafka([
+            ("retention.ms", Some("60000")),
+            ("max.message.bytes", Some("2048")),
+            ("cleanup.policy", Some("delete")),
+            ("segment.bytes", None),
+            ("unclean.leader.election.enable", Some("true")),
+        ])
+        .expect("accepted");
+        assert_eq!(config.retention_ms, 60_000);
+        assert_eq!(config.message_bytes_max, 2048);
+        assert_eq!(config.segment_bytes, 0, "a null value keeps the default");
+        assert!(config.unclean_leader_election);
+    }
+
+    #[test]
+    fn unknown_and_unsupported_configs_are_named() {
+        let err = topic_config_from_kafka([
+            ("cleanup.policy", Some("compact")),
+            ("flux.capacitor", Some("1")),
+            ("retention.ms", Some("soon")),
+            ("retention.bytes", Some("0")),
+        ])
+        .expect_err("refused");
+        for named in [
+            "cleanup.policy=compact",
+            "flux.capacitor",
+            "retention.ms",
+            "retention.bytes",
+        ] {
+            assert!(err.contains(named), "{named} in {err}");
+        }
+    }
+
+    #[test]
+    fn every_entry_described_can_be_set_back() {
+        let config = m::TopicConfig {
+            retention_ms: 5,
+            retention_bytes: -1,
+            segment_bytes: 1 << 20,
+            segment_ms: 7,
+            flush: "always".into(),
+            message_bytes_max: 1 << 20,
+            message_timestamp_after_max_ms: -1,
+            message_timestamp_before_max_ms: 9,
+            min_insync_replicas: 1,
+            unclean_leader_election: true,
+            ..Default::default()
+        };
+        let entries = topic_entries(&config);
+        let back =
+            topic_config_from_kafka(entries.iter().map(|e| (e.name, Some(e.value.as_str()))))
+                .expect("every described value is accepted");
+        assert_eq!(back, config);
+    }
+}

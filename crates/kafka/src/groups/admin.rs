@@ -1,0 +1,317 @@
+//! FindCoordinator, ListGroups, DescribeGroups and DeleteGroups: native groups and Kafka
+//! groups, one namespace. The coordinator is the broker native FindCoordinator names, told
+//! by its Kafka address.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError as K;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use tinymq_protocol::{messages as m, ErrorCode, OpCode};
+
+use super::{consumer_protocol, group_code, group_name};
+use crate::context::Ctx;
+use crate::errors::message_of;
+use crate::metadata::kafka_broker;
+
+fn text(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+/// FindCoordinator's key types.
+const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
+
+pub(crate) async fn find_coordinator(
+    ctx: Arc<Ctx>,
+    version: i16,
+    r: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    if version >= 4 {
+        let mut coordinators = Vec::with_capacity(r.coordinator_keys.len());
+        for key in r.coordinator_keys {
+            coordinators.push(find_one(&ctx, r.key_type, key).await);
+        }
+        return FindCoordinatorResponse::default().with_coordinators(coordinators);
+    }
+    let c = find_one(&ctx, r.key_type, r.key).await;
+    FindCoordinatorResponse::default()
+        .with_error_code(c.error_code)
+        .with_error_message(c.error_message)
+        .with_node_id(c.node_id)
+        .with_host(c.host)
+        .with_port(c.port)
+}
+
+async fn find_one(ctx: &Arc<Ctx>, key_type: i8, key: StrBytes) -> Coordinator {
+    let refuse = |code: i16, why: String| {
+        Coordinator::default()
+            .with_key(key.clone())
+            .with_node_id(BrokerId(-1))
+            .with_port(-1)
+            .with_error_code(code)
+            .with_error_message(Some(text(why)))
+    };
+    match key_type {
+        KEY_TYPE_GROUP => {}
+        KEY_TYPE_TRANSACTION => {
+            return refuse(
+                K::InvalidRequest.code(),
+                "transactions are not supported by tinymq: no transaction coordinator".into(),
+            )
+        }
+        other => {
+            return refuse(
+                K::InvalidRequest.code(),
+                format!("unknown key type {other}"),
+            )
+        }
+    }
+    let request = m::FindCoordinatorRequest {
+        group_id: key.to_string(),
+    };
+    let found: m::FindCoordinatorResponse = match ctx.call(OpCode::FindCoordinator, &request).await
+    {
+        Ok(found) => found,
+        Err(e) => return refuse(group_code(Some(&e)), e.message),
+    };
+    if found.error.as_ref().is_some_and(|e| e.code != 0) {
+        let why = message_of(found.error.as_ref()).unwrap_or_default();
+        return refuse(group_code(found.error.as_ref()), why);
+    }
+    let Some((host, port)) = kafka_broker(ctx, found.node_id) else {
+        return refuse(
+            K::CoordinatorNotAvailable.code(),
+            format!(
+                "the group's coordinator, broker {}, has no Kafka listener",
+                found.node_id
+            ),
+        );
+    };
+    Coordinator::default()
+        .with_key(key)
+        .with_node_id(BrokerId(i32::try_from(found.node_id).unwrap_or(-1)))
+        .with_host(text(host))
+        .with_port(i32::from(port))
+}
+
+/// A native group state as Kafka names it. Native members rebalance by heartbeats, never
+/// waiting in a join phase.
+fn native_state(state: &str) -> &'static str {
+    match state {
+        "stable" => "Stable",
+        "rebalancing" => "PreparingRebalance",
+        _ => "Empty",
+    }
+}
+
+pub(crate) async fn list_groups(
+    ctx: Arc<Ctx>,
+    version: i16,
+    r: ListGroupsRequest,
+) -> ListGroupsResponse {
+    let native: m::ListGroupsResponse =
+        match ctx.call(OpCode::ListGroups, &m::ListGroupsRequest {}).await {
+            Ok(native) => native,
+            Err(e) => return ListGroupsResponse::default().with_error_code(group_code(Some(&e))),
+        };
+    if native.error.as_ref().is_some_and(|e| e.code != 0) {
+        return ListGroupsResponse::default().with_error_code(group_code(native.error.as_ref()));
+    }
+    // (state, protocol type) by group; Kafka groups with members take precedence.
+    let mut listed: BTreeMap<String, (&'static str, String)> = BTreeMap::new();
+    for group_id in native.group_ids {
+        let state = if version >= 4 {
+            describe_native(&ctx, &group_id)
+                .await
+                .map_or("Empty", |d| native_state(&d.state))
+        } else {
+            "Empty"
+        };
+        let protocol_type = if state == "Empty" { "" } else { "consumer" };
+        listed.insert(group_id, (state, protocol_type.to_string()));
+    }
+    for (group_id, state, protocol_type) in ctx.shared.groups.list() {
+        if ctx.state().check_coordinator(&group_id).is_err() {
+            continue;
+        }
+        if state != "Empty" || !listed.contains_key(&group_id) {
+            listed.insert(group_id, (state, protocol_type));
+        }
+    }
+    let wanted = |state: &str| {
+        r.states_filter.is_empty()
+            || r.states_filter
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(state))
+    };
+    let groups = listed
+        .into_iter()
+        .filter(|(_, (state, _))| wanted(state))
+        .map(|(group_id, (state, protocol_type))| {
+            ListedGroup::default()
+                .with_group_id(GroupId(text(group_id)))
+                .with_protocol_type(text(protocol_type))
+                .with_group_state(text(state))
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}
+
+/// The native description of a group; `None` if it is unknown natively.
+async fn describe_native(ctx: &Arc<Ctx>, group_id: &str) -> Option<m::DescribeGroupResponse> {
+    describe_native_checked(ctx, group_id).await.ok().flatten()
+}
+
+/// The native description (`Ok(None)`: no such native group), or the Kafka error that
+/// refused it (not coordinator, not authorized).
+async fn describe_native_checked(
+    ctx: &Arc<Ctx>,
+    group_id: &str,
+) -> Result<Option<m::DescribeGroupResponse>, i16> {
+    let request = m::DescribeGroupRequest {
+        group_id: group_id.to_string(),
+    };
+    let described: m::DescribeGroupResponse = ctx
+        .call(OpCode::DescribeGroup, &request)
+        .await
+        .map_err(|e| group_code(Some(&e)))?;
+    match &described.error {
+        None => Ok(Some(described)),
+        Some(e) if e.code == 0 => Ok(Some(described)),
+        Some(e) if e.code == u32::from(ErrorCode::GROUP_ID_NOT_FOUND.code()) => Ok(None),
+        Some(e) => Err(group_code(Some(e))),
+    }
+}
+
+pub(crate) async fn describe_groups(
+    ctx: Arc<Ctx>,
+    _version: i16,
+    r: DescribeGroupsRequest,
+) -> DescribeGroupsResponse {
+    let mut groups = Vec::with_capacity(r.groups.len());
+    for group in r.groups {
+        groups.push(describe_one(&ctx, group).await);
+    }
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+async fn describe_one(ctx: &Arc<Ctx>, group: GroupId) -> DescribedGroup {
+    let group_id = group_name(&group);
+    let described = DescribedGroup::default().with_group_id(group);
+    let native = match describe_native_checked(ctx, &group_id).await {
+        Ok(native) => native,
+        Err(code) => return described.with_error_code(code),
+    };
+    let kafka = ctx
+        .shared
+        .groups
+        .with_group(&ctx.state().groups, &group_id, |g| {
+            let protocol = g.protocol_name.clone().unwrap_or_default();
+            let members: Vec<DescribedGroupMember> = g
+                .members
+                .iter()
+                .map(|(id, m)| {
+                    DescribedGroupMember::default()
+                        .with_member_id(text(id.clone()))
+                        .with_group_instance_id(m.instance_id.clone().map(text))
+                        .with_client_id(text(m.client_id.clone()))
+                        .with_client_host(text(m.client_host.clone()))
+                        .with_member_metadata(m.metadata(&protocol))
+                        .with_member_assignment(m.assignment.clone())
+                })
+                .collect();
+            (
+                g.phase.kafka_name(),
+                g.protocol_type.clone().unwrap_or_default(),
+                protocol,
+                members,
+            )
+        });
+    match (kafka, native) {
+        (Some((state, protocol_type, protocol, members)), native)
+            if !members.is_empty() || native.is_none() =>
+        {
+            described
+                .with_group_state(text(state))
+                .with_protocol_type(text(protocol_type))
+                .with_protocol_data(text(protocol))
+                .with_members(members)
+        }
+        (_, Some(native)) => {
+            let members: Vec<DescribedGroupMember> = native
+                .members
+                .iter()
+                .map(|m| {
+                    DescribedGroupMember::default()
+                        .with_member_id(text(m.member_id.clone()))
+                        .with_client_id(text(m.client_id.clone()))
+                        .with_member_metadata(consumer_protocol::subscription(&m.topics))
+                        .with_member_assignment(consumer_protocol::assignment(&m.assignment))
+                })
+                .collect();
+            let protocol_type = if members.is_empty() { "" } else { "consumer" };
+            described
+                .with_group_state(text(native_state(&native.state)))
+                .with_protocol_type(text(protocol_type))
+                .with_protocol_data(text(native.strategy))
+                .with_members(members)
+        }
+        // Kafka's answer for a group nobody knows.
+        _ => described.with_group_state(text("Dead")),
+    }
+}
+
+pub(crate) async fn delete_groups(
+    ctx: Arc<Ctx>,
+    _version: i16,
+    r: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(r.groups_names.len());
+    for group in r.groups_names {
+        let group_id = group_name(&group);
+        let code = delete_one(&ctx, &group_id).await;
+        results.push(
+            DeletableGroupResult::default()
+                .with_group_id(group)
+                .with_error_code(code),
+        );
+    }
+    DeleteGroupsResponse::default().with_results(results)
+}
+
+/// Deletes a group natively: the native coordinator checks the principal's access, refuses
+/// a group with native members, and one with Kafka members (held by this module: so
+/// NON_EMPTY_GROUP), and deletes its offsets. Then the vacant group is forgotten here; a
+/// group known only here (vacant, no offsets) is deleted by forgetting it.
+async fn delete_one(ctx: &Arc<Ctx>, group_id: &str) -> i16 {
+    let request = m::DeleteGroupRequest {
+        group_id: group_id.to_string(),
+    };
+    let answer: Result<m::DeleteGroupResponse, m::Error> =
+        ctx.call(OpCode::DeleteGroup, &request).await;
+    let error = match answer {
+        Ok(response) => response.error,
+        Err(e) => Some(e),
+    };
+    let native = &ctx.state().groups;
+    match error {
+        Some(e) if e.code == u32::from(ErrorCode::GROUP_ID_NOT_FOUND.code()) => {
+            if ctx.shared.groups.forget_if_vacant(native, group_id) {
+                0
+            } else {
+                group_code(Some(&e))
+            }
+        }
+        Some(e) if e.code != 0 => group_code(Some(&e)),
+        _ => {
+            ctx.shared.groups.forget_if_vacant(native, group_id);
+            0
+        }
+    }
+}
