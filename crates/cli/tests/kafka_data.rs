@@ -487,3 +487,54 @@ fn every_served_version_of_the_data_apis_answers() {
         assert!(init.producer_id.0 > 0, "init producer id v{version}");
     }
 }
+
+/// librdkafka refuses a response larger than its `fetch.max.bytes` (plus overhead): only the
+/// first batch of the first partition with records may pass `max_bytes`.
+#[test]
+fn a_fetch_returns_no_more_than_max_bytes_beyond_its_first_batch() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    let server = KafkaServer::start();
+    server.create_topic("big", 3);
+    let mut k = server.connect();
+    let value = "x".repeat(200 * 1024);
+    for partition in 0..3 {
+        let rec = Rec::new(&format!("k{partition}"), &value, T0);
+        let mut request = produce_request("big", plain(&[rec]), 1);
+        request.topic_data[0].partition_data[0].index = partition;
+        let response = k.call(11, &request);
+        assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    }
+    let fetch_all = |max_bytes: i32| {
+        let partitions = (0..3)
+            .map(|p| {
+                FetchPartition::default()
+                    .with_partition(p)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect();
+        FetchRequest::default()
+            .with_replica_id((-1).into())
+            .with_max_bytes(max_bytes)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(requests::name("big"))
+                .with_partitions(partitions)])
+    };
+    let sizes = |k: &mut wire::Kafka, max_bytes: i32| -> Vec<usize> {
+        let response = k.call(12, &fetch_all(max_bytes));
+        response.responses[0]
+            .partitions
+            .iter()
+            .map(|p| p.records.as_ref().map_or(0, Bytes::len))
+            .collect()
+    };
+    // Less than one batch: the first partition's first batch all the same, nothing else.
+    let one = sizes(&mut k, 1000);
+    assert!(one[0] > 200 * 1024, "{one:?}");
+    assert_eq!(&one[1..], &[0, 0]);
+    // Room for two batches: two partitions answer, the third waits for the next fetch.
+    let two = sizes(&mut k, 450 * 1024);
+    assert!(two[0] > 0 && two[1] > 0, "{two:?}");
+    assert_eq!(two[2], 0);
+    assert!(two.iter().sum::<usize>() <= 450 * 1024);
+}

@@ -5,8 +5,9 @@
 //!
 //! No fetch sessions (KIP-227): every answer says session 0, which tells a client that no
 //! session was created, so it keeps sending full fetches; a request naming a session we never
-//! handed out gets FETCH_SESSION_ID_NOT_FOUND. No transactions either: `isolation_level` is
-//! accepted, the last stable offset is the high watermark and no transaction is aborted.
+//! handed out gets FETCH_SESSION_ID_NOT_FOUND. Kafka's byte bounds are applied to the native
+//! answer (see [`bounds`]). No transactions either: `isolation_level` is accepted, the last
+//! stable offset is the high watermark and no transaction is aborted.
 
 use std::sync::Arc;
 
@@ -21,6 +22,9 @@ use crate::context::Ctx;
 use crate::errors::{kafka_code_for, Resource};
 use crate::produce::answers::Answers;
 use crate::produce::leader;
+use bounds::Budget;
+
+mod bounds;
 
 pub(crate) async fn handle(ctx: Arc<Ctx>, version: i16, request: FetchRequest) -> FetchResponse {
     if request.session_id != 0 {
@@ -33,13 +37,17 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, version: i16, request: FetchRequest) -
         .call::<_, m::FetchResponse>(OpCode::Fetch, &native)
         .await;
     let mut results = Results::new(answer);
+    let mut budget = Budget::new(request.max_bytes);
     let responses = topics
         .into_iter()
         .map(|(name, partitions)| {
             let partitions = partitions
                 .into_iter()
-                .map(|index| {
-                    let result = results.take(name.as_str(), index);
+                .map(|(index, partition_max_bytes)| {
+                    let result = results.take(name.as_str(), index).map(|mut r| {
+                        r.records = budget.take(r.records, partition_max_bytes);
+                        r
+                    });
                     partition_data(&ctx, version, name.as_str(), index, result)
                 })
                 .collect();
@@ -55,8 +63,11 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, version: i16, request: FetchRequest) -
     response
 }
 
-/// The Kafka topics and partition indexes in request order, and the native request.
-fn plan(request: &FetchRequest) -> (Vec<(TopicName, Vec<i32>)>, m::FetchRequest) {
+/// A Kafka topic's partitions asked for: index and `partition_max_bytes`.
+type Asked = Vec<(i32, i32)>;
+
+/// The Kafka topics and partitions in request order, and the native request.
+fn plan(request: &FetchRequest) -> (Vec<(TopicName, Asked)>, m::FetchRequest) {
     // min_bytes 0 is Kafka's "answer at once"; the native fetch waits for at least one byte.
     let max_wait_ms = match request.min_bytes {
         ..=0 => 0,
@@ -73,7 +84,7 @@ fn plan(request: &FetchRequest) -> (Vec<(TopicName, Vec<i32>)>, m::FetchRequest)
     for topic in &request.topics {
         let mut indexes = Vec::with_capacity(topic.partitions.len());
         for p in &topic.partitions {
-            indexes.push(p.partition);
+            indexes.push((p.partition, p.partition_max_bytes));
             // A negative index is answered here (no native partition is sent for it).
             let Ok(partition) = u32::try_from(p.partition) else {
                 continue;

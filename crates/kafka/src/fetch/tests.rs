@@ -37,7 +37,7 @@ fn result(partition: u32, high_watermark: i64) -> m::FetchPartitionResult {
 #[test]
 fn every_partition_is_asked_for_with_its_offset_and_bound() {
     let (topics, native) = plan(&request(1, &[(0, 5, 1000), (2, 0, 0), (-1, 0, 10)]));
-    assert_eq!(topics[0].1, vec![0, 2, -1]);
+    assert_eq!(topics[0].1, vec![(0, 1000), (2, 0), (-1, 10)]);
     let asked: Vec<_> = native
         .partitions
         .iter()
