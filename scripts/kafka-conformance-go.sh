@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs franz-go's own client test suite (package github.com/twmb/franz-go/pkg/kgo, the version
-# pinned in tests/kafka-go/go.mod) against a tinymq Kafka listener: its broker tests read the
-# listener's address from KGO_SEEDS (issue 17's "franz-go conformance"). The sources come
-# from the Go module proxy into the module cache; nothing of franz-go is committed.
+# pinned in tests/kafka-go/go.mod) and tinymq's kadm checks (tests/kafka-go/*_test.go, the
+# TestTinymq* tests) against a tinymq Kafka listener: both read the listener's address from
+# KGO_SEEDS (issue 17's "franz-go conformance"). The sources come from the Go module proxy
+# into the module cache; nothing of franz-go is committed.
 #
 # Usage:
 #   scripts/kafka-conformance-go.sh HOST:PORT        run the allow-list
@@ -59,7 +60,7 @@ go_bin="$(find_go)"
 cd "$module"
 "$go_bin" mod download
 # Compiling the suite once makes the timing of the run below the suite's own.
-"$go_bin" test -count=1 -run '^$' "$package" >/dev/null
+"$go_bin" test -count=1 -run '^$' "$package" ./... >/dev/null
 [ "$mode" = build ] && exit 0
 
 # kgo's tests that need a broker: the ones that create clients, topics or groups. Not
@@ -71,6 +72,7 @@ broker_tests() {
   awk '/^func Test/ { name = $2; sub(/\(.*/, "", name) }
        /newTestClient|tmpTopic|tmpGroup|getSeedBrokers\(\)/ { if (name != "" && !seen[name]++) print name }' \
     "$dir"/*_test.go | grep -vx TestTxnEtl
+  grep -ohE '^func TestTinymq[A-Za-z0-9_]+' "$module"/*_test.go | cut -d' ' -f2
 }
 allow_listed() {
   sed -e 's/#.*//' -e 's/[[:space:]]//g' "$allow_file" | grep -E '^Test[A-Za-z0-9_]+$'
@@ -92,7 +94,7 @@ pattern="^($(IFS='|'; echo "${tests[*]}"))\$"
 set +e
 KGO_SEEDS="$seeds" KGO_TEST_RF="${KGO_TEST_RF:-1}" KGO_TEST_RECORDS="${KGO_TEST_RECORDS:-20000}" \
   KGO_LOG_LEVEL="${KGO_LOG_LEVEL:-info}" \
-  "$go_bin" test -count=1 -v -timeout "$suite_timeout" -run "$pattern" ${skip:+-skip "$skip"} "$package" >"$out/last-run.log" 2>&1
+  "$go_bin" test -count=1 -v -timeout "$suite_timeout" -run "$pattern" ${skip:+-skip "$skip"} "$package" ./... >"$out/last-run.log" 2>&1
 set -e
 
 passed=0
