@@ -13,6 +13,8 @@
 # '#' starts a comment saying why the test is in. Prints
 # "librdkafka tests: P passed, F failed of N" and exits non-zero when an allow-listed test
 # does not pass (a test the suite skips counts as not passing: it proved nothing).
+# The server is expected to run as the suite's default scenario does: auto-created topics with
+# 4 partitions (`tinymq server --kafka-listen ... --kafka-auto-create-topics --partitions 4`).
 # Each test's output is kept in .tools/librdkafka-2.0.2/logs/NNNN.log.
 # Idempotent: a warm run only runs the tests.
 set -euo pipefail
@@ -83,7 +85,10 @@ fetch_source() {
   ensure_deb_src
   mkdir -p "$cache/download"
   if ! ls "$cache/download"/librdkafka_"$debian_version".dsc >/dev/null 2>&1; then
-    (cd "$cache/download" && apt-get source --download-only "librdkafka=$debian_version")
+    # A deb-src entry whose index was never fetched finds nothing: update once and retry.
+    (cd "$cache/download" && apt-get source --download-only "librdkafka=$debian_version") ||
+      { as_root apt-get update -qq &&
+        (cd "$cache/download" && apt-get source --download-only "librdkafka=$debian_version"); }
   fi
   rm -rf "$src"
   # Applies Debian's patches too (a Makefile bashism fix).
