@@ -199,16 +199,58 @@ async fn describe_native_checked(
     }
 }
 
+/// Most bytes of members' metadata and assignments one DescribeGroups answer carries: a
+/// request naming a group (at up to `GROUP_BYTES_MAX`, 16 MiB) many times must not make an
+/// answer of gigabytes. Four groups at their own limit fit; the first group always does.
+pub const DESCRIBE_GROUPS_RESPONSE_BYTES_MAX: usize = 64 << 20;
+
 pub(crate) async fn describe_groups(
     ctx: Arc<Ctx>,
     _version: i16,
     r: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
     let mut groups = Vec::with_capacity(r.groups.len());
+    let mut bytes_left = DESCRIBE_GROUPS_RESPONSE_BYTES_MAX;
     for group in r.groups {
-        groups.push(describe_one(&ctx, group).await);
+        let described = describe_one(&ctx, group).await;
+        groups.push(within_answer_budget(
+            described,
+            &mut bytes_left,
+            groups.is_empty(),
+        ));
     }
     DescribeGroupsResponse::default().with_groups(groups)
+}
+
+/// `described`, if its members' bytes fit in what is left of the answer's budget (or it is
+/// the answer's `first` group); else COORDINATOR_LOAD_IN_PROGRESS, which clients retry
+/// (in a later request, with the groups already answered left out).
+fn within_answer_budget(
+    described: DescribedGroup,
+    bytes_left: &mut usize,
+    first: bool,
+) -> DescribedGroup {
+    let bytes = described
+        .members
+        .iter()
+        .map(|m| {
+            m.member_metadata
+                .len()
+                .saturating_add(m.member_assignment.len())
+        })
+        .fold(0, usize::saturating_add);
+    if bytes > *bytes_left && !first {
+        tracing::info!(
+            group = %described.group_id.0,
+            "kafka DescribeGroups: group left out of the answer, over \
+             DESCRIBE_GROUPS_RESPONSE_BYTES_MAX ({DESCRIBE_GROUPS_RESPONSE_BYTES_MAX})"
+        );
+        return DescribedGroup::default()
+            .with_group_id(described.group_id)
+            .with_error_code(K::CoordinatorLoadInProgress.code());
+    }
+    *bytes_left = bytes_left.saturating_sub(bytes);
+    described
 }
 
 async fn describe_one(ctx: &Arc<Ctx>, group: GroupId) -> DescribedGroup {
@@ -323,5 +365,42 @@ async fn delete_one(ctx: &Arc<Ctx>, group_id: &str) -> i16 {
             ctx.shared.groups.forget_if_vacant(native, group_id);
             0
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn group_of(name: &str, metadata_bytes: usize) -> DescribedGroup {
+        let member = DescribedGroupMember::default()
+            .with_member_metadata(Bytes::from(vec![0u8; metadata_bytes]))
+            .with_member_assignment(Bytes::from_static(b"a"));
+        DescribedGroup::default()
+            .with_group_id(GroupId(text(name)))
+            .with_members(vec![member])
+    }
+
+    #[test]
+    fn a_describe_answer_carries_members_bytes_up_to_its_budget() {
+        let mut left = 100;
+        // The first group is answered whatever its size.
+        let first = within_answer_budget(group_of("big", 150), &mut left, true);
+        assert_eq!((first.error_code, first.members.len()), (0, 1));
+        assert_eq!(left, 0);
+        let refused = within_answer_budget(group_of("more", 10), &mut left, false);
+        assert_eq!(refused.error_code, K::CoordinatorLoadInProgress.code());
+        assert_eq!(refused.group_id.0.as_str(), "more");
+        assert!(refused.members.is_empty());
+        // A group without members costs nothing.
+        let empty = DescribedGroup::default().with_group_id(GroupId(text("empty")));
+        assert_eq!(within_answer_budget(empty, &mut left, false).error_code, 0);
+
+        let mut left = 100;
+        let fits = within_answer_budget(group_of("small", 49), &mut left, false);
+        assert_eq!(fits.error_code, 0);
+        assert_eq!(left, 50);
     }
 }
