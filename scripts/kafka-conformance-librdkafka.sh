@@ -143,12 +143,11 @@ test.timeout.multiplier=$test_timeout_multiplier
 test.topic.random=true
 EOF
 
-passed=0
-failed=0
-failed_names=()
-for t in "${tests[@]}"; do
-  log="$logs/$t.log"
-  # -L: no local (broker-less) tests; -E: no socket-emulation tests; -p1: one at a time.
+# One allow-listed test: its log, and a result line ("PASS" or "FAIL why") in $logs/$t.result.
+run_one() {
+  local t=$1 log="$logs/$1.log" rc summary reason
+  # -L: no local (broker-less) tests; -E: no socket-emulation tests; -p1: one at a time in
+  # this runner (several runners run at once, each on its own random topics and groups).
   # Not -Q: quick mode skips most subtests and passes tests that did nothing.
   # The runner runs in its own directory (some tests read files there).
   set +e
@@ -163,13 +162,36 @@ for t in "${tests[@]}"; do
   # (its local variants show as SKIPPED, filtered out by -L).
   summary="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -E "^\| *${t}_[a-z0-9_]+ +\| " || true)"
   if [ "$rc" = 0 ] && grep -qE '\| +PASSED +\|' <<<"$summary" && ! grep -qE '\| +FAILED +\|' <<<"$summary"; then
+    echo "PASS" >"$logs/$t.result"
+  else
+    reason="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -m1 -E 'Test .* FAILED|FAIL|TIMEOUT|SKIPPING' | cut -c1-240 || true)"
+    echo "FAIL (exit $rc) ${reason:-see $log}" >"$logs/$t.result"
+  fi
+}
+
+# Most of a test's time is waiting (timeouts, rebalances, linger), so several run at once.
+jobs_max=${KAFKA_CONFORMANCE_JOBS:-4}
+rm -f "$logs"/*.result
+for t in "${tests[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do
+    wait -n || true
+  done
+  run_one "$t" &
+done
+wait
+
+passed=0
+failed=0
+failed_names=()
+for t in "${tests[@]}"; do
+  result="$(cat "$logs/$t.result" 2>/dev/null || echo "FAIL (no result)")"
+  if [ "$result" = PASS ]; then
     passed=$((passed + 1))
     echo "PASS $t"
   else
     failed=$((failed + 1))
     failed_names+=("$t")
-    reason="$(sed 's/\x1b\[[0-9;]*m//g' "$log" | grep -m1 -E 'Test .* FAILED|FAIL|TIMEOUT|SKIPPING' | cut -c1-240 || true)"
-    echo "FAIL $t (exit $rc) ${reason:-see $log}"
+    echo "FAIL $t $result"
   fi
 done
 

@@ -27,7 +27,10 @@ pub(crate) type Pending = Pin<Box<dyn Future<Output = Reply> + Send>>;
 pub(crate) enum Reply {
     /// Writes `response`, then lets `hold` go (a fetch's turn at the connection's one large
     /// response, so a connection holds at most one fetch answer in memory at a time).
-    Send { response: ResponseKind, hold: Hold },
+    Send {
+        response: Box<ResponseKind>,
+        hold: Hold,
+    },
     /// No response is due (produce with acks = 0 that succeeded).
     Nothing,
     /// Writes these bytes after Kafka's 4-byte size and nothing else: a raw SASL token (the
@@ -41,7 +44,7 @@ pub(crate) enum Reply {
 impl Reply {
     pub fn send(response: ResponseKind) -> Reply {
         Reply::Send {
-            response,
+            response: Box::new(response),
             hold: None,
         }
     }

@@ -131,7 +131,7 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
             Box::pin(async move {
                 let response = fetch::handle(ctx, version, r).await;
                 Reply::Send {
-                    response: ResponseKind::Fetch(response),
+                    response: Box::new(ResponseKind::Fetch(response)),
                     hold: Some(Box::new(turn)),
                 }
             })

@@ -36,8 +36,6 @@ use crate::config::KAFKA_PRE_AUTH_FRAME_BYTES_MAX;
 use crate::context::Ctx;
 use crate::dispatch::Close;
 
-/// Bytes of a claimed user name kept for the log at most.
-
 /// Failed logins per source address across the Kafka listener's connections (the listener is
 /// one per process, as is this limiter).
 fn limiter() -> &'static LoginLimiter {
