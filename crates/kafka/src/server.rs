@@ -233,6 +233,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
     let _ = writer.await;
 }
 
+/// Whether a size prefix is in fact the start of a native tinymq frame (magic `TM`, version 1).
+fn native_magic(size: i64) -> bool {
+    let magic = u32::from(tinymq_protocol::frame::FRAME_MAGIC) << 16
+        | u32::from(tinymq_protocol::frame::FRAME_VERSION) << 8;
+    (size as u32) & 0xFFFF_FF00 == magic
+}
+
 /// One raw SASL token after a SaslHandshake v0, answered with a raw token; the connection
 /// acts as the new principal once the login completes.
 async fn raw_sasl(
@@ -275,6 +282,9 @@ async fn read_next<R: tokio::io::AsyncRead + Unpin>(
         match tokio::time::timeout_at(wait, frame::read_request(reader, frame_bytes_max)).await {
             Ok(Ok(frame)) => return Ok(frame),
             Ok(Err(FrameError::Io(e))) => return Err(format!("read failed: {e}")),
+            Ok(Err(FrameError::TooLarge { size, .. })) if native_magic(size) => {
+                return Err("a native tinymq client connected to the Kafka port (its frame starts with the native magic \"TM\"); point it at the native port".into())
+            }
             Ok(Err(e)) => return Err(e.to_string()),
             Err(_) if !session.authenticated() => {
                 return Err("SASL authentication not completed within handshake_timeout".into())
