@@ -540,3 +540,51 @@ fn a_fetch_returns_no_more_than_max_bytes_beyond_its_first_batch() {
     assert_eq!(two[2], 0);
     assert!(two.iter().sum::<usize>() <= 450 * 1024);
 }
+
+/// acks = 0 gets no response, so Kafka signals a failed write by closing the connection (the
+/// producer then refreshes its metadata); a write that succeeds keeps the connection open.
+#[test]
+fn a_failed_produce_with_acks_0_closes_the_connection() {
+    use kafka_protocol::messages::MetadataRequest;
+    let server = KafkaServer::start();
+    server.create_topic("t", 1);
+    let metadata = MetadataRequest::default().with_topics(None);
+
+    // Written: nothing comes back for it, and the next request on the connection is answered.
+    let mut k = server.connect();
+    k.send(11, &produce_request("t", plain(&records("ok", 1, T0)), 0));
+    let answered = k.call(12, &metadata);
+    assert_eq!(answered.brokers.len(), 1, "{answered:?}");
+    assert_eq!(
+        list_offset(&mut k, 7, "t", -1).offset,
+        1,
+        "the record is written"
+    );
+
+    // Refused: nothing is sent for it (nor for the request after it) and the connection closes.
+    let mut no_partition = produce_request("t", plain(&records("p", 1, T0)), 0);
+    no_partition.topic_data[0].partition_data[0].index = 5;
+    let no_topic = produce_request("no-such-topic", plain(&records("u", 1, T0)), 0);
+    let corrupt = produce_request("t", Bytes::from_static(&[0u8; 80]), 0);
+    let mut stayed_open = Vec::new();
+    for (what, request) in [
+        ("a partition that does not exist", no_partition),
+        ("a topic that does not exist", no_topic),
+        ("a corrupt batch", corrupt),
+    ] {
+        let mut k = server.connect();
+        k.send(11, &request);
+        k.send(12, &metadata);
+        if !k.closed() {
+            stayed_open.push(what);
+        }
+    }
+    assert!(
+        stayed_open.is_empty(),
+        "a failed acks=0 produce left the connection open: {stayed_open:?}"
+    );
+
+    // None of the refused records was written; the server still serves.
+    let mut k = server.connect();
+    assert_eq!(list_offset(&mut k, 7, "t", -1).offset, 1);
+}
