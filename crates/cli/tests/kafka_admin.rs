@@ -2,15 +2,19 @@
 //! --kafka-listen`, spoken with kafka-protocol's client-side encoders over a TcpStream:
 //! Metadata (all, none, named, unknown, auto-created), CreateTopics, CreatePartitions,
 //! DeleteTopics, DescribeConfigs, DescribeCluster, and SCRAM logins against users made with
-//! `tinymq user create` (a wrong password refused, requests before logging in closed).
+//! `tinymq user create` (a wrong password refused, requests before logging in closed), in
+//! SaslAuthenticate requests and as the raw tokens that follow a SaslHandshake v0.
 
 mod common;
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 use common::kafka::{Kafka, KafkaServer, Launch};
 
@@ -474,6 +478,108 @@ fn scram_logins_on_the_kafka_port() {
             "{user}: Metadata after a failed login was answered"
         );
     }
+}
+
+/// One Kafka request framed by hand on a raw socket (the raw SASL tokens after SaslHandshake
+/// v0 need the socket itself, which [`Kafka`] keeps to itself).
+fn raw_request<R: Request>(stream: &mut TcpStream, version: i16, correlation_id: i32, request: &R) {
+    let header = RequestHeader::default()
+        .with_request_api_key(R::KEY)
+        .with_request_api_version(version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_static_str("raw-sasl")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, R::header_version(version))
+        .expect("request header");
+    request.encode(&mut body, version).expect("request body");
+    write_raw_token(stream, &body);
+}
+
+/// The response to [`raw_request`], read whole.
+fn raw_response<R: Request>(
+    stream: &mut TcpStream,
+    version: i16,
+    correlation_id: i32,
+) -> R::Response {
+    let mut body = Bytes::from(read_raw_token(stream));
+    let header = ResponseHeader::decode(&mut body, R::Response::header_version(version))
+        .expect("response header");
+    assert_eq!(header.correlation_id, correlation_id);
+    let response = R::Response::decode(&mut body, version).expect("response body");
+    assert!(body.is_empty(), "bytes left after the response");
+    response
+}
+
+/// Kafka's framing with nothing inside but `bytes`: a 4-byte big-endian size, then the bytes.
+fn write_raw_token(stream: &mut TcpStream, bytes: &[u8]) {
+    let size = u32::try_from(bytes.len()).expect("small token");
+    stream.write_all(&size.to_be_bytes()).expect("write size");
+    stream.write_all(bytes).expect("write token");
+}
+
+fn read_raw_token(stream: &mut TcpStream) -> Vec<u8> {
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).expect("token size");
+    let size = u32::from_be_bytes(size) as usize;
+    assert!(size <= 1 << 20, "a token of {size} bytes");
+    let mut bytes = vec![0u8; size];
+    stream.read_exact(&mut bytes).expect("token");
+    bytes
+}
+
+/// SaslHandshake v0, as older clients send it: the SCRAM messages then travel as raw tokens,
+/// without request headers, and a wrong password closes the connection (the raw form has no
+/// error field).
+#[test]
+fn scram_with_raw_tokens_after_sasl_handshake_v0() {
+    use tinymq_auth::ScramMechanism::{Sha256, Sha512};
+    let mut server = scram_server();
+    for mechanism in [Sha256, Sha512] {
+        let mut stream = server.connect_raw();
+        let handshake = SaslHandshakeRequest::default()
+            .with_mechanism(StrBytes::from_static_str(mechanism.name()));
+        raw_request(&mut stream, 0, 1, &handshake);
+        let answer = raw_response::<SaslHandshakeRequest>(&mut stream, 0, 1);
+        assert_eq!(answer.error_code, 0, "{mechanism:?}: {answer:?}");
+
+        let mut scram = tinymq_auth::ScramClient::new(mechanism, "alice", "alice-secret-1", None);
+        write_raw_token(&mut stream, &scram.first());
+        let server_first = read_raw_token(&mut stream);
+        let client_final = scram.second(&server_first).expect("server-first");
+        write_raw_token(&mut stream, &client_final);
+        let server_final = read_raw_token(&mut stream);
+        scram
+            .finish(&server_final)
+            .expect("the server proved it knows the verifier");
+
+        // Logged in: the same connection is served ordinary requests.
+        let metadata = MetadataRequest::default().with_topics(None);
+        raw_request(&mut stream, 12, 2, &metadata);
+        let answer = raw_response::<MetadataRequest>(&mut stream, 12, 2);
+        assert_eq!(answer.brokers.len(), 1, "{mechanism:?}: {answer:?}");
+    }
+
+    // A wrong password: no server-final, the connection is closed.
+    let mut stream = server.connect_raw();
+    let handshake =
+        SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(Sha256.name()));
+    raw_request(&mut stream, 0, 1, &handshake);
+    assert_eq!(
+        raw_response::<SaslHandshakeRequest>(&mut stream, 0, 1).error_code,
+        0
+    );
+    let mut scram = tinymq_auth::ScramClient::new(Sha256, "alice", "not-her-password", None);
+    write_raw_token(&mut stream, &scram.first());
+    let server_first = read_raw_token(&mut stream);
+    write_raw_token(
+        &mut stream,
+        &scram.second(&server_first).expect("server-first"),
+    );
+    assert!(
+        common::closed_by_server(&mut stream),
+        "a raw login with a wrong password was answered"
+    );
 }
 
 #[test]
