@@ -47,7 +47,7 @@ struct Plan {
 
 /// Admits the request (written before this returns); the pending response follows the
 /// native one. acks = 0: the native write is still awaited (its flush wait raises the high
-/// watermark), but no response is sent.
+/// watermark), but no response is sent unless it failed (then the connection is closed).
 pub(crate) async fn admit(ctx: &Arc<Ctx>, version: i16, request: ProduceRequest) -> Pending {
     let acks = request.acks;
     let Plan { topics, native } = plan(request);
@@ -64,36 +64,38 @@ pub(crate) async fn admit(ctx: &Arc<Ctx>, version: i16, request: ProduceRequest)
             Some(call) => call.finish::<m::ProduceResponse>().await,
             None => Ok(Some(m::ProduceResponse::default())),
         };
-        if acks == 0 {
-            return unacknowledged(native);
-        }
         let native = native.and_then(|r| {
             r.ok_or_else(|| ErrorCode::UNKNOWN_SERVER_ERROR.with_message("no produce response"))
         });
-        Reply::send(ResponseKind::Produce(respond(
-            &ctx, version, topics, native,
-        )))
+        let response = respond(&ctx, version, topics, native);
+        if acks == 0 {
+            return unacknowledged(&response);
+        }
+        Reply::send(ResponseKind::Produce(response))
     })
 }
 
-/// acks = 0: nothing to send, unless the write failed; then the connection is closed, as
-/// Kafka does, so the producer (which hears nothing else) refreshes its metadata.
-fn unacknowledged(native: Result<Option<m::ProduceResponse>, m::Error>) -> Reply {
-    let failed = match &native {
-        Err(e) => Some(e.clone()),
-        Ok(None) => None,
-        Ok(Some(r)) => r.error.clone().or_else(|| {
-            r.partitions
-                .iter()
-                .find_map(|p| p.error.clone().filter(|e| e.code != 0))
-        }),
-    };
+/// acks = 0: nothing to send, unless a partition failed (here or at the broker); then the
+/// connection is closed, as Kafka does, so the producer (which hears nothing else) refreshes
+/// its metadata.
+fn unacknowledged(response: &ProduceResponse) -> Reply {
+    let failed = response
+        .responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter().map(move |p| (t, p)))
+        .find(|(_, p)| p.error_code != 0);
     match failed {
-        Some(e) if e.code != 0 => Reply::Close(format!(
-            "a produce with acks=0 failed ({}); closing as Kafka does",
-            e.message
+        Some((t, p)) => Reply::Close(format!(
+            "a produce with acks=0 failed ({} partition {}: error {}{}); closing as Kafka does",
+            t.name.as_str(),
+            p.index,
+            p.error_code,
+            p.error_message
+                .as_ref()
+                .map(|m| format!(", {}", m.as_str()))
+                .unwrap_or_default()
         )),
-        _ => Reply::Nothing,
+        None => Reply::Nothing,
     }
 }
 
@@ -104,7 +106,12 @@ fn plan(request: ProduceRequest) -> Plan {
         .as_ref()
         .is_some_and(|id| !id.is_empty());
     let mut native = m::ProduceRequest {
-        acks: i32::from(request.acks),
+        // acks = 0 is sent as 1: the broker then answers (it waits for the flush policy
+        // either way), so a failure is seen and the connection closed (see `unacknowledged`).
+        acks: match request.acks {
+            0 => 1,
+            acks => i32::from(acks),
+        },
         // Kafka's timeout is at least 0; the native 0 means the default wait (30 s).
         timeout_ms: u32::try_from(request.timeout_ms).unwrap_or(0),
         partitions: Vec::new(),
