@@ -93,6 +93,24 @@ impl BrokerState {
         })
     }
 
+    /// Takes `bytes` of the fetch memory (`fetch_memory_bytes_max`, at most all of it) for
+    /// fetched records held in memory until written by a listener that cannot send them from
+    /// the file (the Kafka listener), so they count against the same bound as the fetches
+    /// being read; `None` once the broker is shutting down.
+    pub async fn hold_fetch_memory(
+        &self,
+        bytes: usize,
+    ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permits = u32::try_from(bytes)
+            .unwrap_or(u32::MAX)
+            .min(self.config.fetch_memory_bytes_max);
+        self.fetch_memory
+            .clone()
+            .acquire_many_owned(permits)
+            .await
+            .ok()
+    }
+
     pub fn node_id(&self) -> u32 {
         self.cluster.broker_id
     }

@@ -129,10 +129,16 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
             };
             let ctx = Arc::clone(ctx);
             Box::pin(async move {
-                let response = fetch::handle(ctx, version, r).await;
+                let response = fetch::handle(Arc::clone(&ctx), version, r).await;
+                // The records stay in memory until written: counted in the broker's fetch
+                // memory meanwhile, as the fetches being read are.
+                let memory = ctx
+                    .state()
+                    .hold_fetch_memory(fetch::records_bytes(&response))
+                    .await;
                 Reply::Send {
                     response: Box::new(ResponseKind::Fetch(response)),
-                    hold: Some(Box::new(turn)),
+                    hold: Some(Box::new((turn, memory))),
                 }
             })
         }

@@ -63,6 +63,17 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, version: i16, request: FetchRequest) -
     response
 }
 
+/// Bytes of records an answer carries.
+pub(crate) fn records_bytes(response: &FetchResponse) -> usize {
+    response
+        .responses
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|p| p.records.as_ref())
+        .map(|r| r.len())
+        .sum()
+}
+
 /// A Kafka topic's partitions asked for: index and `partition_max_bytes`.
 type Asked = Vec<(i32, i32)>;
 
