@@ -71,7 +71,11 @@ fn set(out: &mut m::TopicConfig, name: &str, value: &str) -> Result<(), String> 
         "retention.ms" => out.retention_ms = nonzero(name, value, parse(name, value)?)?,
         "retention.bytes" => out.retention_bytes = nonzero(name, value, parse(name, value)?)?,
         "segment.bytes" => out.segment_bytes = nonzero(name, value, parse(name, value)?)?,
-        "segment.ms" => out.segment_ms = nonzero(name, value, parse(name, value)?)?,
+        // Kafka's "never" (what a topic without age rolls is described as) is tinymq's 0.
+        "segment.ms" => match parse::<i64>(name, value)? {
+            SEGMENT_MS_NEVER => out.segment_ms = 0,
+            ms => out.segment_ms = nonzero(name, value, ms)?,
+        },
         "max.message.bytes" => {
             out.message_bytes_max = nonzero(name, value, parse(name, value)?)?;
         }
@@ -116,7 +120,11 @@ pub(crate) fn topic_entries(config: &m::TopicConfig) -> Vec<Entry> {
             T::Long,
         ),
         entry("segment.bytes", config.segment_bytes.to_string(), T::Long),
-        entry("segment.ms", config.segment_ms.to_string(), T::Long),
+        entry(
+            "segment.ms",
+            segment_ms_described(config.segment_ms),
+            T::Long,
+        ),
         entry(
             "max.message.bytes",
             config.message_bytes_max.to_string(),
@@ -151,6 +159,20 @@ pub(crate) fn topic_entries(config: &m::TopicConfig) -> Vec<Entry> {
         read_only: true,
     }));
     out
+}
+
+/// Kafka's `segment.ms` for "never roll by age" (its largest value); tinymq stores 0.
+const SEGMENT_MS_NEVER: i64 = i64::MAX;
+
+/// `segment.ms` as Kafka clients read it: tinymq's 0 ("no age roll") is Kafka's "never", so a
+/// tool that writes a topic's described configs back is not refused (0 is not a valid value).
+fn segment_ms_described(segment_ms: i64) -> String {
+    if segment_ms == 0 {
+        SEGMENT_MS_NEVER
+    } else {
+        segment_ms
+    }
+    .to_string()
 }
 
 #[cfg(test)]
@@ -212,5 +234,20 @@ mod tests {
             topic_config_from_kafka(entries.iter().map(|e| (e.name, Some(e.value.as_str()))))
                 .expect("every described value is accepted");
         assert_eq!(back, config);
+        // A topic that never rolls by age (tinymq's 0) reads as Kafka's "never" and back.
+        let never = m::TopicConfig {
+            segment_ms: 0,
+            ..config
+        };
+        let entries = topic_entries(&never);
+        let segment_ms = entries.iter().find(|e| e.name == "segment.ms");
+        assert_eq!(
+            segment_ms.map(|e| e.value.as_str()),
+            Some("9223372036854775807")
+        );
+        let back =
+            topic_config_from_kafka(entries.iter().map(|e| (e.name, Some(e.value.as_str()))))
+                .expect("never is accepted");
+        assert_eq!(back, never);
     }
 }

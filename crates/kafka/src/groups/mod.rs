@@ -207,12 +207,14 @@ impl Coordinator {
         let mut out = Vec::new();
         let mut groups = self.groups.lock();
         for (group_id, group) in groups.iter_mut() {
+            let was_vacant = group.is_vacant();
             let (expired, delivered) = group.tick(now);
             for member in expired {
                 tracing::info!(group = %group_id, %member, "kafka group member session expired");
             }
             out.extend(delivered);
-            if group.is_vacant() {
+            // Released once, when the last session expires (join and leave release their own).
+            if !was_vacant && group.is_vacant() {
                 native.release_other_protocol(group_id);
             }
         }
