@@ -27,6 +27,7 @@ use tinymq_protocol::{messages as m, OpCode};
 
 use crate::context::Ctx;
 use crate::errors::{kafka_code_for, message_of, Resource};
+use crate::metadata::broker_id;
 use configs::Entry;
 
 /// DescribeConfigs resource types (Kafka's `ConfigResource.Type`).
@@ -99,8 +100,8 @@ async fn create_topic(
         return failed_topic(name, K::InvalidReplicaAssignment.code(), why.into());
     }
     let (Ok(partitions), Ok(replication_factor)) = (
-        count(topic.num_partitions, "num_partitions"),
-        count(topic.replication_factor.into(), "replication_factor"),
+        count(topic.num_partitions),
+        count(topic.replication_factor.into()),
     ) else {
         let why = format!(
             "num_partitions {} and replication_factor {} must be positive, or -1 for the defaults",
@@ -162,7 +163,7 @@ async fn create_topic(
 }
 
 /// A Kafka count: -1 is "the broker's default" (0 natively).
-fn count(value: i32, _what: &str) -> Result<u32, ()> {
+fn count(value: i32) -> Result<u32, ()> {
     match value {
         -1 => Ok(0),
         v if v > 0 => u32::try_from(v).map_err(|_| ()),
@@ -438,7 +439,7 @@ pub(crate) async fn describe_cluster(
     let image = ctx.state().cluster.image();
     let response = DescribeClusterResponse::default()
         .with_cluster_id(text(image.cluster_id.clone()))
-        .with_controller_id(BrokerId(ctx.state().node_id() as i32))
+        .with_controller_id(broker_id(ctx.state().node_id()))
         .with_error_message(None);
     // 1 = brokers; 2 = controllers (tinymq's MetaServer nodes do not speak Kafka).
     if request.endpoint_type != 1 {
@@ -454,7 +455,7 @@ pub(crate) async fn describe_cluster(
         .into_iter()
         .map(|(id, host, port)| {
             DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(id as i32))
+                .with_broker_id(broker_id(id))
                 .with_host(text(host))
                 .with_port(i32::from(port))
         })

@@ -87,6 +87,14 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// This connection's context from its next request on, with `change` made to its peer
+    /// (a completed login's principal, the client id of its first request).
+    pub fn with_peer(self: &Arc<Ctx>, change: impl FnOnce(&mut Peer)) -> Arc<Ctx> {
+        let mut next = Ctx::clone(self);
+        change(&mut next.peer);
+        Arc::new(next)
+    }
+
     pub fn state(&self) -> &Arc<BrokerState> {
         &self.shared.front.0
     }
@@ -135,7 +143,15 @@ impl NativeCall {
         let Some(response) = self.0.await else {
             return Ok(None);
         };
-        let frame = collect(response)?;
+        let frame = if response.parts.iter().any(|p| matches!(p, Part::File(_))) {
+            // Reading segment files may wait on the disk: off the runtime's workers, once
+            // per response (fetches only).
+            tokio::task::spawn_blocking(move || collect(response))
+                .await
+                .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??
+        } else {
+            collect(response)?
+        };
         let body = frame.slice(FRAME_HEADER_BYTES.min(frame.len())..);
         Resp::decode(body).map(Some).map_err(|e| {
             ErrorCode::UNKNOWN_SERVER_ERROR.with_message(format!("native response: {e}"))

@@ -71,9 +71,7 @@ pub(crate) async fn admit(
     if let RequestKind::SaslHandshake(_) | RequestKind::SaslAuthenticate(_) = decoded {
         let (response, principal) = session.step(ctx, version, decoded).await?;
         if let Some(principal) = principal {
-            let mut next = Ctx::clone(ctx);
-            next.peer.principal = principal;
-            *ctx = Arc::new(next);
+            *ctx = ctx.with_peer(|peer| peer.principal = principal);
         }
         return Ok(admitted(version, ready(response)));
     }

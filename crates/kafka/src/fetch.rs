@@ -15,13 +15,13 @@ use kafka_protocol::error::ResponseError as K;
 use kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use tinymq_protocol::{messages as m, OpCode};
 
+use crate::answers::Answers;
 use crate::context::Ctx;
 use crate::errors::{kafka_code_for, Resource};
-use crate::produce::answers::Answers;
-use crate::produce::leader;
+use crate::leader;
 use bounds::Budget;
 
 mod bounds;
@@ -180,7 +180,7 @@ fn partition_data(
         if let Some((leader, _)) = named {
             data = data.with_current_leader(
                 LeaderIdAndEpoch::default()
-                    .with_leader_id(BrokerId(i32::try_from(leader.node_id).unwrap_or(-1)))
+                    .with_leader_id(crate::metadata::broker_id(leader.node_id))
                     .with_leader_epoch(leader.epoch),
             );
         }

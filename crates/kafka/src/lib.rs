@@ -15,6 +15,7 @@
 //! group's offsets.
 
 mod admin;
+mod answers;
 pub mod api_versions;
 pub mod config;
 mod context;
@@ -23,6 +24,7 @@ pub mod errors;
 mod fetch;
 pub mod frame;
 mod groups;
+mod leader;
 mod list_offsets;
 mod metadata;
 mod produce;

@@ -13,10 +13,10 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse, TopicName};
 use tinymq_protocol::{messages as m, OpCode};
 
+use crate::answers::Answers;
 use crate::context::Ctx;
 use crate::errors::{kafka_code_for, Resource};
-use crate::produce::answers::Answers;
-use crate::produce::leader;
+use crate::leader;
 
 /// Kafka's "latest" timestamp.
 const LATEST: i64 = -1;

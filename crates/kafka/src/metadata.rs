@@ -51,7 +51,7 @@ pub(crate) async fn handle(
     MetadataResponse::default()
         .with_brokers(brokers(&ctx, &image))
         .with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())))
-        .with_controller_id(BrokerId(ctx.state().node_id() as i32))
+        .with_controller_id(broker_id(ctx.state().node_id()))
         .with_topics(topics)
 }
 
@@ -80,7 +80,7 @@ fn brokers(ctx: &Ctx, image: &MetadataImage) -> Vec<MetadataResponseBroker> {
         .into_iter()
         .map(|(id, host, port)| {
             MetadataResponseBroker::default()
-                .with_node_id(BrokerId(id as i32))
+                .with_node_id(broker_id(id))
                 .with_host(StrBytes::from_string(host))
                 .with_port(i32::from(port))
         })
@@ -226,9 +226,9 @@ fn topic(ctx: &Ctx, image: &MetadataImage, routes: m::TopicRoutes) -> MetadataRe
 }
 
 fn partition(ctx: &Ctx, image: &MetadataImage, p: m::PartitionRoute) -> MetadataResponsePartition {
-    let ids = |v: &[u32]| v.iter().map(|id| BrokerId(*id as i32)).collect::<Vec<_>>();
+    let ids = |v: &[u32]| v.iter().map(|id| broker_id(*id)).collect::<Vec<_>>();
     let mut error_code = kafka_code_for(p.error.as_ref(), Resource::Topic);
-    let mut leader = BrokerId(p.leader as i32);
+    let mut leader = broker_id(p.leader);
     if error_code != 0 {
         leader = BrokerId(NO_LEADER);
     } else if kafka_address(ctx, image, p.leader).is_none() {
@@ -238,7 +238,7 @@ fn partition(ctx: &Ctx, image: &MetadataImage, p: m::PartitionRoute) -> Metadata
     }
     MetadataResponsePartition::default()
         .with_error_code(error_code)
-        .with_partition_index(p.partition as i32)
+        .with_partition_index(i32::try_from(p.partition).unwrap_or(i32::MAX))
         .with_leader_id(leader)
         .with_leader_epoch(i32::try_from(p.leader_epoch).unwrap_or(i32::MAX))
         .with_replica_nodes(ids(&p.replicas))
@@ -257,6 +257,11 @@ fn kafka_address(ctx: &Ctx, image: &MetadataImage, node_id: u32) -> Option<(Stri
         .filter(|b| !b.fenced)
         .and_then(|b| b.kafka.as_ref())
         .map(|k| (k.host.clone(), k.port))
+}
+
+/// A node id as Kafka's broker id (-1, "none", for one past i32, which no registration makes).
+pub(crate) fn broker_id(node_id: u32) -> BrokerId {
+    BrokerId(i32::try_from(node_id).unwrap_or(-1))
 }
 
 /// The Kafka address (host, port) of broker `node_id`, as it registered it; `None` for a

@@ -8,8 +8,6 @@
 //!
 //! Transactions do not exist yet: a request with a `transactional_id` is refused per partition.
 
-pub(crate) mod answers;
-pub(crate) mod leader;
 mod split;
 
 use std::sync::Arc;
@@ -18,15 +16,14 @@ use kafka_protocol::error::ResponseError as K;
 use kafka_protocol::messages::produce_response::{
     LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{
-    BrokerId, ProduceRequest, ProduceResponse, ResponseKind, TopicName,
-};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
+use crate::answers::Answers;
 use crate::context::{Ctx, Pending, Reply};
 use crate::errors::{kafka_code_for, message_of, Resource};
-use answers::Answers;
+use crate::leader;
 
 /// What became of one Kafka partition's records on their way to the broker.
 #[derive(Debug, Clone, PartialEq)]
@@ -301,7 +298,7 @@ impl Answer {
             .filter(|_| not_leader && version >= 10)
             .and_then(|p| leader::named(ctx, topic, p, self.current_leader));
         if let Some((leader, address)) = named {
-            let node_id = BrokerId(i32::try_from(leader.node_id).unwrap_or(-1));
+            let node_id = crate::metadata::broker_id(leader.node_id);
             out = out.with_current_leader(
                 LeaderIdAndEpoch::default()
                     .with_leader_id(node_id)

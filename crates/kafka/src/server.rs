@@ -212,9 +212,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
         };
         if ctx.peer.client_id.is_empty() {
             if let Some(client_id) = &request.header.client_id {
-                let mut next = Ctx::clone(&ctx);
-                next.peer.client_id = client_id.to_string();
-                ctx = Arc::new(next);
+                ctx = ctx.with_peer(|peer| peer.client_id = client_id.to_string());
             }
         }
         match dispatch::admit(&mut ctx, &mut session, request).await {
@@ -249,9 +247,7 @@ async fn raw_sasl(
 ) -> Result<Admitted, String> {
     let (reply, principal) = session.raw_step(ctx, token).await?;
     if let Some(principal) = principal {
-        let mut next = Ctx::clone(ctx);
-        next.peer.principal = principal;
-        *ctx = Arc::new(next);
+        *ctx = ctx.with_peer(|peer| peer.principal = principal);
     }
     Ok(Admitted {
         // Not written: a raw reply has no response header.

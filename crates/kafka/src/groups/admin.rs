@@ -98,7 +98,7 @@ async fn find_one(ctx: &Arc<Ctx>, key_type: i8, key: StrBytes) -> Coordinator {
     };
     Coordinator::default()
         .with_key(key)
-        .with_node_id(BrokerId(i32::try_from(found.node_id).unwrap_or(-1)))
+        .with_node_id(crate::metadata::broker_id(found.node_id))
         .with_host(text(host))
         .with_port(i32::from(port))
 }
