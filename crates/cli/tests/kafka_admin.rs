@@ -288,6 +288,25 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
         assert_eq!(config(&configs, "cleanup.policy"), "delete");
         assert!(configs.iter().any(|(k, _)| k == "tinymq.flush"));
     }
+    // What the topic set is an override (DYNAMIC_TOPIC_CONFIG, 1); the rest reads as the
+    // broker's default (DEFAULT_CONFIG, 5), so tools that copy overrides copy only those.
+    let resource = describe_configs_request::DescribeConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str("events"))
+        .with_configuration_keys(None);
+    let described = k.call(
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![resource]),
+    );
+    let source = |key: &str| {
+        let entry = described.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == key);
+        entry.map(|c| c.config_source)
+    };
+    assert_eq!(source("retention.ms"), Some(1), "{described:?}");
+    assert_eq!(source("segment.bytes"), Some(5), "{described:?}");
     let (missing, _) = topic_configs(&mut k, 4, "missing");
     assert_eq!(missing, UNKNOWN_TOPIC_OR_PARTITION);
     let broker = describe_configs_request::DescribeConfigsResource::default()

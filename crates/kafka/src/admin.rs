@@ -315,6 +315,10 @@ async fn describe_resource(
             format!("config resource type {other} is not served (topics 2 and brokers 4 are)"),
         )),
     };
+    let defaults = match resource.resource_type {
+        RESOURCE_TOPIC => configs::topic_entries(&ctx.state().config.topic_defaults.to_wire()),
+        _ => Vec::new(),
+    };
     let (entries, source) = match described {
         Ok(found) => found,
         Err((code, message)) => {
@@ -330,7 +334,19 @@ async fn describe_resource(
             keys.as_ref()
                 .is_none_or(|keys| keys.iter().any(|k| k.as_str() == e.name))
         })
-        .map(|e| config_result(version, e, source))
+        .map(|e| {
+            // A topic's value equal to the broker's default reads as the default, not as an
+            // override (tools that copy overrides, MirrorMaker's among them, copy only those).
+            let source = if defaults
+                .iter()
+                .any(|d| d.name == e.name && d.value == e.value)
+            {
+                SOURCE_DEFAULT
+            } else {
+                source
+            };
+            config_result(version, e, source)
+        })
         .collect();
     result.with_configs(configs)
 }
