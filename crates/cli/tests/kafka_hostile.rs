@@ -17,7 +17,7 @@ mod wire;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::retry;
 use kafka_protocol::messages::{ResponseHeader, ResponseKind};
@@ -248,6 +248,7 @@ fn random_bodies_for_every_supported_api_and_version_do_not_crash_the_server() {
     let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
     let mut answered = 0;
     let mut closed = 0;
+    let mut waiting = 0;
     for (api_key, min, max) in SUPPORTED {
         let key = *api_key as i16;
         for version in *min..=*max {
@@ -265,7 +266,10 @@ fn random_bodies_for_every_supported_api_and_version_do_not_crash_the_server() {
                 );
                 match read_or_wait(&mut c) {
                     Outcome::Closed => closed += 1,
-                    Outcome::Waiting => {}
+                    Outcome::Waiting => {
+                        eprintln!("random {api_key:?} v{version}: still waiting after 2 s");
+                        waiting += 1;
+                    }
                     Outcome::Answered(frame) => {
                         let id = i32::from_be_bytes(frame[..4].try_into().unwrap());
                         assert_eq!(id, correlation_id, "{api_key:?} v{version}");
@@ -279,7 +283,17 @@ fn random_bodies_for_every_supported_api_and_version_do_not_crash_the_server() {
         }
         server.assert_healthy(&format!("random {api_key:?} bodies"));
     }
-    eprintln!("random bodies: {answered} answered, {closed} closed");
+    eprintln!(
+        "random bodies: {answered} answered, {closed} closed, {waiting} still waiting after 2 s"
+    );
+    assert!(
+        answered + closed > 0,
+        "random bodies are answered or closed"
+    );
+    assert!(
+        waiting <= (answered + closed) / 10,
+        "{waiting} random bodies still waiting after 2 s ({answered} answered, {closed} closed)"
+    );
 }
 
 /// 10,000 pipelined requests (8 KiB each) from one connection that reads its answers
@@ -488,7 +502,7 @@ fn mutated_valid_requests_are_answered_coherently_or_closed() {
 fn before_a_sasl_login_only_small_login_requests_are_taken() {
     let pre_login_frame_bytes_max = tinymq_kafka::KAFKA_PRE_AUTH_FRAME_BYTES_MAX as usize;
     let mut server = start_server_with_admin(
-        &["--auth", "scram", "--handshake-timeout-ms", "1000"],
+        &["--auth", "scram", "--handshake-timeout-ms", "5000"],
         "hostile-admin-password",
     );
     server.assert_healthy("start");
@@ -507,10 +521,20 @@ fn before_a_sasl_login_only_small_login_requests_are_taken() {
         .unwrap();
     let answer = parse_api_versions(&read_frame(&mut c).expect("answered"), 0);
     assert_eq!((answer.correlation_id, answer.error_code), (2, 0));
+    // The same complete request, one padding byte longer: a server without the size check
+    // would answer it, and it is closed well before the handshake deadline.
     let mut c = server.connect_raw();
-    c.write_all(&((pre_login_frame_bytes_max + 1) as u32).to_be_bytes())
-        .unwrap();
+    let padding = vec![0; pre_login_frame_bytes_max + 1 - header_bytes];
+    let over = request(API_VERSIONS, 0, 3, false, &padding);
+    assert_eq!(over.len() - 4, pre_login_frame_bytes_max + 1);
+    let sent_at = Instant::now();
+    send_then_half_close(&mut c, &over);
     assert_closed_silently(&mut c, "a request over the pre-login limit");
+    assert!(
+        sent_at.elapsed() < Duration::from_secs(4),
+        "a request over the pre-login limit is closed by its size, not the deadline ({:?})",
+        sent_at.elapsed()
+    );
 
     // Nothing at all, or half a request: closed at the handshake deadline.
     let mut silent = server.connect_raw();
