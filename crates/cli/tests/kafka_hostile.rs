@@ -17,7 +17,7 @@ mod wire;
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::retry;
 use kafka_protocol::messages::{ResponseHeader, ResponseKind};
@@ -522,19 +522,13 @@ fn before_a_sasl_login_only_small_login_requests_are_taken() {
     let answer = parse_api_versions(&read_frame(&mut c).expect("answered"), 0);
     assert_eq!((answer.correlation_id, answer.error_code), (2, 0));
     // The same complete request, one padding byte longer: a server without the size check
-    // would answer it, and it is closed well before the handshake deadline.
+    // would answer it (it is whole, and valid but for its size); it is closed unanswered.
     let mut c = server.connect_raw();
     let padding = vec![0; pre_login_frame_bytes_max + 1 - header_bytes];
     let over = request(API_VERSIONS, 0, 3, false, &padding);
     assert_eq!(over.len() - 4, pre_login_frame_bytes_max + 1);
-    let sent_at = Instant::now();
     send_then_half_close(&mut c, &over);
     assert_closed_silently(&mut c, "a request over the pre-login limit");
-    assert!(
-        sent_at.elapsed() < Duration::from_secs(4),
-        "a request over the pre-login limit is closed by its size, not the deadline ({:?})",
-        sent_at.elapsed()
-    );
 
     // Nothing at all, or half a request: closed at the handshake deadline.
     let mut silent = server.connect_raw();
