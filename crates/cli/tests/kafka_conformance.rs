@@ -7,76 +7,16 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 
-use common::{http::workspace_root, BIN};
+use common::http::workspace_root;
+use common::kafka::KafkaServer;
 
 /// The suites are CPU-heavy (a C build, a Go build, many clients); running both at once on a
 /// small CI machine only makes their timeouts likelier. One at a time.
 static ONE_SUITE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// A `tinymq server` with its Kafka listener on an ephemeral port. Topics are auto-created:
-/// both suites produce to topics they never create (as against a default Kafka broker).
-struct KafkaServer {
-    child: Child,
-    kafka: String,
-    _data: tempfile::TempDir,
-}
-
-impl KafkaServer {
-    /// `tinymq server --listen 127.0.0.1:0 --kafka-listen 127.0.0.1:0
-    /// --kafka-auto-create-topics --http off EXTRA...`.
-    fn start(extra: &[&str]) -> KafkaServer {
-        let data = tempfile::tempdir().expect("temporary data directory");
-        let mut child = Command::new(BIN)
-            .args(["server", "--listen", "127.0.0.1:0"])
-            .args([
-                "--kafka-listen",
-                "127.0.0.1:0",
-                "--kafka-auto-create-topics",
-            ])
-            .args(["--http", "off"])
-            .args(extra)
-            .arg("--data")
-            .arg(data.path())
-            .env("TINYMQ_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn tinymq server");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        read_address(&mut stdout, "tinymq listening on ");
-        let kafka = read_address(&mut stdout, "tinymq kafka listening on ");
-        // Keep reading, so that a later line never meets a closed pipe.
-        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
-        KafkaServer {
-            child,
-            kafka,
-            _data: data,
-        }
-    }
-}
-
-impl Drop for KafkaServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn read_address(stdout: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    stdout
-        .read_line(&mut line)
-        .expect("server prints its address");
-    line.trim()
-        .strip_prefix(prefix)
-        .unwrap_or_else(|| panic!("expected {prefix:?}, server printed {line:?}"))
-        .to_string()
-}
 
 /// Runs `scripts/SCRIPT KAFKA_ADDR` against a fresh server (started with `server_extra`) and
 /// returns (passed, of) from its "NAME tests: P passed, F failed of N" line, after checking
@@ -85,7 +25,9 @@ fn run_suite(script: &str, server_extra: &[&str], counts_prefix: &str) -> (u32, 
     let _one = ONE_SUITE_AT_A_TIME
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let server = KafkaServer::start(server_extra);
+    // Topics are auto-created: both suites produce to topics they never create (as against
+    // a default Kafka broker).
+    let server = KafkaServer::start_with(&[&["--kafka-auto-create-topics"], server_extra].concat());
     let root: PathBuf = workspace_root();
     let output = Command::new(root.join("scripts").join(script))
         .arg(&server.kafka)
