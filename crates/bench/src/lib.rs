@@ -17,6 +17,7 @@
 mod consume;
 mod produce;
 mod report;
+mod share;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -107,6 +108,14 @@ pub struct BenchConfig {
     pub progress: bool,
     /// Keep the topic if the bench created it (by default it is deleted after the run).
     pub keep_topic: bool,
+    /// Consumers fetch with this filter expression (docs/queues.md, "Filters").
+    pub filter: Option<String>,
+    /// Producers give every Nth message the tag `match` (header `tag`) and the others the tag
+    /// `other`, so that `tag = 'match'` selects 1 in N.
+    pub tag_every: Option<u64>,
+    /// Consumers are members of this share group, accepting every record, instead of
+    /// readers of assigned partitions.
+    pub share_group: Option<String>,
 }
 
 impl BenchConfig {
@@ -270,6 +279,9 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
                     mode, &config, partitions, p.messages, p.failed, p.elapsed, p.latency,
                 )
             }),
+        Mode::Consume if config.share_group.is_some() => {
+            share::run_share_consume(&config, partitions, progress.clone()).await
+        }
         Mode::Consume => consume::run_consume(&config, partitions, progress.clone()).await,
         Mode::E2e => consume::run_e2e(&config, partitions, progress.clone()).await,
     };

@@ -323,6 +323,27 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         )),
         // The front end runs the login and refuses a second one (`screen`); as for Handshake,
         // this arm is only for completeness.
+        OpCode::ShareFetch => handle!(m::ShareFetchRequest, |r| {
+            crate::share::share_fetch(state, &access, principal, r).await
+        }),
+        OpCode::ShareAcknowledge => handle!(m::ShareAcknowledgeRequest, |r| {
+            crate::share::share_acknowledge(state, &access, principal, r).await
+        }),
+        OpCode::DescribeShareGroup => handle!(m::DescribeShareGroupRequest, |r| {
+            crate::share::describe_share_group(state, r).await
+        }),
+        OpCode::ProduceDelayed => handle!(m::ProduceDelayedRequest, |r| {
+            crate::delay::produce_delayed(state, r).await
+        }),
+        OpCode::CreateRoute => handle!(m::CreateRouteRequest, |r| {
+            crate::route::create_route(state, r).await
+        }),
+        OpCode::DeleteRoute => handle!(m::DeleteRouteRequest, |r| {
+            crate::route::delete_route(state, r).await
+        }),
+        OpCode::ListRoutes => handle!(m::ListRoutesRequest, |r| {
+            crate::route::list_routes(state, r).await
+        }),
         OpCode::Authenticate => Some(error_frame(
             op_code,
             id,

@@ -229,6 +229,7 @@ mod tests {
                 end_offset: 77,
             }),
             log_end_offset: i64::from(n % 3) * 300,
+            next_offset: 0,
         }
     }
 

@@ -179,6 +179,9 @@ impl Broker {
         tasks.spawn(flush_loop(state.clone(), shutdown.clone()));
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));
         tasks.spawn(group_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(crate::share::run(state.clone(), shutdown.clone()));
+        tasks.spawn(crate::delay::run(state.clone(), shutdown.clone()));
+        tasks.spawn(crate::route::run(state.clone(), shutdown.clone()));
         tasks.spawn(
             cluster
                 .clone()

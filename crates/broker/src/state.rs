@@ -56,6 +56,17 @@ pub struct BrokerState {
     pub quotas: crate::quota::Quotas,
     /// The ACLs of the current image, for `crate::authorize`.
     pub(crate) authorization: tinymq_meta::authorize::AuthorizerCache,
+    /// The broker as a client of its own cluster (dead letters, routes).
+    pub internal: crate::internal_client::InternalClient,
+    /// Share groups' state of the partitions led here.
+    #[allow(dead_code)] // Read once issue 18's work lands.
+    pub(crate) share: crate::share::ShareGroups,
+    /// Timer logs of delayed batches of the partitions led here.
+    #[allow(dead_code)] // Read once issue 18's work lands.
+    pub(crate) delays: crate::delay::Delays,
+    /// Route runners of the source partitions led here.
+    #[allow(dead_code)] // Read once issue 18's work lands.
+    pub(crate) routes: crate::route::Routes,
 }
 
 impl BrokerState {
@@ -77,9 +88,18 @@ impl BrokerState {
         let quotas = crate::quota::Quotas::new(config.quota_principals_max);
         let authorization =
             tinymq_meta::authorize::AuthorizerCache::new(config.authorization.clone());
+        let internal = crate::internal_client::InternalClient::new(
+            advertised,
+            config.links.clone(),
+            config.node_id,
+        );
         Ok(BrokerState {
             fetch_memory,
             quotas,
+            internal,
+            share: Default::default(),
+            delays: Default::default(),
+            routes: Default::default(),
             config,
             advertised,
             cluster,

@@ -42,6 +42,16 @@ pub struct BenchArgs {
     /// Keep the topic after the run if the bench created it.
     #[arg(long)]
     keep_topic: bool,
+    /// Consumers fetch with this filter expression (docs/queues.md, "Filters").
+    #[arg(long)]
+    filter: Option<String>,
+    /// Producers tag every Nth message `match` and the others `other` (header `tag`), so
+    /// `--filter "tag = 'match'"` selects 1 in N.
+    #[arg(long, value_parser = crate::args::positive_u64)]
+    tag_every: Option<u64>,
+    /// consume: the consumers are members of this share group, accepting every record.
+    #[arg(long)]
+    share_group: Option<String>,
     /// Partitions, if the bench creates the topic.
     #[arg(long, default_value_t = 1, value_parser = crate::args::positive_u32)]
     partitions: u32,
@@ -163,6 +173,9 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         rate: args.rate,
         progress: !args.json,
         keep_topic: args.keep_topic,
+        filter: args.filter,
+        tag_every: args.tag_every,
+        share_group: args.share_group,
     };
     let result = tinymq_bench::run(mode, config).await;
     if let Some(broker) = embedded {

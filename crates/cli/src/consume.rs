@@ -21,7 +21,7 @@ use crate::Bootstrap;
 #[derive(clap::Args, Debug)]
 pub struct ConsumeArgs {
     /// The topic to read.
-    topic: String,
+    pub(crate) topic: String,
     /// Start at the earliest stored message instead of new ones only (with --group: where
     /// the group has no committed offset).
     #[arg(long, conflicts_with = "offset")]
@@ -54,6 +54,17 @@ pub struct ConsumeArgs {
     /// the value's raw bytes.
     #[arg(long, value_enum, default_value = "utf8")]
     value_format: Encoding,
+    /// Receive only records matching this filter expression, e.g. "tag = 'red'" or
+    /// "header.region IN ('eu', 'us') AND header.priority > 3" (docs/queues.md). The broker
+    /// skips the others; positions still move past them.
+    #[arg(long)]
+    filter: Option<String>,
+    /// Consume as a member of this share group (queue semantics, docs/queues.md): records are
+    /// handed out one by one under a lock, and each printed record is accepted.
+    #[arg(long, conflicts_with_all = ["group", "offset", "partition", "from_beginning"])]
+    share_group: Option<String>,
+    #[command(flatten)]
+    share: crate::share_consume::ShareArgs,
     #[command(flatten)]
     bootstrap: Bootstrap,
 }
@@ -109,6 +120,9 @@ impl std::fmt::Display for Interrupted {
 impl std::error::Error for Interrupted {}
 
 pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
+    if let Some(group) = &args.share_group {
+        return crate::share_consume::run(&args, group).await;
+    }
     let stop = watch_signals()?;
     let mut config = ConsumerConfig::new(&args.bootstrap.bootstrap);
     config.client = args.bootstrap.client_config()?;

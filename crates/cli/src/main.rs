@@ -10,6 +10,7 @@ mod cluster;
 mod cluster_status;
 mod codec;
 mod consume;
+mod dlq;
 mod group;
 mod http;
 mod limits;
@@ -18,9 +19,11 @@ mod out;
 mod produce;
 mod quota;
 mod reassign;
+mod route;
 mod scrape;
 mod server;
 mod server_security;
+mod share_consume;
 mod tls;
 mod top;
 mod topic;
@@ -96,6 +99,13 @@ enum Command {
     /// Set, list and remove produce, fetch and request rate quotas.
     #[command(subcommand)]
     Quota(quota::QuotaCommand),
+    /// Add, list and delete content-based routes: copy matching records of one topic into
+    /// another, exactly once.
+    #[command(subcommand)]
+    Route(route::RouteCommand),
+    /// Dead-letter topics: move dead-lettered records back to where they came from.
+    #[command(subcommand)]
+    Dlq(dlq::DlqCommand),
     /// Measure throughput and latency: produce, consume or end-to-end.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -178,6 +188,8 @@ fn main() -> std::process::ExitCode {
             Command::User(cmd) => user::run(cmd).await,
             Command::Acl(cmd) => acl::run(cmd).await,
             Command::Quota(cmd) => quota::run(cmd).await,
+            Command::Route(cmd) => route::run(cmd).await,
+            Command::Dlq(cmd) => dlq::run(cmd).await,
             Command::Bench(cmd) => bench::run(cmd).await,
             Command::Top(args) => top::run(args).await,
             Command::Info => {

@@ -14,8 +14,10 @@ mod error;
 mod group;
 mod producer;
 mod retry;
+pub mod routes;
 mod security;
 mod security_admin;
+pub mod share;
 
 pub use admin::{
     Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove,

@@ -62,7 +62,12 @@ pub fn kafka_code(native: N) -> i16 {
         | N::INVALID_UPDATE_VERSION
         | N::INELIGIBLE_REPLICA
         | N::USER_NOT_FOUND
-        | N::USER_ALREADY_EXISTS => K::UnknownServerError,
+        | N::USER_ALREADY_EXISTS
+        | N::ROUTE_ALREADY_EXISTS
+        | N::ROUTE_NOT_FOUND => K::UnknownServerError,
+        // Queue features (share groups, filters, delays) have no Kafka request here.
+        N::INVALID_FILTER | N::INVALID_DELIVERY_TIME => K::InvalidRequest,
+        N::INVALID_RECORD_STATE => K::InvalidRecordState,
     };
     kafka.code()
 }

@@ -85,6 +85,7 @@ fn plan(request: &FetchRequest) -> (Vec<(TopicName, Asked)>, m::FetchRequest) {
         _ => u32::try_from(request.max_wait_ms).unwrap_or(0),
     };
     let mut native = m::FetchRequest {
+        filter: String::new(),
         max_wait_ms,
         min_bytes: u32::try_from(request.min_bytes).unwrap_or(0),
         max_bytes: u32::try_from(request.max_bytes).unwrap_or(0),

@@ -161,6 +161,19 @@ required! {
     RaftRpcRequest => |r| Requirement::Node;
     MetaWriteRequest => |r| Requirement::Node;
     BrokerHeartbeatRequest => |r| Requirement::Node;
+    ShareFetchRequest => |r| Requirement::PerTopic {
+        operation: Read,
+        group: Some(Permission::group(&r.group_id, Read)),
+    };
+    ShareAcknowledgeRequest => |r| Requirement::PerTopic {
+        operation: Read,
+        group: Some(Permission::group(&r.group_id, Read)),
+    };
+    DescribeShareGroupRequest => |r| Requirement::One(Permission::group(&r.group_id, Describe));
+    ProduceDelayedRequest => |r| Requirement::One(Permission::topic(&r.topic, Write));
+    CreateRouteRequest => |r| Requirement::One(Permission::cluster(Alter));
+    DeleteRouteRequest => |r| Requirement::One(Permission::cluster(Alter));
+    ListRoutesRequest => |r| Requirement::One(Permission::cluster(Describe));
 }
 
 /// The ACLs of one image version, applied to one request's principal.

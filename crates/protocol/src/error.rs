@@ -152,6 +152,14 @@ error_codes! {
     UNSUPPORTED_SASL_MECHANISM = 47, false, "unsupported SASL mechanism";
     USER_NOT_FOUND = 48, false, "unknown user";
     USER_ALREADY_EXISTS = 49, false, "user already exists";
+    /// A filter expression that does not parse; the message names the column.
+    INVALID_FILTER = 50, false, "invalid filter expression";
+    /// An acknowledged record is not acquired by this share-group member (its lock expired).
+    INVALID_RECORD_STATE = 51, false, "record is not acquired by this member";
+    /// A deliver-at time beyond the broker's `delay_ms_max`.
+    INVALID_DELIVERY_TIME = 52, false, "deliver-at time out of range";
+    ROUTE_ALREADY_EXISTS = 53, false, "route already exists";
+    ROUTE_NOT_FOUND = 54, false, "unknown route";
 }
 
 impl ErrorCode {

@@ -110,6 +110,19 @@ operations! {
     MetaRead = 42 => MetaReadRequest, MetaReadResponse;
     /// A broker's liveness signal to the MetaServer leader.
     BrokerHeartbeat = 43 => BrokerHeartbeatRequest, BrokerHeartbeatResponse;
+    /// Share groups: acquire records under a lock (acknowledging earlier ones first).
+    ShareFetch = 50 => ShareFetchRequest, ShareFetchResponse;
+    /// Share groups: accept, release or reject acquired records.
+    ShareAcknowledge = 51 => ShareAcknowledgeRequest, ShareAcknowledgeResponse;
+    /// Share groups: the share-partition state of the partitions led by the answering broker.
+    DescribeShareGroup = 52 => DescribeShareGroupRequest, DescribeShareGroupResponse;
+    /// Append a batch that becomes visible at a deliver-at time.
+    ProduceDelayed = 53 => ProduceDelayedRequest, ProduceDelayedResponse;
+    /// Add a durable content-based route from one topic to another.
+    CreateRoute = 54 => CreateRouteRequest, CreateRouteResponse;
+    DeleteRoute = 55 => DeleteRouteRequest, DeleteRouteResponse;
+    /// Every route with its progress and lag.
+    ListRoutes = 56 => ListRoutesRequest, ListRoutesResponse;
 }
 
 #[cfg(test)]

@@ -188,6 +188,7 @@ async fn fetch_once(
         return Ok(Fetched::Refused);
     }
     let request = m::FetchRequest {
+        filter: String::new(),
         max_wait_ms: REPLICA_FETCH_WAIT_MS,
         min_bytes: 1,
         max_bytes: REPLICA_FETCH_BYTES_MAX,

@@ -179,6 +179,7 @@ async fn fetch(
     start: i64,
 ) -> Result<m::FetchPartitionResult, Problem> {
     let request = m::FetchRequest {
+        filter: String::new(),
         max_wait_ms: 0,
         min_bytes: 0,
         max_bytes: HTTP_MESSAGES_PAGE_BYTES_MAX,

@@ -95,6 +95,19 @@ fn every_operation_has_a_requirement() {
             OpCode::BrokerHeartbeat => {
                 format!("{:?}", m::BrokerHeartbeatRequest::default().required())
             }
+            OpCode::ShareFetch => format!("{:?}", m::ShareFetchRequest::default().required()),
+            OpCode::ShareAcknowledge => {
+                format!("{:?}", m::ShareAcknowledgeRequest::default().required())
+            }
+            OpCode::DescribeShareGroup => {
+                format!("{:?}", m::DescribeShareGroupRequest::default().required())
+            }
+            OpCode::ProduceDelayed => {
+                format!("{:?}", m::ProduceDelayedRequest::default().required())
+            }
+            OpCode::CreateRoute => format!("{:?}", m::CreateRouteRequest::default().required()),
+            OpCode::DeleteRoute => format!("{:?}", m::DeleteRouteRequest::default().required()),
+            OpCode::ListRoutes => format!("{:?}", m::ListRoutesRequest::default().required()),
         };
         let open = matches!(op, OpCode::Handshake | OpCode::Authenticate);
         assert_eq!(required == "Nothing", open, "{}: {required}", op.name());
