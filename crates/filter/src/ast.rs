@@ -1,5 +1,7 @@
-//! The expression tree of a filter and its printed form. Printing is canonical and fully
-//! parenthesized, so `parse(print(e))` gives `e` back (a property test holds it to that).
+//! The expression tree of a filter and its printed form. Printing is canonical: an `AND`/`OR`
+//! operand of `AND`, `OR` or `NOT` is parenthesized (nothing else is), so `parse(print(e))`
+//! gives `e` back (a property test holds it to that) and the printed form nests no deeper
+//! than the text it was parsed from.
 
 use std::fmt;
 
@@ -114,7 +116,10 @@ impl fmt::Display for Expr {
         match self {
             Expr::Or(items) => write_joined(f, items, " OR "),
             Expr::And(items) => write_joined(f, items, " AND "),
-            Expr::Not(inner) => write!(f, "NOT ({inner})"),
+            Expr::Not(inner) => {
+                f.write_str("NOT ")?;
+                write_operand(f, inner)
+            }
             Expr::Compare { field, op, literal } => {
                 write!(f, "{field} {} {literal}", op.symbol())
             }
@@ -153,7 +158,16 @@ fn write_joined(f: &mut fmt::Formatter<'_>, items: &[Expr], separator: &str) -> 
         if i > 0 {
             f.write_str(separator)?;
         }
-        write!(f, "({item})")?;
+        write_operand(f, item)?;
     }
     Ok(())
+}
+
+/// An operand of AND, OR or NOT: parenthesized when it is itself an AND or OR, so that it
+/// parses back as one operand.
+fn write_operand(f: &mut fmt::Formatter<'_>, item: &Expr) -> fmt::Result {
+    match item {
+        Expr::And(_) | Expr::Or(_) => write!(f, "({item})"),
+        _ => fmt::Display::fmt(item, f),
+    }
 }

@@ -62,7 +62,7 @@ impl From<Expr> for Filter {
     }
 }
 
-/// The expression in its canonical form (fully parenthesized; parses back to the same tree).
+/// The expression in its canonical form (parses back to the same tree).
 impl std::fmt::Display for Filter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.expr.fmt(f)

@@ -136,6 +136,16 @@ proptest! {
     }
 
     #[test]
+    fn filter_like_text_never_panics_and_errors_point_inside(
+        words in prop::collection::vec(prop::sample::select(&[
+            "tag", "key", "header.a", "header.", "=", "!=", "<>", "<", ">=", "IN", "in", "NOT", "LIKE", "IS", "NULL", "AND", "or", "(", ")", ",", "'x'", "'e%'", "''''", "'", "-", "12", "1.5", "-3", ".", " ", "\t",
+        ][..]), 0..16),
+    ) {
+        check_refusal(&words.concat());
+        check_refusal(&words.join(" "));
+    }
+
+    #[test]
     fn mangled_expressions_are_refused_inside_the_text(
         e in expr(),
         cut_at in any::<prop::sample::Index>(),
@@ -156,9 +166,19 @@ proptest! {
     }
 }
 
-/// Parses `text`; a refusal must name a column inside it (or just past its end) and show it.
+/// Parses `text`; a refusal must name a column inside it (or just past its end) and show it,
+/// and what parses must print in a form that parses back to the same expression.
 fn check_refusal(text: &str) {
-    if let Err(e) = Filter::parse(text) {
+    let parsed = Filter::parse(text);
+    if let Ok(filter) = &parsed {
+        let printed = filter.to_string();
+        assert_eq!(
+            Filter::parse(&printed).as_ref(),
+            Ok(filter),
+            "{text:?} -> {printed:?}"
+        );
+    }
+    if let Err(e) = parsed {
         let chars = text.chars().count();
         assert!(
             e.column >= 1 && e.column <= chars + 1,

@@ -88,9 +88,14 @@ fn printing_is_canonical_and_parses_back() {
     let printed = f.to_string();
     assert_eq!(
         printed,
-        "((NOT (tag = 'a')) AND (header.x-y.z IN (1, 'b''c'))) OR (key IS NOT NULL)"
+        "(NOT tag = 'a' AND header.x-y.z IN (1, 'b''c')) OR key IS NOT NULL"
     );
     assert_eq!(Filter::parse(&printed).unwrap(), f);
+    let nested = Filter::parse("NOT NOT (tag = 'a' OR (key = 'b' OR key = 'c'))").unwrap();
+    assert_eq!(
+        nested.to_string(),
+        "NOT NOT (tag = 'a' OR (key = 'b' OR key = 'c'))"
+    );
 }
 
 #[test]
