@@ -89,7 +89,8 @@ pub(crate) fn decode_acquired(
         if batch.is_control() {
             continue;
         }
-        for record in batch.records(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)? {
+        // A filtered answer's batches have offset gaps (records dropped by the filter).
+        for record in tinymq_filter::decode_sparse(&batch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)? {
             let Some(count) = delivery_count(&ranges, record.offset) else {
                 continue; // held by another member, or not acquired at all
             };
