@@ -294,6 +294,11 @@ impl Consumer {
         }
     }
 
+    /// The broker-side filter this consumer fetches with, if any.
+    pub fn filter(&self) -> Option<&str> {
+        self.config.filter.as_deref()
+    }
+
     /// The next offset `poll` will return from a partition (what a commit stores), once known.
     pub fn position(&self, topic: &str, partition: u32) -> Option<i64> {
         self.parts.position(&(topic.to_string(), partition))
