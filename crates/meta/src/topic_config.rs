@@ -340,7 +340,10 @@ mod tests {
     #[test]
     fn share_group_settings_are_checked() {
         let mut image = image_with_topic(1, 1);
-        let set = &[("max_delivery_attempts", "7"), ("dead_letter_topic", "t.failed")];
+        let set = &[
+            ("max_delivery_attempts", "7"),
+            ("dead_letter_topic", "t.failed"),
+        ];
         alter(&mut image, set, &[]).unwrap();
         assert_eq!(image.topics["t"].config["max_delivery_attempts"], "7");
         for bad in ["0", "101", "many"] {

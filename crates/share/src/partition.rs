@@ -365,9 +365,9 @@ impl SharePartition {
         let outcomes = outcomes.into_vec();
         let applied: u64 = outcomes.iter().map(|(f, l, _)| (l - f + 1) as u64).sum();
         self.settle(outcomes, log);
-        let requested = u64::try_from(last - first)
-            .unwrap_or(u64::MAX)
-            .saturating_add(1);
+        // In i128: a hostile range (i64::MIN..=i64::MAX) would overflow i64.
+        let span = i128::from(last) - i128::from(first) + 1;
+        let requested = u64::try_from(span).unwrap_or(u64::MAX);
         if applied < requested {
             return Err(ShareError::InvalidRecordState {
                 first,

@@ -149,6 +149,20 @@ fn skipped_and_retained_away_records_are_done_without_delivery() {
 }
 
 #[test]
+fn a_hostile_acknowledgement_range_is_refused_without_overflow() {
+    let (mut sp, mut log) = fresh(0);
+    take(&mut sp, &member("a"), 2, 10, 0, &mut log);
+    let err = sp
+        .acknowledge("a", (i64::MIN, i64::MAX), AckKind::Accept, 5, &mut log)
+        .unwrap_err();
+    assert!(matches!(err, ShareError::InvalidRecordState { count, .. } if count == u64::MAX - 2));
+    assert_eq!(sp.start_offset(), 2, "the records a held were applied");
+    assert!(sp
+        .acknowledge("a", (5, 4), AckKind::Accept, 5, &mut log)
+        .is_err());
+}
+
+#[test]
 fn member_ids_follow_the_contract() {
     assert!(validate_member_id("worker-1.a_b").is_ok());
     assert!(validate_member_id("").is_err());

@@ -71,6 +71,7 @@ pub(crate) async fn apply_acknowledgements(
         };
         let applied = access
             .check_topic_cached(principal, &ack.topic, AclOperation::Read, &mut last_auth)
+            .and_then(|()| check_range(ack))
             .and_then(|()| AckKind::from_wire(ack.kind).map_err(|e| share_error(&e)))
             .and_then(|kind| {
                 let shared = share_partition(state, group, &ack.topic, ack.partition, false)?
@@ -109,6 +110,16 @@ pub(crate) async fn apply_acknowledgements(
         }
     }
     results
+}
+
+fn check_range(ack: &m::ShareAcknowledgement) -> Result<(), m::Error> {
+    if ack.first_offset > ack.last_offset {
+        return Err(ErrorCode::INVALID_REQUEST.with_message(format!(
+            "acknowledged offsets {}..={}: first is above last",
+            ack.first_offset, ack.last_offset
+        )));
+    }
+    Ok(())
 }
 
 pub async fn describe_share_group(

@@ -282,6 +282,8 @@ fn acquire_into(
     let lock_deadline_ms = now + i64::from(asked.lock_ms);
     let mut out = BytesMut::new();
     let mut acquired = Vec::new();
+    // Two planned ranges may lie in one batch: it is sent once.
+    let mut included = std::collections::BTreeSet::new();
     for (first, last) in share.plan(asked.max_records, partition.high_watermark()) {
         let mut next = first;
         while next <= last {
@@ -328,7 +330,9 @@ fn acquire_into(
                     )
                     .map_err(|e| share_error(&e))?;
                 if !ranges.is_empty() {
-                    out.extend_from_slice(batch);
+                    if included.insert(base) {
+                        out.extend_from_slice(batch);
+                    }
                     acquired.extend(ranges);
                 }
                 next = high + 1;
