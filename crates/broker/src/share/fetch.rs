@@ -2,21 +2,20 @@
 //! acknowledgements, then acquires records for the member in each partition and reads the
 //! whole batches that hold them, long-polling up to `max_wait_ms` when nothing can be
 //! acquired (woken by new records and by released or expired records). The acquisitions'
-//! delivery counts are fsynced in the state log before the records are handed out.
+//! delivery counts are fsynced in the state log before the records are handed out
+//! (the acquisition itself is `acquire`).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use bytes::{Bytes, BytesMut};
 use tinymq_auth::{AclOperation, Principal};
 use tinymq_meta::authorize::Access;
-use tinymq_protocol::batch::{batch_size, BatchHeader};
 use tinymq_protocol::{messages as m, ErrorCode};
-use tinymq_share::{AcquiredRange, SharePartition, StateRecord};
 
-use super::{share_error, share_partition, SharedPartition};
+use super::acquire::{acquire_partition, Asked};
+use super::{share_partition, SharedPartition};
 use crate::state::BrokerState;
 
 /// Longest long poll (`max_wait_ms` above it is cut to it).
@@ -35,21 +34,6 @@ pub const SHARE_LOCK_MS_MAX: u32 = 600_000;
 pub const SHARE_REQUEST_PARTITIONS_MAX: usize = 1_000;
 /// Most acknowledgements one share request may carry.
 pub const SHARE_ACKNOWLEDGEMENTS_MAX: usize = 10_000;
-
-/// What a fetch asks of each partition.
-#[derive(Clone)]
-struct Asked {
-    member: Arc<str>,
-    max_records: u32,
-    lock_ms: u32,
-}
-
-/// One partition's acquisition: the batches, the acquired ranges, the log sequence to sync.
-struct Acquisition {
-    records: Bytes,
-    acquired: Vec<AcquiredRange>,
-    sequence: u64,
-}
 
 fn refuse(error: m::Error) -> m::ShareFetchResponse {
     m::ShareFetchResponse {
@@ -92,17 +76,18 @@ fn check(req: &m::ShareFetchRequest) -> Result<Asked, m::Error> {
             req.lock_ms
         )));
     }
-    if !req.filter.is_empty() {
-        // Until tinymq-filter lands: refused rather than ignored, so no record is delivered
-        // that the member asked not to get.
-        return Err(ErrorCode::INVALID_FILTER
-            .with_message("filters on share fetches are not served by this broker yet"));
-    }
+    let filter = match req.filter.as_str() {
+        "" => None,
+        text => Some(Arc::new(tinymq_filter::Filter::parse(text).map_err(
+            |e| ErrorCode::INVALID_FILTER.with_message(e.to_string()),
+        )?)),
+    };
     let or_default = |asked: u32, default: u32| if asked == 0 { default } else { asked };
     Ok(Asked {
         member: Arc::from(req.member_id.as_str()),
         max_records: or_default(req.max_records, SHARE_FETCH_RECORDS_DEFAULT),
         lock_ms: or_default(req.lock_ms, SHARE_LOCK_MS_DEFAULT),
+        filter,
     })
 }
 
@@ -234,116 +219,6 @@ async fn acquire_all(
             .collect();
     }
     total
-}
-
-/// One partition's acquisition (blocking: it reads the log). Whatever the state machine
-/// logged is appended even when reading fails half-way.
-fn acquire_partition(
-    state: &BrokerState,
-    shared: &SharedPartition,
-    asked: &Asked,
-    budget: usize,
-) -> Result<Acquisition, m::Error> {
-    let max_attempts = shared.settings(state).max_delivery_attempts;
-    let now = crate::partition::now_ms();
-    let mut share = shared.state.lock();
-    let mut log = Vec::new();
-    let outcome = acquire_into(
-        shared,
-        &mut share,
-        asked,
-        budget,
-        now,
-        max_attempts,
-        &mut log,
-    );
-    let sequence = shared.append(&state.share, &log)?;
-    let (records, acquired) = outcome?;
-    Ok(Acquisition {
-        records,
-        acquired,
-        sequence,
-    })
-}
-
-/// Follows the state's plan: reads the batches from each planned offset, skips offsets no
-/// batch holds, acquires the rest, and keeps the batches holding acquired records.
-fn acquire_into(
-    shared: &SharedPartition,
-    share: &mut SharePartition,
-    asked: &Asked,
-    budget: usize,
-    now: i64,
-    max_attempts: u32,
-    log: &mut Vec<StateRecord>,
-) -> Result<(Bytes, Vec<AcquiredRange>), m::Error> {
-    let partition = &shared.partition;
-    share.advance_to(partition.log.log_start_offset(), log);
-    let lock_deadline_ms = now + i64::from(asked.lock_ms);
-    let mut out = BytesMut::new();
-    let mut acquired = Vec::new();
-    // Two planned ranges may lie in one batch: it is sent once.
-    let mut included = std::collections::BTreeSet::new();
-    for (first, last) in share.plan(asked.max_records, partition.high_watermark()) {
-        let mut next = first;
-        while next <= last {
-            let left = budget.saturating_sub(out.len());
-            if left == 0 {
-                return Ok((out.freeze(), acquired));
-            }
-            let bytes = crate::handlers::read_partition(partition, next, left)?;
-            let before = next;
-            let mut rest = &bytes[..];
-            while let Some(header) = BatchHeader::new(rest) {
-                let size = match batch_size(rest) {
-                    Ok(Some(size)) if size <= rest.len() => size,
-                    _ => break,
-                };
-                let (base, batch_last) = (header.base_offset(), header.last_offset());
-                let batch = &rest[..size];
-                rest = &rest[size..];
-                if batch_last < next {
-                    continue;
-                }
-                // No batch holds the offsets before `base`: done without delivery.
-                let hole_last = (base - 1).min(last);
-                if hole_last >= next {
-                    share
-                        .skip(next, hole_last, log)
-                        .map_err(|e| share_error(&e))?;
-                    next = hole_last + 1;
-                }
-                if base > last {
-                    break;
-                }
-                if !out.is_empty() && out.len() + size > budget {
-                    return Ok((out.freeze(), acquired));
-                }
-                let high = batch_last.min(last);
-                let ranges = share
-                    .acquire(
-                        &asked.member,
-                        (next, high),
-                        lock_deadline_ms,
-                        max_attempts,
-                        log,
-                    )
-                    .map_err(|e| share_error(&e))?;
-                if !ranges.is_empty() {
-                    if included.insert(base) {
-                        out.extend_from_slice(batch);
-                    }
-                    acquired.extend(ranges);
-                }
-                next = high + 1;
-            }
-            if next == before {
-                // Nothing readable at `next` (below the log start, or not visible yet).
-                break;
-            }
-        }
-    }
-    Ok((out.freeze(), acquired))
 }
 
 /// Puts each acknowledgement's error on its partition's result (adding a result for a

@@ -5,6 +5,7 @@
 //! DescribeShareGroup (`answer`); lock expiry, state-log rewrites and dead-lettering in the
 //! background task (`run`, `dead_letter`).
 
+mod acquire;
 mod answer;
 mod dead_letter;
 mod fetch;
