@@ -301,6 +301,8 @@ impl TopicSettings {
                 "message_timestamp_before_max_ms" => {
                     s.message_timestamp_before_max_ms = value.parse().map_err(|e| bad(&e))?
                 }
+                // Share-group settings: read by [`ShareSettings::of`].
+                "max_delivery_attempts" | "dead_letter_topic" => {}
                 // Read by the MetaServer's rules; taken from the record above.
                 tinymq_meta::MIN_INSYNC_REPLICAS | tinymq_meta::UNCLEAN_LEADER_ELECTION => {}
                 // A setting from a newer version: ignored rather than refusing the topic.
@@ -325,6 +327,37 @@ impl TopicSettings {
             message_timestamp_before_max_ms: self.message_timestamp_before_max_ms,
             min_insync_replicas: self.min_insync_replicas,
             unclean_leader_election: self.unclean_leader_election,
+        }
+    }
+}
+
+/// A topic's share-group settings (docs/queues.md, "Dead-letter topics"), from its stored
+/// config: the MetaServer checked them when they were set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareSettings {
+    /// Deliveries of a record before it goes to the dead-letter topic (1..=100, default 5).
+    pub max_delivery_attempts: u32,
+    /// Where rejected and exhausted records go (default `<topic>.dlq`).
+    pub dead_letter_topic: String,
+}
+
+impl ShareSettings {
+    pub fn of(name: &str, topic: &TopicRecord) -> ShareSettings {
+        let max_delivery_attempts = topic
+            .config
+            .get("max_delivery_attempts")
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|n| (1..=tinymq_share::MAX_DELIVERY_ATTEMPTS_LIMIT).contains(n))
+            .unwrap_or(tinymq_share::MAX_DELIVERY_ATTEMPTS_DEFAULT);
+        let dead_letter_topic = topic
+            .config
+            .get("dead_letter_topic")
+            .filter(|t| validate_topic_name(t).is_ok())
+            .cloned()
+            .unwrap_or_else(|| format!("{name}.dlq"));
+        ShareSettings {
+            max_delivery_attempts,
+            dead_letter_topic,
         }
     }
 }

@@ -19,6 +19,12 @@ const SEGMENT_BYTES_MIN: u64 = 1 << 20;
 /// Largest `segment_bytes`: segment positions are 32-bit.
 const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
 
+/// `max_delivery_attempts` (share groups: deliveries before a record is dead-lettered).
+const MAX_DELIVERY_ATTEMPTS_MIN: u64 = 1;
+const MAX_DELIVERY_ATTEMPTS_LIMIT: u64 = 100;
+/// Longest `dead_letter_topic` (a topic name, as brokers check at create).
+const TOPIC_NAME_BYTES_MAX: usize = 249;
+
 /// The values one setting takes.
 #[derive(Clone, Copy)]
 enum Kind {
@@ -33,6 +39,8 @@ enum Kind {
     Fixed(&'static str),
     /// Checked against the replication factor.
     MinInsync,
+    /// A topic name (not an internal one): `dead_letter_topic`.
+    TopicName,
 }
 
 /// Every topic setting an alter may name.
@@ -51,6 +59,10 @@ fn kind_of(key: &str) -> Option<Kind> {
              it is open; create a new topic with the policy wanted",
         ),
         MIN_INSYNC_REPLICAS => Kind::MinInsync,
+        "max_delivery_attempts" => {
+            Kind::Range(MAX_DELIVERY_ATTEMPTS_MIN, MAX_DELIVERY_ATTEMPTS_LIMIT)
+        }
+        "dead_letter_topic" => Kind::TopicName,
         _ => return None,
     })
 }
@@ -90,6 +102,27 @@ fn check_value(
                 format!("must be 1 to the replication factor {replication_factor}, got {value:?}"),
             )),
         },
+        Kind::TopicName => {
+            let valid = !value.is_empty()
+                && value.len() <= TOPIC_NAME_BYTES_MAX
+                && value
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+                && value != "."
+                && value != ".."
+                && !crate::is_internal_topic(value);
+            if valid {
+                Ok(())
+            } else {
+                Err(invalid(
+                    key,
+                    format!(
+                        "must be a topic name of 1 to {TOPIC_NAME_BYTES_MAX} characters of \
+                         [A-Za-z0-9._-], not starting with __, got {value:?}"
+                    ),
+                ))
+            }
+        }
         _ => Ok(()),
     }
 }
@@ -302,5 +335,26 @@ mod tests {
             execute_and_apply(&mut image, &command),
             Err(MetaError::InvalidTopic(_))
         ));
+    }
+
+    #[test]
+    fn share_group_settings_are_checked() {
+        let mut image = image_with_topic(1, 1);
+        let set = &[
+            ("max_delivery_attempts", "7"),
+            ("dead_letter_topic", "t.failed"),
+        ];
+        alter(&mut image, set, &[]).unwrap();
+        assert_eq!(image.topics["t"].config["max_delivery_attempts"], "7");
+        for bad in ["0", "101", "many"] {
+            let why = refusal(&mut image, &[("max_delivery_attempts", bad)], &[]);
+            assert!(why.contains("max_delivery_attempts"), "{why}");
+        }
+        for bad in ["", "a b", "__offsets", ".."] {
+            let why = refusal(&mut image, &[("dead_letter_topic", bad)], &[]);
+            assert!(why.contains("dead_letter_topic"), "{why}");
+        }
+        alter(&mut image, &[], &["dead_letter_topic"]).unwrap();
+        assert!(!image.topics["t"].config.contains_key("dead_letter_topic"));
     }
 }

@@ -1,6 +1,31 @@
 //! Share groups as pure logic (docs/queues.md, "Share groups"): one share partition's state
 //! (its start offset, the in-flight records with their state, holder, lock deadline and
 //! delivery count), the transitions (acquire, accept, release, reject, lock expiry,
-//! dead-lettering), and the records of the state log it is rebuilt from. Time is passed in.
-//!
-//! Owner: the share-groups server work of issue 18 (a skeleton until it lands).
+//! dead-lettering), and the records of the state log it is rebuilt from. Time is passed in;
+//! nothing here does I/O (the broker's `share` module writes and reads the log's bytes).
+
+mod partition;
+mod ranges;
+mod state_log;
+
+#[cfg(test)]
+mod tests;
+
+pub use partition::{
+    validate_member_id, AckKind, AcquiredRange, DeadLetterReason, InFlightRecord, RecordState,
+    ShareError, SharePartition, StateCounts,
+};
+pub use state_log::{decode_records, encode_record, Decoded, StateRecord, STATE_RECORD_BYTES_MAX};
+
+/// Most records between a share partition's start and end offset (acquired, available,
+/// waiting for the dead-letter topic, or done above the start): new records are not acquired
+/// beyond `start_offset + SHARE_IN_FLIGHT_RECORDS_MAX`, so a slow record holds back at most
+/// this many, and a partition's state stays small.
+pub const SHARE_IN_FLIGHT_RECORDS_MAX: i64 = 10_000;
+/// Longest member id (members choose their own, e.g. a UUID).
+pub const MEMBER_ID_BYTES_MAX: usize = 255;
+/// Deliveries of a record before it goes to the dead-letter topic when a topic does not set
+/// `max_delivery_attempts`.
+pub const MAX_DELIVERY_ATTEMPTS_DEFAULT: u32 = 5;
+/// Largest `max_delivery_attempts` a topic may set.
+pub const MAX_DELIVERY_ATTEMPTS_LIMIT: u32 = 100;

@@ -1,61 +1,208 @@
 //! Share groups on the broker (docs/queues.md, "Share groups"): for each partition led here,
 //! each share group's share-partition state (acquisition locks, delivery counts, the start
-//! offset), kept durable in a state log and rebuilt at start; ShareFetch, ShareAcknowledge and
-//! DescribeShareGroup; dead-lettering.
-//!
-//! Owner: the share-groups server work of issue 18 (a stub until it lands).
+//! offset), kept durable in a state log (`store`) and rebuilt when first used after this
+//! broker starts leading the partition; ShareFetch (`fetch`), ShareAcknowledge and
+//! DescribeShareGroup (`answer`); lock expiry, state-log rewrites and dead-lettering in the
+//! background task (`run`, `dead_letter`).
 
+mod acquire;
+mod answer;
+mod dead_letter;
+mod fetch;
+mod store;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use tinymq_auth::Principal;
-use tinymq_meta::authorize::Access;
-use tinymq_protocol::messages as m;
-use tinymq_protocol::ErrorCode;
-use tokio_util::sync::CancellationToken;
+use parking_lot::Mutex;
+use tinymq_protocol::{messages as m, ErrorCode};
+use tinymq_share::SharePartition;
+use tokio::sync::watch;
 
+pub use answer::{describe_share_group, share_acknowledge};
+pub use dead_letter::run;
+pub use fetch::share_fetch;
+
+use crate::partition::Partition;
 use crate::state::BrokerState;
+use crate::topic::ShareSettings;
+use store::StateLog;
+
+/// Most share groups with state on one partition: each costs a state log and up to
+/// `SHARE_IN_FLIGHT_RECORDS_MAX` in-flight records of memory.
+pub const SHARE_GROUPS_PER_PARTITION_MAX: usize = 64;
+/// Most share partitions (group, topic, partition) one broker keeps: at most ~1 MB of
+/// in-flight records each, so about 1 GB in the worst case.
+pub const SHARE_PARTITIONS_PER_BROKER_MAX: usize = 1024;
+
+/// The share partition a request names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct ShareKey {
+    pub group: String,
+    pub topic: String,
+    pub partition: u32,
+}
+
+/// One share group's state of one partition led here.
+#[derive(Debug)]
+pub(crate) struct SharedPartition {
+    pub key: ShareKey,
+    pub partition: Arc<Partition>,
+    /// The leader epoch it was loaded in: a new epoch reloads it from the log.
+    pub leader_epoch: u32,
+    pub state: Mutex<SharePartition>,
+    pub log: Arc<StateLog>,
+    /// Set while a dead-lettering task runs for it.
+    pub dead_lettering: AtomicBool,
+}
+
+impl SharedPartition {
+    /// The topic's share settings in the current image (defaults if it just went away).
+    pub fn settings(&self, state: &BrokerState) -> ShareSettings {
+        let image = state.cluster.image();
+        match image.topics.get(&self.key.topic) {
+            Some(topic) => ShareSettings::of(&self.key.topic, topic),
+            None => ShareSettings {
+                max_delivery_attempts: tinymq_share::MAX_DELIVERY_ATTEMPTS_DEFAULT,
+                dead_letter_topic: format!("{}.dlq", self.key.topic),
+            },
+        }
+    }
+
+    /// Appends what an operation logged; on a write error the in-memory state is no longer
+    /// the log's, so the share partition is dropped (reloaded from the log on next use).
+    pub fn append(
+        &self,
+        groups: &ShareGroups,
+        records: &[tinymq_share::StateRecord],
+    ) -> Result<u64, m::Error> {
+        self.log.append(records).map_err(|e| {
+            groups.drop_partition(&self.key);
+            storage_error(&self.key, &e)
+        })
+    }
+}
+
+pub(crate) fn storage_error(key: &ShareKey, e: &std::io::Error) -> m::Error {
+    ErrorCode::STORAGE_ERROR.with_message(format!(
+        "share group {} state of {}/{}: {e}",
+        key.group, key.topic, key.partition
+    ))
+}
 
 /// Every share group's state on this broker.
-#[derive(Debug, Default)]
-pub struct ShareGroups {}
-
-fn not_yet() -> Option<m::Error> {
-    Some(ErrorCode::UNKNOWN_OPERATION.with_message("share groups are not served yet"))
+#[derive(Debug)]
+pub struct ShareGroups {
+    partitions: Mutex<HashMap<ShareKey, Arc<SharedPartition>>>,
+    /// Bumped when records become available again (released, lock expired): long polls wait
+    /// on it as on the high watermarks.
+    released: watch::Sender<i64>,
 }
 
-pub async fn share_fetch(
-    _state: Arc<BrokerState>,
-    _access: &Access,
-    _principal: &Principal,
-    _request: m::ShareFetchRequest,
-) -> m::ShareFetchResponse {
-    m::ShareFetchResponse {
-        error: not_yet(),
-        ..Default::default()
+impl Default for ShareGroups {
+    fn default() -> Self {
+        ShareGroups {
+            partitions: Mutex::new(HashMap::new()),
+            released: watch::Sender::new(0),
+        }
     }
 }
 
-pub async fn share_acknowledge(
-    _state: Arc<BrokerState>,
-    _access: &Access,
-    _principal: &Principal,
-    _request: m::ShareAcknowledgeRequest,
-) -> m::ShareAcknowledgeResponse {
-    m::ShareAcknowledgeResponse {
-        error: not_yet(),
-        ..Default::default()
+impl ShareGroups {
+    pub(crate) fn notify_released(&self) {
+        self.released.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub(crate) fn watch_released(&self) -> watch::Receiver<i64> {
+        self.released.subscribe()
+    }
+
+    pub(crate) fn drop_partition(&self, key: &ShareKey) {
+        self.partitions.lock().remove(key);
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<SharedPartition>> {
+        self.partitions.lock().values().cloned().collect()
     }
 }
 
-pub async fn describe_share_group(
-    _state: Arc<BrokerState>,
-    _request: m::DescribeShareGroupRequest,
-) -> m::DescribeShareGroupResponse {
-    m::DescribeShareGroupResponse {
-        error: not_yet(),
-        ..Default::default()
+/// The share partition of `group` on `topic`/`index` if this broker leads it: kept, or
+/// loaded from its state log (created at the log's earliest offset on first use when
+/// `create`). `Ok(None)`: no state and `create` is false.
+pub(crate) fn share_partition(
+    state: &BrokerState,
+    group: &str,
+    topic: &str,
+    index: u32,
+    create: bool,
+) -> Result<Option<Arc<SharedPartition>>, m::Error> {
+    let (partition, epoch) = state.led_partition(topic, index)?;
+    let key = ShareKey {
+        group: group.into(),
+        topic: topic.into(),
+        partition: index,
+    };
+    let groups = &state.share;
+    // Loading runs under the registry's lock, so one log never has two writers; it reads at
+    // most a few MB, once per partition and leadership.
+    let mut kept = groups.partitions.lock();
+    if let Some(shared) = kept.get(&key) {
+        if shared.leader_epoch == epoch && Arc::ptr_eq(&shared.partition, &partition) {
+            return Ok(Some(shared.clone()));
+        }
+        kept.remove(&key);
     }
+    let path = store::state_path(&partition.dir, group);
+    if !create && !path.exists() {
+        return Ok(None);
+    }
+    let on_partition = kept
+        .keys()
+        .filter(|k| k.topic == key.topic && k.partition == index)
+        .count();
+    if on_partition >= SHARE_GROUPS_PER_PARTITION_MAX
+        || kept.len() >= SHARE_PARTITIONS_PER_BROKER_MAX
+    {
+        return Err(ErrorCode::LIMIT_EXCEEDED.with_message(format!(
+            "{topic}/{index} has share state for {on_partition} groups here (at most \
+             {SHARE_GROUPS_PER_PARTITION_MAX}); the broker keeps {} share partitions (at most \
+             {SHARE_PARTITIONS_PER_BROKER_MAX})",
+            kept.len()
+        )));
+    }
+    let fresh = SharePartition::new(partition.log.log_start_offset());
+    let (log, mut share) = StateLog::open(path, fresh).map_err(|e| storage_error(&key, &e))?;
+    // Records retention removed meanwhile are done.
+    let mut records = Vec::new();
+    share.advance_to(partition.log.log_start_offset(), &mut records);
+    log.append(&records).map_err(|e| storage_error(&key, &e))?;
+    let shared = Arc::new(SharedPartition {
+        key: key.clone(),
+        partition,
+        leader_epoch: epoch,
+        state: Mutex::new(share),
+        log: Arc::new(log),
+        dead_lettering: AtomicBool::new(false),
+    });
+    kept.insert(key, shared.clone());
+    Ok(Some(shared))
 }
 
-/// Background work (lock expiry, dead-lettering), until `shutdown`.
-pub async fn run(_state: Arc<BrokerState>, _shutdown: CancellationToken) {}
+/// Checks a share request's group and member ids.
+pub(crate) fn check_ids(group: &str, member: &str) -> Result<(), m::Error> {
+    crate::group::validate_group_id(group).map_err(|(code, why)| code.with_message(why))?;
+    tinymq_share::validate_member_id(member)
+        .map_err(|e| ErrorCode::INVALID_REQUEST.with_message(e.to_string()))
+}
+
+/// The wire error of a state-machine refusal.
+pub(crate) fn share_error(e: &tinymq_share::ShareError) -> m::Error {
+    use tinymq_share::ShareError;
+    let code = match e {
+        ShareError::InvalidRecordState { .. } => ErrorCode::INVALID_RECORD_STATE,
+        ShareError::Gap { .. } => ErrorCode::UNKNOWN_SERVER_ERROR,
+        _ => ErrorCode::INVALID_REQUEST,
+    };
+    code.with_message(e.to_string())
+}

@@ -1,0 +1,245 @@
+//! The share groups' background task: every [`SHARE_TICK_MS`] it drops the state of
+//! partitions no longer led here, expires acquisition locks (waking long polls), rewrites
+//! state logs grown past their bound, and starts dead-lettering where records wait for it:
+//! the records are read from the partition, written to the dead-letter topic (created with
+//! the source's partition count and replication if missing) through the broker's internal
+//! idempotent producer with the origin headers, and only then marked done in the state log.
+//! A crash between the two writes the records to the dead-letter topic again on restart.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tinymq_client::ProducerRecord;
+use tinymq_protocol::batch::{BatchIter, Record};
+use tinymq_protocol::messages as m;
+use tinymq_share::DeadLetterReason;
+use tokio_util::sync::CancellationToken;
+
+use super::store::STATE_LOG_REWRITE_BYTES;
+use super::SharedPartition;
+use crate::state::BrokerState;
+
+/// How often locks are checked for expiry (an expired record waits at most this long).
+pub const SHARE_TICK_MS: u64 = 100;
+/// Records one dead-lettering pass of a share partition writes.
+pub const DEAD_LETTERS_PER_PASS_MAX: usize = 500;
+/// Bytes read per read of records to dead-letter.
+const DEAD_LETTER_READ_BYTES: usize = 1 << 20;
+/// Decompressed bytes one batch may take when it is decoded for dead-lettering.
+const DEAD_LETTER_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+
+/// Background work (lock expiry, log rewrites, dead-lettering), until `shutdown`.
+pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_millis(SHARE_TICK_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        pass(&state).await;
+    }
+}
+
+fn still_led(state: &BrokerState, shared: &SharedPartition) -> bool {
+    matches!(
+        state.led_partition(&shared.key.topic, shared.key.partition),
+        Ok((partition, epoch))
+            if epoch == shared.leader_epoch && Arc::ptr_eq(&partition, &shared.partition)
+    )
+}
+
+async fn pass(state: &Arc<BrokerState>) {
+    let now = crate::partition::now_ms();
+    let mut released = false;
+    for shared in state.share.all() {
+        if !still_led(state, &shared) {
+            state.share.drop_partition(&shared.key);
+            continue;
+        }
+        let max_attempts = shared.settings(state).max_delivery_attempts;
+        let waiting = {
+            let mut share = shared.state.lock();
+            let mut log = Vec::new();
+            released |= share.expire_locks(now, max_attempts, &mut log) > 0;
+            if shared.append(&state.share, &log).is_err() {
+                continue;
+            }
+            !share.dead_letter_pending(1).is_empty()
+        };
+        if shared.log.size_bytes() > STATE_LOG_REWRITE_BYTES {
+            let s = shared.clone();
+            let rewritten = tokio::task::spawn_blocking(move || {
+                let share = s.state.lock();
+                s.log.rewrite(&share)
+            })
+            .await;
+            if !matches!(rewritten, Ok(Ok(()))) {
+                tracing::error!(?rewritten, key = ?shared.key, "share state log rewrite failed");
+                state.share.drop_partition(&shared.key);
+                continue;
+            }
+        }
+        if waiting && !shared.dead_lettering.swap(true, Ordering::AcqRel) {
+            let (state, shared) = (state.clone(), shared.clone());
+            tokio::spawn(async move {
+                if let Err(why) = dead_letter(&state, &shared).await {
+                    tracing::warn!(key = ?shared.key, %why, "dead-lettering failed; retried");
+                }
+                shared.dead_lettering.store(false, Ordering::Release);
+            });
+        }
+    }
+    if released {
+        state.share.notify_released();
+    }
+}
+
+/// Reads the records of `offsets` (ascending) from the partition; missing ones (removed by
+/// retention) are absent from the answer.
+fn read_records(shared: &SharedPartition, offsets: &[i64]) -> Vec<Record> {
+    let mut found: Vec<Record> = Vec::new();
+    for &offset in offsets {
+        if found.last().is_some_and(|r| r.offset >= offset) {
+            continue;
+        }
+        let Ok(bytes) =
+            crate::handlers::read_partition(&shared.partition, offset, DEAD_LETTER_READ_BYTES)
+        else {
+            continue;
+        };
+        for batch in BatchIter::new(bytes).map_while(Result::ok) {
+            let decoded = crate::partition::with_decompression_slot(|| {
+                batch.records(DEAD_LETTER_DECOMPRESSED_BYTES_MAX)
+            });
+            let Ok(records) = decoded else { break };
+            found.extend(
+                records
+                    .into_iter()
+                    .filter(|r| offsets.binary_search(&r.offset).is_ok()),
+            );
+        }
+        found.sort_by_key(|r| r.offset);
+        found.dedup_by_key(|r| r.offset);
+    }
+    found
+}
+
+/// The dead-letter copy of `record` with its origin headers.
+fn dead_letter_record(
+    shared: &SharedPartition,
+    record: Record,
+    reason: DeadLetterReason,
+    attempts: u32,
+    partition: u32,
+) -> ProducerRecord {
+    let mut headers: Vec<(String, Option<Bytes>)> = record
+        .headers
+        .into_iter()
+        .map(|h| (h.key, h.value))
+        .collect();
+    let text = |s: String| Some(Bytes::from(s));
+    headers.extend([
+        ("tinymq.dlq.topic".into(), text(shared.key.topic.clone())),
+        (
+            "tinymq.dlq.partition".into(),
+            text(shared.key.partition.to_string()),
+        ),
+        ("tinymq.dlq.offset".into(), text(record.offset.to_string())),
+        ("tinymq.dlq.group".into(), text(shared.key.group.clone())),
+        ("tinymq.dlq.attempts".into(), text(attempts.to_string())),
+        ("tinymq.dlq.reason".into(), text(reason.as_str().into())),
+    ]);
+    ProducerRecord {
+        key: record.key,
+        value: record.value,
+        headers,
+        partition: Some(partition),
+        timestamp_ms: Some(record.timestamp_ms),
+    }
+}
+
+/// The dead-letter topic's partition count, creating the topic like the source if missing.
+async fn ensure_topic(
+    state: &BrokerState,
+    shared: &SharedPartition,
+    name: &str,
+) -> Result<u32, String> {
+    if let Some(count) = state.partition_count(name) {
+        return Ok(count);
+    }
+    let (partitions, replication_factor) = {
+        let image = state.cluster.image();
+        let source = image
+            .topics
+            .get(&shared.key.topic)
+            .ok_or_else(|| format!("topic {} is gone", shared.key.topic))?;
+        (source.partitions.len() as u32, source.replication_factor())
+    };
+    let admin = state.internal.admin().map_err(|e| e.to_string())?;
+    let config = m::TopicConfig {
+        partitions,
+        replication_factor,
+        ..Default::default()
+    };
+    let created = admin
+        .create_topic(name, config)
+        .await
+        .map_err(|e| format!("creating dead-letter topic {name}: {e}"))?;
+    Ok(created.partitions.max(1))
+}
+
+async fn dead_letter(
+    state: &Arc<BrokerState>,
+    shared: &Arc<SharedPartition>,
+) -> Result<(), String> {
+    let settings = shared.settings(state);
+    let pending = shared
+        .state
+        .lock()
+        .dead_letter_pending(DEAD_LETTERS_PER_PASS_MAX);
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let offsets: Vec<i64> = pending.iter().map(|p| p.0).collect();
+    let (s, o) = (shared.clone(), offsets.clone());
+    let records = tokio::task::spawn_blocking(move || read_records(&s, &o))
+        .await
+        .map_err(|e| e.to_string())?;
+    let topic = &settings.dead_letter_topic;
+    let count = ensure_topic(state, shared, topic).await?;
+    let producer = state.internal.producer().map_err(|e| e.to_string())?;
+    let mut deliveries = Vec::with_capacity(records.len());
+    for record in records {
+        let Some((_, reason, attempts)) = pending.iter().find(|p| p.0 == record.offset) else {
+            continue;
+        };
+        let copy = dead_letter_record(
+            shared,
+            record,
+            *reason,
+            *attempts,
+            shared.key.partition % count,
+        );
+        let delivery = producer
+            .send(topic, copy)
+            .await
+            .map_err(|e| e.to_string())?;
+        deliveries.push(delivery);
+    }
+    for delivery in deliveries {
+        delivery
+            .await
+            .map_err(|e| format!("writing to {topic}: {e}"))?;
+    }
+    // Records whose data is gone (retention) are marked as well: there is nothing to write.
+    let sequence = {
+        let mut share = shared.state.lock();
+        let mut log = Vec::new();
+        share.mark_dead_lettered(&offsets, &mut log);
+        shared.append(&state.share, &log).map_err(|e| e.message)?
+    };
+    shared.log.sync(sequence).await.map_err(|e| e.to_string())
+}

@@ -1,0 +1,285 @@
+//! ShareFetch (docs/protocol.md, op 50): checks the request, applies its piggy-backed
+//! acknowledgements, then acquires records for the member in each partition and reads the
+//! whole batches that hold them, long-polling up to `max_wait_ms` when nothing can be
+//! acquired (woken by new records and by released or expired records). The acquisitions'
+//! delivery counts are fsynced in the state log before the records are handed out
+//! (the acquisition itself is `acquire`).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+
+use tinymq_auth::{AclOperation, Principal};
+use tinymq_meta::authorize::Access;
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use super::acquire::{acquire_partition, Asked};
+use super::{share_partition, SharedPartition};
+use crate::state::BrokerState;
+
+/// Longest long poll (`max_wait_ms` above it is cut to it).
+pub const SHARE_FETCH_WAIT_MS_MAX: u32 = 30_000;
+/// Records acquired per partition when `max_records` is 0.
+pub const SHARE_FETCH_RECORDS_DEFAULT: u32 = 500;
+/// Largest `max_records`: the in-flight bound of a share partition.
+pub const SHARE_FETCH_RECORDS_MAX: u32 = tinymq_share::SHARE_IN_FLIGHT_RECORDS_MAX as u32;
+/// Response bytes when `max_bytes` is 0 (at most the broker's `fetch_bytes_max`).
+pub const SHARE_FETCH_BYTES_DEFAULT: u32 = 1 << 20;
+/// Lock duration when `lock_ms` is 0.
+pub const SHARE_LOCK_MS_DEFAULT: u32 = 30_000;
+/// Longest lock a member may ask for.
+pub const SHARE_LOCK_MS_MAX: u32 = 600_000;
+/// Most partitions one share request may name.
+pub const SHARE_REQUEST_PARTITIONS_MAX: usize = 1_000;
+/// Most acknowledgements one share request may carry.
+pub const SHARE_ACKNOWLEDGEMENTS_MAX: usize = 10_000;
+
+fn refuse(error: m::Error) -> m::ShareFetchResponse {
+    m::ShareFetchResponse {
+        error: Some(error),
+        partitions: vec![],
+    }
+}
+
+fn invalid(message: String) -> m::Error {
+    ErrorCode::INVALID_REQUEST.with_message(message)
+}
+
+/// The request's own limits, checked before any work.
+pub(crate) fn check_counts(partitions: usize, acknowledgements: usize) -> Result<(), m::Error> {
+    if partitions > SHARE_REQUEST_PARTITIONS_MAX {
+        return Err(invalid(format!(
+            "{partitions} partitions in one request; at most {SHARE_REQUEST_PARTITIONS_MAX}"
+        )));
+    }
+    if acknowledgements > SHARE_ACKNOWLEDGEMENTS_MAX {
+        return Err(invalid(format!(
+            "{acknowledgements} acknowledgements in one request; at most {SHARE_ACKNOWLEDGEMENTS_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+fn check(req: &m::ShareFetchRequest) -> Result<Asked, m::Error> {
+    super::check_ids(&req.group_id, &req.member_id)?;
+    check_counts(req.partitions.len(), req.acknowledgements.len())?;
+    if req.max_records > SHARE_FETCH_RECORDS_MAX {
+        return Err(invalid(format!(
+            "max_records {} is above {SHARE_FETCH_RECORDS_MAX}",
+            req.max_records
+        )));
+    }
+    if req.lock_ms > SHARE_LOCK_MS_MAX {
+        return Err(invalid(format!(
+            "lock_ms {} is above {SHARE_LOCK_MS_MAX}",
+            req.lock_ms
+        )));
+    }
+    let filter = match req.filter.as_str() {
+        "" => None,
+        text => Some(Arc::new(tinymq_filter::Filter::parse(text).map_err(
+            |e| ErrorCode::INVALID_FILTER.with_message(e.to_string()),
+        )?)),
+    };
+    let or_default = |asked: u32, default: u32| if asked == 0 { default } else { asked };
+    Ok(Asked {
+        member: Arc::from(req.member_id.as_str()),
+        max_records: or_default(req.max_records, SHARE_FETCH_RECORDS_DEFAULT),
+        lock_ms: or_default(req.lock_ms, SHARE_LOCK_MS_DEFAULT),
+        filter,
+    })
+}
+
+pub async fn share_fetch(
+    state: Arc<BrokerState>,
+    access: &Access,
+    principal: &Principal,
+    req: m::ShareFetchRequest,
+) -> m::ShareFetchResponse {
+    let asked = match check(&req) {
+        Ok(asked) => asked,
+        Err(e) => return refuse(e),
+    };
+    let acks = super::answer::apply_acknowledgements(
+        &state,
+        access,
+        principal,
+        &req.group_id,
+        &req.member_id,
+        &req.acknowledgements,
+    )
+    .await;
+    let mut results: Vec<m::ShareFetchPartitionResult> = Vec::new();
+    let mut targets: Vec<(usize, Arc<SharedPartition>)> = Vec::new();
+    let mut last_auth = None;
+    for fp in &req.partitions {
+        let mut result = m::ShareFetchPartitionResult {
+            topic: fp.topic.clone(),
+            partition: fp.partition,
+            ..Default::default()
+        };
+        let found = access
+            .check_topic_cached(principal, &fp.topic, AclOperation::Read, &mut last_auth)
+            .and_then(|()| share_partition(&state, &req.group_id, &fp.topic, fp.partition, true));
+        match found {
+            Ok(Some(shared)) => targets.push((results.len(), shared)),
+            Ok(None) => {}
+            Err(e) => {
+                result.current_leader = leader_hint(&state, &fp.topic, fp.partition, &e);
+                result.error = Some(e);
+            }
+        }
+        results.push(result);
+    }
+    merge_acknowledgements(&mut results, acks);
+    let budget = match req.max_bytes {
+        0 => SHARE_FETCH_BYTES_DEFAULT,
+        asked => asked,
+    }
+    .min(state.config.fetch_bytes_max) as usize;
+    let wait_ms = req.max_wait_ms.min(SHARE_FETCH_WAIT_MS_MAX);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms.into());
+    loop {
+        // Subscribed before acquiring, so a release or append meanwhile is not missed.
+        let mut watches: Vec<tokio::sync::watch::Receiver<i64>> = targets
+            .iter()
+            .map(|(_, s)| s.partition.watch_high_watermark())
+            .collect();
+        watches.push(state.share.watch_released());
+        for w in &mut watches {
+            w.borrow_and_update();
+        }
+        let acquired = acquire_all(&state, &targets, &asked, budget, &mut results).await;
+        if acquired > 0 || targets.is_empty() || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        wait_for_any(watches, deadline).await;
+    }
+    m::ShareFetchResponse {
+        error: None,
+        partitions: results,
+    }
+}
+
+/// Acquires in every target partition (within the shared byte budget) and fsyncs the
+/// acquisitions; returns how many records were acquired.
+async fn acquire_all(
+    state: &Arc<BrokerState>,
+    targets: &[(usize, Arc<SharedPartition>)],
+    asked: &Asked,
+    budget: usize,
+    results: &mut [m::ShareFetchPartitionResult],
+) -> u64 {
+    let mut left = budget;
+    let mut total = 0u64;
+    for (index, shared) in targets {
+        let Some(result) = results.get_mut(*index) else {
+            continue;
+        };
+        if left == 0 {
+            break;
+        }
+        let (s, shared2, asked2) = (state.clone(), shared.clone(), asked.clone());
+        let outcome =
+            tokio::task::spawn_blocking(move || acquire_partition(&s, &shared2, &asked2, left))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
+                });
+        let acquisition = match outcome {
+            Ok(a) => a,
+            Err(e) => {
+                result.error = Some(e);
+                continue;
+            }
+        };
+        if let Err(e) = shared.log.sync(acquisition.sequence).await {
+            result.error = Some(super::storage_error(&shared.key, &e));
+            continue;
+        }
+        left = left.saturating_sub(acquisition.records.len());
+        total += acquisition
+            .acquired
+            .iter()
+            .map(|r| (r.last_offset - r.first_offset + 1) as u64)
+            .sum::<u64>();
+        if !acquisition.acquired.is_empty() {
+            result.lock_deadline_ms = crate::partition::now_ms() + i64::from(asked.lock_ms);
+        }
+        result.records = acquisition.records;
+        result.acquired = acquisition
+            .acquired
+            .into_iter()
+            .map(|r| m::AcquiredRange {
+                first_offset: r.first_offset,
+                last_offset: r.last_offset,
+                delivery_count: r.delivery_count,
+            })
+            .collect();
+    }
+    total
+}
+
+/// Puts each acknowledgement's error on its partition's result (adding a result for a
+/// partition acknowledged but not fetched).
+fn merge_acknowledgements(
+    results: &mut Vec<m::ShareFetchPartitionResult>,
+    acks: Vec<m::ShareAcknowledgeResult>,
+) {
+    for ack in acks {
+        let at = results
+            .iter()
+            .position(|r| r.topic == ack.topic && r.partition == ack.partition);
+        let index = match at {
+            Some(index) => index,
+            None => {
+                results.push(m::ShareFetchPartitionResult {
+                    topic: ack.topic.clone(),
+                    partition: ack.partition,
+                    ..Default::default()
+                });
+                results.len() - 1
+            }
+        };
+        if let Some(result) = results.get_mut(index) {
+            if result.acknowledge_error.is_none() && ack.error.is_some() {
+                result.acknowledge_error = ack.error;
+            }
+        }
+    }
+}
+
+/// The leader's node id for a NOT_LEADER answer (0 otherwise).
+pub(crate) fn leader_hint(state: &BrokerState, topic: &str, partition: u32, e: &m::Error) -> u32 {
+    if e.code == u32::from(ErrorCode::NOT_LEADER.code()) {
+        state.current_leader(topic, partition)
+    } else {
+        0
+    }
+}
+
+/// Waits until any watch changes, or until `deadline`.
+async fn wait_for_any(
+    mut watches: Vec<tokio::sync::watch::Receiver<i64>>,
+    deadline: tokio::time::Instant,
+) {
+    type Change = Pin<Box<dyn Future<Output = ()> + Send>>;
+    let mut changes: Vec<Change> = watches
+        .iter_mut()
+        .map(|w| {
+            let mut w = w.clone();
+            Box::pin(async move {
+                let _ = w.changed().await;
+            }) as Change
+        })
+        .collect();
+    let any = std::future::poll_fn(|cx| {
+        if changes.iter_mut().any(|f| f.as_mut().poll(cx).is_ready()) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    });
+    let _ = tokio::time::timeout_at(deadline, any).await;
+}

@@ -1,0 +1,540 @@
+//! One share partition's state machine: which records between the start and end offset are
+//! available, acquired (by whom, until when), waiting for the dead-letter topic, or done, and
+//! each one's delivery count. Every operation that changes what must survive a restart appends
+//! the [`StateRecord`]s that replay it to `log`; acquisitions themselves are not durable (on a
+//! rebuild acquired records become available again), their delivery counts are.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::ranges::Runs;
+use crate::state_log::StateRecord;
+use crate::{MEMBER_ID_BYTES_MAX, SHARE_IN_FLIGHT_RECORDS_MAX};
+
+/// Why a record goes to the dead-letter topic (the `tinymq.dlq.reason` header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterReason {
+    Rejected,
+    MaxAttempts,
+}
+
+impl DeadLetterReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterReason::Rejected => "rejected",
+            DeadLetterReason::MaxAttempts => "max-attempts",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// May be acquired (never delivered, released, or its lock expired).
+    Available,
+    Acquired {
+        member: Arc<str>,
+        lock_deadline_ms: i64,
+    },
+    /// To be written to the dead-letter topic, then done.
+    DeadLetter(DeadLetterReason),
+}
+
+/// A record between the start and end offset that is not done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlightRecord {
+    pub state: RecordState,
+    /// Deliveries so far (the current one included while acquired).
+    pub delivery_count: u32,
+}
+
+/// How a member acknowledges a record (`ShareAcknowledgement.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckKind {
+    Accept,
+    Release,
+    Reject,
+}
+
+impl AckKind {
+    pub fn from_wire(kind: u32) -> Result<AckKind, ShareError> {
+        match kind {
+            1 => Ok(AckKind::Accept),
+            2 => Ok(AckKind::Release),
+            3 => Ok(AckKind::Reject),
+            other => Err(ShareError::UnknownAckKind(other)),
+        }
+    }
+}
+
+/// Records `first_offset..=last_offset` acquired by one request, each delivered
+/// `delivery_count` times (this delivery included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquiredRange {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub delivery_count: u32,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ShareError {
+    #[error("member id must be 1 to {MEMBER_ID_BYTES_MAX} bytes of [A-Za-z0-9._-], got {0:?}")]
+    InvalidMemberId(String),
+    #[error("acknowledgement kind {0}: the kinds are 1 (accept), 2 (release) and 3 (reject)")]
+    UnknownAckKind(u32),
+    #[error("offsets {first}..={last}: first is above last")]
+    InvalidRange { first: i64, last: i64 },
+    /// Wire code INVALID_RECORD_STATE.
+    #[error(
+        "{count} record(s) of {first}..={last} are not acquired by member {member} (lock expired, \
+         acknowledged already, or never acquired)"
+    )]
+    InvalidRecordState {
+        first: i64,
+        last: i64,
+        member: String,
+        count: u64,
+    },
+    /// A caller bug: new records are taken from the end offset on, without holes.
+    #[error("offset {offset} is above the end offset {end_offset}: records are taken in order")]
+    Gap { offset: i64, end_offset: i64 },
+}
+
+/// `member_id` as the contract allows it: 1..=255 bytes of `[A-Za-z0-9._-]`.
+pub fn validate_member_id(member_id: &str) -> Result<(), ShareError> {
+    let valid = !member_id.is_empty()
+        && member_id.len() <= MEMBER_ID_BYTES_MAX
+        && member_id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if valid {
+        Ok(())
+    } else {
+        let shown: String = member_id.chars().take(64).collect();
+        Err(ShareError::InvalidMemberId(shown))
+    }
+}
+
+/// Counts for DescribeShareGroup.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateCounts {
+    pub acquired: u64,
+    pub available: u64,
+    pub dead_letter_pending: u64,
+    /// Done at or above the start offset.
+    pub done_above_start: u64,
+}
+
+/// One share group's state of one partition. Offsets in `start_offset..end_offset` missing
+/// from `records` are done; everything below `start_offset` is done; nothing at or above
+/// `end_offset` was handed out yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SharePartition {
+    pub(crate) start_offset: i64,
+    pub(crate) end_offset: i64,
+    pub(crate) records: BTreeMap<i64, InFlightRecord>,
+    pub(crate) dead_lettered_total: u64,
+}
+
+impl SharePartition {
+    /// A new share partition whose first record is `start_offset` (the log's earliest).
+    pub fn new(start_offset: i64) -> SharePartition {
+        SharePartition {
+            start_offset,
+            end_offset: start_offset,
+            ..SharePartition::default()
+        }
+    }
+
+    pub fn start_offset(&self) -> i64 {
+        self.start_offset
+    }
+
+    pub fn end_offset(&self) -> i64 {
+        self.end_offset
+    }
+
+    pub fn dead_lettered_total(&self) -> u64 {
+        self.dead_lettered_total
+    }
+
+    pub fn in_flight(&self) -> impl Iterator<Item = (i64, &InFlightRecord)> {
+        self.records.iter().map(|(o, r)| (*o, r))
+    }
+
+    pub fn counts(&self) -> StateCounts {
+        let mut counts = StateCounts::default();
+        for record in self.records.values() {
+            match record.state {
+                RecordState::Available => counts.available += 1,
+                RecordState::Acquired { .. } => counts.acquired += 1,
+                RecordState::DeadLetter(_) => counts.dead_letter_pending += 1,
+            }
+        }
+        let span = u64::try_from(self.end_offset - self.start_offset).unwrap_or(0);
+        counts.done_above_start = span.saturating_sub(self.records.len() as u64);
+        counts
+    }
+
+    /// The offset ranges the next acquisition would take, lowest first, at most
+    /// `max_records` offsets: available records, then new ones from the end offset up to the
+    /// high watermark and the in-flight bound. The caller reads them, skips what must not be
+    /// delivered ([`SharePartition::skip`]) and acquires the rest, in offset order.
+    pub fn plan(&self, max_records: u32, high_watermark: i64) -> Vec<(i64, i64)> {
+        let mut left = i64::from(max_records);
+        let mut runs = Runs::default();
+        for (&offset, record) in &self.records {
+            if left == 0 {
+                break;
+            }
+            if record.state == RecordState::Available {
+                runs.push(offset, ());
+                left -= 1;
+            }
+        }
+        let new_end = high_watermark
+            .min(
+                self.start_offset
+                    .saturating_add(SHARE_IN_FLIGHT_RECORDS_MAX),
+            )
+            .min(self.end_offset.saturating_add(left));
+        let mut plan: Vec<(i64, i64)> = runs
+            .into_vec()
+            .into_iter()
+            .map(|(f, l, _)| (f, l))
+            .collect();
+        if new_end > self.end_offset {
+            plan.push((self.end_offset, new_end - 1));
+        }
+        plan
+    }
+
+    /// Checks a range of new offsets starts at the end offset (no holes).
+    fn check_contiguous(&self, first: i64, last: i64) -> Result<(), ShareError> {
+        if first > last {
+            return Err(ShareError::InvalidRange { first, last });
+        }
+        if last >= self.end_offset && first > self.end_offset {
+            return Err(ShareError::Gap {
+                offset: first,
+                end_offset: self.end_offset,
+            });
+        }
+        Ok(())
+    }
+
+    /// Acquires for `member` the available and new records of `first..=last` (new ones only
+    /// within the in-flight bound); records with `max_attempts` deliveries already go to the
+    /// dead-letter topic instead. Returns the acquired ranges.
+    pub fn acquire(
+        &mut self,
+        member: &Arc<str>,
+        (first, last): (i64, i64),
+        lock_deadline_ms: i64,
+        max_attempts: u32,
+        log: &mut Vec<StateRecord>,
+    ) -> Result<Vec<AcquiredRange>, ShareError> {
+        self.check_contiguous(first, last)?;
+        let new_last = last.min(self.start_offset + SHARE_IN_FLIGHT_RECORDS_MAX - 1);
+        let mut acquired = Runs::default();
+        let mut exhausted = Runs::default();
+        let held = RecordState::Acquired {
+            member: member.clone(),
+            lock_deadline_ms,
+        };
+        for (&offset, record) in self.records.range_mut(first..=last) {
+            if record.state != RecordState::Available {
+                continue;
+            }
+            if record.delivery_count >= max_attempts {
+                record.state = RecordState::DeadLetter(DeadLetterReason::MaxAttempts);
+                exhausted.push(offset, ());
+                continue;
+            }
+            record.delivery_count = record.delivery_count.saturating_add(1);
+            record.state = held.clone();
+            acquired.push(offset, record.delivery_count);
+        }
+        let new_first = first.max(self.end_offset);
+        for offset in new_first..=new_last {
+            let record = InFlightRecord {
+                state: held.clone(),
+                delivery_count: 1,
+            };
+            self.records.insert(offset, record);
+            acquired.push(offset, 1);
+        }
+        self.end_offset = self.end_offset.max(new_last.saturating_add(1));
+        let acquired = acquired.into_vec();
+        let mut logged = Runs::default();
+        for &(f, l, _) in &acquired {
+            for offset in f..=l {
+                logged.push(offset, ());
+            }
+        }
+        for (f, l, ()) in logged.into_vec() {
+            log.push(StateRecord::Acquired { first: f, last: l });
+        }
+        for (f, l, ()) in exhausted.into_vec() {
+            log.push(StateRecord::DeadLetterPending {
+                first: f,
+                last: l,
+                reason: DeadLetterReason::MaxAttempts,
+            });
+        }
+        self.advance_start();
+        Ok(acquired
+            .into_iter()
+            .map(|(f, l, count)| AcquiredRange {
+                first_offset: f,
+                last_offset: l,
+                delivery_count: count,
+            })
+            .collect())
+    }
+
+    /// Marks the available and new records of `first..=last` done without delivering them
+    /// (they do not match the fetch's filter, or no record has that offset).
+    pub fn skip(
+        &mut self,
+        first: i64,
+        last: i64,
+        log: &mut Vec<StateRecord>,
+    ) -> Result<(), ShareError> {
+        self.check_contiguous(first, last)?;
+        let mut done = Runs::default();
+        let skipped: Vec<i64> = self
+            .records
+            .range(first..=last)
+            .filter(|(_, r)| r.state == RecordState::Available)
+            .map(|(o, _)| *o)
+            .collect();
+        for offset in skipped {
+            self.records.remove(&offset);
+            done.push(offset, ());
+        }
+        for (f, l, ()) in done.into_vec() {
+            log.push(StateRecord::Done { first: f, last: l });
+        }
+        if last >= self.end_offset {
+            log.push(StateRecord::Done {
+                first: first.max(self.end_offset),
+                last,
+            });
+            self.end_offset = last.saturating_add(1);
+        }
+        self.advance_start();
+        Ok(())
+    }
+
+    /// Applies `member`'s acknowledgement of the records of `first..=last` it holds; the
+    /// others are left alone and counted in the `InvalidRecordState` error.
+    pub fn acknowledge(
+        &mut self,
+        member: &str,
+        (first, last): (i64, i64),
+        kind: AckKind,
+        max_attempts: u32,
+        log: &mut Vec<StateRecord>,
+    ) -> Result<u64, ShareError> {
+        if first > last {
+            return Err(ShareError::InvalidRange { first, last });
+        }
+        let mut outcomes = Runs::default();
+        for (&offset, record) in self.records.range_mut(first..=last) {
+            let RecordState::Acquired { member: holder, .. } = &record.state else {
+                continue;
+            };
+            if &**holder != member {
+                continue;
+            }
+            let outcome = match kind {
+                AckKind::Accept => None,
+                AckKind::Reject => Some(DeadLetterReason::Rejected),
+                AckKind::Release if record.delivery_count >= max_attempts => {
+                    Some(DeadLetterReason::MaxAttempts)
+                }
+                AckKind::Release => {
+                    record.state = RecordState::Available;
+                    // Not logged: a rebuild makes acquired records available anyway.
+                    outcomes.push(offset, Outcome::Released);
+                    continue;
+                }
+            };
+            outcomes.push(offset, outcome.map_or(Outcome::Done, Outcome::DeadLetter));
+        }
+        let outcomes = outcomes.into_vec();
+        let applied: u64 = outcomes.iter().map(|(f, l, _)| (l - f + 1) as u64).sum();
+        self.settle(outcomes, log);
+        // In i128: a hostile range (i64::MIN..=i64::MAX) would overflow i64.
+        let span = i128::from(last) - i128::from(first) + 1;
+        let requested = u64::try_from(span).unwrap_or(u64::MAX);
+        if applied < requested {
+            return Err(ShareError::InvalidRecordState {
+                first,
+                last,
+                member: member.into(),
+                count: requested - applied,
+            });
+        }
+        Ok(applied)
+    }
+
+    /// Releases the records whose lock expired by `now_ms` (to the dead-letter topic when
+    /// they used up `max_attempts`); returns how many.
+    pub fn expire_locks(
+        &mut self,
+        now_ms: i64,
+        max_attempts: u32,
+        log: &mut Vec<StateRecord>,
+    ) -> u64 {
+        let mut outcomes = Runs::default();
+        for (&offset, record) in self.records.iter_mut() {
+            if let RecordState::Acquired {
+                lock_deadline_ms, ..
+            } = record.state
+            {
+                if lock_deadline_ms > now_ms {
+                    continue;
+                }
+                if record.delivery_count >= max_attempts {
+                    outcomes.push(offset, Outcome::DeadLetter(DeadLetterReason::MaxAttempts));
+                } else {
+                    record.state = RecordState::Available;
+                    outcomes.push(offset, Outcome::Released);
+                }
+            }
+        }
+        let outcomes = outcomes.into_vec();
+        let expired = outcomes.iter().map(|(f, l, _)| (l - f + 1) as u64).sum();
+        self.settle(outcomes, log);
+        expired
+    }
+
+    /// The earliest lock deadline, for the expiry task's wake-up.
+    pub fn next_lock_deadline_ms(&self) -> Option<i64> {
+        self.records
+            .values()
+            .filter_map(|r| match r.state {
+                RecordState::Acquired {
+                    lock_deadline_ms, ..
+                } => Some(lock_deadline_ms),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// Records waiting for the dead-letter topic, lowest first, at most `limit`:
+    /// (offset, reason, delivery count).
+    pub fn dead_letter_pending(&self, limit: usize) -> Vec<(i64, DeadLetterReason, u32)> {
+        self.records
+            .iter()
+            .filter_map(|(o, r)| match r.state {
+                RecordState::DeadLetter(reason) => Some((*o, reason, r.delivery_count)),
+                _ => None,
+            })
+            .take(limit)
+            .collect()
+    }
+
+    /// Marks records written to the dead-letter topic done (only those still waiting).
+    pub fn mark_dead_lettered(&mut self, offsets: &[i64], log: &mut Vec<StateRecord>) {
+        let mut runs = Runs::default();
+        for offset in offsets {
+            let waiting = matches!(
+                self.records.get(offset),
+                Some(InFlightRecord {
+                    state: RecordState::DeadLetter(_),
+                    ..
+                })
+            );
+            if waiting {
+                self.records.remove(offset);
+                self.dead_lettered_total += 1;
+                runs.push(*offset, ());
+            }
+        }
+        for (f, l, ()) in runs.into_vec() {
+            log.push(StateRecord::DeadLettered { first: f, last: l });
+        }
+        self.advance_start();
+    }
+
+    /// The log's records below `log_start_offset` are gone (retention): everything below it is
+    /// done.
+    pub fn advance_to(&mut self, log_start_offset: i64, log: &mut Vec<StateRecord>) {
+        if log_start_offset <= self.start_offset {
+            return;
+        }
+        log.push(StateRecord::Done {
+            first: self.start_offset,
+            last: log_start_offset - 1,
+        });
+        self.mark_done(self.start_offset, log_start_offset - 1);
+    }
+
+    fn settle(&mut self, outcomes: Vec<(i64, i64, Outcome)>, log: &mut Vec<StateRecord>) {
+        for (first, last, outcome) in outcomes {
+            match outcome {
+                Outcome::Released => {}
+                Outcome::Done => {
+                    log.push(StateRecord::Done { first, last });
+                    self.mark_done(first, last);
+                }
+                Outcome::DeadLetter(reason) => {
+                    log.push(StateRecord::DeadLetterPending {
+                        first,
+                        last,
+                        reason,
+                    });
+                    self.mark_dead_letter(first, last, reason);
+                }
+            }
+        }
+        self.advance_start();
+    }
+
+    /// Removes `first..=last` (done), moving the end offset past it.
+    pub(crate) fn mark_done(&mut self, first: i64, last: i64) {
+        let done: Vec<i64> = self.records.range(first..=last).map(|(o, _)| *o).collect();
+        for offset in done {
+            self.records.remove(&offset);
+        }
+        self.end_offset = self.end_offset.max(last.saturating_add(1));
+        self.advance_start();
+    }
+
+    pub(crate) fn mark_dead_letter(&mut self, first: i64, last: i64, reason: DeadLetterReason) {
+        for record in self.records.range_mut(first..=last).map(|(_, r)| r) {
+            record.state = RecordState::DeadLetter(reason);
+        }
+    }
+
+    /// The start offset moves up to the first record that is not done.
+    pub(crate) fn advance_start(&mut self) {
+        self.start_offset = self
+            .records
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(self.end_offset)
+            .max(self.start_offset);
+    }
+
+    /// The state as a rebuild from the log sees it: acquired records available again.
+    pub fn rebuilt(&self) -> SharePartition {
+        let mut copy = self.clone();
+        for record in copy.records.values_mut() {
+            if matches!(record.state, RecordState::Acquired { .. }) {
+                record.state = RecordState::Available;
+            }
+        }
+        copy
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Released,
+    Done,
+    DeadLetter(DeadLetterReason),
+}
