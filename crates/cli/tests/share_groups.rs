@@ -248,3 +248,59 @@ fn five_members_a_killed_member_and_a_broker_restart_accept_every_record() {
     }
     assert_eq!(done, RECORDS as i64);
 }
+
+/// `--count` prints that many records and releases the rest of what it acquired at once: with
+/// a 10-minute lock, another member still gets them right away, delivered a second time.
+#[test]
+fn count_releases_what_it_did_not_print() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _broker = Broker::start(&addr, tmp.path());
+    tool(&addr, &["topic", "create", "few"], b"");
+    let input: String = (0..100).map(|i| format!("f{i:03}\n")).collect();
+    tool(&addr, &["produce", "few"], input.as_bytes());
+    let member = |count: &str| {
+        let out = tool(
+            &addr,
+            &[
+                "consume",
+                "few",
+                "--share-group",
+                "g",
+                "--count",
+                count,
+                "--lock-ms",
+                "600000",
+                "--max-records",
+                "50",
+                "--format",
+                "json",
+            ],
+            b"",
+        );
+        out.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON"))
+            .collect::<Vec<_>>()
+    };
+    let first = member("10");
+    assert_eq!(first.len(), 10);
+    let described = tool(&addr, &["group", "describe", "g", "--json"], b"");
+    let d: serde_json::Value = serde_json::from_str(&described).unwrap();
+    assert_eq!(d["partitions"][0]["acquired"], 0, "{described}");
+    assert_eq!(d["partitions"][0]["start_offset"], 10, "{described}");
+    let second = member("90");
+    assert_eq!(second.len(), 90);
+    let again = second.iter().filter(|r| r["delivery_count"] == 2).count();
+    assert_eq!(
+        again, 40,
+        "the 40 released records, delivered a second time"
+    );
+    let mut values: Vec<&str> = first
+        .iter()
+        .chain(&second)
+        .map(|r| r["value"].as_str().unwrap())
+        .collect();
+    values.sort_unstable();
+    values.dedup();
+    assert_eq!(values.len(), 100, "every record once");
+}

@@ -31,6 +31,17 @@ pub(super) fn server_error(e: &m::Error) -> ClientError {
 }
 
 impl ShareConsumer {
+    /// Sends every queued acknowledgement whose partition's leader is known, in the
+    /// background (for a `poll` that returns records without fetching).
+    pub(super) fn send_queued_acks(&mut self) {
+        if self.acks.is_empty() {
+            return;
+        }
+        let routes = &self.routes;
+        let acks = self.acks.take(|k| leader_of(routes, k).is_some());
+        self.start_acknowledge(acks);
+    }
+
     pub(super) fn start_acknowledge(&mut self, acks: Vec<AckRange>) {
         let mut by_leader: BTreeMap<String, Vec<AckRange>> = BTreeMap::new();
         for ack in acks {

@@ -190,7 +190,8 @@ struct Backoff {
 /// possibly to another member, with a higher `delivery_count`. Order is per record, not per
 /// partition. `poll` may be cancelled without losing records: requests run in the background
 /// and their answers wait for the next `poll` (records whose lock ran out meanwhile are
-/// dropped, not handed out).
+/// dropped, not handed out). Nothing is fetched ahead: a fetch is started only by a `poll`
+/// that has no records to return, so records are locked to this member only once asked for.
 pub struct ShareConsumer {
     config: ShareConsumerConfig,
     cluster: Arc<Cluster>,
@@ -264,12 +265,15 @@ impl ShareConsumer {
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ShareRecord>, ClientError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
-            self.start_due(wait.min(self.config.max_wait));
+            // Records already here are returned without fetching more: nothing is acquired
+            // (and locked) ahead of the application asking for it. The queued acks go now.
             self.drop_stale_buffered();
             if !self.buffered.is_empty() {
+                self.send_queued_acks();
                 return Ok(self.hand_out());
             }
+            let wait = deadline.saturating_duration_since(tokio::time::Instant::now());
+            self.start_due(wait.min(self.config.max_wait));
             let answer = if self.in_flight.is_empty() {
                 // Nothing to ask (every partition backing off): wait for the first retry.
                 let until = self
