@@ -304,3 +304,67 @@ fn count_releases_what_it_did_not_print() {
     values.dedup();
     assert_eq!(values.len(), 100, "every record once");
 }
+
+/// Ctrl-C: the member finishes the batch it is printing, accepts what it printed, releases
+/// nothing it did not print, and exits 130; with a 10-minute lock, another member gets every
+/// other record at once, and no record twice.
+#[test]
+fn sigint_accepts_what_was_printed_and_leaves_the_rest_to_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let _broker = Broker::start(&addr, tmp.path());
+    tool(&addr, &["topic", "create", "ctrl-c"], b"");
+    // Enough that 10 per fetch cannot all be printed before the signal arrives.
+    let input: String = (0..5_000).map(|i| format!("c{i:04}\n")).collect();
+    tool(&addr, &["produce", "ctrl-c"], input.as_bytes());
+    let args = [
+        "consume",
+        "ctrl-c",
+        "--share-group",
+        "g",
+        "--lock-ms",
+        "600000",
+        "--max-records",
+        "10",
+    ];
+    let mut cmd = Command::new(BIN);
+    cmd.args(args).env("TINYMQ_BOOTSTRAP", &addr);
+    let mut first = Consume::start(cmd);
+    first.wait_printed(15);
+    let status = first.signal(libc::SIGINT);
+    assert_eq!(status.code(), Some(130), "{}", first.stderr());
+    let printed = first.printed();
+    let rest = 5_000 - printed.len();
+    println!(
+        "the interrupted member printed {}, the other {rest}",
+        printed.len()
+    );
+    assert!(
+        rest > 0,
+        "the first member printed everything before Ctrl-C arrived"
+    );
+    let out = tool(
+        &addr,
+        &[
+            &args[..],
+            &["--count", &rest.to_string(), "--timeout-ms", "5000"],
+        ]
+        .concat(),
+        b"",
+    );
+    let mut all: Vec<&str> = printed
+        .iter()
+        .map(String::as_str)
+        .chain(out.lines())
+        .collect();
+    assert_eq!(
+        all.len(),
+        5_000,
+        "first printed {}, second {}",
+        printed.len(),
+        out.lines().count()
+    );
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 5_000, "no record twice");
+}
