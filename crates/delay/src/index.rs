@@ -16,6 +16,8 @@ pub struct Slot {
     /// Byte position of the batch in the timer log file.
     pub position: u64,
     pub length: u32,
+    /// Records in the batch: the scheduler's sequence advances by this much per batch.
+    pub record_count: i32,
     pub stored_at_ms: i64,
     pub client: ClientIdentity,
     /// Set once the scheduler gave the entry its producer identity (it may be in the
@@ -138,6 +140,7 @@ mod tests {
         Slot {
             position: 0,
             length,
+            record_count: 1,
             stored_at_ms: 0,
             client: ClientIdentity {
                 producer_id: -1,

@@ -66,6 +66,12 @@ pub enum AdmitError {
     },
 }
 
+/// The record count in a batch's header (at least 1: a batch the broker stored was checked
+/// to hold records, and a header that cannot be read makes the append refuse it anyway).
+fn record_count_of(batch: &[u8]) -> i32 {
+    tinymq_protocol::batch::BatchHeader::new(batch).map_or(1, |h| h.record_count().max(1))
+}
+
 #[derive(Debug, Clone)]
 pub struct TimerState {
     limits: Limits,
@@ -157,6 +163,7 @@ impl TimerState {
                 let slot = Slot {
                     position: batch_position,
                     length: u32::try_from(batch.len()).unwrap_or(u32::MAX),
+                    record_count: record_count_of(batch),
                     stored_at_ms: *stored_at_ms,
                     client: *client,
                     assigned: None,
@@ -200,6 +207,15 @@ impl TimerState {
             if let Some(oldest) = self.remembered_order.pop_front() {
                 self.remembered.remove(&oldest);
             }
+        }
+    }
+
+    /// Drops an entry's scheduler identity in memory: the partition has no trace of it (the
+    /// producer was forgotten), so the entry is given a new one, whose `Assigned` entry then
+    /// supersedes the old in the log.
+    pub fn unassign(&mut self, entry_id: u64) {
+        if let Some(slot) = self.index.get_mut(entry_id) {
+            slot.assigned = None;
         }
     }
 
