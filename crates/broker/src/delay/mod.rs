@@ -209,7 +209,7 @@ async fn store(state: &Arc<BrokerState>, req: m::ProduceDelayedRequest) -> Resul
         };
         check(&t.partition, &records, deliver_at_ms, &context)?;
         let client = client_identity(&records);
-        let (at, ticket) = t.store(client, records, deliver_at_ms, now)?;
+        let (at, ticket) = t.store(client, records, deliver_at_ms)?;
         t.sync(ticket)
             .map_err(|e| (ErrorCode::STORAGE_ERROR, format!("timer log fsync: {e}")))?;
         Ok::<_, (ErrorCode, String)>(at)

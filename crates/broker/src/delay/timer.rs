@@ -99,15 +99,18 @@ impl PartitionTimer {
     }
 
     /// Stores a checked batch (or recognises a retry), not yet fsynced: the caller then waits
-    /// for [`PartitionTimer::sync`]. Returns the deliver-at time the broker will use.
+    /// for [`PartitionTimer::sync`]. Returns the deliver-at time the broker will use: the
+    /// one asked for, or the clock read under the lock if that is later — so an entry never
+    /// goes in below one the scheduler has already delivered (which was due by then), and
+    /// the partition stays in deliver-at order.
     pub fn store(
         &self,
         client: ClientIdentity,
         batch: Bytes,
         deliver_at_ms: i64,
-        now_ms: i64,
     ) -> Result<(i64, SyncTicket), (ErrorCode, String)> {
         let mut log = self.log.lock();
+        let now_ms = crate::partition::now_ms();
         let admission = log
             .state()
             .admit(&client, batch.len(), deliver_at_ms, now_ms)
