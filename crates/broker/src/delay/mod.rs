@@ -8,6 +8,8 @@
 //! there wait until this broker leads the partition again (they are then delivered, late).
 
 mod scheduler;
+#[cfg(test)]
+mod tests;
 mod timer;
 mod timer_log;
 

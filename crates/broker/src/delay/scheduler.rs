@@ -102,8 +102,10 @@ async fn round(
         })
         .await?;
     }
-    let (s, t) = (state.clone(), timer.clone());
-    let Appended { done, last, renew } = blocking(move || append_assigned(&s, &t)).await?;
+    let t = timer.clone();
+    let producer_id_end = state.cluster.image().next_producer_id;
+    let Appended { done, last, renew } =
+        blocking(move || append_assigned(producer_id_end, &t)).await?;
     if renew {
         // A sequence was skipped or forgotten: the next batches start a new producer.
         *stamp = None;
@@ -205,19 +207,22 @@ fn identity(stamp: &SchedulerStamp, records: i32) -> BatchIdentity {
 
 /// What [`append_assigned`] did.
 #[derive(Debug, Default)]
-struct Appended {
+pub(super) struct Appended {
     /// Entries whose batch is in the partition now (or was dropped for good).
-    done: Vec<u64>,
+    pub done: Vec<u64>,
     /// The last append, to wait for.
-    last: Option<PendingAppend>,
+    pub last: Option<PendingAppend>,
     /// The scheduler's producer must be replaced (a sequence gap or a forgotten producer).
-    renew: bool,
+    pub renew: bool,
 }
 
 /// Appends every assigned entry not written yet, in sequence order (blocks). Stops at the
 /// first append refused for a passing reason, so the order holds; the rest are retried next
 /// round.
-fn append_assigned(state: &BrokerState, timer: &PartitionTimer) -> Result<Appended, RoundError> {
+pub(super) fn append_assigned(
+    producer_id_end: i64,
+    timer: &PartitionTimer,
+) -> Result<Appended, RoundError> {
     let partition = &timer.partition;
     let assigned = timer.with_log(|log| log.state().in_doubt());
     let mut out = Appended::default();
@@ -237,7 +242,7 @@ fn append_assigned(state: &BrokerState, timer: &PartitionTimer) -> Result<Append
             Ok(SequenceCheck::Append) => {
                 let context = ProduceContext {
                     leader_epoch: timer.leader_epoch,
-                    producer_id_end: state.cluster.image().next_producer_id,
+                    producer_id_end,
                     now_ms: now_ms(),
                 };
                 let stored = timer
