@@ -69,6 +69,16 @@ impl Delays {
         partition: &Arc<Partition>,
         leader_epoch: u32,
     ) -> Result<Arc<PartitionTimer>, m::Error> {
+        let ended = || {
+            ErrorCode::NOT_LEADER.with_message(format!(
+                "{}/{}: leadership changed; retry",
+                partition.topic, partition.index
+            ))
+        };
+        // A request that read an older epoch must not replace the current leadership's timer.
+        if partition.leading_epoch() != Some(leader_epoch) {
+            return Err(ended());
+        }
         let slot = {
             let mut timers = self.timers.lock();
             match timers.get(&key(partition)) {
@@ -76,6 +86,11 @@ impl Delays {
                     if Arc::ptr_eq(&s.partition, partition) && s.leader_epoch == leader_epoch =>
                 {
                     s.clone()
+                }
+                Some(s)
+                    if Arc::ptr_eq(&s.partition, partition) && s.leader_epoch > leader_epoch =>
+                {
+                    return Err(ended());
                 }
                 _ => {
                     let slot = Arc::new(TimerSlot {
@@ -90,33 +105,35 @@ impl Delays {
                 }
             }
         };
+        let is_current = || {
+            let timers = self.timers.lock();
+            timers
+                .get(&key(partition))
+                .is_some_and(|s| Arc::ptr_eq(s, &slot))
+        };
         let open = || async {
+            if !is_current() {
+                return Err(ended());
+            }
             let p = partition.clone();
             let opened = tokio::task::spawn_blocking(move || PartitionTimer::open(p, leader_epoch))
                 .await
                 .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))?;
-            let timer = Arc::new(opened.map_err(|e| {
+            opened.map(Arc::new).map_err(|e| {
                 ErrorCode::STORAGE_ERROR.with_message(format!(
                     "{}/{}: cannot open the timer log: {e}",
                     partition.topic, partition.index
                 ))
-            })?);
-            tokio::spawn(scheduler::schedule(state.clone(), timer.clone()));
-            Ok::<_, m::Error>(timer)
+            })
         };
         let timer = slot.timer.get_or_try_init(open).await?.clone();
         // Replaced while opening: the leadership it was opened for is over.
-        let current = self
-            .timers
-            .lock()
-            .get(&key(partition))
-            .is_some_and(|s| Arc::ptr_eq(s, &slot));
-        if !current || timer.is_stopped() {
+        if !is_current() || timer.is_stopped() {
             timer.stop();
-            return Err(ErrorCode::NOT_LEADER.with_message(format!(
-                "{}/{}: leadership changed; retry",
-                partition.topic, partition.index
-            )));
+            return Err(ended());
+        }
+        if timer.claim_scheduler() {
+            tokio::spawn(scheduler::schedule(state.clone(), timer.clone()));
         }
         Ok(timer)
     }
@@ -132,6 +149,16 @@ impl Delays {
             }
             led
         });
+    }
+
+    /// Whether the leadership of `partition` in `leader_epoch` has its timer running.
+    fn is_running(&self, partition: &Arc<Partition>, leader_epoch: u32) -> bool {
+        let timers = self.timers.lock();
+        timers.get(&key(partition)).is_some_and(|s| {
+            Arc::ptr_eq(&s.partition, partition)
+                && s.leader_epoch == leader_epoch
+                && s.timer.get().is_some_and(|t| !t.is_stopped())
+        })
     }
 
     fn stop_all(&self) {
@@ -314,30 +341,32 @@ async fn await_producer_id(state: &BrokerState, records: &[u8]) {
 /// (its scheduler then delivers what waits there), and stops those that end, until
 /// `shutdown`.
 pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
-    // Leaderships looked at already: (partition object, leader epoch).
-    let mut seen: HashMap<(String, u32), (usize, u32)> = HashMap::new();
+    // Leaderships found without a timer log (a delayed produce opens the timer itself).
+    let mut without_log: HashMap<(String, u32), (usize, u32)> = HashMap::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(SCAN_INTERVAL) => {}
         }
         state.delays.retire_ended(&state);
-        let mut now_seen = HashMap::with_capacity(seen.len());
+        let mut still_without = HashMap::with_capacity(without_log.len());
         for partition in state.all_partitions() {
             let Some(epoch) = partition.leading_epoch() else {
                 continue;
             };
-            let mark = (Arc::as_ptr(&partition) as usize, epoch);
-            let k = key(&partition);
-            if seen.get(&k) != Some(&mark) && timer_log::exists(&partition.dir) {
-                if let Err(e) = state.delays.timer(&state, &partition, epoch).await {
-                    tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "cannot start delayed delivery; retried");
-                    continue;
-                }
+            if state.delays.is_running(&partition, epoch) {
+                continue;
             }
-            now_seen.insert(k, mark);
+            let (k, mark) = (key(&partition), (Arc::as_ptr(&partition) as usize, epoch));
+            if without_log.get(&k) == Some(&mark) || !timer_log::exists(&partition.dir) {
+                still_without.insert(k, mark);
+                continue;
+            }
+            if let Err(e) = state.delays.timer(&state, &partition, epoch).await {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "cannot start delayed delivery; retried");
+            }
         }
-        seen = now_seen;
+        without_log = still_without;
     }
     state.delays.stop_all();
 }

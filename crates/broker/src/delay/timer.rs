@@ -29,6 +29,8 @@ pub struct PartitionTimer {
     generation: AtomicU64,
     /// Set when this leadership ends: the scheduler stops and no produce uses it any more.
     stopped: AtomicBool,
+    /// Set by whoever starts the scheduler (one per timer).
+    scheduler_claimed: AtomicBool,
     /// Wakes the scheduler when an entry is stored (it may be due before the one it sleeps
     /// for).
     pub wake: Notify,
@@ -78,11 +80,23 @@ impl PartitionTimer {
             sync: Mutex::new(sync),
             generation: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
+            scheduler_claimed: AtomicBool::new(false),
             wake: Notify::new(),
         })
     }
 
+    /// True for the one caller that is to start this timer's scheduler.
+    pub fn claim_scheduler(&self) -> bool {
+        !self.scheduler_claimed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Ends this leadership's use of the log. Taken under the log's lock, so once it returns
+    /// nothing more is written through this timer (every write checks under the lock): the
+    /// next leadership may open the file. A round of this timer's scheduler still under way
+    /// can only append batches under identities already in the log, which the next
+    /// leadership's replay uses too, so the partition's idempotence keeps them single.
     pub fn stop(&self) {
+        let _log = self.log.lock();
         self.stopped.store(true, Ordering::Release);
         self.wake.notify_one();
     }
@@ -110,6 +124,9 @@ impl PartitionTimer {
         deliver_at_ms: i64,
     ) -> Result<(i64, SyncTicket), (ErrorCode, String)> {
         let mut log = self.log.lock();
+        if self.stopped.load(Ordering::Acquire) {
+            return Err((ErrorCode::NOT_LEADER, self.ended()));
+        }
         let now_ms = crate::partition::now_ms();
         let admission = log
             .state()
@@ -139,8 +156,19 @@ impl PartitionTimer {
     /// Appends scheduler entries (`Assigned`, `Delivered`) and returns what to sync.
     pub fn append(&self, entries: &[Entry]) -> std::io::Result<SyncTicket> {
         let mut log = self.log.lock();
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(std::io::Error::other(self.ended()));
+        }
         log.append(entries)?;
         Ok(self.written_ticket(&log))
+    }
+
+    fn ended(&self) -> String {
+        let p = &self.partition;
+        format!(
+            "{}/{}: this broker's leadership of it ended; retry",
+            p.topic, p.index
+        )
     }
 
     fn written_ticket(&self, log: &TimerLog) -> SyncTicket {
@@ -167,7 +195,7 @@ impl PartitionTimer {
     /// Compacts the log if that is worth it (see [`TimerLog::compaction_due`]).
     pub fn compact_if_due(&self) -> std::io::Result<()> {
         let mut log = self.log.lock();
-        if !log.compaction_due() {
+        if self.stopped.load(Ordering::Acquire) || !log.compaction_due() {
             return Ok(());
         }
         let before = log.len();
