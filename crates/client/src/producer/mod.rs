@@ -37,8 +37,6 @@ use tinymq_protocol::messages as m;
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::ClientError;
 use partitioner::Sticky;
-// Re-exported from the crate root once lib.rs lists them (asked of the lead).
-#[allow(unused_imports)]
 pub use delayed::{DelayedDelivery, DelayedMetadata};
 pub use partitioner::{murmur2, partition_for_key};
 pub use queue::{BatchDelivery, DeliveryFuture};
