@@ -36,8 +36,8 @@ use tinymq_protocol::messages as m;
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::ClientError;
-use partitioner::Sticky;
 pub use delayed::{DelayedDelivery, DelayedMetadata};
+use partitioner::Sticky;
 pub use partitioner::{murmur2, partition_for_key};
 pub use queue::{BatchDelivery, DeliveryFuture};
 use queue::{PartitionQueue, QueueLimits};
