@@ -669,3 +669,51 @@ fn a_filtered_share_fetch_delivers_matching_records_and_finishes_the_rest() {
     assert_eq!(error.code, code(ErrorCode::INVALID_FILTER));
     assert!(error.message.contains("column"), "{}", error.message);
 }
+
+#[test]
+fn deleting_the_topic_removes_its_share_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let mut c = RawClient::handshaken(&server.addr);
+    create(&mut c, "q", 1);
+    produce(&mut c, "q", 0, 5, 5);
+    let fetch = Fetch {
+        group: "g",
+        member: "m",
+        topic: "q",
+        max_records: 100,
+        lock_ms: 60_000,
+        wait_ms: 0,
+    };
+    fetch.call(&mut c, vec![]);
+    let state_dir = tmp.path().join("q-0").join("share");
+    assert_eq!(
+        std::fs::read_dir(&state_dir).unwrap().count(),
+        1,
+        "one group's state log"
+    );
+    let r = c.call(&m::DeleteTopicRequest { name: "q".into() });
+    assert!(r.error.is_none(), "{:?}", r.error);
+    let start = Instant::now();
+    while state_dir.exists() && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!state_dir.exists(), "the state log went with the topic");
+    // A new topic of the same name starts its share group from its earliest record.
+    let start = Instant::now();
+    loop {
+        let r = c.call(&m::CreateTopicRequest {
+            name: "q".into(),
+            config: None,
+            validate_only: false,
+        });
+        if r.error.is_none() || start.elapsed() > Duration::from_secs(20) {
+            assert!(r.error.is_none(), "{:?}", r.error);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    produce(&mut c, "q", 0, 2, 2);
+    let got = fetch.call(&mut c, vec![]);
+    assert_eq!(got, vec![(0, "v0".into(), 1), (1, "v1".into(), 1)]);
+}
