@@ -462,6 +462,7 @@ fn concurrent_members_never_hold_the_same_record() {
     create(&mut c, "q", 1);
     const RECORDS: usize = 2_000;
     produce(&mut c, "q", 0, RECORDS, 50);
+    let started = Instant::now();
     let workers: Vec<_> = (0..4)
         .map(|w| {
             let addr = server.addr.clone();
@@ -503,7 +504,12 @@ fn concurrent_members_never_hold_the_same_record() {
             assert!(seen.insert(offset), "offset {offset} accepted twice");
         }
     }
-    println!("accepted per member: {per_worker:?}");
+    let elapsed = started.elapsed();
+    println!(
+        "accepted per member: {per_worker:?}; {RECORDS} records in {elapsed:?} ({:.0} records/s, \
+         37 per fetch, each fetch and acknowledgement fsynced)",
+        RECORDS as f64 / elapsed.as_secs_f64()
+    );
     let missing: Vec<i64> = (0..RECORDS as i64).filter(|o| !seen.contains(o)).collect();
     assert!(
         missing.is_empty(),
