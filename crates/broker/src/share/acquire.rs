@@ -57,9 +57,26 @@ pub(crate) fn acquire_partition(
     outcome?;
     Ok(Acquisition {
         records: taking.out.freeze(),
-        acquired: taking.acquired,
+        acquired: coalesce(taking.acquired),
         sequence,
     })
+}
+
+/// Merges adjacent ranges of one delivery count (separate reads and batches split them).
+fn coalesce(ranges: Vec<AcquiredRange>) -> Vec<AcquiredRange> {
+    let mut merged: Vec<AcquiredRange> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match merged.last_mut() {
+            Some(last)
+                if last.delivery_count == range.delivery_count
+                    && last.last_offset + 1 == range.first_offset =>
+            {
+                last.last_offset = range.last_offset;
+            }
+            _ => merged.push(range),
+        }
+    }
+    merged
 }
 
 struct Taking<'a> {

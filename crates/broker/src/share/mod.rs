@@ -12,7 +12,7 @@ mod fetch;
 mod store;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -55,6 +55,8 @@ pub(crate) struct SharedPartition {
     pub log: Arc<StateLog>,
     /// Set while a dead-lettering task runs for it.
     pub dead_lettering: AtomicBool,
+    /// After a failed dead-lettering pass: not retried before this (ms since the epoch).
+    pub dead_letter_retry_at_ms: AtomicI64,
 }
 
 impl SharedPartition {
@@ -184,6 +186,7 @@ pub(crate) fn share_partition(
         state: Mutex::new(share),
         log: Arc::new(log),
         dead_lettering: AtomicBool::new(false),
+        dead_letter_retry_at_ms: AtomicI64::new(0),
     });
     kept.insert(key, shared.clone());
     Ok(Some(shared))

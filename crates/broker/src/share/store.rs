@@ -35,6 +35,27 @@ pub(crate) fn state_path(partition_dir: &Path, group: &str) -> PathBuf {
     state_dir(partition_dir).join(format!("{}.state", hex(group.as_bytes())))
 }
 
+/// The groups with a state log in a partition's directory (file names that do not decode to
+/// a group id are ignored).
+pub(crate) fn groups_in(partition_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(state_dir(partition_dir)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let hex = name.strip_suffix(".state")?;
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect::<Option<Vec<u8>>>()?;
+            let group = String::from_utf8(bytes).ok()?;
+            crate::group::validate_group_id(&group).ok()?;
+            Some(group)
+        })
+        .collect()
+}
+
 struct Appender {
     file: Arc<File>,
     bytes: u64,
@@ -256,6 +277,18 @@ mod tests {
             6,
             "offset 6 was acquired, not accepted"
         );
+    }
+
+    #[test]
+    fn group_ids_round_trip_through_file_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for group in ["orders-eu.1", "g"] {
+            StateLog::open(state_path(dir.path(), group), SharePartition::new(0)).unwrap();
+        }
+        std::fs::write(state_dir(dir.path()).join("zz.state"), b"").unwrap();
+        let mut groups = groups_in(dir.path());
+        groups.sort();
+        assert_eq!(groups, vec!["g".to_string(), "orders-eu.1".to_string()]);
     }
 
     #[test]
