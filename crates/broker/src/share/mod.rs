@@ -1,7 +1,7 @@
 //! Share groups on the broker (docs/queues.md, "Share groups"): for each partition led here,
 //! each share group's share-partition state (acquisition locks, delivery counts, the start
 //! offset), kept durable in a state log (`store`) and rebuilt when first used after this
-//! broker starts leading the partition; ShareFetch (`fetch`), ShareAcknowledge and
+//! broker starts leading the partition (or by the background task's scan, within a second); ShareFetch (`fetch`), ShareAcknowledge and
 //! DescribeShareGroup (`answer`); lock expiry, state-log rewrites and dead-lettering in the
 //! background task (`run`, `dead_letter`).
 
