@@ -742,3 +742,60 @@ fn deleting_the_topic_removes_its_share_state() {
     let got = fetch.call(&mut c, vec![]);
     assert_eq!(got, vec![(0, "v0".into(), 1), (1, "v1".into(), 1)]);
 }
+
+#[test]
+fn a_long_state_log_is_rewritten_small_and_still_restores_the_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = Server::start(tmp.path());
+    let mut c = RawClient::handshaken(&server.addr);
+    create(&mut c, "q", 1);
+    const RECORDS: i64 = 50_000;
+    produce(&mut c, "q", 0, RECORDS as usize, 500);
+    let fetch = Fetch {
+        group: "g",
+        member: "m",
+        topic: "q",
+        max_records: 10_000,
+        lock_ms: 60_000,
+        wait_ms: 0,
+    };
+    let path = tmp.path().join("q-0").join("share").join("67.state");
+    let mut largest = 0;
+    let mut accepted = 0i64;
+    while accepted < RECORDS {
+        let mut req = fetch.request(vec![]);
+        req.max_bytes = 4 << 20;
+        let r = c.call(&req);
+        let got = delivered(&r.partitions[0]);
+        assert!(!got.is_empty(), "records left from {accepted}");
+        // One acknowledgement per record: the log grows by a record each.
+        let acks = got.iter().map(|r| ack("q", r.0, r.0, ACCEPT)).collect();
+        let errors = acknowledge(&mut c, "g", "m", acks);
+        assert!(errors.iter().all(|e| *e == 0));
+        accepted += got.len() as i64;
+        largest = largest.max(std::fs::metadata(&path).unwrap().len());
+    }
+    // The background task rewrites it within a tick or two.
+    let start = Instant::now();
+    let mut size = std::fs::metadata(&path).unwrap().len();
+    while size > 1 << 20 && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+        size = std::fs::metadata(&path).unwrap().len();
+    }
+    println!("state log: largest seen {largest} bytes, now {size} bytes");
+    assert!(size < 1 << 20, "rewritten: {size} bytes");
+    assert!(largest > size, "it had grown: {largest}");
+    server.kill9();
+    let server = Server::start(tmp.path());
+    let mut c = RawClient::handshaken(&server.addr);
+    assert!(Fetch {
+        wait_ms: 100,
+        ..fetch
+    }
+    .call(&mut c, vec![])
+    .is_empty());
+    let d = c.call(&m::DescribeShareGroupRequest {
+        group_id: "g".into(),
+    });
+    assert_eq!(d.partitions[0].start_offset, RECORDS);
+}
