@@ -121,10 +121,10 @@ impl Taking<'_> {
                         continue;
                     }
                     // No batch holds the offsets before `base`: done without delivery.
-                    let hole_last = (base - 1).min(last);
+                    let hole_last = base.saturating_sub(1).min(last);
                     if hole_last >= next {
                         self.skip(next, hole_last)?;
-                        next = hole_last + 1;
+                        next = hole_last.saturating_add(1);
                     }
                     if base > last {
                         break;
@@ -134,7 +134,7 @@ impl Taking<'_> {
                     }
                     let high = batch_last.min(last);
                     self.take_batch(batch, base, (next, high))?;
-                    next = high + 1;
+                    next = high.saturating_add(1);
                 }
                 if next == before {
                     // Nothing readable at `next` (below the log start, or not visible yet).
