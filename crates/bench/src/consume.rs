@@ -17,6 +17,8 @@ const POLL_WAIT: Duration = Duration::from_millis(100);
 
 struct ConsumerOutcome {
     received: u64,
+    /// With a filter: source records this consumer's positions moved past.
+    scanned: u64,
     last_receive: Option<Instant>,
     latency: Histogram<u64>,
 }
@@ -40,6 +42,7 @@ async fn assigned_consumer(
     c.max_wait = POLL_WAIT;
     // Counting a record is all the processing here: take each fetch whole.
     c.max_poll_records = usize::MAX;
+    c.filter = config.filter.clone();
     let mut consumer = Consumer::new(c)?;
     consumer.assign(&config.topic, Some(mine)).await?;
     // Resolves the start positions now, before any producer starts.
@@ -48,21 +51,38 @@ async fn assigned_consumer(
 }
 
 /// Polls until the shared count reaches `target` (which may be raised later), or a stall.
+/// With a filter the count is of source records scanned (the positions' progress), since
+/// only matching ones arrive.
 async fn consume_until(
     mut consumer: Consumer,
     target: Arc<AtomicU64>,
     progress: Arc<Progress>,
     e2e: bool,
 ) -> ConsumerOutcome {
+    let filtered = progress_counts_scan(&consumer);
     let mut out = ConsumerOutcome {
         received: 0,
+        scanned: 0,
         last_receive: None,
         latency: new_histogram(),
     };
+    let starts: Vec<((String, u32), Option<i64>)> = consumer
+        .assignment()
+        .into_iter()
+        .map(|(t, p)| {
+            let start = consumer.position(&t, p);
+            ((t, p), start)
+        })
+        .collect();
+    let counted = |p: &Progress| {
+        if filtered {
+            p.scanned.load(Ordering::Relaxed)
+        } else {
+            p.received.load(Ordering::Relaxed)
+        }
+    };
     let mut last_new = Instant::now();
-    while progress.received.load(Ordering::Relaxed) < target.load(Ordering::Relaxed)
-        && last_new.elapsed() < STALL_LIMIT
-    {
+    while counted(&progress) < target.load(Ordering::Relaxed) && last_new.elapsed() < STALL_LIMIT {
         let records = match consumer.poll(POLL_WAIT).await {
             Ok(r) => r,
             Err(e) => {
@@ -71,10 +91,21 @@ async fn consume_until(
                 continue;
             }
         };
+        let now = Instant::now();
+        if filtered {
+            let scanned = scanned_since(&consumer, &starts);
+            if scanned > out.scanned {
+                progress
+                    .scanned
+                    .fetch_add(scanned - out.scanned, Ordering::Relaxed);
+                out.scanned = scanned;
+                last_new = now;
+                out.last_receive = Some(now);
+            }
+        }
         if records.is_empty() {
             continue;
         }
-        let now = Instant::now();
         let now_wall = now_ns();
         last_new = now;
         out.last_receive = Some(now);
@@ -95,6 +126,22 @@ async fn consume_until(
     out
 }
 
+/// Whether a consumer's progress is counted in records scanned (it fetches with a filter).
+fn progress_counts_scan(consumer: &Consumer) -> bool {
+    consumer.filter().is_some()
+}
+
+/// Source records the positions moved past since `starts` (positions when consuming began).
+fn scanned_since(consumer: &Consumer, starts: &[((String, u32), Option<i64>)]) -> u64 {
+    starts
+        .iter()
+        .filter_map(|((topic, partition), start)| {
+            let now = consumer.position(topic, *partition)?;
+            Some(now.saturating_sub(start.unwrap_or(now)).max(0) as u64)
+        })
+        .sum()
+}
+
 async fn messages_stored(config: &BenchConfig) -> Result<u64, BenchError> {
     let admin = Admin::new(config.client_config())?;
     let d = admin.describe_topic(&config.topic).await?;
@@ -104,19 +151,62 @@ async fn messages_stored(config: &BenchConfig) -> Result<u64, BenchError> {
         .sum())
 }
 
-fn join_consumers(
-    outcomes: Vec<ConsumerOutcome>,
-    start: Instant,
-) -> (u64, Duration, Histogram<u64>) {
-    let mut latency = new_histogram();
-    let mut received = 0;
+/// What the consumers of a run got together.
+struct Joined {
+    received: u64,
+    scanned: u64,
+    elapsed: Duration,
+    latency: Histogram<u64>,
+}
+
+fn join_consumers(outcomes: Vec<ConsumerOutcome>, start: Instant) -> Joined {
+    let mut joined = Joined {
+        received: 0,
+        scanned: 0,
+        elapsed: Duration::ZERO,
+        latency: new_histogram(),
+    };
     let mut last = start;
     for o in outcomes {
-        received += o.received;
+        joined.received += o.received;
+        joined.scanned += o.scanned;
         last = last.max(o.last_receive.unwrap_or(start));
-        latency.add(&o.latency).expect("same bounds");
+        joined.latency.add(&o.latency).expect("same bounds");
     }
-    (received, last - start, latency)
+    joined.elapsed = last - start;
+    joined
+}
+
+/// The run's result from what the consumers got, `want` messages expected: with a filter the
+/// scan must have covered them, else the messages received must.
+fn finish(
+    mode: Mode,
+    config: &BenchConfig,
+    partitions: u32,
+    joined: Joined,
+    want: u64,
+    failed: u64,
+) -> Result<BenchResult, BenchError> {
+    let got = match config.filter {
+        Some(_) => joined.scanned,
+        None => joined.received,
+    };
+    if got < want {
+        return Err(BenchError::Incomplete { got, want });
+    }
+    let result = BenchResult::new(
+        mode,
+        config,
+        partitions,
+        joined.received,
+        failed,
+        joined.elapsed,
+        joined.latency,
+    );
+    Ok(match &config.filter {
+        Some(filter) => result.with_scan(filter, joined.scanned),
+        None => result,
+    })
 }
 
 async fn spawn_consumers(
@@ -184,22 +274,8 @@ pub(crate) async fn run_consume(
         false,
     )
     .await?;
-    let (received, elapsed, latency) = join_consumers(gather(tasks).await?, start);
-    if received < count {
-        return Err(BenchError::Incomplete {
-            got: received,
-            want: count,
-        });
-    }
-    Ok(BenchResult::new(
-        Mode::Consume,
-        config,
-        partitions,
-        received,
-        0,
-        elapsed,
-        latency,
-    ))
+    let joined = join_consumers(gather(tasks).await?, start);
+    finish(Mode::Consume, config, partitions, joined, count, 0)
 }
 
 pub(crate) async fn run_e2e(
@@ -221,20 +297,13 @@ pub(crate) async fn run_e2e(
     let produced = run_producers(config, progress.clone(), true).await?;
     // Now the consumers know how many to expect.
     target.store(produced.messages, Ordering::SeqCst);
-    let (received, elapsed, latency) = join_consumers(gather(consumers).await?, start);
-    if received < produced.messages {
-        return Err(BenchError::Incomplete {
-            got: received,
-            want: produced.messages,
-        });
-    }
-    Ok(BenchResult::new(
+    let joined = join_consumers(gather(consumers).await?, start);
+    finish(
         Mode::E2e,
         config,
         partitions,
-        received,
+        joined,
+        produced.messages,
         produced.failed,
-        elapsed,
-        latency,
-    ))
+    )
 }

@@ -7,7 +7,9 @@
 //!   (`Producer::send_batch`). `in_flight` bounds the sends awaiting acknowledgement per
 //!   producer (a closed loop).
 //! - `consume`: consumers read `count` messages from the start of the topic, after filling it
-//!   if it holds fewer; throughput only.
+//!   if it holds fewer; throughput only. With `filter`, the broker returns only matching
+//!   messages: the run ends when the consumers' positions have moved past `count` source
+//!   messages, and reports both the messages received and the source messages scanned.
 //! - `e2e`: producers and consumers at once; latency is from the producer's send time (written
 //!   into the first 8 bytes of each message) to the consumer's receipt.
 //!
@@ -146,6 +148,8 @@ pub(crate) struct Progress {
     pub sent: AtomicU64,
     pub acked: AtomicU64,
     pub received: AtomicU64,
+    /// With a filter: source records the consumers' positions moved past (matching or not).
+    pub scanned: AtomicU64,
     pub failed: AtomicU64,
 }
 

@@ -142,6 +142,10 @@ fn producer_config(config: &BenchConfig) -> ProducerConfig {
     p
 }
 
+/// The tags of `--tag-every`: `tag = 'match'` selects one message in N.
+const MATCH_TAG: &[u8] = b"match";
+const OTHER_TAG: &[u8] = b"other";
+
 /// The value of one message: for end-to-end runs the first 8 bytes carry the (intended) send
 /// time in ns since the Unix epoch.
 fn payload(template: &Bytes, stamp_ns: Option<u64>) -> Bytes {
@@ -212,11 +216,12 @@ impl Sender {
             let stamp = self
                 .stamp_time
                 .then(|| self.start_ns + (sent_at - self.start).as_nanos() as u64);
+            let first_index = sent;
             sent += want;
             self.progress.sent.fetch_add(want, Ordering::Relaxed);
             let handed = match self.config.api {
                 Api::Record => {
-                    let record = ProducerRecord::value(payload(&self.template, stamp));
+                    let record = self.record(first_index, stamp);
                     match self.producer.send(&self.config.topic, record).await {
                         Ok(delivery) => {
                             records.push(delivery);
@@ -230,8 +235,8 @@ impl Sender {
                     }
                 }
                 Api::Batch => {
-                    let batch = (0..want)
-                        .map(|_| ProducerRecord::value(payload(&self.template, stamp)))
+                    let batch = (first_index..first_index + want)
+                        .map(|index| self.record(index, stamp))
                         .collect();
                     let topic = &self.config.topic;
                     match self.producer.send_batch(topic, batch).await {
@@ -255,6 +260,21 @@ impl Sender {
         drop(self.tx);
         self.producer.close().await;
         failed
+    }
+
+    /// This sender's message number `index`: tagged `match` (every `tag_every`th, from the
+    /// first) or `other` when the run tags messages.
+    fn record(&self, index: u64, stamp: Option<u64>) -> ProducerRecord {
+        let mut record = ProducerRecord::value(payload(&self.template, stamp));
+        if let Some(every) = self.config.tag_every {
+            let tag = if index.is_multiple_of(every) {
+                MATCH_TAG
+            } else {
+                OTHER_TAG
+            };
+            record.headers = vec![("tag".to_string(), Some(Bytes::from_static(tag)))];
+        }
+        record
     }
 
     fn send_failed(&self, failed: &mut u64, count: u64, e: ClientError) -> Option<Sent> {

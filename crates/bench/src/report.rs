@@ -62,6 +62,12 @@ pub struct BenchResult {
     /// What one latency sample is: `message`, or `batch` (produce through the batch API).
     pub latency_per: &'static str,
     pub limit: String,
+    /// With a filter: the expression, and the source messages the consumers moved past
+    /// (`messages` counts only those received).
+    pub filter: Option<String>,
+    pub scanned: Option<u64>,
+    pub scanned_msg_per_s: Option<f64>,
+    pub scanned_mb_per_s: Option<f64>,
 }
 
 impl BenchResult {
@@ -109,7 +115,21 @@ impl BenchResult {
                 Limit::Count(c) => format!("{c} messages"),
                 Limit::Duration(d) => format!("{} s", d.as_secs_f64()),
             },
+            filter: None,
+            scanned: None,
+            scanned_msg_per_s: None,
+            scanned_mb_per_s: None,
         }
+    }
+
+    /// Adds a filtered run's scan: `scanned` source messages of `message_bytes` each.
+    pub(crate) fn with_scan(mut self, filter: &str, scanned: u64) -> BenchResult {
+        let secs = self.elapsed_s.max(1e-9);
+        self.filter = Some(filter.to_string());
+        self.scanned = Some(scanned);
+        self.scanned_msg_per_s = Some(scanned as f64 / secs);
+        self.scanned_mb_per_s = Some((scanned * self.message_bytes as u64) as f64 / secs / 1e6);
+        self
     }
 
     /// A few human-readable lines.
@@ -129,6 +149,14 @@ impl BenchResult {
         }
         if let Some(rate) = self.rate_msg_per_s {
             s.push_str(&format!(", rate {rate:.0} msg/s"));
+        }
+        if let (Some(filter), Some(scanned)) = (&self.filter, self.scanned) {
+            s.push_str(&format!(
+                "\n  filter {filter}: received {} of {scanned} source messages scanned: {:.0} msg/s, {:.1} MB/s scanned",
+                self.messages,
+                self.scanned_msg_per_s.unwrap_or_default(),
+                self.scanned_mb_per_s.unwrap_or_default(),
+            ));
         }
         if let Some(l) = &self.latency {
             s.push_str(&format!(

@@ -170,11 +170,12 @@ pub(crate) fn encode(
     .expect("BytesMut grows");
     for (mut head, records) in results {
         head.records = Bytes::new();
-        // Fields after `records` (7, 8, 9) are encoded after them.
+        // Fields after `records` (7, 8, 9, 10) are encoded after them.
         let tail = m::FetchPartitionResult {
             current_leader: std::mem::take(&mut head.current_leader),
             diverging_epoch: head.diverging_epoch.take(),
             log_end_offset: std::mem::take(&mut head.log_end_offset),
+            next_offset: std::mem::take(&mut head.next_offset),
             ..Default::default()
         };
         let records_len = records.len() as u64;
@@ -229,7 +230,8 @@ mod tests {
                 end_offset: 77,
             }),
             log_end_offset: i64::from(n % 3) * 300,
-            next_offset: 0,
+            // Filtered fetches only; a large value takes a 9-byte varint.
+            next_offset: [0, 5, 1 << 40][n as usize % 3],
         }
     }
 

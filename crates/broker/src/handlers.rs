@@ -418,17 +418,37 @@ pub(crate) type PartitionRead = (m::FetchPartitionResult, Records);
 /// Reads every requested partition once, within the byte budgets. No per-record work: each
 /// partition's batches are located by walking batch headers from the nearest index entry,
 /// and then either left in the file (sent later with `sendfile`) or copied out in one read.
-fn read_partitions(state: &BrokerState, req: &m::FetchRequest) -> (Vec<PartitionRead>, usize) {
+/// A filtered fetch (`filter`, with each partition's scan position) reads through
+/// [`crate::filtered_fetch`] instead, which does look at every record.
+fn read_partitions(
+    state: &BrokerState,
+    req: &m::FetchRequest,
+    filter: Option<(&tinymq_filter::Filter, &[i64])>,
+) -> (Vec<PartitionRead>, usize) {
     let mut budget = fetch_budget(state, req);
+    let mut scan_left = crate::filtered_fetch::FILTERED_FETCH_SCAN_BYTES_MAX;
     let mut total = 0;
     let results = req
         .partitions
         .iter()
-        .map(|fp| {
-            let read = if req.replica_id != 0 {
-                crate::replica::serve::read_for_follower(state, fp, budget)
-            } else {
-                read_for_consumer(state, fp, budget)
+        .enumerate()
+        .map(|(i, fp)| {
+            let read = match filter {
+                _ if req.replica_id != 0 => {
+                    crate::replica::serve::read_for_follower(state, fp, budget)
+                }
+                Some((filter, positions)) => {
+                    let position = positions.get(i).copied().unwrap_or(fp.offset);
+                    crate::filtered_fetch::read_filtered(
+                        state,
+                        fp,
+                        position,
+                        budget,
+                        filter,
+                        &mut scan_left,
+                    )
+                }
+                None => read_for_consumer(state, fp, budget),
             };
             budget = budget.saturating_sub(read.1.len());
             total += read.1.len();
@@ -438,10 +458,12 @@ fn read_partitions(state: &BrokerState, req: &m::FetchRequest) -> (Vec<Partition
     (results, total)
 }
 
-/// One partition of a consumer's fetch: batches below the high watermark, within `budget`
-/// and the partition's own bound.
-fn read_for_consumer(state: &BrokerState, fp: &m::FetchPartition, budget: usize) -> PartitionRead {
-    let empty = Records::Bytes(Bytes::new());
+/// The head of a consumer's fetch result (high watermark, log start) and the led partition it
+/// names; no partition (and the result finished with the error) when it is not led here.
+pub(crate) fn consumer_partition(
+    state: &BrokerState,
+    fp: &m::FetchPartition,
+) -> (m::FetchPartitionResult, Option<Arc<Partition>>) {
     let mut result = m::FetchPartitionResult {
         topic: fp.topic.clone(),
         partition: fp.partition,
@@ -457,12 +479,22 @@ fn read_for_consumer(state: &BrokerState, fp: &m::FetchPartition, budget: usize)
         Err(e) => {
             result.current_leader = leader_hint(state, &fp.topic, fp.partition, &e);
             result.error = Some(e);
-            return (result, empty);
+            return (result, None);
         }
     };
-    let high_watermark = partition.high_watermark();
-    result.high_watermark = high_watermark;
+    result.high_watermark = partition.high_watermark();
     result.log_start_offset = partition.log.log_start_offset();
+    (result, Some(partition))
+}
+
+/// One partition of a consumer's fetch: batches below the high watermark, within `budget`
+/// and the partition's own bound.
+fn read_for_consumer(state: &BrokerState, fp: &m::FetchPartition, budget: usize) -> PartitionRead {
+    let empty = Records::Bytes(Bytes::new());
+    let (mut result, partition) = match consumer_partition(state, fp) {
+        (result, Some(partition)) => (result, partition),
+        (refused, None) => return (refused, empty),
+    };
     if budget == 0 {
         return (result, empty);
     }
@@ -470,7 +502,7 @@ fn read_for_consumer(state: &BrokerState, fp: &m::FetchPartition, budget: usize)
         0 => budget,
         asked => (asked as usize).min(budget),
     };
-    match read_records(&partition, fp.offset, limit, Some(high_watermark)) {
+    match read_records(&partition, fp.offset, limit, Some(result.high_watermark)) {
         Ok(records) => (result, records),
         Err(e) => {
             result.error = Some(e);
@@ -551,6 +583,10 @@ pub(crate) async fn fetch(
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return failed(refusal);
     }
+    let mut filter_scan = match crate::filtered_fetch::request_filter(&req) {
+        Ok(scan) => scan,
+        Err(refusal) => return failed(refusal),
+    };
     let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(state.config.fetch_wait_max);
     let deadline = tokio::time::Instant::from_std(Instant::now() + wait);
     let min_bytes = req.min_bytes.max(1) as usize;
@@ -604,11 +640,19 @@ pub(crate) async fn fetch(
         // cached pages, less than the hop to a blocking thread and back (which on two busy
         // cores is what the e2e tail was made of). The first read may reach old, cold data
         // anywhere in the log and goes to the blocking pool.
-        let (results, total) = if woken {
-            read_partitions(&state, &req)
+        // A filtered read looks at every record it scans: always on a blocking thread.
+        let (results, total) = if woken && filter_scan.is_none() {
+            read_partitions(&state, &req, None)
         } else {
             let (s, r) = (state.clone(), req.clone());
-            match blocking(move || read_partitions(&s, &r)).await {
+            let filter = filter_scan
+                .as_ref()
+                .map(|scan| (scan.filter.clone(), scan.positions.clone()));
+            let read = move || {
+                let filter = filter.as_ref().map(|(f, p)| (f.as_ref(), p.as_slice()));
+                read_partitions(&s, &r, filter)
+            };
+            match blocking(read).await {
                 Ok(read) => read,
                 Err(e) => return failed(e),
             }
@@ -616,7 +660,15 @@ pub(crate) async fn fetch(
         let any_error = results
             .iter()
             .any(|(r, _)| r.error.is_some() || r.diverging_epoch.is_some());
+        let filtered_answer = match filter_scan.as_mut() {
+            Some(scan) => {
+                scan.advance(&results);
+                crate::filtered_fetch::answer_now(&results)
+            }
+            None => false,
+        };
         if total >= min_bytes
+            || filtered_answer
             || any_error
             || watches.is_empty()
             || tokio::time::Instant::now() >= deadline

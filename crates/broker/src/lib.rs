@@ -17,6 +17,7 @@ mod delay;
 mod deletion;
 mod durable_file;
 mod fetch_frame;
+mod filtered_fetch;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod group;

@@ -131,6 +131,9 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     } else {
         StartFrom::Latest
     };
+    // Broker-side: the consumer checks it (a refusal names the column) and sends it with
+    // every fetch; positions and group commits move past the records it skips.
+    config.filter = args.filter.clone();
     let mut consumer = Consumer::new(config)?;
     match &args.group {
         Some(group) => consumer.subscribe(group, &[&args.topic]).await?,

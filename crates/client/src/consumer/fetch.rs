@@ -110,6 +110,7 @@ impl Consumer {
                         ..Default::default()
                     })
                     .collect(),
+                filter: self.config.filter.clone().unwrap_or_default(),
                 ..Default::default()
             };
             for (key, _) in &requested {
@@ -153,7 +154,11 @@ impl Consumer {
                 for (key, _) in &requested {
                     self.parts.set_busy(key, false);
                 }
-                let response = match result {
+                // A refusal of the whole fetch (an invalid filter, say) fails every partition.
+                let checked = result.and_then(|response| {
+                    crate::error::check(response.error.as_ref()).map(|()| response)
+                });
+                let response = match checked {
                     Ok(response) => response,
                     Err(e) => {
                         for (key, _) in &requested {
@@ -169,7 +174,8 @@ impl Consumer {
                     let Some(requested) = offsets.get(&key).copied() else {
                         continue; // not asked for
                     };
-                    match self.parts.buffer(p, requested) {
+                    let sparse = self.config.filter.is_some();
+                    match self.parts.buffer(p, requested, sparse) {
                         Ok(()) => self.now_available(&key),
                         Err(e) => self.partition_failed(&key, e)?,
                     }

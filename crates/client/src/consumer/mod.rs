@@ -1,6 +1,8 @@
 //! The consumer: assign partitions (or join a group), seek, and poll records with long-polling
 //! fetches sent to each partition's leader. Records of a partition come back in offset order;
-//! every batch's CRC is checked before its records are returned.
+//! every batch's CRC is checked before its records are returned. With a filter
+//! (`ConsumerConfig::filter`) the broker returns only matching records, in batches with offset
+//! gaps, and the position moves to the fetch's `next_offset`, past the records skipped.
 //!
 //! A partition whose leader cannot be reached does not stop the others: it is skipped, retried
 //! with a growing backoff, and listed by [`Consumer::unavailable`] (with a WARN line when it
@@ -62,6 +64,10 @@ pub struct ConsumerConfig {
     /// only returned records count as consumed (and are committed). Like Kafka's
     /// `max.poll.records`.
     pub max_poll_records: usize,
+    /// Broker-side filter (docs/queues.md, "Filters"), e.g. `tag = 'red'`: fetches return only
+    /// matching records, and positions (and group commits) move past the others. Checked by
+    /// `Consumer::new`.
+    pub filter: Option<String>,
 }
 
 impl ConsumerConfig {
@@ -77,6 +83,7 @@ impl ConsumerConfig {
             auto_commit_interval: Some(Duration::from_secs(5)),
             strategy: "sticky".into(),
             max_poll_records: 500,
+            filter: None,
         }
     }
 }
@@ -135,6 +142,11 @@ impl Consumer {
             return Err(ClientError::Config(
                 "max_poll_records must be at least 1".into(),
             ));
+        }
+        if let Some(filter) = &config.filter {
+            // The broker would refuse it with the same message: say so before connecting.
+            tinymq_filter::Filter::parse(filter)
+                .map_err(|e| ClientError::Config(format!("invalid filter: {e}")))?;
         }
         Ok(Consumer {
             cluster: Cluster::new(config.client.clone())?,
@@ -280,6 +292,11 @@ impl Consumer {
                 "cannot seek {topic}/{partition}: not assigned to this consumer"
             )))
         }
+    }
+
+    /// The broker-side filter this consumer fetches with, if any.
+    pub fn filter(&self) -> Option<&str> {
+        self.config.filter.as_deref()
     }
 
     /// The next offset `poll` will return from a partition (what a commit stores), once known.

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use tinymq_filter::decode_sparse;
 use tinymq_protocol::batch::{BatchIter, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
 use tinymq_protocol::messages as m;
 
@@ -266,11 +267,15 @@ impl Partitions {
     /// Buffers one partition's fetch result, sent for offset `requested`: records at or after
     /// it, in order. Dropped if the partition was revoked, moved (seek, reset) or already has
     /// records since the fetch was sent. Every batch's CRC is checked by the batch iterator
-    /// before its records are read.
+    /// before its records are read. A filtered fetch (`sparse`) brings batches with offset
+    /// gaps and a `next_offset` past the records the broker skipped: the position moves there
+    /// once what was buffered is returned, or at once when nothing matched (so the next fetch
+    /// and a commit are past the skipped records).
     pub fn buffer(
         &mut self,
         p: m::FetchPartitionResult,
         requested: i64,
+        sparse: bool,
     ) -> Result<(), ClientError> {
         check(p.error.as_ref())?;
         let key = (p.topic.clone(), p.partition);
@@ -280,14 +285,23 @@ impl Partitions {
         if state.position != Some(requested) || state.revoking || !state.buffered.is_empty() {
             return Ok(());
         }
-        let mut end = requested;
+        let mut end = if sparse {
+            requested.max(p.next_offset)
+        } else {
+            requested
+        };
         for batch in BatchIter::new(p.records) {
             let batch = batch?;
             end = end.max(batch.next_offset());
             if batch.is_control() {
                 continue;
             }
-            for record in batch.records(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)? {
+            let records = if sparse {
+                decode_sparse(&batch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?
+            } else {
+                batch.records(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)?
+            };
+            for record in records {
                 if record.offset < requested {
                     continue;
                 }
@@ -306,7 +320,13 @@ impl Partitions {
                 });
             }
         }
-        state.fetched_end = Some(end);
+        if state.buffered.is_empty() {
+            // Nothing to hand out: the position moves now, so the next fetch starts past what
+            // was read (and a commit stores that).
+            state.position = Some(end);
+        } else {
+            state.fetched_end = Some(end);
+        }
         Ok(())
     }
 }
@@ -400,5 +420,61 @@ mod tests {
         assert_eq!(parts.unavailable().len(), 1);
         assert!(parts.mark_available(&key()));
         assert!(parts.unavailable().is_empty());
+    }
+
+    /// A filtered fetch's result over offsets 0..6 tagged red, blue, red, …, keeping red.
+    fn filtered_result(tag_kept: &str) -> m::FetchPartitionResult {
+        use tinymq_protocol::batch::{BatchBuilder, Compression, ProducerStamp, RecordInput};
+        let mut builder = BatchBuilder::new(Compression::Lz4, ProducerStamp::NONE);
+        for i in 0..6 {
+            let tag: &[u8] = if i % 2 == 0 { b"red" } else { b"blue" };
+            builder.push(&RecordInput {
+                timestamp_ms: 7,
+                key: None,
+                value: Some(b"v"),
+                headers: &[("tag", Some(tag))],
+            });
+        }
+        let batch = builder.build().unwrap();
+        let options = tinymq_filter::SelectOptions {
+            from_offset: 0,
+            decompressed_bytes_max: 1 << 20,
+        };
+        let keep =
+            |_, r: &dyn tinymq_filter::RecordFields| r.header("tag") == Some(tag_kept.as_bytes());
+        let selection = tinymq_filter::select(&batch, keep, &options).unwrap();
+        m::FetchPartitionResult {
+            topic: "t".into(),
+            partition: 0,
+            records: selection.records,
+            next_offset: selection.next_offset,
+            high_watermark: 6,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_filtered_fetch_returns_records_with_gaps_and_moves_past_skipped_ones() {
+        let mut parts = Partitions::default();
+        parts.add(key(), Some(0));
+        parts.buffer(filtered_result("red"), 0, true).unwrap();
+        let none = BTreeSet::new();
+        let offsets: Vec<i64> = parts.drain(100, &none).iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, vec![0, 2, 4]);
+        assert_eq!(parts.position(&key()), Some(6), "past the skipped offset 5");
+        assert_eq!(parts.commit_offsets(&parts.keys())[0].offset, 6);
+    }
+
+    #[test]
+    fn a_filtered_fetch_with_no_match_moves_the_position_at_once() {
+        let mut parts = Partitions::default();
+        parts.add(key(), Some(0));
+        parts.buffer(filtered_result("green"), 0, true).unwrap();
+        assert_eq!(parts.position(&key()), Some(6));
+        assert_eq!(
+            parts.fetchable(&BTreeSet::new(), Instant::now()),
+            vec![(key(), 6)],
+            "the next fetch starts past the skipped records"
+        );
     }
 }
