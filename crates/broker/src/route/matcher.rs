@@ -11,13 +11,21 @@ mod pending {
         fn header(&self, name: &str) -> Option<&[u8]>;
     }
     #[derive(Debug)]
-    pub struct Filter;
+    pub struct Filter(Option<(String, String)>);
     impl Filter {
-        pub fn parse(_text: &str) -> Result<Filter, String> {
-            Ok(Filter)
+        pub fn parse(text: &str) -> Result<Filter, String> {
+            let eq = text
+                .strip_prefix("header.")
+                .and_then(|t| t.split_once(" = '"));
+            Ok(Filter(eq.map(|(n, v)| {
+                (n.to_string(), v.trim_end_matches('\'').to_string())
+            })))
         }
-        pub fn matches(&self, _record: &(impl RecordFields + ?Sized)) -> bool {
-            true
+        pub fn matches(&self, record: &(impl RecordFields + ?Sized)) -> bool {
+            let _ = record.key();
+            self.0
+                .as_ref()
+                .is_none_or(|(n, v)| record.header(n) == Some(v.as_bytes()))
         }
     }
 }
