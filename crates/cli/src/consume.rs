@@ -25,48 +25,48 @@ pub struct ConsumeArgs {
     /// Start at the earliest stored message instead of new ones only (with --group: where
     /// the group has no committed offset).
     #[arg(long, conflicts_with = "offset")]
-    from_beginning: bool,
+    pub(crate) from_beginning: bool,
     /// Consume as a member of this group: partitions are shared with the group's other
     /// members, and positions are committed (at-least-once) and resumed from.
     #[arg(long, conflicts_with_all = ["offset", "partition"])]
-    group: Option<String>,
+    pub(crate) group: Option<String>,
     /// Start at this offset (in every consumed partition) [default: the end, or the start
     /// with --from-beginning].
     #[arg(long)]
-    offset: Option<i64>,
+    pub(crate) offset: Option<i64>,
     /// Consume only this partition [default: every partition].
     #[arg(long)]
-    partition: Option<u32>,
+    pub(crate) partition: Option<u32>,
     /// Exit after this many messages [default: no limit].
     #[arg(long, value_parser = crate::args::positive_u64)]
-    count: Option<u64>,
+    pub(crate) count: Option<u64>,
     /// Exit after holding partitions this long with nothing new to read, ms (time without
     /// partitions, e.g. while a group rebalances, does not count). 0: do not wait; print what
     /// the partitions held when consuming started, then exit [default: never exit].
     #[arg(long)]
-    timeout_ms: Option<u64>,
+    pub(crate) timeout_ms: Option<u64>,
     /// text (the value, one per line) or json (one object per line: partition, offset,
     /// timestamp, key, headers, value; see the README).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    format: String,
+    pub(crate) format: String,
     /// How keys, values and header values are written. In JSON, utf8 writes bytes that are not
     /// UTF-8 as base64, and each `*_encoding` field names what was used; in text, utf8 writes
     /// the value's raw bytes.
     #[arg(long, value_enum, default_value = "utf8")]
-    value_format: Encoding,
+    pub(crate) value_format: Encoding,
     /// Receive only records matching this filter expression, e.g. "tag = 'red'" or
     /// "header.region IN ('eu', 'us') AND header.priority > 3" (docs/queues.md). The broker
     /// skips the others; positions still move past them.
     #[arg(long)]
-    filter: Option<String>,
+    pub(crate) filter: Option<String>,
     /// Consume as a member of this share group (queue semantics, docs/queues.md): records are
     /// handed out one by one under a lock, and each printed record is accepted.
     #[arg(long, conflicts_with_all = ["group", "offset", "partition", "from_beginning"])]
-    share_group: Option<String>,
+    pub(crate) share_group: Option<String>,
     #[command(flatten)]
-    share: crate::share_consume::ShareArgs,
+    pub(crate) share: crate::share_consume::ShareArgs,
     #[command(flatten)]
-    bootstrap: Bootstrap,
+    pub(crate) bootstrap: Bootstrap,
 }
 
 fn print(
