@@ -294,7 +294,9 @@ pub enum MetaError {
     RouteExists(String),
     #[error("unknown route {0}")]
     RouteNotFound(String),
-    #[error("invalid filter: {0}")]
+    /// The filter parser's text as it is (`column N: …` and a caret line under the column),
+    /// so the caret lines up.
+    #[error("{0}")]
     InvalidFilter(String),
     #[error("{topic}/{partition}: broker {broker} cannot join the ISR (not a replica, not live, or fenced)")]
     IneligibleReplica {

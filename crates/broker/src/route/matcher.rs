@@ -4,32 +4,7 @@
 
 use tinymq_client::ConsumerRecord;
 
-// TODO(issue 18): tinymq_filter::{Filter, RecordFields} once the filter crate lands on main.
-mod pending {
-    pub trait RecordFields {
-        fn key(&self) -> Option<&[u8]>;
-        fn header(&self, name: &str) -> Option<&[u8]>;
-    }
-    #[derive(Debug)]
-    pub struct Filter(Option<(String, String)>);
-    impl Filter {
-        pub fn parse(text: &str) -> Result<Filter, String> {
-            let eq = text
-                .strip_prefix("header.")
-                .and_then(|t| t.split_once(" = '"));
-            Ok(Filter(eq.map(|(n, v)| {
-                (n.to_string(), v.trim_end_matches('\'').to_string())
-            })))
-        }
-        pub fn matches(&self, record: &(impl RecordFields + ?Sized)) -> bool {
-            let _ = record.key();
-            self.0
-                .as_ref()
-                .is_none_or(|(n, v)| record.header(n) == Some(v.as_bytes()))
-        }
-    }
-}
-use pending::{Filter, RecordFields};
+use tinymq_filter::{Filter, RecordFields};
 
 /// A route's filter; no filter matches every record.
 #[derive(Debug)]
@@ -65,5 +40,36 @@ impl RecordFields for Fields<'_> {
             .iter()
             .find(|(k, _)| k == name)
             .and_then(|(_, v)| v.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(headers: &[(&str, &str)]) -> ConsumerRecord {
+        ConsumerRecord {
+            topic: "t".into(),
+            partition: 0,
+            offset: 0,
+            timestamp_ms: 0,
+            key: Some("k1".into()),
+            value: None,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), Some(v.to_string().into())))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_route_filter_reads_the_key_and_the_first_header_of_a_name() {
+        let eu = Matcher::new("header.region = 'eu'").unwrap();
+        assert!(eu.matches(&record(&[("region", "eu")])));
+        assert!(!eu.matches(&record(&[("region", "us"), ("region", "eu")])));
+        assert!(!eu.matches(&record(&[])));
+        assert!(Matcher::new("key = 'k1'").unwrap().matches(&record(&[])));
+        assert!(Matcher::new("").unwrap().matches(&record(&[])));
+        assert!(Matcher::new("tag = AND").is_err());
     }
 }

@@ -181,3 +181,74 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
     }
     state.routes.stop_all();
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use tinymq_meta::{execute_and_apply, Command};
+
+    use super::*;
+
+    fn image() -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for id in [1, 2] {
+            let register = Command::RegisterBroker {
+                id,
+                host: "h".into(),
+                port: id as u16,
+                clean_shutdown: true,
+                kafka: None,
+            };
+            execute_and_apply(&mut image, &register).unwrap();
+        }
+        for (name, partitions) in [("a", 4), ("b", 3)] {
+            let create = Command::CreateTopic {
+                name: name.into(),
+                partitions,
+                replication_factor: 1,
+                config: BTreeMap::new(),
+            };
+            execute_and_apply(&mut image, &create).unwrap();
+        }
+        let route = Command::CreateRoute {
+            name: "r".into(),
+            from: "a".into(),
+            to: "b".into(),
+            filter: "tag = 'red'".into(),
+        };
+        execute_and_apply(&mut image, &route).unwrap();
+        image
+    }
+
+    #[test]
+    fn a_broker_runs_one_runner_per_source_partition_it_leads() {
+        let image = image();
+        let led_by = |me: u32| -> Vec<u32> {
+            let mut led: Vec<u32> = wanted_runners(&image, me)
+                .into_values()
+                .map(|s| s.partition)
+                .collect();
+            led.sort_unstable();
+            led
+        };
+        let (one, two) = (led_by(1), led_by(2));
+        assert_eq!(one.len() + two.len(), 4);
+        for p in &one {
+            assert_eq!(image.topics["a"].partitions[*p as usize].leader, Some(1));
+        }
+        let spec = wanted_runners(&image, 1).into_values().next().unwrap();
+        assert_eq!(spec.target_partitions, 3);
+        assert_eq!(spec.target_partition(), spec.partition % 3);
+        assert_eq!(spec.filter, "tag = 'red'");
+        assert!(wanted_runners(&image, 3).is_empty());
+    }
+
+    #[test]
+    fn a_deleted_route_or_topic_wants_no_runner() {
+        let mut image = image();
+        let delete = Command::DeleteTopic { name: "b".into() };
+        execute_and_apply(&mut image, &delete).unwrap();
+        assert!(wanted_runners(&image, 1).is_empty() && wanted_runners(&image, 2).is_empty());
+    }
+}

@@ -27,13 +27,9 @@ pub fn check_filter(filter: &str) -> Result<(), MetaError> {
     if filter.is_empty() {
         return Ok(());
     }
-    // TODO(issue 18): parse with tinymq_filter::Filter::parse once the filter crate lands.
-    if filter.len() > 4096 || filter.trim().is_empty() {
-        return Err(MetaError::InvalidFilter(format!(
-            "column 1: a filter is 1 to 4096 bytes, not blank: {filter:?}"
-        )));
-    }
-    Ok(())
+    tinymq_filter::Filter::parse(filter)
+        .map(drop)
+        .map_err(|e| MetaError::InvalidFilter(e.to_string()))
 }
 
 pub(crate) fn create_route(
