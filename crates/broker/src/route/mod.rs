@@ -50,6 +50,9 @@ struct Runner {
 #[derive(Default)]
 pub struct Routes {
     runners: Mutex<HashMap<RunnerKey, Runner>>,
+    /// Tasks of stopped runners still finishing (closing their producers), by key, for a
+    /// successor of the same key to wait for.
+    stopping: Mutex<HashMap<RunnerKey, tokio::task::JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Routes {
@@ -85,22 +88,28 @@ impl Routes {
         (next >= 0).then_some((next, copied))
     }
 
-    /// Starts, replaces and stops runners so that exactly `wanted` run.
+    /// Starts, replaces and stops runners so that exactly `wanted` run. A runner replacing
+    /// one of the same key (a new leader epoch, a grown target, leadership back here) first
+    /// waits for the stopped one to finish, so two runners of a partition never copy at once.
     fn reconcile(&self, state: &Arc<BrokerState>, wanted: HashMap<RunnerKey, RunnerSpec>) {
         let mut runners = self.runners.lock();
+        let mut stopping = self.stopping.lock();
+        stopping.retain(|_, task| !task.is_finished());
         runners.retain(|key, runner| {
-            let keep = wanted.get(key) == Some(&runner.spec);
-            if !keep {
-                runner.stop.cancel();
+            if wanted.get(key) == Some(&runner.spec) {
+                return true;
             }
-            // A stopped runner's task is handed to its successor, if any (below).
-            keep || wanted.contains_key(key)
+            runner.stop.cancel();
+            if let Some(task) = runner.task.take() {
+                stopping.insert(key.clone(), task);
+            }
+            false
         });
         for (key, spec) in wanted {
-            if runners.get(&key).is_some_and(|r| r.spec == spec) {
+            if runners.contains_key(&key) {
                 continue;
             }
-            let previous = runners.remove(&key).and_then(|mut r| r.task.take());
+            let previous = stopping.remove(&key);
             let stats = Arc::new(RunnerStats::default());
             let stop = CancellationToken::new();
             tracing::info!(route = %spec.name, partition = spec.partition, "route runner starting");
