@@ -26,19 +26,26 @@ async fn create_topics(addr: &str) {
     for (name, partitions) in [("orders", 3), ("orders-eu", 2), ("orders-us", 2)] {
         let config = TopicConfig {
             partitions,
+            // With three brokers, three replicas (two in sync needed); alone, one.
             ..Default::default()
         };
         admin.create_topic(name, config).await.unwrap();
     }
 }
 
-fn add_routes(server: &Server) {
+/// Runs `tinymq ARGS` against `bootstrap`; fails the test unless it succeeds.
+fn tool(bootstrap: &str, args: &[&str]) -> String {
+    let mut command = std::process::Command::new(common::BIN);
+    command.args(args).env("TINYMQ_BOOTSTRAP", bootstrap);
+    String::from_utf8(common::run_succeeding(&mut command, b"").stdout).unwrap()
+}
+
+fn add_routes(bootstrap: &str) {
     for region in ["eu", "us"] {
         let filter = format!("header.region = '{region}'");
         let to = format!("orders-{region}");
         let args = ["route", "add", region, "--from", "orders", "--to", &to];
-        let out = server.run_tool(&[&args[..], &["--filter", &filter]].concat(), b"");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let text = tool(bootstrap, &[&args[..], &["--filter", &filter]].concat());
         assert!(text.contains(&format!("created route {region}")), "{text}");
     }
 }
@@ -94,17 +101,17 @@ fn header<'r>(record: &'r ConsumerRecord, name: &str) -> Option<&'r str> {
 }
 
 /// `route list --json`, parsed.
-fn list_routes(server: &Server) -> Vec<serde_json::Value> {
-    let out = server.run_tool(&["route", "list", "--json"], b"");
-    serde_json::from_slice(&out.stdout).expect("route list --json prints JSON")
+fn list_routes(bootstrap: &str) -> Vec<serde_json::Value> {
+    let out = tool(bootstrap, &["route", "list", "--json"]);
+    serde_json::from_str(&out).expect("route list --json prints JSON")
 }
 
 /// Waits until every route's lag is 0; returns the lags seen on the way (first to last).
-fn wait_lag_zero(server: &Server) -> Vec<i64> {
+fn wait_lag_zero(bootstrap: &str) -> Vec<i64> {
     let started = Instant::now();
     let mut seen = Vec::new();
     loop {
-        let routes = list_routes(server);
+        let routes = list_routes(bootstrap);
         let lags: Vec<i64> = routes
             .iter()
             .map(|r| r["lag"].as_i64().unwrap_or(-1))
@@ -190,10 +197,10 @@ async fn a_route_by_header_copies_each_matching_record_once_and_lists_its_lag() 
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path());
     create_topics(&server.addr).await;
-    add_routes(&server);
+    add_routes(&server.addr);
     let produced = produce(&server.addr, 0, 3_000).await;
     assert_eq!(produced, 3_000);
-    let lags = tokio::task::block_in_place(|| wait_lag_zero(&server));
+    let lags = tokio::task::block_in_place(|| wait_lag_zero(&server.addr));
     let counts = check_exactly_once(&server.addr).await;
     assert_eq!(counts["eu"] + counts["us"], 2_000);
     eprintln!("lags seen while routing 3000 records: {lags:?}; copies {counts:?}");
@@ -253,14 +260,14 @@ async fn a_route_by_header_copies_each_matching_record_once_and_lists_its_lag() 
     assert!(stderr.contains("ROUTE_NOT_FOUND"), "{stderr}");
 
     server.run_tool(&["route", "delete", "us"], b"");
-    let names: Vec<_> = list_routes(&server)
+    let names: Vec<_> = list_routes(&server.addr)
         .iter()
         .map(|r| r["name"].to_string())
         .collect();
     assert_eq!(names, ["\"eu\""]);
     // Deleting a topic deletes the routes from or into it.
     server.run_tool(&["topic", "delete", "orders-eu"], b"");
-    assert!(list_routes(&server).is_empty());
+    assert!(list_routes(&server.addr).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,14 +275,14 @@ async fn routing_is_exactly_once_across_a_sigkill_while_routing() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Server::start(dir.path());
     create_topics(&server.addr).await;
-    add_routes(&server);
+    add_routes(&server.addr);
     let before = produce(&server.addr, 0, 6_000).await;
     assert_eq!(before, 6_000);
     // Produce more while the runners copy, and kill the server in the middle of both.
     let addr = server.addr.clone();
     let during = tokio::spawn(async move { produce(&addr, 6_000, 30_000).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let lag_at_kill = tokio::task::block_in_place(|| list_routes(&server))
+    let lag_at_kill = tokio::task::block_in_place(|| list_routes(&server.addr))
         .iter()
         .map(|r| r["lag"].as_i64().unwrap_or(-1))
         .collect::<Vec<_>>();
@@ -284,11 +291,39 @@ async fn routing_is_exactly_once_across_a_sigkill_while_routing() {
     let server = Server::start(dir.path());
     let after = produce(&server.addr, 36_000, 3_000).await;
     assert_eq!(after, 3_000);
-    let lags = tokio::task::block_in_place(|| wait_lag_zero(&server));
+    let lags = tokio::task::block_in_place(|| wait_lag_zero(&server.addr));
     let counts = check_exactly_once(&server.addr).await;
     eprintln!(
         "lag at the SIGKILL {lag_at_kill:?}; acknowledged during {during}; lags after the \
          restart {lags:?}; copies {counts:?}"
     );
     assert!(counts["eu"] + counts["us"] >= 2 * (6_000 + 3_000) / 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_move_to_the_new_leader_when_a_broker_dies_and_copy_exactly_once() {
+    let mut cluster = common::cluster::Cluster::start(3);
+    let bootstrap = cluster.bootstrap();
+    create_topics(&bootstrap).await;
+    add_routes(&bootstrap);
+    assert_eq!(produce(&bootstrap, 0, 3_000).await, 3_000);
+    // A partition is created with its leader alone in sync; followers join as they catch up.
+    // Until they have, losing the leader takes it offline (no unclean election).
+    tokio::task::block_in_place(|| {
+        for topic in ["orders", "orders-eu", "orders-us", "__consumer_offsets"] {
+            common::cluster::wait_all_in_sync(topic, &bootstrap);
+        }
+    });
+    // Broker 1 leads some partitions of orders (placement spreads the leaders).
+    cluster.kill9(1);
+    let survivors = format!("{},{}", cluster.addr(2), cluster.addr(3));
+    let after = produce(&survivors, 3_000, 3_000).await;
+    let started = Instant::now();
+    let lags = tokio::task::block_in_place(|| wait_lag_zero(&survivors));
+    let counts = check_exactly_once(&survivors).await;
+    eprintln!(
+        "after broker 1 died: acknowledged {after}, lags {lags:?}, caught up in {:?}; copies {counts:?}",
+        started.elapsed()
+    );
+    assert!(counts["eu"] + counts["us"] >= 2 * (3_000 + after) / 3);
 }

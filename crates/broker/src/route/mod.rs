@@ -31,7 +31,7 @@ pub enum RouteError {
     Filter(String),
     #[error("the target has no partition {0}")]
     TargetGone(u32),
-    #[error("target partition {0}: its high watermark did not reach its log end in time")]
+    #[error("target partition {0}: its leader is unreachable, or its high watermark did not reach its log end in time")]
     TargetUnsettled(u32),
 }
 

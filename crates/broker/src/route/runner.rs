@@ -31,10 +31,13 @@ pub const COPIES_PER_ROUND_MAX: usize = 500;
 /// How often a runner commits its progress while it moves (and when it catches up).
 pub const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
 /// A copy not acknowledged within this long fails the round (the runner recovers).
-pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(15);
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The runner producer's request timeout (within the delivery timeout).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a runner taking over from another broker's waits before its recovery scan, so
-/// that copies the other one still had in flight have landed or failed.
-pub const HANDOVER_GRACE: Duration = Duration::from_secs(20);
+/// that copies the other one still had in flight have landed or failed (its producer gives
+/// up on them after [`DELIVERY_TIMEOUT`]).
+pub const HANDOVER_GRACE: Duration = Duration::from_secs(12);
 /// Longest wait between recovery attempts after failures (the target unavailable, say).
 pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const BACKOFF_FIRST: Duration = Duration::from_millis(200);
@@ -123,6 +126,7 @@ async fn attempt(
     let admin = state.internal.admin()?;
     let mut config = ProducerConfig::new("");
     config.client = client.clone();
+    config.client.request_timeout = REQUEST_TIMEOUT;
     config.delivery_timeout = DELIVERY_TIMEOUT;
     let producer = Producer::new(config)?;
     let copier = Copier {
