@@ -134,7 +134,7 @@ async fn describe(state: &BrokerState, name: String, route: &RouteRecord) -> m::
             },
         };
         lag = match (lag, next_offset, high_watermark) {
-            (l, n, h) if l >= 0 && n >= 0 && h >= 0 => l + (h - n).max(0),
+            (l, n, h) if l >= 0 && n >= 0 && h >= 0 => l.saturating_add((h - n).max(0)),
             _ => -1,
         };
         progress.push(m::RoutePartitionProgress {

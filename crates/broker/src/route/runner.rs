@@ -186,7 +186,7 @@ impl Copier<'_> {
             }
             for delivery in deliveries {
                 let landed = delivery.await?;
-                checkpoint.scan_from = checkpoint.scan_from.max(landed.offset + 1);
+                checkpoint.scan_from = checkpoint.scan_from.max(landed.offset.saturating_add(1));
                 self.stats.copied.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(position) = consumer.position(&spec.from, spec.partition) {
@@ -234,7 +234,9 @@ impl Copier<'_> {
             (&spec.name, spec.partition),
         )
         .await?;
-        let next = committed.offset.max(copied.map_or(i64::MIN, |o| o + 1));
+        let next = committed
+            .offset
+            .max(copied.map_or(i64::MIN, |o| o.saturating_add(1)));
         tracing::info!(route = %spec.name, partition = spec.partition, committed = committed.offset,
             next, "route runner recovered");
         Ok(next)
