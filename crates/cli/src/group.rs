@@ -3,7 +3,9 @@
 //! read to) and the lag between them, and the group's total lag. A high watermark (and so a
 //! lag) that cannot be known — the partition's leader is offline or unreachable — is `null` in
 //! JSON and `-` in text, never a number; offsets are not reset from positions that are not
-//! known.
+//! known. A share group (queue semantics, docs/queues.md) is described by `group/share.rs`.
+
+mod share;
 
 use clap::Subcommand;
 use tinymq_client::Admin;
@@ -19,7 +21,9 @@ pub enum GroupCommand {
         bootstrap: Bootstrap,
     },
     /// Show members, their partitions, and per partition the committed offset, the high
-    /// watermark (from the partition's leader) and the lag; then the total lag.
+    /// watermark (from the partition's leader) and the lag; then the total lag. For a share
+    /// group: per partition its start and end offsets, acquired, available, accepted and
+    /// dead-lettered records, and the first in-flight records with their delivery counts.
     Describe {
         /// The group's id.
         group: String,
@@ -123,6 +127,13 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
 }
 
 async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Result<()> {
+    // A share group has state on the partition leaders; a group without any is described as
+    // a regular group (as before share groups existed).
+    let shared =
+        tinymq_client::share::describe_share_group(bootstrap.client_config()?, group).await?;
+    if shared.exists() {
+        return share::print(&shared, json);
+    }
     let admin = Admin::new(bootstrap.client_config()?)?;
     let d = admin.describe_group(group).await?;
     let mut owner = std::collections::BTreeMap::new();
