@@ -352,7 +352,8 @@ impl ShareSettings {
         let dead_letter_topic = topic
             .config
             .get("dead_letter_topic")
-            .filter(|t| validate_topic_name(t).is_ok())
+            // Its own dead-letter topic would deliver its dead letters again.
+            .filter(|t| validate_topic_name(t).is_ok() && t.as_str() != name)
             .cloned()
             .unwrap_or_else(|| format!("{name}.dlq"));
         ShareSettings {
@@ -460,5 +461,33 @@ mod tests {
         assert_eq!(filled.retention_ms, 5000);
         record.config = [("segment_bytes".to_string(), "lots".to_string())].into();
         assert!(TopicSettings::from_record(&record, &defaults).is_err());
+    }
+
+    #[test]
+    fn share_settings_default_and_refuse_a_topic_as_its_own_dead_letter_topic() {
+        let mut record = TopicRecord {
+            id: 1,
+            partitions: vec![],
+            config: BTreeMap::new(),
+        };
+        let defaults = ShareSettings::of("orders", &record);
+        assert_eq!(defaults.max_delivery_attempts, 5);
+        assert_eq!(defaults.dead_letter_topic, "orders.dlq");
+        record.config = [
+            ("max_delivery_attempts".to_string(), "9".to_string()),
+            ("dead_letter_topic".to_string(), "failed".to_string()),
+        ]
+        .into();
+        let set = ShareSettings::of("orders", &record);
+        assert_eq!(
+            (set.max_delivery_attempts, set.dead_letter_topic.as_str()),
+            (9, "failed")
+        );
+        record.config = [
+            ("max_delivery_attempts".to_string(), "0".to_string()),
+            ("dead_letter_topic".to_string(), "orders".to_string()),
+        ]
+        .into();
+        assert_eq!(ShareSettings::of("orders", &record), defaults);
     }
 }

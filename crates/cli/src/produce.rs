@@ -3,9 +3,15 @@
 //! the form `consume --format json` prints. Exits 0 only after every record is acknowledged.
 //! A record that fails (e.g. too large for the topic, or a JSON line that does not parse) is
 //! reported on stderr with its line number while the others are still delivered; the exit
-//! status is then non-zero.
+//! status is then non-zero. With `--deliver-at` or `--delay` the records are delayed
+//! (`Producer::send_at`): acknowledged once the leader's timer log has them, visible to
+//! consumers at that time.
+
+mod when;
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 
 use anyhow::Context;
 use bytes::Bytes;
@@ -66,6 +72,16 @@ pub struct ProduceArgs {
     /// Target batch size, bytes.
     #[arg(long, default_value_t = 64 * 1024, value_parser = crate::args::positive_usize)]
     batch_bytes: usize,
+    /// Set the header `tag` (what `--filter "tag = '…'"` matches) on every message.
+    #[arg(long)]
+    tag: Option<String>,
+    /// Deliver the messages at this time: RFC 3339 (2026-12-01T18:30:00Z) or ms since the
+    /// Unix epoch; at most 7 days ahead.
+    #[arg(long, value_parser = when::parse_deliver_at, conflicts_with = "delay")]
+    deliver_at: Option<i64>,
+    /// Deliver each message this long after it is sent: 1500ms, 30s, 2m, 1h, 7d.
+    #[arg(long, value_parser = when::parse_delay)]
+    delay: Option<i64>,
     #[command(flatten)]
     bootstrap: Bootstrap,
 }
@@ -207,13 +223,40 @@ fn split_key(line: &[u8], sep: &[u8]) -> (Option<Bytes>, Bytes) {
     (None, Bytes::copy_from_slice(line))
 }
 
+/// When records become visible.
+#[derive(Debug, Clone, Copy)]
+enum Timing {
+    Now,
+    At(i64),
+    After(i64),
+}
+
+/// A delayed record's delivery: boxed, the less usual case.
+type DelayedFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// A record's delivery, awaited in order.
+enum Pending {
+    Now(DeliveryFuture),
+    Delayed(DelayedFuture),
+}
+
+impl Pending {
+    async fn settle(self) -> Result<(), String> {
+        match self {
+            Pending::Now(delivery) => delivery.await.map(|_| ()).map_err(|e| e.to_string()),
+            Pending::Delayed(delivery) => delivery.await,
+        }
+    }
+}
+
 /// Sends records and settles their deliveries, counting and reporting failures by line.
 struct Sender {
     producer: Producer,
     topic: String,
     partition: Option<u32>,
+    timing: Timing,
     /// Each delivery with its line number (from 1).
-    pending: VecDeque<(u64, DeliveryFuture)>,
+    pending: VecDeque<(u64, Pending)>,
     records: u64,
     failed: u64,
     first_error: Option<String>,
@@ -233,7 +276,20 @@ impl Sender {
             timestamp_ms,
         };
         self.records += 1;
-        let delivery = self.producer.send(&self.topic, record).await?;
+        let deliver_at_ms = match self.timing {
+            Timing::Now => None,
+            Timing::At(ms) => Some(ms),
+            Timing::After(ms) => Some(now_ms().saturating_add(ms)),
+        };
+        let delivery = match deliver_at_ms {
+            None => Pending::Now(self.producer.send(&self.topic, record).await?),
+            Some(at) => {
+                let delivery = self.producer.send_at(&self.topic, record, at).await?;
+                Pending::Delayed(Box::pin(async move {
+                    delivery.await.map(|_| ()).map_err(|e| e.to_string())
+                }))
+            }
+        };
         self.pending.push_back((line, delivery));
         if self.pending.len() >= DELIVERIES_PENDING_MAX {
             self.settle_oldest().await;
@@ -246,8 +302,8 @@ impl Sender {
         let Some((line, delivery)) = self.pending.pop_front() else {
             return false;
         };
-        let result = delivery.await;
-        self.settle(line, result.map(|_| ()).map_err(|e| e.to_string()));
+        let result = delivery.settle().await;
+        self.settle(line, result);
         true
     }
 
@@ -287,6 +343,12 @@ impl Sender {
     }
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
     let mut config = ProducerConfig::new(&args.bootstrap.bootstrap);
     config.client = args.bootstrap.client_config()?;
@@ -304,7 +366,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         args.key_separator.is_none() || args.input_format == InputFormat::Lines,
         "--key-separator is for --input-format lines"
     );
-    let headers: Vec<(String, Option<Bytes>)> = args
+    let mut headers: Vec<(String, Option<Bytes>)> = args
         .headers
         .iter()
         .map(|h| {
@@ -314,10 +376,22 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
             Ok((k.to_string(), Some(Bytes::copy_from_slice(v.as_bytes()))))
         })
         .collect::<anyhow::Result<_>>()?;
+    if let Some(tag) = &args.tag {
+        headers.push((
+            "tag".to_string(),
+            Some(Bytes::copy_from_slice(tag.as_bytes())),
+        ));
+    }
+    let timing = match (args.deliver_at, args.delay) {
+        (Some(at), _) => Timing::At(at),
+        (None, Some(ms)) => Timing::After(ms),
+        (None, None) => Timing::Now,
+    };
     let mut sender = Sender {
         producer: Producer::new(config)?,
         topic: args.topic.clone(),
         partition: args.partition,
+        timing,
         pending: VecDeque::new(),
         records: 0,
         failed: 0,

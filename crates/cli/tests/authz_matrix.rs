@@ -684,6 +684,138 @@ fn rows() -> Vec<Row> {
             call: call!(|c, _t| top(ask(c, m::ListQuotasRequest {}).await)),
         },
         Row {
+            op: OpCode::ShareFetch,
+            key: "sharefetch",
+            resource: GroupAndTopic,
+            acl: READ,
+            setup: true,
+            check: OK,
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::ShareFetchRequest {
+                        group_id: t.name.into(),
+                        member_id: format!("m-{}", t.who),
+                        partitions: vec![m::ShareFetchPartition {
+                            topic: t.name.into(),
+                            partition: 0,
+                        }],
+                        max_records: 1,
+                        ..Default::default()
+                    }
+                )
+                .await,
+                |a| a.partitions.iter().map(|p| err(&p.error)).collect()
+            )),
+        },
+        Row {
+            op: OpCode::ShareAcknowledge,
+            key: "shareacknowledge",
+            resource: GroupAndTopic,
+            acl: READ,
+            setup: true,
+            // Nothing is acquired by this member: authorized, then refused on its merits.
+            check: Check::Runs(&[ErrorCode::INVALID_RECORD_STATE]),
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::ShareAcknowledgeRequest {
+                        group_id: t.name.into(),
+                        member_id: format!("m-{}", t.who),
+                        acknowledgements: vec![m::ShareAcknowledgement {
+                            topic: t.name.into(),
+                            partition: 0,
+                            first_offset: 0,
+                            last_offset: 0,
+                            kind: 1,
+                        }],
+                    }
+                )
+                .await,
+                |a| a.results.iter().map(|r| err(&r.error)).collect()
+            )),
+        },
+        Row {
+            op: OpCode::DescribeShareGroup,
+            key: "describesharegroup",
+            resource: Group,
+            acl: DESCRIBE,
+            setup: false,
+            check: Check::Runs(&[ErrorCode::GROUP_ID_NOT_FOUND]),
+            call: call!(|c, t| top(ask(
+                c,
+                m::DescribeShareGroupRequest {
+                    group_id: t.name.into(),
+                }
+            )
+            .await)),
+        },
+        Row {
+            op: OpCode::ProduceDelayed,
+            key: "producedelayed",
+            resource: Topic,
+            acl: WRITE,
+            setup: true,
+            check: OK,
+            call: call!(|c, t| top(ask(
+                c,
+                m::ProduceDelayedRequest {
+                    topic: t.name.into(),
+                    partition: 0,
+                    deliver_at_ms: 1,
+                    records: batch(),
+                    timeout_ms: 5000,
+                }
+            )
+            .await)),
+        },
+        Row {
+            op: OpCode::CreateRoute,
+            key: "createroute",
+            resource: Cluster,
+            acl: ALTER,
+            setup: false,
+            // The topics do not exist: authorized, then refused on its merits.
+            check: Check::Runs(&[
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                ErrorCode::INVALID_REQUEST,
+            ]),
+            call: call!(|c, t| top(ask(
+                c,
+                m::CreateRouteRequest {
+                    name: format!("r-{}", t.who),
+                    from_topic: "no-such-source".into(),
+                    to_topic: "no-such-target".into(),
+                    filter: String::new(),
+                }
+            )
+            .await)),
+        },
+        Row {
+            op: OpCode::DeleteRoute,
+            key: "deleteroute",
+            resource: Cluster,
+            acl: ALTER,
+            setup: false,
+            check: Check::Runs(&[ErrorCode::ROUTE_NOT_FOUND]),
+            call: call!(|c, t| top(ask(
+                c,
+                m::DeleteRouteRequest {
+                    name: format!("r-{}", t.who),
+                }
+            )
+            .await)),
+        },
+        Row {
+            op: OpCode::ListRoutes,
+            key: "listroutes",
+            resource: Cluster,
+            acl: DESCRIBE,
+            setup: false,
+            check: OK,
+            call: call!(|c, _t| top(ask(c, m::ListRoutesRequest {}).await)),
+        },
+        Row {
             op: OpCode::MetaRead,
             key: "metaread",
             resource: Cluster,

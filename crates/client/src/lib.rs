@@ -29,8 +29,8 @@ pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, Unavaila
 pub use error::ClientError;
 pub use group::GroupEvent;
 pub use producer::{
-    murmur2, partition_for_key, Acks, BatchDelivery, BatchMetadata, DeliveryFuture, Producer,
-    ProducerConfig, ProducerRecord, RecordMetadata,
+    murmur2, partition_for_key, Acks, BatchDelivery, BatchMetadata, DelayedDelivery,
+    DelayedMetadata, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
 };
 pub use security::{ClientTls, Login, ScramMechanism, Security};
 pub use security_admin::{AclFilter, PutUserMode, Quota, UserInfo, SCRAM_MECHANISMS_DEFAULT};

@@ -14,6 +14,9 @@ use crate::placement::{place, PlannedMove};
 use crate::security::PutUserMode;
 use tinymq_auth::{AclEntry, AclFilter, QuotaConfig, StoredCredential};
 
+pub mod routes;
+pub use routes::{ROUTES_MAX, ROUTE_NAME_BYTES_MAX};
+
 /// Most partitions one topic may have.
 pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
 /// Most partition replicas placed on one broker. File descriptors no longer grow with
@@ -169,6 +172,19 @@ pub enum Command {
     RemoveQuota {
         principal: String,
     },
+    /// Creates a content-based route ([`routes`]): refused for a name in use
+    /// (`ROUTE_ALREADY_EXISTS`), an unknown or internal topic, the same topic on both ends, a
+    /// filter that does not parse (`INVALID_FILTER`) and past [`ROUTES_MAX`].
+    CreateRoute {
+        name: String,
+        from: String,
+        to: String,
+        filter: String,
+    },
+    /// Deletes a route (`ROUTE_NOT_FOUND` if there is none by that name).
+    DeleteRoute {
+        name: String,
+    },
 }
 
 fn yes() -> bool {
@@ -274,6 +290,14 @@ pub enum MetaError {
     UserNotFound(String),
     #[error("the cluster holds its most {what} ({max}); remove some first")]
     LimitReached { what: String, max: usize },
+    #[error("route {0} already exists")]
+    RouteExists(String),
+    #[error("unknown route {0}")]
+    RouteNotFound(String),
+    /// The filter parser's text as it is (`column N: …` and a caret line under the column),
+    /// so the caret lines up.
+    #[error("{0}")]
+    InvalidFilter(String),
     #[error("{topic}/{partition}: broker {broker} cannot join the ISR (not a replica, not live, or fenced)")]
     IneligibleReplica {
         topic: String,
@@ -306,6 +330,9 @@ impl MetaError {
             MetaError::UserExists(_) => ErrorCode::USER_ALREADY_EXISTS,
             MetaError::UserNotFound(_) => ErrorCode::USER_NOT_FOUND,
             MetaError::LimitReached { .. } => ErrorCode::INVALID_REQUEST,
+            MetaError::RouteExists(_) => ErrorCode::ROUTE_ALREADY_EXISTS,
+            MetaError::RouteNotFound(_) => ErrorCode::ROUTE_NOT_FOUND,
+            MetaError::InvalidFilter(_) => ErrorCode::INVALID_FILTER,
         }
     }
 }
@@ -361,10 +388,9 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             if !image.topics.contains_key(name) {
                 return Err(MetaError::UnknownTopic(name.clone()));
             }
-            Ok((
-                vec![MetadataRecord::DeleteTopic { name: name.clone() }],
-                Reply::Done,
-            ))
+            let mut records = vec![MetadataRecord::DeleteTopic { name: name.clone() }];
+            records.extend(routes::routes_of_deleted_topic(image, name));
+            Ok((records, Reply::Done))
         }
         Command::AlterPartitions { name, partitions } => alter_partitions(image, name, *partitions),
         Command::AlterTopicConfig { name, set, unset } => {
@@ -469,6 +495,13 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             crate::security::set_quota(image, principal, quota)
         }
         Command::RemoveQuota { principal } => crate::security::remove_quota(image, principal),
+        Command::CreateRoute {
+            name,
+            from,
+            to,
+            filter,
+        } => routes::create_route(image, name, from, to, filter),
+        Command::DeleteRoute { name } => routes::delete_route(image, name),
     }
 }
 

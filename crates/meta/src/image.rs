@@ -181,6 +181,21 @@ impl TopicRecord {
     }
 }
 
+/// A content-based route (docs/queues.md, "Routes"): the leader of each partition of `from`
+/// copies every record that matches `filter` into `to` exactly once. Checked by
+/// `Command::CreateRoute` ([`crate::command`]) before it is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteRecord {
+    /// Unique over the cluster's life, like a topic's: a route deleted and created again
+    /// under its name gets a new id, so it keeps no progress of the old one (its progress
+    /// group is named with the id).
+    pub id: u64,
+    pub from: String,
+    pub to: String,
+    /// A filter expression (crate `tinymq-filter`); empty = every record.
+    pub filter: String,
+}
+
 /// A change to the image; the replicated log is a sequence of these.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetadataRecord {
@@ -273,6 +288,14 @@ pub enum MetadataRecord {
     RemoveQuota {
         principal: String,
     },
+    CreateRoute {
+        name: String,
+        route: RouteRecord,
+    },
+    /// Removes a route (`DeleteRoute`, or its topic deleted).
+    DeleteRoute {
+        name: String,
+    },
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -298,6 +321,12 @@ pub struct MetadataImage {
     /// Quotas by principal (`User:NAME`, or `<default>` for every user without its own).
     #[serde(default)]
     pub quotas: BTreeMap<String, QuotaConfig>,
+    /// Content-based routes by name (none in images from before routes).
+    #[serde(default)]
+    pub routes: BTreeMap<String, RouteRecord>,
+    /// Route ids are never reused.
+    #[serde(default)]
+    pub next_route_id: u64,
 }
 
 impl MetadataImage {
@@ -399,6 +428,15 @@ impl MetadataImage {
             | MetadataRecord::DeleteAcls { .. }
             | MetadataRecord::SetQuota { .. }
             | MetadataRecord::RemoveQuota { .. } => crate::security::apply(self, record),
+            MetadataRecord::CreateRoute { name, route } => {
+                self.next_route_id = self.next_route_id.max(route.id.saturating_add(1));
+                self.routes
+                    .entry(name.clone())
+                    .or_insert_with(|| route.clone());
+            }
+            MetadataRecord::DeleteRoute { name } => {
+                self.routes.remove(name);
+            }
         }
     }
 

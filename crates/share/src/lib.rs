@@ -4,6 +4,7 @@
 //! dead-lettering), and the records of the state log it is rebuilt from. Time is passed in;
 //! nothing here does I/O (the broker's `share` module writes and reads the log's bytes).
 
+mod expiry;
 mod partition;
 mod ranges;
 mod state_log;

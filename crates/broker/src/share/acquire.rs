@@ -57,9 +57,26 @@ pub(crate) fn acquire_partition(
     outcome?;
     Ok(Acquisition {
         records: taking.out.freeze(),
-        acquired: taking.acquired,
+        acquired: coalesce(taking.acquired),
         sequence,
     })
+}
+
+/// Merges adjacent ranges of one delivery count (separate reads and batches split them).
+fn coalesce(ranges: Vec<AcquiredRange>) -> Vec<AcquiredRange> {
+    let mut merged: Vec<AcquiredRange> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        match merged.last_mut() {
+            Some(last)
+                if last.delivery_count == range.delivery_count
+                    && last.last_offset + 1 == range.first_offset =>
+            {
+                last.last_offset = range.last_offset;
+            }
+            _ => merged.push(range),
+        }
+    }
+    merged
 }
 
 struct Taking<'a> {
@@ -104,10 +121,10 @@ impl Taking<'_> {
                         continue;
                     }
                     // No batch holds the offsets before `base`: done without delivery.
-                    let hole_last = (base - 1).min(last);
+                    let hole_last = base.saturating_sub(1).min(last);
                     if hole_last >= next {
                         self.skip(next, hole_last)?;
-                        next = hole_last + 1;
+                        next = hole_last.saturating_add(1);
                     }
                     if base > last {
                         break;
@@ -117,7 +134,7 @@ impl Taking<'_> {
                     }
                     let high = batch_last.min(last);
                     self.take_batch(batch, base, (next, high))?;
-                    next = high + 1;
+                    next = high.saturating_add(1);
                 }
                 if next == before {
                     // Nothing readable at `next` (below the log start, or not visible yet).

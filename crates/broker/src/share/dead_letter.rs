@@ -27,6 +27,12 @@ pub const SHARE_TICK_MS: u64 = 100;
 pub const DEAD_LETTERS_PER_PASS_MAX: usize = 500;
 /// Bytes read per read of records to dead-letter.
 const DEAD_LETTER_READ_BYTES: usize = 1 << 20;
+/// After a failed dead-lettering pass of a share partition, the next waits this long.
+pub const DEAD_LETTER_RETRY_MS: i64 = 1_000;
+/// Every this many ticks (1 s) the state logs of partitions led here are loaded if they are
+/// not yet: after a start or a leader change, records waiting for the dead-letter topic are
+/// written and the state is described without waiting for a member's fetch.
+const LOAD_EVERY_TICKS: u32 = 10;
 /// Decompressed bytes one batch may take when it is decoded for dead-lettering.
 const DEAD_LETTER_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 
@@ -34,12 +40,33 @@ const DEAD_LETTER_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(Duration::from_millis(SHARE_TICK_MS));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = 0u32;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
+        if ticks.is_multiple_of(LOAD_EVERY_TICKS) {
+            load_led(&state);
+        }
+        ticks = ticks.wrapping_add(1);
         pass(&state).await;
+    }
+}
+
+/// Loads the state logs of the partitions led here that are not loaded yet.
+fn load_led(state: &BrokerState) {
+    for partition in state.all_partitions() {
+        if state.current_leader(&partition.topic, partition.index) != state.node_id() {
+            continue;
+        }
+        for group in super::store::groups_in(&partition.dir) {
+            let loaded =
+                super::share_partition(state, &group, &partition.topic, partition.index, false);
+            if let Err(e) = loaded {
+                tracing::debug!(topic = %partition.topic, partition = partition.index, %group, error = %e.message, "share state not loaded");
+            }
+        }
     }
 }
 
@@ -82,11 +109,16 @@ async fn pass(state: &Arc<BrokerState>) {
                 continue;
             }
         }
-        if waiting && !shared.dead_lettering.swap(true, Ordering::AcqRel) {
+        let due = shared.dead_letter_retry_at_ms.load(Ordering::Acquire) <= now;
+        if waiting && due && !shared.dead_lettering.swap(true, Ordering::AcqRel) {
             let (state, shared) = (state.clone(), shared.clone());
             tokio::spawn(async move {
                 if let Err(why) = dead_letter(&state, &shared).await {
-                    tracing::warn!(key = ?shared.key, %why, "dead-lettering failed; retried");
+                    tracing::warn!(key = ?shared.key, %why, "dead-lettering failed; retried in {DEAD_LETTER_RETRY_MS} ms");
+                    let retry_at = crate::partition::now_ms() + DEAD_LETTER_RETRY_MS;
+                    shared
+                        .dead_letter_retry_at_ms
+                        .store(retry_at, Ordering::Release);
                 }
                 shared.dead_lettering.store(false, Ordering::Release);
             });

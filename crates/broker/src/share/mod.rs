@@ -1,7 +1,7 @@
 //! Share groups on the broker (docs/queues.md, "Share groups"): for each partition led here,
 //! each share group's share-partition state (acquisition locks, delivery counts, the start
 //! offset), kept durable in a state log (`store`) and rebuilt when first used after this
-//! broker starts leading the partition; ShareFetch (`fetch`), ShareAcknowledge and
+//! broker starts leading the partition (or by the background task's scan, within a second); ShareFetch (`fetch`), ShareAcknowledge and
 //! DescribeShareGroup (`answer`); lock expiry, state-log rewrites and dead-lettering in the
 //! background task (`run`, `dead_letter`).
 
@@ -12,7 +12,7 @@ mod fetch;
 mod store;
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -55,6 +55,8 @@ pub(crate) struct SharedPartition {
     pub log: Arc<StateLog>,
     /// Set while a dead-lettering task runs for it.
     pub dead_lettering: AtomicBool,
+    /// After a failed dead-lettering pass: not retried before this (ms since the epoch).
+    pub dead_letter_retry_at_ms: AtomicI64,
 }
 
 impl SharedPartition {
@@ -184,6 +186,7 @@ pub(crate) fn share_partition(
         state: Mutex::new(share),
         log: Arc::new(log),
         dead_lettering: AtomicBool::new(false),
+        dead_letter_retry_at_ms: AtomicI64::new(0),
     });
     kept.insert(key, shared.clone());
     Ok(Some(shared))

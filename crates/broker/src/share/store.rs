@@ -35,6 +35,27 @@ pub(crate) fn state_path(partition_dir: &Path, group: &str) -> PathBuf {
     state_dir(partition_dir).join(format!("{}.state", hex(group.as_bytes())))
 }
 
+/// The groups with a state log in a partition's directory (file names that do not decode to
+/// a group id are ignored).
+pub(crate) fn groups_in(partition_dir: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(state_dir(partition_dir)) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let hex = name.strip_suffix(".state")?;
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+                .collect::<Option<Vec<u8>>>()?;
+            let group = String::from_utf8(bytes).ok()?;
+            crate::group::validate_group_id(&group).ok()?;
+            Some(group)
+        })
+        .collect()
+}
+
 struct Appender {
     file: Arc<File>,
     bytes: u64,
@@ -198,5 +219,85 @@ fn read_existing(path: &Path) -> std::io::Result<Option<(SharePartition, u64)>> 
             tracing::error!(path = %path.display(), %why, "share state log cannot be replayed; starting over");
             Ok(None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tinymq_share::{AckKind, SharePartition};
+
+    use super::*;
+
+    /// Acquires `count` new records for member `a` and accepts every other one, logging it.
+    fn work(log: &StateLog, share: &mut SharePartition, count: i64) -> u64 {
+        let member: Arc<str> = Arc::from("a");
+        let mut records = Vec::new();
+        let first = share.end_offset();
+        let range = (first, first + count - 1);
+        share.acquire(&member, range, 1, 5, &mut records).unwrap();
+        for offset in (first..first + count).step_by(2) {
+            share
+                .acknowledge("a", (offset, offset), AckKind::Accept, 5, &mut records)
+                .unwrap();
+        }
+        log.append(&records).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_log_reopens_to_its_state_after_a_torn_tail_and_a_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path(), "group-1");
+        let (log, mut share) = StateLog::open(path.clone(), SharePartition::new(5)).unwrap();
+        let log = Arc::new(log);
+        let sequence = work(&log, &mut share, 10);
+        log.sync(sequence).await.unwrap();
+        drop(log);
+        // A crash mid-append leaves a torn record: cut on open, the rest replayed.
+        let whole = std::fs::metadata(&path).unwrap().len();
+        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
+        drop(file);
+        let (log, reopened) = StateLog::open(path.clone(), SharePartition::new(0)).unwrap();
+        assert_eq!(reopened, share.rebuilt());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        // Appends after the cut follow whole records; a rewrite keeps the state, smaller.
+        let mut share = reopened;
+        work(&log, &mut share, 10);
+        let before = log.size_bytes();
+        log.rewrite(&share).unwrap();
+        assert!(log.size_bytes() < before, "{} < {before}", log.size_bytes());
+        work(&log, &mut share, 4);
+        drop(log);
+        let (_, reopened) = StateLog::open(path, SharePartition::new(0)).unwrap();
+        assert_eq!(reopened, share.rebuilt());
+        assert_eq!(
+            reopened.start_offset(),
+            6,
+            "offset 6 was acquired, not accepted"
+        );
+    }
+
+    #[test]
+    fn group_ids_round_trip_through_file_names() {
+        let dir = tempfile::tempdir().unwrap();
+        for group in ["orders-eu.1", "g"] {
+            StateLog::open(state_path(dir.path(), group), SharePartition::new(0)).unwrap();
+        }
+        std::fs::write(state_dir(dir.path()).join("zz.state"), b"").unwrap();
+        let mut groups = groups_in(dir.path());
+        groups.sort();
+        assert_eq!(groups, vec!["g".to_string(), "orders-eu.1".to_string()]);
+    }
+
+    #[test]
+    fn a_log_without_a_snapshot_starts_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path(), "g");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"not a state log").unwrap();
+        let (_, share) = StateLog::open(path, SharePartition::new(42)).unwrap();
+        assert_eq!(share, SharePartition::new(42));
     }
 }

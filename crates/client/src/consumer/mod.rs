@@ -146,7 +146,7 @@ impl Consumer {
         if let Some(filter) = &config.filter {
             // The broker would refuse it with the same message: say so before connecting.
             tinymq_filter::Filter::parse(filter)
-                .map_err(|e| ClientError::Config(format!("invalid filter: {e}")))?;
+                .map_err(|e| ClientError::Config(format!("invalid filter:\n{e}")))?;
         }
         Ok(Consumer {
             cluster: Cluster::new(config.client.clone())?,

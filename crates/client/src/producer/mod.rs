@@ -18,13 +18,14 @@
 //! time they send a batch (routes older than the cluster's metadata age are fetched again), so
 //! `send` itself reads no clock and makes no request once a topic is known.
 
+mod delayed;
 mod partitioner;
 mod queue;
 mod wire;
 mod worker;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +36,7 @@ use tinymq_protocol::messages as m;
 
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::ClientError;
+pub use delayed::{DelayedDelivery, DelayedMetadata};
 use partitioner::Sticky;
 pub use partitioner::{murmur2, partition_for_key};
 pub use queue::{BatchDelivery, DeliveryFuture};
@@ -216,6 +218,8 @@ struct Inner {
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
     topics: Mutex<Topics>,
+    /// The sequence of the next delayed send (`send_at`), across partitions.
+    delayed_sequence: AtomicI32,
 }
 
 #[derive(Default)]
@@ -282,6 +286,7 @@ impl Producer {
                 config,
                 cluster,
                 topics: Mutex::new(Topics::default()),
+                delayed_sequence: AtomicI32::new(0),
             }),
         })
     }

@@ -42,8 +42,8 @@ use crate::error::{check, ClientError};
 /// id is taken, which restarts every partition's sequence at 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Identity {
-    producer_id: i64,
-    producer_epoch: i16,
+    pub(super) producer_id: i64,
+    pub(super) producer_epoch: i16,
     generation: u64,
 }
 
@@ -65,7 +65,7 @@ impl ProducerIdentity {
         }
     }
 
-    async fn get(&self, cluster: &Cluster) -> Result<Option<Identity>, ClientError> {
+    pub(super) async fn get(&self, cluster: &Cluster) -> Result<Option<Identity>, ClientError> {
         if !self.enabled {
             return Ok(None);
         }

@@ -1,0 +1,305 @@
+//! One route runner: copies the matching records of one source partition led here into the
+//! target exactly once. It recovers its position (the committed progress, then a scan of the
+//! target for copies made after that commit), checkpoints before its first copy, then loops:
+//! poll a bounded round of records, copy the matching ones with its own idempotent producer,
+//! wait for their acknowledgements, advance and (at most every second) commit its progress.
+//! Any failure closes the producer (every copy sent is acknowledged or has failed), backs off
+//! and recovers again, so a failure never leaves a copy unaccounted for.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tinymq_client::{
+    Admin, ClientConfig, Consumer, ConsumerConfig, ConsumerRecord, Producer, ProducerConfig,
+    ProducerRecord, StartFrom,
+};
+use tinymq_protocol::messages as m;
+use tokio_util::sync::CancellationToken;
+
+use crate::route::matcher::Matcher;
+use crate::route::progress::{origin_headers, progress_group, scan_copies, Checkpoint};
+use crate::route::RouteError;
+use crate::state::BrokerState;
+
+/// Bytes one fetch of a runner (or of its recovery scan) brings back at most.
+pub const FETCH_BYTES_MAX: u32 = 1 << 20;
+/// Records one round copies at most before waiting for their acknowledgements: with
+/// [`FETCH_BYTES_MAX`], what bounds a runner's memory.
+pub const COPIES_PER_ROUND_MAX: usize = 500;
+/// How often a runner commits its progress while it moves (and when it catches up).
+pub const COMMIT_INTERVAL: Duration = Duration::from_secs(1);
+/// A copy not acknowledged within this long fails the round (the runner recovers).
+pub const DELIVERY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The runner producer's request timeout (within the delivery timeout).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a runner taking over from another broker's waits before its recovery scan, so
+/// that copies the other one still had in flight have landed or failed (its producer gives
+/// up on them after [`DELIVERY_TIMEOUT`]).
+pub const HANDOVER_GRACE: Duration = Duration::from_secs(12);
+/// Longest wait between recovery attempts after failures (the target unavailable, say).
+pub const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const BACKOFF_FIRST: Duration = Duration::from_millis(200);
+/// How long a poll waits for records.
+const POLL_WAIT: Duration = Duration::from_millis(500);
+/// How long a recovery waits for the target partition's high watermark to reach its end.
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// What a runner runs for: one source partition of one route, under one leader epoch and
+/// one target partition count (a change of either starts a new runner).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerSpec {
+    pub name: String,
+    pub route_id: u64,
+    pub from: String,
+    pub to: String,
+    pub filter: String,
+    pub partition: u32,
+    pub leader_epoch: u32,
+    pub target_partitions: u32,
+}
+
+impl RunnerSpec {
+    /// Source partition p goes to target partition p % target partitions (order kept).
+    pub fn target_partition(&self) -> u32 {
+        self.partition % self.target_partitions.max(1)
+    }
+}
+
+/// What ListRoutes reports of a runner.
+#[derive(Debug)]
+pub struct RunnerStats {
+    /// The next source offset to read; -1 until recovered.
+    pub next_offset: AtomicI64,
+    /// Copies acknowledged since the runner started.
+    pub copied: AtomicU64,
+}
+
+impl Default for RunnerStats {
+    fn default() -> RunnerStats {
+        RunnerStats {
+            next_offset: AtomicI64::new(-1),
+            copied: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Runs until `stop`, after `previous` (the runner this one replaces) has finished.
+pub async fn run(
+    state: Arc<BrokerState>,
+    spec: RunnerSpec,
+    stats: Arc<RunnerStats>,
+    stop: CancellationToken,
+    previous: Option<tokio::task::JoinHandle<()>>,
+) {
+    if let Some(previous) = previous {
+        let _ = previous.await;
+    }
+    let mut backoff = BACKOFF_FIRST;
+    while !stop.is_cancelled() {
+        let started = Instant::now();
+        if let Err(e) = attempt(&state, &spec, &stats, &stop).await {
+            tracing::warn!(route = %spec.name, partition = spec.partition, error = %e,
+                "route runner failed; recovering after a pause");
+        }
+        if started.elapsed() > BACKOFF_MAX * 4 {
+            backoff = BACKOFF_FIRST;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.cancelled() => {}
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// One life of the runner's producer: recover, copy until a failure or `stop`, then close the
+/// producer, which returns once every copy sent is acknowledged or has failed.
+async fn attempt(
+    state: &BrokerState,
+    spec: &RunnerSpec,
+    stats: &RunnerStats,
+    stop: &CancellationToken,
+) -> Result<(), RouteError> {
+    let client = state.internal.client_config();
+    let admin = state.internal.admin()?;
+    let mut config = ProducerConfig::new("");
+    config.client = client.clone();
+    config.client.request_timeout = REQUEST_TIMEOUT;
+    config.delivery_timeout = DELIVERY_TIMEOUT;
+    let producer = Producer::new(config)?;
+    let copier = Copier {
+        state,
+        spec,
+        stats,
+        admin: &admin,
+        client,
+        group: progress_group(spec.route_id, &spec.name),
+    };
+    let outcome = tokio::select! {
+        r = copier.copy(&producer) => r,
+        _ = stop.cancelled() => Ok(()),
+    };
+    producer.close().await;
+    outcome
+}
+
+struct Copier<'a> {
+    state: &'a BrokerState,
+    spec: &'a RunnerSpec,
+    stats: &'a RunnerStats,
+    admin: &'a Admin,
+    client: ClientConfig,
+    group: String,
+}
+
+impl Copier<'_> {
+    async fn copy(&self, producer: &Producer) -> Result<(), RouteError> {
+        let spec = self.spec;
+        let matcher = Matcher::new(&spec.filter).map_err(RouteError::Filter)?;
+        let mut next = self.recover().await?;
+        let target = spec.target_partition();
+        let mut checkpoint = Checkpoint {
+            target_partition: target,
+            scan_from: self.target_end(target, false).await?,
+            broker: self.state.node_id(),
+        };
+        // Before the first copy: from here on, a scan from `scan_from` finds every copy.
+        self.commit(next, checkpoint).await?;
+        self.stats.next_offset.store(next, Ordering::Relaxed);
+        let mut consumer = self.consumer()?;
+        consumer
+            .assign(&spec.from, Some(vec![spec.partition]))
+            .await?;
+        consumer.seek(&spec.from, spec.partition, next)?;
+        let (mut committed, mut last_commit) = (next, Instant::now());
+        loop {
+            let records = consumer.poll(POLL_WAIT).await?;
+            let mut deliveries = Vec::with_capacity(records.len());
+            for record in records.iter().filter(|r| matcher.matches(r)) {
+                deliveries.push(
+                    producer
+                        .send(&spec.to, copy_of(record, spec, target))
+                        .await?,
+                );
+            }
+            for delivery in deliveries {
+                let landed = delivery.await?;
+                checkpoint.scan_from = checkpoint.scan_from.max(landed.offset.saturating_add(1));
+                self.stats.copied.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(position) = consumer.position(&spec.from, spec.partition) {
+                next = next.max(position);
+                self.stats.next_offset.store(next, Ordering::Relaxed);
+            }
+            let due = records.is_empty() || last_commit.elapsed() >= COMMIT_INTERVAL;
+            if next != committed && due {
+                self.commit(next, checkpoint).await?;
+                (committed, last_commit) = (next, Instant::now());
+            }
+        }
+    }
+
+    /// The next source offset to copy: the committed one, moved past every copy found in
+    /// the target after the commit; with nothing committed, the source's first offset.
+    async fn recover(&self) -> Result<i64, RouteError> {
+        let spec = self.spec;
+        let committed = self
+            .admin
+            .committed_offsets(&self.group)
+            .await?
+            .into_iter()
+            .find(|o| o.topic == spec.from && o.partition == spec.partition);
+        let Some(committed) = committed else {
+            return Ok(self
+                .admin
+                .list_offset(&spec.from, spec.partition, -2)
+                .await?);
+        };
+        let Some(checkpoint) = Checkpoint::from_metadata(&committed.metadata) else {
+            return Ok(committed.offset);
+        };
+        if checkpoint.broker != self.state.node_id() {
+            tracing::info!(route = %spec.name, partition = spec.partition,
+                from_broker = checkpoint.broker, "route runner taking over; waiting for copies in flight");
+            tokio::time::sleep(HANDOVER_GRACE).await;
+        }
+        let end = self.target_end(checkpoint.target_partition, true).await?;
+        let copied = scan_copies(
+            self.client.clone(),
+            &spec.to,
+            checkpoint.target_partition,
+            (checkpoint.scan_from, end),
+            (&spec.name, spec.partition),
+        )
+        .await?;
+        let next = committed
+            .offset
+            .max(copied.map_or(i64::MIN, |o| o.saturating_add(1)));
+        tracing::info!(route = %spec.name, partition = spec.partition, committed = committed.offset,
+            next, "route runner recovered");
+        Ok(next)
+    }
+
+    /// The target partition's log end; with `settled`, once its high watermark has reached
+    /// that end, so every copy written before now is readable.
+    async fn target_end(&self, partition: u32, settled: bool) -> Result<i64, RouteError> {
+        let deadline = Instant::now() + SETTLE_WAIT;
+        loop {
+            let described = self.admin.describe_topic(&self.spec.to).await?;
+            let p = described
+                .partitions
+                .get(partition as usize)
+                .ok_or(RouteError::TargetGone(partition))?;
+            if p.log_end_offset >= 0 && (!settled || p.high_watermark >= p.log_end_offset) {
+                return Ok(p.log_end_offset);
+            }
+            if Instant::now() >= deadline {
+                return Err(RouteError::TargetUnsettled(partition));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn commit(&self, next: i64, checkpoint: Checkpoint) -> Result<(), RouteError> {
+        let offset = m::CommittedOffset {
+            topic: self.spec.from.clone(),
+            partition: self.spec.partition,
+            offset: next,
+            metadata: checkpoint.to_metadata(),
+            error: None,
+        };
+        Ok(self
+            .admin
+            .commit_offsets_with_metadata(&self.group, vec![offset])
+            .await?)
+    }
+
+    fn consumer(&self) -> Result<Consumer, RouteError> {
+        let mut config = ConsumerConfig::new("");
+        config.client = self.client.clone();
+        config.start_from = StartFrom::Earliest;
+        config.auto_commit_interval = None;
+        config.max_poll_records = COPIES_PER_ROUND_MAX;
+        config.max_bytes = FETCH_BYTES_MAX;
+        config.partition_bytes_max = FETCH_BYTES_MAX;
+        Ok(Consumer::new(config)?)
+    }
+}
+
+/// The copy of `record`: its key, value, timestamp and headers, then the origin headers.
+fn copy_of(record: &ConsumerRecord, spec: &RunnerSpec, target: u32) -> ProducerRecord {
+    let mut headers = record.headers.clone();
+    headers.extend(
+        origin_headers(&spec.name, spec.partition, record.offset)
+            .map(|(k, v)| (k, Some(Bytes::from(v)))),
+    );
+    ProducerRecord {
+        key: record.key.clone(),
+        value: record.value.clone(),
+        headers,
+        partition: Some(target),
+        timestamp_ms: Some(record.timestamp_ms),
+    }
+}
