@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tinymq_filter::{select, Filter, RecordFields, SelectOptions};
 use tinymq_protocol::batch::{
     BatchHeader, ATTR_COMPRESSION_MASK, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
@@ -88,18 +88,20 @@ pub(crate) fn read_filtered(
 ) -> PartitionRead {
     let (mut result, partition) = match consumer_partition(state, fp) {
         (result, Some(partition)) => (result, partition),
-        (refused, None) => return (refused, Records::Bytes(bytes::Bytes::new())),
+        (refused, None) => return (refused, Records::Bytes(Bytes::new())),
     };
     result.next_offset = position;
     let limit = match fp.partition_bytes_max {
         0 => budget,
         asked => (asked as usize).min(budget),
     };
-    let mut out = BytesMut::new();
+    // Each chunk's selection, joined once at the end (usually there is one: no copy).
+    let mut kept: Vec<Bytes> = Vec::new();
+    let mut kept_bytes = 0usize;
     let mut next = position;
-    while next < result.high_watermark && out.len() < limit && *scan_left > 0 {
+    while next < result.high_watermark && kept_bytes < limit && *scan_left > 0 {
         let chunk_max = FILTERED_READ_CHUNK_BYTES
-            .min(limit - out.len())
+            .min(limit - kept_bytes)
             .min(*scan_left);
         let chunk = match read_partition(&partition, next, chunk_max) {
             Ok(chunk) if !chunk.is_empty() => chunk,
@@ -127,10 +129,25 @@ pub(crate) fn read_filtered(
             break; // no whole batch in the chunk: nothing more to read here
         }
         next = selection.next_offset;
-        out.extend_from_slice(&selection.records);
+        if !selection.records.is_empty() {
+            kept_bytes += selection.records.len();
+            kept.push(selection.records);
+        }
     }
     result.next_offset = next;
-    (result, Records::Bytes(out.freeze()))
+    (result, Records::Bytes(join(kept, kept_bytes)))
+}
+
+/// The parts back to back, copied only when there are several.
+fn join(mut parts: Vec<Bytes>, total: usize) -> Bytes {
+    if parts.len() <= 1 {
+        return parts.pop().unwrap_or_default();
+    }
+    let mut joined = BytesMut::with_capacity(total);
+    for part in &parts {
+        joined.extend_from_slice(part);
+    }
+    joined.freeze()
 }
 
 /// The records of `chunk` (whole batches) at or after `from_offset` that `filter` keeps. A

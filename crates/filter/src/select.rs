@@ -61,7 +61,9 @@ pub fn select(
     mut keep: impl FnMut(i64, &dyn RecordFields) -> bool,
     options: &SelectOptions,
 ) -> Result<Selection, SelectError> {
-    let mut out = BytesMut::new();
+    // Output never outgrows uncompressed input: one allocation, not a chain of growths (each
+    // a fresh mapping to fault in, for buffers this size).
+    let mut out = BytesMut::with_capacity(batches.len());
     let mut selection = Selection {
         records: Bytes::new(),
         next_offset: options.from_offset,
