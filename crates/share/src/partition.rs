@@ -170,7 +170,7 @@ impl SharePartition {
                 RecordState::DeadLetter(_) => counts.dead_letter_pending += 1,
             }
         }
-        let span = u64::try_from(self.end_offset - self.start_offset).unwrap_or(0);
+        let span = u64::try_from(self.end_offset.saturating_sub(self.start_offset)).unwrap_or(0);
         counts.done_above_start = span.saturating_sub(self.records.len() as u64);
         counts
     }
@@ -234,7 +234,10 @@ impl SharePartition {
         log: &mut Vec<StateRecord>,
     ) -> Result<Vec<AcquiredRange>, ShareError> {
         self.check_contiguous(first, last)?;
-        let new_last = last.min(self.start_offset + SHARE_IN_FLIGHT_RECORDS_MAX - 1);
+        let new_last = last.min(
+            self.start_offset
+                .saturating_add(SHARE_IN_FLIGHT_RECORDS_MAX - 1),
+        );
         let mut acquired = Runs::default();
         let mut exhausted = Runs::default();
         let held = RecordState::Acquired {
@@ -363,7 +366,7 @@ impl SharePartition {
             outcomes.push(offset, outcome.map_or(Outcome::Done, Outcome::DeadLetter));
         }
         let outcomes = outcomes.into_vec();
-        let applied: u64 = outcomes.iter().map(|(f, l, _)| (l - f + 1) as u64).sum();
+        let applied: u64 = outcomes.iter().map(|(f, l, _)| range_len(*f, *l)).sum();
         self.settle(outcomes, log);
         // In i128: a hostile range (i64::MIN..=i64::MAX) would overflow i64.
         let span = i128::from(last) - i128::from(first) + 1;
@@ -449,4 +452,10 @@ pub(crate) enum Outcome {
     Released,
     Done,
     DeadLetter(DeadLetterReason),
+}
+
+/// Offsets in `first..=last` (0 when reversed, at most `u64::MAX`), without overflow.
+pub fn range_len(first: i64, last: i64) -> u64 {
+    let count = (i128::from(last) - i128::from(first) + 1).clamp(0, i128::from(u64::MAX));
+    u64::try_from(count).unwrap_or(u64::MAX)
 }

@@ -306,3 +306,37 @@ proptest! {
         }
     }
 }
+
+/// Review F8: a log with a valid checksum but hostile offsets is refused on replay instead of
+/// overflowing or counting through a huge range.
+#[test]
+fn hostile_offsets_in_a_log_are_refused_not_replayed() {
+    let replay = |records: &[StateRecord]| {
+        let mut bytes = Vec::new();
+        for record in records {
+            encode_record(record, &mut bytes);
+        }
+        let decoded = decode_records(&bytes);
+        match decoded.stopped {
+            Some(_) => Err("undecodable".to_string()),
+            None => SharePartition::replay(&decoded.records),
+        }
+    };
+    let negative = SharePartition::new(-10);
+    assert!(replay(&[StateRecord::Snapshot(negative.clone())]).is_err());
+    let huge = StateRecord::Acquired {
+        first: -10,
+        last: i64::MAX,
+    };
+    assert!(replay(&[StateRecord::Snapshot(negative), huge.clone()]).is_err());
+    assert!(replay(&[StateRecord::Snapshot(SharePartition::new(0)), huge]).is_err());
+    let near_max = SharePartition::new(i64::MAX - 5);
+    let acquired = StateRecord::Acquired {
+        first: i64::MAX - 5,
+        last: i64::MAX - 1,
+    };
+    let replayed = replay(&[StateRecord::Snapshot(near_max), acquired]).unwrap();
+    assert_eq!(replayed.end_offset(), i64::MAX);
+    assert_eq!(range_len(i64::MIN, i64::MAX), u64::MAX);
+    assert_eq!(range_len(5, 4), 0);
+}
