@@ -74,24 +74,10 @@ pub(crate) async fn apply_acknowledgements(
             .and_then(|()| check_range(ack))
             .and_then(|()| AckKind::from_wire(ack.kind).map_err(|e| share_error(&e)))
             .and_then(|kind| {
-                let shared = share_partition(state, group, &ack.topic, ack.partition, false)?
-                    .ok_or_else(|| {
-                        ErrorCode::INVALID_RECORD_STATE.with_message(format!(
-                            "group {group} has no share state on {}/{}",
-                            ack.topic, ack.partition
-                        ))
-                    })?;
-                let max_attempts = shared.settings(state).max_delivery_attempts;
-                let range = (ack.first_offset, ack.last_offset);
-                let (outcome, sequence) = {
-                    let mut share = shared.state.lock();
-                    let mut log = Vec::new();
-                    let outcome = share.acknowledge(member, range, kind, max_attempts, &mut log);
-                    (outcome, shared.append(&state.share, &log)?)
-                };
+                let (shared, sequence, outcome) = acknowledge_one(state, group, member, ack, kind)?;
                 released |= kind == AckKind::Release && outcome.is_ok();
                 to_sync.push((results.len(), shared, sequence));
-                outcome.map(|_| ()).map_err(|e| share_error(&e))
+                outcome
             });
         if let Err(e) = applied {
             result.current_leader = leader_hint(state, &ack.topic, ack.partition, &e);
@@ -104,12 +90,55 @@ pub(crate) async fn apply_acknowledgements(
     }
     for (index, shared, sequence) in to_sync {
         if let Err(e) = shared.log.sync(sequence).await {
+            // The outcome may not be durable: reloaded from disk, it is not claimed.
+            shared.retire();
             if let Some(result) = results.get_mut(index) {
                 result.error = Some(super::storage_error(&shared.key, &e));
             }
         }
     }
     results
+}
+
+/// Applies one acknowledgement through the live instance (one found retired under its lock
+/// is re-resolved once); returns the instance, the log sequence to sync and the outcome.
+#[allow(clippy::type_complexity)]
+fn acknowledge_one(
+    state: &BrokerState,
+    group: &str,
+    member: &str,
+    ack: &m::ShareAcknowledgement,
+    kind: AckKind,
+) -> Result<(Arc<SharedPartition>, u64, Result<(), m::Error>), m::Error> {
+    let mut tries = 0;
+    loop {
+        let shared =
+            share_partition(state, group, &ack.topic, ack.partition, false)?.ok_or_else(|| {
+                ErrorCode::INVALID_RECORD_STATE.with_message(format!(
+                    "group {group} has no share state on {}/{}",
+                    ack.topic, ack.partition
+                ))
+            })?;
+        let max_attempts = shared.settings(state).max_delivery_attempts;
+        let range = (ack.first_offset, ack.last_offset);
+        let mut share = shared.state.lock();
+        if shared.is_retired() {
+            drop(share);
+            tries += 1;
+            if tries < 2 {
+                continue;
+            }
+            return Err(shared.not_live());
+        }
+        let mut log = Vec::new();
+        let outcome = share
+            .acknowledge(member, range, kind, max_attempts, &mut log)
+            .map(|_| ())
+            .map_err(|e| share_error(&e));
+        let sequence = shared.append(&log)?;
+        drop(share);
+        return Ok((shared, sequence, outcome));
+    }
 }
 
 fn check_range(ack: &m::ShareAcknowledgement) -> Result<(), m::Error> {

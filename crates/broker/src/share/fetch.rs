@@ -141,6 +141,9 @@ pub async fn share_fetch(
     let wait_ms = req.max_wait_ms.min(SHARE_FETCH_WAIT_MS_MAX);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms.into());
     loop {
+        // A long poll re-resolves instances retired meanwhile (leadership moved and came
+        // back, or a log failed), so it never acquires through a stale one.
+        refresh_targets(&state, &req.group_id, &mut targets, &mut results);
         // Subscribed before acquiring, so a release or append meanwhile is not missed.
         let mut watches: Vec<tokio::sync::watch::Receiver<i64>> = targets
             .iter()
@@ -195,6 +198,9 @@ async fn acquire_all(
             }
         };
         if let Err(e) = shared.log.sync(acquisition.sequence).await {
+            // The acquisitions may not be durable: the instance is reloaded from disk (its
+            // acquired records come back available there).
+            shared.retire();
             result.error = Some(super::storage_error(&shared.key, &e));
             continue;
         }
@@ -202,10 +208,10 @@ async fn acquire_all(
         total += acquisition
             .acquired
             .iter()
-            .map(|r| (r.last_offset - r.first_offset + 1) as u64)
+            .map(|r| tinymq_share::range_len(r.first_offset, r.last_offset))
             .sum::<u64>();
         if !acquisition.acquired.is_empty() {
-            result.lock_deadline_ms = crate::partition::now_ms() + i64::from(asked.lock_ms);
+            result.lock_deadline_ms = acquisition.lock_deadline_ms;
         }
         result.records = acquisition.records;
         result.acquired = acquisition
@@ -219,6 +225,35 @@ async fn acquire_all(
             .collect();
     }
     total
+}
+
+/// Replaces each target whose instance is retired or no longer led in its epoch with the
+/// live one; a target that cannot be resolved any more gets the error on its result.
+fn refresh_targets(
+    state: &BrokerState,
+    group: &str,
+    targets: &mut Vec<(usize, Arc<SharedPartition>)>,
+    results: &mut [m::ShareFetchPartitionResult],
+) {
+    targets.retain_mut(|(index, shared)| {
+        if shared.still_led(state) {
+            return true;
+        }
+        let (topic, partition) = (shared.key.topic.clone(), shared.key.partition);
+        let error = match share_partition(state, group, &topic, partition, true) {
+            Ok(Some(live)) => {
+                *shared = live;
+                return true;
+            }
+            Ok(None) => shared.not_live(),
+            Err(e) => e,
+        };
+        if let Some(result) = results.get_mut(*index) {
+            result.current_leader = leader_hint(state, &topic, partition, &error);
+            result.error = Some(error);
+        }
+        false
+    });
 }
 
 /// Puts each acknowledgement's error on its partition's result (adding a result for a
