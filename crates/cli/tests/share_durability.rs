@@ -146,7 +146,7 @@ fn a_long_state_log_is_rewritten_small_and_still_restores_the_state() {
         lock_ms: 60_000,
         wait_ms: 0,
     };
-    let path = tmp.path().join("q-0").join("share").join("67.state");
+    let path = tmp.path().join("q-0").join("share").join("g.state");
     let mut largest = 0;
     let mut accepted = 0i64;
     while accepted < RECORDS {
