@@ -329,6 +329,31 @@ impl SharePartition {
         Ok(())
     }
 
+    /// Makes the records of `ranges` that `member` holds available again without logging
+    /// anything: for an acquisition whose request failed before the member saw the records
+    /// (a rebuild makes acquired records available anyway). Their delivery counts stay
+    /// charged, as the log has them. Returns how many were returned.
+    pub fn return_unseen(&mut self, member: &str, ranges: &[AcquiredRange]) -> u64 {
+        let mut returned = 0;
+        for range in ranges {
+            let (first, last) = (range.first_offset, range.last_offset);
+            if first > last {
+                continue;
+            }
+            for record in self.records.range_mut(first..=last).map(|(_, r)| r) {
+                let held = matches!(
+                    &record.state,
+                    RecordState::Acquired { member: holder, .. } if &**holder == member
+                );
+                if held {
+                    record.state = RecordState::Available;
+                    returned += 1;
+                }
+            }
+        }
+        returned
+    }
+
     /// Applies `member`'s acknowledgement of the records of `first..=last` it holds; the
     /// others are left alone and counted in the `InvalidRecordState` error.
     pub fn acknowledge(

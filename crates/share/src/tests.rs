@@ -340,3 +340,25 @@ fn hostile_offsets_in_a_log_are_refused_not_replayed() {
     assert_eq!(range_len(i64::MIN, i64::MAX), u64::MAX);
     assert_eq!(range_len(5, 4), 0);
 }
+
+/// Review F7: records acquired by a request that then failed go back to available at once
+/// (not after the lock), and only the member's own.
+#[test]
+fn unseen_acquisitions_are_returned_at_once() {
+    let mut sp = SharePartition::new(0);
+    let (a, b) = (member("a"), member("b"));
+    let mut log = Vec::new();
+    let got_a = take(&mut sp, &a, 3, 10, 0, &mut log);
+    let got_b = take(&mut sp, &b, 3, 10, 0, &mut log);
+    assert_eq!(sp.return_unseen("a", &got_b), 0);
+    assert_eq!(sp.return_unseen("a", &got_a), 3);
+    assert_eq!(sp.counts().available, 3);
+    assert_eq!(sp.counts().acquired, 3);
+    // The next acquisition takes them again, with the count charged once more.
+    let again = take(&mut sp, &b, 3, 10, 0, &mut log);
+    assert_eq!(
+        again.first().map(|r| (r.first_offset, r.delivery_count)),
+        Some((0, 2))
+    );
+    assert_eq!(replayed(&log).counts(), sp.rebuilt().counts());
+}

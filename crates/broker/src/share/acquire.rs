@@ -61,6 +61,10 @@ pub(crate) fn acquire_partition(
         acquired: Vec::new(),
     };
     let outcome = taking.run(shared, budget);
+    if outcome.is_err() {
+        // Nobody will see these records: available again now, not after `lock_ms`.
+        taking.share.return_unseen(&asked.member, &taking.acquired);
+    }
     let sequence = shared.append(&taking.log)?;
     outcome?;
     Ok(Acquisition {
