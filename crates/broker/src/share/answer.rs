@@ -60,7 +60,6 @@ pub(crate) async fn apply_acknowledgements(
     let mut results = Vec::with_capacity(acks.len());
     let mut to_sync: Vec<(usize, Arc<SharedPartition>, u64)> = Vec::new();
     let mut last_auth = None;
-    let mut released = false;
     for ack in acks {
         let mut result = m::ShareAcknowledgeResult {
             topic: ack.topic.clone(),
@@ -75,7 +74,9 @@ pub(crate) async fn apply_acknowledgements(
             .and_then(|()| AckKind::from_wire(ack.kind).map_err(|e| share_error(&e)))
             .and_then(|kind| {
                 let (shared, sequence, outcome) = acknowledge_one(state, group, member, ack, kind)?;
-                released |= kind == AckKind::Release && outcome.is_ok();
+                if kind == AckKind::Release {
+                    shared.notify_released();
+                }
                 to_sync.push((results.len(), shared, sequence));
                 outcome
             });
@@ -84,9 +85,6 @@ pub(crate) async fn apply_acknowledgements(
             result.error = Some(e);
         }
         results.push(result);
-    }
-    if released {
-        state.share.notify_released();
     }
     for (index, shared, sequence) in to_sync {
         if let Err(e) = shared.log.sync(sequence).await {

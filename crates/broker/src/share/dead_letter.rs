@@ -75,7 +75,6 @@ fn load_led(state: &BrokerState) {
 
 async fn pass(state: &Arc<BrokerState>) {
     let now = crate::partition::now_ms();
-    let mut released = false;
     for shared in state.share.all() {
         if !shared.still_led(state) {
             state.share.drop_partition(&shared);
@@ -88,7 +87,9 @@ async fn pass(state: &Arc<BrokerState>) {
                 continue;
             }
             let mut log = Vec::new();
-            released |= share.expire_locks(now, max_attempts, &mut log) > 0;
+            if share.expire_locks(now, max_attempts, &mut log) > 0 {
+                shared.notify_released();
+            }
             if shared.append(&log).is_err() {
                 continue;
             }
@@ -125,9 +126,6 @@ async fn pass(state: &Arc<BrokerState>) {
                 shared.dead_lettering.store(false, Ordering::Release);
             });
         }
-    }
-    if released {
-        state.share.notify_released();
     }
 }
 

@@ -147,9 +147,8 @@ pub async fn share_fetch(
         // Subscribed before acquiring, so a release or append meanwhile is not missed.
         let mut watches: Vec<tokio::sync::watch::Receiver<i64>> = targets
             .iter()
-            .map(|(_, s)| s.partition.watch_high_watermark())
+            .flat_map(|(_, s)| [s.partition.watch_high_watermark(), s.watch_released()])
             .collect();
-        watches.push(state.share.watch_released());
         for w in &mut watches {
             w.borrow_and_update();
         }

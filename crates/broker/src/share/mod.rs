@@ -62,6 +62,10 @@ pub(crate) struct SharedPartition {
     /// still holding the old instance can neither hand out records nor write its log while a
     /// new instance reads the same file.
     retired: AtomicBool,
+    /// Bumped when records of this share partition become available again (released, lock
+    /// expired) and when it is retired: the long polls naming it wait on it as on the high
+    /// watermark (only those: a release elsewhere wakes nobody here).
+    released: watch::Sender<i64>,
 }
 
 impl SharedPartition {
@@ -83,8 +87,17 @@ impl SharedPartition {
     pub fn append(&self, records: &[tinymq_share::StateRecord]) -> Result<u64, m::Error> {
         self.log.append(records).map_err(|e| {
             self.retired.store(true, Ordering::Release);
+            self.notify_released();
             storage_error(&self.key, &e)
         })
+    }
+
+    pub fn notify_released(&self) {
+        self.released.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn watch_released(&self) -> watch::Receiver<i64> {
+        self.released.subscribe()
     }
 
     /// Whether this instance may still change its state (read under `state`'s lock).
@@ -96,8 +109,12 @@ impl SharedPartition {
     /// written through it afterwards (the lock is never held across an await or the
     /// registry's lock).
     pub fn retire(&self) {
-        let _state = self.state.lock();
-        self.retired.store(true, Ordering::Release);
+        {
+            let _state = self.state.lock();
+            self.retired.store(true, Ordering::Release);
+        }
+        // Long polls holding it wake up and re-resolve the live instance.
+        self.notify_released();
     }
 
     /// Whether this broker still leads the partition in the epoch this instance was loaded
@@ -132,29 +149,17 @@ pub(crate) fn storage_error(key: &ShareKey, e: &std::io::Error) -> m::Error {
 #[derive(Debug)]
 pub struct ShareGroups {
     partitions: Mutex<HashMap<ShareKey, Arc<SharedPartition>>>,
-    /// Bumped when records become available again (released, lock expired): long polls wait
-    /// on it as on the high watermarks.
-    released: watch::Sender<i64>,
 }
 
 impl Default for ShareGroups {
     fn default() -> Self {
         ShareGroups {
             partitions: Mutex::new(HashMap::new()),
-            released: watch::Sender::new(0),
         }
     }
 }
 
 impl ShareGroups {
-    pub(crate) fn notify_released(&self) {
-        self.released.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    pub(crate) fn watch_released(&self) -> watch::Receiver<i64> {
-        self.released.subscribe()
-    }
-
     /// Removes `shared` from the registry (if it is still the registered instance) and
     /// retires it.
     pub(crate) fn drop_partition(&self, shared: &Arc<SharedPartition>) {
@@ -240,6 +245,7 @@ pub(crate) fn share_partition(
         dead_lettering: AtomicBool::new(false),
         dead_letter_retry_at_ms: AtomicI64::new(0),
         retired: AtomicBool::new(false),
+        released: watch::Sender::new(0),
     });
     kept.insert(key, shared.clone());
     Ok(Some(shared))
