@@ -39,7 +39,7 @@ pub async fn share_acknowledge(
         principal,
         &req.group_id,
         &req.member_id,
-        &req.acknowledgements,
+        req.acknowledgements,
     )
     .await;
     m::ShareAcknowledgeResponse {
@@ -49,14 +49,63 @@ pub async fn share_acknowledge(
 }
 
 /// Applies each acknowledgement, then waits for the state logs it wrote to be fsynced.
+/// Loading share state and taking share-partition locks may wait on the disk (a load, an
+/// acquisition reading the log), so that part runs on the blocking pool.
 pub(crate) async fn apply_acknowledgements(
+    state: &Arc<BrokerState>,
+    access: &Access,
+    principal: &Principal,
+    group: &str,
+    member: &str,
+    acks: Vec<m::ShareAcknowledgement>,
+) -> Vec<m::ShareAcknowledgeResult> {
+    if acks.is_empty() {
+        return Vec::new();
+    }
+    let acks: Arc<[m::ShareAcknowledgement]> = acks.into();
+    let (s, a, p) = (state.clone(), access.clone(), principal.clone());
+    let (g, mb, ac) = (group.to_string(), member.to_string(), acks.clone());
+    let applied = tokio::task::spawn_blocking(move || apply_now(&s, &a, &p, &g, &mb, &ac)).await;
+    let (mut results, to_sync) = match applied {
+        Ok(applied) => applied,
+        Err(e) => {
+            let error = ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string());
+            let failed = acks.iter().map(|ack| m::ShareAcknowledgeResult {
+                topic: ack.topic.clone(),
+                partition: ack.partition,
+                first_offset: ack.first_offset,
+                last_offset: ack.last_offset,
+                error: Some(error.clone()),
+                ..Default::default()
+            });
+            return failed.collect();
+        }
+    };
+    for (index, shared, sequence) in to_sync {
+        if let Err(e) = shared.log.sync(sequence).await {
+            // The outcome may not be durable: reloaded from disk, it is not claimed.
+            shared.retire();
+            if let Some(result) = results.get_mut(index) {
+                result.error = Some(super::storage_error(&shared.key, &e));
+            }
+        }
+    }
+    results
+}
+
+/// The acknowledgements applied (blocking), and the state logs to sync for them.
+#[allow(clippy::type_complexity)]
+fn apply_now(
     state: &BrokerState,
     access: &Access,
     principal: &Principal,
     group: &str,
     member: &str,
     acks: &[m::ShareAcknowledgement],
-) -> Vec<m::ShareAcknowledgeResult> {
+) -> (
+    Vec<m::ShareAcknowledgeResult>,
+    Vec<(usize, Arc<SharedPartition>, u64)>,
+) {
     let mut results = Vec::with_capacity(acks.len());
     let mut to_sync: Vec<(usize, Arc<SharedPartition>, u64)> = Vec::new();
     let mut last_auth = None;
@@ -86,16 +135,7 @@ pub(crate) async fn apply_acknowledgements(
         }
         results.push(result);
     }
-    for (index, shared, sequence) in to_sync {
-        if let Err(e) = shared.log.sync(sequence).await {
-            // The outcome may not be durable: reloaded from disk, it is not claimed.
-            shared.retire();
-            if let Some(result) = results.get_mut(index) {
-                result.error = Some(super::storage_error(&shared.key, &e));
-            }
-        }
-    }
-    results
+    (results, to_sync)
 }
 
 /// Applies one acknowledgement through the live instance (one found retired under its lock
@@ -161,27 +201,40 @@ pub async fn describe_share_group(
         response.error = Some(code.with_message(why));
         return response;
     }
+    // Loading share state reads the disk: on the blocking pool.
+    let (s, group) = (state.clone(), req.group_id.clone());
+    match tokio::task::spawn_blocking(move || describe_partitions(&s, &group)).await {
+        Ok((partitions, member_ids)) => {
+            response.partitions = partitions;
+            response.member_ids = member_ids;
+        }
+        Err(e) => {
+            response.error = Some(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
+        }
+    }
+    response
+}
+
+/// The group's share partitions led here, and the members holding records in them.
+fn describe_partitions(
+    state: &BrokerState,
+    group: &str,
+) -> (Vec<m::SharePartitionState>, Vec<String>) {
     let mut members = BTreeSet::new();
+    let mut described = Vec::new();
     let mut partitions = state.all_partitions();
     partitions.sort_by(|a, b| (&a.topic, a.index).cmp(&(&b.topic, b.index)));
     for partition in partitions {
         // Partitions led elsewhere, internal ones and those without this group's state are
         // not this broker's to describe.
-        let Ok(Some(shared)) = share_partition(
-            &state,
-            &req.group_id,
-            &partition.topic,
-            partition.index,
-            false,
-        ) else {
+        let Ok(Some(shared)) =
+            share_partition(state, group, &partition.topic, partition.index, false)
+        else {
             continue;
         };
-        response
-            .partitions
-            .push(describe_partition(&shared, &mut members));
+        described.push(describe_partition(&shared, &mut members));
     }
-    response.member_ids = members.into_iter().collect();
-    response
+    (described, members.into_iter().collect())
 }
 
 fn describe_partition(

@@ -50,7 +50,9 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
             _ = tick.tick() => {}
         }
         if ticks.is_multiple_of(LOAD_EVERY_TICKS) {
-            load_led(&state);
+            // Loads read the disk (and wait for the registry behind other loads).
+            let s = state.clone();
+            let _ = tokio::task::spawn_blocking(move || load_led(&s)).await;
         }
         ticks = ticks.wrapping_add(1);
         pass(&state).await;
@@ -75,14 +77,23 @@ fn load_led(state: &BrokerState) {
 
 async fn pass(state: &Arc<BrokerState>) {
     let now = crate::partition::now_ms();
-    for shared in state.share.all() {
+    // The registry is busy while a share partition loads (on the blocking pool): this tick
+    // is skipped rather than blocking an async thread behind the disk.
+    let Some(all) = state.share.try_all() else {
+        return;
+    };
+    for shared in all {
         if !shared.still_led(state) {
             state.share.drop_partition(&shared);
             continue;
         }
         let max_attempts = shared.settings(state).max_delivery_attempts;
         let waiting = {
-            let mut share = shared.state.lock();
+            // Held for long only by an acquisition reading the log (on the blocking pool):
+            // then this share partition's expiry waits for the next tick, the others' do not.
+            let Some(mut share) = shared.state.try_lock() else {
+                continue;
+            };
             if shared.is_retired() {
                 continue;
             }

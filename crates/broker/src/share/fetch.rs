@@ -95,7 +95,7 @@ pub async fn share_fetch(
     state: Arc<BrokerState>,
     access: &Access,
     principal: &Principal,
-    req: m::ShareFetchRequest,
+    mut req: m::ShareFetchRequest,
 ) -> m::ShareFetchResponse {
     let asked = match check(&req) {
         Ok(asked) => asked,
@@ -107,31 +107,18 @@ pub async fn share_fetch(
         principal,
         &req.group_id,
         &req.member_id,
-        &req.acknowledgements,
+        std::mem::take(&mut req.acknowledgements),
     )
     .await;
-    let mut results: Vec<m::ShareFetchPartitionResult> = Vec::new();
-    let mut targets: Vec<(usize, Arc<SharedPartition>)> = Vec::new();
-    let mut last_auth = None;
-    for fp in &req.partitions {
-        let mut result = m::ShareFetchPartitionResult {
-            topic: fp.topic.clone(),
-            partition: fp.partition,
-            ..Default::default()
-        };
-        let found = access
-            .check_topic_cached(principal, &fp.topic, AclOperation::Read, &mut last_auth)
-            .and_then(|()| share_partition(&state, &req.group_id, &fp.topic, fp.partition, true));
-        match found {
-            Ok(Some(shared)) => targets.push((results.len(), shared)),
-            Ok(None) => {}
-            Err(e) => {
-                result.current_leader = leader_hint(&state, &fp.topic, fp.partition, &e);
-                result.error = Some(e);
-            }
-        }
-        results.push(result);
-    }
+    // Loading share state reads (and on creation fsyncs) the disk: on the blocking pool.
+    let (s, a, p) = (state.clone(), access.clone(), principal.clone());
+    let (group, partitions) = (req.group_id.clone(), std::mem::take(&mut req.partitions));
+    let resolved =
+        tokio::task::spawn_blocking(move || resolve(&s, &a, &p, &group, &partitions)).await;
+    let (mut results, mut targets) = match resolved {
+        Ok(resolved) => resolved,
+        Err(e) => return refuse(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())),
+    };
     merge_acknowledgements(&mut results, acks);
     let budget = match req.max_bytes {
         0 => SHARE_FETCH_BYTES_DEFAULT,
@@ -143,7 +130,21 @@ pub async fn share_fetch(
     loop {
         // A long poll re-resolves instances retired meanwhile (leadership moved and came
         // back, or a log failed), so it never acquires through a stale one.
-        refresh_targets(&state, &req.group_id, &mut targets, &mut results);
+        if targets.iter().any(|(_, shared)| !shared.still_led(&state)) {
+            let (s, group) = (state.clone(), req.group_id.clone());
+            let (mut t, mut r) = (std::mem::take(&mut targets), std::mem::take(&mut results));
+            let refreshed = tokio::task::spawn_blocking(move || {
+                refresh_targets(&s, &group, &mut t, &mut r);
+                (t, r)
+            })
+            .await;
+            match refreshed {
+                Ok((t, r)) => (targets, results) = (t, r),
+                Err(e) => {
+                    return refuse(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
+                }
+            }
+        }
         // Subscribed before acquiring, so a release or append meanwhile is not missed.
         let mut watches: Vec<tokio::sync::watch::Receiver<i64>> = targets
             .iter()
@@ -162,6 +163,44 @@ pub async fn share_fetch(
         error: None,
         partitions: results,
     }
+}
+
+/// Each named partition's result and, where this broker leads it and the principal may read
+/// it, its share partition (loaded or created: blocking).
+#[allow(clippy::type_complexity)]
+fn resolve(
+    state: &BrokerState,
+    access: &Access,
+    principal: &Principal,
+    group: &str,
+    partitions: &[m::ShareFetchPartition],
+) -> (
+    Vec<m::ShareFetchPartitionResult>,
+    Vec<(usize, Arc<SharedPartition>)>,
+) {
+    let mut results: Vec<m::ShareFetchPartitionResult> = Vec::new();
+    let mut targets: Vec<(usize, Arc<SharedPartition>)> = Vec::new();
+    let mut last_auth = None;
+    for fp in partitions {
+        let mut result = m::ShareFetchPartitionResult {
+            topic: fp.topic.clone(),
+            partition: fp.partition,
+            ..Default::default()
+        };
+        let found = access
+            .check_topic_cached(principal, &fp.topic, AclOperation::Read, &mut last_auth)
+            .and_then(|()| share_partition(state, group, &fp.topic, fp.partition, true));
+        match found {
+            Ok(Some(shared)) => targets.push((results.len(), shared)),
+            Ok(None) => {}
+            Err(e) => {
+                result.current_leader = leader_hint(state, &fp.topic, fp.partition, &e);
+                result.error = Some(e);
+            }
+        }
+        results.push(result);
+    }
+    (results, targets)
 }
 
 /// Acquires in every target partition (within the shared byte budget) and fsyncs the

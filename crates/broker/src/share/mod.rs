@@ -175,8 +175,9 @@ impl ShareGroups {
         shared.retire();
     }
 
-    pub(crate) fn all(&self) -> Vec<Arc<SharedPartition>> {
-        self.partitions.lock().values().cloned().collect()
+    /// Every loaded share partition, or `None` while the registry is busy (a load runs).
+    pub(crate) fn try_all(&self) -> Option<Vec<Arc<SharedPartition>>> {
+        Some(self.partitions.try_lock()?.values().cloned().collect())
     }
 }
 
