@@ -38,6 +38,12 @@ pub const DEAD_LETTER_RETRY_MS: i64 = 1_000;
 const LOAD_EVERY_TICKS: u32 = 10;
 /// Decompressed bytes one batch may take when it is decoded for dead-lettering.
 const DEAD_LETTER_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+/// Record bytes (keys, values, headers) one dead-lettering pass keeps: reading stops once
+/// they pass it; the rest waits for the next pass.
+pub const DEAD_LETTER_PASS_BYTES_MAX: usize = 16 << 20;
+/// Dead-lettering passes running at once on a broker (each holds up to
+/// [`DEAD_LETTER_PASS_BYTES_MAX`] plus a decoded batch); others wait for a later tick.
+pub const DEAD_LETTER_PASSES_MAX: usize = 4;
 
 /// Background work (lock expiry, log rewrites, dead-lettering), until `shutdown`.
 pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
@@ -124,9 +130,16 @@ async fn pass(state: &Arc<BrokerState>) {
             }
         }
         let due = shared.dead_letter_retry_at_ms.load(Ordering::Acquire) <= now;
-        if waiting && due && !shared.dead_lettering.swap(true, Ordering::AcqRel) {
+        if !(waiting && due) {
+            continue;
+        }
+        let Ok(permit) = state.share.dead_letter_passes.clone().try_acquire_owned() else {
+            continue;
+        };
+        if !shared.dead_lettering.swap(true, Ordering::AcqRel) {
             let (state, shared) = (state.clone(), shared.clone());
             tokio::spawn(async move {
+                let _permit = permit;
                 if let Err(why) = dead_letter(&state, &shared).await {
                     tracing::warn!(key = ?shared.key, %why, "dead-lettering failed; retried in {DEAD_LETTER_RETRY_MS} ms");
                     let retry_at = crate::partition::now_ms() + DEAD_LETTER_RETRY_MS;
@@ -150,6 +163,7 @@ fn read_records(
     let log = &shared.partition.log;
     let mut found: Vec<Record> = Vec::new();
     let mut gone = Vec::new();
+    let mut kept_bytes = 0usize;
     for &offset in offsets {
         if found.last().is_some_and(|r| r.offset >= offset) {
             continue;
@@ -171,6 +185,9 @@ fn read_records(
             }
             Err(e) => return Err(format!("reading offset {offset}: {}", e.message)),
         };
+        if kept_bytes >= DEAD_LETTER_PASS_BYTES_MAX {
+            break;
+        }
         for batch in BatchIter::new(bytes) {
             let batch = match batch {
                 Ok(batch) => batch,
@@ -182,16 +199,28 @@ fn read_records(
                 batch.records(DEAD_LETTER_DECOMPRESSED_BYTES_MAX)
             })
             .map_err(|e| format!("decoding a batch at {offset}: {e}"))?;
-            found.extend(
-                records
-                    .into_iter()
-                    .filter(|r| offsets.binary_search(&r.offset).is_ok()),
-            );
+            for record in records {
+                if offsets.binary_search(&record.offset).is_ok() {
+                    kept_bytes = kept_bytes.saturating_add(record_bytes(&record));
+                    found.push(record);
+                }
+            }
         }
         found.sort_by_key(|r| r.offset);
         found.dedup_by_key(|r| r.offset);
     }
     Ok((found, gone))
+}
+
+/// What a record held for dead-lettering weighs.
+fn record_bytes(record: &Record) -> usize {
+    let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| h.key.len() + len(&h.value))
+        .sum();
+    len(&record.key) + len(&record.value) + headers
 }
 
 /// The dead-letter copy of `record` with its origin headers.

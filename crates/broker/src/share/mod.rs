@@ -149,12 +149,17 @@ pub(crate) fn storage_error(key: &ShareKey, e: &std::io::Error) -> m::Error {
 #[derive(Debug)]
 pub struct ShareGroups {
     partitions: Mutex<HashMap<ShareKey, Arc<SharedPartition>>>,
+    /// Bounds the dead-lettering passes running at once (`DEAD_LETTER_PASSES_MAX`).
+    pub(crate) dead_letter_passes: Arc<tokio::sync::Semaphore>,
 }
 
 impl Default for ShareGroups {
     fn default() -> Self {
         ShareGroups {
             partitions: Mutex::new(HashMap::new()),
+            dead_letter_passes: Arc::new(tokio::sync::Semaphore::new(
+                dead_letter::DEAD_LETTER_PASSES_MAX,
+            )),
         }
     }
 }
