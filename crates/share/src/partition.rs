@@ -329,6 +329,21 @@ impl SharePartition {
         Ok(())
     }
 
+    /// Cuts the state to a partition log that now ends at `log_end_offset` below the end
+    /// offset (the log was truncated, e.g. after an unclean leader election): offsets from
+    /// there on count as never handed out, so the records written there later are delivered.
+    /// Returns whether anything changed (the caller then persists a snapshot).
+    pub fn truncate_to(&mut self, log_end_offset: i64) -> bool {
+        if log_end_offset >= self.end_offset {
+            return false;
+        }
+        let log_end_offset = log_end_offset.max(0);
+        drop(self.records.split_off(&log_end_offset));
+        self.end_offset = log_end_offset;
+        self.start_offset = self.start_offset.min(log_end_offset);
+        true
+    }
+
     /// Makes the records of `ranges` that `member` holds available again without logging
     /// anything: for an acquisition whose request failed before the member saw the records
     /// (a rebuild makes acquired records available anyway). Their delivery counts stay

@@ -362,3 +362,30 @@ fn unseen_acquisitions_are_returned_at_once() {
     );
     assert_eq!(replayed(&log).counts(), sp.rebuilt().counts());
 }
+
+/// Review F6: a share partition whose end offset is past a truncated log forgets the offsets
+/// from the log's end on, so records written there again are delivered.
+#[test]
+fn truncation_below_the_end_offset_forgets_the_cut_offsets() {
+    let mut sp = SharePartition::new(0);
+    let a = member("a");
+    let mut log = Vec::new();
+    take(&mut sp, &a, 10, 10, 0, &mut log);
+    for offset in 0..4 {
+        sp.acknowledge("a", (offset, offset), AckKind::Accept, 5, &mut log)
+            .unwrap();
+    }
+    assert!(!sp.truncate_to(10));
+    assert!(sp.truncate_to(6));
+    assert_eq!((sp.start_offset(), sp.end_offset()), (4, 6));
+    assert_eq!(sp.counts().acquired, 2);
+    let again = take(&mut sp, &a, 10, 8, 0, &mut log);
+    let new: Vec<_> = again
+        .iter()
+        .map(|r| (r.first_offset, r.last_offset))
+        .collect();
+    assert_eq!(new, vec![(6, 7)]);
+    assert!(sp.truncate_to(2));
+    assert_eq!((sp.start_offset(), sp.end_offset()), (2, 2));
+    assert_eq!(sp.counts().acquired + sp.counts().available, 0);
+}

@@ -238,6 +238,18 @@ pub(crate) fn share_partition(
     }
     let fresh = SharePartition::new(partition.log.log_start_offset());
     let (log, mut share) = StateLog::open(path, fresh).map_err(|e| storage_error(&key, &e))?;
+    // A partition log truncated below the state's end offset (unclean election, truncation
+    // to a new leader): the offsets from its end on were not handed out in this log.
+    if share.truncate_to(partition.log.log_end_offset()) {
+        tracing::warn!(
+            topic,
+            partition = index,
+            group,
+            end = partition.log.log_end_offset(),
+            "partition log ends below the share state's end offset; state cut to it"
+        );
+        log.rewrite(&share).map_err(|e| storage_error(&key, &e))?;
+    }
     // Records retention removed meanwhile are done.
     let mut records = Vec::new();
     share.advance_to(partition.log.log_start_offset(), &mut records);
