@@ -242,6 +242,8 @@ async fn acquire_all(
             result.error = Some(super::storage_error(&shared.key, &e));
             continue;
         }
+        // An error of an earlier try of this long poll (a reloaded instance) is outdated.
+        result.error = None;
         left = left.saturating_sub(acquisition.records.len());
         total += acquisition
             .acquired
