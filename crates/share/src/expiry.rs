@@ -32,7 +32,10 @@ impl SharePartition {
             }
         }
         let outcomes = outcomes.into_vec();
-        let expired = outcomes.iter().map(|(f, l, _)| (l - f + 1) as u64).sum();
+        let expired = outcomes
+            .iter()
+            .map(|(f, l, _)| super::partition::range_len(*f, *l))
+            .sum();
         self.settle(outcomes, log);
         expired
     }

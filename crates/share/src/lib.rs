@@ -13,8 +13,8 @@ mod state_log;
 mod tests;
 
 pub use partition::{
-    validate_member_id, AckKind, AcquiredRange, DeadLetterReason, InFlightRecord, RecordState,
-    ShareError, SharePartition, StateCounts,
+    range_len, validate_member_id, AckKind, AcquiredRange, DeadLetterReason, InFlightRecord,
+    RecordState, ShareError, SharePartition, StateCounts,
 };
 pub use state_log::{decode_records, encode_record, Decoded, StateRecord, STATE_RECORD_BYTES_MAX};
 

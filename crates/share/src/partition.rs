@@ -170,7 +170,7 @@ impl SharePartition {
                 RecordState::DeadLetter(_) => counts.dead_letter_pending += 1,
             }
         }
-        let span = u64::try_from(self.end_offset - self.start_offset).unwrap_or(0);
+        let span = u64::try_from(self.end_offset.saturating_sub(self.start_offset)).unwrap_or(0);
         counts.done_above_start = span.saturating_sub(self.records.len() as u64);
         counts
     }
@@ -234,7 +234,10 @@ impl SharePartition {
         log: &mut Vec<StateRecord>,
     ) -> Result<Vec<AcquiredRange>, ShareError> {
         self.check_contiguous(first, last)?;
-        let new_last = last.min(self.start_offset + SHARE_IN_FLIGHT_RECORDS_MAX - 1);
+        let new_last = last.min(
+            self.start_offset
+                .saturating_add(SHARE_IN_FLIGHT_RECORDS_MAX - 1),
+        );
         let mut acquired = Runs::default();
         let mut exhausted = Runs::default();
         let held = RecordState::Acquired {
@@ -326,6 +329,46 @@ impl SharePartition {
         Ok(())
     }
 
+    /// Cuts the state to a partition log that now ends at `log_end_offset` below the end
+    /// offset (the log was truncated, e.g. after an unclean leader election): offsets from
+    /// there on count as never handed out, so the records written there later are delivered.
+    /// Returns whether anything changed (the caller then persists a snapshot).
+    pub fn truncate_to(&mut self, log_end_offset: i64) -> bool {
+        if log_end_offset >= self.end_offset {
+            return false;
+        }
+        let log_end_offset = log_end_offset.max(0);
+        drop(self.records.split_off(&log_end_offset));
+        self.end_offset = log_end_offset;
+        self.start_offset = self.start_offset.min(log_end_offset);
+        true
+    }
+
+    /// Makes the records of `ranges` that `member` holds available again without logging
+    /// anything: for an acquisition whose request failed before the member saw the records
+    /// (a rebuild makes acquired records available anyway). Their delivery counts stay
+    /// charged, as the log has them. Returns how many were returned.
+    pub fn return_unseen(&mut self, member: &str, ranges: &[AcquiredRange]) -> u64 {
+        let mut returned = 0;
+        for range in ranges {
+            let (first, last) = (range.first_offset, range.last_offset);
+            if first > last {
+                continue;
+            }
+            for record in self.records.range_mut(first..=last).map(|(_, r)| r) {
+                let held = matches!(
+                    &record.state,
+                    RecordState::Acquired { member: holder, .. } if &**holder == member
+                );
+                if held {
+                    record.state = RecordState::Available;
+                    returned += 1;
+                }
+            }
+        }
+        returned
+    }
+
     /// Applies `member`'s acknowledgement of the records of `first..=last` it holds; the
     /// others are left alone and counted in the `InvalidRecordState` error.
     pub fn acknowledge(
@@ -363,7 +406,7 @@ impl SharePartition {
             outcomes.push(offset, outcome.map_or(Outcome::Done, Outcome::DeadLetter));
         }
         let outcomes = outcomes.into_vec();
-        let applied: u64 = outcomes.iter().map(|(f, l, _)| (l - f + 1) as u64).sum();
+        let applied: u64 = outcomes.iter().map(|(f, l, _)| range_len(*f, *l)).sum();
         self.settle(outcomes, log);
         // In i128: a hostile range (i64::MIN..=i64::MAX) would overflow i64.
         let span = i128::from(last) - i128::from(first) + 1;
@@ -449,4 +492,10 @@ pub(crate) enum Outcome {
     Released,
     Done,
     DeadLetter(DeadLetterReason),
+}
+
+/// Offsets in `first..=last` (0 when reversed, at most `u64::MAX`), without overflow.
+pub fn range_len(first: i64, last: i64) -> u64 {
+    let count = (i128::from(last) - i128::from(first) + 1).clamp(0, i128::from(u64::MAX));
+    u64::try_from(count).unwrap_or(u64::MAX)
 }

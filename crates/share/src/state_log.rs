@@ -207,7 +207,12 @@ fn decode_snapshot(r: &mut Reader<'_>) -> Result<SharePartition, String> {
     let end_offset = r.i64()?;
     let dead_lettered_total = r.take::<8>().map(u64::from_le_bytes)?;
     let count = r.u32()?;
-    if i64::from(count) > SHARE_IN_FLIGHT_RECORDS_MAX || start_offset > end_offset {
+    // Offsets are never negative, and the in-flight bound caps the span (so replaying records
+    // after it never counts through a huge or wrapped range).
+    let span_ok = end_offset
+        .checked_sub(start_offset)
+        .is_some_and(|span| (0..=SHARE_IN_FLIGHT_RECORDS_MAX).contains(&span));
+    if i64::from(count) > SHARE_IN_FLIGHT_RECORDS_MAX || start_offset < 0 || !span_ok {
         return Err(format!(
             "snapshot of {count} records in {start_offset}..{end_offset}"
         ));
@@ -251,7 +256,13 @@ impl SharePartition {
                 }
                 let new_first = (*first).max(self.end_offset);
                 if *last >= new_first {
-                    if *last - new_first >= SHARE_IN_FLIGHT_RECORDS_MAX {
+                    // In i128: hostile bytes with a valid checksum must not overflow or
+                    // make the loop below count through a huge range.
+                    let above_bound = i128::from(*last)
+                        >= i128::from(self.start_offset) + i128::from(SHARE_IN_FLIGHT_RECORDS_MAX)
+                        || i128::from(*last) - i128::from(new_first)
+                            >= i128::from(SHARE_IN_FLIGHT_RECORDS_MAX);
+                    if above_bound {
                         return Err(format!("acquired range {first}..={last} above the bound"));
                     }
                     for offset in new_first..=*last {

@@ -306,3 +306,86 @@ proptest! {
         }
     }
 }
+
+/// Review F8: a log with a valid checksum but hostile offsets is refused on replay instead of
+/// overflowing or counting through a huge range.
+#[test]
+fn hostile_offsets_in_a_log_are_refused_not_replayed() {
+    let replay = |records: &[StateRecord]| {
+        let mut bytes = Vec::new();
+        for record in records {
+            encode_record(record, &mut bytes);
+        }
+        let decoded = decode_records(&bytes);
+        match decoded.stopped {
+            Some(_) => Err("undecodable".to_string()),
+            None => SharePartition::replay(&decoded.records),
+        }
+    };
+    let negative = SharePartition::new(-10);
+    assert!(replay(&[StateRecord::Snapshot(negative.clone())]).is_err());
+    let huge = StateRecord::Acquired {
+        first: -10,
+        last: i64::MAX,
+    };
+    assert!(replay(&[StateRecord::Snapshot(negative), huge.clone()]).is_err());
+    assert!(replay(&[StateRecord::Snapshot(SharePartition::new(0)), huge]).is_err());
+    let near_max = SharePartition::new(i64::MAX - 5);
+    let acquired = StateRecord::Acquired {
+        first: i64::MAX - 5,
+        last: i64::MAX - 1,
+    };
+    let replayed = replay(&[StateRecord::Snapshot(near_max), acquired]).unwrap();
+    assert_eq!(replayed.end_offset(), i64::MAX);
+    assert_eq!(range_len(i64::MIN, i64::MAX), u64::MAX);
+    assert_eq!(range_len(5, 4), 0);
+}
+
+/// Review F7: records acquired by a request that then failed go back to available at once
+/// (not after the lock), and only the member's own.
+#[test]
+fn unseen_acquisitions_are_returned_at_once() {
+    let mut sp = SharePartition::new(0);
+    let (a, b) = (member("a"), member("b"));
+    let mut log = Vec::new();
+    let got_a = take(&mut sp, &a, 3, 10, 0, &mut log);
+    let got_b = take(&mut sp, &b, 3, 10, 0, &mut log);
+    assert_eq!(sp.return_unseen("a", &got_b), 0);
+    assert_eq!(sp.return_unseen("a", &got_a), 3);
+    assert_eq!(sp.counts().available, 3);
+    assert_eq!(sp.counts().acquired, 3);
+    // The next acquisition takes them again, with the count charged once more.
+    let again = take(&mut sp, &b, 3, 10, 0, &mut log);
+    assert_eq!(
+        again.first().map(|r| (r.first_offset, r.delivery_count)),
+        Some((0, 2))
+    );
+    assert_eq!(replayed(&log).counts(), sp.rebuilt().counts());
+}
+
+/// Review F6: a share partition whose end offset is past a truncated log forgets the offsets
+/// from the log's end on, so records written there again are delivered.
+#[test]
+fn truncation_below_the_end_offset_forgets_the_cut_offsets() {
+    let mut sp = SharePartition::new(0);
+    let a = member("a");
+    let mut log = Vec::new();
+    take(&mut sp, &a, 10, 10, 0, &mut log);
+    for offset in 0..4 {
+        sp.acknowledge("a", (offset, offset), AckKind::Accept, 5, &mut log)
+            .unwrap();
+    }
+    assert!(!sp.truncate_to(10));
+    assert!(sp.truncate_to(6));
+    assert_eq!((sp.start_offset(), sp.end_offset()), (4, 6));
+    assert_eq!(sp.counts().acquired, 2);
+    let again = take(&mut sp, &a, 10, 8, 0, &mut log);
+    let new: Vec<_> = again
+        .iter()
+        .map(|r| (r.first_offset, r.last_offset))
+        .collect();
+    assert_eq!(new, vec![(6, 7)]);
+    assert!(sp.truncate_to(2));
+    assert_eq!((sp.start_offset(), sp.end_offset()), (2, 2));
+    assert_eq!(sp.counts().acquired + sp.counts().available, 0);
+}

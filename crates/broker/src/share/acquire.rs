@@ -30,10 +30,15 @@ pub(crate) struct Acquisition {
     pub records: Bytes,
     pub acquired: Vec<AcquiredRange>,
     pub sequence: u64,
+    /// The deadline the locks were taken with (the answer reports this one, not a later
+    /// clock reading, so a member never believes it holds a record longer than it does).
+    pub lock_deadline_ms: i64,
 }
 
 /// Acquires in one partition. Whatever the state machine logged is appended even when
-/// reading fails half-way.
+/// reading fails half-way. Refused (NOT_LEADER) through a retired instance or when this
+/// broker no longer leads the partition in the instance's epoch: a long poll holding an old
+/// instance must not hand out records the live instance (or the new leader) also hands out.
 pub(crate) fn acquire_partition(
     state: &BrokerState,
     shared: &SharedPartition,
@@ -42,6 +47,9 @@ pub(crate) fn acquire_partition(
 ) -> Result<Acquisition, m::Error> {
     let max_attempts = shared.settings(state).max_delivery_attempts;
     let mut share = shared.state.lock();
+    if !shared.still_led(state) {
+        return Err(shared.not_live());
+    }
     let mut taking = Taking {
         share: &mut share,
         asked,
@@ -53,12 +61,17 @@ pub(crate) fn acquire_partition(
         acquired: Vec::new(),
     };
     let outcome = taking.run(shared, budget);
-    let sequence = shared.append(&state.share, &taking.log)?;
+    if outcome.is_err() {
+        // Nobody will see these records: available again now, not after `lock_ms`.
+        taking.share.return_unseen(&asked.member, &taking.acquired);
+    }
+    let sequence = shared.append(&taking.log)?;
     outcome?;
     Ok(Acquisition {
         records: taking.out.freeze(),
         acquired: coalesce(taking.acquired),
         sequence,
+        lock_deadline_ms: taking.lock_deadline_ms,
     })
 }
 

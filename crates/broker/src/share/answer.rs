@@ -39,7 +39,7 @@ pub async fn share_acknowledge(
         principal,
         &req.group_id,
         &req.member_id,
-        &req.acknowledgements,
+        req.acknowledgements,
     )
     .await;
     m::ShareAcknowledgeResponse {
@@ -49,18 +49,66 @@ pub async fn share_acknowledge(
 }
 
 /// Applies each acknowledgement, then waits for the state logs it wrote to be fsynced.
+/// Loading share state and taking share-partition locks may wait on the disk (a load, an
+/// acquisition reading the log), so that part runs on the blocking pool.
 pub(crate) async fn apply_acknowledgements(
+    state: &Arc<BrokerState>,
+    access: &Access,
+    principal: &Principal,
+    group: &str,
+    member: &str,
+    acks: Vec<m::ShareAcknowledgement>,
+) -> Vec<m::ShareAcknowledgeResult> {
+    if acks.is_empty() {
+        return Vec::new();
+    }
+    let acks: Arc<[m::ShareAcknowledgement]> = acks.into();
+    let (s, a, p) = (state.clone(), access.clone(), principal.clone());
+    let (g, mb, ac) = (group.to_string(), member.to_string(), acks.clone());
+    let applied = tokio::task::spawn_blocking(move || apply_now(&s, &a, &p, &g, &mb, &ac)).await;
+    let (mut results, to_sync) = match applied {
+        Ok(applied) => applied,
+        Err(e) => {
+            let error = ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string());
+            let failed = acks.iter().map(|ack| m::ShareAcknowledgeResult {
+                topic: ack.topic.clone(),
+                partition: ack.partition,
+                first_offset: ack.first_offset,
+                last_offset: ack.last_offset,
+                error: Some(error.clone()),
+                ..Default::default()
+            });
+            return failed.collect();
+        }
+    };
+    for (index, shared, sequence) in to_sync {
+        if let Err(e) = shared.log.sync(sequence).await {
+            // The outcome may not be durable: reloaded from disk, it is not claimed.
+            shared.retire();
+            if let Some(result) = results.get_mut(index) {
+                result.error = Some(super::storage_error(&shared.key, &e));
+            }
+        }
+    }
+    results
+}
+
+/// The acknowledgements applied (blocking), and the state logs to sync for them.
+#[allow(clippy::type_complexity)]
+fn apply_now(
     state: &BrokerState,
     access: &Access,
     principal: &Principal,
     group: &str,
     member: &str,
     acks: &[m::ShareAcknowledgement],
-) -> Vec<m::ShareAcknowledgeResult> {
+) -> (
+    Vec<m::ShareAcknowledgeResult>,
+    Vec<(usize, Arc<SharedPartition>, u64)>,
+) {
     let mut results = Vec::with_capacity(acks.len());
     let mut to_sync: Vec<(usize, Arc<SharedPartition>, u64)> = Vec::new();
     let mut last_auth = None;
-    let mut released = false;
     for ack in acks {
         let mut result = m::ShareAcknowledgeResult {
             topic: ack.topic.clone(),
@@ -74,24 +122,12 @@ pub(crate) async fn apply_acknowledgements(
             .and_then(|()| check_range(ack))
             .and_then(|()| AckKind::from_wire(ack.kind).map_err(|e| share_error(&e)))
             .and_then(|kind| {
-                let shared = share_partition(state, group, &ack.topic, ack.partition, false)?
-                    .ok_or_else(|| {
-                        ErrorCode::INVALID_RECORD_STATE.with_message(format!(
-                            "group {group} has no share state on {}/{}",
-                            ack.topic, ack.partition
-                        ))
-                    })?;
-                let max_attempts = shared.settings(state).max_delivery_attempts;
-                let range = (ack.first_offset, ack.last_offset);
-                let (outcome, sequence) = {
-                    let mut share = shared.state.lock();
-                    let mut log = Vec::new();
-                    let outcome = share.acknowledge(member, range, kind, max_attempts, &mut log);
-                    (outcome, shared.append(&state.share, &log)?)
-                };
-                released |= kind == AckKind::Release && outcome.is_ok();
+                let (shared, sequence, outcome) = acknowledge_one(state, group, member, ack, kind)?;
+                if kind == AckKind::Release {
+                    shared.notify_released();
+                }
                 to_sync.push((results.len(), shared, sequence));
-                outcome.map(|_| ()).map_err(|e| share_error(&e))
+                outcome
             });
         if let Err(e) = applied {
             result.current_leader = leader_hint(state, &ack.topic, ack.partition, &e);
@@ -99,17 +135,48 @@ pub(crate) async fn apply_acknowledgements(
         }
         results.push(result);
     }
-    if released {
-        state.share.notify_released();
-    }
-    for (index, shared, sequence) in to_sync {
-        if let Err(e) = shared.log.sync(sequence).await {
-            if let Some(result) = results.get_mut(index) {
-                result.error = Some(super::storage_error(&shared.key, &e));
+    (results, to_sync)
+}
+
+/// Applies one acknowledgement through the live instance (one found retired under its lock
+/// is re-resolved once); returns the instance, the log sequence to sync and the outcome.
+#[allow(clippy::type_complexity)]
+fn acknowledge_one(
+    state: &BrokerState,
+    group: &str,
+    member: &str,
+    ack: &m::ShareAcknowledgement,
+    kind: AckKind,
+) -> Result<(Arc<SharedPartition>, u64, Result<(), m::Error>), m::Error> {
+    let mut tries = 0;
+    loop {
+        let shared =
+            share_partition(state, group, &ack.topic, ack.partition, false)?.ok_or_else(|| {
+                ErrorCode::INVALID_RECORD_STATE.with_message(format!(
+                    "group {group} has no share state on {}/{}",
+                    ack.topic, ack.partition
+                ))
+            })?;
+        let max_attempts = shared.settings(state).max_delivery_attempts;
+        let range = (ack.first_offset, ack.last_offset);
+        let mut share = shared.state.lock();
+        if shared.is_retired() {
+            drop(share);
+            tries += 1;
+            if tries < 2 {
+                continue;
             }
+            return Err(shared.not_live());
         }
+        let mut log = Vec::new();
+        let outcome = share
+            .acknowledge(member, range, kind, max_attempts, &mut log)
+            .map(|_| ())
+            .map_err(|e| share_error(&e));
+        let sequence = shared.append(&log)?;
+        drop(share);
+        return Ok((shared, sequence, outcome));
     }
-    results
 }
 
 fn check_range(ack: &m::ShareAcknowledgement) -> Result<(), m::Error> {
@@ -134,27 +201,40 @@ pub async fn describe_share_group(
         response.error = Some(code.with_message(why));
         return response;
     }
+    // Loading share state reads the disk: on the blocking pool.
+    let (s, group) = (state.clone(), req.group_id.clone());
+    match tokio::task::spawn_blocking(move || describe_partitions(&s, &group)).await {
+        Ok((partitions, member_ids)) => {
+            response.partitions = partitions;
+            response.member_ids = member_ids;
+        }
+        Err(e) => {
+            response.error = Some(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
+        }
+    }
+    response
+}
+
+/// The group's share partitions led here, and the members holding records in them.
+fn describe_partitions(
+    state: &BrokerState,
+    group: &str,
+) -> (Vec<m::SharePartitionState>, Vec<String>) {
     let mut members = BTreeSet::new();
+    let mut described = Vec::new();
     let mut partitions = state.all_partitions();
     partitions.sort_by(|a, b| (&a.topic, a.index).cmp(&(&b.topic, b.index)));
     for partition in partitions {
         // Partitions led elsewhere, internal ones and those without this group's state are
         // not this broker's to describe.
-        let Ok(Some(shared)) = share_partition(
-            &state,
-            &req.group_id,
-            &partition.topic,
-            partition.index,
-            false,
-        ) else {
+        let Ok(Some(shared)) =
+            share_partition(state, group, &partition.topic, partition.index, false)
+        else {
             continue;
         };
-        response
-            .partitions
-            .push(describe_partition(&shared, &mut members));
+        described.push(describe_partition(&shared, &mut members));
     }
-    response.member_ids = members.into_iter().collect();
-    response
+    (described, members.into_iter().collect())
 }
 
 fn describe_partition(

@@ -3,8 +3,11 @@
 //! state logs grown past their bound, and starts dead-lettering where records wait for it:
 //! the records are read from the partition, written to the dead-letter topic (created with
 //! the source's partition count and replication if missing) through the broker's internal
-//! idempotent producer with the origin headers, and only then marked done in the state log.
-//! A crash between the two writes the records to the dead-letter topic again on restart.
+//! idempotent producer with the origin headers, and only then marked done in the state log:
+//! only the records written (each on its own: one refused copy does not hold back the others)
+//! and those proven gone from the source log (below its start offset) are marked; a read or
+//! decode error fails the pass, retried after [`DEAD_LETTER_RETRY_MS`]. A crash between the
+//! two writes the records to the dead-letter topic again on restart.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tinymq_client::ProducerRecord;
-use tinymq_protocol::batch::{BatchIter, Record};
+use tinymq_protocol::batch::{BatchError, BatchIter, Record};
 use tinymq_protocol::messages as m;
 use tinymq_share::DeadLetterReason;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +38,12 @@ pub const DEAD_LETTER_RETRY_MS: i64 = 1_000;
 const LOAD_EVERY_TICKS: u32 = 10;
 /// Decompressed bytes one batch may take when it is decoded for dead-lettering.
 const DEAD_LETTER_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
+/// Record bytes (keys, values, headers) one dead-lettering pass keeps: reading stops once
+/// they pass it; the rest waits for the next pass.
+pub const DEAD_LETTER_PASS_BYTES_MAX: usize = 16 << 20;
+/// Dead-lettering passes running at once on a broker (each holds up to
+/// [`DEAD_LETTER_PASS_BYTES_MAX`] plus a decoded batch); others wait for a later tick.
+pub const DEAD_LETTER_PASSES_MAX: usize = 4;
 
 /// Background work (lock expiry, log rewrites, dead-lettering), until `shutdown`.
 pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
@@ -47,7 +56,9 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
             _ = tick.tick() => {}
         }
         if ticks.is_multiple_of(LOAD_EVERY_TICKS) {
-            load_led(&state);
+            // Loads read the disk (and wait for the registry behind other loads).
+            let s = state.clone();
+            let _ = tokio::task::spawn_blocking(move || load_led(&s)).await;
         }
         ticks = ticks.wrapping_add(1);
         pass(&state).await;
@@ -70,28 +81,33 @@ fn load_led(state: &BrokerState) {
     }
 }
 
-fn still_led(state: &BrokerState, shared: &SharedPartition) -> bool {
-    matches!(
-        state.led_partition(&shared.key.topic, shared.key.partition),
-        Ok((partition, epoch))
-            if epoch == shared.leader_epoch && Arc::ptr_eq(&partition, &shared.partition)
-    )
-}
-
 async fn pass(state: &Arc<BrokerState>) {
     let now = crate::partition::now_ms();
-    let mut released = false;
-    for shared in state.share.all() {
-        if !still_led(state, &shared) {
-            state.share.drop_partition(&shared.key);
+    // The registry is busy while a share partition loads (on the blocking pool): this tick
+    // is skipped rather than blocking an async thread behind the disk.
+    let Some(all) = state.share.try_all() else {
+        return;
+    };
+    for shared in all {
+        if !shared.still_led(state) {
+            state.share.drop_partition(&shared);
             continue;
         }
         let max_attempts = shared.settings(state).max_delivery_attempts;
         let waiting = {
-            let mut share = shared.state.lock();
+            // Held for long only by an acquisition reading the log (on the blocking pool):
+            // then this share partition's expiry waits for the next tick, the others' do not.
+            let Some(mut share) = shared.state.try_lock() else {
+                continue;
+            };
+            if shared.is_retired() {
+                continue;
+            }
             let mut log = Vec::new();
-            released |= share.expire_locks(now, max_attempts, &mut log) > 0;
-            if shared.append(&state.share, &log).is_err() {
+            if share.expire_locks(now, max_attempts, &mut log) > 0 {
+                shared.notify_released();
+            }
+            if shared.append(&log).is_err() {
                 continue;
             }
             !share.dead_letter_pending(1).is_empty()
@@ -100,19 +116,30 @@ async fn pass(state: &Arc<BrokerState>) {
             let s = shared.clone();
             let rewritten = tokio::task::spawn_blocking(move || {
                 let share = s.state.lock();
+                // A retired instance must not rename its snapshot over the live one's log.
+                if s.is_retired() {
+                    return Ok(());
+                }
                 s.log.rewrite(&share)
             })
             .await;
             if !matches!(rewritten, Ok(Ok(()))) {
                 tracing::error!(?rewritten, key = ?shared.key, "share state log rewrite failed");
-                state.share.drop_partition(&shared.key);
+                state.share.drop_partition(&shared);
                 continue;
             }
         }
         let due = shared.dead_letter_retry_at_ms.load(Ordering::Acquire) <= now;
-        if waiting && due && !shared.dead_lettering.swap(true, Ordering::AcqRel) {
+        if !(waiting && due) {
+            continue;
+        }
+        let Ok(permit) = state.share.dead_letter_passes.clone().try_acquire_owned() else {
+            continue;
+        };
+        if !shared.dead_lettering.swap(true, Ordering::AcqRel) {
             let (state, shared) = (state.clone(), shared.clone());
             tokio::spawn(async move {
+                let _permit = permit;
                 if let Err(why) = dead_letter(&state, &shared).await {
                     tracing::warn!(key = ?shared.key, %why, "dead-lettering failed; retried in {DEAD_LETTER_RETRY_MS} ms");
                     let retry_at = crate::partition::now_ms() + DEAD_LETTER_RETRY_MS;
@@ -124,39 +151,76 @@ async fn pass(state: &Arc<BrokerState>) {
             });
         }
     }
-    if released {
-        state.share.notify_released();
-    }
 }
 
-/// Reads the records of `offsets` (ascending) from the partition; missing ones (removed by
-/// retention) are absent from the answer.
-fn read_records(shared: &SharedPartition, offsets: &[i64]) -> Vec<Record> {
+/// The records of `offsets` (ascending) read from the partition, and the offsets proven gone
+/// from it (below its log start: removed by retention). A read or decode error is an error:
+/// the records behind it are neither written nor marked.
+fn read_records(
+    shared: &SharedPartition,
+    offsets: &[i64],
+) -> Result<(Vec<Record>, Vec<i64>), String> {
+    let log = &shared.partition.log;
     let mut found: Vec<Record> = Vec::new();
+    let mut gone = Vec::new();
+    let mut kept_bytes = 0usize;
     for &offset in offsets {
         if found.last().is_some_and(|r| r.offset >= offset) {
             continue;
         }
-        let Ok(bytes) =
-            crate::handlers::read_partition(&shared.partition, offset, DEAD_LETTER_READ_BYTES)
-        else {
+        if offset < log.log_start_offset() {
+            gone.push(offset);
             continue;
+        }
+        let bytes = match crate::handlers::read_partition(
+            &shared.partition,
+            offset,
+            DEAD_LETTER_READ_BYTES,
+        ) {
+            Ok(bytes) => bytes,
+            // Retention may have removed it between the check and the read.
+            Err(_) if offset < log.log_start_offset() => {
+                gone.push(offset);
+                continue;
+            }
+            Err(e) => return Err(format!("reading offset {offset}: {}", e.message)),
         };
-        for batch in BatchIter::new(bytes).map_while(Result::ok) {
-            let decoded = crate::partition::with_decompression_slot(|| {
+        if kept_bytes >= DEAD_LETTER_PASS_BYTES_MAX {
+            break;
+        }
+        for batch in BatchIter::new(bytes) {
+            let batch = match batch {
+                Ok(batch) => batch,
+                // A read ends with part of a batch: the next read starts there.
+                Err(BatchError::Truncated { .. }) => break,
+                Err(e) => return Err(format!("decoding a batch at {offset}: {e}")),
+            };
+            let records = crate::partition::with_decompression_slot(|| {
                 batch.records(DEAD_LETTER_DECOMPRESSED_BYTES_MAX)
-            });
-            let Ok(records) = decoded else { break };
-            found.extend(
-                records
-                    .into_iter()
-                    .filter(|r| offsets.binary_search(&r.offset).is_ok()),
-            );
+            })
+            .map_err(|e| format!("decoding a batch at {offset}: {e}"))?;
+            for record in records {
+                if offsets.binary_search(&record.offset).is_ok() {
+                    kept_bytes = kept_bytes.saturating_add(record_bytes(&record));
+                    found.push(record);
+                }
+            }
         }
         found.sort_by_key(|r| r.offset);
         found.dedup_by_key(|r| r.offset);
     }
-    found
+    Ok((found, gone))
+}
+
+/// What a record held for dead-lettering weighs.
+fn record_bytes(record: &Record) -> usize {
+    let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
+    let headers: usize = record
+        .headers
+        .iter()
+        .map(|h| h.key.len() + len(&h.value))
+        .sum();
+    len(&record.key) + len(&record.value) + headers
 }
 
 /// The dead-letter copy of `record` with its origin headers.
@@ -237,15 +301,17 @@ async fn dead_letter(
     }
     let offsets: Vec<i64> = pending.iter().map(|p| p.0).collect();
     let (s, o) = (shared.clone(), offsets.clone());
-    let records = tokio::task::spawn_blocking(move || read_records(&s, &o))
+    let (records, gone) = tokio::task::spawn_blocking(move || read_records(&s, &o))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())??;
     let topic = &settings.dead_letter_topic;
     let count = ensure_topic(state, shared, topic).await?;
     let producer = state.internal.producer().map_err(|e| e.to_string())?;
     let mut deliveries = Vec::with_capacity(records.len());
+    let mut failures = Vec::new();
     for record in records {
-        let Some((_, reason, attempts)) = pending.iter().find(|p| p.0 == record.offset) else {
+        let offset = record.offset;
+        let Some((_, reason, attempts)) = pending.iter().find(|p| p.0 == offset) else {
             continue;
         };
         let copy = dead_letter_record(
@@ -255,23 +321,42 @@ async fn dead_letter(
             *attempts,
             shared.key.partition % count,
         );
-        let delivery = producer
-            .send(topic, copy)
-            .await
-            .map_err(|e| e.to_string())?;
-        deliveries.push(delivery);
+        // Each record on its own: one the dead-letter topic refuses (too large, outside
+        // its timestamp bounds, …) does not hold back the others.
+        match producer.send(topic, copy).await {
+            Ok(delivery) => deliveries.push((offset, delivery)),
+            Err(e) => failures.push(format!("{offset}: {e}")),
+        }
     }
-    for delivery in deliveries {
-        delivery
-            .await
-            .map_err(|e| format!("writing to {topic}: {e}"))?;
+    let mut marked = gone;
+    for (offset, delivery) in deliveries {
+        match delivery.await {
+            Ok(_) => marked.push(offset),
+            Err(e) => failures.push(format!("{offset}: {e}")),
+        }
     }
-    // Records whose data is gone (retention) are marked as well: there is nothing to write.
+    marked.sort_unstable();
     let sequence = {
         let mut share = shared.state.lock();
+        // A retired instance's records are dead-lettered again by the live one.
+        if shared.is_retired() {
+            return Err("share state reloaded meanwhile; its pass is redone".into());
+        }
         let mut log = Vec::new();
-        share.mark_dead_lettered(&offsets, &mut log);
-        shared.append(&state.share, &log).map_err(|e| e.message)?
+        share.mark_dead_lettered(&marked, &mut log);
+        shared.append(&log).map_err(|e| e.message)?
     };
-    shared.log.sync(sequence).await.map_err(|e| e.to_string())
+    if let Err(e) = shared.log.sync(sequence).await {
+        shared.retire();
+        return Err(e.to_string());
+    }
+    if failures.is_empty() {
+        return Ok(());
+    }
+    let unread = offsets.len().saturating_sub(marked.len() + failures.len());
+    Err(format!(
+        "{} records not written to {topic} ({unread} not found in the log): {}",
+        failures.len(),
+        failures.join("; ")
+    ))
 }

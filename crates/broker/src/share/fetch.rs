@@ -95,7 +95,7 @@ pub async fn share_fetch(
     state: Arc<BrokerState>,
     access: &Access,
     principal: &Principal,
-    req: m::ShareFetchRequest,
+    mut req: m::ShareFetchRequest,
 ) -> m::ShareFetchResponse {
     let asked = match check(&req) {
         Ok(asked) => asked,
@@ -107,31 +107,18 @@ pub async fn share_fetch(
         principal,
         &req.group_id,
         &req.member_id,
-        &req.acknowledgements,
+        std::mem::take(&mut req.acknowledgements),
     )
     .await;
-    let mut results: Vec<m::ShareFetchPartitionResult> = Vec::new();
-    let mut targets: Vec<(usize, Arc<SharedPartition>)> = Vec::new();
-    let mut last_auth = None;
-    for fp in &req.partitions {
-        let mut result = m::ShareFetchPartitionResult {
-            topic: fp.topic.clone(),
-            partition: fp.partition,
-            ..Default::default()
-        };
-        let found = access
-            .check_topic_cached(principal, &fp.topic, AclOperation::Read, &mut last_auth)
-            .and_then(|()| share_partition(&state, &req.group_id, &fp.topic, fp.partition, true));
-        match found {
-            Ok(Some(shared)) => targets.push((results.len(), shared)),
-            Ok(None) => {}
-            Err(e) => {
-                result.current_leader = leader_hint(&state, &fp.topic, fp.partition, &e);
-                result.error = Some(e);
-            }
-        }
-        results.push(result);
-    }
+    // Loading share state reads (and on creation fsyncs) the disk: on the blocking pool.
+    let (s, a, p) = (state.clone(), access.clone(), principal.clone());
+    let (group, partitions) = (req.group_id.clone(), std::mem::take(&mut req.partitions));
+    let resolved =
+        tokio::task::spawn_blocking(move || resolve(&s, &a, &p, &group, &partitions)).await;
+    let (mut results, mut targets) = match resolved {
+        Ok(resolved) => resolved,
+        Err(e) => return refuse(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())),
+    };
     merge_acknowledgements(&mut results, acks);
     let budget = match req.max_bytes {
         0 => SHARE_FETCH_BYTES_DEFAULT,
@@ -141,12 +128,28 @@ pub async fn share_fetch(
     let wait_ms = req.max_wait_ms.min(SHARE_FETCH_WAIT_MS_MAX);
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(wait_ms.into());
     loop {
+        // A long poll re-resolves instances retired meanwhile (leadership moved and came
+        // back, or a log failed), so it never acquires through a stale one.
+        if targets.iter().any(|(_, shared)| !shared.still_led(&state)) {
+            let (s, group) = (state.clone(), req.group_id.clone());
+            let (mut t, mut r) = (std::mem::take(&mut targets), std::mem::take(&mut results));
+            let refreshed = tokio::task::spawn_blocking(move || {
+                refresh_targets(&s, &group, &mut t, &mut r);
+                (t, r)
+            })
+            .await;
+            match refreshed {
+                Ok((t, r)) => (targets, results) = (t, r),
+                Err(e) => {
+                    return refuse(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))
+                }
+            }
+        }
         // Subscribed before acquiring, so a release or append meanwhile is not missed.
         let mut watches: Vec<tokio::sync::watch::Receiver<i64>> = targets
             .iter()
-            .map(|(_, s)| s.partition.watch_high_watermark())
+            .flat_map(|(_, s)| [s.partition.watch_high_watermark(), s.watch_released()])
             .collect();
-        watches.push(state.share.watch_released());
         for w in &mut watches {
             w.borrow_and_update();
         }
@@ -160,6 +163,44 @@ pub async fn share_fetch(
         error: None,
         partitions: results,
     }
+}
+
+/// Each named partition's result and, where this broker leads it and the principal may read
+/// it, its share partition (loaded or created: blocking).
+#[allow(clippy::type_complexity)]
+fn resolve(
+    state: &BrokerState,
+    access: &Access,
+    principal: &Principal,
+    group: &str,
+    partitions: &[m::ShareFetchPartition],
+) -> (
+    Vec<m::ShareFetchPartitionResult>,
+    Vec<(usize, Arc<SharedPartition>)>,
+) {
+    let mut results: Vec<m::ShareFetchPartitionResult> = Vec::new();
+    let mut targets: Vec<(usize, Arc<SharedPartition>)> = Vec::new();
+    let mut last_auth = None;
+    for fp in partitions {
+        let mut result = m::ShareFetchPartitionResult {
+            topic: fp.topic.clone(),
+            partition: fp.partition,
+            ..Default::default()
+        };
+        let found = access
+            .check_topic_cached(principal, &fp.topic, AclOperation::Read, &mut last_auth)
+            .and_then(|()| share_partition(state, group, &fp.topic, fp.partition, true));
+        match found {
+            Ok(Some(shared)) => targets.push((results.len(), shared)),
+            Ok(None) => {}
+            Err(e) => {
+                result.current_leader = leader_hint(state, &fp.topic, fp.partition, &e);
+                result.error = Some(e);
+            }
+        }
+        results.push(result);
+    }
+    (results, targets)
 }
 
 /// Acquires in every target partition (within the shared byte budget) and fsyncs the
@@ -195,17 +236,22 @@ async fn acquire_all(
             }
         };
         if let Err(e) = shared.log.sync(acquisition.sequence).await {
+            // The acquisitions may not be durable: the instance is reloaded from disk (its
+            // acquired records come back available there).
+            shared.retire();
             result.error = Some(super::storage_error(&shared.key, &e));
             continue;
         }
+        // An error of an earlier try of this long poll (a reloaded instance) is outdated.
+        result.error = None;
         left = left.saturating_sub(acquisition.records.len());
         total += acquisition
             .acquired
             .iter()
-            .map(|r| (r.last_offset - r.first_offset + 1) as u64)
+            .map(|r| tinymq_share::range_len(r.first_offset, r.last_offset))
             .sum::<u64>();
         if !acquisition.acquired.is_empty() {
-            result.lock_deadline_ms = crate::partition::now_ms() + i64::from(asked.lock_ms);
+            result.lock_deadline_ms = acquisition.lock_deadline_ms;
         }
         result.records = acquisition.records;
         result.acquired = acquisition
@@ -219,6 +265,35 @@ async fn acquire_all(
             .collect();
     }
     total
+}
+
+/// Replaces each target whose instance is retired or no longer led in its epoch with the
+/// live one; a target that cannot be resolved any more gets the error on its result.
+fn refresh_targets(
+    state: &BrokerState,
+    group: &str,
+    targets: &mut Vec<(usize, Arc<SharedPartition>)>,
+    results: &mut [m::ShareFetchPartitionResult],
+) {
+    targets.retain_mut(|(index, shared)| {
+        if shared.still_led(state) {
+            return true;
+        }
+        let (topic, partition) = (shared.key.topic.clone(), shared.key.partition);
+        let error = match share_partition(state, group, &topic, partition, true) {
+            Ok(Some(live)) => {
+                *shared = live;
+                return true;
+            }
+            Ok(None) => shared.not_live(),
+            Err(e) => e,
+        };
+        if let Some(result) = results.get_mut(*index) {
+            result.current_leader = leader_hint(state, &topic, partition, &error);
+            result.error = Some(error);
+        }
+        false
+    });
 }
 
 /// Puts each acknowledgement's error on its partition's result (adding a result for a

@@ -12,7 +12,7 @@ mod fetch;
 mod store;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -57,6 +57,15 @@ pub(crate) struct SharedPartition {
     pub dead_lettering: AtomicBool,
     /// After a failed dead-lettering pass: not retried before this (ms since the epoch).
     pub dead_letter_retry_at_ms: AtomicI64,
+    /// Set (under `state`'s lock) once this instance is no longer the registry's: leadership
+    /// moved, or its log failed. Every change checks it under the same lock first, so a task
+    /// still holding the old instance can neither hand out records nor write its log while a
+    /// new instance reads the same file.
+    retired: AtomicBool,
+    /// Bumped when records of this share partition become available again (released, lock
+    /// expired) and when it is retired: the long polls naming it wait on it as on the high
+    /// watermark (only those: a release elsewhere wakes nobody here).
+    released: watch::Sender<i64>,
 }
 
 impl SharedPartition {
@@ -72,17 +81,60 @@ impl SharedPartition {
         }
     }
 
-    /// Appends what an operation logged; on a write error the in-memory state is no longer
-    /// the log's, so the share partition is dropped (reloaded from the log on next use).
-    pub fn append(
-        &self,
-        groups: &ShareGroups,
-        records: &[tinymq_share::StateRecord],
-    ) -> Result<u64, m::Error> {
+    /// Appends what an operation logged (call under `state`'s lock); on a write error the
+    /// in-memory state is no longer the log's, so the instance is retired (the registry
+    /// reloads it from the log on next use).
+    pub fn append(&self, records: &[tinymq_share::StateRecord]) -> Result<u64, m::Error> {
         self.log.append(records).map_err(|e| {
-            groups.drop_partition(&self.key);
+            self.retired.store(true, Ordering::Release);
+            self.notify_released();
             storage_error(&self.key, &e)
         })
+    }
+
+    pub fn notify_released(&self) {
+        self.released.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    pub fn watch_released(&self) -> watch::Receiver<i64> {
+        self.released.subscribe()
+    }
+
+    /// Whether this instance may still change its state (read under `state`'s lock).
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
+    /// Retires this instance: waits for any change in progress to finish, so nothing is
+    /// written through it afterwards (the lock is never held across an await or the
+    /// registry's lock).
+    pub fn retire(&self) {
+        {
+            let _state = self.state.lock();
+            self.retired.store(true, Ordering::Release);
+        }
+        // Long polls holding it wake up and re-resolve the live instance.
+        self.notify_released();
+    }
+
+    /// Whether this broker still leads the partition in the epoch this instance was loaded
+    /// in, and the instance is live.
+    pub fn still_led(&self, state: &BrokerState) -> bool {
+        !self.is_retired()
+            && matches!(
+                state.led_partition(&self.key.topic, self.key.partition),
+                Ok((partition, epoch))
+                    if epoch == self.leader_epoch && Arc::ptr_eq(&partition, &self.partition)
+            )
+    }
+
+    /// The refusal of a change through a retired instance or one whose partition is no
+    /// longer led here (the member retries, reaching the live instance or the new leader).
+    pub fn not_live(&self) -> m::Error {
+        ErrorCode::NOT_LEADER.with_message(format!(
+            "share state of {}/{} for group {} was reloaded or moved; retry",
+            self.key.topic, self.key.partition, self.key.group
+        ))
     }
 }
 
@@ -97,35 +149,40 @@ pub(crate) fn storage_error(key: &ShareKey, e: &std::io::Error) -> m::Error {
 #[derive(Debug)]
 pub struct ShareGroups {
     partitions: Mutex<HashMap<ShareKey, Arc<SharedPartition>>>,
-    /// Bumped when records become available again (released, lock expired): long polls wait
-    /// on it as on the high watermarks.
-    released: watch::Sender<i64>,
+    /// Bounds the dead-lettering passes running at once (`DEAD_LETTER_PASSES_MAX`).
+    pub(crate) dead_letter_passes: Arc<tokio::sync::Semaphore>,
 }
 
 impl Default for ShareGroups {
     fn default() -> Self {
         ShareGroups {
             partitions: Mutex::new(HashMap::new()),
-            released: watch::Sender::new(0),
+            dead_letter_passes: Arc::new(tokio::sync::Semaphore::new(
+                dead_letter::DEAD_LETTER_PASSES_MAX,
+            )),
         }
     }
 }
 
 impl ShareGroups {
-    pub(crate) fn notify_released(&self) {
-        self.released.send_modify(|n| *n = n.wrapping_add(1));
+    /// Removes `shared` from the registry (if it is still the registered instance) and
+    /// retires it.
+    pub(crate) fn drop_partition(&self, shared: &Arc<SharedPartition>) {
+        {
+            let mut kept = self.partitions.lock();
+            if kept
+                .get(&shared.key)
+                .is_some_and(|k| Arc::ptr_eq(k, shared))
+            {
+                kept.remove(&shared.key);
+            }
+        }
+        shared.retire();
     }
 
-    pub(crate) fn watch_released(&self) -> watch::Receiver<i64> {
-        self.released.subscribe()
-    }
-
-    pub(crate) fn drop_partition(&self, key: &ShareKey) {
-        self.partitions.lock().remove(key);
-    }
-
-    pub(crate) fn all(&self) -> Vec<Arc<SharedPartition>> {
-        self.partitions.lock().values().cloned().collect()
+    /// Every loaded share partition, or `None` while the registry is busy (a load runs).
+    pub(crate) fn try_all(&self) -> Option<Vec<Arc<SharedPartition>>> {
+        Some(self.partitions.try_lock()?.values().cloned().collect())
     }
 }
 
@@ -146,14 +203,20 @@ pub(crate) fn share_partition(
         partition: index,
     };
     let groups = &state.share;
-    // Loading runs under the registry's lock, so one log never has two writers; it reads at
-    // most a few MB, once per partition and leadership.
+    // Loading runs under the registry's lock, and a replaced instance is retired (waiting
+    // for its change in progress) before the log is read, so one log never has two writers.
+    // Lock order: registry, then a share partition's state (never the reverse).
     let mut kept = groups.partitions.lock();
     if let Some(shared) = kept.get(&key) {
-        if shared.leader_epoch == epoch && Arc::ptr_eq(&shared.partition, &partition) {
+        let live = !shared.is_retired()
+            && shared.leader_epoch == epoch
+            && Arc::ptr_eq(&shared.partition, &partition);
+        if live {
             return Ok(Some(shared.clone()));
         }
-        kept.remove(&key);
+        if let Some(old) = kept.remove(&key) {
+            old.retire();
+        }
     }
     let path = store::state_path(&partition.dir, group);
     if !create && !path.exists() {
@@ -175,6 +238,18 @@ pub(crate) fn share_partition(
     }
     let fresh = SharePartition::new(partition.log.log_start_offset());
     let (log, mut share) = StateLog::open(path, fresh).map_err(|e| storage_error(&key, &e))?;
+    // A partition log truncated below the state's end offset (unclean election, truncation
+    // to a new leader): the offsets from its end on were not handed out in this log.
+    if share.truncate_to(partition.log.log_end_offset()) {
+        tracing::warn!(
+            topic,
+            partition = index,
+            group,
+            end = partition.log.log_end_offset(),
+            "partition log ends below the share state's end offset; state cut to it"
+        );
+        log.rewrite(&share).map_err(|e| storage_error(&key, &e))?;
+    }
     // Records retention removed meanwhile are done.
     let mut records = Vec::new();
     share.advance_to(partition.log.log_start_offset(), &mut records);
@@ -187,6 +262,8 @@ pub(crate) fn share_partition(
         log: Arc::new(log),
         dead_lettering: AtomicBool::new(false),
         dead_letter_retry_at_ms: AtomicI64::new(0),
+        retired: AtomicBool::new(false),
+        released: watch::Sender::new(0),
     });
     kept.insert(key, shared.clone());
     Ok(Some(shared))

@@ -1,9 +1,11 @@
 //! One share partition's state log on disk (docs/storage.md, "Share-group state logs"):
-//! `<partition dir>/share/<hex of the group id>.state`, records of `tinymq_share`'s format
-//! appended as the state changes, fsynced before acknowledgements are answered (group commit:
-//! one fsync covers every append made before it started), and rewritten as a single snapshot
-//! once it grows past [`STATE_LOG_REWRITE_BYTES`]. It lives in the partition's directory, so
-//! deleting the topic removes it.
+//! `<partition dir>/share/<group id>.state`, records of `tinymq_share`'s format appended (the
+//! file is opened with O_APPEND, so a stale handle can never overwrite another's records) as
+//! the state changes, fsynced before acknowledgements are answered (group commit: one fsync
+//! covers every append made before it started), and rewritten as a single snapshot once it
+//! grows past [`STATE_LOG_REWRITE_BYTES`]. After a failed fsync the log refuses every append
+//! and sync (the kernel may have dropped the dirty pages), so its owner reloads it from disk.
+//! It lives in the partition's directory, so deleting the topic removes it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -19,24 +21,26 @@ use tokio::sync::watch;
 /// background task, so a rebuild reads at most about this much.
 pub(crate) const STATE_LOG_REWRITE_BYTES: u64 = 1 << 20;
 /// A state log file longer than this is not read (it cannot be one the broker wrote: the
-/// rewrite keeps them near [`STATE_LOG_REWRITE_BYTES`]); the partition's state starts over.
+/// rewrite keeps them near [`STATE_LOG_REWRITE_BYTES`]); it is moved aside and the
+/// partition's state starts over.
 const STATE_LOG_READ_BYTES_MAX: u64 = 64 << 20;
+/// Where snapshots are written before they are renamed over a state log (a directory, so the
+/// temporary name is no longer than the log's: group ids of up to 249 bytes fit NAME_MAX).
+const TMP_DIR: &str = ".tmp";
 
 pub(crate) fn state_dir(partition_dir: &Path) -> PathBuf {
     partition_dir.join("share")
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The state log of `group` in a partition's directory.
+/// The state log of `group` in a partition's directory: the id itself names the file (valid
+/// ids are `[A-Za-z0-9._-]`, at most 249 bytes, so `<id>.state` fits NAME_MAX, and the
+/// suffix keeps `.` and `..` apart from the directory entries).
 pub(crate) fn state_path(partition_dir: &Path, group: &str) -> PathBuf {
-    state_dir(partition_dir).join(format!("{}.state", hex(group.as_bytes())))
+    state_dir(partition_dir).join(format!("{group}.state"))
 }
 
-/// The groups with a state log in a partition's directory (file names that do not decode to
-/// a group id are ignored).
+/// The groups with a state log in a partition's directory (file names that are not a valid
+/// group id are ignored).
 pub(crate) fn groups_in(partition_dir: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(state_dir(partition_dir)) else {
         return Vec::new();
@@ -44,16 +48,54 @@ pub(crate) fn groups_in(partition_dir: &Path) -> Vec<String> {
     entries
         .filter_map(|entry| {
             let name = entry.ok()?.file_name().into_string().ok()?;
-            let hex = name.strip_suffix(".state")?;
-            let bytes = (0..hex.len())
-                .step_by(2)
-                .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
-                .collect::<Option<Vec<u8>>>()?;
-            let group = String::from_utf8(bytes).ok()?;
-            crate::group::validate_group_id(&group).ok()?;
-            Some(group)
+            let group = name.strip_suffix(".state")?;
+            crate::group::validate_group_id(group).ok()?;
+            Some(group.to_string())
         })
         .collect()
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Creates the `share` directory (and its temporary directory) durably: the partition
+/// directory is fsynced after `share` appears, so a power loss cannot lose every group's
+/// state at once.
+fn ensure_state_dir(share_dir: &Path) -> std::io::Result<()> {
+    let tmp = share_dir.join(TMP_DIR);
+    if tmp.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&tmp)?;
+    sync_dir(share_dir)?;
+    match share_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
+}
+
+/// Replaces `path` with `bytes` whole: written in the temporary directory, fsynced, renamed
+/// over it, the directory fsynced.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(TMP_DIR).join(path.file_name().unwrap_or_default());
+    let mut file = File::create(&tmp)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    sync_dir(dir)
+}
+
+/// Moves an unreadable state log aside (`share/.corrupt-<ms>/<id>.state`) so starting over
+/// does not destroy it; an operator may inspect or restore it.
+fn move_aside(path: &Path) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let aside = dir.join(format!(".corrupt-{}", crate::partition::now_ms()));
+    std::fs::create_dir_all(&aside)?;
+    std::fs::rename(path, aside.join(path.file_name().unwrap_or_default()))?;
+    tracing::error!(from = %path.display(), to = %aside.display(), "unreadable share state log moved aside; the group's state on this partition starts over from the log start");
+    sync_dir(dir)
 }
 
 struct Appender {
@@ -68,6 +110,9 @@ pub(crate) struct StateLog {
     appender: Mutex<Appender>,
     /// The append sequence number the last fsync covered.
     synced: watch::Sender<u64>,
+    /// Set for good when an fsync fails: appends and syncs fail from then on (waiters are
+    /// woken through `synced`).
+    failed: AtomicBool,
     /// Set while an fsync runs: one at a time per log.
     syncing: AtomicBool,
 }
@@ -88,19 +133,22 @@ impl StateLog {
         fresh: SharePartition,
     ) -> std::io::Result<(StateLog, SharePartition)> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)?;
+            ensure_state_dir(parent)?;
         }
-        if let Some((state, valid)) = read_existing(&path)? {
-            let file = OpenOptions::new().read(true).write(true).open(&path)?;
-            // A torn tail (a crash mid-append) is cut so new records follow whole ones.
-            file.set_len(valid)?;
-            let mut file = file;
-            std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
-            return Ok((StateLog::with_file(path, file, valid), state));
+        match read_existing(&path)? {
+            Existing::Valid(state, valid) => {
+                // A torn tail (a crash mid-append) is cut so new records follow whole ones;
+                // appends go through an O_APPEND handle.
+                OpenOptions::new().write(true).open(&path)?.set_len(valid)?;
+                let file = OpenOptions::new().append(true).open(&path)?;
+                return Ok((StateLog::with_file(path, file, valid), state));
+            }
+            Existing::Unreadable => move_aside(&path)?,
+            Existing::None => {}
         }
         let mut bytes = Vec::new();
         encode_record(&StateRecord::Snapshot(fresh.clone()), &mut bytes);
-        crate::durable_file::write_atomically(&path, &bytes)?;
+        write_atomically(&path, &bytes)?;
         let file = OpenOptions::new().append(true).open(&path)?;
         Ok((StateLog::with_file(path, file, bytes.len() as u64), fresh))
     }
@@ -114,8 +162,18 @@ impl StateLog {
                 appended: 0,
             }),
             synced: watch::Sender::new(0),
+            failed: AtomicBool::new(false),
             syncing: AtomicBool::new(false),
         }
+    }
+
+    fn check_not_failed(&self) -> std::io::Result<()> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(std::io::Error::other(
+                "an earlier fsync of this state log failed; it is reloaded from disk",
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn size_bytes(&self) -> u64 {
@@ -126,6 +184,7 @@ impl StateLog {
     /// Called under the share partition's lock, so the log's order is the state's.
     pub(crate) fn append(&self, records: &[StateRecord]) -> std::io::Result<u64> {
         let mut appender = self.appender.lock();
+        self.check_not_failed()?;
         if records.is_empty() {
             return Ok(appender.appended);
         }
@@ -145,6 +204,7 @@ impl StateLog {
     pub(crate) async fn sync(self: &Arc<Self>, sequence: u64) -> std::io::Result<()> {
         let mut synced = self.synced.subscribe();
         loop {
+            self.check_not_failed()?;
             if *synced.borrow_and_update() >= sequence {
                 return Ok(());
             }
@@ -159,10 +219,20 @@ impl StateLog {
                     (appender.file.clone(), appender.appended)
                 };
                 let outcome = file.sync_data();
-                log.syncing.store(false, Ordering::Release);
-                if outcome.is_ok() {
-                    log.synced.send_modify(|s| *s = (*s).max(covered));
+                if let Err(e) = &outcome {
+                    // Linux may have dropped the unwritten pages: nothing appended to this
+                    // handle can be called durable any more.
+                    tracing::error!(path = %log.path.display(), error = %e, "share state log fsync failed");
+                    log.failed.store(true, Ordering::Release);
                 }
+                // Cleared before waking the waiters, so one of them can start the next fsync;
+                // woken on failure too, to see it.
+                log.syncing.store(false, Ordering::Release);
+                log.synced.send_modify(|s| {
+                    if outcome.is_ok() {
+                        *s = (*s).max(covered);
+                    }
+                });
                 outcome
             })
             .await;
@@ -177,9 +247,10 @@ impl StateLog {
     /// on a blocking thread): written to a temporary file, fsynced, renamed over the log.
     pub(crate) fn rewrite(&self, state: &SharePartition) -> std::io::Result<()> {
         let mut appender = self.appender.lock();
+        self.check_not_failed()?;
         let mut bytes = Vec::new();
         encode_record(&StateRecord::Snapshot(state.clone()), &mut bytes);
-        crate::durable_file::write_atomically(&self.path, &bytes)?;
+        write_atomically(&self.path, &bytes)?;
         let file = OpenOptions::new().append(true).open(&self.path)?;
         appender.file = Arc::new(file);
         appender.bytes = bytes.len() as u64;
@@ -190,18 +261,25 @@ impl StateLog {
     }
 }
 
-/// The state a log file holds and the length of its whole records; `None` when there is no
-/// file, or it holds no valid snapshot to start from.
-fn read_existing(path: &Path) -> std::io::Result<Option<(SharePartition, u64)>> {
+/// What a state log file holds.
+enum Existing {
+    None,
+    /// The state and the length of the whole records.
+    Valid(SharePartition, u64),
+    /// Too long, no snapshot to start from, or not replayable.
+    Unreadable,
+}
+
+fn read_existing(path: &Path) -> std::io::Result<Existing> {
     let mut file = match File::open(path) {
         Ok(file) => file,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Existing::None),
         Err(e) => return Err(e),
     };
     let length = file.metadata()?.len();
     if length > STATE_LOG_READ_BYTES_MAX {
-        tracing::error!(path = %path.display(), length, "share state log too long; starting over");
-        return Ok(None);
+        tracing::error!(path = %path.display(), length, "share state log longer than {STATE_LOG_READ_BYTES_MAX} bytes");
+        return Ok(Existing::Unreadable);
     }
     let mut bytes = Vec::with_capacity(length as usize);
     file.read_to_end(&mut bytes)?;
@@ -210,14 +288,14 @@ fn read_existing(path: &Path) -> std::io::Result<Option<(SharePartition, u64)>> 
         tracing::warn!(path = %path.display(), %why, "share state log has a torn or corrupt tail; cut");
     }
     if !matches!(decoded.records.first(), Some(StateRecord::Snapshot(_))) {
-        tracing::error!(path = %path.display(), "share state log does not start with a snapshot; starting over");
-        return Ok(None);
+        tracing::error!(path = %path.display(), "share state log does not start with a snapshot");
+        return Ok(Existing::Unreadable);
     }
     match SharePartition::replay(&decoded.records) {
-        Ok(state) => Ok(Some((state, decoded.valid_bytes as u64))),
+        Ok(state) => Ok(Existing::Valid(state, decoded.valid_bytes as u64)),
         Err(why) => {
-            tracing::error!(path = %path.display(), %why, "share state log cannot be replayed; starting over");
-            Ok(None)
+            tracing::error!(path = %path.display(), %why, "share state log cannot be replayed");
+            Ok(Existing::Unreadable)
         }
     }
 }
@@ -282,13 +360,21 @@ mod tests {
     #[test]
     fn group_ids_round_trip_through_file_names() {
         let dir = tempfile::tempdir().unwrap();
-        for group in ["orders-eu.1", "g"] {
+        // Review F9: the longest valid id (249 bytes) and "." / ".." are share groups too.
+        let longest = "x".repeat(crate::group::GROUP_ID_BYTES_MAX);
+        for group in ["orders-eu.1", "g", ".", "..", longest.as_str()] {
             StateLog::open(state_path(dir.path(), group), SharePartition::new(0)).unwrap();
         }
-        std::fs::write(state_dir(dir.path()).join("zz.state"), b"").unwrap();
+        std::fs::write(state_dir(dir.path()).join("z z.state"), b"").unwrap();
         let mut groups = groups_in(dir.path());
         groups.sort();
-        assert_eq!(groups, vec!["g".to_string(), "orders-eu.1".to_string()]);
+        let mut expected = vec![".", "..", "g", "orders-eu.1", longest.as_str()];
+        expected.sort();
+        assert_eq!(groups, expected);
+        // A rewrite of the longest id's log goes through the temporary directory.
+        let (log, share) =
+            StateLog::open(state_path(dir.path(), &longest), SharePartition::new(0)).unwrap();
+        log.rewrite(&share).unwrap();
     }
 
     #[test]
@@ -297,7 +383,35 @@ mod tests {
         let path = state_path(dir.path(), "g");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"not a state log").unwrap();
-        let (_, share) = StateLog::open(path, SharePartition::new(42)).unwrap();
+        let (_, share) = StateLog::open(path.clone(), SharePartition::new(42)).unwrap();
         assert_eq!(share, SharePartition::new(42));
+        // Review F5: the unreadable file is kept aside, not overwritten.
+        let kept: Vec<_> = std::fs::read_dir(state_dir(dir.path()))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".corrupt-"))
+            .map(|e| std::fs::read(e.path().join("g.state")).unwrap())
+            .collect();
+        assert_eq!(kept, vec![b"not a state log".to_vec()]);
+    }
+
+    /// Review F1: two handles on one log (a stale instance and the live one) both append at
+    /// the end, so neither overwrites the other's records.
+    #[test]
+    fn two_handles_on_one_log_never_overwrite_each_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path(), "g");
+        drop(StateLog::open(path.clone(), SharePartition::new(0)).unwrap());
+        let (stale, mut stale_share) =
+            StateLog::open(path.clone(), SharePartition::new(0)).unwrap();
+        let (live, mut live_share) = StateLog::open(path.clone(), SharePartition::new(0)).unwrap();
+        work(&live, &mut live_share, 4);
+        work(&stale, &mut stale_share, 2);
+        let bytes = std::fs::read(&path).unwrap();
+        let decoded = decode_records(&bytes);
+        assert_eq!(decoded.stopped, None);
+        assert_eq!(decoded.valid_bytes, bytes.len());
+        // The snapshot, the live handle's acquisition and accepts, then the stale one's.
+        assert!(decoded.records.len() >= 3, "{:?}", decoded.records);
     }
 }
