@@ -257,6 +257,23 @@ async fn a_route_by_header_copies_each_matching_record_once_and_lists_its_lag() 
         &["route", "add", "x", "--from", "orders", "--to", "orders"],
     );
     assert!(stderr.contains("INVALID_REQUEST"), "{stderr}");
+    // A route back from a target of `eu` to its source would copy copies forever.
+    let stderr = refused(
+        &server,
+        &[
+            "route",
+            "add",
+            "back",
+            "--from",
+            "orders-eu",
+            "--to",
+            "orders",
+        ],
+    );
+    assert!(
+        stderr.contains("INVALID_REQUEST") && stderr.contains("orders -> orders-eu"),
+        "{stderr}"
+    );
     let stderr = refused(&server, &["route", "delete", "nope"]);
     assert!(stderr.contains("ROUTE_NOT_FOUND"), "{stderr}");
 
