@@ -88,7 +88,9 @@ pub async fn send_in_order(
     Ok(())
 }
 
-fn too_large(e: &ClientError) -> bool {
+/// Whether `e` refuses a batch as too large (never written, by the client's check or the
+/// broker's).
+pub fn too_large(e: &ClientError) -> bool {
     matches!(e, ClientError::RecordTooLarge { .. })
         || e.code() == Some(ErrorCode::MESSAGE_TOO_LARGE)
 }

@@ -43,7 +43,8 @@ pub struct Checkpoint {
     /// The target partition the runner copied into.
     pub target_partition: u32,
     /// Every copy made after this commit is at or after this target offset: the target's
-    /// log end when the runner started, then one past the last acknowledged copy.
+    /// high watermark when the runner started, then one past the last acknowledged copy (or
+    /// the target's high watermark at a periodic refresh).
     pub scan_from: i64,
     /// The broker whose runner committed; another broker's runner may still have copies in
     /// flight when leadership moves, so its successor waits before scanning.

@@ -20,7 +20,7 @@ use tinymq_client::{
 use tinymq_protocol::messages as m;
 use tokio_util::sync::CancellationToken;
 
-use crate::route::batches::send_in_order;
+use crate::route::batches::{send_in_order, too_large};
 use crate::route::matcher::Matcher;
 use crate::route::progress::{
     origin_headers, progress_group, scan_copies, Checkpoint, ScanFor, Trust,
@@ -119,8 +119,9 @@ pub async fn run(
             Err(e) => {
                 tracing::warn!(route = %spec.name, partition = spec.partition, error = %e,
                     "route runner failed; recovering after a pause");
-                // A copy that failed may still be in a request in flight.
-                in_doubt || matches!(e, RouteError::Delivery(_))
+                // A copy that failed may still be in a request in flight (not one refused
+                // as too large: that is never written).
+                in_doubt || matches!(&e, RouteError::Delivery(e) if !too_large(e))
             }
         };
         if started.elapsed() > BACKOFF_MAX * 4 {
