@@ -113,13 +113,29 @@ pub(crate) fn fetch(
     )
 }
 
+/// Groups holding route progress (`route/progress.rs`): only nodes (the route runners) and
+/// principals with ALTER on the cluster (an administrator resetting a route) commit to them,
+/// since an offset there moves a route (skips or repeats copies).
+const ROUTE_GROUP_PREFIX: &str = "__route.";
+
 /// OffsetCommit (the group's READ is checked up front): the offsets of topics `p` may not READ,
-/// refused.
+/// refused; all of them for a route's progress group unless `p` may ALTER the cluster.
 pub(crate) fn offset_commit(
     access: &Access,
     p: &Principal,
     request: &mut m::OffsetCommitRequest,
 ) -> Vec<m::CommittedOffset> {
+    if request.group_id.starts_with(ROUTE_GROUP_PREFIX) && !p.is_node() {
+        if let Err(error) = access.check(p, Permission::cluster(AclOperation::Alter)) {
+            return std::mem::take(&mut request.offsets)
+                .into_iter()
+                .map(|c| m::CommittedOffset {
+                    error: Some(error.clone()),
+                    ..c
+                })
+                .collect();
+        }
+    }
     split(
         access,
         p,

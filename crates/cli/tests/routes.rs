@@ -257,6 +257,23 @@ async fn a_route_by_header_copies_each_matching_record_once_and_lists_its_lag() 
         &["route", "add", "x", "--from", "orders", "--to", "orders"],
     );
     assert!(stderr.contains("INVALID_REQUEST"), "{stderr}");
+    // A route back from a target of `eu` to its source would copy copies forever.
+    let stderr = refused(
+        &server,
+        &[
+            "route",
+            "add",
+            "back",
+            "--from",
+            "orders-eu",
+            "--to",
+            "orders",
+        ],
+    );
+    assert!(
+        stderr.contains("INVALID_REQUEST") && stderr.contains("orders -> orders-eu"),
+        "{stderr}"
+    );
     let stderr = refused(&server, &["route", "delete", "nope"]);
     assert!(stderr.contains("ROUTE_NOT_FOUND"), "{stderr}");
 
@@ -325,4 +342,67 @@ async fn runners_move_to_the_new_leader_when_a_broker_dies_and_copy_exactly_once
          last produce; copies {counts:?}"
     );
     assert!(counts["eu"] + counts["us"] >= 2 * (3_000 + after) / 3);
+}
+
+/// Review finding 1: a copy the target refuses for good (too large with its origin headers)
+/// stalls the route at that record; no later record is copied past it (which the recovery
+/// scan would take as done). Once the target accepts it, every record arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_too_large_for_the_target_stalls_the_route_until_it_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path());
+    let admin = Admin::new(ClientConfig::new(&server.addr)).unwrap();
+    for name in ["big", "small"] {
+        let config = TopicConfig {
+            partitions: 1,
+            ..Default::default()
+        };
+        admin.create_topic(name, config).await.unwrap();
+    }
+    let limit = [("message_bytes_max".to_string(), "4096".to_string())];
+    admin
+        .alter_topic_config("small", &limit, &[])
+        .await
+        .unwrap();
+    let producer = Producer::new(ProducerConfig::new(&server.addr)).unwrap();
+    // Record 1 fits the source, but its copy (with the origin headers) exceeds 4096 bytes.
+    for (i, size) in [10usize, 4090, 10, 10, 10].into_iter().enumerate() {
+        let record = ProducerRecord {
+            partition: Some(0),
+            ..ProducerRecord::value(vec![b'a' + i as u8; size])
+        };
+        producer.send("big", record).await.unwrap().await.unwrap();
+    }
+    tool(
+        &server.addr,
+        &["route", "add", "r", "--from", "big", "--to", "small"],
+    );
+    let origins = |copies: &[ConsumerRecord]| -> Vec<i64> {
+        copies
+            .iter()
+            .map(|c| header(c, "tinymq.route.offset").unwrap().parse().unwrap())
+            .collect()
+    };
+    let started = Instant::now();
+    while read_all(&server.addr, "small").await.is_empty() {
+        assert!(started.elapsed() < CATCH_UP_WAIT, "nothing was copied");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Let the runner retry a few times: still only the copy of offset 0.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(origins(&read_all(&server.addr, "small").await), [0]);
+    let lag = list_routes(&server.addr)[0]["lag"].as_i64();
+    assert!(lag.is_some_and(|l| l >= 4), "lag {lag:?}");
+
+    let unset = ["message_bytes_max".to_string()];
+    admin
+        .alter_topic_config("small", &[], &unset)
+        .await
+        .unwrap();
+    let (lags, took) = wait_lag_zero(&server.addr);
+    eprintln!("stalled route resumed: lags {lags:?} in {took:?}");
+    assert_eq!(
+        origins(&read_all(&server.addr, "small").await),
+        [0, 1, 2, 3, 4]
+    );
 }

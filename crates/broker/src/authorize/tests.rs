@@ -85,3 +85,39 @@ fn a_group_description_shows_only_topics_the_principal_may_describe() {
     let off = describe_group(&Access::off(), &Principal::user("bob"), description());
     assert_eq!(off, description());
 }
+
+/// Review finding 15: a group READ ACL does not let a principal move a route (commit to its
+/// `__route.` progress group); nodes and super users (ALTER on the cluster) may.
+#[test]
+fn only_nodes_and_cluster_alterers_commit_to_route_progress_groups() {
+    // The group's READ is checked up front (not here); the topic's READ is.
+    let read = AclEntry {
+        operation: AclOperation::Read,
+        ..allow("alice", ResourceType::Topic, "orders")
+    };
+    let access = access(vec![read]);
+    let request = |group: &str| m::OffsetCommitRequest {
+        group_id: group.into(),
+        offsets: vec![offset("orders")],
+        ..Default::default()
+    };
+    let alice = Principal::user("alice");
+    let mut ordinary = request("g");
+    assert!(offset_commit(&access, &alice, &mut ordinary).is_empty());
+    assert_eq!(ordinary.offsets.len(), 1);
+    let mut route = request("__route.1.eu");
+    let refused = offset_commit(&access, &alice, &mut route);
+    assert!(route.offsets.is_empty());
+    assert_eq!(
+        refused[0].error.as_ref().map(|e| e.code),
+        Some(tinymq_protocol::ErrorCode::AUTHORIZATION_FAILED as u32)
+    );
+    for allowed in [
+        Principal::user("admin"),
+        Principal::node(tinymq_auth::NodeKind::Broker, 2),
+    ] {
+        let mut route = request("__route.1.eu");
+        assert!(offset_commit(&access, &allowed, &mut route).is_empty());
+        assert_eq!(route.offsets.len(), 1, "{allowed}");
+    }
+}

@@ -88,11 +88,25 @@ pub async fn list_routes(
     state: Arc<BrokerState>,
     _request: m::ListRoutesRequest,
 ) -> m::ListRoutesResponse {
+    // All routes at once, under one deadline: an unreachable coordinator or leader costs
+    // one LIST_WAIT, not one per route and question.
+    let deadline = tokio::time::Instant::now() + LIST_WAIT;
     let routes = state.cluster.image().routes.clone();
-    let mut out = Vec::with_capacity(routes.len());
-    for (name, route) in routes {
-        out.push(describe(&state, name, &route).await);
+    let mut asked = tokio::task::JoinSet::new();
+    for (index, (name, route)) in routes.into_iter().enumerate() {
+        let state = state.clone();
+        asked.spawn(async move { (index, describe(&state, name, &route, deadline).await) });
     }
+    let mut out = Vec::with_capacity(asked.len());
+    while let Some(joined) = asked.join_next().await {
+        match joined {
+            Ok(described) => out.push(described),
+            Err(e) => tracing::warn!(error = %e, "describing a route failed"),
+        }
+    }
+    // In name order, as the image holds them.
+    out.sort_unstable_by_key(|(index, _)| *index);
+    let out = out.into_iter().map(|(_, route)| route).collect();
     m::ListRoutesResponse {
         error: None,
         routes: out,
@@ -100,24 +114,28 @@ pub async fn list_routes(
 }
 
 /// A route with its progress per source partition and its lag (-1 if any part is unknown).
-async fn describe(state: &BrokerState, name: String, route: &RouteRecord) -> m::Route {
+async fn describe(
+    state: &BrokerState,
+    name: String,
+    route: &RouteRecord,
+    deadline: tokio::time::Instant,
+) -> m::Route {
     let partitions = state.partition_count(&route.from).unwrap_or(0);
     let admin = state.internal.admin().ok();
     let group = progress_group(route.id, &name);
-    let committed: HashMap<u32, i64> = match &admin {
-        Some(admin) => within(admin.committed_offsets(&group))
-            .await
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|o| o.topic == route.from)
-            .map(|o| (o.partition, o.offset))
-            .collect(),
-        None => HashMap::new(),
+    let (committed, described) = match &admin {
+        Some(admin) => tokio::join!(
+            within(deadline, admin.committed_offsets(&group)),
+            within(deadline, admin.describe_topic(&route.from)),
+        ),
+        None => (None, None),
     };
-    let described = match &admin {
-        Some(admin) => within(admin.describe_topic(&route.from)).await,
-        None => None,
-    };
+    let committed: HashMap<u32, i64> = committed
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| o.topic == route.from)
+        .map(|o| (o.partition, o.offset))
+        .collect();
     let mut lag = 0i64;
     let mut progress = Vec::with_capacity(partitions as usize);
     for partition in 0..partitions {
@@ -154,11 +172,12 @@ async fn describe(state: &BrokerState, name: String, route: &RouteRecord) -> m::
     }
 }
 
-/// `Some` with the answer if it comes within [`LIST_WAIT`] and is not an error.
+/// `Some` with the answer if it comes before `deadline` and is not an error.
 async fn within<T>(
+    deadline: tokio::time::Instant,
     asked: impl std::future::Future<Output = Result<T, tinymq_client::ClientError>>,
 ) -> Option<T> {
-    match tokio::time::timeout(LIST_WAIT, asked).await {
+    match tokio::time::timeout_at(deadline, asked).await {
         Ok(Ok(answer)) => Some(answer),
         Ok(Err(e)) => {
             tracing::debug!(error = %e, "route progress unknown");

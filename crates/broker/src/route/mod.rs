@@ -5,6 +5,7 @@
 //! runners as routes and leaderships change.
 
 mod admin;
+mod batches;
 mod matcher;
 mod progress;
 mod runner;
@@ -27,6 +28,9 @@ use runner::{RunnerSpec, RunnerStats};
 pub enum RouteError {
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A copy failed for good (after the producer's retries): the route stalls at it.
+    #[error("a copy failed: {0}")]
+    Delivery(ClientError),
     #[error("the stored filter no longer parses: {0}")]
     Filter(String),
     #[error("the target has no partition {0}")]

@@ -61,6 +61,13 @@ pub(crate) fn create_route(
              source would copy its copies again"
         )));
     }
+    if let Some(path) = route_path(image, to, from) {
+        return Err(MetaError::Invalid(format!(
+            "route {name}: routes already lead from {to} back to {from} ({}); a cycle would \
+             copy every record around it forever, growing it by its origin headers each time",
+            path.join(" -> ")
+        )));
+    }
     check_filter(filter)?;
     if image.routes.len() >= ROUTES_MAX {
         return Err(MetaError::LimitReached {
@@ -79,6 +86,33 @@ pub(crate) fn create_route(
         vec![MetadataRecord::CreateRoute { name, route }],
         Reply::Done,
     ))
+}
+
+/// The topics of a chain of routes leading from `start` to `goal` (filters ignored: a
+/// filter may pass everything), if there is one. Breadth first over at most `ROUTES_MAX`
+/// routes, visiting the routes in name order, so every replica decides alike.
+fn route_path(image: &MetadataImage, start: &str, goal: &str) -> Option<Vec<String>> {
+    let mut came_from: std::collections::BTreeMap<&str, &str> = Default::default();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(topic) = queue.pop_front() {
+        if topic == goal {
+            let mut path = vec![goal.to_string()];
+            let mut at = goal;
+            while let Some(previous) = came_from.get(at) {
+                path.push(previous.to_string());
+                at = previous;
+            }
+            path.reverse();
+            return Some(path);
+        }
+        for route in image.routes.values().filter(|r| r.from == topic) {
+            if route.to != start && !came_from.contains_key(route.to.as_str()) {
+                came_from.insert(&route.to, topic);
+                queue.push_back(&route.to);
+            }
+        }
+    }
+    None
 }
 
 pub(crate) fn delete_route(image: &MetadataImage, name: &str) -> Outcome {

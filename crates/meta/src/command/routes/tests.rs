@@ -129,7 +129,7 @@ fn a_route_created_again_under_its_name_gets_a_new_id() {
 #[test]
 fn deleting_a_topic_deletes_the_routes_from_or_into_it() {
     let mut image = image_with_topics(&["a", "b", "c"]);
-    for (name, from, to) in [("ab", "a", "b"), ("ba", "b", "a"), ("ac", "a", "c")] {
+    for (name, from, to) in [("ab", "a", "b"), ("bc", "b", "c"), ("ac", "a", "c")] {
         execute_and_apply(&mut image, &route(name, from, to, "")).unwrap();
     }
     execute_and_apply(&mut image, &Command::DeleteTopic { name: "b".into() }).unwrap();
@@ -158,4 +158,25 @@ fn routes_survive_a_snapshot_and_images_from_before_routes_load() {
     let old = MetadataImage::from_snapshot(&serde_json::to_vec(&old).unwrap()).unwrap();
     assert!(old.routes.is_empty());
     assert_eq!(old.topics, image.topics);
+}
+
+#[test]
+fn a_route_closing_a_cycle_is_refused_naming_the_path() {
+    let mut image = image_with_topics(&["a", "b", "c", "d"]);
+    execute_and_apply(&mut image, &route("ab", "a", "b", "")).unwrap();
+    execute_and_apply(&mut image, &route("bc", "b", "c", "tag = 'x'")).unwrap();
+    // A fork and a join are fine: no path leads back.
+    execute_and_apply(&mut image, &route("ac", "a", "c", "")).unwrap();
+    execute_and_apply(&mut image, &route("cd", "c", "d", "")).unwrap();
+    assert_eq!(
+        code(&mut image, &route("ba", "b", "a", "")),
+        ErrorCode::INVALID_REQUEST
+    );
+    let closing = route("da", "d", "a", "tag = 'y'");
+    let refused = execute_and_apply(&mut image, &closing).unwrap_err();
+    assert!(refused.to_string().contains("a -> c -> d"), "{refused}");
+    assert_eq!(image.routes.len(), 4);
+    // Deleting a route of the cycle lets it be created.
+    execute_and_apply(&mut image, &Command::DeleteRoute { name: "cd".into() }).unwrap();
+    execute_and_apply(&mut image, &closing).unwrap();
 }
