@@ -118,6 +118,16 @@ pub(crate) fn fetch(
 /// since an offset there moves a route (skips or repeats copies).
 const ROUTE_GROUP_PREFIX: &str = "__route.";
 
+/// DeleteGroup (the group's DELETE is checked up front): a route's progress group also needs
+/// a node or ALTER on the cluster, like a commit to it (deleting it restarts the route's
+/// recovery from a full scan of its target).
+pub(crate) fn delete_group(access: &Access, p: &Principal, group_id: &str) -> Result<(), m::Error> {
+    if group_id.starts_with(ROUTE_GROUP_PREFIX) && !p.is_node() {
+        access.check(p, Permission::cluster(AclOperation::Alter))?;
+    }
+    Ok(())
+}
+
 /// OffsetCommit (the group's READ is checked up front): the offsets of topics `p` may not READ,
 /// refused; all of them for a route's progress group unless `p` may ALTER the cluster.
 pub(crate) fn offset_commit(

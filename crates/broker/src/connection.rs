@@ -263,8 +263,12 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             principal,
             group_handlers::describe(&state, r)
         )),
-        OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| group_handlers::delete(state, r)
-            .await),
+        OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| {
+            match authorize::delete_group(&access, principal, &r.group_id) {
+                Ok(()) => group_handlers::delete(state, r).await,
+                Err(error) => m::DeleteGroupResponse { error: Some(error) },
+            }
+        }),
         // The standalone server is also a single-node MetaServer: brokers may join it (the
         // front end has checked that node-only operations come from nodes).
         OpCode::RaftRpc | OpCode::MetaWrite | OpCode::MetaRead | OpCode::BrokerHeartbeat
