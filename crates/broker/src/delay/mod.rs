@@ -7,6 +7,7 @@
 //! The timer log is on the leader's disk only: when leadership moves, the batches waiting
 //! there wait until this broker leads the partition again (they are then delivered, late).
 
+mod doubt;
 mod scheduler;
 #[cfg(test)]
 mod tests;
@@ -82,8 +83,11 @@ impl Delays {
         let slot = {
             let mut timers = self.timers.lock();
             match timers.get(&key(partition)) {
+                // (A timer that stopped itself after a disk error is opened again.)
                 Some(s)
-                    if Arc::ptr_eq(&s.partition, partition) && s.leader_epoch == leader_epoch =>
+                    if Arc::ptr_eq(&s.partition, partition)
+                        && s.leader_epoch == leader_epoch
+                        && !s.timer.get().is_some_and(|t| t.stopped_itself()) =>
                 {
                     s.clone()
                 }

@@ -106,6 +106,13 @@ impl TimerLog {
         Ok(())
     }
 
+    /// Makes every later write fail, as a failing disk would (tests).
+    #[cfg(test)]
+    pub fn break_writes_for_test(&mut self) -> std::io::Result<()> {
+        self.file = File::open(&self.path)?;
+        Ok(())
+    }
+
     /// The batch of a waiting entry.
     pub fn read_batch(&self, slot: &Slot) -> std::io::Result<Bytes> {
         let mut batch = vec![0u8; slot.length as usize];
@@ -153,6 +160,7 @@ impl TimerLog {
                     &Entry::Assigned {
                         entry_id: w.entry_id,
                         stamp,
+                        scan_from_offset: w.slot.scan_from_offset,
                     },
                     &mut frame,
                 );
