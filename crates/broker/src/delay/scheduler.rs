@@ -46,8 +46,13 @@ type RoundError = (ErrorCode, String);
 pub async fn schedule(state: Arc<BrokerState>, timer: Arc<PartitionTimer>) {
     let mut stamp: Option<SchedulerStamp> = None;
     while !timer.is_stopped() {
+        let t = timer.clone();
+        // The log's lock may be held by a compaction: not on a runtime thread.
+        let next = blocking(move || Ok(t.with_log(|log| log.state().index().next_deliver_at_ms())))
+            .await
+            .ok()
+            .flatten();
         let now = now_ms();
-        let next = timer.with_log(|log| log.state().index().next_deliver_at_ms());
         let wait = match next {
             None => IDLE_WAIT_MAX,
             Some(at) if at > now => Duration::from_millis((at - now) as u64).min(IDLE_WAIT_MAX),

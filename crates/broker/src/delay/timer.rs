@@ -107,6 +107,13 @@ impl PartitionTimer {
         self.stop_locked();
     }
 
+    /// Marks the timer stopped without waiting for its log's lock: the scheduler and every
+    /// later write see it, but a write under way may still finish (only [`Self::stop`]
+    /// waits for that).
+    pub fn mark_stopped(&self) {
+        self.stop_locked();
+    }
+
     /// [`PartitionTimer::stop`] for a caller that holds the log's lock.
     fn stop_locked(&self) {
         self.stopped.store(true, Ordering::Release);
