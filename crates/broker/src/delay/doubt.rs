@@ -75,6 +75,11 @@ pub(super) fn scan(partition: &Partition, doubtful: &[Waiting]) -> Result<Writte
         complete: start <= from,
     };
     let mut offset = from.max(start);
+    // The log may end below the recorded offset (truncated to another leader's since): then
+    // nothing appended under these identities survived, and reading there would be refused.
+    if offset >= partition.log.log_end_offset() {
+        return Ok(written);
+    }
     loop {
         let read = partition.log.read(offset, SCAN_READ_BYTES, None)?;
         let next = collect(&read.records, offset, &wanted, &mut written.found);

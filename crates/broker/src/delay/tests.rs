@@ -211,3 +211,15 @@ fn a_timer_whose_log_write_fails_stops_and_its_log_reopens_whole() {
         timer.with_log(|log| log.state().index().iter().map(|w| w.entry_id).collect());
     assert_eq!(waiting, ids, "the reopened log has what was written before");
 }
+
+#[test]
+fn a_recorded_offset_above_the_log_end_means_not_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (partition, timer) = open(tmp.path());
+    let ids = store_due(&timer, 2);
+    // Recorded on a log since truncated below it: the scan must not stall the round.
+    assign_from(&timer, &ids, 0, 1_000);
+    let outcome = append_assigned(PRODUCER_ID_END, &timer).unwrap();
+    assert_eq!(outcome.done, ids, "appended");
+    assert_eq!(partition.log.log_end_offset(), 2);
+}
