@@ -3,12 +3,12 @@
 //! Belongs to one leadership (partition object and leader epoch); a new leadership opens the
 //! log again and rebuilds from it. The methods that touch the disk block.
 //!
-//! A failed write, fsync or compaction stops the timer for good (review findings 8 and 9):
-//! after one, the state in memory (applied before the fsync) or the open file (renamed over
-//! by a compaction) may not match what is on disk, and acting on it could acknowledge a
-//! store that is not durable, append under an identity that is not, or write into an
-//! unlinked file. Stores then get `NOT_LEADER`, the scheduler ends, and `super::Delays`
-//! opens the log again from disk (every scan interval, while this broker leads).
+//! A failed write or fsync, or a compaction that fails after its rename, stops the timer for
+//! good (review findings 8 and 9): the state in memory (applied before the fsync) or the open
+//! file (renamed over by the compaction) may then not match what is on disk, and acting on it
+//! could acknowledge a store that is not durable, append under an identity that is not, or
+//! write into an unlinked file. The failing store gets `STORAGE_ERROR`, the scheduler ends,
+//! and the next store (or `super::Delays`' scan, every 250 ms) opens the log again from disk.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -239,8 +239,13 @@ impl PartitionTimer {
         }
         let before = log.len();
         // After its rename the old handle names an unlinked file: nothing may be written
-        // through it (and before the rename a failure is as likely to recur next round).
-        log.compact().map_err(|e| self.failed("compaction", e))?;
+        // through it. Before the rename the old file is whole and still the log's, so the
+        // timer goes on (and the next round tries again).
+        match log.compact() {
+            Ok(()) => {}
+            Err(e) if e.renamed => return Err(self.failed("compaction", e.source)),
+            Err(e) => return Err(e.source),
+        }
         let file = log
             .file_handle()
             .map_err(|e| self.failed("compaction", e))?;
