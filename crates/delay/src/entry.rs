@@ -8,9 +8,13 @@
 //! - 2 `Stored`: `entry_id: u64 | deliver_at_ms: i64 | stored_at_ms: i64 | producer_id: i64 |
 //!   producer_epoch: i16 | first_sequence: i32 | last_sequence: i32 | batch` (the rest: the
 //!   record batch as produced);
-//! - 3 `Assigned`: `entry_id: u64 | producer_id: i64 | producer_epoch: i16 | sequence: i32` —
-//!   the scheduler's own producer identity this entry is appended under (fsynced before the
-//!   append, so a replay after a crash carries the same identity and is recognised);
+//! - 3 `Assigned`: `entry_id: u64 | producer_id: i64 | producer_epoch: i16 | sequence: i32 |
+//!   scan_from_offset: i64` — the scheduler's own producer identity this entry is appended
+//!   under (fsynced before the append, so a replay after a crash carries the same identity and
+//!   is recognised), and the partition's log end offset when it was given: a batch appended
+//!   under it lies at or above that offset, which is where a replay looks for it when the
+//!   partition no longer remembers the producer. A body without the last field (written
+//!   before it existed) reads as `scan_from_offset = -1`, "unknown";
 //! - 4 `Delivered`: `entry_id: u64 | delivered_at_ms: i64` — the batch is in the partition;
 //! - 5 `Remembered`: `producer_id | producer_epoch | first_sequence | last_sequence |
 //!   entry_id | deliver_at_ms` — a delivered batch's client identity, kept by compaction so a
@@ -76,6 +80,8 @@ pub enum Entry {
     Assigned {
         entry_id: u64,
         stamp: SchedulerStamp,
+        /// The partition's log end offset when the identity was given (-1: not known).
+        scan_from_offset: i64,
     },
     Delivered {
         entry_id: u64,
@@ -142,12 +148,17 @@ pub fn encode(entry: &Entry, out: &mut Vec<u8>) {
             put_identity(out, client);
             out.put_slice(batch);
         }
-        Entry::Assigned { entry_id, stamp } => {
+        Entry::Assigned {
+            entry_id,
+            stamp,
+            scan_from_offset,
+        } => {
             out.put_u8(KIND_ASSIGNED);
             out.put_u64(*entry_id);
             out.put_i64(stamp.producer_id);
             out.put_i16(stamp.producer_epoch);
             out.put_i32(stamp.sequence);
+            out.put_i64(*scan_from_offset);
         }
         Entry::Delivered {
             entry_id,
@@ -216,8 +227,14 @@ pub fn decode_body(body: Bytes, crc: u32) -> Result<Entry, EntryError> {
         KIND_REMEMBERED => 2 + 18 + 8 + 8,
         other => return Err(EntryError::UnknownKind(other)),
     };
-    // Only a `Stored` body is longer than its fields (its batch follows them).
-    if body.len() < need || (kind != KIND_STORED && body.len() != need) {
+    // Only a `Stored` body is longer than its fields (its batch follows them), and an
+    // `Assigned` body may end before its last field (written before that field existed).
+    let exact = match kind {
+        KIND_STORED => true,
+        KIND_ASSIGNED => body.len() == need || body.len() == need + 8,
+        _ => body.len() == need,
+    };
+    if body.len() < need || (kind != KIND_STORED && !exact) {
         return Err(EntryError::Short {
             kind,
             bytes: body.len(),
@@ -242,6 +259,7 @@ pub fn decode_body(body: Bytes, crc: u32) -> Result<Entry, EntryError> {
                 producer_epoch: b.get_i16(),
                 sequence: b.get_i32(),
             },
+            scan_from_offset: if b.len() >= 8 { b.get_i64() } else { -1 },
         },
         KIND_DELIVERED => Entry::Delivered {
             entry_id: b.get_u64(),
@@ -310,6 +328,7 @@ mod tests {
                     producer_epoch: 0,
                     sequence: 12,
                 },
+                scan_from_offset: 77,
             },
             Entry::Delivered {
                 entry_id: 1,
@@ -358,6 +377,28 @@ mod tests {
                 "byte {i}"
             );
         }
+    }
+
+    #[test]
+    fn an_assigned_entry_written_without_its_scan_offset_reads_as_unknown() {
+        let mut out = Vec::new();
+        encode(&every_kind()[2], &mut out);
+        let body = &out[FRAME_HEADER_BYTES..out.len() - 8];
+        let mut old = (body.len() as u32).to_be_bytes().to_vec();
+        old.extend_from_slice(&crc32c::crc32c(body).to_be_bytes());
+        old.extend_from_slice(body);
+        let Ok(Decoded::Entry(
+            Entry::Assigned {
+                scan_from_offset,
+                stamp,
+                ..
+            },
+            _,
+        )) = decode(&Bytes::from(old))
+        else {
+            panic!("decodes")
+        };
+        assert_eq!((scan_from_offset, stamp.sequence), (-1, 12));
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct Slot {
     /// Set once the scheduler gave the entry its producer identity (it may be in the
     /// partition already: see the crate's exactly-once argument).
     pub assigned: Option<SchedulerStamp>,
+    /// With `assigned`: the partition's log end offset when it was given, where a replay
+    /// looks for the batch (-1: not known).
+    pub scan_from_offset: i64,
 }
 
 /// An entry in deliver-at order.
@@ -149,6 +152,7 @@ mod tests {
                 last_sequence: -1,
             },
             assigned: None,
+            scan_from_offset: -1,
         }
     }
 

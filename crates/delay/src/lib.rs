@@ -9,7 +9,12 @@
 //! appended to the partition; sequences are appended in order by one writer, so after a crash
 //! between the append and the `Delivered` mark the partition's producer state tells whether
 //! the replayed identity is written already (a duplicate, or a sequence below the last one
-//! written) or not (the next sequence), and it is appended at most once.
+//! written) or not (the next sequence), and it is appended at most once. The partition may
+//! have forgotten the producer (its state expires 24 h after the producer's last write, and
+//! the oldest of more than 10,000 producers are evicted), which is likely when the broker
+//! leads the partition again a day or more later: then the partition itself is read from the
+//! log end offset recorded in the `Assigned` entry for a batch with the identity (the
+//! broker's `delay::doubt`), and only if none is there is the entry given a new identity.
 
 pub mod entry;
 pub mod index;

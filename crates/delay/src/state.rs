@@ -167,15 +167,21 @@ impl TimerState {
                     stored_at_ms: *stored_at_ms,
                     client: *client,
                     assigned: None,
+                    scan_from_offset: -1,
                 };
                 if self.index.insert(*entry_id, *deliver_at_ms, slot) && client.is_idempotent() {
                     self.waiting_by_client
                         .insert(*client, (*entry_id, *deliver_at_ms));
                 }
             }
-            Entry::Assigned { entry_id, stamp } => {
+            Entry::Assigned {
+                entry_id,
+                stamp,
+                scan_from_offset,
+            } => {
                 if let Some(slot) = self.index.get_mut(*entry_id) {
                     slot.assigned = Some(*stamp);
+                    slot.scan_from_offset = *scan_from_offset;
                 }
             }
             Entry::Delivered { entry_id, .. } => {
@@ -216,6 +222,7 @@ impl TimerState {
     pub fn unassign(&mut self, entry_id: u64) {
         if let Some(slot) = self.index.get_mut(entry_id) {
             slot.assigned = None;
+            slot.scan_from_offset = -1;
         }
     }
 

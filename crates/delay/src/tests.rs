@@ -98,6 +98,7 @@ impl Harness {
             self.write(Entry::Assigned {
                 entry_id: due.entry_id,
                 stamp,
+                scan_from_offset: 0,
             });
             self.write(Entry::Delivered {
                 entry_id: due.entry_id,
@@ -157,6 +158,7 @@ fn compact(h: &Harness) -> Vec<u8> {
                 &Entry::Assigned {
                     entry_id: w.entry_id,
                     stamp,
+                    scan_from_offset: w.slot.scan_from_offset,
                 },
                 &mut out,
             );
@@ -236,7 +238,7 @@ proptest! {
         let mut expected = Vec::new();
         for (n, w) in due.iter().enumerate().filter(|(n, _)| assigned[*n]) {
             let stamp = SchedulerStamp { producer_id: 8, producer_epoch: 0, sequence: n as i32 };
-            h.write(Entry::Assigned { entry_id: w.entry_id, stamp });
+            h.write(Entry::Assigned { entry_id: w.entry_id, stamp, scan_from_offset: 0 });
             expected.push(w.entry_id);
         }
         let rebuilt = rebuild(&h.log);

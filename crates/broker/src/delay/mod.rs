@@ -7,7 +7,9 @@
 //! The timer log is on the leader's disk only: when leadership moves, the batches waiting
 //! there wait until this broker leads the partition again (they are then delivered, late).
 
+mod doubt;
 mod scheduler;
+mod slots;
 #[cfg(test)]
 mod tests;
 mod timer;
@@ -17,7 +19,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tinymq_delay::{deliverable_batch, ClientIdentity, SchedulerStamp, DELAY_MS_MAX};
 use tinymq_protocol::batch::{
     field, BatchHeader, Compression, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
@@ -28,145 +29,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::partition::{now_ms, Partition, ProduceContext};
 use crate::state::BrokerState;
-use timer::PartitionTimer;
+use slots::key;
+pub use slots::Delays;
 
 /// How often the led partitions are looked over for leaderships that began (whose timer log
 /// must be opened and its scheduler started) or ended.
 const SCAN_INTERVAL: Duration = Duration::from_millis(250);
-
-/// The open timers of the partitions led here, one per leadership.
-#[derive(Debug, Default)]
-pub struct Delays {
-    timers: Mutex<HashMap<(String, u32), Arc<TimerSlot>>>,
-}
-
-/// A leadership's timer, opened by whichever of the handler or the scan needs it first.
-#[derive(Debug)]
-struct TimerSlot {
-    partition: Arc<Partition>,
-    leader_epoch: u32,
-    timer: tokio::sync::OnceCell<Arc<PartitionTimer>>,
-}
-
-impl TimerSlot {
-    fn stop(&self) {
-        if let Some(timer) = self.timer.get() {
-            timer.stop();
-        }
-    }
-}
-
-fn key(partition: &Partition) -> (String, u32) {
-    (partition.topic.clone(), partition.index)
-}
-
-impl Delays {
-    /// The timer of `partition`, led here in `leader_epoch`: opened (read whole, on a blocking
-    /// thread) with its scheduler started the first time.
-    async fn timer(
-        &self,
-        state: &Arc<BrokerState>,
-        partition: &Arc<Partition>,
-        leader_epoch: u32,
-    ) -> Result<Arc<PartitionTimer>, m::Error> {
-        let ended = || {
-            ErrorCode::NOT_LEADER.with_message(format!(
-                "{}/{}: leadership changed; retry",
-                partition.topic, partition.index
-            ))
-        };
-        // A request that read an older epoch must not replace the current leadership's timer.
-        if partition.leading_epoch() != Some(leader_epoch) {
-            return Err(ended());
-        }
-        let slot = {
-            let mut timers = self.timers.lock();
-            match timers.get(&key(partition)) {
-                Some(s)
-                    if Arc::ptr_eq(&s.partition, partition) && s.leader_epoch == leader_epoch =>
-                {
-                    s.clone()
-                }
-                Some(s)
-                    if Arc::ptr_eq(&s.partition, partition) && s.leader_epoch > leader_epoch =>
-                {
-                    return Err(ended());
-                }
-                _ => {
-                    let slot = Arc::new(TimerSlot {
-                        partition: partition.clone(),
-                        leader_epoch,
-                        timer: tokio::sync::OnceCell::new(),
-                    });
-                    if let Some(old) = timers.insert(key(partition), slot.clone()) {
-                        old.stop();
-                    }
-                    slot
-                }
-            }
-        };
-        let is_current = || {
-            let timers = self.timers.lock();
-            timers
-                .get(&key(partition))
-                .is_some_and(|s| Arc::ptr_eq(s, &slot))
-        };
-        let open = || async {
-            if !is_current() {
-                return Err(ended());
-            }
-            let p = partition.clone();
-            let opened = tokio::task::spawn_blocking(move || PartitionTimer::open(p, leader_epoch))
-                .await
-                .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))?;
-            opened.map(Arc::new).map_err(|e| {
-                ErrorCode::STORAGE_ERROR.with_message(format!(
-                    "{}/{}: cannot open the timer log: {e}",
-                    partition.topic, partition.index
-                ))
-            })
-        };
-        let timer = slot.timer.get_or_try_init(open).await?.clone();
-        // Replaced while opening: the leadership it was opened for is over.
-        if !is_current() || timer.is_stopped() {
-            timer.stop();
-            return Err(ended());
-        }
-        if timer.claim_scheduler() {
-            tokio::spawn(scheduler::schedule(state.clone(), timer.clone()));
-        }
-        Ok(timer)
-    }
-
-    /// Stops the timers of leaderships that ended (or of partitions no longer open here).
-    fn retire_ended(&self, state: &BrokerState) {
-        self.timers.lock().retain(|(topic, index), slot| {
-            let open = state.local_partition(topic, *index);
-            let led = open.is_some_and(|p| Arc::ptr_eq(&p, &slot.partition))
-                && slot.partition.leading_epoch() == Some(slot.leader_epoch);
-            if !led {
-                slot.stop();
-            }
-            led
-        });
-    }
-
-    /// Whether the leadership of `partition` in `leader_epoch` has its timer running.
-    fn is_running(&self, partition: &Arc<Partition>, leader_epoch: u32) -> bool {
-        let timers = self.timers.lock();
-        timers.get(&key(partition)).is_some_and(|s| {
-            Arc::ptr_eq(&s.partition, partition)
-                && s.leader_epoch == leader_epoch
-                && s.timer.get().is_some_and(|t| !t.is_stopped())
-        })
-    }
-
-    fn stop_all(&self) {
-        for (_, slot) in self.timers.lock().drain() {
-            slot.stop();
-        }
-    }
-}
 
 /// Answers a `ProduceDelayed`: once the batch is durable in the partition's timer log.
 pub async fn produce_delayed(
@@ -348,7 +216,7 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(SCAN_INTERVAL) => {}
         }
-        state.delays.retire_ended(&state);
+        state.delays.retire_ended(&state).await;
         let mut still_without = HashMap::with_capacity(without_log.len());
         for partition in state.all_partitions() {
             let Some(epoch) = partition.leading_epoch() else {
@@ -368,5 +236,5 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
         }
         without_log = still_without;
     }
-    state.delays.stop_all();
+    state.delays.stop_all().await;
 }

@@ -7,8 +7,13 @@
 //!    fsynced before anything is appended;
 //! 2. every assigned entry, in sequence order, is looked up in the partition's producer state:
 //!    written already (a duplicate, or a sequence below the last written) → only marked; the
-//!    next sequence → rewritten (`tinymq_delay::deliverable_batch`) and appended; no trace of
-//!    the producer (forgotten) → given a new identity next round;
+//!    next sequence → rewritten (`tinymq_delay::deliverable_batch`) and appended. When the
+//!    producer state has no answer (the producer is unknown — never seen, or forgotten after
+//!    24 h or evicted — or its epoch or sequence does not follow), the partition is read from
+//!    the log end offset the `Assigned` entry recorded (`super::doubt`): a batch with the
+//!    identity found there → only marked; none → a first sequence is appended, any other is
+//!    given a new identity next round. The round stops between appends as soon as this
+//!    leadership ends, so no leader batch is written into a log that follows another leader;
 //! 3. once the appends meet the flush policy and the in-sync replicas hold them, `Delivered`
 //!    marks are written (fsynced with the next group commit; a lost mark only makes step 2
 //!    find the batch written).
@@ -20,6 +25,7 @@ use tinymq_delay::{deliverable_batch, Entry, SchedulerStamp, Waiting};
 use tinymq_protocol::batch::BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT;
 use tinymq_protocol::ErrorCode;
 
+use super::doubt;
 use super::timer::PartitionTimer;
 use crate::partition::{now_ms, PendingAppend, ProduceContext};
 use crate::producer_state::{BatchIdentity, SequenceCheck, SequenceError};
@@ -40,8 +46,13 @@ type RoundError = (ErrorCode, String);
 pub async fn schedule(state: Arc<BrokerState>, timer: Arc<PartitionTimer>) {
     let mut stamp: Option<SchedulerStamp> = None;
     while !timer.is_stopped() {
+        let t = timer.clone();
+        // The log's lock may be held by a compaction: not on a runtime thread.
+        let next = blocking(move || Ok(t.with_log(|log| log.state().index().next_deliver_at_ms())))
+            .await
+            .ok()
+            .flatten();
         let now = now_ms();
-        let next = timer.with_log(|log| log.state().index().next_deliver_at_ms());
         let wait = match next {
             None => IDLE_WAIT_MAX,
             Some(at) if at > now => Duration::from_millis((at - now) as u64).min(IDLE_WAIT_MAX),
@@ -84,17 +95,25 @@ async fn round(
     if !state.cluster.session_current() {
         return Err((ErrorCode::NOT_LEADER, "no MetaServer session".into()));
     }
-    let due = timer.with_log(|log| log.state().due(now_ms(), ROUND_ENTRIES_MAX));
+    let t = timer.clone();
+    let due = blocking(move || Ok(t.with_log(|log| log.state().due(now_ms(), ROUND_ENTRIES_MAX))))
+        .await?;
     let unassigned: Vec<&Waiting> = due.iter().filter(|w| w.slot.assigned.is_none()).collect();
     if !unassigned.is_empty() {
+        // A batch appended under an identity given now lands at or above this offset.
+        let scan_from_offset = timer.partition.log.log_end_offset();
         let mut assigned = Vec::with_capacity(unassigned.len());
         for w in unassigned {
             let next = next_stamp(state, timer, stamp, w.slot.record_count).await?;
             assigned.push(Entry::Assigned {
                 entry_id: w.entry_id,
                 stamp: next,
+                scan_from_offset,
             });
         }
+        // A failed write or fsync stops the timer (`PartitionTimer::append`, `sync`): the
+        // identities it applied in memory may not be on disk, so nothing is appended under
+        // them; the next open rebuilds from the file.
         let t = timer.clone();
         blocking(move || {
             let ticket = t.append(&assigned).map_err(|e| io(("write", e)))?;
@@ -226,7 +245,12 @@ pub(super) fn append_assigned(
     let partition = &timer.partition;
     let assigned = timer.with_log(|log| log.state().in_doubt());
     let mut out = Appended::default();
-    for w in assigned {
+    let mut scanned: Option<doubt::Written> = None;
+    for w in &assigned {
+        if timer.is_stopped() {
+            // The leadership ended: the log may follow another leader now.
+            break;
+        }
         let Some(stamp) = w.slot.assigned else {
             continue;
         };
@@ -234,6 +258,28 @@ pub(super) fn append_assigned(
             .producers
             .lock()
             .check(&identity(&stamp, w.slot.record_count));
+        let state_has_no_answer = match &check {
+            Ok(SequenceCheck::Duplicate { .. }) => false,
+            Ok(SequenceCheck::Append) => stamp.sequence == 0,
+            Err(SequenceError::OutOfOrder { expected, got, .. }) => expected <= got,
+            Err(_) => true,
+        };
+        if let Some(key) = doubt::key_of(w).filter(|_| state_has_no_answer) {
+            let written = match &mut scanned {
+                Some(written) => written,
+                None => scanned.insert(
+                    doubt::scan(partition, &assigned)
+                        .map_err(|e| (e.error_code(), format!("reading the partition: {e}")))?,
+                ),
+            };
+            if written.found.contains(&key) {
+                out.done.push(w.entry_id);
+                continue;
+            }
+            if !written.complete {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, entry = w.entry_id, "the partition's log now starts above where this in-doubt batch would be; it may have been delivered and removed by retention, and is delivered again (at least once)");
+            }
+        }
         match check {
             Ok(SequenceCheck::Duplicate { .. }) => out.done.push(w.entry_id),
             Err(SequenceError::OutOfOrder { expected, got, .. }) if expected > got => {
@@ -274,7 +320,7 @@ pub(super) fn append_assigned(
                 }
             }
             // The partition forgot the producer (or its epoch moved on, or a sequence before
-            // this one was dropped): no copy of this batch can be there, so it gets a new
+            // this one was dropped) and the scan above did not find the batch: it gets a new
             // identity.
             Err(_) => {
                 timer.with_log(|log| log.state_mut().unassign(w.entry_id));

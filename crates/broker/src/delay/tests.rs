@@ -1,6 +1,8 @@
 //! Exactly once across a crash between the append and the `Delivered` mark: the scheduler's
 //! replay after a restart (timer log and partition both reopened, the producer state rebuilt
-//! from the log) appends only what is not in the partition yet.
+//! from the log) appends only what is not in the partition yet, also when the partition has
+//! forgotten the scheduler's producer; and a timer stops once its leadership ends or its disk
+//! fails.
 
 use std::sync::Arc;
 
@@ -18,7 +20,8 @@ const SCHEDULER_ID: i64 = 42;
 fn open(dir: &std::path::Path) -> (Arc<Partition>, PartitionTimer) {
     let settings = TopicSettings::default();
     let partition = Arc::new(Partition::open(dir, "t", 0, &settings, false).unwrap());
-    let timer = PartitionTimer::open(partition.clone(), 1).unwrap();
+    // A partition opened alone leads in epoch 0.
+    let timer = PartitionTimer::open(partition.clone(), 0).unwrap();
     (partition, timer)
 }
 
@@ -44,6 +47,11 @@ fn store_due(timer: &PartitionTimer, count: usize) -> Vec<u64> {
 }
 
 fn assign(timer: &PartitionTimer, ids: &[u64], first_sequence: i32) {
+    let scan_from_offset = timer.partition.log.log_end_offset();
+    assign_from(timer, ids, first_sequence, scan_from_offset);
+}
+
+fn assign_from(timer: &PartitionTimer, ids: &[u64], first_sequence: i32, scan_from_offset: i64) {
     let marks: Vec<Entry> = ids
         .iter()
         .zip(first_sequence..)
@@ -54,6 +62,7 @@ fn assign(timer: &PartitionTimer, ids: &[u64], first_sequence: i32) {
                 producer_epoch: 0,
                 sequence,
             },
+            scan_from_offset,
         })
         .collect();
     let ticket = timer.append(&marks).unwrap();
@@ -110,4 +119,107 @@ fn an_entry_whose_producer_the_partition_forgot_gets_a_new_identity() {
         timer.with_log(|log| log.state().in_doubt().is_empty()),
         "unassigned, to be given a new identity"
     );
+}
+
+#[test]
+fn a_replay_after_the_partition_forgot_the_producer_finds_the_batches_in_the_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (partition, timer) = open(tmp.path());
+    let ids = store_due(&timer, 6);
+    // Four assigned and appended, then the marks are lost; two more assigned, not appended.
+    assign(&timer, &ids[..4], 0);
+    let appended = append_assigned(PRODUCER_ID_END, &timer).unwrap();
+    assert_eq!(appended.done, ids[..4]);
+    assign(&timer, &ids[4..], 4);
+    // A day later the partition no longer knows the producer (expiry at open, or followers'
+    // replication).
+    let day_later = now_ms() + crate::producer_state::PRODUCER_ID_EXPIRATION_MS + 60_000;
+    partition.producers.lock().expire(day_later);
+    assert!(partition.producers.lock().is_empty());
+
+    let replayed = append_assigned(PRODUCER_ID_END, &timer).unwrap();
+    assert_eq!(
+        replayed.done,
+        ids[..4],
+        "the four written are found in the log, not appended again"
+    );
+    assert_eq!(partition.log.log_end_offset(), 4, "nothing appended twice");
+    assert!(replayed.renew, "the two not written get a new identity");
+    let doubt: Vec<u64> =
+        timer.with_log(|log| log.state().in_doubt().iter().map(|w| w.entry_id).collect());
+    assert_eq!(doubt, ids[..4], "only the unwritten two were unassigned");
+}
+
+#[test]
+fn a_first_sequence_of_a_forgotten_producer_is_found_in_the_log_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (partition, timer) = open(tmp.path());
+    let ids = store_due(&timer, 1);
+    assign(&timer, &ids, 0);
+    assert_eq!(append_assigned(PRODUCER_ID_END, &timer).unwrap().done, ids);
+    partition.producers.lock().expire(i64::MAX / 2);
+    // Sequence 0 of an unknown producer is "append" to the producer state: only the log
+    // tells it was written.
+    let replayed = append_assigned(PRODUCER_ID_END, &timer).unwrap();
+    assert_eq!(replayed.done, ids);
+    assert_eq!(partition.log.log_end_offset(), 1, "nothing appended twice");
+}
+
+#[test]
+fn a_round_stops_appending_once_the_timer_is_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (partition, timer) = open(tmp.path());
+    let ids = store_due(&timer, 3);
+    assign(&timer, &ids, 0);
+    timer.stop();
+    let outcome = append_assigned(PRODUCER_ID_END, &timer).unwrap();
+    assert!(outcome.done.is_empty() && outcome.last.is_none());
+    assert_eq!(
+        partition.log.log_end_offset(),
+        0,
+        "no leader batch after the end"
+    );
+}
+
+#[test]
+fn a_timer_whose_log_write_fails_stops_and_its_log_reopens_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (partition, timer) = open(tmp.path());
+    let ids = store_due(&timer, 2);
+    // A failing disk, as a handle that refuses writes.
+    timer.with_log(|log| log.break_writes_for_test().unwrap());
+    let failed = timer.store(
+        tinymq_delay::ClientIdentity {
+            producer_id: -1,
+            producer_epoch: -1,
+            first_sequence: -1,
+            last_sequence: -1,
+        },
+        CraftedBatch::honest(now_ms(), &[b"x".as_slice()]).encode(),
+        0,
+    );
+    assert!(failed.is_err());
+    assert!(timer.stopped_itself(), "a failed write stops the timer");
+    assert!(
+        timer.append(&[]).is_err(),
+        "nothing more is written through it"
+    );
+    drop(timer);
+    drop(partition);
+    let (_partition, timer) = open(tmp.path());
+    let waiting: Vec<u64> =
+        timer.with_log(|log| log.state().index().iter().map(|w| w.entry_id).collect());
+    assert_eq!(waiting, ids, "the reopened log has what was written before");
+}
+
+#[test]
+fn a_recorded_offset_above_the_log_end_means_not_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (partition, timer) = open(tmp.path());
+    let ids = store_due(&timer, 2);
+    // Recorded on a log since truncated below it: the scan must not stall the round.
+    assign_from(&timer, &ids, 0, 1_000);
+    let outcome = append_assigned(PRODUCER_ID_END, &timer).unwrap();
+    assert_eq!(outcome.done, ids, "appended");
+    assert_eq!(partition.log.log_end_offset(), 2);
 }

@@ -2,6 +2,13 @@
 //! shares fsyncs between concurrent delayed produces, and the wake-up of its scheduler.
 //! Belongs to one leadership (partition object and leader epoch); a new leadership opens the
 //! log again and rebuilds from it. The methods that touch the disk block.
+//!
+//! A failed write or fsync, or a compaction that fails after its rename, stops the timer for
+//! good (review findings 8 and 9): the state in memory (applied before the fsync) or the open
+//! file (renamed over by the compaction) may then not match what is on disk, and acting on it
+//! could acknowledge a store that is not durable, append under an identity that is not, or
+//! write into an unlinked file. The failing store gets `STORAGE_ERROR`, the scheduler ends,
+//! and the next store (or `super::Delays`' scan, every 250 ms) opens the log again from disk.
 
 use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -97,8 +104,34 @@ impl PartitionTimer {
     /// leadership's replay uses too, so the partition's idempotence keeps them single.
     pub fn stop(&self) {
         let _log = self.log.lock();
+        self.stop_locked();
+    }
+
+    /// Marks the timer stopped without waiting for its log's lock: the scheduler and every
+    /// later write see it, but a write under way may still finish (only [`Self::stop`]
+    /// waits for that).
+    pub fn mark_stopped(&self) {
+        self.stop_locked();
+    }
+
+    /// [`PartitionTimer::stop`] for a caller that holds the log's lock.
+    fn stop_locked(&self) {
         self.stopped.store(true, Ordering::Release);
         self.wake.notify_one();
+    }
+
+    /// Stops the timer after a disk error (see the module's comment); returns the error.
+    fn failed(&self, what: &str, e: std::io::Error) -> std::io::Error {
+        let p = &self.partition;
+        tracing::error!(topic = %p.topic, partition = p.index, what, error = %e, "timer log {what} failed; the timer stops and its log is opened again from disk");
+        self.stop_locked();
+        e
+    }
+
+    /// Whether the timer was stopped (by a leadership change or a disk error), not asking
+    /// the partition: a timer stopped while its leadership goes on is to be opened again.
+    pub fn stopped_itself(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
     }
 
     /// Whether this leadership is over (stopped, or the partition is led in another epoch).
@@ -146,7 +179,8 @@ impl PartitionTimer {
                     client,
                     batch,
                 };
-                log.append(&[stored]).map_err(|e| io_error("write", e))?;
+                log.append(&[stored])
+                    .map_err(|e| io_error("write", self.failed("write", e)))?;
                 deliver_at_ms
             }
         };
@@ -159,7 +193,7 @@ impl PartitionTimer {
         if self.stopped.load(Ordering::Acquire) {
             return Err(std::io::Error::other(self.ended()));
         }
-        log.append(entries)?;
+        log.append(entries).map_err(|e| self.failed("write", e))?;
         Ok(self.written_ticket(&log))
     }
 
@@ -187,7 +221,12 @@ impl PartitionTimer {
             return Ok(());
         }
         let target = self.written.load(Ordering::Acquire);
-        sync.file.sync_data()?;
+        if let Err(e) = sync.file.sync_data() {
+            // The log's lock is taken before the sync state's everywhere else.
+            drop(sync);
+            let _log = self.log.lock();
+            return Err(self.failed("fsync", e));
+        }
         sync.synced = sync.synced.max(target);
         Ok(())
     }
@@ -199,11 +238,21 @@ impl PartitionTimer {
             return Ok(());
         }
         let before = log.len();
-        log.compact()?;
+        // After its rename the old handle names an unlinked file: nothing may be written
+        // through it. Before the rename the old file is whole and still the log's, so the
+        // timer goes on (and the next round tries again).
+        match log.compact() {
+            Ok(()) => {}
+            Err(e) if e.renamed => return Err(self.failed("compaction", e.source)),
+            Err(e) => return Err(e.source),
+        }
+        let file = log
+            .file_handle()
+            .map_err(|e| self.failed("compaction", e))?;
         let mut sync = self.sync.lock();
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         *sync = SyncState {
-            file: log.file_handle()?,
+            file,
             generation,
             synced: log.len(),
         };

@@ -106,6 +106,13 @@ impl TimerLog {
         Ok(())
     }
 
+    /// Makes every later write fail, as a failing disk would (tests).
+    #[cfg(test)]
+    pub fn break_writes_for_test(&mut self) -> std::io::Result<()> {
+        self.file = File::open(&self.path)?;
+        Ok(())
+    }
+
     /// The batch of a waiting entry.
     pub fn read_batch(&self, slot: &Slot) -> std::io::Result<Bytes> {
         let mut batch = vec![0u8; slot.length as usize];
@@ -123,15 +130,37 @@ impl TimerLog {
 
     /// Rewrites the live entries (checkpoint, remembered identities, waiting batches with
     /// their marks) into a new file, fsyncs it and renames it over the old one. The state is
-    /// rebuilt from the new file, so positions are its own.
-    pub fn compact(&mut self) -> std::io::Result<()> {
+    /// rebuilt from the new file, so positions are its own. A failure before the rename
+    /// leaves this log as it was (usable); one after it leaves this log's handle on the
+    /// unlinked old file, which must not be written any more ([`CompactError::renamed`]).
+    pub fn compact(&mut self) -> Result<(), CompactError> {
         let dir = self
             .path
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
         let tmp = dir.join(COMPACTING_FILE);
-        let mut out = std::io::BufWriter::new(File::create(&tmp)?);
+        if let Err(source) = self.write_compacted(&tmp) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(CompactError {
+                renamed: false,
+                source,
+            });
+        }
+        let after_rename = |source| CompactError {
+            renamed: true,
+            source,
+        };
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(after_rename)?;
+        *self = TimerLog::open(dir.parent().unwrap_or(&dir)).map_err(after_rename)?;
+        Ok(())
+    }
+
+    /// Writes the live entries to `tmp`, fsyncs it and renames it over the log.
+    fn write_compacted(&self, tmp: &Path) -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(File::create(tmp)?);
         let mut frame = Vec::new();
         for e in self.state.compacted_head() {
             frame.clear();
@@ -153,6 +182,7 @@ impl TimerLog {
                     &Entry::Assigned {
                         entry_id: w.entry_id,
                         stamp,
+                        scan_from_offset: w.slot.scan_from_offset,
                     },
                     &mut frame,
                 );
@@ -162,11 +192,16 @@ impl TimerLog {
         let file = out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         drop(file);
-        std::fs::rename(&tmp, &self.path)?;
-        File::open(&dir)?.sync_all()?;
-        *self = TimerLog::open(dir.parent().unwrap_or(&dir))?;
-        Ok(())
+        std::fs::rename(tmp, &self.path)
     }
+}
+
+/// A compaction that failed, and whether it got as far as renaming the new file over the log.
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct CompactError {
+    pub renamed: bool,
+    pub source: std::io::Error,
 }
 
 /// Applies every whole entry of `file` to `state`; returns where the last one ends (a torn

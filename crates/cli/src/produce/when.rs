@@ -53,6 +53,17 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Days in `month` (1–12) of `year` (proleptic Gregorian).
+fn days_in_month(year: i64, month: i64) -> i64 {
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    match month {
+        2 if leap => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
 fn number(text: &str, range: std::ops::RangeInclusive<i64>) -> Option<i64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -69,7 +80,8 @@ fn rfc3339_ms(text: &str) -> Option<i64> {
         return None;
     }
     let (year, month) = (number(year, 0..=9999)?, number(month, 1..=12)?);
-    let day = number(day, 1..=31)?;
+    // A day the month does not have (2026-02-31) is refused, not carried into the next.
+    let day = number(day, 1..=days_in_month(year, month))?;
     let zone_at = time.find(['Z', 'z', '+', '-'])?;
     let (clock, zone) = time.split_at(zone_at);
     let offset_ms = match zone {
@@ -123,10 +135,18 @@ mod tests {
             parse_deliver_at("2000-02-29T00:00:00Z"),
             Ok(951_782_400_000)
         );
+        assert_eq!(
+            parse_deliver_at("2026-12-31T00:00:00Z"),
+            Ok(1_798_675_200_000)
+        );
         for bad in [
             "",
             "tomorrow",
             "2025-13-01T00:00:00Z",
+            "2026-02-31T00:00:00Z",
+            "2026-02-29T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "2026-04-31T00:00:00Z",
             "2025-12-01T18:30Z",
             "2025-12-01T18:30:00",
         ] {

@@ -5,19 +5,36 @@
 //! retried on retriable errors (timeouts, `NOT_LEADER`, …) with the same bytes until the
 //! producer's `delivery_timeout`. With idempotence the batch carries the producer's id and a
 //! sequence of the producer's delayed sends, so the leader stores a retried batch once.
+//!
+//! Memory is bounded (review finding 12): each send in flight holds its encoded batch until
+//! answered, so `send_at` first waits for room under [`DELAYED_SENDS_IN_FLIGHT_MAX`] sends
+//! and [`DELAYED_SEND_BYTES_IN_FLIGHT_MAX`] bytes, as `send` waits when a partition queue is
+//! full. The bounds are per process, shared by every producer in it (a producer has no field
+//! for them yet: the producer's own struct is outside this module).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use tinymq_protocol::batch::{BatchBuilder, ProducerStamp, BATCH_HEADER_BYTES};
 use tinymq_protocol::messages as m;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Semaphore};
 
 use super::{partition_for_key, queue, Producer, ProducerRecord};
 use crate::error::ClientError;
+
+/// Most delayed sends waiting for their answer in this process; `send_at` waits past it.
+pub const DELAYED_SENDS_IN_FLIGHT_MAX: usize = 10_000;
+/// Most bytes of encoded batches of delayed sends waiting for their answer in this process
+/// (256 MiB); a larger batch takes all of them.
+pub const DELAYED_SEND_BYTES_IN_FLIGHT_MAX: u32 = 256 << 20;
+
+static SENDS_IN_FLIGHT: LazyLock<Arc<Semaphore>> =
+    LazyLock::new(|| Arc::new(Semaphore::new(DELAYED_SENDS_IN_FLIGHT_MAX)));
+static BYTES_IN_FLIGHT: LazyLock<Arc<Semaphore>> =
+    LazyLock::new(|| Arc::new(Semaphore::new(DELAYED_SEND_BYTES_IN_FLIGHT_MAX as usize)));
 
 /// Where and when a delayed record will appear.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,6 +68,8 @@ impl Producer {
     /// the Unix epoch; a time in the past means now; at most 7 days ahead of the broker's
     /// clock, else `INVALID_DELIVERY_TIME`). Each delivered record carries the header
     /// `tinymq.deliver-at`. The returned future resolves with the time the broker accepted.
+    /// Waits while [`DELAYED_SENDS_IN_FLIGHT_MAX`] sends or
+    /// [`DELAYED_SEND_BYTES_IN_FLIGHT_MAX`] bytes are in flight in this process.
     pub async fn send_at(
         &self,
         topic: &str,
@@ -99,10 +118,12 @@ impl Producer {
             records: batch,
             timeout_ms: self.inner.cluster.config.request_timeout.as_millis() as u32,
         };
+        let permits = in_flight_permits(request.records.len()).await?;
         let producer = self.clone();
         let name = state.name.clone();
         tokio::spawn(async move {
             let outcome = producer.send_delayed(&request).await;
+            drop(permits);
             let _ = tell.send(outcome.map(|deliver_at_ms| DelayedMetadata {
                 topic: name,
                 partition,
@@ -135,5 +156,59 @@ impl Producer {
             outcome
         })
         .await
+    }
+}
+
+/// Room for one more delayed send of `batch_bytes` (held until it is answered).
+async fn in_flight_permits(
+    batch_bytes: usize,
+) -> Result<
+    (
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
+    ClientError,
+> {
+    let closed = |_| ClientError::Protocol("the delayed send limit was closed".into());
+    let send = SENDS_IN_FLIGHT
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(closed)?;
+    let bytes = u32::try_from(batch_bytes)
+        .unwrap_or(u32::MAX)
+        .clamp(1, DELAYED_SEND_BYTES_IN_FLIGHT_MAX);
+    let bytes = BYTES_IN_FLIGHT
+        .clone()
+        .acquire_many_owned(bytes)
+        .await
+        .map_err(closed)?;
+    Ok((send, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn delayed_sends_wait_for_room_and_get_it_back_when_answered() {
+        let before = BYTES_IN_FLIGHT.available_permits();
+        let held = in_flight_permits(usize::MAX).await.unwrap();
+        assert_eq!(
+            BYTES_IN_FLIGHT.available_permits(),
+            before - DELAYED_SEND_BYTES_IN_FLIGHT_MAX as usize,
+            "a batch larger than the bound takes all of it"
+        );
+        let waiting = tokio::spawn(in_flight_permits(10));
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "the next send waits while the bound is used up"
+        );
+        drop(held);
+        let next = waiting.await.unwrap().unwrap();
+        assert_eq!(BYTES_IN_FLIGHT.available_permits(), before - 10);
+        drop(next);
+        assert_eq!(BYTES_IN_FLIGHT.available_permits(), before);
     }
 }
