@@ -164,7 +164,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
 /// progress (at most half a second, or half a session while the group coordinator does not
 /// answer) and decides the exit status; a second SIGINT exits at once (nothing more is
 /// committed).
-fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
+pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
     use tokio::signal::unix::{signal, SignalKind};
     let stop = Arc::new(AtomicI32::new(0));
     let mut interrupt = signal(SignalKind::interrupt())?;

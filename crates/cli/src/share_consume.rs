@@ -11,13 +11,12 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tinymq_client::share::{AckKind, ShareConsumer, ShareConsumerConfig, ShareRecord};
 
 use crate::codec::{self, Encoding};
-use crate::consume::{ConsumeArgs, Interrupted};
+use crate::consume::{watch_signals, ConsumeArgs, Interrupted};
 
 /// Longest one poll waits, so a signal is noticed within about this long.
 const POLL_WAIT_MAX: Duration = Duration::from_millis(500);
@@ -65,29 +64,6 @@ pub async fn run(args: &ConsumeArgs, group: &str) -> anyhow::Result<()> {
         return Err(Interrupted.into());
     }
     Ok(())
-}
-
-/// As `tinymq consume`: the first SIGINT or SIGTERM is published for the print loop, which
-/// stops after the poll in progress; a second SIGINT exits at once.
-fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let stop = Arc::new(AtomicI32::new(0));
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let first = stop.clone();
-    tokio::spawn(async move {
-        loop {
-            let got = tokio::select! {
-                _ = interrupt.recv() => libc::SIGINT,
-                _ = terminate.recv() => libc::SIGTERM,
-            };
-            let earlier = first.compare_exchange(0, got, Ordering::SeqCst, Ordering::SeqCst);
-            if earlier.is_err() && got == libc::SIGINT {
-                std::process::exit(130);
-            }
-        }
-    });
-    Ok(stop)
 }
 
 async fn print_until_done(
