@@ -36,6 +36,7 @@ pub enum RouteCommand {
     },
     /// Delete a route; what it copied stays in the target.
     Delete {
+        /// The route to delete.
         name: String,
         #[command(flatten)]
         bootstrap: Bootstrap,
