@@ -69,11 +69,14 @@ pub struct ConsumeArgs {
     pub(crate) bootstrap: Bootstrap,
 }
 
-fn print(
+/// One record as a line: its value, or with `json` an object (a share-group member's lines
+/// add its `delivery_count`).
+pub(crate) fn print(
     out: &mut impl Write,
     record: &ConsumerRecord,
     json: bool,
     encoding: Encoding,
+    delivery_count: Option<u32>,
 ) -> std::io::Result<()> {
     if json {
         let headers: Vec<_> = record
@@ -91,6 +94,10 @@ fn print(
             "key": key, "key_encoding": key_encoding, "headers": headers,
             "value": value, "value_encoding": value_encoding,
         });
+        let mut line = line;
+        if let (Some(count), Some(fields)) = (delivery_count, line.as_object_mut()) {
+            fields.insert("delivery_count".into(), count.into());
+        }
         writeln!(out, "{line}")
     } else {
         let value = record.value.as_deref().unwrap_or_default();
@@ -232,7 +239,8 @@ async fn print_until_done(
         report_unavailable(consumer, json, &mut reported);
         let mut out = stdout.lock();
         for (i, record) in records.iter().enumerate() {
-            match print(&mut out, record, json, args.value_format).and_then(|()| out.flush()) {
+            match print(&mut out, record, json, args.value_format, None).and_then(|()| out.flush())
+            {
                 Ok(()) => printed += 1,
                 Err(e) => {
                     // Not printed: not consumed, so the group delivers them again.

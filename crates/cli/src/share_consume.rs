@@ -13,9 +13,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
-use tinymq_client::share::{AckKind, ShareConsumer, ShareConsumerConfig, ShareRecord};
+use tinymq_client::share::{AckKind, ShareConsumer, ShareConsumerConfig};
 
-use crate::codec::{self, Encoding};
 use crate::consume::{watch_signals, ConsumeArgs, Interrupted};
 
 /// Longest one poll waits, so a signal is noticed within about this long.
@@ -114,7 +113,15 @@ async fn print_until_done(
             let mut out = stdout.lock();
             records
                 .iter()
-                .try_for_each(|r| print(&mut out, r, json, args.value_format))
+                .try_for_each(|r| {
+                    crate::consume::print(
+                        &mut out,
+                        &r.record,
+                        json,
+                        args.value_format,
+                        Some(r.delivery_count),
+                    )
+                })
                 .and_then(|()| out.flush())
         };
         match written {
@@ -135,41 +142,6 @@ async fn print_until_done(
         }
     }
     Ok(())
-}
-
-/// One record as `tinymq consume` prints it; JSON lines add `delivery_count`.
-fn print(
-    out: &mut impl Write,
-    share: &ShareRecord,
-    json: bool,
-    encoding: Encoding,
-) -> std::io::Result<()> {
-    let record = &share.record;
-    if !json {
-        let value = record.value.as_deref().unwrap_or_default();
-        match encoding {
-            Encoding::Utf8 => out.write_all(value)?,
-            other => out.write_all(codec::encode(value, other).0.as_bytes())?,
-        }
-        return out.write_all(b"\n");
-    }
-    let headers: Vec<_> = record
-        .headers
-        .iter()
-        .map(|(k, v)| {
-            let (value, used) = codec::to_json(v.as_deref(), encoding);
-            serde_json::json!({"key": k, "value": value, "value_encoding": used})
-        })
-        .collect();
-    let (key, key_encoding) = codec::to_json(record.key.as_deref(), encoding);
-    let (value, value_encoding) = codec::to_json(record.value.as_deref(), encoding);
-    let line = serde_json::json!({
-        "partition": record.partition, "offset": record.offset, "timestamp": record.timestamp_ms,
-        "key": key, "key_encoding": key_encoding, "headers": headers,
-        "value": value, "value_encoding": value_encoding,
-        "delivery_count": share.delivery_count,
-    });
-    writeln!(out, "{line}")
 }
 
 /// Acknowledgements not applied go to stderr (a WARN line each is logged by the client); with
