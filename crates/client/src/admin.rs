@@ -394,7 +394,7 @@ impl Admin {
     }
 
     /// Sends `request` to the coordinator of `group` (found again for each call).
-    async fn to_coordinator<R: tinymq_protocol::Request>(
+    pub(crate) async fn to_coordinator<R: tinymq_protocol::Request>(
         &self,
         group: &str,
         request: &R,

@@ -73,7 +73,7 @@ impl Admin {
             offsets,
         };
         self.retry(&format!("commit offsets of group {group}"), || async move {
-            let response = self.to_group_coordinator(group, request).await?;
+            let response = self.to_coordinator(group, request).await?;
             check(response.error.as_ref())?;
             match response.offsets.iter().find_map(|o| o.error.as_ref()) {
                 Some(e) => check(Some(e)),
@@ -93,7 +93,7 @@ impl Admin {
             partitions: vec![],
         };
         self.retry(&format!("fetch offsets of group {group}"), || async move {
-            let response = self.to_group_coordinator(group, request).await?;
+            let response = self.to_coordinator(group, request).await?;
             check(response.error.as_ref())?;
             Ok(response
                 .offsets
@@ -102,25 +102,5 @@ impl Admin {
                 .collect())
         })
         .await
-    }
-
-    /// Sends `request` to the coordinator of `group`, found again for each call.
-    async fn to_group_coordinator<R: tinymq_protocol::Request>(
-        &self,
-        group: &str,
-        request: &R,
-    ) -> Result<R::Response, ClientError> {
-        let found = self
-            .cluster
-            .request(&m::FindCoordinatorRequest {
-                group_id: group.into(),
-            })
-            .await?;
-        check(found.error.as_ref())?;
-        let address = format!("{}:{}", found.host, found.port);
-        let connection = self.cluster.connection(&address).await?;
-        connection
-            .request(request, self.cluster.config.request_timeout)
-            .await
     }
 }
