@@ -18,6 +18,7 @@ mod deletion;
 mod durable_file;
 mod fetch_frame;
 mod filtered_fetch;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod group;
