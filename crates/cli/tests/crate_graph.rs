@@ -1,0 +1,222 @@
+//! The crate graph is the layering (ARCHITECTURE.md, "Crate graph invariants"): this test reads
+//! the workspace's normal (non-dev) dependencies from `cargo metadata` and fails when an edge
+//! the architecture forbids appears, so the document cannot go stale again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+/// Crates that hold pure logic or formats: no async runtime, no sockets, no TLS, no Raft.
+const PURE: &[&str] = &[
+    "tinymq-protocol",
+    "tinymq-log",
+    "tinymq-filter",
+    "tinymq-share",
+    "tinymq-delay",
+    "tinymq-replication",
+    "tinymq-auth",
+];
+
+/// Third-party crates that mean I/O or networking.
+const IO_CRATES: &[&str] = &[
+    "tokio",
+    "tokio-rustls",
+    "rustls",
+    "axum",
+    "hyper",
+    "mio",
+    "socket2",
+    "openraft",
+];
+
+/// `(crate, workspace crates it must never depend on, directly or not)`.
+const FORBIDDEN: &[(&str, &[&str])] = &[
+    ("tinymq-protocol", &["*"]),
+    ("tinymq-replication", &["*"]),
+    ("tinymq-share", &["*"]),
+    ("tinymq-tls", &["*"]),
+    (
+        "tinymq-client",
+        &[
+            "tinymq-broker",
+            "tinymq-meta",
+            "tinymq-log",
+            "tinymq-net",
+            "tinymq-kafka",
+            "tinymq-http",
+            "tinymq-replication",
+            "tinymq-share",
+            "tinymq-delay",
+        ],
+    ),
+    (
+        "tinymq-broker",
+        &["tinymq-kafka", "tinymq-http", "tinymq-cli", "tinymq-bench"],
+    ),
+    (
+        "tinymq-meta",
+        &["tinymq-broker", "tinymq-log", "tinymq-kafka", "tinymq-http"],
+    ),
+    (
+        "tinymq-http",
+        &["tinymq-broker", "tinymq-meta", "tinymq-kafka", "tinymq-log"],
+    ),
+    ("tinymq-kafka", &["tinymq-http", "tinymq-cli"]),
+    (
+        "tinymq-net",
+        &["tinymq-broker", "tinymq-meta", "tinymq-log"],
+    ),
+    (
+        "tinymq-chaos",
+        &["tinymq-broker", "tinymq-meta", "tinymq-log"],
+    ),
+];
+
+/// Workspace crates and their normal dependencies on other workspace crates, plus every
+/// third-party crate each one reaches (transitively, normal dependencies only).
+struct Graph {
+    workspace: BTreeMap<String, BTreeSet<String>>,
+    external: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// The host's target triple: the resolved graph is read for it only, so that `cargo metadata`
+/// needs no other platform's crates (and no network).
+fn host_triple() -> String {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_string());
+    let output = Command::new(rustc)
+        .arg("-vV")
+        .output()
+        .expect("rustc -vV runs");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("host: "))
+        .expect("rustc -vV names the host")
+        .to_string()
+}
+
+fn graph() -> Graph {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let output = Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(["--filter-platform", &host_triple()])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("cargo metadata prints JSON");
+    let members: BTreeSet<String> = metadata["workspace_members"]
+        .as_array()
+        .expect("workspace_members")
+        .iter()
+        .map(|id| id.as_str().expect("id").to_string())
+        .collect();
+    let name_of: BTreeMap<String, String> = metadata["packages"]
+        .as_array()
+        .expect("packages")
+        .iter()
+        .map(|p| {
+            (
+                p["id"].as_str().unwrap().to_string(),
+                p["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    // The resolved graph: for each package, its normal dependencies (dev and build excluded).
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for node in metadata["resolve"]["nodes"].as_array().expect("resolve") {
+        let id = node["id"].as_str().unwrap().to_string();
+        let normal = node["deps"].as_array().unwrap().iter().filter(|d| {
+            d["dep_kinds"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|k| k["kind"].is_null())
+        });
+        edges.insert(
+            id,
+            normal
+                .map(|d| d["pkg"].as_str().unwrap().to_string())
+                .collect(),
+        );
+    }
+    let mut workspace = BTreeMap::new();
+    let mut external = BTreeMap::new();
+    for member in &members {
+        let mut reached = BTreeSet::new();
+        let mut stack = vec![member.clone()];
+        while let Some(id) = stack.pop() {
+            for dep in edges.get(&id).into_iter().flatten() {
+                if reached.insert(dep.clone()) {
+                    stack.push(dep.clone());
+                }
+            }
+        }
+        let (ours, theirs): (Vec<_>, Vec<_>) = reached.iter().partition(|id| members.contains(*id));
+        workspace.insert(
+            name_of[member].clone(),
+            ours.iter().map(|id| name_of[*id].clone()).collect(),
+        );
+        external.insert(
+            name_of[member].clone(),
+            theirs.iter().map(|id| name_of[*id].clone()).collect(),
+        );
+    }
+    Graph {
+        workspace,
+        external,
+    }
+}
+
+#[test]
+fn the_crate_graph_keeps_the_layering() {
+    let graph = graph();
+    let mut violations = Vec::new();
+    for (krate, forbidden) in FORBIDDEN {
+        let Some(reached) = graph.workspace.get(*krate) else {
+            violations.push(format!(
+                "{krate} is not in the workspace (update this test)"
+            ));
+            continue;
+        };
+        for dep in reached {
+            if forbidden.contains(&"*") || forbidden.contains(&dep.as_str()) {
+                violations.push(format!("{krate} depends on {dep}"));
+            }
+        }
+    }
+    for krate in PURE {
+        for io in graph.external.get(*krate).into_iter().flatten() {
+            if IO_CRATES.contains(&io.as_str()) {
+                violations.push(format!("pure crate {krate} depends on {io}"));
+            }
+        }
+    }
+    for (krate, reached) in &graph.workspace {
+        if reached.contains("tinymq-cli") {
+            violations.push(format!("{krate} depends on the binary crate tinymq-cli"));
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "ARCHITECTURE.md's crate graph invariants are broken:\n  {}",
+        violations.join("\n  ")
+    );
+}
+
+#[test]
+fn the_test_knows_every_workspace_crate() {
+    // A new crate must be placed in the layering: named in FORBIDDEN or PURE, or one of the
+    // crates at the top that may use anything.
+    let top = ["tinymq-cli", "tinymq-bench", "tinymq-kafka"];
+    let graph = graph();
+    for krate in graph.workspace.keys() {
+        let placed = FORBIDDEN.iter().any(|(k, _)| k == krate)
+            || PURE.contains(&krate.as_str())
+            || top.contains(&krate.as_str());
+        assert!(placed, "{krate} has no place in crate_graph.rs's rules");
+    }
+}
