@@ -1,6 +1,8 @@
 //! `/api/v1/topics`: list, create, describe, alter (grow partitions, change settings) and
 //! delete topics,
-//! through `tinymq_client::Admin`.
+//! through `tinymq_client::Admin`. The share-group settings (`max_delivery_attempts`,
+//! `dead_letter_topic`) are not in the native TopicConfig: they are read from the metadata
+//! image, by the same rules the brokers apply.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,8 +12,11 @@ use tinymq_client::{ErrorCode, TopicConfig};
 use tinymq_protocol::messages as m;
 use utoipa::{IntoParams, ToSchema};
 
+use std::collections::BTreeMap;
+
+use super::cluster::ImageTopic;
 use super::problem::{check_name, ApiJson, ApiPath};
-use super::{ApiState, Problem};
+use super::{valid_name, ApiState, Problem, META_NODE_ANSWER_WAIT};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TopicList {
@@ -23,6 +28,12 @@ pub struct TopicSummary {
     pub name: String,
     pub partitions: u32,
     pub replication_factor: u32,
+    /// Where share groups send this topic's rejected and exhausted records; null when the
+    /// caller may not read the cluster metadata (DESCRIBE on the cluster).
+    pub dead_letter_topic: Option<String>,
+    /// The listed topics whose dead-letter topic this one is (empty: not a dead-letter topic,
+    /// or the metadata could not be read).
+    pub dead_letter_of: Vec<String>,
 }
 
 /// A topic's settings as the cluster holds them.
@@ -44,6 +55,13 @@ pub struct TopicSettings {
     pub message_timestamp_before_max_ms: i64,
     pub min_insync_replicas: u32,
     pub unclean_leader_election: bool,
+    /// Share groups: deliveries of a record before it goes to the dead-letter topic (1 to
+    /// 100, default 5). Null when the caller may not read the cluster metadata (DESCRIBE on
+    /// the cluster).
+    pub max_delivery_attempts: Option<u32>,
+    /// Share groups: where rejected and exhausted records go (default `<topic>.dlq`). Null
+    /// as `max_delivery_attempts`.
+    pub dead_letter_topic: Option<String>,
 }
 
 impl From<TopicConfig> for TopicSettings {
@@ -61,6 +79,45 @@ impl From<TopicConfig> for TopicSettings {
             message_timestamp_before_max_ms: c.message_timestamp_before_max_ms,
             min_insync_replicas: c.min_insync_replicas,
             unclean_leader_election: c.unclean_leader_election,
+            max_delivery_attempts: None,
+            dead_letter_topic: None,
+        }
+    }
+}
+
+/// Setting name: deliveries of a record before a share group dead-letters it.
+const MAX_DELIVERY_ATTEMPTS: &str = "max_delivery_attempts";
+/// Setting name: the topic a share group's dead letters go to.
+const DEAD_LETTER_TOPIC: &str = "dead_letter_topic";
+
+/// A topic's share-group settings from its stored config, as the brokers read them
+/// (`ShareSettings::of`): a value out of range, or a dead-letter topic that is not a valid
+/// name or is the topic itself, gives the default.
+fn share_settings(name: &str, config: &BTreeMap<String, String>) -> (u32, String) {
+    let attempts = config
+        .get(MAX_DELIVERY_ATTEMPTS)
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=tinymq_share::MAX_DELIVERY_ATTEMPTS_LIMIT).contains(n))
+        .unwrap_or(tinymq_share::MAX_DELIVERY_ATTEMPTS_DEFAULT);
+    let dead_letters = config
+        .get(DEAD_LETTER_TOPIC)
+        .filter(|t| valid_name(t) && t.as_str() != name)
+        .cloned()
+        .unwrap_or_else(|| format!("{name}.dlq"));
+    (attempts, dead_letters)
+}
+
+/// The topics of the metadata image, asked of this node as the caller; None when it cannot
+/// be read (the caller may not DESCRIBE the cluster, or the node did not answer): the
+/// share-group settings are then shown as null rather than failing the whole answer.
+async fn image_topics(state: &ApiState) -> Option<BTreeMap<String, ImageTopic>> {
+    let native = state.native().ok()?;
+    let read = super::cluster::read_image(native, META_NODE_ANSWER_WAIT, &state.security()).await;
+    match read {
+        Ok((_, image)) => Some(image.topics),
+        Err(problem) => {
+            tracing::debug!(detail = %problem.detail, "share-group settings not shown");
+            None
         }
     }
 }
@@ -102,7 +159,7 @@ pub struct AlterTopic {
     #[schema(minimum = 1)]
     pub partitions: Option<u32>,
     /// Settings to change, by the names `config` shows (`retention_ms`, `message_bytes_max`,
-    /// …): a value sets one, `null` removes it so the brokers' default applies again. They take
+    /// `max_delivery_attempts`, `dead_letter_topic`, …): a value sets one, `null` removes it so the brokers' default applies again. They take
     /// effect without a restart. An unknown name, a bad value, or a `flush` change is refused
     /// with 400 `INVALID_CONFIG`.
     pub config: Option<std::collections::BTreeMap<String, SettingValue>>,
@@ -233,10 +290,36 @@ pub async fn list_topics(State(state): State<ApiState>) -> Result<Json<TopicList
             replication_factor: t.partitions.first().map_or(0, |p| p.replicas.len() as u32),
             partitions: t.partitions.len() as u32,
             name: t.name,
+            dead_letter_topic: None,
+            dead_letter_of: Vec::new(),
         })
         .collect();
     topics.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(image) = image_topics(&state).await {
+        mark_dead_letter_topics(&mut topics, &image);
+    }
     Ok(Json(TopicList { topics }))
+}
+
+/// Sets each listed topic's dead-letter topic, and on each dead-letter topic the listed
+/// topics that send to it.
+fn mark_dead_letter_topics(topics: &mut [TopicSummary], image: &BTreeMap<String, ImageTopic>) {
+    let no_config = BTreeMap::new();
+    for t in topics.iter_mut() {
+        let config = image.get(&t.name).map_or(&no_config, |i| &i.config);
+        t.dead_letter_topic = Some(share_settings(&t.name, config).1);
+    }
+    let sources: Vec<(String, String)> = topics
+        .iter()
+        .filter_map(|t| Some((t.name.clone(), t.dead_letter_topic.clone()?)))
+        .collect();
+    for t in topics.iter_mut() {
+        t.dead_letter_of = sources
+            .iter()
+            .filter(|(_, to)| *to == t.name)
+            .map(|(from, _)| from.clone())
+            .collect();
+    }
 }
 
 /// Creates a topic; answers its description.
@@ -321,11 +404,42 @@ fn refused_placement(e: tinymq_client::ClientError) -> Problem {
 
 async fn describe(state: &ApiState, name: &str) -> Result<TopicDescription, Problem> {
     let d = state.client().await?.admin.describe_topic(name).await?;
+    let mut config: TopicSettings = d.config.unwrap_or_default().into();
+    if let Some(image) = image_topics(state).await {
+        let stored = image.get(&d.name).map(|t| &t.config);
+        let (attempts, dead_letters) = share_settings(&d.name, stored.unwrap_or(&BTreeMap::new()));
+        config.max_delivery_attempts = Some(attempts);
+        config.dead_letter_topic = Some(dead_letters);
+    }
     Ok(TopicDescription {
         name: d.name,
-        config: d.config.unwrap_or_default().into(),
+        config,
         partitions: d.partitions.into_iter().map(PartitionInfo::from).collect(),
     })
+}
+
+/// The share-group settings a PATCH just changed, over what the node's image showed: the
+/// MetaServer accepted them, and this node's copy of the image may not have them yet.
+fn overlay_share_settings(
+    answer: &mut TopicDescription,
+    set: &[(String, String)],
+    unset: &[String],
+) {
+    if answer.config.dead_letter_topic.is_none() {
+        return;
+    }
+    let changed: BTreeMap<String, String> = set.iter().cloned().collect();
+    let touched = |key: &str| changed.contains_key(key) || unset.iter().any(|k| k == key);
+    if !touched(MAX_DELIVERY_ATTEMPTS) && !touched(DEAD_LETTER_TOPIC) {
+        return;
+    }
+    let (attempts, dead_letters) = share_settings(&answer.name, &changed);
+    if touched(MAX_DELIVERY_ATTEMPTS) {
+        answer.config.max_delivery_attempts = Some(attempts);
+    }
+    if touched(DEAD_LETTER_TOPIC) {
+        answer.config.dead_letter_topic = Some(dead_letters);
+    }
 }
 
 /// A topic's settings and, per partition, its leader, replicas, ISR, offsets and size.
@@ -386,14 +500,14 @@ pub async fn alter_topic(
         return Ok(Json(now));
     }
     let client = state.client().await?;
-    if !settings.is_empty() {
-        let (mut set, mut unset) = (Vec::new(), Vec::new());
-        for (key, value) in settings {
-            match value.to_text() {
-                Some(value) => set.push((key, value)),
-                None => unset.push(key),
-            }
+    let (mut set, mut unset) = (Vec::new(), Vec::new());
+    for (key, value) in settings {
+        match value.to_text() {
+            Some(value) => set.push((key, value)),
+            None => unset.push(key),
         }
+    }
+    if !set.is_empty() || !unset.is_empty() {
         // Before growing: a refused setting leaves the topic as it was.
         client
             .admin
@@ -407,7 +521,9 @@ pub async fn alter_topic(
             .await
             .map_err(refused_placement)?;
     }
-    Ok(Json(describe(&state, &path.name).await?))
+    let mut answer = describe(&state, &path.name).await?;
+    overlay_share_settings(&mut answer, &set, &unset);
+    Ok(Json(answer))
 }
 
 /// Deletes a topic and its data.
