@@ -550,3 +550,56 @@ pub async fn delete_topic(
     state.client().await?.admin.delete_topic(&path.name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn share_settings_fall_back_to_the_defaults_as_the_brokers_do() {
+        assert_eq!(
+            share_settings("jobs", &BTreeMap::new()),
+            (5, "jobs.dlq".to_string())
+        );
+        let set = config(&[(MAX_DELIVERY_ATTEMPTS, "9"), (DEAD_LETTER_TOPIC, "failed")]);
+        assert_eq!(share_settings("jobs", &set), (9, "failed".to_string()));
+        // Out of range, not a name, the topic itself: the defaults.
+        for bad in [
+            config(&[(MAX_DELIVERY_ATTEMPTS, "0"), (DEAD_LETTER_TOPIC, "jobs")]),
+            config(&[(MAX_DELIVERY_ATTEMPTS, "101"), (DEAD_LETTER_TOPIC, "a b")]),
+        ] {
+            assert_eq!(share_settings("jobs", &bad), (5, "jobs.dlq".to_string()));
+        }
+    }
+
+    #[test]
+    fn dead_letter_topics_name_their_sources() {
+        let summary = |name: &str| TopicSummary {
+            name: name.into(),
+            partitions: 1,
+            replication_factor: 1,
+            dead_letter_topic: None,
+            dead_letter_of: Vec::new(),
+        };
+        let mut topics = vec![summary("a"), summary("b"), summary("a.dlq")];
+        let image: BTreeMap<String, ImageTopic> = [(
+            "b".to_string(),
+            ImageTopic {
+                config: config(&[(DEAD_LETTER_TOPIC, "a.dlq")]),
+            },
+        )]
+        .into_iter()
+        .collect();
+        mark_dead_letter_topics(&mut topics, &image);
+        assert_eq!(topics[0].dead_letter_topic.as_deref(), Some("a.dlq"));
+        assert_eq!(topics[2].dead_letter_of, ["a", "b"]);
+        assert!(topics[0].dead_letter_of.is_empty());
+    }
+}
