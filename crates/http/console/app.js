@@ -825,8 +825,9 @@ function groupDetailPage(root, id) {
 async function loadGroup(body, reset, id) {
     try {
         const g = await api("GET", `/groups/${seg(id)}`);
-        body.setAttribute("data-type", g.type ?? "consumer");
-        if (g.type === "share") {
+        const share = g.type === "share" || (!("offsets" in g) && "partitions" in g);
+        body.setAttribute("data-type", share ? "share" : g.type ?? "consumer");
+        if (share) {
             body.replaceChildren(...shareGroupView(g));
             reset.replaceChildren();
             return;

@@ -58,8 +58,10 @@ function groupDetailPage(root: HTMLElement, id: string): () => void {
 async function loadGroup(body: HTMLElement, reset: HTMLElement, id: string): Promise<void> {
   try {
     const g = await api<GroupDetail | ShareGroupDetail>("GET", `/groups/${seg(id)}`);
-    body.setAttribute("data-type", g.type ?? "consumer");
-    if (g.type === "share") {
+    // A share group says so; one without `type` but with share partitions is taken as one too.
+    const share = g.type === "share" || (!("offsets" in g) && "partitions" in g);
+    body.setAttribute("data-type", share ? "share" : g.type ?? "consumer");
+    if (share) {
       body.replaceChildren(...shareGroupView(g as ShareGroupDetail));
       reset.replaceChildren();
       return;
