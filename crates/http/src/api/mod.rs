@@ -199,6 +199,9 @@ pub(crate) struct ApiState {
     doc: Arc<OnceLock<String>>,
     /// Set when the node runs with authentication (`POST /auth/token` issues tokens).
     auth: Option<Arc<Authenticator>>,
+    /// The metadata image's topic settings, per caller, for a moment (the share-group
+    /// settings of every topic description come from there).
+    image_topics: Arc<topics::ImageTopicsCache>,
 }
 
 impl ApiState {
@@ -371,6 +374,7 @@ pub(crate) fn router(slot: Arc<ApiSlot>, auth: Option<Arc<Authenticator>>) -> Ro
         slot,
         doc: Arc::new(OnceLock::new()),
         auth,
+        image_topics: Arc::new(topics::ImageTopicsCache::default()),
     };
     let api = OpenApiRouter::new()
         .routes(routes!(token::issue_token))

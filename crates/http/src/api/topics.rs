@@ -4,15 +4,18 @@
 //! `dead_letter_topic`) are not in the native TopicConfig: they are read from the metadata
 //! image, by the same rules the brokers apply.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use tinymq_client::{ErrorCode, TopicConfig};
 use tinymq_protocol::messages as m;
+use tokio::sync::OnceCell;
 use utoipa::{IntoParams, ToSchema};
-
-use std::collections::BTreeMap;
 
 use super::cluster::ImageTopic;
 use super::problem::{check_name, ApiJson, ApiPath};
@@ -107,19 +110,73 @@ fn share_settings(name: &str, config: &BTreeMap<String, String>) -> (u32, String
     (attempts, dead_letters)
 }
 
+/// The image's topics as one read found them; None when it could not be read.
+type ImageTopics = Option<Arc<BTreeMap<String, ImageTopic>>>;
+
+/// How long one caller's read of the image's topics is reused: the console's overview
+/// describes up to 50 topics at once, and each description would read the whole image again.
+const IMAGE_TOPICS_FRESH: Duration = Duration::from_secs(1);
+/// Callers whose read is kept at once; past it a caller's read is not kept.
+const IMAGE_TOPICS_CALLERS_MAX: usize = 64;
+
+/// One read of the image's topics per caller at a time, reused for [`IMAGE_TOPICS_FRESH`]:
+/// requests arriving together wait for the same read (a `OnceCell`, so no lock is held while
+/// it runs).
+#[derive(Default)]
+pub(crate) struct ImageTopicsCache {
+    reads: Mutex<HashMap<String, (Instant, SharedRead)>>,
+}
+
+/// A read that every request of one caller in the same moment waits for.
+type SharedRead = Arc<OnceCell<ImageTopics>>;
+
+impl ImageTopicsCache {
+    /// The read shared by `caller`'s requests of this moment (a new one when none is fresh).
+    fn read_for(&self, caller: &str) -> SharedRead {
+        let Ok(mut reads) = self.reads.lock() else {
+            return Arc::new(OnceCell::new());
+        };
+        reads.retain(|_, (started, _)| started.elapsed() < IMAGE_TOPICS_FRESH);
+        if let Some((_, read)) = reads.get(caller) {
+            return read.clone();
+        }
+        let read = Arc::new(OnceCell::new());
+        if reads.len() < IMAGE_TOPICS_CALLERS_MAX {
+            reads.insert(caller.to_string(), (Instant::now(), read.clone()));
+        }
+        read
+    }
+
+    /// Forgets every read: a setting changed, the next description reads the image again.
+    fn forget(&self) {
+        if let Ok(mut reads) = self.reads.lock() {
+            reads.clear();
+        }
+    }
+}
+
 /// The topics of the metadata image, asked of this node as the caller; None when it cannot
 /// be read (the caller may not DESCRIBE the cluster, or the node did not answer): the
 /// share-group settings are then shown as null rather than failing the whole answer.
-async fn image_topics(state: &ApiState) -> Option<BTreeMap<String, ImageTopic>> {
-    let native = state.native().ok()?;
-    let read = super::cluster::read_image(native, META_NODE_ANSWER_WAIT, &state.security()).await;
-    match read {
-        Ok((_, image)) => Some(image.topics),
-        Err(problem) => {
-            tracing::debug!(detail = %problem.detail, "share-group settings not shown");
-            None
+async fn image_topics(state: &ApiState) -> ImageTopics {
+    let caller = crate::auth::current_principal()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let read = state.image_topics.read_for(&caller);
+    read.get_or_init(|| async {
+        let native = state.native().ok()?;
+        let read =
+            super::cluster::read_image(native, META_NODE_ANSWER_WAIT, &state.security()).await;
+        match read {
+            Ok((_, image)) => Some(Arc::new(image.topics)),
+            Err(problem) => {
+                tracing::debug!(detail = %problem.detail, "share-group settings not shown");
+                None
+            }
         }
-    }
+    })
+    .await
+    .clone()
 }
 
 /// Settings given at creation; an absent one takes the server's default.
@@ -513,6 +570,7 @@ pub async fn alter_topic(
             .admin
             .alter_topic_config(&path.name, &set, &unset)
             .await?;
+        state.image_topics.forget();
     }
     if let Some(partitions) = grow {
         client
@@ -577,6 +635,16 @@ mod tests {
         ] {
             assert_eq!(share_settings("jobs", &bad), (5, "jobs.dlq".to_string()));
         }
+    }
+
+    #[test]
+    fn a_callers_requests_of_one_moment_share_one_image_read() {
+        let cache = ImageTopicsCache::default();
+        let first = cache.read_for("User:alice");
+        assert!(Arc::ptr_eq(&first, &cache.read_for("User:alice")));
+        assert!(!Arc::ptr_eq(&first, &cache.read_for("User:bob")));
+        cache.forget();
+        assert!(!Arc::ptr_eq(&first, &cache.read_for("User:alice")));
     }
 
     #[test]
