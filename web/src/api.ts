@@ -39,6 +39,10 @@ interface TopicSummary {
   name: string;
   partitions: number;
   replication_factor: number;
+  /** Null when the caller may not read the cluster metadata. */
+  dead_letter_topic?: string | null;
+  /** The topics whose dead-letter topic this one is. */
+  dead_letter_of?: string[];
 }
 interface PartitionInfo {
   partition: number;
@@ -57,7 +61,7 @@ interface TopicDetail {
 }
 interface Header {
   key: string;
-  value: string;
+  value: string | null;
   value_encoding: string;
 }
 interface Message {
@@ -65,7 +69,7 @@ interface Message {
   timestamp_ms: number;
   key: string | null;
   key_encoding: string;
-  value: string;
+  value: string | null;
   value_encoding: string;
   headers: Header[];
 }
@@ -74,10 +78,14 @@ interface MessagePage {
   next_offset: number;
   high_watermark: number;
 }
+/** `consumer`, `share` or `kafka`; absent from nodes older than issue 27 (consumer). */
+type GroupType = "consumer" | "share" | "kafka";
 interface GroupSummary {
   group_id: string;
+  type?: GroupType;
   state: string;
   members: number;
+  lag?: number | null;
 }
 interface GroupMember {
   member_id: string;
@@ -93,10 +101,61 @@ interface GroupOffset {
 }
 interface GroupDetail {
   group_id: string;
+  type?: GroupType;
   state: string;
   generation: number;
   members: GroupMember[];
   offsets: GroupOffset[];
+}
+interface InFlightRecord {
+  offset: number;
+  state: string;
+  delivery_count: number;
+  member_id: string;
+  lock_deadline_ms: number;
+}
+interface SharePartition {
+  topic: string;
+  partition: number;
+  start_offset: number;
+  end_offset: number;
+  high_watermark: number | null;
+  acquired: number;
+  available: number;
+  accepted: number;
+  dead_lettered: number;
+  not_yet_delivered: number;
+  in_flight: InFlightRecord[];
+}
+interface ShareGroupDetail {
+  group_id: string;
+  type: "share";
+  state: string;
+  members: string[];
+  partitions: SharePartition[];
+}
+interface RouteProgress {
+  partition: number;
+  next_offset: number;
+  high_watermark: number;
+  copied: number;
+}
+interface RouteInfo {
+  name: string;
+  from_topic: string;
+  to_topic: string;
+  filter: string;
+  lag: number | null;
+  partitions: RouteProgress[];
+}
+interface Produced {
+  partition: number;
+  offset: number;
+}
+interface ResetResult {
+  group_id: string;
+  topic: string;
+  offsets: { partition: number; offset: number }[];
 }
 
 /** What a refusal of the node's authentication (401) or of the cluster's ACLs (403) means to

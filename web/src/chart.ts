@@ -37,7 +37,8 @@ function gridLines(top: number, fmt: (v: number) => string): SVGElement[] {
   return out;
 }
 
-/** Values over the last `windowMs` up to `now`; one polyline per series. */
+/** Values over the last `windowMs` up to `now`; one polyline per series, in order (the style
+ * sheet draws the first wide and pale, the later ones dashed over it). */
 function lineChart(
   id: string,
   series: Series[],
@@ -60,7 +61,9 @@ function lineChart(
     }),
   );
   const legend = series.map((s, i) =>
-    svg("text", { class: `legend ${s.cls}`, x: PAD_L + 8 + i * 110, y: PAD_T + 14 }, `— ${s.name}`),
+    // The legend draws each line as the style sheet does: a series after the first is dashed
+    // (so that equal series both show), the first wide underneath.
+    svg("text", { class: `legend ${s.cls}`, x: PAD_L + 8 + i * 110, y: PAD_T + 14 }, `${i === 0 ? "━━" : "╍╍"} ${s.name}`),
   );
   return svg(
     "svg",

@@ -65,6 +65,12 @@ function badge(ok: boolean, yes: string, no: string): HTMLElement {
   return h("span", { class: ok ? "badge ok" : "badge bad" }, ok ? yes : no);
 }
 
+/** `n` with one decimal at most, and none when it is whole ("1", "1.5"). */
+function trimmed(n: number): string {
+  const text = n.toFixed(1);
+  return text.endsWith(".0") ? text.slice(0, -2) : text;
+}
+
 function fmtBytes(n: number): string {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
   let i = 0;
@@ -72,7 +78,26 @@ function fmtBytes(n: number): string {
     n /= 1024;
     i++;
   }
-  return `${i === 0 ? n.toFixed(0) : n.toFixed(1)} ${units[i]}`;
+  return `${i === 0 ? n.toFixed(0) : trimmed(n)} ${units[i]}`;
+}
+
+/** A duration in the largest unit it reaches: 604800000 → "7 d", 90000 → "1.5 min". */
+function fmtDuration(ms: number): string {
+  const units: [number, string][] = [
+    [86_400_000, "d"],
+    [3_600_000, "h"],
+    [60_000, "min"],
+    [1000, "s"],
+  ];
+  for (const [size, unit] of units) {
+    if (Math.abs(ms) >= size) return `${trimmed(ms / size)} ${unit}`;
+  }
+  return `${ms} ms`;
+}
+
+/** "1 message", "2 messages": `count` with the word in the number it takes. */
+function plural(count: number, one: string, many = `${one}s`): string {
+  return `${fmtNumber(count)} ${count === 1 ? one : many}`;
 }
 
 function fmtNumber(n: number): string {

@@ -26,6 +26,9 @@ function route(): void {
       case "messages":
         messagesPage(root);
         break;
+      case "routes":
+        leavePage = routesPage(root);
+        break;
       case "groups":
         leavePage = name ? groupDetailPage(root, name) : groupsPage(root);
         break;

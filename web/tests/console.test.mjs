@@ -21,7 +21,10 @@ const url = env("CONSOLE_URL");
 const bin = env("TINYMQ_BIN");
 const shots = env("SCREENSHOT_DIR");
 const TOPIC = "console-orders";
+const FAILED = "console-orders-failed";
 const GROUP = "console-readers";
+const SHARE_GROUP = "console-workers";
+const ROUTE = "console-eu";
 const PRODUCED = 200;
 const CONSUMED = 60;
 const STEP_MS = 45_000;
@@ -64,6 +67,25 @@ async function shot(page, name) {
   await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
 }
 
+/** A REST call as the console makes it; resolves with the status and the parsed body. */
+async function rest(method, path, body) {
+  const init = { method, headers: { Accept: "application/json" } };
+  if (body !== undefined) {
+    init.body = JSON.stringify(body);
+    init.headers["Content-Type"] = "application/json";
+  }
+  const response = await fetch(`${url}/api/v1${path}`, init);
+  const text = await response.text();
+  return { status: response.status, body: text ? JSON.parse(text) : undefined };
+}
+
+/** Edits one setting in place on a topic page: Edit, type, Save. */
+async function editSetting(page, key, value) {
+  await page.click(`button[data-edit="${key}"]`);
+  await page.fill(`form[data-setting="${key}"] input`, value);
+  await page.click(`form[data-setting="${key}"] button[type="submit"]`);
+}
+
 async function cellTexts(page, selector, column) {
   return page.$$eval(selector, (rows, i) => rows.map((r) => r.cells[i]?.textContent ?? ""), column);
 }
@@ -78,11 +100,19 @@ async function main() {
     viewport: { width: 1280, height: 900 },
   });
   const errors = [];
+  const failedLoads = [];
+  let refusalsExpected = 0;
   try {
     const page = context.pages()[0] ?? (await context.newPage());
     page.setDefaultTimeout(STEP_MS);
     page.on("pageerror", (e) => errors.push(`page error: ${e.message}`));
-    page.on("console", (m) => m.type() === "error" && errors.push(`console error: ${m.text()}`));
+    // A refusal the test provokes is logged by Chromium as a failed load: counted against the
+    // ones the steps expect, any other is an error.
+    page.on("console", (m) => {
+      if (m.type() !== "error") return;
+      if (/^Failed to load resource: the server responded with a status of 4\d\d/.test(m.text())) failedLoads.push(m.text());
+      else errors.push(`console error: ${m.text()}`);
+    });
     // The page may fetch only its own origin (the CSP says so; this checks it did).
     page.on("request", (r) => !r.url().startsWith(url) && errors.push(`request off the node: ${r.url()}`));
 
@@ -130,6 +160,93 @@ async function main() {
     );
     await shot(page, "topic-detail");
 
+    log("settings are shown in human units and edited in place, with the server's checks");
+    await page.waitForFunction(() => {
+      const rows = [...document.querySelectorAll("#topic-config tbody tr")];
+      const row = rows.find((r) => r.cells[0].textContent === "max_delivery_attempts");
+      return row && row.cells[1].textContent === "5";
+    });
+    await editSetting(page, "retention_ms", "604800000");
+    await page.waitForFunction(() =>
+      [...document.querySelectorAll("#topic-config tbody tr")].some(
+        (r) => r.cells[0].textContent === "retention_ms" && r.cells[1].querySelector(".human")?.textContent === "7 d",
+      ),
+    );
+    await editSetting(page, "segment_bytes", String(1024 ** 3));
+    await page.waitForFunction(() =>
+      [...document.querySelectorAll("#topic-config tbody tr")].some(
+        (r) => r.cells[0].textContent === "segment_bytes" && r.cells[1].querySelector(".human")?.textContent === "1 GiB",
+      ),
+    );
+    // Refused as `topic alter` refuses it: the error shows, the editor stays open.
+    refusalsExpected++;
+    await editSetting(page, "max_delivery_attempts", "0");
+    await page.waitForSelector('form[data-setting="max_delivery_attempts"] .error');
+    const refusal = await page.textContent('form[data-setting="max_delivery_attempts"] .error');
+    if (!refusal.includes("INVALID_CONFIG")) throw new Error(`a bad max_delivery_attempts said: ${refusal}`);
+    await shot(page, "topic-setting-refused");
+    await page.fill('form[data-setting="max_delivery_attempts"] input', "7");
+    await page.click('form[data-setting="max_delivery_attempts"] button[type="submit"]');
+    await page.waitForFunction(() =>
+      [...document.querySelectorAll("#topic-config tbody tr")].some(
+        (r) => r.cells[0].textContent === "max_delivery_attempts" && r.cells[1].textContent === "7",
+      ),
+    );
+    await editSetting(page, "dead_letter_topic", FAILED);
+    await page.waitForSelector(`#dead-letter-link a[href="#/topics/${FAILED}"]`);
+    const told = await page.textContent("#dead-letter-link");
+    if (!told.includes("7 delivery attempts")) throw new Error(`the dead-letter line says: ${told}`);
+    await shot(page, "topic-settings");
+
+    log("the dead-letter topic is marked in the list, linked to its source");
+    await tinymq(["topic", "create", FAILED]);
+    await page.click('nav a[data-section="topics"]');
+    await page.waitForSelector(`#topics .dlq-mark[data-dead-letters-of="${TOPIC}"] a[href="#/topics/${TOPIC}"]`);
+    const heading = await page.textContent("#topic-list h2");
+    if (heading !== "2 topics") throw new Error(`the list is headed ${heading}`);
+    await shot(page, "topics-dead-letters");
+
+    log("add partitions to the dead-letter topic");
+    await page.click(`#topics a[href="#/topics/${FAILED}"]`);
+    await page.waitForSelector('#topic-detail[data-partitions="1"]');
+    const single = await page.textContent("#topic-detail h2");
+    if (single !== "1 partition") throw new Error(`one partition is headed ${single}`);
+    await page.fill('#add-partitions input[name="partitions"]', "3");
+    await page.click('#add-partitions button[type="submit"]');
+    await page.waitForSelector('#topic-detail[data-partitions="3"]');
+    // Fewer than it has is refused, and said.
+    refusalsExpected++;
+    await page.fill('#add-partitions input[name="partitions"]', "2");
+    await page.click('#add-partitions button[type="submit"]');
+    await page.waitForSelector("#add-partitions .error");
+
+    log("produce a record through the form");
+    await page.fill('#produce-form input[name="key"]', "form-key");
+    await page.fill('#produce-form input[name="partition"]', "0");
+    await page.fill('#produce-form textarea[name="value"]', "made by the form");
+    await page.fill('#produce-form textarea[name="headers"]', "origin=console\nflag");
+    await page.click('#produce-form button[type="submit"]');
+    await page.waitForSelector('#produce-status[data-offset="0"][data-partition="0"]');
+    await shot(page, "topic-produce");
+    // A value that is not UTF-8, beside it (the form writes text; the API takes base64).
+    const binary = await rest("POST", `/topics/${FAILED}/messages`, { value: "/wD+", value_encoding: "base64", partition: 0 });
+    if (binary.status !== 200) throw new Error(`binary produce: ${JSON.stringify(binary)}`);
+
+    log("the message list marks the binary value and shows the form's record");
+    await page.goto(`${url}/#/messages?topic=${FAILED}&partition=0&offset=0&limit=1`);
+    await page.waitForSelector("li.message");
+    const one = await page.textContent("#messages-summary");
+    if (!one.startsWith("1 message read")) throw new Error(`one record is summed up as: ${one}`);
+    const formRecord = await page.textContent("li.message");
+    if (!formRecord.includes("made by the form") || !formRecord.includes("origin") || !formRecord.includes("form-key")) {
+      throw new Error(`the form's record shows as: ${formRecord}`);
+    }
+    await page.goto(`${url}/#/messages?topic=${FAILED}&partition=0&offset=1&limit=10`);
+    await page.waitForSelector("li.message .badge.binary");
+    const mark = await page.textContent("li.message .badge.binary");
+    if (!mark.includes("binary")) throw new Error(`the binary mark says: ${mark}`);
+    await shot(page, "messages-binary");
+
     log("the message browser shows headers and pretty-printed JSON, as text");
     await page.click('nav a[data-section="messages"]');
     await page.waitForSelector(`#message-form select[name="topic"] option[value="${TOPIC}"]`, { state: "attached" });
@@ -169,12 +286,39 @@ async function main() {
     if (keys.length === 0 || keys.some((k) => k !== key)) throw new Error(`filtered by ${key}, shown ${keys}`);
     await shot(page, "messages-by-key");
 
+    log("the compact table shows 50 records in one screen, each expandable");
+    await page.goto(`${url}/#/messages?topic=${TOPIC}&partition=0&offset=0&limit=50&view=table`);
+    await page.waitForSelector("#messages-table tr.message-row");
+    const rows = await page.$$eval("#messages-table tr.message-row", (rs) => rs.map((r) => r.getBoundingClientRect().height));
+    if (rows.length !== 50) throw new Error(`the table shows ${rows.length} rows`);
+    const height = rows.reduce((s, h) => s + h, 0);
+    const screen = page.viewportSize().height;
+    if (height > screen) throw new Error(`50 rows take ${height} px, more than the ${screen} px screen`);
+    await shot(page, "messages-table");
+    await page.click('#messages-table tr.message-row[data-offset="3"]');
+    await page.waitForSelector("#messages-table tr.message-detail:not([hidden]) pre.payload.json");
+    const opened = await page.$$eval("#messages-table tr.message-detail:not([hidden])", (rs) => rs.length);
+    if (opened !== 1) throw new Error(`${opened} rows open after one click`);
+    await shot(page, "messages-table-expanded");
+
     log("a consumer group reads part of the messages and commits");
     await tinymq(["consume", TOPIC, "--group", GROUP, "--from-beginning", "--count", String(CONSUMED)]);
 
     log("the groups page shows the group and its lag");
     await page.click('nav a[data-section="groups"]');
     await page.waitForSelector(`#groups a[href="#/groups/${GROUP}"]`);
+    const groupRow = await page.$$eval(`#groups tbody tr`, (rs, g) => {
+      const r = rs.find((row) => row.cells[0].textContent === g);
+      return r ? [...r.cells].map((c) => c.textContent) : [];
+    }, GROUP);
+    if (groupRow[1] !== "consumer") throw new Error(`the group's row: ${groupRow}`);
+    // The lag column: the groups list carries it once the groups REST has it ("—" before).
+    await page
+      .waitForFunction((want) => {
+        const r = [...document.querySelectorAll("#groups tbody tr")].find((row) => row.cells[0].textContent === want[0]);
+        const lag = r?.querySelector(".lag")?.getAttribute("data-lag");
+        return lag === "" || Number(lag) === want[1];
+      }, [GROUP, PRODUCED - CONSUMED], { timeout: 15000 });
     await shot(page, "groups");
     await page.click(`#groups a[href="#/groups/${GROUP}"]`);
     // The page refreshes on its own: wait for the lag the commits make (a render from before
@@ -219,6 +363,100 @@ async function main() {
     await shot(page, "group-live");
     await member;
 
+    log("reset the group's offsets: the plan first, nothing changed until confirmed");
+    // The member has left; the page shows no member before the reset may run.
+    await page.waitForFunction(() => document.querySelectorAll("#members tbody tr td.empty").length === 1, undefined, {
+      timeout: 60_000,
+    });
+    await page.selectOption('#reset-form select[name="topic"]', TOPIC);
+    await page.selectOption('#reset-form select[name="to"]', "earliest");
+    await page.click('#reset-form button[type="submit"]');
+    await page.waitForSelector("#reset-plan-table tbody tr");
+    const planned = await cellTexts(page, "#reset-plan-table tbody tr", 2);
+    if (planned.join() !== "0,0") throw new Error(`the plan moves to ${planned}`);
+    const still = await page.$$eval("#group-offsets .lag", (els) => els.map((e) => e.getAttribute("data-lag")));
+    if (!still.every((l) => l === "0")) throw new Error(`the plan alone changed the lag: ${still}`);
+    await shot(page, "group-reset-plan");
+    await page.click("#reset-confirm");
+    await page.waitForSelector('#reset-status[data-done="true"]');
+    await page.waitForFunction(
+      (want) => {
+        const lags = [...document.querySelectorAll("#group-offsets .lag")].map((e) => Number(e.getAttribute("data-lag")));
+        return lags.length === 2 && lags.reduce((s, l) => s + l, 0) === want;
+      },
+      PRODUCED,
+      { timeout: 15000 },
+    );
+    await shot(page, "group-reset");
+
+    log("a share group has a page of its own");
+    await tinymq(["consume", FAILED, "--share-group", SHARE_GROUP, "--count", "1"]);
+    const shared = await rest("GET", `/groups/${SHARE_GROUP}`);
+    await page.goto(`${url}/#/groups/${SHARE_GROUP}`);
+    if (shared.status === 200 && shared.body?.type === "share") {
+      await page.waitForSelector('#group-detail[data-type="share"] #share-partitions tbody tr');
+      await shot(page, "group-share");
+    } else {
+      // Until the groups REST describes share groups (issue 27, item 9) the page says what
+      // the server said.
+      refusalsExpected++;
+      await page.waitForSelector("#group-detail .error");
+      console.log(`console test: share groups not described by this node yet (${shared.status}): error shown`);
+      // And the page draws the shape the groups API is to answer (docs/rest.md), served here
+      // in its place, so the share view is checked before that API exists.
+      const documented = {
+        group_id: SHARE_GROUP,
+        type: "share",
+        state: "stable",
+        members: ["member-a"],
+        partitions: [
+          {
+            topic: FAILED, partition: 0, start_offset: 1, end_offset: 2, high_watermark: 2,
+            acquired: 1, available: 0, accepted: 1, dead_lettered: 0, not_yet_delivered: 0,
+            in_flight: [{ offset: 1, state: "acquired", delivery_count: 2, member_id: "member-a", lock_deadline_ms: Date.now() + 30_000 }],
+          },
+        ],
+      };
+      await page.route(`${url}/api/v1/groups/${SHARE_GROUP}`, (r) =>
+        r.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify(documented) }),
+      );
+      await page.reload();
+      await page.waitForSelector('#group-detail[data-type="share"] #share-in-flight tbody tr');
+      const flight = await cellTexts(page, "#share-in-flight tbody tr", 4);
+      if (flight.join() !== "2") throw new Error(`in flight, delivery counts ${flight}`);
+      if ((await page.$$("#offset-reset form")).length !== 0) throw new Error("a share group offered a consumer offset reset");
+      await shot(page, "group-share");
+      await page.unroute(`${url}/api/v1/groups/${SHARE_GROUP}`);
+    }
+
+    log("the routes page lists a route with its progress");
+    await tinymq(["route", "add", ROUTE, "--from", TOPIC, "--to", FAILED, "--filter", "header.source = 'console-test'"]);
+    await page.click('nav a[data-section="routes"]');
+    await page.waitForFunction((name) =>
+      [...document.querySelectorAll("#routes tbody tr")].some((r) => r.cells[0].textContent === name),
+      ROUTE,
+    );
+    const route = await page.$$eval("#routes tbody tr", (rs) => [...rs[0].cells].map((c) => c.textContent));
+    if (route[1] !== TOPIC || route[2] !== FAILED || !route[3].includes("console-test")) {
+      throw new Error(`the route row: ${route}`);
+    }
+    await shot(page, "routes");
+
+    log("in and out are both visible when equal: out dashed over a wider in");
+    await page.click('nav a[data-section="overview"]');
+    await page.waitForSelector("#chart-records polyline.out");
+    const styles = await page.$eval("#chart-records", (chart) => {
+      const of = (cls) => getComputedStyle(chart.querySelector(`polyline.${cls}`));
+      return { inWidth: parseFloat(of("in").strokeWidth), outWidth: parseFloat(of("out").strokeWidth), dash: of("out").strokeDasharray };
+    });
+    if (!(styles.inWidth > styles.outWidth) || styles.dash === "none") {
+      throw new Error(`equal lines would hide one another: ${JSON.stringify(styles)}`);
+    }
+    await shot(page, "overview-end");
+
+    if (failedLoads.length > refusalsExpected) {
+      errors.push(`${failedLoads.length} refused requests, ${refusalsExpected} expected:\n${failedLoads.join("\n")}`);
+    }
     if (errors.length) throw new Error(errors.join("\n"));
     console.log(`console test: passed; screenshots in ${shots}`);
   } catch (e) {

@@ -1,8 +1,13 @@
-//! The web console in a real browser (issue 15): headless Chromium, driven by
+//! The web console in a real browser (issues 15 and 27): headless Chromium, driven by
 //! `web/tests/console.test.mjs`, opens the console of a real `tinymq server`, creates a topic
 //! through the form, watches the throughput chart move while the CLI produces, reads the
-//! messages back in the message browser, and sees a consumer group's lag, then a live member
-//! and the lag at 0. Screenshots of every page go to `target/console-screenshots/`.
+//! messages back in the message browser (cards and the compact table, binary values marked),
+//! edits topic settings in place (a refused one shows the server's error), marks and links the
+//! dead-letter topic, adds partitions, produces through the form, sees a consumer group's type,
+//! lag, a live member and the lag at 0, resets its offsets through the plan and its
+//! confirmation, opens a share group's page and the routes page. A screenshot of every page
+//! goes to a temporary directory, kept (and named in the output) when the test fails or when
+//! `TINYMQ_KEEP_SCREENSHOTS` is set.
 //!
 //! The browser test and the check that the committed assets are what `web/` builds need
 //! Debian's `chromium` and `web/node_modules`: `scripts/install-browser-tools.sh` installs both.
@@ -89,9 +94,12 @@ fn the_console_shows_topics_throughput_messages_and_group_lag_in_chromium() {
     let root = workspace_root();
     browser_tools(&root);
     let server = Node::start(&[]);
-    let screenshots = root.join("target/console-screenshots");
-    // Screenshots of an earlier run must not stand in for this one's.
-    let _ = std::fs::remove_dir_all(&screenshots);
+    // A directory of this run's own: screenshots of an earlier run cannot stand in for these.
+    let shots_dir = tempfile::Builder::new()
+        .prefix("tinymq-console-screenshots-")
+        .tempdir()
+        .expect("a temporary screenshot directory");
+    let screenshots = shots_dir.path().to_path_buf();
     let env = [
         ("CONSOLE_URL", format!("http://{}", server.http)),
         ("TINYMQ_BIN", BIN.to_string()),
@@ -105,15 +113,31 @@ fn the_console_shows_topics_throughput_messages_and_group_lag_in_chromium() {
         Duration::from_secs(450),
     );
     println!("{printed}");
+    if !ok || std::env::var_os("TINYMQ_KEEP_SCREENSHOTS").is_some() {
+        let kept = shots_dir.keep();
+        println!("screenshots kept in {}", kept.display());
+    }
     assert!(ok, "the browser test failed:\n{printed}");
     for page in [
         "overview",
         "topics",
         "topic-detail",
+        "topic-settings",
+        "topic-setting-refused",
+        "topics-dead-letters",
+        "topic-produce",
         "messages",
+        "messages-binary",
+        "messages-table",
+        "messages-table-expanded",
         "groups",
         "group-detail",
         "group-live",
+        "group-reset-plan",
+        "group-reset",
+        "group-share",
+        "routes",
+        "overview-end",
     ] {
         let png = screenshots.join(format!("{page}.png"));
         let len = std::fs::metadata(&png).map(|m| m.len()).unwrap_or(0);

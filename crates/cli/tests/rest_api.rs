@@ -48,7 +48,8 @@ fn topics_and_messages_round_trip() {
     let list = node.get("/api/v1/topics").expect(200);
     assert_eq!(
         list["topics"],
-        json!([{"name": "orders", "partitions": 2, "replication_factor": 1}])
+        json!([{"name": "orders", "partitions": 2, "replication_factor": 1,
+                 "dead_letter_topic": "orders.dlq", "dead_letter_of": []}])
     );
     let described = node.get("/api/v1/topics/orders").expect(200);
     let p0 = &described["partitions"][0];
@@ -234,6 +235,7 @@ fn bad_input_is_refused_with_problem_documents() {
         "/api/v1/groups",
         "/api/v1/groups/{id}",
         "/api/v1/groups/{id}/offsets",
+        "/api/v1/routes",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
@@ -395,4 +397,120 @@ fn a_meta_node_serves_the_api_through_the_brokers() {
     let r = meta.get("/api/v1/topics/m");
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(r.content_type, "application/problem+json");
+}
+
+/// `tinymq ARGS` against `node`, which must succeed.
+fn tool(node: &Node, args: &[&str]) {
+    common::run_succeeding(
+        Command::new(BIN)
+            .args(args)
+            .env("TINYMQ_BOOTSTRAP", &node.native)
+            .env("TINYMQ_LOG", "warn"),
+        b"",
+    );
+}
+
+/// Issue 27, defect 8: the share-group settings are shown in the topic and the list, a PATCH
+/// of them echoes every setting after the change (and refuses a bad one as `topic alter`
+/// does), and the routes are listed with their progress.
+#[test]
+fn share_settings_are_shown_and_echoed_and_routes_are_listed() {
+    let data = tempfile::tempdir().unwrap();
+    let node = Node::server(data.path());
+    node.wait_ok("/api/v1/cluster");
+    for name in ["jobs", "jobs-failed", "jobs-eu"] {
+        node.post("/api/v1/topics", &json!({"name": name}))
+            .expect(201);
+    }
+    let described = node.get("/api/v1/topics/jobs").expect(200);
+    assert_eq!(
+        described["config"]["max_delivery_attempts"], 5,
+        "{described}"
+    );
+    assert_eq!(described["config"]["dead_letter_topic"], "jobs.dlq");
+
+    let changed = node
+        .patch(
+            "/api/v1/topics/jobs",
+            &json!({"config": {"max_delivery_attempts": 9, "dead_letter_topic": "jobs-failed",
+                               "retention_ms": 86400000}}),
+        )
+        .expect(200);
+    let config = &changed["config"];
+    assert_eq!(config["max_delivery_attempts"], 9, "{changed}");
+    assert_eq!(config["dead_letter_topic"], "jobs-failed", "{changed}");
+    assert_eq!(config["retention_ms"], 86400000, "{changed}");
+    // Every other setting is echoed too.
+    for key in ["segment_bytes", "message_bytes_max", "min_insync_replicas"] {
+        assert!(config[key].is_number(), "{key} missing from {changed}");
+    }
+    // The description reads the same once the node's image has the change.
+    let settled = (0..100).find_map(|_| {
+        let d = node.get("/api/v1/topics/jobs").expect(200);
+        if d["config"]["dead_letter_topic"] == "jobs-failed" {
+            return Some(d);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        None
+    });
+    let settled = settled.expect("the description shows the new dead-letter topic");
+    assert_eq!(settled["config"]["max_delivery_attempts"], 9, "{settled}");
+
+    // The same checks as `topic alter`: out of range, a bad name, the topic itself.
+    for bad in [
+        json!({"max_delivery_attempts": 0}),
+        json!({"max_delivery_attempts": 101}),
+        json!({"dead_letter_topic": "no spaces"}),
+    ] {
+        let detail = node
+            .patch("/api/v1/topics/jobs", &json!({ "config": bad }))
+            .expect_problem(400, "INVALID_CONFIG");
+        assert!(detail.contains("max_delivery_attempts") || detail.contains("dead_letter_topic"));
+    }
+    // Removing a setting brings the default back, echoed at once.
+    let removed = node
+        .patch(
+            "/api/v1/topics/jobs",
+            &json!({"config": {"max_delivery_attempts": null}}),
+        )
+        .expect(200);
+    assert_eq!(removed["config"]["max_delivery_attempts"], 5, "{removed}");
+    assert_eq!(removed["config"]["dead_letter_topic"], "jobs-failed");
+
+    // The list marks the dead-letter topic with its source.
+    let list = node.get("/api/v1/topics").expect(200);
+    let failed = list["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "jobs-failed")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(failed["dead_letter_of"], json!(["jobs"]), "{list}");
+
+    // Routes: none, then the one the CLI adds, with its progress per source partition.
+    assert_eq!(
+        node.get("/api/v1/routes").expect(200),
+        json!({"routes": []})
+    );
+    tool(
+        &node,
+        &[
+            "route",
+            "add",
+            "eu",
+            "--from",
+            "jobs",
+            "--to",
+            "jobs-eu",
+            "--filter",
+            "header.region = 'eu'",
+        ],
+    );
+    let routes = node.get("/api/v1/routes").expect(200);
+    let route = &routes["routes"][0];
+    assert_eq!(route["name"], "eu", "{routes}");
+    assert_eq!(route["from_topic"], "jobs");
+    assert_eq!(route["to_topic"], "jobs-eu");
+    assert_eq!(route["filter"], "header.region = 'eu'");
 }

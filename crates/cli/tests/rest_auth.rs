@@ -488,6 +488,21 @@ fn the_api_acts_as_the_caller_and_the_cluster_acls_decide() {
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(names, ["visible-1"], "{}", list.body);
+    // The share-group settings come from the metadata image, which needs DESCRIBE on the
+    // cluster: null for the looker (the rest of the answer stands), set for the super user.
+    assert_eq!(list.json()["topics"][0]["dead_letter_topic"], Value::Null);
+    let looked = call(http, "GET", "/api/v1/topics/visible-1", Some(&looker), None);
+    assert_eq!(looked.status, 200, "{}", looked.body);
+    assert_eq!(
+        looked.json()["config"]["max_delivery_attempts"],
+        Value::Null
+    );
+    let full = call(http, "GET", "/api/v1/topics/visible-1", Some(&admin), None).json();
+    assert_eq!(full["config"]["max_delivery_attempts"], 5, "{full}");
+    assert_eq!(
+        full["config"]["dead_letter_topic"], "visible-1.dlq",
+        "{full}"
+    );
     // /metrics off loopback needs DESCRIBE on the cluster; here it is open (loopback), and the
     // super user still sees every topic.
     let all = call(http, "GET", "/api/v1/topics", Some(&admin), None).json();

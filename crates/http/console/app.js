@@ -41,6 +41,10 @@ function table(id, headers, rows) {
 function badge(ok, yes, no) {
     return h("span", { class: ok ? "badge ok" : "badge bad" }, ok ? yes : no);
 }
+function trimmed(n) {
+    const text = n.toFixed(1);
+    return text.endsWith(".0") ? text.slice(0, -2) : text;
+}
 function fmtBytes(n) {
     const units = ["B", "KiB", "MiB", "GiB", "TiB"];
     let i = 0;
@@ -48,7 +52,23 @@ function fmtBytes(n) {
         n /= 1024;
         i++;
     }
-    return `${i === 0 ? n.toFixed(0) : n.toFixed(1)} ${units[i]}`;
+    return `${i === 0 ? n.toFixed(0) : trimmed(n)} ${units[i]}`;
+}
+function fmtDuration(ms) {
+    const units = [
+        [86400000, "d"],
+        [3600000, "h"],
+        [60000, "min"],
+        [1000, "s"],
+    ];
+    for (const [size, unit] of units) {
+        if (Math.abs(ms) >= size)
+            return `${trimmed(ms / size)} ${unit}`;
+    }
+    return `${ms} ms`;
+}
+function plural(count, one, many = `${one}s`) {
+    return `${fmtNumber(count)} ${count === 1 ? one : many}`;
 }
 function fmtNumber(n) {
     if (Math.abs(n) >= 100 || Number.isInteger(n))
@@ -149,7 +169,7 @@ function lineChart(id, series, now, windowMs, fmt) {
         "data-last": s.points.length ? s.points[s.points.length - 1][1] : "",
         points: s.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" "),
     }));
-    const legend = series.map((s, i) => svg("text", { class: `legend ${s.cls}`, x: PAD_L + 8 + i * 110, y: PAD_T + 14 }, `— ${s.name}`));
+    const legend = series.map((s, i) => svg("text", { class: `legend ${s.cls}`, x: PAD_L + 8 + i * 110, y: PAD_T + 14 }, `${i === 0 ? "━━" : "╍╍"} ${s.name}`));
     return svg("svg", {
         id,
         class: "chart",
@@ -397,8 +417,8 @@ async function loadPartitionHealth(section) {
         const under = all.filter((p) => p.isr.length < p.replicas.length).length;
         const offline = all.filter((p) => p.leader === null).length;
         section.replaceChildren(h("h2", null, "Partitions"), h("p", null, counted.length < list.topics.length
-            ? `${list.topics.length} topics; of the first ${counted.length}, ${all.length} partitions; under-replicated: `
-            : `${list.topics.length} topics, ${all.length} partitions; under-replicated: `, h("strong", { id: "under-replicated", class: under ? "bad" : "ok" }, String(under)), "; offline: ", h("strong", { id: "offline", class: offline ? "bad" : "ok" }, String(offline))));
+            ? `${plural(list.topics.length, "topic")}; of the first ${counted.length}, ${plural(all.length, "partition")}; under-replicated: `
+            : `${plural(list.topics.length, "topic")}, ${plural(all.length, "partition")}; under-replicated: `, h("strong", { id: "under-replicated", class: under ? "bad" : "ok" }, String(under)), "; offline: ", h("strong", { id: "offline", class: offline ? "bad" : "ok" }, String(offline))));
     }
     catch (e) {
         section.replaceChildren(h("h2", null, "Partitions"), errorBox(e));
@@ -439,14 +459,21 @@ function createTopicForm(created) {
     });
     return h("section", null, h("h2", null, "Create a topic"), form);
 }
+function deadLetterMark(t) {
+    const sources = t.dead_letter_of ?? [];
+    if (sources.length === 0)
+        return null;
+    return h("span", { class: "dlq-mark", "data-dead-letters-of": sources.join(",") }, h("span", { class: "badge dlq" }, "dead-letter topic"), " of ", sources.flatMap((s, i) => [i ? ", " : "", h("a", { href: `#/topics/${seg(s)}` }, s)]));
+}
 async function loadTopicList(section) {
     try {
         const { topics } = await api("GET", "/topics");
         topics.sort((a, b) => a.name.localeCompare(b.name));
-        section.replaceChildren(h("h2", null, `${topics.length} topics`), table("topics", ["topic", "partitions", "replication factor"], topics.map((t) => [
+        section.replaceChildren(h("h2", null, plural(topics.length, "topic")), table("topics", ["topic", "partitions", "replication factor", ""], topics.map((t) => [
             h("a", { href: `#/topics/${seg(t.name)}` }, t.name),
             String(t.partitions),
             String(t.replication_factor),
+            deadLetterMark(t),
         ])));
     }
     catch (e) {
@@ -454,9 +481,11 @@ async function loadTopicList(section) {
     }
 }
 function topicDetailPage(root, name) {
-    const body = h("div", { id: "topic-detail" }, h("p", { class: "muted" }, "loading…"));
-    root.replaceChildren(h("p", null, h("a", { href: "#/topics" }, "← topics")), h("h1", null, "Topic ", h("code", null, name)), body);
-    const refresh = () => void loadTopicDetail(body, name);
+    const partitions = h("section", { id: "topic-detail" }, h("p", { class: "muted" }, "loading…"));
+    const settings = h("section", { id: "topic-settings" });
+    const editing = { open: false };
+    const refresh = () => void loadTopicDetail(partitions, settings, name, editing, refresh);
+    root.replaceChildren(h("p", null, h("a", { href: "#/topics" }, "← topics")), h("h1", null, "Topic ", h("code", null, name)), partitions, settings, addPartitionsForm(name, refresh), produceForm(name, refresh), deleteButton(name));
     refresh();
     const timer = setInterval(refresh, TOPICS_REFRESH_MS);
     return () => clearInterval(timer);
@@ -464,25 +493,164 @@ function topicDetailPage(root, name) {
 function offsetText(v) {
     return v === null || v < 0 ? "—" : fmtNumber(v);
 }
-async function loadTopicDetail(body, name) {
+async function loadTopicDetail(partitions, settings, name, editing, refresh) {
     try {
         const t = await api("GET", `/topics/${seg(name)}`);
-        const config = Object.entries(t.config ?? {}).sort(([a], [b]) => a.localeCompare(b));
-        body.replaceChildren(h("h2", null, `${t.partitions.length} partitions`), table("partitions", ["partition", "leader", "replicas", "ISR", "size", "log start", "log end", "high watermark", ""], t.partitions.map((p) => [
+        partitions.setAttribute("data-partitions", String(t.partitions.length));
+        partitions.replaceChildren(h("h2", null, plural(t.partitions.length, "partition")), table("partitions", ["partition", "leader", "replicas", "ISR", "size", "log start", "log end", "high watermark", ""], t.partitions.map((p) => [
             String(p.partition),
             p.leader === null ? badge(false, "", "offline") : String(p.leader),
             p.replicas.join(", "),
             p.isr.length < p.replicas.length ? h("span", { class: "bad" }, p.isr.join(", ")) : p.isr.join(", "),
-            p.size_bytes === null ? "—" : fmtBytes(p.size_bytes),
+            p.size_bytes === null || p.size_bytes < 0 ? "—" : fmtBytes(p.size_bytes),
             offsetText(p.log_start_offset),
             offsetText(p.log_end_offset),
             offsetText(p.high_watermark),
             h("a", { href: `#/messages?topic=${seg(name)}&partition=${p.partition}&offset=${p.log_start_offset ?? 0}` }, "browse"),
-        ])), h("h2", null, "Settings"), table("topic-config", ["setting", "value"], config.map(([k, v]) => [k, typeof v === "string" ? v : JSON.stringify(v)])), deleteButton(name));
+        ])));
+        if (!editing.open)
+            settings.replaceChildren(...settingsView(name, t.config ?? {}, editing, refresh));
     }
     catch (e) {
-        body.replaceChildren(errorBox(e));
+        partitions.replaceChildren(errorBox(e));
     }
+}
+const FIXED_SETTINGS = ["partitions", "replication_factor", "flush"];
+function settingsView(name, config, editing, refresh) {
+    const entries = Object.entries(config).sort(([a], [b]) => a.localeCompare(b));
+    const dlq = config.dead_letter_topic;
+    const out = [h("h2", null, "Settings")];
+    if (typeof dlq === "string") {
+        out.push(h("p", { id: "dead-letter-link" }, "Share groups send rejected and exhausted records to ", h("a", { href: `#/topics/${seg(dlq)}` }, dlq), ` after ${plural(Number(config.max_delivery_attempts ?? 0), "delivery attempt")}.`));
+    }
+    out.push(table("topic-config", ["setting", "value", ""], entries.map(([key, value]) => settingRow(name, key, value, editing, refresh))));
+    return out;
+}
+function humanSetting(key, value) {
+    if (value === null || value === undefined)
+        return [h("span", { class: "muted" }, "not readable")];
+    if (typeof value !== "number")
+        return [typeof value === "string" ? (value === "" ? "default" : value) : JSON.stringify(value)];
+    let human = null;
+    if (key.endsWith("_ms")) {
+        if (value < 0)
+            human = key === "retention_ms" ? "forever" : "no bound";
+        else if (value === 0)
+            human = key === "segment_ms" ? "never" : "default";
+        else
+            human = fmtDuration(value);
+    }
+    else if (key.endsWith("_bytes") || key.endsWith("_bytes_max")) {
+        human = value < 0 ? "no limit" : fmtBytes(value);
+    }
+    if (human === null)
+        return [fmtNumber(value)];
+    return [h("span", { class: "human" }, human), " ", h("span", { class: "raw muted" }, `(${value})`)];
+}
+function settingInput(current, text) {
+    const t = text.trim();
+    if (t === "")
+        return null;
+    if (typeof current === "number" && /^-?\d+$/.test(t))
+        return Number(t);
+    if (typeof current === "boolean" && (t === "true" || t === "false"))
+        return t === "true";
+    return t;
+}
+function settingRow(name, key, value, editing, refresh) {
+    const cell = h("span", { class: "setting-value" }, ...humanSetting(key, value));
+    if (FIXED_SETTINGS.includes(key))
+        return [key, cell, ""];
+    const edit = h("button", { type: "button", class: "small", "data-edit": key }, "Edit");
+    const actions = h("span", null, edit);
+    edit.addEventListener("click", () => {
+        editing.open = true;
+        const input = h("input", { name: key, value: value === null || value === undefined ? "" : String(value), size: 16 });
+        const status = h("span", { class: "status-inline" });
+        const save = h("button", { type: "submit", class: "small" }, "Save");
+        const cancel = h("button", { type: "button", class: "small secondary" }, "Cancel");
+        const form = h("form", { class: "setting-edit", "data-setting": key }, input, " ", save, " ", cancel, " ", h("span", { class: "muted" }, "empty: the default"), status);
+        cancel.addEventListener("click", () => {
+            editing.open = false;
+            refresh();
+        });
+        form.addEventListener("submit", async (event) => {
+            event.preventDefault();
+            status.replaceChildren(" saving…");
+            try {
+                const answer = await api("PATCH", `/topics/${seg(name)}`, {
+                    config: { [key]: settingInput(value, input.value) },
+                });
+                editing.open = false;
+                cell.replaceChildren(...humanSetting(key, answer.config[key]));
+                actions.replaceChildren(edit);
+                refresh();
+            }
+            catch (e) {
+                status.replaceChildren(errorBox(e));
+            }
+        });
+        cell.replaceChildren(form);
+        actions.replaceChildren();
+        input.focus();
+    });
+    return [key, cell, actions];
+}
+function addPartitionsForm(name, grown) {
+    const count = h("input", { name: "partitions", type: "number", min: 1, required: true });
+    const status = h("p", { class: "status", role: "status" });
+    const form = h("form", { id: "add-partitions", class: "inline" }, h("label", null, "new partition count ", count), h("button", { type: "submit" }, "Add partitions"), status);
+    form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        status.replaceChildren("adding…");
+        try {
+            const t = await api("PATCH", `/topics/${seg(name)}`, { partitions: Number(count.value) });
+            status.replaceChildren(`the topic has ${plural(t.partitions.length, "partition")}`);
+            grown();
+        }
+        catch (e) {
+            status.replaceChildren(errorBox(e));
+        }
+    });
+    return h("section", null, h("h2", null, "Add partitions"), form);
+}
+function parseHeaders(text) {
+    return text
+        .split("\n")
+        .map((l) => l.trim())
+        .filter((l) => l.length > 0)
+        .map((l) => {
+        const at = l.indexOf("=");
+        return at < 0 ? { key: l, value: null } : { key: l.slice(0, at), value: l.slice(at + 1) };
+    });
+}
+function produceForm(name, produced) {
+    const key = h("input", { name: "key", placeholder: "none" });
+    const partition = h("input", { name: "partition", type: "number", min: 0, placeholder: "by key" });
+    const value = h("textarea", { name: "value", rows: 3, cols: 48, required: true });
+    const headers = h("textarea", { name: "headers", rows: 3, cols: 32, placeholder: "key=value, one a line" });
+    const status = h("p", { class: "status", role: "status", id: "produce-status" });
+    const form = h("form", { id: "produce-form", class: "inline" }, h("label", null, "key ", key), h("label", null, "partition ", partition), h("label", null, "value ", value), h("label", null, "headers ", headers), h("button", { type: "submit" }, "Produce"), status);
+    form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        const body = { value: value.value, headers: parseHeaders(headers.value) };
+        if (key.value !== "")
+            body.key = key.value;
+        if (partition.value !== "")
+            body.partition = Number(partition.value);
+        status.replaceChildren("producing…");
+        try {
+            const at = await api("POST", `/topics/${seg(name)}/messages`, body);
+            status.replaceChildren(`produced to partition ${at.partition} at offset ${at.offset} · `, h("a", { href: `#/messages?topic=${seg(name)}&partition=${at.partition}&offset=${at.offset}` }, "show it"));
+            status.setAttribute("data-offset", String(at.offset));
+            status.setAttribute("data-partition", String(at.partition));
+            produced();
+        }
+        catch (e) {
+            status.replaceChildren(errorBox(e));
+        }
+    });
+    return h("section", null, h("h2", null, "Produce a record"), form);
 }
 function deleteButton(name) {
     const status = h("span", { class: "status" });
@@ -519,7 +687,8 @@ function messageForm(q) {
     const time = h("input", { name: "time", type: "datetime-local", step: 1, value: q.get("time") ?? "" });
     const key = h("input", { name: "key", placeholder: "any key", value: q.get("key") ?? "" });
     const limit = h("input", { name: "limit", type: "number", min: 1, max: 1000, value: q.get("limit") ?? MESSAGES_LIMIT_DEFAULT });
-    const form = h("form", { id: "message-form", class: "inline" }, h("label", null, "topic ", topic), h("label", null, "partition ", partition), h("label", null, "from ", from), h("label", null, "offset ", offset), h("label", null, "time ", time), h("label", null, "key ", key), h("label", null, "limit ", limit), h("button", { type: "submit" }, "Read"));
+    const view = h("select", { name: "view" }, h("option", { value: "cards", selected: q.get("view") !== "table" }, "cards"), h("option", { value: "table", selected: q.get("view") === "table" }, "compact table"));
+    const form = h("form", { id: "message-form", class: "inline" }, h("label", null, "topic ", topic), h("label", null, "partition ", partition), h("label", null, "from ", from), h("label", null, "offset ", offset), h("label", null, "time ", time), h("label", null, "key ", key), h("label", null, "limit ", limit), h("label", null, "view ", view), h("button", { type: "submit" }, "Read"));
     const want = q.get("topic");
     void api("GET", "/topics").then(({ topics }) => {
         const names = topics.map((t) => t.name).sort();
@@ -539,6 +708,8 @@ function messageForm(q) {
             next.set("offset", offset.value || "0");
         if (key.value)
             next.set("key", key.value);
+        if (view.value === "table")
+            next.set("view", "table");
         const target = `#/messages?${next}`;
         if (location.hash === target)
             route();
@@ -565,23 +736,28 @@ async function loadMessages(section, topic, q) {
         const nextParams = new URLSearchParams(q);
         nextParams.delete("time");
         nextParams.set("offset", String(page.next_offset));
-        section.replaceChildren(h("p", { id: "messages-summary" }, `${page.messages.length} messages read from partition ${partition}`, key === null ? "" : `, ${shown.length} with key “${key}”`, `; high watermark ${page.high_watermark}. `, page.next_offset < page.high_watermark ? h("a", { href: `#/messages?${nextParams}` }, "next page →") : ""), h("ol", { class: "messages" }, shown.map(messageView)));
+        section.replaceChildren(h("p", { id: "messages-summary" }, `${plural(page.messages.length, "message")} read from partition ${partition}`, key === null ? "" : `, ${fmtNumber(shown.length)} with key “${key}”`, `; high watermark ${page.high_watermark}. `, page.next_offset < page.high_watermark ? h("a", { href: `#/messages?${nextParams}` }, "next page →") : ""), q.get("view") === "table" ? compactTable(shown) : h("ol", { class: "messages" }, shown.map(messageView)));
     }
     catch (e) {
         section.replaceChildren(errorBox(e));
     }
 }
 function messageView(m) {
-    return h("li", { class: "message", "data-offset": m.offset }, h("div", { class: "meta" }, h("strong", null, `offset ${m.offset}`), ` · ${fmtTime(m.timestamp_ms)} · key `, m.key === null ? h("em", null, "none") : h("code", { class: "key" }, m.key), m.key !== null && m.key_encoding !== "utf8" ? ` (${m.key_encoding})` : ""), m.headers.length
+    return h("li", { class: "message", "data-offset": m.offset }, h("div", { class: "meta" }, h("strong", null, `offset ${m.offset}`), ` · ${fmtTime(m.timestamp_ms)} · key `, m.key === null ? h("em", null, "none") : h("code", { class: "key" }, m.key), m.key !== null && m.key_encoding !== "utf8" ? [" ", binaryMark(m.key_encoding)] : ""), m.headers.length
         ? h("dl", { class: "headers" }, m.headers.flatMap((hd) => [
             h("dt", null, hd.key),
-            h("dd", null, hd.value, hd.value_encoding !== "utf8" ? ` (${hd.value_encoding})` : ""),
+            h("dd", null, hd.value, hd.value !== null && hd.value_encoding !== "utf8" ? [" ", binaryMark(hd.value_encoding)] : ""),
         ]))
         : null, payloadView(m));
 }
+function binaryMark(encoding) {
+    return h("span", { class: "badge binary", title: `shown as ${encoding}: the bytes are not UTF-8` }, `binary · ${encoding}`);
+}
 function payloadView(m) {
+    if (m.value === null)
+        return h("p", { class: "payload none muted" }, "no value (a tombstone)");
     if (m.value_encoding !== "utf8") {
-        return h("pre", { class: "payload binary", title: `${m.value_encoding} of bytes that are not UTF-8` }, m.value);
+        return h("div", { class: "payload-binary" }, binaryMark(m.value_encoding), h("pre", { class: "payload binary", title: `${m.value_encoding} of bytes that are not UTF-8` }, m.value));
     }
     const trimmed = m.value.trim();
     if (trimmed.startsWith("{") || trimmed.startsWith("[")) {
@@ -593,15 +769,41 @@ function payloadView(m) {
     }
     return h("pre", { class: "payload" }, m.value);
 }
+const PREVIEW_CHARS_MAX = 120;
+function compactTable(messages) {
+    const body = h("tbody");
+    for (const m of messages) {
+        const value = m.value ?? "";
+        const preview = value.length > PREVIEW_CHARS_MAX ? `${value.slice(0, PREVIEW_CHARS_MAX)}…` : value;
+        const toggle = h("button", { type: "button", class: "small secondary expand", "aria-expanded": "false" }, "▸");
+        const row = h("tr", { class: "message-row", "data-offset": m.offset }, h("td", null, toggle), h("td", null, String(m.offset)), h("td", { class: "time" }, fmtTime(m.timestamp_ms)), h("td", null, m.key === null ? h("em", null, "none") : h("code", { class: "key" }, m.key)), h("td", null, m.headers.length ? String(m.headers.length) : ""), h("td", { class: "preview" }, m.value === null ? h("em", null, "none") : m.value_encoding !== "utf8" ? [binaryMark(m.value_encoding), " "] : "", preview));
+        const detail = h("tr", { class: "message-detail", hidden: true }, h("td", { colspan: 6 }, messageView(m)));
+        const flip = () => {
+            const open = detail.hidden;
+            detail.hidden = !open;
+            toggle.textContent = open ? "▾" : "▸";
+            toggle.setAttribute("aria-expanded", String(open));
+        };
+        row.addEventListener("click", flip);
+        body.append(row, detail);
+    }
+    return h("table", { id: "messages-table", class: "compact" }, h("thead", null, h("tr", null, ["", "offset", "time", "key", "headers", "value"].map((t) => h("th", null, t)))), body);
+}
 const GROUPS_REFRESH_MS = 2000;
 function groupsPage(root) {
     const list = h("section", { id: "group-list" }, h("p", { class: "muted" }, "loading…"));
-    root.replaceChildren(h("h1", null, "Consumer groups"), list);
+    root.replaceChildren(h("h1", null, "Groups"), list);
     const refresh = async () => {
         try {
-            const { groups } = await api("GET", "/groups");
+            const { groups, truncated } = await api("GET", "/groups");
             groups.sort((a, b) => a.group_id.localeCompare(b.group_id));
-            list.replaceChildren(table("groups", ["group", "state", "members"], groups.map((g) => [h("a", { href: `#/groups/${seg(g.group_id)}` }, g.group_id), g.state, String(g.members)])));
+            list.replaceChildren(h("h2", null, plural(groups.length, "group"), truncated ? " (the first ones only)" : ""), table("groups", ["group", "type", "state", "members", "lag"], groups.map((g) => [
+                h("a", { href: `#/groups/${seg(g.group_id)}` }, g.group_id),
+                h("span", { class: `group-type ${g.type ?? "consumer"}` }, g.type ?? "consumer"),
+                g.state,
+                String(g.members),
+                h("span", { class: "lag", "data-lag": g.lag ?? "" }, g.lag === undefined || g.lag === null ? "—" : fmtNumber(g.lag)),
+            ])));
         }
         catch (e) {
             list.replaceChildren(errorBox(e));
@@ -613,31 +815,183 @@ function groupsPage(root) {
 }
 function groupDetailPage(root, id) {
     const body = h("div", { id: "group-detail" }, h("p", { class: "muted" }, "loading…"));
-    root.replaceChildren(h("p", null, h("a", { href: "#/groups" }, "← groups")), h("h1", null, "Group ", h("code", null, id)), body);
-    const refresh = () => void loadGroup(body, id);
+    const reset = h("section", { id: "offset-reset" });
+    root.replaceChildren(h("p", null, h("a", { href: "#/groups" }, "← groups")), h("h1", null, "Group ", h("code", null, id)), body, reset);
+    const refresh = () => void loadGroup(body, reset, id);
     refresh();
     const timer = setInterval(refresh, GROUPS_REFRESH_MS);
     return () => clearInterval(timer);
 }
-async function loadGroup(body, id) {
+async function loadGroup(body, reset, id) {
     try {
         const g = await api("GET", `/groups/${seg(id)}`);
-        const offsets = [...g.offsets].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
-        const total = offsets.reduce((sum, o) => sum + (o.lag ?? 0), 0);
-        body.replaceChildren(h("p", null, `state ${g.state} · generation ${g.generation} · ${g.members.length} members · total lag `, h("strong", { id: "total-lag" }, fmtNumber(total))), h("h2", null, "Members"), table("members", ["member", "client", "assignment"], g.members.map((m) => [
+        const share = g.type === "share" || (!("offsets" in g) && "partitions" in g);
+        body.setAttribute("data-type", share ? "share" : g.type ?? "consumer");
+        if (share) {
+            body.replaceChildren(...shareGroupView(g));
+            reset.replaceChildren();
+            return;
+        }
+        const consumer = g;
+        body.replaceChildren(...consumerGroupView(consumer));
+        const topics = [...new Set(consumer.offsets.map((o) => o.topic))].sort().join(",");
+        const planOpen = reset.querySelector("#reset-plan > *") !== null;
+        if (!reset.hasChildNodes() || (reset.getAttribute("data-topics") !== topics && !planOpen)) {
+            reset.setAttribute("data-topics", topics);
+            reset.replaceChildren(...resetForm(id, consumer));
+        }
+    }
+    catch (e) {
+        body.replaceChildren(errorBox(e));
+    }
+}
+function consumerGroupView(g) {
+    const offsets = [...g.offsets].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+    const total = offsets.reduce((sum, o) => sum + (o.lag ?? 0), 0);
+    const unknown = offsets.some((o) => o.lag === null);
+    return [
+        h("p", null, `${g.type ?? "consumer"} group · state ${g.state} · generation ${g.generation} · ${plural(g.members.length, "member")} · total lag `, h("strong", { id: "total-lag" }, fmtNumber(total)), unknown ? " (some partitions' lag is unknown)" : ""),
+        h("h2", null, "Members"),
+        table("members", ["member", "client", "assignment"], g.members.map((m) => [
             m.member_id,
             m.client_id,
             m.assignment.map((a) => `${a.topic}: ${a.partitions.join(", ")}`).join("; "),
-        ])), h("h2", null, "Lag per partition"), h("figure", { class: "narrow" }, h("figcaption", null, "records behind the high watermark, by topic/partition"), barChart("lag-chart", offsets.map((o) => ({ label: `${o.topic}/${o.partition}`, value: o.lag ?? 0 })), fmtNumber)), table("group-offsets", ["topic", "partition", "committed offset", "high watermark", "lag"], offsets.map((o) => [
+        ])),
+        h("h2", null, "Lag per partition"),
+        h("figure", { class: "narrow" }, h("figcaption", null, "records behind the high watermark, by topic/partition"), barChart("lag-chart", offsets.map((o) => ({ label: `${o.topic}/${o.partition}`, value: o.lag ?? 0 })), fmtNumber)),
+        table("group-offsets", ["topic", "partition", "committed offset", "high watermark", "lag"], offsets.map((o) => [
             o.topic,
             String(o.partition),
             o.committed_offset === null ? "—" : fmtNumber(o.committed_offset),
             o.high_watermark === null ? "—" : fmtNumber(o.high_watermark),
             h("span", { class: "lag", "data-lag": o.lag ?? "" }, o.lag === null ? "—" : fmtNumber(o.lag)),
+        ])),
+    ];
+}
+function shareGroupView(g) {
+    const parts = [...(g.partitions ?? [])].sort((a, b) => a.topic.localeCompare(b.topic) || a.partition - b.partition);
+    const inFlight = parts.flatMap((p) => (p.in_flight ?? []).map((r) => ({ ...r, topic: p.topic, partition: p.partition })));
+    return [
+        h("p", null, `share group · state ${g.state} · ${plural((g.members ?? []).length, "member")}`),
+        h("h2", null, "Members"),
+        table("share-members", ["member"], (g.members ?? []).map((m) => [m])),
+        h("h2", null, "Partitions"),
+        table("share-partitions", ["topic", "partition", "start", "end", "high watermark", "not yet delivered", "available", "acquired", "accepted", "dead-lettered"], parts.map((p) => [
+            p.topic,
+            String(p.partition),
+            fmtNumber(p.start_offset),
+            fmtNumber(p.end_offset),
+            p.high_watermark === null ? "—" : fmtNumber(p.high_watermark),
+            fmtNumber(p.not_yet_delivered),
+            fmtNumber(p.available),
+            fmtNumber(p.acquired),
+            fmtNumber(p.accepted),
+            fmtNumber(p.dead_lettered),
+        ])),
+        h("h2", null, `In flight: ${plural(inFlight.length, "record")}`),
+        table("share-in-flight", ["topic", "partition", "offset", "state", "deliveries", "member", "lock ends"], inFlight.map((r) => [
+            r.topic,
+            String(r.partition),
+            fmtNumber(r.offset),
+            r.state,
+            String(r.delivery_count),
+            r.member_id || "—",
+            r.lock_deadline_ms > 0 ? fmtTime(r.lock_deadline_ms) : "—",
+        ])),
+    ];
+}
+function resetTarget(kind, value) {
+    if (kind === "earliest" || kind === "latest")
+        return kind;
+    if (kind === "offset")
+        return { offset: Number(value) };
+    return { timestamp_ms: Date.parse(`${value}Z`) };
+}
+function plannedOffset(kind, value, p) {
+    const start = p.log_start_offset ?? 0;
+    const end = p.high_watermark ?? 0;
+    if (kind === "earliest")
+        return fmtNumber(start);
+    if (kind === "latest")
+        return fmtNumber(end);
+    if (kind === "offset")
+        return fmtNumber(Math.min(end, Math.max(start, Number(value))));
+    return `first at or after ${value} UTC`;
+}
+function resetForm(id, g) {
+    const topics = [...new Set(g.offsets.map((o) => o.topic))].sort();
+    const topic = h("select", { name: "topic" }, topics.map((t) => h("option", { value: t }, t)));
+    const kind = h("select", { name: "to" }, ["earliest", "latest", "offset", "time"].map((k) => h("option", { value: k }, k)));
+    const value = h("input", { name: "value", placeholder: "offset, or time (UTC)" });
+    const plan = h("div", { id: "reset-plan" });
+    const form = h("form", { id: "reset-form", class: "inline" }, h("label", null, "topic ", topic), h("label", null, "to ", kind), h("label", null, "offset / time ", value), h("button", { type: "submit" }, "Show the plan"));
+    form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        plan.replaceChildren(h("p", { class: "muted" }, "planning…"));
+        try {
+            if ((kind.value === "offset" && !/^\d+$/.test(value.value.trim())) || (kind.value === "time" && Number.isNaN(Date.parse(`${value.value}Z`)))) {
+                throw new Error(kind.value === "offset" ? "an offset is a whole number, 0 or more" : "a time is YYYY-MM-DDTHH:MM:SS (UTC)");
+            }
+            const t = await api("GET", `/topics/${seg(topic.value)}`);
+            const committed = new Map(g.offsets.filter((o) => o.topic === topic.value).map((o) => [o.partition, o.committed_offset]));
+            const confirm = h("button", { type: "button", class: "danger", id: "reset-confirm" }, "Confirm reset");
+            const cancel = h("button", { type: "button", class: "secondary", id: "reset-cancel" }, "Cancel");
+            const status = h("p", { class: "status", role: "status", id: "reset-status" });
+            cancel.addEventListener("click", () => plan.replaceChildren());
+            confirm.addEventListener("click", async () => {
+                confirm.disabled = true;
+                status.replaceChildren("resetting…");
+                try {
+                    const done = await api("POST", `/groups/${seg(id)}/offsets`, {
+                        topic: topic.value,
+                        to: resetTarget(kind.value, value.value.trim()),
+                    });
+                    status.setAttribute("data-done", "true");
+                    status.replaceChildren(`moved ${plural(done.offsets.length, "partition")}: `, done.offsets.map((o) => `${o.partition} → ${o.offset}`).join(", "));
+                    confirm.remove();
+                    cancel.textContent = "Close";
+                }
+                catch (e) {
+                    confirm.disabled = false;
+                    status.replaceChildren(errorBox(e));
+                }
+            });
+            plan.replaceChildren(h("p", null, `Reset group ${id} on ${topic.value}; nothing changes until you confirm. The group must have no members.`), table("reset-plan-table", ["partition", "committed now", "after the reset"], t.partitions.map((p) => {
+                const now = committed.get(p.partition);
+                return [String(p.partition), now === undefined || now === null ? "—" : fmtNumber(now), plannedOffset(kind.value, value.value.trim(), p)];
+            })), h("p", null, confirm, " ", cancel), status);
+        }
+        catch (e) {
+            plan.replaceChildren(errorBox(e));
+        }
+    });
+    return [h("h2", null, "Reset offsets"), form, plan];
+}
+const ROUTES_REFRESH_MS = 5000;
+function routesPage(root) {
+    const list = h("section", { id: "route-list" }, h("p", { class: "muted" }, "loading…"));
+    root.replaceChildren(h("h1", null, "Routes"), h("p", { class: "muted" }, "Records of a topic that match a filter, copied exactly once to another topic (", h("code", null, "tinymq route add"), ")."), list);
+    const refresh = () => void loadRoutes(list);
+    refresh();
+    const timer = setInterval(refresh, ROUTES_REFRESH_MS);
+    return () => clearInterval(timer);
+}
+async function loadRoutes(section) {
+    try {
+        const { routes } = await api("GET", "/routes");
+        section.replaceChildren(h("h2", null, plural(routes.length, "route")), table("routes", ["route", "from", "to", "filter", "lag", "progress per partition"], routes.map((r) => [
+            h("strong", null, r.name),
+            h("a", { href: `#/topics/${seg(r.from_topic)}` }, r.from_topic),
+            h("a", { href: `#/topics/${seg(r.to_topic)}` }, r.to_topic),
+            r.filter ? h("code", null, r.filter) : h("em", { class: "muted" }, "every record"),
+            h("span", { class: "lag", "data-lag": r.lag ?? "" }, r.lag === null ? "—" : fmtNumber(r.lag)),
+            r.partitions
+                .map((p) => `${p.partition}: ${fmtNumber(p.next_offset)}/${fmtNumber(p.high_watermark)} (${plural(p.copied, "copy", "copies")})`)
+                .join("; "),
         ])));
     }
     catch (e) {
-        body.replaceChildren(errorBox(e));
+        section.replaceChildren(errorBox(e));
     }
 }
 let leavePage = undefined;
@@ -665,6 +1019,9 @@ function route() {
                 break;
             case "messages":
                 messagesPage(root);
+                break;
+            case "routes":
+                leavePage = routesPage(root);
                 break;
             case "groups":
                 leavePage = name ? groupDetailPage(root, name) : groupsPage(root);

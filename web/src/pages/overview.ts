@@ -156,8 +156,8 @@ async function loadPartitionHealth(section: HTMLElement): Promise<void> {
         "p",
         null,
         counted.length < list.topics.length
-          ? `${list.topics.length} topics; of the first ${counted.length}, ${all.length} partitions; under-replicated: `
-          : `${list.topics.length} topics, ${all.length} partitions; under-replicated: `,
+          ? `${plural(list.topics.length, "topic")}; of the first ${counted.length}, ${plural(all.length, "partition")}; under-replicated: `
+          : `${plural(list.topics.length, "topic")}, ${plural(all.length, "partition")}; under-replicated: `,
         h("strong", { id: "under-replicated", class: under ? "bad" : "ok" }, String(under)),
         "; offline: ",
         h("strong", { id: "offline", class: offline ? "bad" : "ok" }, String(offline)),

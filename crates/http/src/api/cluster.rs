@@ -64,6 +64,15 @@ pub(super) struct Image {
     pub cluster_id: String,
     #[serde(default)]
     pub brokers: std::collections::BTreeMap<String, ImageBroker>,
+    #[serde(default)]
+    pub topics: std::collections::BTreeMap<String, ImageTopic>,
+}
+
+/// A topic of the metadata image: only its stored settings (placement comes from Metadata).
+#[derive(Deserialize)]
+pub(super) struct ImageTopic {
+    #[serde(default)]
+    pub config: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -86,7 +95,7 @@ async fn connect(
 }
 
 /// Asks the node at `addr` (any role answers it) for the metadata image.
-pub(super) async fn read_image(
+pub(crate) async fn read_image(
     addr: SocketAddr,
     wait: Duration,
     security: &Security,

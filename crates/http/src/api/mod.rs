@@ -8,12 +8,13 @@
 //! hands over its address ([`crate::HttpServer::attach_api`]) every route answers 503.
 //!
 //! Layout: `problem` (errors as RFC 9457 documents, input extractors that refuse bad input
-//! with them), then one module per resource: `cluster`, `topics`, `messages`, `groups`.
+//! with them), then one module per resource: `cluster`, `topics`, `messages`, `groups`, `routes`.
 
 mod cluster;
 mod groups;
 mod messages;
 mod problem;
+mod routes;
 mod token;
 mod topics;
 
@@ -198,6 +199,9 @@ pub(crate) struct ApiState {
     doc: Arc<OnceLock<String>>,
     /// Set when the node runs with authentication (`POST /auth/token` issues tokens).
     auth: Option<Arc<Authenticator>>,
+    /// The metadata image's topic settings, per caller, for a moment (the share-group
+    /// settings of every topic description come from there).
+    image_topics: Arc<topics::ImageTopicsCache>,
 }
 
 impl ApiState {
@@ -299,7 +303,8 @@ const META_NODE_ANSWER_WAIT: Duration = Duration::from_secs(2);
         (name = "cluster", description = "MetaServer nodes and brokers"),
         (name = "topics", description = "Create, describe, alter and delete topics"),
         (name = "messages", description = "Read and produce records"),
-        (name = "groups", description = "Consumer groups: members, offsets, lag")
+        (name = "groups", description = "Consumer groups: members, offsets, lag"),
+        (name = "routes", description = "Content-based routes and their progress")
     )
 )]
 struct ApiDoc;
@@ -369,6 +374,7 @@ pub(crate) fn router(slot: Arc<ApiSlot>, auth: Option<Arc<Authenticator>>) -> Ro
         slot,
         doc: Arc::new(OnceLock::new()),
         auth,
+        image_topics: Arc::new(topics::ImageTopicsCache::default()),
     };
     let api = OpenApiRouter::new()
         .routes(routes!(token::issue_token))
@@ -384,6 +390,7 @@ pub(crate) fn router(slot: Arc<ApiSlot>, auth: Option<Arc<Authenticator>>) -> Ro
         .routes(routes!(groups::list_groups))
         .routes(routes!(groups::describe_group, groups::delete_group))
         .routes(routes!(groups::reset_offsets))
+        .routes(routes!(routes::list_routes))
         .route("/openapi.json", axum::routing::get(openapi_json))
         .fallback(unknown_route);
     let (api, mut doc) = OpenApiRouter::with_openapi(ApiDoc::openapi())

@@ -1,6 +1,12 @@
 //! `/api/v1/topics`: list, create, describe, alter (grow partitions, change settings) and
 //! delete topics,
-//! through `tinymq_client::Admin`.
+//! through `tinymq_client::Admin`. The share-group settings (`max_delivery_attempts`,
+//! `dead_letter_topic`) are not in the native TopicConfig: they are read from the metadata
+//! image, by the same rules the brokers apply.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -8,10 +14,12 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use tinymq_client::{ErrorCode, TopicConfig};
 use tinymq_protocol::messages as m;
+use tokio::sync::OnceCell;
 use utoipa::{IntoParams, ToSchema};
 
+use super::cluster::ImageTopic;
 use super::problem::{check_name, ApiJson, ApiPath};
-use super::{ApiState, Problem};
+use super::{valid_name, ApiState, Problem, META_NODE_ANSWER_WAIT};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TopicList {
@@ -23,6 +31,12 @@ pub struct TopicSummary {
     pub name: String,
     pub partitions: u32,
     pub replication_factor: u32,
+    /// Where share groups send this topic's rejected and exhausted records; null when the
+    /// caller may not read the cluster metadata (DESCRIBE on the cluster).
+    pub dead_letter_topic: Option<String>,
+    /// The listed topics whose dead-letter topic this one is (empty: not a dead-letter topic,
+    /// or the metadata could not be read).
+    pub dead_letter_of: Vec<String>,
 }
 
 /// A topic's settings as the cluster holds them.
@@ -44,6 +58,13 @@ pub struct TopicSettings {
     pub message_timestamp_before_max_ms: i64,
     pub min_insync_replicas: u32,
     pub unclean_leader_election: bool,
+    /// Share groups: deliveries of a record before it goes to the dead-letter topic (1 to
+    /// 100, default 5). Null when the caller may not read the cluster metadata (DESCRIBE on
+    /// the cluster).
+    pub max_delivery_attempts: Option<u32>,
+    /// Share groups: where rejected and exhausted records go (default `<topic>.dlq`). Null
+    /// as `max_delivery_attempts`.
+    pub dead_letter_topic: Option<String>,
 }
 
 impl From<TopicConfig> for TopicSettings {
@@ -61,8 +82,101 @@ impl From<TopicConfig> for TopicSettings {
             message_timestamp_before_max_ms: c.message_timestamp_before_max_ms,
             min_insync_replicas: c.min_insync_replicas,
             unclean_leader_election: c.unclean_leader_election,
+            max_delivery_attempts: None,
+            dead_letter_topic: None,
         }
     }
+}
+
+/// Setting name: deliveries of a record before a share group dead-letters it.
+const MAX_DELIVERY_ATTEMPTS: &str = "max_delivery_attempts";
+/// Setting name: the topic a share group's dead letters go to.
+const DEAD_LETTER_TOPIC: &str = "dead_letter_topic";
+
+/// A topic's share-group settings from its stored config, as the brokers read them
+/// (`ShareSettings::of`): a value out of range, or a dead-letter topic that is not a valid
+/// name or is the topic itself, gives the default.
+fn share_settings(name: &str, config: &BTreeMap<String, String>) -> (u32, String) {
+    let attempts = config
+        .get(MAX_DELIVERY_ATTEMPTS)
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=tinymq_share::MAX_DELIVERY_ATTEMPTS_LIMIT).contains(n))
+        .unwrap_or(tinymq_share::MAX_DELIVERY_ATTEMPTS_DEFAULT);
+    let dead_letters = config
+        .get(DEAD_LETTER_TOPIC)
+        .filter(|t| valid_name(t) && t.as_str() != name)
+        .cloned()
+        .unwrap_or_else(|| format!("{name}.dlq"));
+    (attempts, dead_letters)
+}
+
+/// The image's topics as one read found them; None when it could not be read.
+type ImageTopics = Option<Arc<BTreeMap<String, ImageTopic>>>;
+
+/// How long one caller's read of the image's topics is reused: the console's overview
+/// describes up to 50 topics at once, and each description would read the whole image again.
+const IMAGE_TOPICS_FRESH: Duration = Duration::from_secs(1);
+/// Callers whose read is kept at once; past it a caller's read is not kept.
+const IMAGE_TOPICS_CALLERS_MAX: usize = 64;
+
+/// One read of the image's topics per caller at a time, reused for [`IMAGE_TOPICS_FRESH`]:
+/// requests arriving together wait for the same read (a `OnceCell`, so no lock is held while
+/// it runs).
+#[derive(Default)]
+pub(crate) struct ImageTopicsCache {
+    reads: Mutex<HashMap<String, (Instant, SharedRead)>>,
+}
+
+/// A read that every request of one caller in the same moment waits for.
+type SharedRead = Arc<OnceCell<ImageTopics>>;
+
+impl ImageTopicsCache {
+    /// The read shared by `caller`'s requests of this moment (a new one when none is fresh).
+    fn read_for(&self, caller: &str) -> SharedRead {
+        let Ok(mut reads) = self.reads.lock() else {
+            return Arc::new(OnceCell::new());
+        };
+        reads.retain(|_, (started, _)| started.elapsed() < IMAGE_TOPICS_FRESH);
+        if let Some((_, read)) = reads.get(caller) {
+            return read.clone();
+        }
+        let read = Arc::new(OnceCell::new());
+        if reads.len() < IMAGE_TOPICS_CALLERS_MAX {
+            reads.insert(caller.to_string(), (Instant::now(), read.clone()));
+        }
+        read
+    }
+
+    /// Forgets every read: a setting changed, the next description reads the image again.
+    fn forget(&self) {
+        if let Ok(mut reads) = self.reads.lock() {
+            reads.clear();
+        }
+    }
+}
+
+/// The topics of the metadata image, asked of this node as the caller; None when it cannot
+/// be read (the caller may not DESCRIBE the cluster, or the node did not answer): the
+/// share-group settings are then shown as null rather than failing the whole answer.
+async fn image_topics(state: &ApiState) -> ImageTopics {
+    let caller = crate::auth::current_principal()
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let read = state.image_topics.read_for(&caller);
+    read.get_or_init(|| async {
+        let native = state.native().ok()?;
+        let read =
+            super::cluster::read_image(native, META_NODE_ANSWER_WAIT, &state.security()).await;
+        match read {
+            Ok((_, image)) => Some(Arc::new(image.topics)),
+            Err(problem) => {
+                tracing::debug!(detail = %problem.detail, "share-group settings not shown");
+                None
+            }
+        }
+    })
+    .await
+    .clone()
 }
 
 /// Settings given at creation; an absent one takes the server's default.
@@ -102,7 +216,7 @@ pub struct AlterTopic {
     #[schema(minimum = 1)]
     pub partitions: Option<u32>,
     /// Settings to change, by the names `config` shows (`retention_ms`, `message_bytes_max`,
-    /// …): a value sets one, `null` removes it so the brokers' default applies again. They take
+    /// `max_delivery_attempts`, `dead_letter_topic`, …): a value sets one, `null` removes it so the brokers' default applies again. They take
     /// effect without a restart. An unknown name, a bad value, or a `flush` change is refused
     /// with 400 `INVALID_CONFIG`.
     pub config: Option<std::collections::BTreeMap<String, SettingValue>>,
@@ -233,10 +347,36 @@ pub async fn list_topics(State(state): State<ApiState>) -> Result<Json<TopicList
             replication_factor: t.partitions.first().map_or(0, |p| p.replicas.len() as u32),
             partitions: t.partitions.len() as u32,
             name: t.name,
+            dead_letter_topic: None,
+            dead_letter_of: Vec::new(),
         })
         .collect();
     topics.sort_by(|a, b| a.name.cmp(&b.name));
+    if let Some(image) = image_topics(&state).await {
+        mark_dead_letter_topics(&mut topics, &image);
+    }
     Ok(Json(TopicList { topics }))
+}
+
+/// Sets each listed topic's dead-letter topic, and on each dead-letter topic the listed
+/// topics that send to it.
+fn mark_dead_letter_topics(topics: &mut [TopicSummary], image: &BTreeMap<String, ImageTopic>) {
+    let no_config = BTreeMap::new();
+    for t in topics.iter_mut() {
+        let config = image.get(&t.name).map_or(&no_config, |i| &i.config);
+        t.dead_letter_topic = Some(share_settings(&t.name, config).1);
+    }
+    let sources: Vec<(String, String)> = topics
+        .iter()
+        .filter_map(|t| Some((t.name.clone(), t.dead_letter_topic.clone()?)))
+        .collect();
+    for t in topics.iter_mut() {
+        t.dead_letter_of = sources
+            .iter()
+            .filter(|(_, to)| *to == t.name)
+            .map(|(from, _)| from.clone())
+            .collect();
+    }
 }
 
 /// Creates a topic; answers its description.
@@ -321,11 +461,42 @@ fn refused_placement(e: tinymq_client::ClientError) -> Problem {
 
 async fn describe(state: &ApiState, name: &str) -> Result<TopicDescription, Problem> {
     let d = state.client().await?.admin.describe_topic(name).await?;
+    let mut config: TopicSettings = d.config.unwrap_or_default().into();
+    if let Some(image) = image_topics(state).await {
+        let stored = image.get(&d.name).map(|t| &t.config);
+        let (attempts, dead_letters) = share_settings(&d.name, stored.unwrap_or(&BTreeMap::new()));
+        config.max_delivery_attempts = Some(attempts);
+        config.dead_letter_topic = Some(dead_letters);
+    }
     Ok(TopicDescription {
         name: d.name,
-        config: d.config.unwrap_or_default().into(),
+        config,
         partitions: d.partitions.into_iter().map(PartitionInfo::from).collect(),
     })
+}
+
+/// The share-group settings a PATCH just changed, over what the node's image showed: the
+/// MetaServer accepted them, and this node's copy of the image may not have them yet.
+fn overlay_share_settings(
+    answer: &mut TopicDescription,
+    set: &[(String, String)],
+    unset: &[String],
+) {
+    if answer.config.dead_letter_topic.is_none() {
+        return;
+    }
+    let changed: BTreeMap<String, String> = set.iter().cloned().collect();
+    let touched = |key: &str| changed.contains_key(key) || unset.iter().any(|k| k == key);
+    if !touched(MAX_DELIVERY_ATTEMPTS) && !touched(DEAD_LETTER_TOPIC) {
+        return;
+    }
+    let (attempts, dead_letters) = share_settings(&answer.name, &changed);
+    if touched(MAX_DELIVERY_ATTEMPTS) {
+        answer.config.max_delivery_attempts = Some(attempts);
+    }
+    if touched(DEAD_LETTER_TOPIC) {
+        answer.config.dead_letter_topic = Some(dead_letters);
+    }
 }
 
 /// A topic's settings and, per partition, its leader, replicas, ISR, offsets and size.
@@ -386,19 +557,20 @@ pub async fn alter_topic(
         return Ok(Json(now));
     }
     let client = state.client().await?;
-    if !settings.is_empty() {
-        let (mut set, mut unset) = (Vec::new(), Vec::new());
-        for (key, value) in settings {
-            match value.to_text() {
-                Some(value) => set.push((key, value)),
-                None => unset.push(key),
-            }
+    let (mut set, mut unset) = (Vec::new(), Vec::new());
+    for (key, value) in settings {
+        match value.to_text() {
+            Some(value) => set.push((key, value)),
+            None => unset.push(key),
         }
+    }
+    if !set.is_empty() || !unset.is_empty() {
         // Before growing: a refused setting leaves the topic as it was.
         client
             .admin
             .alter_topic_config(&path.name, &set, &unset)
             .await?;
+        state.image_topics.forget();
     }
     if let Some(partitions) = grow {
         client
@@ -407,7 +579,9 @@ pub async fn alter_topic(
             .await
             .map_err(refused_placement)?;
     }
-    Ok(Json(describe(&state, &path.name).await?))
+    let mut answer = describe(&state, &path.name).await?;
+    overlay_share_settings(&mut answer, &set, &unset);
+    Ok(Json(answer))
 }
 
 /// Deletes a topic and its data.
@@ -433,4 +607,67 @@ pub async fn delete_topic(
     check_name("topic name", &path.name)?;
     state.client().await?.admin.delete_topic(&path.name).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn share_settings_fall_back_to_the_defaults_as_the_brokers_do() {
+        assert_eq!(
+            share_settings("jobs", &BTreeMap::new()),
+            (5, "jobs.dlq".to_string())
+        );
+        let set = config(&[(MAX_DELIVERY_ATTEMPTS, "9"), (DEAD_LETTER_TOPIC, "failed")]);
+        assert_eq!(share_settings("jobs", &set), (9, "failed".to_string()));
+        // Out of range, not a name, the topic itself: the defaults.
+        for bad in [
+            config(&[(MAX_DELIVERY_ATTEMPTS, "0"), (DEAD_LETTER_TOPIC, "jobs")]),
+            config(&[(MAX_DELIVERY_ATTEMPTS, "101"), (DEAD_LETTER_TOPIC, "a b")]),
+        ] {
+            assert_eq!(share_settings("jobs", &bad), (5, "jobs.dlq".to_string()));
+        }
+    }
+
+    #[test]
+    fn a_callers_requests_of_one_moment_share_one_image_read() {
+        let cache = ImageTopicsCache::default();
+        let first = cache.read_for("User:alice");
+        assert!(Arc::ptr_eq(&first, &cache.read_for("User:alice")));
+        assert!(!Arc::ptr_eq(&first, &cache.read_for("User:bob")));
+        cache.forget();
+        assert!(!Arc::ptr_eq(&first, &cache.read_for("User:alice")));
+    }
+
+    #[test]
+    fn dead_letter_topics_name_their_sources() {
+        let summary = |name: &str| TopicSummary {
+            name: name.into(),
+            partitions: 1,
+            replication_factor: 1,
+            dead_letter_topic: None,
+            dead_letter_of: Vec::new(),
+        };
+        let mut topics = vec![summary("a"), summary("b"), summary("a.dlq")];
+        let image: BTreeMap<String, ImageTopic> = [(
+            "b".to_string(),
+            ImageTopic {
+                config: config(&[(DEAD_LETTER_TOPIC, "a.dlq")]),
+            },
+        )]
+        .into_iter()
+        .collect();
+        mark_dead_letter_topics(&mut topics, &image);
+        assert_eq!(topics[0].dead_letter_topic.as_deref(), Some("a.dlq"));
+        assert_eq!(topics[2].dead_letter_of, ["a", "b"]);
+        assert!(topics[0].dead_letter_of.is_empty());
+    }
 }
