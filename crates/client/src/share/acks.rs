@@ -31,6 +31,11 @@ pub enum AckKind {
     Release,
     /// Dead-letter it now.
     Reject,
+    /// Deliver again (to any member) without counting this delivery: for a record `poll`
+    /// returned that the application never looked at (taken beyond what it wanted, or left
+    /// when it shut down). Never dead-letters the record. A broker older than this kind
+    /// refuses it (`INVALID_REQUEST`); the record then comes back when its lock expires.
+    ReleaseUnseen,
 }
 
 impl AckKind {
@@ -40,6 +45,7 @@ impl AckKind {
             AckKind::Accept => 1,
             AckKind::Release => 2,
             AckKind::Reject => 3,
+            AckKind::ReleaseUnseen => 4,
         }
     }
 
@@ -48,6 +54,7 @@ impl AckKind {
             AckKind::Accept => "accept",
             AckKind::Release => "release",
             AckKind::Reject => "reject",
+            AckKind::ReleaseUnseen => "release-unseen",
         }
     }
 }
