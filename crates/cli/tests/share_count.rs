@@ -182,3 +182,47 @@ fn ctrl_c_mid_batch_releases_what_was_not_printed_uncounted() {
     assert_eq!(values.len(), RECORDS, "every record once");
     assert_nothing_dead_lettered(&server, "q2");
 }
+
+/// A member that goes away (`close`) with records fetched but never returned by `poll`
+/// releases them unseen: the next member gets them as their first delivery. (The poll gives
+/// up at once, so the fetch it started is still in flight when `close` collects its answer.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_closing_with_records_it_never_handed_out_leaves_them_uncounted() {
+    use tinymq_client::share::{ShareConsumer, ShareConsumerConfig};
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    tool(&server, &["topic", "create", "q3"], b"");
+    let input: String = (0..RECORDS).map(|i| format!("r{i:02}\n")).collect();
+    tool(&server, &["produce", "q3"], input.as_bytes());
+
+    let mut leaving = ShareConsumer::new(ShareConsumerConfig::new(&server.addr, "g")).unwrap();
+    leaving.subscribe(&["q3"]).await.unwrap();
+    let handed = leaving.poll(Duration::ZERO).await.unwrap();
+    assert!(handed.is_empty(), "a zero-length poll returned {handed:?}");
+    let failures = leaving.close().await.unwrap();
+    assert!(failures.is_empty(), "{failures:?}");
+    let d = described(&server);
+    let in_flight = d["partitions"][0]["in_flight"]
+        .as_array()
+        .expect("in_flight");
+    assert_eq!(
+        in_flight.len(),
+        RECORDS,
+        "the fetch acquired every record: {d}"
+    );
+    for record in in_flight {
+        assert_eq!(record["state"], "available", "{record}");
+        assert_eq!(record["delivery_count"], 0, "{record}");
+    }
+
+    let mut next = ShareConsumer::new(ShareConsumerConfig::new(&server.addr, "g")).unwrap();
+    next.subscribe(&["q3"]).await.unwrap();
+    let mut got = Vec::new();
+    let start = Instant::now();
+    while got.len() < RECORDS {
+        assert!(start.elapsed() < Duration::from_secs(60), "{got:?}");
+        got.extend(next.poll(Duration::from_millis(500)).await.unwrap());
+    }
+    assert!(got.iter().all(|r| r.delivery_count == 1), "{got:?}");
+    let _ = next.close().await.unwrap();
+}
