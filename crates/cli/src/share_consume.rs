@@ -31,7 +31,8 @@ pub struct ShareArgs {
     /// How long each record handed to this member stays locked to it, ms [default: 30000].
     #[arg(long, value_parser = crate::args::positive_u32)]
     lock_ms: Option<u32>,
-    /// Most records acquired per partition per fetch (at most 10000) [default: 500].
+    /// Most records acquired per partition per fetch (at most 10000; with --count, no more
+    /// than are still to print) [default: 500].
     #[arg(long, value_parser = crate::args::positive_u32)]
     max_records: Option<u32>,
     /// This member's id, 1..=255 bytes of [A-Za-z0-9._-] [default: random].

@@ -252,6 +252,20 @@ mod tests {
     }
 
     #[test]
+    fn a_release_unseen_is_kind_4_and_never_merges_with_a_release() {
+        assert_eq!(AckKind::ReleaseUnseen.wire(), 4);
+        assert_eq!(AckKind::ReleaseUnseen.name(), "release-unseen");
+        let mut queue = AckQueue::default();
+        queue.push(&key(), 1, AckKind::Release);
+        queue.push(&key(), 2, AckKind::ReleaseUnseen);
+        queue.push(&key(), 3, AckKind::ReleaseUnseen);
+        assert_eq!(
+            ranges(&mut queue),
+            vec![(1, 1, AckKind::Release), (2, 3, AckKind::ReleaseUnseen)]
+        );
+    }
+
+    #[test]
     fn take_picks_partitions() {
         let mut queue = AckQueue::default();
         queue.push(&("a".into(), 0), 1, AckKind::Accept);

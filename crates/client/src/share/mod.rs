@@ -460,4 +460,16 @@ mod tests {
         c.filter = Some("x".repeat(FILTER_TEXT_BYTES_MAX + 1));
         assert!(c.check().is_err());
     }
+
+    #[test]
+    fn max_records_can_be_lowered_within_the_protocol_limits() {
+        let mut member = ShareConsumer::new(ShareConsumerConfig::new("127.0.0.1:1", "g")).unwrap();
+        assert!(
+            member.set_max_records(0).is_err(),
+            "0 would mean the broker's 500"
+        );
+        assert!(member.set_max_records(MAX_RECORDS_MAX + 1).is_err());
+        member.set_max_records(1).unwrap();
+        assert_eq!(member.config.max_records, 1);
+    }
 }
