@@ -4,18 +4,23 @@
 //! Each polled batch is printed and stdout flushed before its records are accepted (the
 //! accepts go with the next fetch), so a record is accepted only once printed: a member killed
 //! in between leaves its records locked, and they are delivered again once the lock expires.
-//! With `--count`, records acquired beyond the count are released at once. On exit — the
-//! count reached, `--timeout-ms` passed, the reader gone, Ctrl-C (exit 130) or SIGTERM (exit
-//! 0) — the accepts are sent and every record handed out but not printed is released. A
-//! second Ctrl-C exits at once (the unsent accepts' records come back after their locks).
+//! With `--count`, a fetch acquires no more than the records still to print (per partition),
+//! and any acquired beyond the count are released at once. On exit — the count reached,
+//! `--timeout-ms` passed, the reader gone, Ctrl-C (exit 130) or SIGTERM (exit 0) — the
+//! accepts are sent and every record handed out but not printed is released. After a signal
+//! the member finishes the record it is printing and prints no more. Records never printed
+//! are released *unseen* (their delivery does not count toward `max_delivery_attempts`); a
+//! record whose printing failed (the reader gone mid-batch) is released as delivered. A second
+//! Ctrl-C exits at once (the unsent accepts' records come back after their locks).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tinymq_client::share::{AckKind, ShareConsumer, ShareConsumerConfig};
+use tinymq_client::share::{AckKind, ShareConsumer, ShareConsumerConfig, ShareRecord};
 
-use crate::consume::{watch_signals, ConsumeArgs, Interrupted};
+use crate::consume::{ConsumeArgs, Interrupted};
 
 /// Longest one poll waits, so a signal is noticed within about this long.
 const POLL_WAIT_MAX: Duration = Duration::from_millis(500);
@@ -26,7 +31,8 @@ pub struct ShareArgs {
     /// How long each record handed to this member stays locked to it, ms [default: 30000].
     #[arg(long, value_parser = crate::args::positive_u32)]
     lock_ms: Option<u32>,
-    /// Most records acquired per partition per fetch (at most 10000) [default: 500].
+    /// Most records acquired per partition per fetch (at most 10000; with --count, no more
+    /// than are still to print) [default: 500].
     #[arg(long, value_parser = crate::args::positive_u32)]
     max_records: Option<u32>,
     /// This member's id, 1..=255 bytes of [A-Za-z0-9._-] [default: random].
@@ -35,7 +41,7 @@ pub struct ShareArgs {
 }
 
 pub async fn run(args: &ConsumeArgs, group: &str) -> anyhow::Result<()> {
-    let stop = watch_signals()?;
+    let stop = watch_signals_noted()?;
     let mut config = ShareConsumerConfig::new(&args.bootstrap.bootstrap, group);
     config.client = args.bootstrap.client_config()?;
     if let Some(ms) = args.share.lock_ms {
@@ -44,13 +50,14 @@ pub async fn run(args: &ConsumeArgs, group: &str) -> anyhow::Result<()> {
     if let Some(n) = args.share.max_records {
         config.max_records = n;
     }
+    let max_records = config.max_records;
     if let Some(id) = &args.share.member_id {
         config.member_id = id.clone();
     }
     config.filter = args.filter.clone();
     let mut consumer = ShareConsumer::new(config)?;
     consumer.subscribe(&[&args.topic]).await?;
-    let result = print_until_done(&mut consumer, args, &stop).await;
+    let result = print_until_done(&mut consumer, args, max_records, &stop).await;
     // Sends the accepts and releases what was handed out and not printed.
     let closed = consumer.close().await;
     match &closed {
@@ -65,9 +72,39 @@ pub async fn run(args: &ConsumeArgs, group: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `consume`'s signal handling (the first SIGINT or SIGTERM sets the flag, a second Ctrl-C
+/// exits at once with 130), saying on stderr that the member stops: a member blocked printing
+/// (its reader slow) may take a while to get there.
+fn watch_signals_noted() -> anyhow::Result<Arc<AtomicI32>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let stop = Arc::new(AtomicI32::new(0));
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let first = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            let (got, name) = tokio::select! {
+                _ = interrupt.recv() => (libc::SIGINT, "SIGINT"),
+                _ = terminate.recv() => (libc::SIGTERM, "SIGTERM"),
+            };
+            let earlier = first.compare_exchange(0, got, Ordering::SeqCst, Ordering::SeqCst);
+            match earlier {
+                Ok(_) => eprintln!(
+                    "interrupted by {name}: finishing the record being printed, then accepting \
+                     what was printed and releasing the rest (Ctrl-C again exits at once)"
+                ),
+                Err(_) if got == libc::SIGINT => std::process::exit(130),
+                Err(_) => {}
+            }
+        }
+    });
+    Ok(stop)
+}
+
 async fn print_until_done(
     consumer: &mut ShareConsumer,
     args: &ConsumeArgs,
+    max_records: u32,
     stop: &AtomicI32,
 ) -> anyhow::Result<()> {
     let json = args.format == "json";
@@ -90,6 +127,10 @@ async fn print_until_done(
                 left.min(POLL_WAIT_MAX)
             }
         };
+        // No more acquired (per partition) than still to print: the rest would only be
+        // released again.
+        let wanted = u32::try_from(left).unwrap_or(u32::MAX).min(max_records);
+        consumer.set_max_records(wanted)?;
         let started = Instant::now();
         let mut records = consumer.poll(wait).await?;
         let (failures, dropped) = consumer.take_acknowledgement_failures();
@@ -102,32 +143,23 @@ async fn print_until_done(
             continue;
         }
         idle = Duration::ZERO;
-        // Beyond the count: not printed, so released for other members at once.
+        // Beyond the count (several partitions answered): never printed, so released unseen
+        // for other members at once.
         let keep = usize::try_from(left)
             .unwrap_or(usize::MAX)
             .min(records.len());
         for extra in records.split_off(keep) {
-            consumer.acknowledge(&extra, AckKind::Release)?;
+            consumer.acknowledge(&extra, AckKind::ReleaseUnseen)?;
         }
-        let written = {
-            let mut out = stdout.lock();
-            records
-                .iter()
-                .try_for_each(|r| {
-                    crate::consume::print(
-                        &mut out,
-                        &r.record,
-                        json,
-                        args.value_format,
-                        Some(r.delivery_count),
-                    )
-                })
-                .and_then(|()| out.flush())
-        };
+        let written = print_batch(&stdout, &records, args, stop);
         match written {
-            Ok(()) => {
+            Ok(done) => {
+                let unprinted = records.split_off(done);
                 for record in &records {
                     consumer.acknowledge(record, AckKind::Accept)?;
+                }
+                for record in &unprinted {
+                    consumer.acknowledge(record, AckKind::ReleaseUnseen)?;
                 }
                 printed += records.len() as u64;
             }
@@ -142,6 +174,34 @@ async fn print_until_done(
         }
     }
     Ok(())
+}
+
+/// Prints `records` in order and flushes, stopping early once a signal arrived; returns how
+/// many were printed (all of them reached the reader once this returns `Ok`).
+fn print_batch(
+    stdout: &std::io::Stdout,
+    records: &[ShareRecord],
+    args: &ConsumeArgs,
+    stop: &AtomicI32,
+) -> std::io::Result<usize> {
+    let json = args.format == "json";
+    let mut out = stdout.lock();
+    let mut done = 0;
+    for r in records {
+        if stop.load(Ordering::SeqCst) != 0 {
+            break;
+        }
+        crate::consume::print(
+            &mut out,
+            &r.record,
+            json,
+            args.value_format,
+            Some(r.delivery_count),
+        )?;
+        done += 1;
+    }
+    out.flush()?;
+    Ok(done)
 }
 
 /// Acknowledgements not applied go to stderr (a WARN line each is logged by the client); with

@@ -1,6 +1,6 @@
 //! Share groups as pure logic (docs/queues.md, "Share groups"): one share partition's state
 //! (its start offset, the in-flight records with their state, holder, lock deadline and
-//! delivery count), the transitions (acquire, accept, release, reject, lock expiry,
+//! delivery count), the transitions (acquire, accept, release, release unseen, reject, lock expiry,
 //! dead-lettering), and the records of the state log it is rebuilt from. Time is passed in;
 //! nothing here does I/O (the broker's `share` module writes and reads the log's bytes).
 

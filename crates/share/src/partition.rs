@@ -43,16 +43,31 @@ pub enum RecordState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InFlightRecord {
     pub state: RecordState,
-    /// Deliveries so far (the current one included while acquired).
+    /// Deliveries so far (the current one included while acquired), not counting those
+    /// released unseen.
     pub delivery_count: u32,
+}
+
+impl InFlightRecord {
+    /// Available again, the current delivery not counted (released unseen).
+    pub(crate) fn uncount_delivery(&mut self) {
+        self.state = RecordState::Available;
+        self.delivery_count = self.delivery_count.saturating_sub(1);
+    }
 }
 
 /// How a member acknowledges a record (`ShareAcknowledgement.kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AckKind {
     Accept,
+    /// Available again; this delivery counts toward `max_delivery_attempts` (the application
+    /// saw the record and gave it back).
     Release,
     Reject,
+    /// Available again as if this delivery never happened (its count is taken back): the
+    /// member never handed the record to its application (acquired beyond what it wanted,
+    /// or it shut down first), so nobody can have failed on it.
+    ReleaseUnseen,
 }
 
 impl AckKind {
@@ -61,6 +76,7 @@ impl AckKind {
             1 => Ok(AckKind::Accept),
             2 => Ok(AckKind::Release),
             3 => Ok(AckKind::Reject),
+            4 => Ok(AckKind::ReleaseUnseen),
             other => Err(ShareError::UnknownAckKind(other)),
         }
     }
@@ -79,7 +95,10 @@ pub struct AcquiredRange {
 pub enum ShareError {
     #[error("member id must be 1 to {MEMBER_ID_BYTES_MAX} bytes of [A-Za-z0-9._-], got {0:?}")]
     InvalidMemberId(String),
-    #[error("acknowledgement kind {0}: the kinds are 1 (accept), 2 (release) and 3 (reject)")]
+    #[error(
+        "acknowledgement kind {0}: the kinds are 1 (accept), 2 (release), 3 (reject) and 4 \
+         (release unseen)"
+    )]
     UnknownAckKind(u32),
     #[error("offsets {first}..={last}: first is above last")]
     InvalidRange { first: i64, last: i64 },
@@ -344,27 +363,34 @@ impl SharePartition {
         true
     }
 
-    /// Makes the records of `ranges` that `member` holds available again without logging
-    /// anything: for an acquisition whose request failed before the member saw the records
-    /// (a rebuild makes acquired records available anyway). Their delivery counts stay
-    /// charged, as the log has them. Returns how many were returned.
-    pub fn return_unseen(&mut self, member: &str, ranges: &[AcquiredRange]) -> u64 {
+    /// Makes the records of `ranges` that `member` holds available again and takes their
+    /// delivery back (logged as [`StateRecord::Returned`]): for an acquisition whose request
+    /// failed before the member saw the records. Returns how many were returned.
+    pub fn return_unseen(
+        &mut self,
+        member: &str,
+        ranges: &[AcquiredRange],
+        log: &mut Vec<StateRecord>,
+    ) -> u64 {
         let mut returned = 0;
         for range in ranges {
             let (first, last) = (range.first_offset, range.last_offset);
             if first > last {
                 continue;
             }
-            for record in self.records.range_mut(first..=last).map(|(_, r)| r) {
+            let mut runs = Runs::default();
+            for (&offset, record) in self.records.range_mut(first..=last) {
                 let held = matches!(
                     &record.state,
                     RecordState::Acquired { member: holder, .. } if &**holder == member
                 );
                 if held {
-                    record.state = RecordState::Available;
+                    record.uncount_delivery();
+                    runs.push(offset, Outcome::Returned);
                     returned += 1;
                 }
             }
+            self.settle(runs.into_vec(), log);
         }
         returned
     }
@@ -391,6 +417,13 @@ impl SharePartition {
                 continue;
             }
             let outcome = match kind {
+                AckKind::ReleaseUnseen => {
+                    // Never dead-lettered: the count goes back to what it was before this
+                    // delivery, below `max_attempts` (acquire checked it).
+                    record.uncount_delivery();
+                    outcomes.push(offset, Outcome::Returned);
+                    continue;
+                }
                 AckKind::Accept => None,
                 AckKind::Reject => Some(DeadLetterReason::Rejected),
                 AckKind::Release if record.delivery_count >= max_attempts => {
@@ -430,6 +463,7 @@ impl SharePartition {
         for (first, last, outcome) in outcomes {
             match outcome {
                 Outcome::Released => {}
+                Outcome::Returned => log.push(StateRecord::Returned { first, last }),
                 Outcome::Done => {
                     log.push(StateRecord::Done { first, last });
                     self.mark_done(first, last);
@@ -489,7 +523,11 @@ impl SharePartition {
 /// What an acknowledgement or expiry does to one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Outcome {
+    /// Available again, the delivery counted (not logged: a rebuild makes acquired records
+    /// available anyway, and the acquisition logged the count).
     Released,
+    /// Available again, the delivery taken back (logged, so a rebuild takes it back too).
+    Returned,
     Done,
     DeadLetter(DeadLetterReason),
 }

@@ -8,7 +8,9 @@
 //! - 3 DeadLetterPending `first: i64, last: i64, reason: u8` (1 rejected, 2 max attempts);
 //! - 4 DeadLettered `first: i64, last: i64`: written to the dead-letter topic, done;
 //! - 5 Snapshot `start: i64, end: i64, dead_lettered_total: u64, count: u32`, then `count`
-//!   entries `offset: i64, state: u8 (0 available, 1 rejected, 2 max attempts), deliveries: u32`.
+//!   entries `offset: i64, state: u8 (0 available, 1 rejected, 2 max attempts), deliveries: u32`;
+//! - 6 Returned `first: i64, last: i64`: released unseen, one delivery taken back (a log
+//!   written before kind 6 existed never has one, and loads as before).
 //!
 //! A rebuild replays the records in order; the first torn or corrupt record ends the log
 //! (everything after it is ignored and cut off by the broker).
@@ -45,6 +47,12 @@ pub enum StateRecord {
         last: i64,
     },
     Snapshot(SharePartition),
+    /// Released unseen: the acquisition's delivery is taken back (the records are available
+    /// again, as every acquired record is after a rebuild).
+    Returned {
+        first: i64,
+        last: i64,
+    },
 }
 
 fn reason_code(reason: DeadLetterReason) -> u8 {
@@ -82,6 +90,7 @@ pub fn encode_record(record: &StateRecord, out: &mut Vec<u8>) {
             body.push(reason_code(*reason));
         }
         StateRecord::DeadLettered { first, last } => range(&mut body, 4, *first, *last),
+        StateRecord::Returned { first, last } => range(&mut body, 6, *first, *last),
         StateRecord::Snapshot(state) => {
             body.push(5);
             body.extend_from_slice(&state.start_offset.to_le_bytes());
@@ -177,7 +186,7 @@ fn decode_one(bytes: &[u8]) -> Result<(StateRecord, usize), String> {
     }
     let kind = r.u8()?;
     let record = match kind {
-        1..=4 => {
+        1..=4 | 6 => {
             let (first, last) = (r.i64()?, r.i64()?);
             if first > last {
                 return Err(format!("range {first}..={last} is reversed"));
@@ -193,7 +202,8 @@ fn decode_one(bytes: &[u8]) -> Result<(StateRecord, usize), String> {
                         reason,
                     }
                 }
-                _ => StateRecord::DeadLettered { first, last },
+                4 => StateRecord::DeadLettered { first, last },
+                _ => StateRecord::Returned { first, last },
             }
         }
         5 => StateRecord::Snapshot(decode_snapshot(&mut r)?),
@@ -287,6 +297,11 @@ impl SharePartition {
                 self.dead_lettered_total += (before - self.records.len()) as u64;
             }
             StateRecord::Snapshot(state) => *self = state.rebuilt(),
+            StateRecord::Returned { first, last } => {
+                for r in self.records.range_mut(first..=last).map(|(_, r)| r) {
+                    r.delivery_count = r.delivery_count.saturating_sub(1);
+                }
+            }
         }
         self.advance_start();
         Ok(())

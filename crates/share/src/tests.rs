@@ -220,7 +220,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0u8..3, 1u32..20).prop_map(|(member, max)| Op::Fetch { member, max }),
-        (0u8..3, 0u8..60, 0u8..5, 1u8..4).prop_map(|(member, first, len, kind)| Op::Ack {
+        (0u8..3, 0u8..60, 0u8..5, 1u8..5).prop_map(|(member, first, len, kind)| Op::Ack {
             member,
             first,
             len,
@@ -238,14 +238,17 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
     /// Random operation sequences: no record is handed to two members at once, a done record
-    /// is never delivered again, and replaying the log gives the same state.
+    /// is never delivered again, a release unseen takes back exactly the delivery it ends
+    /// (the record is available with the count it had before), and replaying the log gives
+    /// the same state.
     #[test]
     fn random_operations_keep_the_invariants(ops in proptest::collection::vec(op(), 1..80)) {
         let (mut sp, mut log) = fresh(0);
         let members = [member("m0"), member("m1"), member("m2")];
         let mut now = 0i64;
         let mut hw = 0i64;
-        let mut holders: BTreeMap<i64, (u8, i64)> = BTreeMap::new();
+        // Holder, lock deadline and the delivery count the acquisition reported.
+        let mut holders: BTreeMap<i64, (u8, i64, u32)> = BTreeMap::new();
         let mut done: BTreeSet<i64> = BTreeSet::new();
         for op in ops {
             match op {
@@ -253,10 +256,10 @@ proptest! {
                     for range in take(&mut sp, &members[m as usize], max, hw, now, &mut log) {
                         for offset in range.first_offset..=range.last_offset {
                             prop_assert!(!done.contains(&offset), "done record {offset} delivered");
-                            if let Some((other, deadline)) = holders.get(&offset) {
+                            if let Some((other, deadline, _)) = holders.get(&offset) {
                                 prop_assert!(*deadline <= now, "{offset} held by m{other} too");
                             }
-                            holders.insert(offset, (m, now + LOCK_MS));
+                            holders.insert(offset, (m, now + LOCK_MS, range.delivery_count));
                         }
                     }
                 }
@@ -266,12 +269,21 @@ proptest! {
                     let name = &*members[m as usize];
                     let _ = sp.acknowledge(name, (first, last), kind, 3, &mut log);
                     for offset in first..=last {
-                        let held = holders.get(&offset).is_some_and(|(h, d)| *h == m && *d > now);
-                        if held {
-                            holders.remove(&offset);
-                            if kind == AckKind::Accept {
-                                done.insert(offset);
-                            }
+                        let held = holders.get(&offset).is_some_and(|(h, d, _)| *h == m && *d > now);
+                        if !held {
+                            continue;
+                        }
+                        let Some((_, _, count)) = holders.remove(&offset) else { continue };
+                        if kind == AckKind::Accept {
+                            done.insert(offset);
+                        }
+                        if kind == AckKind::ReleaseUnseen {
+                            let record = sp.in_flight().find(|(o, _)| *o == offset).map(|(_, r)| r.clone());
+                            let expected = InFlightRecord {
+                                state: RecordState::Available,
+                                delivery_count: count - 1,
+                            };
+                            prop_assert_eq!(record, Some(expected), "{} released unseen", offset);
                         }
                     }
                 }
@@ -342,25 +354,115 @@ fn hostile_offsets_in_a_log_are_refused_not_replayed() {
 }
 
 /// Review F7: records acquired by a request that then failed go back to available at once
-/// (not after the lock), and only the member's own.
+/// (not after the lock), and only the member's own; issue 27: without counting the delivery
+/// nobody saw, also after a rebuild.
 #[test]
 fn unseen_acquisitions_are_returned_at_once() {
-    let mut sp = SharePartition::new(0);
+    let (mut sp, mut log) = fresh(0);
     let (a, b) = (member("a"), member("b"));
-    let mut log = Vec::new();
     let got_a = take(&mut sp, &a, 3, 10, 0, &mut log);
     let got_b = take(&mut sp, &b, 3, 10, 0, &mut log);
-    assert_eq!(sp.return_unseen("a", &got_b), 0);
-    assert_eq!(sp.return_unseen("a", &got_a), 3);
+    assert_eq!(sp.return_unseen("a", &got_b, &mut log), 0);
+    assert_eq!(sp.return_unseen("a", &got_a, &mut log), 3);
     assert_eq!(sp.counts().available, 3);
     assert_eq!(sp.counts().acquired, 3);
-    // The next acquisition takes them again, with the count charged once more.
+    assert_eq!(replayed(&log), sp.rebuilt());
+    // The next acquisition takes them again, as their first delivery.
     let again = take(&mut sp, &b, 3, 10, 0, &mut log);
     assert_eq!(
         again.first().map(|r| (r.first_offset, r.delivery_count)),
-        Some((0, 2))
+        Some((0, 1))
     );
-    assert_eq!(replayed(&log).counts(), sp.rebuilt().counts());
+    assert_eq!(replayed(&log), sp.rebuilt());
+}
+
+/// Issue 27: a release of records the member never handed to its application takes the
+/// delivery back, so releasing unseen leftovers any number of times never dead-letters a
+/// record, while a plain release still counts; the log replays to the same counts.
+#[test]
+fn a_release_unseen_takes_the_delivery_back() {
+    let (mut sp, mut log) = fresh(0);
+    let a = member("a");
+    // The report: runs of `--count 1` on 20 records, far more runs than max attempts (3 here).
+    for run in 0..10i64 {
+        let got = take(&mut sp, &a, 500, 20, 0, &mut log);
+        assert_eq!(
+            got,
+            vec![AcquiredRange {
+                first_offset: run,
+                last_offset: 19,
+                delivery_count: 1
+            }],
+            "run {run}"
+        );
+        sp.acknowledge("a", (run, run), AckKind::Accept, 3, &mut log)
+            .unwrap();
+        let released = sp.acknowledge("a", (run + 1, 19), AckKind::ReleaseUnseen, 3, &mut log);
+        assert_eq!(released, Ok(range_len(run + 1, 19)));
+        assert!(sp.dead_letter_pending(10).is_empty(), "run {run}");
+        assert_eq!(replayed(&log), sp.rebuilt(), "run {run}");
+    }
+    // A record at max attempts released unseen is not dead-lettered: it is available, its
+    // count back at the attempts it had before this delivery.
+    for attempt in 1..=2u32 {
+        let got = take(&mut sp, &a, 1, 20, 0, &mut log);
+        assert_eq!(got[0].delivery_count, attempt);
+        sp.acknowledge("a", (10, 10), AckKind::Release, 3, &mut log)
+            .unwrap();
+    }
+    let third = take(&mut sp, &a, 1, 20, 0, &mut log);
+    assert_eq!(third[0].delivery_count, 3);
+    sp.acknowledge("a", (10, 10), AckKind::ReleaseUnseen, 3, &mut log)
+        .unwrap();
+    assert!(sp.dead_letter_pending(10).is_empty());
+    let record = sp.in_flight().next().map(|(o, r)| (o, r.clone()));
+    assert_eq!(
+        record,
+        Some((
+            10,
+            InFlightRecord {
+                state: RecordState::Available,
+                delivery_count: 2
+            }
+        ))
+    );
+    assert_eq!(replayed(&log), sp.rebuilt());
+    // Only the holder's records, and the others are refused as for any acknowledgement.
+    take(&mut sp, &a, 1, 20, 0, &mut log);
+    let err = sp
+        .acknowledge("b", (10, 10), AckKind::ReleaseUnseen, 3, &mut log)
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        ShareError::InvalidRecordState { count: 1, .. }
+    ));
+    assert_eq!(AckKind::from_wire(4), Ok(AckKind::ReleaseUnseen));
+    assert!(AckKind::from_wire(5).is_err());
+}
+
+/// A state log written before `Returned` existed (kinds 1..=5 only) loads as before, and a
+/// `Returned` record round-trips through its bytes.
+#[test]
+fn returned_records_round_trip_and_old_logs_still_load() {
+    let old = [
+        StateRecord::Snapshot(SharePartition::new(0)),
+        StateRecord::Acquired { first: 0, last: 2 },
+        StateRecord::Done { first: 0, last: 0 },
+    ];
+    let state = replayed(&old);
+    assert_eq!((state.start_offset(), state.end_offset()), (1, 3));
+    let counts: Vec<u32> = state.in_flight().map(|(_, r)| r.delivery_count).collect();
+    assert_eq!(counts, vec![1, 1]);
+    let mut newer = old.to_vec();
+    newer.push(StateRecord::Returned { first: 2, last: 2 });
+    let mut bytes = Vec::new();
+    encode_record(&newer[3], &mut bytes);
+    assert_eq!(decode_records(&bytes).records, vec![newer[3].clone()]);
+    let counts: Vec<u32> = replayed(&newer)
+        .in_flight()
+        .map(|(_, r)| r.delivery_count)
+        .collect();
+    assert_eq!(counts, vec![1, 0]);
 }
 
 /// Review F6: a share partition whose end offset is past a truncated log forgets the offsets

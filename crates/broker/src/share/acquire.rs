@@ -62,8 +62,11 @@ pub(crate) fn acquire_partition(
     };
     let outcome = taking.run(shared, budget);
     if outcome.is_err() {
-        // Nobody will see these records: available again now, not after `lock_ms`.
-        taking.share.return_unseen(&asked.member, &taking.acquired);
+        // Nobody will see these records: available again now, not after `lock_ms`, and this
+        // delivery not counted (logged with the acquisitions, so a rebuild agrees).
+        taking
+            .share
+            .return_unseen(&asked.member, &taking.acquired, &mut taking.log);
     }
     let sequence = shared.append(&taking.log)?;
     outcome?;

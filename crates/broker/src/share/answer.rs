@@ -123,7 +123,7 @@ fn apply_now(
             .and_then(|()| AckKind::from_wire(ack.kind).map_err(|e| share_error(&e)))
             .and_then(|kind| {
                 let (shared, sequence, outcome) = acknowledge_one(state, group, member, ack, kind)?;
-                if kind == AckKind::Release {
+                if matches!(kind, AckKind::Release | AckKind::ReleaseUnseen) {
                     shared.notify_released();
                 }
                 to_sync.push((results.len(), shared, sequence));

@@ -31,6 +31,11 @@ pub enum AckKind {
     Release,
     /// Dead-letter it now.
     Reject,
+    /// Deliver again (to any member) without counting this delivery: for a record `poll`
+    /// returned that the application never looked at (taken beyond what it wanted, or left
+    /// when it shut down). Never dead-letters the record. A broker older than this kind
+    /// refuses it (`INVALID_REQUEST`); the record then comes back when its lock expires.
+    ReleaseUnseen,
 }
 
 impl AckKind {
@@ -40,6 +45,7 @@ impl AckKind {
             AckKind::Accept => 1,
             AckKind::Release => 2,
             AckKind::Reject => 3,
+            AckKind::ReleaseUnseen => 4,
         }
     }
 
@@ -48,6 +54,7 @@ impl AckKind {
             AckKind::Accept => "accept",
             AckKind::Release => "release",
             AckKind::Reject => "reject",
+            AckKind::ReleaseUnseen => "release-unseen",
         }
     }
 }
@@ -241,6 +248,20 @@ mod tests {
                 (1, 1, AckKind::Reject),
                 (i64::MAX - 1, i64::MAX, AckKind::Accept)
             ]
+        );
+    }
+
+    #[test]
+    fn a_release_unseen_is_kind_4_and_never_merges_with_a_release() {
+        assert_eq!(AckKind::ReleaseUnseen.wire(), 4);
+        assert_eq!(AckKind::ReleaseUnseen.name(), "release-unseen");
+        let mut queue = AckQueue::default();
+        queue.push(&key(), 1, AckKind::Release);
+        queue.push(&key(), 2, AckKind::ReleaseUnseen);
+        queue.push(&key(), 3, AckKind::ReleaseUnseen);
+        assert_eq!(
+            ranges(&mut queue),
+            vec![(1, 1, AckKind::Release), (2, 3, AckKind::ReleaseUnseen)]
         );
     }
 

@@ -289,7 +289,8 @@ impl ShareConsumer {
     }
 
     /// Buffers one partition's acquired records; acquired offsets with nothing to deliver are
-    /// queued for acceptance, those the answer did not reach for release.
+    /// queued for acceptance, those the answer did not reach for release (unseen: the
+    /// application never got them, so the delivery is not counted).
     fn take_partition_result(
         &mut self,
         p: m::ShareFetchPartitionResult,
@@ -302,7 +303,7 @@ impl ShareConsumer {
             self.acks.push(&key, offset, AckKind::Accept);
         }
         for offset in decoded.not_returned {
-            self.acks.push(&key, offset, AckKind::Release);
+            self.acks.push(&key, offset, AckKind::ReleaseUnseen);
         }
         self.buffered.extend(
             decoded

@@ -239,6 +239,19 @@ impl ShareConsumer {
         &self.config.member_id
     }
 
+    /// Changes how many records later fetches acquire per partition (1..=[`MAX_RECORDS_MAX`]),
+    /// e.g. to take no more than the application still wants: records acquired beyond that
+    /// would only be released again.
+    pub fn set_max_records(&mut self, max_records: u32) -> Result<(), ClientError> {
+        if !(1..=MAX_RECORDS_MAX).contains(&max_records) {
+            return Err(ClientError::Config(format!(
+                "max_records {max_records}: 1..={MAX_RECORDS_MAX}"
+            )));
+        }
+        self.config.max_records = max_records;
+        Ok(())
+    }
+
     /// Records handed out by `poll` and not yet acknowledged (nor forgotten after their lock
     /// expired).
     pub fn held(&self) -> usize {
@@ -339,8 +352,9 @@ impl ShareConsumer {
     }
 
     /// Sends the queued acknowledgements and releases every record handed out and not
-    /// acknowledged, and every record fetched and not yet handed out, so that other members
-    /// get them at once. Returns the acknowledgements not applied.
+    /// acknowledged (counted as a delivery: the application had it), and every record fetched
+    /// and not yet handed out (released unseen: not counted), so that other members get them
+    /// at once. Returns the acknowledgements not applied.
     pub async fn close(mut self) -> Result<Vec<AckFailure>, ClientError> {
         let limit = self.config.max_wait + fetch::SHARE_FETCH_CHECK_MARGIN;
         let drained = self.drain_in_flight(limit).await;
@@ -348,7 +362,7 @@ impl ShareConsumer {
         for b in std::mem::take(&mut self.buffered) {
             let key = (b.record.record.topic.clone(), b.record.record.partition);
             self.acks
-                .push(&key, b.record.record.offset, AckKind::Release);
+                .push(&key, b.record.record.offset, AckKind::ReleaseUnseen);
         }
         for (key, offset) in self.handed_out.take_all() {
             self.acks.push(&key, offset, AckKind::Release);
@@ -445,5 +459,17 @@ mod tests {
         let mut c = ok;
         c.filter = Some("x".repeat(FILTER_TEXT_BYTES_MAX + 1));
         assert!(c.check().is_err());
+    }
+
+    #[test]
+    fn max_records_can_be_lowered_within_the_protocol_limits() {
+        let mut member = ShareConsumer::new(ShareConsumerConfig::new("127.0.0.1:1", "g")).unwrap();
+        assert!(
+            member.set_max_records(0).is_err(),
+            "0 would mean the broker's 500"
+        );
+        assert!(member.set_max_records(MAX_RECORDS_MAX + 1).is_err());
+        member.set_max_records(1).unwrap();
+        assert_eq!(member.config.max_records, 1);
     }
 }
