@@ -10,7 +10,9 @@
 //! principal may describe ([`Requirement::Filtered`]).
 
 use std::borrow::Borrow;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+
+use parking_lot::RwLock;
 
 use tinymq_auth::{AclOperation, Authorizer, Principal, ResourceType, CLUSTER_RESOURCE_NAME};
 use tinymq_protocol::{messages as m, ErrorCode};
@@ -373,7 +375,7 @@ impl AuthorizerCache {
         // A read lock for the version comparison, so requests never wait on one another; the
         // ACL index of a new version is built outside the lock, and kept unless a newer one
         // was stored meanwhile (image versions only grow).
-        if let Some((v, access)) = &*self.built.read().unwrap_or_else(|e| e.into_inner()) {
+        if let Some((v, access)) = &*self.built.read() {
             if *v == version {
                 return access.clone();
             }
@@ -383,7 +385,7 @@ impl AuthorizerCache {
             authorizer: Arc::new(authorizer),
             enforced: true,
         };
-        let mut built = self.built.write().unwrap_or_else(|e| e.into_inner());
+        let mut built = self.built.write();
         if built.as_ref().is_none_or(|(v, _)| *v < version) {
             *built = Some((version, access.clone()));
         }

@@ -1,7 +1,8 @@
 //! The metadata image: everything the cluster agrees on, changed only by applying
 //! [`MetadataRecord`]s in log order. Applying is deterministic and total: a record that does not
-//! fit the image (it cannot, if commands produced it) is ignored, never a panic, so every
-//! replica of the log computes the same image.
+//! fit the image (it cannot, if the leader's commands produced it against this image) is
+//! ignored, and no value overflows or panics, so every replica of the log computes the same
+//! image.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -341,7 +342,7 @@ impl MetadataImage {
         match record {
             MetadataRecord::SetClusterId { cluster_id } => self.cluster_id = cluster_id.clone(),
             MetadataRecord::RegisterBroker { broker } => {
-                self.next_broker_epoch = self.next_broker_epoch.max(broker.epoch + 1);
+                self.next_broker_epoch = self.next_broker_epoch.max(broker.epoch.saturating_add(1));
                 self.brokers.insert(broker.id, broker.clone());
             }
             MetadataRecord::FenceBroker { id, epoch } => {
@@ -350,7 +351,7 @@ impl MetadataImage {
                 }
             }
             MetadataRecord::CreateTopic { name, topic } => {
-                self.next_topic_id = self.next_topic_id.max(topic.id + 1);
+                self.next_topic_id = self.next_topic_id.max(topic.id.saturating_add(1));
                 self.topics
                     .entry(name.clone())
                     .or_insert_with(|| topic.clone());
@@ -379,7 +380,7 @@ impl MetadataImage {
                 }
             }
             MetadataRecord::AllocateProducerIds { first, count } => {
-                self.next_producer_id = self.next_producer_id.max(first + count);
+                self.next_producer_id = self.next_producer_id.max(first.saturating_add(*count));
             }
             MetadataRecord::DecommissionBroker { id } => {
                 self.brokers.remove(id);

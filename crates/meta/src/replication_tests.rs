@@ -698,7 +698,7 @@ fn the_default_replication_factor_is_three_at_most_and_min_insync_follows_it() {
 
 /// One step of a random scenario.
 #[derive(Debug, Clone)]
-enum Step {
+pub(crate) enum Step {
     Register {
         id: u32,
         clean: bool,
@@ -733,7 +733,7 @@ enum Step {
     ElectPreferred,
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(crate) fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         (1..=5u32, any::<bool>()).prop_map(|(id, clean)| Step::Register { id, clean }),
         (1..=5u32).prop_map(|id| Step::Fence { id }),
@@ -775,7 +775,11 @@ fn pick(image: &MetadataImage, topic: usize, partition: usize) -> Option<(String
 }
 
 /// Runs `step`; returns whether it was a stale `AlterPartition` (which must be refused).
-fn command_for(image: &MetadataImage, step: &Step, topics: &mut u32) -> Option<(Command, bool)> {
+pub(crate) fn command_for(
+    image: &MetadataImage,
+    step: &Step,
+    topics: &mut u32,
+) -> Option<(Command, bool)> {
     Some(match step {
         Step::Register { id, clean } => (
             Command::RegisterBroker {

@@ -41,21 +41,17 @@ pub const READ_WAIT_MAX: Duration = Duration::from_secs(30);
 /// starts every session afresh, so it never fences a broker it has not had time to hear).
 #[derive(Default)]
 struct Sessions {
-    last_seen: std::sync::Mutex<HashMap<u32, (u64, Instant)>>,
+    last_seen: parking_lot::Mutex<HashMap<u32, (u64, Instant)>>,
 }
 
 impl Sessions {
     fn seen(&self, id: u32, epoch: u64) {
-        self.last_seen
-            .lock()
-            .expect("sessions lock")
-            .insert(id, (epoch, Instant::now()));
+        self.last_seen.lock().insert(id, (epoch, Instant::now()));
     }
 
     fn last_seen(&self, id: u32, epoch: u64) -> Option<Instant> {
         self.last_seen
             .lock()
-            .expect("sessions lock")
             .get(&id)
             .filter(|(e, _)| *e == epoch)
             .map(|(_, at)| *at)

@@ -125,7 +125,7 @@ pub fn check_snapshot(
 /// metadata image before that chunk is let through.
 #[derive(Debug, Default)]
 pub struct SnapshotIntake {
-    receiving: std::sync::Mutex<Option<Receiving>>,
+    receiving: parking_lot::Mutex<Option<Receiving>>,
 }
 
 #[derive(Debug)]
@@ -145,7 +145,7 @@ impl SnapshotIntake {
         sender: u64,
         is_valid: impl Fn(&[u8]) -> Result<(), String>,
     ) -> Result<(), Refusal> {
-        let mut receiving = self.receiving.lock().unwrap_or_else(|e| e.into_inner());
+        let mut receiving = self.receiving.lock();
         if rpc.offset == 0 {
             *receiving = Some(Receiving {
                 sender,

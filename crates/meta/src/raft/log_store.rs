@@ -25,7 +25,9 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
@@ -140,13 +142,11 @@ impl Disk {
 
 impl Shared {
     fn live(&self) -> MutexGuard<'_, Live> {
-        self.live
-            .lock()
-            .expect("log store lock poisoned by a panic")
+        self.live.lock()
     }
 
     fn disk(&self) -> MutexGuard<'_, Disk> {
-        self.disk.lock().expect("log file lock poisoned by a panic")
+        self.disk.lock()
     }
 
     /// Records `lines` on disk as `how` says, then in the live state; rewrites the file when it
@@ -311,11 +311,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         blocking(move || write_atomically(&dir, VOTE_FILE, &bytes))
             .await
             .map_err(vote_error)?;
-        *self
-            .shared
-            .vote
-            .lock()
-            .expect("vote lock poisoned by a panic") = Some(*vote);
+        *self.shared.vote.lock() = Some(*vote);
         Ok(())
     }
 
@@ -338,11 +334,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError<u64>> {
-        Ok(*self
-            .shared
-            .vote
-            .lock()
-            .expect("vote lock poisoned by a panic"))
+        Ok(*self.shared.vote.lock())
     }
 
     async fn append<I>(

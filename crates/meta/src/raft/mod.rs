@@ -1,14 +1,21 @@
 //! The MetaServer's Raft glue, on `openraft` (pinned) behind a small interface: a
-//! [`MetaNode`] persists its log and vote (fsynced before they are confirmed), applies committed
-//! [`Command`]s to the [`MetadataImage`] through [`crate::execute`], and snapshots the image.
+//! [`MetaNode`] persists its log and vote (fsynced before they are confirmed); as leader it
+//! executes [`Command`]s with [`crate::execute`] before proposing them ([`proposer`]) and
+//! replicates the resulting [`entry::RecordBatch`]es; every node applies committed batches to
+//! the [`MetadataImage`] as they are, and snapshots the image.
 //! The network is a trait parameter, so the same node runs over TCP in the server and over an
 //! in-process router in tests.
 
 mod durable_file;
+pub mod entry;
 pub mod inbound;
+mod legacy;
 mod log_file;
 mod log_store;
 pub mod network;
+pub mod proposer;
+#[cfg(test)]
+mod record_tests;
 mod state_machine;
 #[cfg(test)]
 mod tests;
@@ -19,21 +26,18 @@ use std::path::Path;
 use std::sync::Arc;
 
 use openraft::{BasicNode, Config, Raft, SnapshotPolicy};
-use serde::{Deserialize, Serialize};
+use parking_lot::{Mutex, RwLock};
 
 use crate::{Command, MetaError, MetadataImage, Reply};
+pub use entry::{ApplyError, EntryOutcome, MetaEntry, RecordBatch, RECORD_BATCH_VERSION};
 pub use log_store::LogStore;
 pub use state_machine::{check_snapshot_data, StateMachine};
-
-/// What a committed command produced on the state machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CommandResult(pub Result<Reply, MetaError>);
 
 openraft::declare_raft_types!(
     /// The Raft types of the MetaServer.
     pub TypeConfig:
-        D = Command,
-        R = CommandResult,
+        D = MetaEntry,
+        R = EntryOutcome,
         NodeId = u64,
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,
@@ -117,13 +121,15 @@ fn raft_config() -> Config {
 pub struct MetaNode {
     pub id: u64,
     pub raft: MetaRaft,
-    image: Arc<std::sync::RwLock<MetadataImage>>,
+    image: Arc<RwLock<MetadataImage>>,
     version: Arc<tokio::sync::watch::Sender<u64>>,
+    /// Commands for this node's [`proposer`] (which answers "not the leader" unless it leads).
+    proposals: tokio::sync::mpsc::Sender<proposer::Proposal>,
     /// A copy of the snapshot being received from a peer, checked whole before its last chunk
     /// reaches openraft.
     pub(crate) snapshot_intake: inbound::SnapshotIntake,
     /// The data directory's lock, held from start until [`MetaNode::shutdown`] (or drop).
-    dir_lock: std::sync::Mutex<Option<crate::dir_lock::DirLock>>,
+    dir_lock: Mutex<Option<crate::dir_lock::DirLock>>,
 }
 
 /// Logs every change of the Raft leader as this node sees it (INFO), until the node stops.
@@ -153,21 +159,32 @@ async fn log_leader_changes(
     }
 }
 
+/// Snapshots the image once after this node replayed legacy command entries (an old log, read
+/// once): the snapshot covers them, so later starts begin from it instead of executing them.
+async fn snapshot_after_legacy_replay(raft: MetaRaft, replayed: Arc<tokio::sync::Notify>) {
+    replayed.notified().await;
+    if let Err(e) = raft.trigger().snapshot().await {
+        tracing::warn!(error = %e, "snapshotting after replaying legacy metadata entries failed");
+    }
+}
+
 impl MetaNode {
     /// Opens the node's storage in `dir` and starts Raft with `network`.
     pub async fn start<N>(id: u64, dir: &Path, network: N) -> Result<MetaNode, MetaNodeError>
     where
         N: openraft::RaftNetworkFactory<TypeConfig>,
     {
-        MetaNode::start_with(id, dir, network, raft_config()).await
+        MetaNode::start_with(id, dir, network, raft_config(), RECORD_BATCH_VERSION).await
     }
 
-    /// [`MetaNode::start`] with other Raft settings (tests use short snapshot intervals).
+    /// [`MetaNode::start`] with other Raft settings (tests use short snapshot intervals) and
+    /// another newest record batch version to apply (tests play older and newer versions).
     async fn start_with<N>(
         id: u64,
         dir: &Path,
         network: N,
         config: Config,
+        batch_version_max: u32,
     ) -> Result<MetaNode, MetaNodeError>
     where
         N: openraft::RaftNetworkFactory<TypeConfig>,
@@ -182,24 +199,35 @@ impl MetaNode {
             // Before anything in the directory is read: another process may be writing it.
             let dir_lock = crate::dir_lock::DirLock::acquire(&owned)?;
             claim_dir(&owned, id)?;
-            let (log, sm) = (LogStore::open(&owned)?, StateMachine::open(&owned)?);
+            let log = LogStore::open(&owned)?;
+            let sm = StateMachine::open(&owned, batch_version_max)?;
             Ok::<_, MetaNodeError>((dir_lock, log, sm))
         })
         .await
         .map_err(|e| MetaNodeError::Raft(format!("opening the Raft storage failed: {e}")))??;
         let image = sm.image_handle();
         let version = sm.version_handle();
+        let legacy_replayed = sm.legacy_replayed.clone();
         let raft = Raft::new(id, config, network, log, sm)
             .await
             .map_err(|e| MetaNodeError::Raft(e.to_string()))?;
         tokio::spawn(log_leader_changes(id, raft.metrics()));
+        tokio::spawn(snapshot_after_legacy_replay(raft.clone(), legacy_replayed));
+        let (proposals, queue) = tokio::sync::mpsc::channel(proposer::PROPOSALS_QUEUED_MAX);
+        let proposer = proposer::Proposer {
+            id,
+            raft: raft.clone(),
+            image: image.clone(),
+        };
+        tokio::spawn(proposer.run(queue));
         Ok(MetaNode {
             id,
             raft,
             image,
             version,
+            proposals,
             snapshot_intake: inbound::SnapshotIntake::default(),
-            dir_lock: std::sync::Mutex::new(Some(dir_lock)),
+            dir_lock: Mutex::new(Some(dir_lock)),
         })
     }
 
@@ -215,33 +243,36 @@ impl MetaNode {
             .map_err(|e| MetaNodeError::Raft(e.to_string()))
     }
 
-    /// Replicates `command` and returns its reply once committed and applied.
+    /// Executes `command` on this node, the leader, and returns the reply `execute` gave once
+    /// its records are committed and applied (a refusal once this node is confirmed leader).
     pub async fn write(&self, command: Command) -> Result<Reply, MetaNodeError> {
-        match self.raft.client_write(command).await {
-            Ok(response) => Ok(response.data.0?),
-            Err(openraft::error::RaftError::APIError(
-                openraft::error::ClientWriteError::ForwardToLeader(f),
-            )) => Err(MetaNodeError::NotLeader {
-                leader: f.leader_id,
-            }),
-            Err(e) => Err(MetaNodeError::Raft(e.to_string())),
+        let leader = self.current_leader();
+        if leader != Some(self.id) {
+            return Err(MetaNodeError::NotLeader { leader });
         }
+        let stopped = || MetaNodeError::Raft("the MetaServer proposer stopped".into());
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.proposals
+            .send(proposer::Proposal { command, reply })
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
     }
 
     /// The cluster id as applied on this node (empty until the cluster is named), without
     /// copying the rest of the image.
     pub fn cluster_id(&self) -> String {
-        self.image.read().expect("image lock").cluster_id.clone()
+        self.image.read().cluster_id.clone()
     }
 
     /// The image as applied on this node (possibly behind the leader's).
     pub fn image(&self) -> MetadataImage {
-        self.image.read().expect("image lock").clone()
+        self.image.read().clone()
     }
 
     /// `f` of the current image, without copying it (e.g. one user's credential at a login).
     pub fn with_image<T>(&self, f: impl FnOnce(&MetadataImage) -> T) -> T {
-        f(&self.image.read().expect("image lock"))
+        f(&self.image.read())
     }
 
     /// The index of the last log entry applied to the image (see [`MetaNode::versioned_image`]).
@@ -321,7 +352,7 @@ impl MetaNode {
     /// another node (or this one, restarted) may open it.
     pub async fn shutdown(&self) {
         let _ = self.raft.shutdown().await;
-        self.dir_lock.lock().expect("dir lock mutex").take();
+        self.dir_lock.lock().take();
     }
 }
 

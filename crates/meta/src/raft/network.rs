@@ -3,7 +3,9 @@
 //! A peer that becomes unreachable is logged once (WARN), and again (INFO) when it answers.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -70,9 +72,7 @@ impl TcpLink {
     /// Logs a change in whether the peer can be reached (openraft's own errors for it are
     /// off by default: it retries every heartbeat).
     fn note_reachable(&self, reachable: bool, error: Option<&str>) {
-        let Ok(mut unreachable) = self.unreachable.lock() else {
-            return;
-        };
+        let mut unreachable = self.unreachable.lock();
         if reachable && unreachable.remove(&self.target) {
             tracing::info!(peer = self.target, addr = %self.addr, "MetaServer peer reachable again");
         } else if !reachable && unreachable.insert(self.target) {

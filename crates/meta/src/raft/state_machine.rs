@@ -1,6 +1,10 @@
-//! The Raft state machine: committed commands are executed against the image with
-//! [`crate::execute`] and their records applied; a snapshot is the serialized image with the
-//! last applied log id and membership, stored in `meta-snapshot.json`.
+//! The Raft state machine: committed record batches are applied to the image as they are
+//! (commands were executed by the leader before it proposed them); legacy command entries are
+//! replayed through [`super::legacy`]. Applying never executes a rule of the current version on
+//! a new entry and never panics on data: an entry this node cannot apply stops it with an
+//! [`ApplyError`] naming the index, the image left as it was before that entry. A snapshot is
+//! the serialized image with the last applied log id and membership, stored in
+//! `meta-snapshot.json`.
 //!
 //! The image is rebuilt on start from the snapshot plus the log entries after it (openraft
 //! re-applies them), so applying needs no fsync of its own. Snapshot files are written and read
@@ -8,7 +12,9 @@
 
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
@@ -18,16 +24,22 @@ use openraft::{
 use serde::{Deserialize, Serialize};
 
 use super::durable_file::{blocking, write_atomically};
-use super::{CommandResult, TypeConfig};
-use crate::{execute, MetadataImage, Reply};
+use super::entry::{ApplyError, EntryOutcome, MetaEntry, RecordBatch};
+use super::TypeConfig;
+use crate::MetadataImage;
 
 const SNAPSHOT_FILE: &str = "meta-snapshot.json";
 
+/// What the state machine holds: its snapshot is this, serialized.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Applied {
+pub(super) struct Applied {
     last_applied: Option<LogId<u64>>,
     membership: StoredMembership<u64, BasicNode>,
-    image: MetadataImage,
+    pub(super) image: MetadataImage,
+    /// The index of the last entry that changed the image (a record batch or legacy command):
+    /// a batch executed against an older index is stale. 0 in snapshots from before batches.
+    #[serde(default)]
+    last_change_index: u64,
 }
 
 /// Whether `data` is a snapshot this state machine can install (checked before a snapshot
@@ -59,6 +71,11 @@ pub struct StateMachine {
     /// file at once, and an older one never replaces a newer one (whose covered log entries
     /// may already be purged).
     saved: Arc<Mutex<Option<LogId<u64>>>>,
+    /// The newest [`RecordBatch::version`] this node applies.
+    batch_version_max: u32,
+    /// Told when a legacy command entry was replayed: the node then snapshots once, so the
+    /// old entries are not executed again at its next start.
+    pub(super) legacy_replayed: Arc<tokio::sync::Notify>,
 }
 
 fn sm_error(e: impl std::error::Error + 'static) -> StorageError<u64> {
@@ -76,8 +93,9 @@ fn damaged_snapshot(path: &Path, e: serde_json::Error) -> std::io::Error {
 }
 
 impl StateMachine {
-    /// Starts from the last snapshot in `dir`, if any. Blocking.
-    pub fn open(dir: &Path) -> std::io::Result<StateMachine> {
+    /// Starts from the last snapshot in `dir`, if any, applying record batches up to version
+    /// `batch_version_max` (tests pretend to be older or newer versions with it). Blocking.
+    pub fn open(dir: &Path, batch_version_max: u32) -> std::io::Result<StateMachine> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(SNAPSHOT_FILE);
         let (applied, saved) = match std::fs::read(&path) {
@@ -102,6 +120,8 @@ impl StateMachine {
             version,
             snapshot_seq: Arc::default(),
             saved: Arc::new(Mutex::new(saved)),
+            batch_version_max,
+            legacy_replayed: Arc::default(),
         })
     }
 
@@ -114,7 +134,7 @@ impl StateMachine {
     }
 
     fn publish(&self, applied: &Applied) {
-        *self.image.write().expect("image lock") = applied.image.clone();
+        *self.image.write() = applied.image.clone();
         self.version
             .send_replace(applied.last_applied.map_or(0, |l| l.index));
     }
@@ -125,7 +145,7 @@ impl StateMachine {
         let dir = self.dir.clone();
         let saved = self.saved.clone();
         blocking(move || {
-            let mut saved = saved.lock().expect("snapshot lock poisoned by a panic");
+            let mut saved = saved.lock();
             if stored.meta.last_log_id < *saved {
                 return Ok(());
             }
@@ -153,7 +173,7 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<u64>> {
-        let applied = self.applied.read().expect("applied lock").clone();
+        let applied = self.applied.read().clone();
         let data = serde_json::to_vec(&applied).map_err(sm_error)?;
         let seq = self
             .snapshot_seq
@@ -181,38 +201,48 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     async fn applied_state(
         &mut self,
     ) -> Result<(Option<LogId<u64>>, StoredMembership<u64, BasicNode>), StorageError<u64>> {
-        let applied = self.applied.read().expect("applied lock");
+        let applied = self.applied.read();
         Ok((applied.last_applied, applied.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<CommandResult>, StorageError<u64>>
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<EntryOutcome>, StorageError<u64>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut applied = self.applied.write().expect("applied lock");
-        let mut results = Vec::new();
+        let mut applied = self.applied.write();
+        let mut outcomes = Vec::new();
+        let mut replayed_legacy = false;
         for entry in entries {
-            applied.last_applied = Some(entry.log_id);
-            let result = match entry.payload {
-                EntryPayload::Blank => Ok(Reply::Done),
+            let index = entry.log_id.index;
+            let outcome = match entry.payload {
+                EntryPayload::Blank => EntryOutcome::Applied,
                 EntryPayload::Membership(m) => {
                     applied.membership = StoredMembership::new(Some(entry.log_id), m);
-                    Ok(Reply::Done)
+                    EntryOutcome::Applied
                 }
-                EntryPayload::Normal(command) => {
-                    execute(&applied.image, &command).map(|(records, reply)| {
-                        for record in &records {
-                            applied.image.apply(record);
+                EntryPayload::Normal(payload) => {
+                    replayed_legacy |= matches!(payload, MetaEntry::Legacy(_));
+                    match apply_entry(&mut applied, index, payload, self.batch_version_max) {
+                        Ok(outcome) => outcome,
+                        Err(e) => {
+                            // What was applied before this entry stays published; this entry
+                            // and every later one are not applied here.
+                            self.publish(&applied);
+                            tracing::error!(error = %e, index, "cannot apply a committed metadata entry; this MetaServer node stops");
+                            return Err(StorageIOError::apply(entry.log_id, &e).into());
                         }
-                        reply
-                    })
+                    }
                 }
             };
-            results.push(CommandResult(result));
+            applied.last_applied = Some(entry.log_id);
+            outcomes.push(outcome);
         }
         self.publish(&applied);
-        Ok(results)
+        if replayed_legacy {
+            self.legacy_replayed.notify_one();
+        }
+        Ok(outcomes)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
@@ -238,7 +268,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         })
         .await
         .map_err(sm_error)?;
-        let mut applied = self.applied.write().expect("applied lock");
+        let mut applied = self.applied.write();
         *applied = new;
         self.publish(&applied);
         Ok(())
@@ -255,4 +285,45 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             Err(e) => Err(StorageIOError::read_snapshot(None, &e).into()),
         }
     }
+}
+
+/// Applies one normal entry to `applied` (image and change index), or refuses it whole.
+pub(super) fn apply_entry(
+    applied: &mut Applied,
+    index: u64,
+    payload: MetaEntry,
+    batch_version_max: u32,
+) -> Result<EntryOutcome, ApplyError> {
+    match payload {
+        MetaEntry::Records(batch) => apply_batch(applied, index, &batch, batch_version_max),
+        MetaEntry::Legacy(command) => {
+            let reply = super::legacy::replay(&mut applied.image, &command);
+            applied.last_change_index = index;
+            Ok(EntryOutcome::Legacy(reply))
+        }
+        MetaEntry::Unreadable { why, .. } => Err(ApplyError::Unreadable { index, why }),
+    }
+}
+
+fn apply_batch(
+    applied: &mut Applied,
+    index: u64,
+    batch: &RecordBatch,
+    batch_version_max: u32,
+) -> Result<EntryOutcome, ApplyError> {
+    if batch.version > batch_version_max {
+        return Err(ApplyError::NewerBatch {
+            index,
+            version: batch.version,
+            max: batch_version_max,
+        });
+    }
+    if applied.last_change_index > batch.base_index {
+        return Ok(EntryOutcome::Stale);
+    }
+    for record in &batch.records {
+        applied.image.apply(record);
+    }
+    applied.last_change_index = index;
+    Ok(EntryOutcome::Applied)
 }

@@ -20,11 +20,11 @@ use super::{MetaNode, MetaRaft, TypeConfig};
 use crate::{Command, Reply};
 
 #[derive(Clone, Default)]
-struct Router {
-    nodes: Arc<Mutex<HashMap<u64, MetaRaft>>>,
+pub(super) struct Router {
+    pub(super) nodes: Arc<Mutex<HashMap<u64, MetaRaft>>>,
 }
 
-struct Link {
+pub(super) struct Link {
     router: Router,
     target: u64,
 }
@@ -100,7 +100,7 @@ impl RaftNetwork<TypeConfig> for Link {
     }
 }
 
-async fn start(router: &Router, id: u64, dir: &std::path::Path) -> MetaNode {
+pub(super) async fn start(router: &Router, id: u64, dir: &std::path::Path) -> MetaNode {
     let node = MetaNode::start(id, &dir.join(format!("meta-{id}")), router.clone())
         .await
         .unwrap();
@@ -109,7 +109,7 @@ async fn start(router: &Router, id: u64, dir: &std::path::Path) -> MetaNode {
 }
 
 /// Waits (bounded) until some node reports a leader other than `not`.
-async fn leader_of(nodes: &[&MetaNode], not: Option<u64>) -> u64 {
+pub(super) async fn leader_of(nodes: &[&MetaNode], not: Option<u64>) -> u64 {
     for _ in 0..200 {
         for n in nodes {
             if let Some(l) = n.current_leader().filter(|l| Some(*l) != not) {
@@ -251,9 +251,15 @@ async fn snapshots_and_purges_keep_the_log_file_small_and_a_restart_recovers_eve
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("meta-1");
     let router = Router::default();
-    let node = MetaNode::start_with(1, &dir, router.clone(), config())
-        .await
-        .unwrap();
+    let node = MetaNode::start_with(
+        1,
+        &dir,
+        router.clone(),
+        config(),
+        super::RECORD_BATCH_VERSION,
+    )
+    .await
+    .unwrap();
     router.nodes.lock().unwrap().insert(1, node.raft.clone());
     node.initialize(BTreeMap::from([(1, "node-1".to_string())]))
         .await
@@ -310,9 +316,15 @@ async fn snapshots_and_purges_keep_the_log_file_small_and_a_restart_recovers_eve
     drop(store);
 
     // A restart rebuilds the same image from the snapshot and those entries.
-    let node = MetaNode::start_with(1, &dir, router.clone(), config())
-        .await
-        .unwrap();
+    let node = MetaNode::start_with(
+        1,
+        &dir,
+        router.clone(),
+        config(),
+        super::RECORD_BATCH_VERSION,
+    )
+    .await
+    .unwrap();
     router.nodes.lock().unwrap().insert(1, node.raft.clone());
     for _ in 0..200 {
         if node.image() == image {
@@ -333,7 +345,7 @@ async fn rejoin(
     config: openraft::Config,
     image: &crate::MetadataImage,
 ) -> MetaNode {
-    let node = MetaNode::start_with(id, dir, router.clone(), config)
+    let node = MetaNode::start_with(id, dir, router.clone(), config, super::RECORD_BATCH_VERSION)
         .await
         .unwrap();
     router.nodes.lock().unwrap().insert(id, node.raft.clone());
@@ -359,9 +371,15 @@ async fn a_node_restarted_after_the_log_it_missed_was_purged_installs_a_snapshot
     let mut nodes = Vec::new();
     for id in 1..=3 {
         let dir = tmp.path().join(format!("meta-{id}"));
-        let node = MetaNode::start_with(id, &dir, router.clone(), config())
-            .await
-            .unwrap();
+        let node = MetaNode::start_with(
+            id,
+            &dir,
+            router.clone(),
+            config(),
+            super::RECORD_BATCH_VERSION,
+        )
+        .await
+        .unwrap();
         router.nodes.lock().unwrap().insert(id, node.raft.clone());
         nodes.push(node);
     }
