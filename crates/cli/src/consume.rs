@@ -3,7 +3,9 @@
 //! In a group it commits exactly what it printed: `--count` takes no more records from the
 //! consumer than it prints, and on exit — the count reached, `--timeout-ms` passed, the reader
 //! gone, Ctrl-C (exit 130) or SIGTERM (exit 0) — it commits the position after the last
-//! printed record and leaves the group. A second Ctrl-C exits at once without committing.
+//! printed record and leaves the group. A second Ctrl-C exits at once without committing;
+//! signals within [`SIGNAL_REPEAT_WINDOW`] of the first count as one (`timeout -s INT` signals
+//! the process and its process group).
 //! `--timeout-ms 0` reads each partition up to the end it had when the consumer got it, then
 //! exits.
 
@@ -167,10 +169,15 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Signals that arrive within this long of the first count as that one: GNU `timeout -s INT`
+/// (and a terminal's Ctrl-C) signals the process and its process group, so one interrupt can
+/// arrive twice in the same instant, and must not be taken for a second Ctrl-C.
+pub(crate) const SIGNAL_REPEAT_WINDOW: Duration = Duration::from_millis(500);
+
 /// The first SIGINT or SIGTERM is published for the print loop, which stops after the poll in
 /// progress (at most half a second, or half a session while the group coordinator does not
-/// answer) and decides the exit status; a second SIGINT exits at once (nothing more is
-/// committed).
+/// answer) and decides the exit status; a SIGINT more than [`SIGNAL_REPEAT_WINDOW`] after the
+/// first signal exits at once (nothing more is committed), one sooner is the same interrupt.
 pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
     use tokio::signal::unix::{signal, SignalKind};
     let stop = Arc::new(AtomicI32::new(0));
@@ -178,13 +185,18 @@ pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
     let mut terminate = signal(SignalKind::terminate())?;
     let first = stop.clone();
     tokio::spawn(async move {
+        let mut first_at: Option<Instant> = None;
         loop {
             let got = tokio::select! {
                 _ = interrupt.recv() => libc::SIGINT,
                 _ = terminate.recv() => libc::SIGTERM,
             };
             let earlier = first.compare_exchange(0, got, Ordering::SeqCst, Ordering::SeqCst);
-            if earlier.is_err() && got == libc::SIGINT {
+            let first_at = *first_at.get_or_insert_with(Instant::now);
+            if earlier.is_err()
+                && got == libc::SIGINT
+                && first_at.elapsed() >= SIGNAL_REPEAT_WINDOW
+            {
                 std::process::exit(130);
             }
         }
