@@ -253,9 +253,7 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
             let admin = Admin::new(bootstrap.client_config()?)?;
             match admin.delete_topic(&name).await {
                 Ok(()) => outln!("deleted topic {name}")?,
-                Err(e)
-                    if if_exists && e.code() == Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION) =>
-                {
+                Err(e) if if_exists && e.code() == Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION) => {
                     outln!("no topic {name}; nothing deleted")?
                 }
                 Err(e) => return Err(e.into()),
@@ -323,9 +321,18 @@ async fn list_details(admin: &Admin, names: Vec<String>, json: bool) -> anyhow::
         return outln!("{}", serde_json::json!({ "topics": topics }));
     }
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(4);
-    outln!("{:<width$} {:>10} {:>8} {:>14}", "NAME", "PARTITIONS", "REPLICAS", "BYTES")?;
+    outln!(
+        "{:<width$} {:>10} {:>8} {:>14}",
+        "NAME",
+        "PARTITIONS",
+        "REPLICAS",
+        "BYTES"
+    )?;
     for (name, partitions, rf, size) in &rows {
-        outln!("{name:<width$} {partitions:>10} {rf:>8} {:>14}", or_dash(*size))?;
+        outln!(
+            "{name:<width$} {partitions:>10} {rf:>8} {:>14}",
+            or_dash(*size)
+        )?;
     }
     Ok(())
 }
