@@ -263,12 +263,15 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `KEY=VALUE` pairs, as `--set` and `--config` give them.
+type Settings = Vec<(String, String)>;
+
 /// `--config flush=…` goes into the create request (an alter may not change it): the flush
 /// policy and the settings left for the alter.
 fn split_flush(
     flag: Option<String>,
-    settings: Vec<(String, String)>,
-) -> anyhow::Result<(Option<String>, Vec<(String, String)>)> {
+    settings: Settings,
+) -> anyhow::Result<(Option<String>, Settings)> {
     let (flushes, rest): (Vec<_>, Vec<_>) = settings.into_iter().partition(|(k, _)| k == "flush");
     match (flag, flushes.as_slice()) {
         (flag, []) => Ok((flag, rest)),
