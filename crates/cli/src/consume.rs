@@ -454,3 +454,39 @@ fn report_unavailable(consumer: &Consumer, json: bool, reported: &mut Vec<Unavai
     }
     *reported = now;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn print_fields_keep_their_order_put_the_value_last_and_refuse_unknown_or_repeated_names() {
+        let Fields(fields) = parse_fields("offset,key").unwrap();
+        assert_eq!(fields, [Field::Offset, Field::Key, Field::Value]);
+        let Fields(fields) = parse_fields("value, partition").unwrap();
+        assert_eq!(fields, [Field::Value, Field::Partition]);
+        assert!(parse_fields("key,colour").unwrap_err().contains("colour"));
+        assert!(parse_fields("key,key").unwrap_err().contains("twice"));
+        assert!(parse_fields("").is_err());
+    }
+
+    #[test]
+    fn a_print_line_is_the_fields_tab_separated_with_null_as_nothing() {
+        let record = ConsumerRecord {
+            topic: "t".into(),
+            partition: 2,
+            offset: 7,
+            timestamp_ms: 1000,
+            key: None,
+            value: Some(bytes::Bytes::from_static(b"v")),
+            headers: vec![
+                ("a".into(), Some(bytes::Bytes::from_static(b"1"))),
+                ("b".into(), None),
+            ],
+        };
+        let Fields(fields) = parse_fields("key,partition,offset,timestamp,headers").unwrap();
+        let mut out = Vec::new();
+        print_fields(&mut out, &record, &fields, Encoding::Utf8).unwrap();
+        assert_eq!(out, b"\t2\t7\t1000\ta=1,b=\tv\n");
+    }
+}

@@ -125,6 +125,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn from_time_takes_the_forms_deliver_at_takes_and_names_its_flag() {
+        assert_eq!(parse_from_time("1764613800000"), Ok(1_764_613_800_000));
+        assert_eq!(
+            parse_from_time("2025-12-01T18:30:00Z"),
+            parse_deliver_at("2025-12-01T18:30:00Z")
+        );
+        assert!(parse_from_time("yesterday")
+            .unwrap_err()
+            .starts_with("--from-time"));
+    }
+
+    #[test]
     fn deliver_at_takes_epoch_ms_and_rfc3339_with_offsets_and_fractions() {
         assert_eq!(parse_deliver_at("1764613800000"), Ok(1_764_613_800_000));
         assert_eq!(parse_deliver_at("1970-01-01T00:00:00Z"), Ok(0));
