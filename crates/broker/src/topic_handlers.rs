@@ -11,7 +11,7 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::partition::Partition;
 use crate::state::BrokerState;
-use crate::topic::{validate_topic_name, TopicSettings};
+use crate::topic::{validate_topic_name, ShareSettings, TopicSettings};
 
 /// How long a topic change waits, in all, to be visible here (in the image, then its
 /// partitions opened or closed) before answering anyway. With the MetaServer link's 15 s for
@@ -324,9 +324,14 @@ pub fn describe_topic(
         };
     };
     let settings = state.settings_of(&req.name, topic);
+    let share = ShareSettings::of(&req.name, topic);
     m::DescribeTopicResponse {
         error: None,
         config: Some(settings.to_wire()),
+        share: Some(m::TopicShareSettings {
+            max_delivery_attempts: share.max_delivery_attempts,
+            dead_letter_topic: share.dead_letter_topic,
+        }),
         partitions: topic
             .partitions
             .iter()

@@ -3,7 +3,9 @@
 //! In a group it commits exactly what it printed: `--count` takes no more records from the
 //! consumer than it prints, and on exit — the count reached, `--timeout-ms` passed, the reader
 //! gone, Ctrl-C (exit 130) or SIGTERM (exit 0) — it commits the position after the last
-//! printed record and leaves the group. A second Ctrl-C exits at once without committing.
+//! printed record and leaves the group. A second Ctrl-C exits at once without committing;
+//! signals within [`SIGNAL_REPEAT_WINDOW`] of the first count as one (`timeout -s INT` signals
+//! the process and its process group).
 //! `--timeout-ms 0` reads each partition up to the end it had when the consumer got it, then
 //! exits.
 
@@ -26,6 +28,12 @@ pub struct ConsumeArgs {
     /// the group has no committed offset).
     #[arg(long, conflicts_with = "offset")]
     pub(crate) from_beginning: bool,
+    /// Start each partition at its first record timestamped at or after this time (RFC 3339,
+    /// 2026-12-01T18:30:00Z, or ms since the Unix epoch; ListOffsets by timestamp), at its end
+    /// when none is that recent (with --group: where the group has no committed offset).
+    #[arg(long, value_parser = crate::produce::when::parse_from_time,
+          conflicts_with_all = ["offset", "from_beginning", "share_group"])]
+    pub(crate) from_time: Option<i64>,
     /// Consume as a member of this group: partitions are shared with the group's other
     /// members, and positions are committed (at-least-once) and resumed from.
     #[arg(long, conflicts_with_all = ["offset", "partition"])]
@@ -49,6 +57,13 @@ pub struct ConsumeArgs {
     /// timestamp, key, headers, value; see the README).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub(crate) format: String,
+    /// In text, print these fields of each record, tab-separated, in this order:
+    /// comma-separated names of key, partition, offset, timestamp (ms), headers
+    /// (k=v,k2=v2) and value; the value comes last when not named (kcat's -f idea). A null
+    /// key or value prints as nothing [default: the value only].
+    #[arg(long, value_name = "FIELDS", value_parser = parse_fields,
+          conflicts_with_all = ["share_group"])]
+    pub(crate) print: Option<Fields>,
     /// How keys, values and header values are written. In JSON, utf8 writes bytes that are not
     /// UTF-8 as base64, and each `*_encoding` field names what was used; in text, utf8 writes
     /// the value's raw bytes.
@@ -109,6 +124,94 @@ pub(crate) fn print(
     }
 }
 
+/// A record field `--print` can name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    Key,
+    Partition,
+    Offset,
+    Timestamp,
+    Headers,
+    Value,
+}
+
+/// The fields `--print` names, in order (a newtype: clap would take a `Vec` for a repeated
+/// flag).
+#[derive(Debug, Clone)]
+pub(crate) struct Fields(Vec<Field>);
+
+/// `--print key,partition,…`: the fields in order, each once, with `value` last when not named.
+fn parse_fields(text: &str) -> Result<Fields, String> {
+    let mut fields = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let field = match name {
+            "key" => Field::Key,
+            "partition" => Field::Partition,
+            "offset" => Field::Offset,
+            "timestamp" => Field::Timestamp,
+            "headers" => Field::Headers,
+            "value" => Field::Value,
+            other => {
+                return Err(format!(
+                    "unknown field {other:?}: expected key, partition, offset, timestamp, headers or value"
+                ))
+            }
+        };
+        if fields.contains(&field) {
+            return Err(format!("{name} is named twice"));
+        }
+        fields.push(field);
+    }
+    if !fields.contains(&Field::Value) {
+        fields.push(Field::Value);
+    }
+    Ok(Fields(fields))
+}
+
+/// Bytes as `consume` writes them in text: raw with utf8, else encoded; nothing for null.
+fn write_bytes(
+    out: &mut impl Write,
+    bytes: Option<&[u8]>,
+    encoding: Encoding,
+) -> std::io::Result<()> {
+    let bytes = bytes.unwrap_or_default();
+    match encoding {
+        Encoding::Utf8 => out.write_all(bytes),
+        other => out.write_all(codec::encode(bytes, other).0.as_bytes()),
+    }
+}
+
+/// One record as a `--print` line: the chosen fields, tab-separated.
+fn print_fields(
+    out: &mut impl Write,
+    record: &ConsumerRecord,
+    fields: &[Field],
+    encoding: Encoding,
+) -> std::io::Result<()> {
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b"\t")?;
+        }
+        match field {
+            Field::Key => write_bytes(out, record.key.as_deref(), encoding)?,
+            Field::Partition => write!(out, "{}", record.partition)?,
+            Field::Offset => write!(out, "{}", record.offset)?,
+            Field::Timestamp => write!(out, "{}", record.timestamp_ms)?,
+            Field::Headers => {
+                for (j, (key, value)) in record.headers.iter().enumerate() {
+                    if j > 0 {
+                        out.write_all(b",")?;
+                    }
+                    write!(out, "{key}=")?;
+                    write_bytes(out, value.as_deref(), encoding)?;
+                }
+            }
+            Field::Value => write_bytes(out, record.value.as_deref(), encoding)?,
+        }
+    }
+    out.write_all(b"\n")
+}
+
 /// Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 pub struct Interrupted;
 
@@ -133,11 +236,15 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     let stop = watch_signals()?;
     let mut config = ConsumerConfig::new(&args.bootstrap.bootstrap);
     config.client = args.bootstrap.client_config()?;
-    config.start_from = if args.from_beginning {
-        StartFrom::Earliest
-    } else {
-        StartFrom::Latest
+    config.start_from = match (args.from_time, args.from_beginning) {
+        (Some(ms), _) => StartFrom::Timestamp(ms),
+        (None, true) => StartFrom::Earliest,
+        (None, false) => StartFrom::Latest,
     };
+    anyhow::ensure!(
+        args.print.is_none() || args.format == "text",
+        "--print chooses the fields of text lines; --format json prints every field"
+    );
     // Broker-side: the consumer checks it (a refusal names the column) and sends it with
     // every fetch; positions and group commits move past the records it skips.
     config.filter = args.filter.clone();
@@ -167,10 +274,15 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Signals that arrive within this long of the first count as that one: GNU `timeout -s INT`
+/// (and a terminal's Ctrl-C) signals the process and its process group, so one interrupt can
+/// arrive twice in the same instant, and must not be taken for a second Ctrl-C.
+pub(crate) const SIGNAL_REPEAT_WINDOW: Duration = Duration::from_millis(500);
+
 /// The first SIGINT or SIGTERM is published for the print loop, which stops after the poll in
 /// progress (at most half a second, or half a session while the group coordinator does not
-/// answer) and decides the exit status; a second SIGINT exits at once (nothing more is
-/// committed).
+/// answer) and decides the exit status; a SIGINT more than [`SIGNAL_REPEAT_WINDOW`] after the
+/// first signal exits at once (nothing more is committed), one sooner is the same interrupt.
 pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
     use tokio::signal::unix::{signal, SignalKind};
     let stop = Arc::new(AtomicI32::new(0));
@@ -178,13 +290,16 @@ pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
     let mut terminate = signal(SignalKind::terminate())?;
     let first = stop.clone();
     tokio::spawn(async move {
+        let mut first_at: Option<Instant> = None;
         loop {
             let got = tokio::select! {
                 _ = interrupt.recv() => libc::SIGINT,
                 _ = terminate.recv() => libc::SIGTERM,
             };
             let earlier = first.compare_exchange(0, got, Ordering::SeqCst, Ordering::SeqCst);
-            if earlier.is_err() && got == libc::SIGINT {
+            let first_at = *first_at.get_or_insert_with(Instant::now);
+            if earlier.is_err() && got == libc::SIGINT && first_at.elapsed() >= SIGNAL_REPEAT_WINDOW
+            {
                 std::process::exit(130);
             }
         }
@@ -239,8 +354,11 @@ async fn print_until_done(
         report_unavailable(consumer, json, &mut reported);
         let mut out = stdout.lock();
         for (i, record) in records.iter().enumerate() {
-            match print(&mut out, record, json, args.value_format, None).and_then(|()| out.flush())
-            {
+            let printed_one = match &args.print {
+                Some(Fields(fields)) => print_fields(&mut out, record, fields, args.value_format),
+                None => print(&mut out, record, json, args.value_format, None),
+            };
+            match printed_one.and_then(|()| out.flush()) {
                 Ok(()) => printed += 1,
                 Err(e) => {
                     // Not printed: not consumed, so the group delivers them again.
@@ -335,4 +453,40 @@ fn report_unavailable(consumer: &Consumer, json: bool, reported: &mut Vec<Unavai
         eprintln!("{}", serde_json::json!({"status": {"unavailable": list}}));
     }
     *reported = now;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn print_fields_keep_their_order_put_the_value_last_and_refuse_unknown_or_repeated_names() {
+        let Fields(fields) = parse_fields("offset,key").unwrap();
+        assert_eq!(fields, [Field::Offset, Field::Key, Field::Value]);
+        let Fields(fields) = parse_fields("value, partition").unwrap();
+        assert_eq!(fields, [Field::Value, Field::Partition]);
+        assert!(parse_fields("key,colour").unwrap_err().contains("colour"));
+        assert!(parse_fields("key,key").unwrap_err().contains("twice"));
+        assert!(parse_fields("").is_err());
+    }
+
+    #[test]
+    fn a_print_line_is_the_fields_tab_separated_with_null_as_nothing() {
+        let record = ConsumerRecord {
+            topic: "t".into(),
+            partition: 2,
+            offset: 7,
+            timestamp_ms: 1000,
+            key: None,
+            value: Some(bytes::Bytes::from_static(b"v")),
+            headers: vec![
+                ("a".into(), Some(bytes::Bytes::from_static(b"1"))),
+                ("b".into(), None),
+            ],
+        };
+        let Fields(fields) = parse_fields("key,partition,offset,timestamp,headers").unwrap();
+        let mut out = Vec::new();
+        print_fields(&mut out, &record, &fields, Encoding::Utf8).unwrap();
+        assert_eq!(out, b"\t2\t7\t1000\ta=1,b=\tv\n");
+    }
 }

@@ -7,7 +7,7 @@
 //! (`Producer::send_at`): acknowledged once the leader's timer log has them, visible to
 //! consumers at that time.
 
-mod when;
+pub(crate) mod when;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -82,6 +82,11 @@ pub struct ProduceArgs {
     /// Deliver each message this long after it is sent: 1500ms, 30s, 2m, 1h, 7d.
     #[arg(long, value_parser = when::parse_delay)]
     delay: Option<i64>,
+    /// Print where each record landed, once acknowledged: one line per input record, in
+    /// input order, PARTITION<TAB>OFFSET; the offset is `-` with --acks 0 and for delayed
+    /// records (it is given at delivery), and both are `-` for a record not produced.
+    #[arg(long)]
+    print_offsets: bool,
     #[command(flatten)]
     bootstrap: Bootstrap,
 }
@@ -232,7 +237,7 @@ enum Timing {
 }
 
 /// A delayed record's delivery: boxed, the less usual case.
-type DelayedFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+type DelayedFuture = Pin<Box<dyn Future<Output = Result<Landed, String>> + Send>>;
 
 /// A record's delivery, awaited in order.
 enum Pending {
@@ -240,10 +245,17 @@ enum Pending {
     Delayed(DelayedFuture),
 }
 
+/// Where an acknowledged record landed: its partition, and its offset when known.
+type Landed = (u32, Option<i64>);
+
 impl Pending {
-    async fn settle(self) -> Result<(), String> {
+    async fn settle(self) -> Result<Landed, String> {
         match self {
-            Pending::Now(delivery) => delivery.await.map(|_| ()).map_err(|e| e.to_string()),
+            Pending::Now(delivery) => delivery
+                .await
+                // -1: not known with acks=0.
+                .map(|m| (m.partition, (m.offset >= 0).then_some(m.offset)))
+                .map_err(|e| e.to_string()),
             Pending::Delayed(delivery) => delivery.await,
         }
     }
@@ -260,6 +272,8 @@ struct Sender {
     records: u64,
     failed: u64,
     first_error: Option<String>,
+    /// `--print-offsets`: a line on stdout per settled record.
+    print_offsets: bool,
 }
 
 impl Sender {
@@ -286,7 +300,11 @@ impl Sender {
             Some(at) => {
                 let delivery = self.producer.send_at(&self.topic, record, at).await?;
                 Pending::Delayed(Box::pin(async move {
-                    delivery.await.map(|_| ()).map_err(|e| e.to_string())
+                    // Its offset is given when it is delivered, at its time.
+                    delivery
+                        .await
+                        .map(|m| (m.partition, None))
+                        .map_err(|e| e.to_string())
                 }))
             }
         };
@@ -307,19 +325,37 @@ impl Sender {
         true
     }
 
-    /// A line that is not sent at all (it cannot be read as a record).
-    fn refuse(&mut self, line: u64, why: String) {
+    /// A line that is not sent at all (it cannot be read as a record). Settled after the
+    /// records before it, so `--print-offsets` lines stay in input order.
+    async fn refuse(&mut self, line: u64, why: String) {
+        if self.print_offsets {
+            while self.settle_oldest().await {}
+        }
         self.records += 1;
         self.settle(line, Err(why));
     }
 
-    fn settle(&mut self, line: u64, result: Result<(), String>) {
-        if let Err(e) = result {
-            self.failed += 1;
-            if self.failed <= FAILED_LINES_REPORTED_MAX {
-                eprintln!("line {line}: not produced: {e}");
+    fn settle(&mut self, line: u64, result: Result<Landed, String>) {
+        let landed = match result {
+            Ok(landed) => Some(landed),
+            Err(e) => {
+                self.failed += 1;
+                if self.failed <= FAILED_LINES_REPORTED_MAX {
+                    eprintln!("line {line}: not produced: {e}");
+                }
+                self.first_error.get_or_insert(format!("line {line}: {e}"));
+                None
             }
-            self.first_error.get_or_insert(format!("line {line}: {e}"));
+        };
+        if self.print_offsets {
+            let partition = crate::topic::or_dash(landed.map(|(p, _)| p));
+            let offset = crate::topic::or_dash(landed.and_then(|(_, o)| o));
+            // A reader gone (`| head`) stops the lines, not the produce: the records still
+            // in flight are still delivered and the exit status still says so.
+            if let Err(e) = crate::outln!("{partition}\t{offset}") {
+                tracing::debug!(error = %e, "no more --print-offsets lines");
+                self.print_offsets = false;
+            }
         }
     }
 
@@ -396,6 +432,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         records: 0,
         failed: 0,
         first_error: None,
+        print_offsets: args.print_offsets,
     };
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     if args.input_format == InputFormat::Binary {
@@ -427,12 +464,16 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         number += 1;
         match read {
             Line::End => break,
-            Line::TooLong => sender.refuse(number, format!("longer than {max} bytes")),
+            Line::TooLong => {
+                sender
+                    .refuse(number, format!("longer than {max} bytes"))
+                    .await
+            }
             // JSON Lines: a blank line (e.g. a trailing one) holds no record.
             Line::Read if json && line.trim_ascii().is_empty() => {}
             Line::Read if json => match json_record(&line, &headers) {
                 Ok(record) => sender.send(number, record).await?,
-                Err(e) => sender.refuse(number, e),
+                Err(e) => sender.refuse(number, e).await,
             },
             Line::Read => {
                 let (key, value) = split_key(&line, separator);

@@ -1,18 +1,27 @@
-//! `produce --deliver-at` and `--delay`: when delayed records become visible. A deliver-at
-//! time is RFC 3339 (`2026-12-01T18:30:00Z`, `2026-12-01T19:30:00.250+01:00`) or ms since the
-//! Unix epoch; a delay is a whole number with a unit: `1500ms`, `30s`, `2m`, `1h`, `7d`.
+//! `produce --deliver-at` and `--delay`: when delayed records become visible (and `consume
+//! --from-time`, which takes times the same way). A deliver-at time is RFC 3339
+//! (`2026-12-01T18:30:00Z`, `2026-12-01T19:30:00.250+01:00`) or ms since the Unix epoch; a
+//! delay is a whole number with a unit: `1500ms`, `30s`, `2m`, `1h`, `7d`.
 
 /// Parses `--deliver-at`: ms since the epoch, or an RFC 3339 date-time with its offset.
 pub fn parse_deliver_at(text: &str) -> Result<i64, String> {
+    parse_time("--deliver-at", text)
+}
+
+/// Parses `consume --from-time`, like `--deliver-at`.
+pub fn parse_from_time(text: &str) -> Result<i64, String> {
+    parse_time("--from-time", text)
+}
+
+/// A time given to `flag`: ms since the epoch, or an RFC 3339 date-time with its offset.
+fn parse_time(flag: &str, text: &str) -> Result<i64, String> {
     let text = text.trim();
     if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
-        return text
-            .parse()
-            .map_err(|e| format!("--deliver-at {text}: {e}"));
+        return text.parse().map_err(|e| format!("{flag} {text}: {e}"));
     }
     rfc3339_ms(text).ok_or_else(|| {
         format!(
-            "--deliver-at {text}: expected ms since the Unix epoch or an RFC 3339 time such as 2026-12-01T18:30:00Z"
+            "{flag} {text}: expected ms since the Unix epoch or an RFC 3339 time such as 2026-12-01T18:30:00Z"
         )
     })
 }
@@ -114,6 +123,18 @@ fn rfc3339_ms(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn from_time_takes_the_forms_deliver_at_takes_and_names_its_flag() {
+        assert_eq!(parse_from_time("1764613800000"), Ok(1_764_613_800_000));
+        assert_eq!(
+            parse_from_time("2025-12-01T18:30:00Z"),
+            parse_deliver_at("2025-12-01T18:30:00Z")
+        );
+        assert!(parse_from_time("yesterday")
+            .unwrap_err()
+            .starts_with("--from-time"));
+    }
 
     #[test]
     fn deliver_at_takes_epoch_ms_and_rfc3339_with_offsets_and_fractions() {

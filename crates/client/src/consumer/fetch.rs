@@ -67,12 +67,12 @@ impl Consumer {
 
     /// Looks up the start offset of every partition without a position (by `start_from`).
     fn start_lookups(&mut self) {
-        let timestamp = self.config.start_from.timestamp();
+        let start_from = self.config.start_from;
         for key in self.parts.unresolved(std::time::Instant::now()) {
             self.parts.set_busy(&key, true);
             let cluster = self.cluster.clone();
             self.in_flight.spawn(async move {
-                let result = cluster.list_offset(&key.0, key.1, timestamp).await;
+                let result = start_from.offset(&cluster, &key.0, key.1).await;
                 Answer::Resolved { key, result }
             });
         }

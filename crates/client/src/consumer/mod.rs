@@ -31,6 +31,9 @@ use partitions::{PartitionKey, Partitions};
 pub enum StartFrom {
     Earliest,
     Latest,
+    /// The first offset whose record timestamp is at or after this time (ms since the Unix
+    /// epoch); the end of the partition when no record is that recent.
+    Timestamp(i64),
 }
 
 impl StartFrom {
@@ -39,6 +42,24 @@ impl StartFrom {
         match self {
             StartFrom::Earliest => -2,
             StartFrom::Latest => -1,
+            StartFrom::Timestamp(ms) => ms,
+        }
+    }
+
+    /// The offset a partition starts at: a search by time that finds no record that recent
+    /// (-1) starts at the end, where the next such record will be.
+    pub(crate) async fn offset(
+        self,
+        cluster: &Cluster,
+        topic: &str,
+        partition: u32,
+    ) -> Result<i64, ClientError> {
+        let found = cluster
+            .list_offset(topic, partition, self.timestamp())
+            .await?;
+        match self {
+            StartFrom::Timestamp(_) if found < 0 => cluster.list_offset(topic, partition, -1).await,
+            _ => Ok(found),
         }
     }
 }
@@ -319,9 +340,9 @@ impl Consumer {
     /// before producers start. A partition whose leader cannot be reached stays unresolved
     /// (and is listed by `unavailable`); the others are resolved.
     pub async fn resolve_positions(&mut self) -> Result<(), ClientError> {
-        let timestamp = self.config.start_from.timestamp();
+        let start_from = self.config.start_from;
         for key in self.parts.unresolved(Instant::now()) {
-            match self.list_offset(&key.0, key.1, timestamp).await {
+            match start_from.offset(&self.cluster, &key.0, key.1).await {
                 Ok(offset) => {
                     self.parts.resolve(&key, offset);
                     self.now_available(&key);
