@@ -88,6 +88,19 @@ async fn bootstrap_admin(
     }
 }
 
+/// Logs a warning when the advertised host is a name that does not resolve here: it is sent
+/// to clients as written (they may resolve it otherwise), but this broker's own client (dead
+/// letters, routes) connects to it too, and fails until it resolves.
+async fn warn_unless_resolvable(advertised: &Advertised) {
+    if advertised.host.parse::<std::net::IpAddr>().is_ok() {
+        return;
+    }
+    let target = (advertised.host.as_str(), advertised.port);
+    if let Err(e) = tokio::net::lookup_host(target).await {
+        tracing::warn!(%advertised, error = %e, "the advertised host name does not resolve on this node; clients are sent to it as written, but this broker's own connections to it fail until it does");
+    }
+}
+
 /// A running broker.
 pub struct Broker {
     pub local_addr: SocketAddr,
@@ -139,6 +152,7 @@ impl Broker {
                 "advertising the unspecified address: clients on other machines cannot reach it; give --advertise HOST:PORT (the address they reach this node at, which a TLS certificate must name)"
             );
         }
+        warn_unless_resolvable(&advertised).await;
         let meta_dir = config.data_dir.join(META_DIR);
         let (link, embedded_meta, legacy) = if config.meta.is_empty() {
             let dir = meta_dir.clone();

@@ -95,6 +95,20 @@ fn an_advertised_address_without_a_port_is_refused_at_start() {
     assert!(why.contains("is not HOST:PORT"), "{why}");
 }
 
+/// Defect 2: the name is not resolved at start, so a name only clients can resolve (another
+/// network's DNS) is advertised as it is; the node warns that it cannot resolve it itself.
+/// Before, such a start was refused (`the host name does not resolve`).
+#[test]
+fn an_advertised_name_the_node_cannot_resolve_is_advertised_as_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let name = "mq1.tinymq-test.invalid:21581";
+    let server = Node::server(&tmp.path().join("data"), &strings(&["--advertise", name]));
+    let status = tool_ok(&server.addr, &strings(&["cluster", "status"]), b"");
+    assert!(status.contains(name), "{status}");
+    let log = server.log_text();
+    assert!(log.contains("does not resolve on this node"), "{log}");
+}
+
 fn s(p: &Path) -> String {
     p.to_str().expect("utf-8 path").to_string()
 }
