@@ -179,6 +179,52 @@ fn a_login_right_after_a_lone_metaserver_node_starts_succeeds() {
     }
 }
 
+/// Defect 4 through a `tinymq broker`: it checks logins against its image of the cluster, so
+/// a broker started once the lone MetaServer node said it listens takes the admin's login as
+/// soon as the broker says it listens. (A guard rather than a reproduction: before the fix
+/// the broker's join took longer than the race lasted, so this passed then too.)
+#[test]
+fn a_login_through_a_broker_of_a_fresh_cluster_succeeds_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    for run in 0..3 {
+        let meta_addr = format!("127.0.0.1:{}", free_port());
+        let secret = tmp.path().join(format!("secret-{run}"));
+        std::fs::write(&secret, "00112233445566778899aabbccddeeff").unwrap();
+        let owner_only = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+        std::fs::set_permissions(&secret, owner_only).unwrap();
+        let auth = ["--auth", "scram", "--cluster-secret-file", &s(&secret)].map(String::from);
+        let meta_flags = [
+            strings(&["meta", "--id", "1", "--listen", &meta_addr]),
+            strings(&["--peers", &format!("1={meta_addr}"), "--http", "off"]),
+            strings(&["--data", &s(&tmp.path().join(format!("meta-{run}")))]),
+            auth.to_vec(),
+        ]
+        .concat();
+        let admin_env = [("TINYMQ_ADMIN_PASSWORD", "admin-pw")];
+        let meta_log = tmp.path().join(format!("meta-{run}.log"));
+        let _meta = Node::spawn_with_env(&meta_flags, &meta_log, &admin_env);
+        let broker_flags = [
+            strings(&["broker", "--id", "1", "--listen", "127.0.0.1:0"]),
+            strings(&["--meta", &meta_addr, "--http", "off"]),
+            strings(&["--data", &s(&tmp.path().join(format!("broker-{run}")))]),
+            auth.to_vec(),
+        ]
+        .concat();
+        let broker_log = tmp.path().join(format!("broker-{run}.log"));
+        let broker = Node::spawn(&broker_flags, &broker_log);
+        let listed = common::tls::tool(
+            &broker.addr,
+            &args(&["topic", "list"], &strings(&ADMIN)),
+            b"",
+        );
+        assert!(
+            listed.status.success(),
+            "run {run}: the first login through the broker failed: {}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+    }
+}
+
 fn strings(words: &[&str]) -> Vec<String> {
     words.iter().map(|w| w.to_string()).collect()
 }
