@@ -91,7 +91,7 @@ async fn bootstrap_admin(
 /// Logs a warning when the advertised host is a name that does not resolve here: it is sent
 /// to clients as written (they may resolve it otherwise), but this broker's own client (dead
 /// letters, routes) connects to it too, and fails until it resolves.
-async fn warn_unless_resolvable(advertised: &Advertised) {
+async fn warn_unless_resolvable(advertised: Advertised) {
     if advertised.host.parse::<std::net::IpAddr>().is_ok() {
         return;
     }
@@ -152,7 +152,8 @@ impl Broker {
                 "advertising the unspecified address: clients on other machines cannot reach it; give --advertise HOST:PORT (the address they reach this node at, which a TLS certificate must name)"
             );
         }
-        warn_unless_resolvable(&advertised).await;
+        // In the background: a slow resolver must not hold up the start.
+        tokio::spawn(warn_unless_resolvable(advertised.clone()));
         let meta_dir = config.data_dir.join(META_DIR);
         let (link, embedded_meta, legacy) = if config.meta.is_empty() {
             let dir = meta_dir.clone();
