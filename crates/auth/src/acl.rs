@@ -414,6 +414,27 @@ impl fmt::Display for Denied {
 
 impl std::error::Error for Denied {}
 
+/// A refusal of a DESCRIBE that a client made on the way to an operation needing `needed`
+/// (a producer's metadata lookup, before the WRITE; a group member's coordinator lookup,
+/// before the READ), reworded to name `needed`: `User:bob may not WRITE topic 'orders'`.
+///
+/// `message` is the text of a [`Denied`] of DESCRIBE. When no DENY ACL decided it (default
+/// deny), the principal holds nothing implying DESCRIBE, so it lacks `needed` too, and naming
+/// DESCRIBE would send the operator to grant the wrong permission. A refusal by a DENY of
+/// DESCRIBE is exact as it is, and anything else is not such a refusal: both give `None`.
+pub fn describe_refusal_as(message: &str, needed: AclOperation) -> Option<String> {
+    if !needed.implies(AclOperation::Describe) || message.contains(" (denied by ACL ") {
+        return None;
+    }
+    let marker = " may not DESCRIBE ";
+    let at = message.find(marker)?;
+    let (principal, rest) = (&message[..at], &message[at + marker.len()..]);
+    let named_resource = ResourceType::ALL
+        .iter()
+        .any(|t| rest.starts_with(&format!("{} '", t.name())) && rest.ends_with('\''));
+    named_resource.then(|| format!("{principal} may not {} {rest}", needed.name()))
+}
+
 /// Answers "may this principal do this?" from a snapshot of the ACLs. Rebuild it when the ACLs
 /// change; it is cheap to share behind an `Arc`.
 #[derive(Clone, Debug, Default)]

@@ -46,8 +46,8 @@ pub mod token;
 mod crypto;
 
 pub use acl::{
-    AclEntry, AclFilter, AclOperation, AclPermission, Authorizer, Denied, PatternType,
-    ResourceType, ACL_RESOURCE_NAME_BYTES_MAX, CLUSTER_RESOURCE_NAME,
+    describe_refusal_as, AclEntry, AclFilter, AclOperation, AclPermission, Authorizer, Denied,
+    PatternType, ResourceType, ACL_RESOURCE_NAME_BYTES_MAX, CLUSTER_RESOURCE_NAME,
 };
 pub use credential::{
     validate_user_name, CredentialLookup, ScramMechanism, StoredCredential,

@@ -15,8 +15,9 @@ pub const DEFAULT_PORT: u16 = 21581;
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub listen: SocketAddr,
-    /// The address clients are told to connect to; defaults to the bound listen address.
-    pub advertise: Option<SocketAddr>,
+    /// The address clients are told to connect to, as the operator wrote it (a host name
+    /// stays a name, so clients verify TLS against it); defaults to the bound listen address.
+    pub advertise: Option<Advertised>,
     pub data_dir: PathBuf,
     /// This broker's id in the cluster (1 for the standalone server).
     pub node_id: u32,
@@ -64,6 +65,65 @@ pub struct BrokerConfig {
     /// address `--kafka-listen` bound), registered with the cluster so every broker's Kafka
     /// Metadata answer names it; `None` when this broker has no Kafka listener.
     pub kafka_advertised: Option<(String, u16)>,
+    /// The first super user's credentials (`TINYMQ_ADMIN_PASSWORD`), created at the first
+    /// start of the standalone server before its port accepts anyone, so a login right after
+    /// the start succeeds; ignored once the cluster has users, and by a cluster broker.
+    pub admin_bootstrap: Option<Vec<tinymq_auth::StoredCredential>>,
+}
+
+/// Where clients and other nodes reach a broker: a host (a DNS name or an IP address, never
+/// resolved here) and a port. Registered with the cluster as written, so a client connects
+/// to the name, resolving it then, and checks the server's certificate against the name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advertised {
+    pub host: String,
+    pub port: u16,
+}
+
+impl Advertised {
+    /// `HOST:PORT` (an IPv6 address in brackets: `[::1]:21581`), with a host and a port
+    /// other than 0.
+    pub fn parse(text: &str) -> Result<Advertised, String> {
+        let bad = || format!("{text:?} is not HOST:PORT");
+        let (host, port) = text.trim().rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        let host = match host.strip_prefix('[') {
+            Some(inner) => inner.strip_suffix(']').ok_or_else(bad)?,
+            None if host.contains(':') => {
+                return Err(format!(
+                    "{text:?}: put an IPv6 address in brackets, [ADDRESS]:PORT"
+                ))
+            }
+            None => host,
+        };
+        if host.is_empty() || port == 0 {
+            return Err(format!("{text:?} must name a host and a port other than 0"));
+        }
+        Ok(Advertised {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl From<SocketAddr> for Advertised {
+    fn from(addr: SocketAddr) -> Advertised {
+        Advertised {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+        }
+    }
+}
+
+impl std::fmt::Display for Advertised {
+    /// `host:port`, the form clients connect to (`[::1]:port` for an IPv6 address).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}", self.host, self.port)
+        } else {
+            write!(f, "{}:{}", self.host, self.port)
+        }
+    }
 }
 
 /// Default of `replica_lag_time_max`: 10 s.
@@ -97,6 +157,35 @@ impl Default for BrokerConfig {
             links: tinymq_client::Security::default(),
             authorization: Default::default(),
             kafka_advertised: None,
+            admin_bootstrap: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Advertised;
+
+    #[test]
+    fn an_advertised_address_keeps_its_host_as_written() {
+        let named = Advertised::parse("mq1.example.com:21581").unwrap();
+        assert_eq!(
+            (named.host.as_str(), named.port),
+            ("mq1.example.com", 21581)
+        );
+        assert_eq!(named.to_string(), "mq1.example.com:21581");
+        let v6 = Advertised::parse("[::1]:9000").unwrap();
+        assert_eq!(v6.host, "::1");
+        assert_eq!(v6.to_string(), "[::1]:9000");
+        for bad in [
+            "localhost",
+            "localhost:0",
+            ":21581",
+            "::1:9000",
+            "[::1:9000",
+            "h:port",
+        ] {
+            assert!(Advertised::parse(bad).is_err(), "{bad}");
         }
     }
 }

@@ -4,9 +4,9 @@
 //! address with the node's link security (TLS and the node login from the cluster secret), so
 //! the cluster treats them as a node's requests; routes are then refreshed from there.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::config::Advertised;
 use parking_lot::Mutex;
 use tinymq_client::{Admin, ClientConfig, ClientError, Producer, ProducerConfig, Security};
 
@@ -18,7 +18,9 @@ pub struct InternalClient {
 }
 
 impl InternalClient {
-    pub fn new(advertised: SocketAddr, links: Security, node_id: u32) -> InternalClient {
+    /// Connects to `advertised` as written: a name is resolved at connect time and is the
+    /// name TLS checks the certificate against, as for any client.
+    pub fn new(advertised: &Advertised, links: Security, node_id: u32) -> InternalClient {
         let mut config = ClientConfig::new(&advertised.to_string());
         config.client_id = format!("tinymq-broker-{node_id}");
         config.security = links;

@@ -42,7 +42,7 @@ pub mod stats;
 pub mod topic;
 mod topic_handlers;
 
-pub use config::{BrokerConfig, DEFAULT_PORT};
+pub use config::{Advertised, BrokerConfig, DEFAULT_PORT};
 pub use connection::BrokerFront;
 pub use server::{Broker, StartError, META_DIR};
 pub use tinymq_net::ListenerLimits;

@@ -380,7 +380,7 @@ mod tests {
             ..BrokerConfig::default()
         };
         let addr = config.listen;
-        BrokerState::new(config, addr, Arc::new(cluster)).unwrap()
+        BrokerState::new(config, addr.into(), Arc::new(cluster)).unwrap()
     }
 
     #[test]

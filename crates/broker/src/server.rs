@@ -18,7 +18,7 @@ use tinymq_meta::link::MetaLink;
 use tinymq_meta::service::MetaService;
 
 use crate::cluster::ClusterView;
-use crate::config::BrokerConfig;
+use crate::config::{Advertised, BrokerConfig};
 use crate::connection::BrokerFront;
 use crate::state::BrokerState;
 
@@ -63,6 +63,44 @@ pub enum StartError {
     Worker(#[from] tokio::task::JoinError),
 }
 
+/// How long the standalone server waits at its first start for user `admin` to be created
+/// before it accepts connections anyway (it goes on trying in the background).
+const ADMIN_BOOTSTRAP_WAIT_MAX: Duration = Duration::from_secs(30);
+
+/// Creates user `admin` in the embedded MetaServer (if the cluster has no user) and waits
+/// until this broker's image holds it: logins are checked against that image, and the port
+/// accepts nobody before this returns, so the first login after "listening" succeeds.
+async fn bootstrap_admin(
+    meta: &Arc<MetaService>,
+    cluster: &ClusterView,
+    credentials: Vec<tinymq_auth::StoredCredential>,
+) {
+    let wait = ADMIN_BOOTSTRAP_WAIT_MAX;
+    if !tinymq_meta::security_ops::bootstrap_admin_now(meta, credentials, wait).await {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + wait;
+    while cluster.image().users.is_empty() && tokio::time::Instant::now() < deadline {
+        if let Err(e) = cluster.refresh(Duration::from_millis(100)).await {
+            tracing::warn!(error = %e, "reading the metadata after creating user admin failed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Logs a warning when the advertised host is a name that does not resolve here: it is sent
+/// to clients as written (they may resolve it otherwise), but this broker's own client (dead
+/// letters, routes) connects to it too, and fails until it resolves.
+async fn warn_unless_resolvable(advertised: Advertised) {
+    if advertised.host.parse::<std::net::IpAddr>().is_ok() {
+        return;
+    }
+    let target = (advertised.host.as_str(), advertised.port);
+    if let Err(e) = tokio::net::lookup_host(target).await {
+        tracing::warn!(%advertised, error = %e, "the advertised host name does not resolve on this node; clients are sent to it as written, but this broker's own connections to it fail until it does");
+    }
+}
+
 /// A running broker.
 pub struct Broker {
     pub local_addr: SocketAddr,
@@ -98,8 +136,15 @@ impl Broker {
             addr: config.listen,
             source,
         })?;
-        let advertised = config.advertise.unwrap_or(local_addr);
-        if advertised.ip().is_unspecified() {
+        let advertised = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| Advertised::from(local_addr));
+        let unspecified = advertised
+            .host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified());
+        if unspecified {
             // Clients and other nodes are told this address in metadata; 0.0.0.0 reaches this
             // node only from its own machine, and a TLS certificate cannot name it.
             tracing::warn!(
@@ -107,6 +152,8 @@ impl Broker {
                 "advertising the unspecified address: clients on other machines cannot reach it; give --advertise HOST:PORT (the address they reach this node at, which a TLS certificate must name)"
             );
         }
+        // In the background: a slow resolver must not hold up the start.
+        tokio::spawn(warn_unless_resolvable(advertised.clone()));
         let meta_dir = config.data_dir.join(META_DIR);
         let (link, embedded_meta, legacy) = if config.meta.is_empty() {
             let dir = meta_dir.clone();
@@ -130,12 +177,15 @@ impl Broker {
             ClusterView::new(config.node_id, link)
                 .with_kafka_advertised(config.kafka_advertised.clone()),
         );
-        let host = advertised.ip().to_string();
-        crate::join::join(&cluster, &config.data_dir, &host, advertised.port()).await?;
+        let host = advertised.host.clone();
+        crate::join::join(&cluster, &config.data_dir, &host, advertised.port).await?;
         if let Some(legacy) = legacy {
             crate::legacy::import(&cluster, &meta_dir, legacy)
                 .await
                 .map_err(StartError::Import)?;
+        }
+        if let (Some(meta), Some(admin)) = (&embedded_meta, config.admin_bootstrap.clone()) {
+            bootstrap_admin(meta, &cluster, admin).await;
         }
         if embedded_meta.is_some() {
             // The only broker coordinates every group: no need to wait for a FindCoordinator
@@ -149,6 +199,7 @@ impl Broker {
             cluster.refresh(Duration::ZERO).await.ok();
         }
         let view = cluster.clone();
+        let port = advertised.port;
         let state = tokio::task::spawn_blocking(move || BrokerState::new(config, advertised, view))
             .await??;
         let state = Arc::new(state);
@@ -182,11 +233,7 @@ impl Broker {
         tasks.spawn(crate::share::run(state.clone(), shutdown.clone()));
         tasks.spawn(crate::delay::run(state.clone(), shutdown.clone()));
         tasks.spawn(crate::route::run(state.clone(), shutdown.clone()));
-        tasks.spawn(
-            cluster
-                .clone()
-                .heartbeat_loop(host, advertised.port(), shutdown.clone()),
-        );
+        tasks.spawn(cluster.clone().heartbeat_loop(host, port, shutdown.clone()));
         tasks.spawn(cluster.clone().watch_loop(shutdown.clone()));
         tasks.spawn(reconcile_loop(state.clone(), shutdown.clone()));
         tasks.spawn(crate::replica::isr::isr_loop(

@@ -3,7 +3,6 @@
 //! with the reason for each one that could not be opened (offline here; the rest are served).
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use parking_lot::RwLock;
@@ -35,8 +34,8 @@ pub(crate) type OpenFailures = HashMap<String, BTreeMap<u32, String>>;
 #[derive(Debug)]
 pub struct BrokerState {
     pub config: BrokerConfig,
-    /// The address clients should use to reach this broker.
-    pub advertised: SocketAddr,
+    /// The address clients should use to reach this broker, as the operator wrote it.
+    pub advertised: crate::config::Advertised,
     pub cluster: Arc<ClusterView>,
     pub groups: GroupCoordinator,
     /// The partitions held here, by topic and index; changed only by `reconcile`.
@@ -72,7 +71,7 @@ pub struct BrokerState {
 impl BrokerState {
     pub fn new(
         config: BrokerConfig,
-        advertised: SocketAddr,
+        advertised: crate::config::Advertised,
         cluster: Arc<ClusterView>,
     ) -> Result<BrokerState, LogError> {
         let groups = GroupCoordinator::default();
@@ -89,7 +88,7 @@ impl BrokerState {
         let authorization =
             tinymq_meta::authorize::AuthorizerCache::new(config.authorization.clone());
         let internal = crate::internal_client::InternalClient::new(
-            advertised,
+            &advertised,
             config.links.clone(),
             config.node_id,
         );

@@ -23,8 +23,8 @@ pub enum AclCommand {
         /// The name is a prefix: the ACL covers every resource whose name starts with it.
         #[arg(long)]
         prefixed: bool,
-        /// What the principal may (or, with --deny, may not) do.
-        #[arg(long, value_enum)]
+        /// What the principal may (or, with --deny, may not) do (any case: `read` or `READ`).
+        #[arg(long, value_enum, ignore_case = true)]
         operation: Operation,
         /// A DENY ACL: it wins over every ALLOW.
         #[arg(long)]
@@ -107,8 +107,8 @@ pub struct FilterArgs {
     /// Only prefixed ACLs.
     #[arg(long)]
     prefixed: bool,
-    /// Only ACLs of this operation.
-    #[arg(long, value_enum)]
+    /// Only ACLs of this operation (any case).
+    #[arg(long, value_enum, ignore_case = true)]
     operation: Option<Operation>,
     /// Only DENY ACLs.
     #[arg(long)]
@@ -219,8 +219,17 @@ fn permission_name(p: AclPermission) -> &'static str {
     }
 }
 
-/// `ALLOW User:alice READ topic orders (literal)`.
+/// `ALLOW User:alice READ topic orders (literal)`; `DENY User:bob ALTER on the cluster` (the
+/// cluster has one name and no pattern, so neither is shown).
 fn text(a: &AclEntry) -> String {
+    if a.resource_type == ResourceType::Cluster {
+        return format!(
+            "{} {} {} on the cluster",
+            permission_name(a.permission),
+            a.principal,
+            a.operation.name()
+        );
+    }
     format!(
         "{} {} {} {} {} ({})",
         permission_name(a.permission),

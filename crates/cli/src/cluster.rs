@@ -147,9 +147,18 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         links,
         authorization: security.authorization.clone(),
     };
+    let alone = peers.len() == 1;
     let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
-    if let Some(admin) = admin {
-        tinymq_meta::security_ops::bootstrap_admin(&server.service, admin);
+    match admin {
+        // A node that leads alone creates the admin before it says it listens, so a login
+        // right after that line succeeds. A node of a larger group must announce itself
+        // first (its peers need it to elect a leader); the leader creates the admin then.
+        Some(admin) if alone => {
+            let wait = std::time::Duration::from_secs(30);
+            tinymq_meta::security_ops::bootstrap_admin_now(&server.service, admin, wait).await;
+        }
+        Some(admin) => tinymq_meta::security_ops::bootstrap_admin(&server.service, admin),
+        None => {}
     }
     if let Some(http) = &http {
         let view = crate::http::MetaView {

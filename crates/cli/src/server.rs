@@ -7,7 +7,7 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use tinymq_broker::topic::TopicSettings;
-use tinymq_broker::{Broker, BrokerConfig};
+use tinymq_broker::{Advertised, Broker, BrokerConfig};
 
 use crate::http::{BrokerView, HttpArgs};
 use crate::limits::{read_file, LimitArgs};
@@ -29,10 +29,11 @@ pub struct ServerArgs {
     /// 127.0.0.1:21581].
     #[arg(long, env = "TINYMQ_LISTEN", value_parser = crate::args::socket_addr)]
     listen: Option<SocketAddr>,
-    /// Address clients are told to connect to, HOST:PORT (resolved at start) [default: the
+    /// Address clients are told to connect to, HOST:PORT, as written: a host name is sent to
+    /// clients, which resolve it and check the TLS certificate against it [default: the
     /// listen address].
-    #[arg(long, env = "TINYMQ_ADVERTISE", value_parser = crate::args::socket_addr)]
-    advertise: Option<SocketAddr>,
+    #[arg(long, env = "TINYMQ_ADVERTISE", value_parser = Advertised::parse)]
+    advertise: Option<Advertised>,
     /// Data directory [default: ./tinymq-data].
     #[arg(long, env = "TINYMQ_DATA")]
     data: Option<PathBuf>,
@@ -103,7 +104,7 @@ impl KafkaSettings {
     fn advertised(
         &self,
         bound: SocketAddr,
-        native_advertise: Option<SocketAddr>,
+        native_advertise: Option<&Advertised>,
     ) -> anyhow::Result<(String, u16)> {
         if let Some(text) = &self.advertise {
             let (host, port) = text.rsplit_once(':').ok_or_else(|| {
@@ -119,14 +120,14 @@ impl KafkaSettings {
             );
             return Ok((host.to_string(), port));
         }
-        let ip = match (bound.ip().is_unspecified(), native_advertise) {
-            (false, _) => bound.ip(),
-            (true, Some(native)) => native.ip(),
+        let host = match (bound.ip().is_unspecified(), native_advertise) {
+            (false, _) => bound.ip().to_string(),
+            (true, Some(native)) => native.host.clone(),
             (true, None) => anyhow::bail!(
                 "--kafka-listen {bound} listens on every address: give --kafka-advertise HOST:PORT (or --advertise) so clients know where to connect"
             ),
         };
-        Ok((ip.to_string(), bound.port()))
+        Ok((host, bound.port()))
     }
 }
 
@@ -194,7 +195,10 @@ fn build_config(
     if let Some(v) = args.listen.or(resolve(file.listen)?) {
         c.listen = v;
     }
-    c.advertise = args.advertise.or(resolve(file.advertise)?);
+    let file_advertise = file.advertise.as_deref().map(Advertised::parse);
+    c.advertise = args
+        .advertise
+        .or(file_advertise.transpose().map_err(anyhow::Error::msg)?);
     let kafka = KafkaSettings {
         listen: args.kafka_listen.or(resolve(file.kafka_listen)?),
         advertise: pick!(kafka_advertise),
@@ -303,7 +307,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot listen for Kafka clients on {addr}: {e}"))?;
-            let advertised = kafka.advertised(listener.local_addr()?, config.advertise)?;
+            let advertised = kafka.advertised(listener.local_addr()?, config.advertise.as_ref())?;
             config.kafka_advertised = Some(advertised.clone());
             Some((listener, advertised))
         }
@@ -338,10 +342,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     let secret = security.listener.cluster_secret.as_deref();
     let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
     let http = http_args.start(!cluster_member, http_security).await?;
+    // Created before the port accepts anyone: a login right after "listening" succeeds.
+    config.admin_bootstrap = admin;
     let broker = Broker::start(config).await?;
-    if let (Some(admin), Some(meta)) = (admin, broker.embedded_meta()) {
-        tinymq_meta::security_ops::bootstrap_admin(meta, admin);
-    }
     if let Some(http) = &http {
         let meta = broker.embedded_meta().map(|m| m.node.clone());
         let state = broker.state().clone();
@@ -388,4 +391,24 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         http.shutdown().await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Advertised, KafkaSettings};
+
+    #[test]
+    fn a_kafka_listener_on_every_address_advertises_the_native_host_name() {
+        let settings = KafkaSettings::default();
+        let native = Advertised::parse("mq1.example.com:21581").unwrap();
+        let bound = "0.0.0.0:9092".parse().unwrap();
+        let advertised = settings.advertised(bound, Some(&native)).unwrap();
+        assert_eq!(advertised, ("mq1.example.com".to_string(), 9092));
+        let explicit = KafkaSettings {
+            advertise: Some("kafka.example.com:9093".into()),
+            ..KafkaSettings::default()
+        };
+        let advertised = explicit.advertised(bound, Some(&native)).unwrap();
+        assert_eq!(advertised, ("kafka.example.com".to_string(), 9093));
+    }
 }

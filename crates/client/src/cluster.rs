@@ -21,7 +21,25 @@ use crate::connection::Connection;
 use crate::error::{check, ClientError};
 use crate::security::Security;
 pub use failover::LEADER_CHECK_INTERVAL;
+use tinymq_auth::AclOperation;
 use tinymq_protocol::messages::NodeRole;
+
+/// `error` reworded when it refuses a DESCRIBE made on the way to an operation needing
+/// `needed` (a producer's metadata lookup before its WRITE, a member's coordinator lookup
+/// before its READ): the refusal then names `needed`, the grant that is missing
+/// ([`tinymq_auth::describe_refusal_as`]). Any other error is returned as it is.
+pub fn refused_as(error: ClientError, needed: AclOperation) -> ClientError {
+    match error {
+        ClientError::Server {
+            code: ErrorCode::AUTHORIZATION_FAILED,
+            message,
+        } => ClientError::Server {
+            code: ErrorCode::AUTHORIZATION_FAILED,
+            message: tinymq_auth::describe_refusal_as(&message, needed).unwrap_or(message),
+        },
+        other => other,
+    }
+}
 
 /// Routes older than this are fetched again before use.
 pub const METADATA_AGE_MAX: Duration = Duration::from_secs(300);
@@ -101,10 +119,29 @@ pub struct Cluster {
     /// Nodes that let a metadata request time out, and when: asked last until
     /// [`failover::SUSPECT_FOR`] has passed or they answer.
     suspects: Mutex<HashMap<String, Instant>>,
+    /// What the routes are looked up for (WRITE for a producer, READ for a consumer): a
+    /// refused lookup (a DESCRIBE) names it, since that is the grant the operator must add.
+    needed: Option<AclOperation>,
 }
 
 impl Cluster {
     pub fn new(config: ClientConfig) -> Result<Arc<Cluster>, ClientError> {
+        Cluster::build(config, None)
+    }
+
+    /// A cluster whose routes serve operations needing `needed` on their topics (WRITE for
+    /// a producer, READ for a consumer); see [`refused_as`].
+    pub fn new_for(
+        config: ClientConfig,
+        needed: AclOperation,
+    ) -> Result<Arc<Cluster>, ClientError> {
+        Cluster::build(config, Some(needed))
+    }
+
+    fn build(
+        config: ClientConfig,
+        needed: Option<AclOperation>,
+    ) -> Result<Arc<Cluster>, ClientError> {
         if config.bootstrap.is_empty() {
             return Err(ClientError::Config("no bootstrap address".into()));
         }
@@ -114,7 +151,17 @@ impl Cluster {
             connecting: Mutex::new(HashMap::new()),
             routes: Mutex::new(HashMap::new()),
             suspects: Mutex::new(HashMap::new()),
+            needed,
         }))
+    }
+
+    /// `error` of a lookup (a DESCRIBE) made for this cluster's operations, reworded to name
+    /// the permission they need when it is a refusal ([`refused_as`]).
+    pub fn naming_needed(&self, error: ClientError) -> ClientError {
+        match self.needed {
+            Some(needed) => refused_as(error, needed),
+            None => error,
+        }
     }
 
     /// A live connection to `addr`, opened if needed.
@@ -200,7 +247,7 @@ impl Cluster {
             .ok_or_else(|| {
                 ClientError::Protocol(format!("metadata response lacks topic {topic}"))
             })?;
-        check(t.error.as_ref())?;
+        check(t.error.as_ref()).map_err(|e| self.naming_needed(e))?;
         let mut partitions = t.partitions;
         partitions.sort_by_key(|p| p.partition);
         let mut leaders = Vec::with_capacity(partitions.len());

@@ -155,8 +155,10 @@ impl Membership {
             .request(&m::FindCoordinatorRequest {
                 group_id: self.group.clone(),
             })
-            .await?;
-        check(found.error.as_ref())?;
+            .await
+            .and_then(|found| check(found.error.as_ref()).map(|()| found))
+            // Joining needs READ on the group, which implies the DESCRIBE of this lookup.
+            .map_err(|e| crate::cluster::refused_as(e, tinymq_auth::AclOperation::Read))?;
         let c = cluster
             .connection(&format!("{}:{}", found.host, found.port))
             .await?;

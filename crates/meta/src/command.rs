@@ -304,6 +304,16 @@ pub enum MetaError {
         partition: u32,
         broker: u32,
     },
+    /// A drain has nowhere to put a replica: the live brokers other than the drained one
+    /// (`left`) all hold the partition already. Worded for what the operator asked, since
+    /// the drained broker may well be live.
+    #[error("draining broker {id} would leave {left} live brokers for replication factor {want} of topic '{topic}' (each replica needs a broker of its own): start another broker first")]
+    DrainLeavesTooFew {
+        id: u32,
+        left: usize,
+        want: u32,
+        topic: String,
+    },
 }
 
 impl MetaError {
@@ -313,7 +323,9 @@ impl MetaError {
             MetaError::UnknownTopic(_) => ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
             MetaError::InvalidTopic(_) => ErrorCode::INVALID_TOPIC,
             MetaError::InvalidPartitions(_) => ErrorCode::INVALID_PARTITIONS,
-            MetaError::NotEnoughBrokers { .. } => ErrorCode::NOT_ENOUGH_REPLICAS,
+            MetaError::NotEnoughBrokers { .. } | MetaError::DrainLeavesTooFew { .. } => {
+                ErrorCode::NOT_ENOUGH_REPLICAS
+            }
             MetaError::UnknownBroker(_)
             | MetaError::Invalid(_)
             | MetaError::BrokerDecommissioned(_)

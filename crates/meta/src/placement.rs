@@ -252,9 +252,11 @@ pub fn drain_plan(image: &MetadataImage, id: u32) -> Result<Vec<PlannedMove>, Me
                 .copied()
                 .filter(|b| !target.contains(b))
                 .min_by_key(|b| (in_topic[b], overall.get(b).copied().unwrap_or(0), *b))
-                .ok_or(MetaError::NotEnoughBrokers {
+                .ok_or_else(|| MetaError::DrainLeavesTooFew {
+                    id,
+                    left: live.len(),
                     want: target.len() as u32,
-                    live: live.len(),
+                    topic: name.clone(),
                 })?;
             *in_topic.get_mut(&to).expect("live") += 1;
             *overall.entry(to).or_default() += 1;

@@ -671,7 +671,7 @@ fn rebalance_spreads_a_topic_over_a_new_broker_and_drain_empties_one() {
     )
     .unwrap_err();
     assert!(
-        matches!(no_room, MetaError::NotEnoughBrokers { .. }),
+        matches!(no_room, MetaError::DrainLeavesTooFew { id: 1, .. }),
         "{no_room}"
     );
 }

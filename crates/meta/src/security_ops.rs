@@ -261,43 +261,84 @@ impl SecurityStore for crate::service::MetaService {
 
 /// At a cluster's first start: whichever node leads creates user `admin` with `credentials`
 /// if the cluster has no user yet ([`Command::BootstrapAdmin`]). A cluster that has users
-/// keeps them as they are, whatever password this start was given; that is logged.
+/// keeps them as they are, whatever password this start was given; that is logged. Runs in
+/// the background (a node of a group announces itself before the group has a leader).
 pub fn bootstrap_admin(
     service: &Arc<crate::service::MetaService>,
     credentials: Vec<StoredCredential>,
 ) {
     let service = Arc::downgrade(service);
     tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            let Some(service) = service.upgrade() else {
-                return;
-            };
-            let node = &service.node;
-            let image = node.image();
-            if !image.users.is_empty() {
-                tracing::info!(
-                    "the cluster already has users: the admin password given at this start is ignored (change it with `tinymq user passwd admin`)"
-                );
+        while let Some(service) = service.upgrade() {
+            if bootstrap_step(&service, &credentials).await {
                 return;
             }
-            if node.current_leader() != Some(node.id) || image.cluster_id.is_empty() {
-                continue;
-            }
-            let command = Command::BootstrapAdmin {
-                credentials: credentials.clone(),
-            };
-            match node.write(command).await {
-                Ok(Reply::UserCreated(true)) => {
-                    tracing::info!(
-                        user = crate::security::ADMIN_USER,
-                        "created the first super user"
-                    );
-                    return;
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "creating user admin failed; will retry"),
-            }
+            drop(service);
+            tokio::time::sleep(BOOTSTRAP_RETRY).await;
         }
     });
+}
+
+/// How often [`bootstrap_admin`] and [`bootstrap_admin_now`] look again while the node does
+/// not lead or the write failed.
+const BOOTSTRAP_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// [`bootstrap_admin`], returning once user `admin` is in this node's image (or the cluster
+/// already had users), or after `wait_max` (then it goes on in the background; `false`).
+/// For a node that leads alone (the standalone server, a one-node MetaServer group), so it
+/// can accept logins only once the first super user can log in.
+pub async fn bootstrap_admin_now(
+    service: &Arc<crate::service::MetaService>,
+    credentials: Vec<StoredCredential>,
+    wait_max: std::time::Duration,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + wait_max;
+    while tokio::time::Instant::now() < deadline {
+        if bootstrap_step(service, &credentials).await {
+            return true;
+        }
+        tokio::time::sleep(BOOTSTRAP_RETRY).await;
+    }
+    tracing::warn!(
+        waited_ms = wait_max.as_millis() as u64,
+        "user admin is not created yet; accepting connections meanwhile (logins as admin fail until it is)"
+    );
+    bootstrap_admin(service, credentials);
+    false
+}
+
+/// One attempt: `true` once the image has users (created now or before).
+async fn bootstrap_step(
+    service: &crate::service::MetaService,
+    credentials: &[StoredCredential],
+) -> bool {
+    let node = &service.node;
+    let image = node.image();
+    if !image.users.is_empty() {
+        tracing::info!(
+            "the cluster already has users: the admin password given at this start is ignored (change it with `tinymq user passwd admin`)"
+        );
+        return true;
+    }
+    if node.current_leader() != Some(node.id) || image.cluster_id.is_empty() {
+        return false;
+    }
+    let command = Command::BootstrapAdmin {
+        credentials: credentials.to_vec(),
+    };
+    match node.write(command).await {
+        Ok(Reply::UserCreated(true)) => {
+            tracing::info!(
+                user = crate::security::ADMIN_USER,
+                "created the first super user"
+            );
+            // Committed; the next look sees it applied to this node's image.
+            !node.image().users.is_empty()
+        }
+        Ok(_) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "creating user admin failed; will retry");
+            false
+        }
+    }
 }

@@ -406,3 +406,43 @@ fn operation_names() {
     }
     assert_eq!(AclOperation::from_name("ALL"), None);
 }
+
+#[test]
+fn a_default_deny_of_describe_is_reworded_for_the_operation_that_needed_it() {
+    let bob = Principal::user("bob");
+    let denied = Authorizer::new([], vec![])
+        .check(&bob, ResourceType::Topic, "orders", AclOperation::Describe)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        describe_refusal_as(&denied, AclOperation::Write).as_deref(),
+        Some("User:bob may not WRITE topic 'orders'")
+    );
+    let group = "User:bob may not DESCRIBE group 'og'";
+    assert_eq!(
+        describe_refusal_as(group, AclOperation::Read).as_deref(),
+        Some("User:bob may not READ group 'og'")
+    );
+    // A DENY of DESCRIBE decided it: the message is exact as it is.
+    let deny = acl(
+        "User:bob",
+        Topic,
+        "orders",
+        Literal,
+        Describe,
+        AclPermission::Deny,
+    );
+    let by_deny = Authorizer::new([deny], vec![])
+        .check(&bob, ResourceType::Topic, "orders", AclOperation::Describe)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(describe_refusal_as(&by_deny, AclOperation::Write), None);
+    // Other refusals, and operations that do not imply DESCRIBE, are left alone.
+    let read = "User:bob may not READ topic 'orders'";
+    assert_eq!(describe_refusal_as(read, AclOperation::Write), None);
+    assert_eq!(describe_refusal_as(&denied, AclOperation::Create), None);
+    assert_eq!(
+        describe_refusal_as("no such topic", AclOperation::Write),
+        None
+    );
+}

@@ -55,7 +55,7 @@ fn broker_one(data_dir: &Path, image: MetadataImage) -> Arc<BrokerState> {
         ..BrokerConfig::default()
     };
     let addr = config.listen;
-    Arc::new(BrokerState::new(config, addr, Arc::new(cluster)).unwrap())
+    Arc::new(BrokerState::new(config, addr.into(), Arc::new(cluster)).unwrap())
 }
 
 /// A group whose offsets live in partition `index`.

@@ -170,7 +170,7 @@ impl Consumer {
                 .map_err(|e| ClientError::Config(format!("invalid filter:\n{e}")))?;
         }
         Ok(Consumer {
-            cluster: Cluster::new(config.client.clone())?,
+            cluster: Cluster::new_for(config.client.clone(), tinymq_auth::AclOperation::Read)?,
             config,
             parts: Partitions::default(),
             membership: None,

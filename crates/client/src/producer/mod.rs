@@ -279,7 +279,7 @@ impl Producer {
                 "batch_bytes and queue_records_max must be > 0".into(),
             ));
         }
-        let cluster = Cluster::new(config.client.clone())?;
+        let cluster = Cluster::new_for(config.client.clone(), tinymq_auth::AclOperation::Write)?;
         Ok(Producer {
             inner: Arc::new(Inner {
                 identity: Arc::new(ProducerIdentity::new(config.idempotence)),
@@ -407,8 +407,9 @@ impl Producer {
             .inner
             .cluster
             .request(&m::DescribeTopicRequest { name: topic.into() })
-            .await?;
-        crate::error::check(response.error.as_ref())?;
+            .await
+            .and_then(|r| crate::error::check(r.error.as_ref()).map(|()| r))
+            .map_err(|e| self.inner.cluster.naming_needed(e))?;
         let limit = response
             .config
             .map(|c| c.message_bytes_max as usize)

@@ -217,7 +217,7 @@ impl ShareConsumer {
     pub fn new(config: ShareConsumerConfig) -> Result<ShareConsumer, ClientError> {
         config.check()?;
         Ok(ShareConsumer {
-            cluster: Cluster::new(config.client.clone())?,
+            cluster: Cluster::new_for(config.client.clone(), tinymq_auth::AclOperation::Read)?,
             config,
             topics: Vec::new(),
             routes: HashMap::new(),
