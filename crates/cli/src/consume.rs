@@ -233,7 +233,7 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(group) = &args.share_group {
         return crate::share_consume::run(&args, group).await;
     }
-    let stop = watch_signals()?;
+    let stop = watch_signals(None)?;
     let mut config = ConsumerConfig::new(&args.bootstrap.bootstrap);
     config.client = args.bootstrap.client_config()?;
     config.start_from = match (args.from_time, args.from_beginning) {
@@ -283,7 +283,9 @@ pub(crate) const SIGNAL_REPEAT_WINDOW: Duration = Duration::from_millis(500);
 /// progress (at most half a second, or half a session while the group coordinator does not
 /// answer) and decides the exit status; a SIGINT more than [`SIGNAL_REPEAT_WINDOW`] after the
 /// first signal exits at once (nothing more is committed), one sooner is the same interrupt.
-pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
+/// `note`, when given, is printed on stderr (after the signal's name) when the first signal
+/// is taken, to say what happens next.
+pub(crate) fn watch_signals(note: Option<&'static str>) -> anyhow::Result<Arc<AtomicI32>> {
     use tokio::signal::unix::{signal, SignalKind};
     let stop = Arc::new(AtomicI32::new(0));
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -292,11 +294,14 @@ pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicI32>> {
     tokio::spawn(async move {
         let mut first_at: Option<Instant> = None;
         loop {
-            let got = tokio::select! {
-                _ = interrupt.recv() => libc::SIGINT,
-                _ = terminate.recv() => libc::SIGTERM,
+            let (got, name) = tokio::select! {
+                _ = interrupt.recv() => (libc::SIGINT, "SIGINT"),
+                _ = terminate.recv() => (libc::SIGTERM, "SIGTERM"),
             };
             let earlier = first.compare_exchange(0, got, Ordering::SeqCst, Ordering::SeqCst);
+            if let (Ok(_), Some(note)) = (earlier, note) {
+                eprintln!("interrupted by {name}: {note}");
+            }
             let first_at = *first_at.get_or_insert_with(Instant::now);
             if earlier.is_err() && got == libc::SIGINT && first_at.elapsed() >= SIGNAL_REPEAT_WINDOW
             {

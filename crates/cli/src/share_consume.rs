@@ -15,7 +15,6 @@
 
 use std::io::Write;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tinymq_client::share::{AckKind, ShareConsumer, ShareConsumerConfig, ShareRecord};
@@ -41,7 +40,10 @@ pub struct ShareArgs {
 }
 
 pub async fn run(args: &ConsumeArgs, group: &str) -> anyhow::Result<()> {
-    let stop = watch_signals_noted()?;
+    let stop = crate::consume::watch_signals(Some(
+        "finishing the record being printed, then accepting what was printed and releasing \
+         the rest (Ctrl-C again exits at once)",
+    ))?;
     let mut config = ShareConsumerConfig::new(&args.bootstrap.bootstrap, group);
     config.client = args.bootstrap.client_config()?;
     if let Some(ms) = args.share.lock_ms {
@@ -70,35 +72,6 @@ pub async fn run(args: &ConsumeArgs, group: &str) -> anyhow::Result<()> {
         return Err(Interrupted.into());
     }
     Ok(())
-}
-
-/// `consume`'s signal handling (the first SIGINT or SIGTERM sets the flag, a second Ctrl-C
-/// exits at once with 130), saying on stderr that the member stops: a member blocked printing
-/// (its reader slow) may take a while to get there.
-fn watch_signals_noted() -> anyhow::Result<Arc<AtomicI32>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let stop = Arc::new(AtomicI32::new(0));
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let first = stop.clone();
-    tokio::spawn(async move {
-        loop {
-            let (got, name) = tokio::select! {
-                _ = interrupt.recv() => (libc::SIGINT, "SIGINT"),
-                _ = terminate.recv() => (libc::SIGTERM, "SIGTERM"),
-            };
-            let earlier = first.compare_exchange(0, got, Ordering::SeqCst, Ordering::SeqCst);
-            match earlier {
-                Ok(_) => eprintln!(
-                    "interrupted by {name}: finishing the record being printed, then accepting \
-                     what was printed and releasing the rest (Ctrl-C again exits at once)"
-                ),
-                Err(_) if got == libc::SIGINT => std::process::exit(130),
-                Err(_) => {}
-            }
-        }
-    });
-    Ok(stop)
 }
 
 async fn print_until_done(
