@@ -7,7 +7,7 @@
 //! (`Producer::send_at`): acknowledged once the leader's timer log has them, visible to
 //! consumers at that time.
 
-mod when;
+pub(crate) mod when;
 
 use std::collections::VecDeque;
 use std::future::Future;

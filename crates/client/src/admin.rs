@@ -10,6 +10,9 @@ use crate::cluster::{ClientConfig, Cluster};
 use crate::error::{check, ClientError};
 use crate::retry::{admin_retriable, retrying};
 
+mod group_list;
+pub use group_list::{GroupType, ListedGroup};
+
 pub use tinymq_protocol::messages::{
     CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove, PartitionState,
     TopicConfig,
