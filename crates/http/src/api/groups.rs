@@ -136,9 +136,9 @@ impl From<&SharePartitionState> for SharePartitionView {
             start_offset: p.start_offset,
             end_offset: p.end_offset,
             high_watermark: p.high_watermark,
-            acquired: u64::from(p.acquired),
-            available: u64::from(p.available),
-            accepted: u64::from(p.accepted),
+            acquired: p.acquired,
+            available: p.available,
+            accepted: p.accepted,
             dead_lettered: p.dead_lettered_total,
             not_yet_delivered: (p.high_watermark - p.end_offset).max(0),
             in_flight: p
