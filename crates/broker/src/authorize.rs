@@ -286,6 +286,9 @@ pub(crate) fn list_groups(
         response
             .group_ids
             .retain(|g| access.allows(p, Permission::group(g, AclOperation::Describe)));
+        response
+            .groups
+            .retain(|g| access.allows(p, Permission::group(&g.group_id, AclOperation::Describe)));
     }
     response
 }

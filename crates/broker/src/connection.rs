@@ -256,7 +256,7 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         OpCode::ListGroups => handle!(m::ListGroupsRequest, |_r| authorize::list_groups(
             &access,
             principal,
-            group_handlers::list(&state)
+            group_handlers::list(state.clone()).await
         )),
         OpCode::DescribeGroup => handle!(m::DescribeGroupRequest, |r| authorize::describe_group(
             &access,

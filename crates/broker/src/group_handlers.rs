@@ -1,5 +1,6 @@
 //! Handlers of the consumer-group operations; the logic is in [`crate::group`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,13 +179,77 @@ pub fn fetch_offsets(state: &BrokerState, req: m::OffsetFetchRequest) -> m::Offs
     }
 }
 
-/// The groups this broker coordinates (a tool asks every broker for the whole list).
-pub fn list(state: &BrokerState) -> m::ListGroupsResponse {
+/// The groups this broker coordinates (a tool asks every broker for the whole list):
+/// `group_ids` as before, and `groups` with each one's type, state and members — the
+/// consumer groups, the Kafka-protocol groups its Kafka listener keeps, and the share groups
+/// with state on the partitions it leads.
+pub async fn list(state: Arc<BrokerState>) -> m::ListGroupsResponse {
     let mut group_ids = state.groups.list();
     group_ids.retain(|g| state.check_coordinator(g).is_ok());
+    let mut listed: BTreeMap<(String, &'static str), m::GroupListing> = BTreeMap::new();
+    for group_id in &group_ids {
+        let (group_state, members) = state
+            .groups
+            .describe(group_id)
+            .map_or(("empty".to_string(), 0), |d| {
+                (d.state, d.members.len() as u32)
+            });
+        listed.insert(
+            (group_id.clone(), GROUP_TYPE_CONSUMER),
+            listing(group_id, GROUP_TYPE_CONSUMER, group_state, members),
+        );
+    }
+    // A Kafka group's committed offsets are native: while the Kafka listener knows the
+    // group it is listed as a Kafka group, not as a consumer group too.
+    for g in state.groups.other_protocol_groups() {
+        if state.check_coordinator(&g.group_id).is_err() {
+            continue;
+        }
+        listed.remove(&(g.group_id.clone(), GROUP_TYPE_CONSUMER));
+        listed.insert(
+            (g.group_id.clone(), GROUP_TYPE_KAFKA),
+            listing(&g.group_id, GROUP_TYPE_KAFKA, g.state, g.members),
+        );
+    }
+    // Listing share state reads partition directories: on the blocking pool.
+    let s = state.clone();
+    let shared = tokio::task::spawn_blocking(move || crate::share::groups_led_here(&s))
+        .await
+        .unwrap_or_default();
+    for (group_id, members) in shared {
+        let group_state = if members.is_empty() {
+            "empty"
+        } else {
+            "stable"
+        };
+        let mut entry = listing(
+            &group_id,
+            GROUP_TYPE_SHARE,
+            group_state.to_string(),
+            members.len() as u32,
+        );
+        entry.member_ids = members.into_iter().collect();
+        listed.insert((group_id, GROUP_TYPE_SHARE), entry);
+    }
     m::ListGroupsResponse {
         error: None,
         group_ids,
+        groups: listed.into_values().collect(),
+    }
+}
+
+/// `GroupListing.group_type`'s values (docs/protocol.md).
+pub const GROUP_TYPE_CONSUMER: &str = "consumer";
+pub const GROUP_TYPE_KAFKA: &str = "kafka";
+pub const GROUP_TYPE_SHARE: &str = "share";
+
+fn listing(group_id: &str, group_type: &str, state: String, members: u32) -> m::GroupListing {
+    m::GroupListing {
+        group_id: group_id.to_string(),
+        group_type: group_type.to_string(),
+        state,
+        members,
+        member_ids: Vec::new(),
     }
 }
 

@@ -3,8 +3,11 @@
 //! read to) and the lag between them, and the group's total lag. A high watermark (and so a
 //! lag) that cannot be known — the partition's leader is offline or unreachable — is `null` in
 //! JSON and `-` in text, never a number; offsets are not reset from positions that are not
-//! known. A share group (queue semantics, docs/queues.md) is described by `group/share.rs`.
+//! known. A share group (queue semantics, docs/queues.md) is described by `group/share.rs`;
+//! `list` is in `group/list.rs`, `reset-offsets` in `group/reset.rs`.
 
+mod list;
+mod reset;
 mod share;
 
 use clap::Subcommand;
@@ -15,8 +18,12 @@ use crate::{outln, Bootstrap};
 
 #[derive(Subcommand, Debug)]
 pub enum GroupCommand {
-    /// List consumer groups (with members or committed offsets).
+    /// List every group — consumer groups, Kafka-protocol groups and share groups — with its
+    /// type, state, members and total lag (`-` when a partition's lag is not known).
     List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -33,14 +40,18 @@ pub enum GroupCommand {
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
-    /// Set a group's committed offsets for every partition of a topic (the group must have
-    /// no members).
+    /// Plan new committed offsets for a group's partitions of a topic and print the plan;
+    /// only with --execute are they committed (the group must then have no members).
     ResetOffsets {
         /// The group's id.
         group: String,
         /// The topic whose partitions are reset [required].
         #[arg(long)]
         topic: String,
+        /// Only this partition (repeat, or give a list: --partition 0,2); default: every
+        /// partition of the topic.
+        #[arg(long = "partition", value_name = "N", value_delimiter = ',')]
+        partitions: Vec<u32>,
         /// To each partition's first stored offset.
         #[arg(long, group = "to")]
         to_earliest: bool,
@@ -48,11 +59,21 @@ pub enum GroupCommand {
         #[arg(long, group = "to")]
         to_latest: bool,
         /// To this offset, moved into each partition's stored range.
-        #[arg(long, group = "to")]
+        #[arg(long, group = "to", value_name = "N")]
         to_offset: Option<i64>,
         /// The first offset at or after this time (ms since the Unix epoch).
-        #[arg(long, group = "to")]
+        #[arg(long, group = "to", value_name = "MS")]
         to_timestamp: Option<i64>,
+        /// The first offset at or after this time, RFC 3339 (2026-12-01T18:30:00Z).
+        #[arg(long, group = "to", value_name = "RFC3339", value_parser = parse_datetime)]
+        to_datetime: Option<i64>,
+        /// Move each committed offset by N (negative: back), kept in the stored range; a
+        /// partition without a committed offset is refused.
+        #[arg(long, group = "to", value_name = "N", allow_negative_numbers = true)]
+        shift_by: Option<i64>,
+        /// Commit the plan (without it nothing changes).
+        #[arg(long)]
+        execute: bool,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -67,13 +88,8 @@ pub enum GroupCommand {
 
 pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
     match command {
-        GroupCommand::List { bootstrap } => {
-            for g in Admin::new(bootstrap.client_config()?)?
-                .list_groups()
-                .await?
-            {
-                outln!("{g}")?;
-            }
+        GroupCommand::List { json, bootstrap } => {
+            list::run(Admin::new(bootstrap.client_config()?)?, json).await?
         }
         GroupCommand::Describe {
             group,
@@ -83,38 +99,29 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
         GroupCommand::ResetOffsets {
             group,
             topic,
+            partitions,
             to_earliest,
             to_latest,
             to_offset,
             to_timestamp,
+            to_datetime,
+            shift_by,
+            execute,
             bootstrap,
         } => {
+            use reset::Target;
+            let target = match (to_earliest, to_latest, to_offset, to_timestamp.or(to_datetime), shift_by) {
+                (true, ..) => Target::Earliest,
+                (_, true, ..) => Target::Latest,
+                (_, _, Some(o), ..) => Target::Offset(o),
+                (_, _, _, Some(ts), _) => Target::Timestamp(ts),
+                (.., Some(by)) => Target::ShiftBy(by),
+                _ => anyhow::bail!(
+                    "say where to: --to-earliest, --to-latest, --to-offset N, --to-timestamp MS, --to-datetime RFC3339 or --shift-by N"
+                ),
+            };
             let admin = Admin::new(bootstrap.client_config()?)?;
-            let partitions = admin.describe_topic(&topic).await?.partitions;
-            if let Some(p) = partitions.iter().find(|p| !crate::topic::offsets_known(p)) {
-                anyhow::bail!(
-                    "{topic}/{}: its leader is offline or unreachable, so its offsets are not known; nothing was reset",
-                    p.partition
-                );
-            }
-            let mut offsets = Vec::new();
-            for p in &partitions {
-                let offset = match (to_earliest, to_latest, to_offset, to_timestamp) {
-                    (true, _, _, _) => p.log_start_offset,
-                    (_, true, _, _) => p.high_watermark,
-                    (_, _, Some(o), _) => o.clamp(p.log_start_offset, p.high_watermark),
-                    (_, _, _, Some(ts)) => match admin.list_offset(&topic, p.partition, ts).await? {
-                        -1 => p.high_watermark,
-                        o => o,
-                    },
-                    _ => anyhow::bail!("say where to: --to-earliest, --to-latest, --to-offset N or --to-timestamp MS"),
-                };
-                offsets.push((topic.clone(), p.partition, offset));
-            }
-            admin.commit_group_offsets(&group, offsets.clone()).await?;
-            for (t, p, o) in offsets {
-                outln!("{group} {t}/{p} -> {o}")?;
-            }
+            reset::run(&admin, &group, &topic, &partitions, target, execute).await?;
         }
         GroupCommand::Delete { group, bootstrap } => {
             Admin::new(bootstrap.client_config()?)?
@@ -124,6 +131,12 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// `--to-datetime`: an RFC 3339 time, in ms since the Unix epoch.
+fn parse_datetime(text: &str) -> Result<i64, String> {
+    crate::produce::when::rfc3339_ms(text.trim())
+        .ok_or_else(|| format!("{text}: expected an RFC 3339 time such as 2026-12-01T18:30:00Z"))
 }
 
 async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Result<()> {
@@ -220,12 +233,17 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
         });
         return outln!("{}", serde_json::to_string_pretty(&out)?);
     }
+    // An empty group has no strategy: none is shown rather than "strategy ,".
+    let strategy = if d.strategy.is_empty() {
+        String::new()
+    } else {
+        format!(", strategy {}", d.strategy)
+    };
     outln!(
-        "group {}: {} (generation {}, strategy {}, {})",
+        "group {}: {} (generation {}{strategy}, {})",
         d.group_id,
         d.state,
         d.generation,
-        d.strategy,
         count(d.members.len() as u64, "member")
     )?;
     outln!(
@@ -254,13 +272,13 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
             dash(&r["member"])
         )?;
     }
-    let unknown = match lag_unknown {
-        0 => String::new(),
-        n => format!(
-            " ({} with an unknown high watermark not counted)",
+    // A sum that leaves partitions out is not the total: it is said to be unknown.
+    match lag_unknown {
+        0 => outln!("total lag {lag_total}")?,
+        n => outln!(
+            "total lag unknown: {} with an unknown high watermark (the others add up to {lag_total})",
             count(n as u64, "partition")
-        ),
-    };
-    outln!("total lag {lag_total}{unknown}")?;
+        )?,
+    }
     Ok(())
 }

@@ -234,8 +234,15 @@ fn groups_see_everything_and_resume_at_committed_offsets_after_a_restart() {
             "nothing before the committed offsets is read again"
         );
     }
-    let list = server.run_tool(&["group", "list"], b"");
-    assert_eq!(String::from_utf8_lossy(&list.stdout), "one\ntwo\n");
+    let list = server.run_tool(&["group", "list", "--json"], b"");
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).expect("JSON");
+    let listed: Vec<(&str, &str)> = list["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| (g["group_id"].as_str().unwrap(), g["type"].as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, [("one", "consumer"), ("two", "consumer")], "{list}");
 }
 
 #[test]

@@ -10,6 +10,9 @@ use crate::cluster::{ClientConfig, Cluster};
 use crate::error::{check, ClientError};
 use crate::retry::{admin_retriable, retrying};
 
+mod group_list;
+pub use group_list::{GroupType, ListedGroup};
+
 pub use tinymq_protocol::messages::{
     CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove, PartitionState,
     TopicConfig,
@@ -381,7 +384,17 @@ impl Admin {
         timestamp: i64,
     ) -> Result<i64, ClientError> {
         self.retry(&format!("list offsets of {topic}/{partition}"), || async {
-            let offset = self.cluster.list_offset(topic, partition, timestamp).await;
+            let mut offset = self.cluster.list_offset(topic, partition, timestamp).await;
+            // A partition the cached routes lack may have been added since they were
+            // fetched (a topic grown by another client): asked again with fresh routes
+            // before it is called unknown, since that code is not retried.
+            if offset
+                .as_ref()
+                .is_err_and(|e| e.code() == Some(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION))
+            {
+                self.cluster.invalidate(topic);
+                offset = self.cluster.list_offset(topic, partition, timestamp).await;
+            }
             if offset
                 .as_ref()
                 .is_err_and(ClientError::needs_metadata_refresh)

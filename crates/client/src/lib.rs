@@ -20,8 +20,8 @@ mod security_admin;
 pub mod share;
 
 pub use admin::{
-    Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, PartitionMove,
-    PartitionState, TopicConfig,
+    Admin, CommittedOffset, DescribeGroupResponse, DescribeTopicResponse, GroupType, ListedGroup,
+    PartitionMove, PartitionState, TopicConfig,
 };
 pub use cluster::{ClientConfig, Cluster};
 pub use connection::{Connection, SplitBody};

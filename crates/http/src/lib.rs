@@ -21,7 +21,10 @@ mod process;
 mod routes;
 mod view;
 
-pub use api::{HTTP_GROUPS_LIST_MAX, HTTP_MESSAGES_PAGE_BYTES_MAX, HTTP_MESSAGES_PAGE_MAX};
+pub use api::{
+    ShareInFlightView, SharePartitionView, HTTP_GROUPS_LIST_MAX, HTTP_MESSAGES_PAGE_BYTES_MAX,
+    HTTP_MESSAGES_PAGE_MAX,
+};
 pub use auth::{
     HttpAuth, HTTP_AUTH_CACHE_ENTRIES_MAX, HTTP_TOKEN_LIFETIME_MS_DEFAULT,
     HTTP_TOKEN_LIFETIME_MS_MAX,

@@ -50,6 +50,7 @@ impl KafkaListener {
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let shutdown_grace = config.limits.shutdown_grace;
         let shared = Arc::new(Shared::new(config, front));
+        crate::groups::register_native_listing(&shared);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(accept_loop(

@@ -121,3 +121,32 @@ fn only_nodes_and_cluster_alterers_commit_to_route_progress_groups() {
         assert_eq!(route.offsets.len(), 1, "{allowed}");
     }
 }
+
+#[test]
+fn a_group_listing_shows_only_groups_the_principal_may_describe() {
+    let listing = |id: &str, group_type: &str| m::GroupListing {
+        group_id: id.into(),
+        group_type: group_type.into(),
+        state: "empty".into(),
+        members: 0,
+        member_ids: vec![],
+    };
+    let response = m::ListGroupsResponse {
+        error: None,
+        group_ids: vec!["seen".into(), "unseen".into()],
+        groups: vec![
+            listing("seen", "consumer"),
+            listing("seen-queue", "share"),
+            listing("unseen", "consumer"),
+            listing("unseen-queue", "share"),
+        ],
+    };
+    let access = access(vec![
+        allow("alice", ResourceType::Group, "seen"),
+        allow("alice", ResourceType::Group, "seen-queue"),
+    ]);
+    let shown = list_groups(&access, &Principal::user("alice"), response);
+    assert_eq!(shown.group_ids, ["seen"]);
+    let ids: Vec<&str> = shown.groups.iter().map(|g| g.group_id.as_str()).collect();
+    assert_eq!(ids, ["seen", "seen-queue"]);
+}

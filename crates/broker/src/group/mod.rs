@@ -157,6 +157,33 @@ pub struct GroupCoordinator {
     /// Claimed and released by that protocol ([`GroupCoordinator::claim_for_other_protocol`]);
     /// at most [`GROUPS_MAX`] entries.
     held_by_other_protocol: Mutex<HashSet<String>>,
+    /// Lists the groups that other protocol keeps here (set by its listener), for ListGroups.
+    other_protocol_lister: OtherProtocolLister,
+}
+
+/// A group another protocol's coordinator keeps on this broker, as ListGroups shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherProtocolGroup {
+    pub group_id: String,
+    /// "empty", "stable" or "rebalancing" (the native names).
+    pub state: String,
+    pub members: u32,
+}
+
+/// What lists another protocol's groups: a closure the listener registers (it keeps only a
+/// weak reference to its own state, so a stopped listener lists nothing).
+pub type ListOtherProtocolGroups = dyn Fn() -> Vec<OtherProtocolGroup> + Send + Sync;
+
+#[derive(Default)]
+struct OtherProtocolLister(Mutex<Option<std::sync::Arc<ListOtherProtocolGroups>>>);
+
+impl std::fmt::Debug for OtherProtocolLister {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.lock().is_some();
+        f.debug_struct("OtherProtocolLister")
+            .field("set", &set)
+            .finish()
+    }
 }
 
 impl GroupCoordinator {
@@ -186,6 +213,18 @@ impl GroupCoordinator {
     /// The other protocol has no members left in `group`.
     pub fn release_other_protocol(&self, group: &str) {
         self.held_by_other_protocol.lock().remove(group);
+    }
+
+    /// Registers what lists the other protocol's groups (a later listener replaces it).
+    pub fn set_other_protocol_lister(&self, lister: std::sync::Arc<ListOtherProtocolGroups>) {
+        *self.other_protocol_lister.0.lock() = Some(lister);
+    }
+
+    /// The groups the other protocol keeps here (none when no listener registered). The
+    /// lister runs outside this coordinator's locks.
+    pub fn other_protocol_groups(&self) -> Vec<OtherProtocolGroup> {
+        let lister = self.other_protocol_lister.0.lock().clone();
+        lister.map_or_else(Vec::new, |list| list())
     }
 
     /// Whether another protocol's members hold `group`.

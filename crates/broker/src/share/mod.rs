@@ -286,3 +286,44 @@ pub(crate) fn share_error(e: &tinymq_share::ShareError) -> m::Error {
     };
     code.with_message(e.to_string())
 }
+
+/// The share groups with state on partitions this broker leads, each with the members
+/// holding records in the state loaded here (at most `answer::DESCRIBE_MEMBERS_MAX` per
+/// group): what ListGroups lists (issue 27). Reads partition directories: call it on the
+/// blocking pool. A state not loaded yet (within a second of this broker starting to lead)
+/// lists its group without members.
+pub fn groups_led_here(
+    state: &BrokerState,
+) -> std::collections::BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut groups: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> =
+        Default::default();
+    for partition in state.all_partitions() {
+        if state
+            .led_partition(&partition.topic, partition.index)
+            .is_err()
+        {
+            continue;
+        }
+        for group in store::groups_in(&partition.dir) {
+            groups.entry(group).or_default();
+        }
+    }
+    for shared in state.share.try_all().unwrap_or_default() {
+        let Some(members) = groups.get_mut(&shared.key.group) else {
+            continue;
+        };
+        if !shared.still_led(state) {
+            continue;
+        }
+        let share = shared.state.lock();
+        for (_, record) in share.in_flight() {
+            if members.len() >= answer::DESCRIBE_MEMBERS_MAX {
+                break;
+            }
+            if let tinymq_share::RecordState::Acquired { member, .. } = &record.state {
+                members.insert(member.to_string());
+            }
+        }
+    }
+    groups
+}

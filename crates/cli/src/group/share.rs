@@ -14,28 +14,10 @@ use crate::outln;
 /// most 100).
 const IN_FLIGHT_SHOWN_MAX: usize = 5;
 
+/// A partition as JSON: the REST API's view of it (`GET /api/v1/groups/{id}`), so both
+/// print the same fields.
 fn partition_json(p: &SharePartitionState) -> serde_json::Value {
-    let in_flight: Vec<_> = p
-        .in_flight
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "offset": r.offset, "state": r.state, "delivery_count": r.delivery_count,
-                "member_id": (!r.member_id.is_empty()).then_some(&r.member_id),
-                "lock_deadline_ms": (r.lock_deadline_ms > 0).then_some(r.lock_deadline_ms),
-            })
-        })
-        .collect();
-    serde_json::json!({
-        "topic": p.topic, "partition": p.partition,
-        "start_offset": p.start_offset, "end_offset": p.end_offset,
-        "high_watermark": p.high_watermark,
-        "acquired": p.acquired, "available": p.available, "accepted": p.accepted,
-        "dead_lettered": p.dead_lettered_total,
-        // Records not yet handed out: from the end offset to the high watermark.
-        "not_yet_delivered": (p.high_watermark - p.end_offset).max(0),
-        "in_flight": in_flight,
-    })
+    serde_json::to_value(tinymq_http::SharePartitionView::from(p)).unwrap_or_default()
 }
 
 /// Prints a share group's description (text like the regular group's, or JSON).

@@ -81,7 +81,7 @@ fn number(text: &str, range: std::ops::RangeInclusive<i64>) -> Option<i64> {
 }
 
 /// `YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM)` as ms since the epoch.
-fn rfc3339_ms(text: &str) -> Option<i64> {
+pub(crate) fn rfc3339_ms(text: &str) -> Option<i64> {
     let (date, time) = text.split_once(['T', 't', ' '])?;
     let mut d = date.split('-');
     let (year, month, day) = (d.next()?, d.next()?, d.next()?);

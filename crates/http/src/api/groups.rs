@@ -1,6 +1,7 @@
-//! `/api/v1/groups`: list, describe (members, assignments, committed offsets and lag),
-//! reset offsets (only while the group has no members) and delete consumer groups, through
-//! `tinymq_client::Admin`.
+//! `/api/v1/groups`: list every group (consumer, Kafka-protocol and share groups, with state,
+//! members and total lag), describe one (a consumer group's members, assignments, committed
+//! offsets and lag; a share group's share-partition state), reset offsets (only while the
+//! group has no members) and delete consumer groups, through `tinymq_client::Admin`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -9,7 +10,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use tinymq_client::{ClientError, ErrorCode};
+use tinymq_client::share::{describe_share_group, SharePartitionState};
+use tinymq_client::{ClientError, ErrorCode, GroupType};
 use utoipa::{IntoParams, ToSchema};
 
 use super::problem::{check_name, ApiJson, ApiPath};
@@ -34,19 +36,124 @@ pub struct GroupList {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct GroupSummary {
     pub group_id: String,
-    /// `empty`, `stable`, `rebalancing`, or `unknown` when its coordinator did not answer.
+    /// Which protocol its members speak: `consumer` (tinymq's own, or a group that has only
+    /// committed offsets), `kafka` (Kafka's group protocol, on a Kafka listener) or `share`
+    /// (a share group: queue semantics).
+    #[serde(rename = "type")]
+    #[schema(pattern = "^(consumer|kafka|share)$")]
+    pub group_type: String,
+    /// `empty`, `stable`, `rebalancing`, or `unknown` when a broker too old to say listed it.
+    /// A share group is `stable` while members hold records.
     pub state: String,
     pub members: u32,
+    /// The group's total lag: over the partitions it has committed offsets in, high
+    /// watermark − committed offset; for a share group, the records below the high
+    /// watermark not yet accepted or dead-lettered. Null when any of those partitions' lag
+    /// is not known.
+    pub lag: Option<i64>,
+}
+
+/// `GET /api/v1/groups/{id}`: a consumer (or Kafka-protocol) group, or a share group.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum GroupDetails {
+    Consumer(GroupDescription),
+    Share(ShareGroupDescription),
 }
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct GroupDescription {
     pub group_id: String,
+    /// `consumer` or `kafka`.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^(consumer|kafka)$")]
+    pub group_type: String,
     pub state: String,
     pub generation: u32,
     pub strategy: String,
     pub members: Vec<GroupMember>,
     pub offsets: Vec<GroupOffset>,
+}
+
+/// A share group's state, from the leaders of its partitions (as `tinymq group describe
+/// G --json` prints it).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ShareGroupDescription {
+    pub group_id: String,
+    /// Always `share`.
+    #[serde(rename = "type")]
+    #[schema(pattern = "^share$")]
+    pub group_type: String,
+    /// `stable` while members hold records, else `empty`.
+    pub state: String,
+    /// The members holding records now.
+    pub members: Vec<String>,
+    pub partitions: Vec<SharePartitionView>,
+}
+
+/// One partition of a share group (the JSON of `tinymq group describe G --json` too).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SharePartitionView {
+    pub topic: String,
+    pub partition: u32,
+    /// Below it every record is done (accepted or dead-lettered).
+    pub start_offset: i64,
+    /// The first offset never handed out.
+    pub end_offset: i64,
+    pub high_watermark: i64,
+    /// Records held under a member's acquisition lock.
+    pub acquired: u64,
+    /// Released or expired records waiting to be handed out again.
+    pub available: u64,
+    /// Records at or above the start offset already accepted.
+    pub accepted: u64,
+    /// Records dead-lettered so far.
+    pub dead_lettered: u64,
+    /// Records not handed out yet: from the end offset to the high watermark.
+    pub not_yet_delivered: i64,
+    /// The lowest in-flight records (at most 100).
+    pub in_flight: Vec<ShareInFlightView>,
+}
+
+/// One in-flight record of a share partition.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ShareInFlightView {
+    pub offset: i64,
+    /// `acquired`, `available` or `dead-letter`.
+    pub state: String,
+    pub delivery_count: u32,
+    /// The member holding it; null when none does.
+    pub member_id: Option<String>,
+    /// When its acquisition lock ends (ms since the Unix epoch); null when not acquired.
+    pub lock_deadline_ms: Option<i64>,
+}
+
+impl From<&SharePartitionState> for SharePartitionView {
+    fn from(p: &SharePartitionState) -> SharePartitionView {
+        SharePartitionView {
+            topic: p.topic.clone(),
+            partition: p.partition,
+            start_offset: p.start_offset,
+            end_offset: p.end_offset,
+            high_watermark: p.high_watermark,
+            acquired: p.acquired,
+            available: p.available,
+            accepted: p.accepted,
+            dead_lettered: p.dead_lettered_total,
+            not_yet_delivered: (p.high_watermark - p.end_offset).max(0),
+            in_flight: p
+                .in_flight
+                .iter()
+                .map(|r| ShareInFlightView {
+                    offset: r.offset,
+                    state: r.state.clone(),
+                    delivery_count: r.delivery_count,
+                    member_id: (!r.member_id.is_empty()).then(|| r.member_id.clone()),
+                    lock_deadline_ms: (r.lock_deadline_ms > 0).then_some(r.lock_deadline_ms),
+                })
+                .collect(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -135,7 +242,7 @@ pub struct PartitionOffset {
 /// Groups `GET /api/v1/groups` describes at once (each is a request to its coordinator).
 const GROUPS_DESCRIBED_AT_ONCE: usize = 16;
 
-/// Every consumer group with its state and member count.
+/// Every group with its type, state, member count and total lag.
 #[utoipa::path(
     get,
     path = "/groups",
@@ -148,51 +255,51 @@ const GROUPS_DESCRIBED_AT_ONCE: usize = 16;
 )]
 pub async fn list_groups(State(state): State<ApiState>) -> Result<Json<GroupList>, Problem> {
     let api = state.client().await?;
-    let mut ids = api.admin.list_groups().await?;
-    let truncated = ids.len() > HTTP_GROUPS_LIST_MAX;
-    ids.truncate(HTTP_GROUPS_LIST_MAX);
-    // One request to a coordinator per group, at most GROUPS_DESCRIBED_AT_ONCE at a time.
+    let mut listed = api.admin.list_groups_detailed().await?;
+    let truncated = listed.len() > HTTP_GROUPS_LIST_MAX;
+    listed.truncate(HTTP_GROUPS_LIST_MAX);
+    // The lag of each: requests to its coordinator or partition leaders, at most
+    // GROUPS_DESCRIBED_AT_ONCE groups at a time. A lag that cannot be had is null.
     let permits = Arc::new(tokio::sync::Semaphore::new(GROUPS_DESCRIBED_AT_ONCE));
     let mut asks = tokio::task::JoinSet::new();
-    for id in ids {
+    for g in listed {
         let admin = api.admin.clone();
         let permits = permits.clone();
         asks.spawn(async move {
             let _permit = permits.acquire_owned().await;
-            let described = admin.describe_group(&id).await;
-            (id, described)
+            let lag = admin
+                .group_lag(&g.group_id, g.group_type)
+                .await
+                .ok()
+                .flatten();
+            GroupSummary {
+                group_id: g.group_id,
+                group_type: g.group_type.name().to_string(),
+                state: g.state,
+                members: g.members,
+                lag,
+            }
         });
     }
     let mut groups = Vec::new();
     while let Some(joined) = asks.join_next().await {
-        let Ok((group_id, described)) = joined else {
-            continue;
-        };
-        groups.push(match described {
-            Ok(d) => GroupSummary {
-                group_id,
-                state: d.state,
-                members: d.members.len() as u32,
-            },
-            Err(_) => GroupSummary {
-                group_id,
-                state: "unknown".into(),
-                members: 0,
-            },
-        });
+        if let Ok(summary) = joined {
+            groups.push(summary);
+        }
     }
-    groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+    groups.sort_by(|a, b| (&a.group_id, &a.group_type).cmp(&(&b.group_id, &b.group_type)));
     Ok(Json(GroupList { groups, truncated }))
 }
 
-/// A group's members and assignments, committed offsets and lag per partition.
+/// A consumer group's members and assignments, committed offsets and lag per partition; or
+/// a share group's share-partition state (a share group is looked for first).
 #[utoipa::path(
     get,
     path = "/groups/{id}",
     tag = "groups",
     params(GroupPath),
     responses(
-        (status = 200, description = "The group", body = GroupDescription),
+        (status = 200, description = "The group", body = GroupDetails),
         (status = 400, description = "Invalid group id", body = Problem,
          content_type = "application/problem+json"),
         (status = 404, description = "No such group (GROUP_ID_NOT_FOUND)", body = Problem,
@@ -204,10 +311,40 @@ pub async fn list_groups(State(state): State<ApiState>) -> Result<Json<GroupList
 pub async fn describe_group(
     State(state): State<ApiState>,
     ApiPath(path): ApiPath<GroupPath>,
-) -> Result<Json<GroupDescription>, Problem> {
+) -> Result<Json<GroupDetails>, Problem> {
     check_name("group id", &path.id)?;
     let api = state.client().await?;
+    let shared = describe_share_group(api.config.clone(), &path.id).await?;
+    if shared.exists() {
+        return Ok(Json(GroupDetails::Share(ShareGroupDescription {
+            group_id: shared.group_id,
+            group_type: GroupType::Share.name().to_string(),
+            state: if shared.member_ids.is_empty() {
+                "empty"
+            } else {
+                "stable"
+            }
+            .to_string(),
+            members: shared.member_ids,
+            partitions: shared
+                .partitions
+                .iter()
+                .map(SharePartitionView::from)
+                .collect(),
+        })));
+    }
     let d = api.admin.describe_group(&path.id).await?;
+    // Kafka-protocol groups are told apart by the listing (a failed listing: "consumer").
+    let is_kafka = api.admin.list_groups_detailed().await.is_ok_and(|listed| {
+        listed
+            .iter()
+            .any(|g| g.group_id == path.id && g.group_type == GroupType::Kafka)
+    });
+    let group_type = if is_kafka {
+        GroupType::Kafka
+    } else {
+        GroupType::Consumer
+    };
     // One description per topic gives every partition's high watermark from its leader.
     let topics: BTreeSet<&str> = d.offsets.iter().map(|o| o.topic.as_str()).collect();
     let mut watermarks: BTreeMap<(String, u32), i64> = BTreeMap::new();
@@ -249,14 +386,15 @@ pub async fn describe_group(
             topics: m.topics,
         })
         .collect();
-    Ok(Json(GroupDescription {
+    Ok(Json(GroupDetails::Consumer(GroupDescription {
         group_id: d.group_id,
+        group_type: group_type.name().to_string(),
         state: d.state,
         generation: d.generation,
         strategy: d.strategy,
         members,
         offsets,
-    }))
+    })))
 }
 
 /// Moves a group's committed offsets of one topic; refused while the group has members.

@@ -12,6 +12,7 @@
 
 mod cluster;
 mod groups;
+pub use groups::{ShareInFlightView, SharePartitionView};
 mod messages;
 mod problem;
 mod routes;

@@ -263,6 +263,20 @@ impl Coordinator {
         groups
     }
 
+    /// The Kafka groups kept here as the native ListGroups lists them (issue 27), with the
+    /// native names of their states.
+    fn native_listing(&self) -> Vec<tinymq_broker::group::OtherProtocolGroup> {
+        self.groups
+            .lock()
+            .iter()
+            .map(|(id, g)| tinymq_broker::group::OtherProtocolGroup {
+                group_id: id.clone(),
+                state: native_state_name(g.phase.kafka_name()).to_string(),
+                members: g.members.len() as u32,
+            })
+            .collect()
+    }
+
     /// A snapshot of the Kafka groups kept here: (id, state, protocol type).
     fn list(&self) -> Vec<(String, &'static str, String)> {
         self.groups
@@ -274,6 +288,29 @@ impl Coordinator {
             })
             .collect()
     }
+}
+
+/// A Kafka group state under its native name: both rebalancing phases are "rebalancing".
+fn native_state_name(kafka: &str) -> &'static str {
+    match kafka {
+        "Stable" => "stable",
+        "PreparingRebalance" | "CompletingRebalance" => "rebalancing",
+        _ => "empty",
+    }
+}
+
+/// Lets the native ListGroups (`tinymq group list`, `GET /api/v1/groups`) show the Kafka
+/// groups this listener keeps; the lister holds the listener's state weakly.
+pub(crate) fn register_native_listing(shared: &Arc<Shared>) {
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    shared
+        .front
+        .0
+        .groups
+        .set_other_protocol_lister(Arc::new(move || {
+            weak.upgrade()
+                .map_or_else(Vec::new, |s| s.groups.native_listing())
+        }));
 }
 
 /// What group `group_id` may keep: [`GROUP_BYTES_MAX`], or less when the other groups
