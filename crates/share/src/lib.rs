@@ -14,7 +14,7 @@ mod tests;
 
 pub use partition::{
     range_len, validate_member_id, AckKind, AcquiredRange, DeadLetterReason, InFlightRecord,
-    RecordState, ShareError, SharePartition, StateCounts,
+    RecordState, ShareError, SharePartition, StateCounts, UNSEEN_RETURNS_PER_RECORD_MAX,
 };
 pub use state_log::{decode_records, encode_record, Decoded, StateRecord, STATE_RECORD_BYTES_MAX};
 

@@ -152,7 +152,49 @@ pub struct SharePartition {
     pub(crate) end_offset: i64,
     pub(crate) records: BTreeMap<i64, InFlightRecord>,
     pub(crate) dead_lettered_total: u64,
+    pub(crate) unseen_returns: UnseenReturns,
 }
+
+/// How many times a member may release one record unseen (its delivery taken back) before
+/// a further release unseen of it counts as a plain release: a member that keeps giving a
+/// record back "unseen" (a bug in its error path) must not keep it from the dead-letter topic
+/// forever.
+pub const UNSEEN_RETURNS_PER_RECORD_MAX: u32 = 100;
+
+/// Releases unseen so far per in-flight offset, for [`UNSEEN_RETURNS_PER_RECORD_MAX`].
+/// Advisory and in memory only: not in the state log, so a rebuild starts every count at zero
+/// (the bound then holds per run of the leader); for the same reason it is not part of a
+/// share partition's identity (`==` ignores it), which is what the log rebuilds.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct UnseenReturns(BTreeMap<i64, u32>);
+
+impl UnseenReturns {
+    /// Counts one release unseen of `offset`; false when it had reached the bound already.
+    fn take_one(&mut self, offset: i64) -> bool {
+        let count = self.0.entry(offset).or_insert(0);
+        if *count >= UNSEEN_RETURNS_PER_RECORD_MAX {
+            return false;
+        }
+        *count += 1;
+        true
+    }
+
+    /// Forgets offsets no longer in flight, once there are more entries than in-flight
+    /// records (so it holds at most twice `share_in_flight_records_max` entries).
+    fn prune(&mut self, records: &BTreeMap<i64, InFlightRecord>) {
+        if self.0.len() > records.len() {
+            self.0.retain(|offset, _| records.contains_key(offset));
+        }
+    }
+}
+
+impl PartialEq for UnseenReturns {
+    fn eq(&self, _: &UnseenReturns) -> bool {
+        true
+    }
+}
+
+impl Eq for UnseenReturns {}
 
 impl SharePartition {
     /// A new share partition whose first record is `start_offset` (the log's earliest).
@@ -417,7 +459,7 @@ impl SharePartition {
                 continue;
             }
             let outcome = match kind {
-                AckKind::ReleaseUnseen => {
+                AckKind::ReleaseUnseen if self.unseen_returns.take_one(offset) => {
                     // Never dead-lettered: the count goes back to what it was before this
                     // delivery, below `max_attempts` (acquire checked it).
                     record.uncount_delivery();
@@ -426,10 +468,13 @@ impl SharePartition {
                 }
                 AckKind::Accept => None,
                 AckKind::Reject => Some(DeadLetterReason::Rejected),
-                AckKind::Release if record.delivery_count >= max_attempts => {
+                // Past UNSEEN_RETURNS_PER_RECORD_MAX a release unseen is a plain release.
+                AckKind::Release | AckKind::ReleaseUnseen
+                    if record.delivery_count >= max_attempts =>
+                {
                     Some(DeadLetterReason::MaxAttempts)
                 }
-                AckKind::Release => {
+                AckKind::Release | AckKind::ReleaseUnseen => {
                     record.state = RecordState::Available;
                     // Not logged: a rebuild makes acquired records available anyway.
                     outcomes.push(offset, Outcome::Released);
@@ -438,6 +483,7 @@ impl SharePartition {
             };
             outcomes.push(offset, outcome.map_or(Outcome::Done, Outcome::DeadLetter));
         }
+        self.unseen_returns.prune(&self.records);
         let outcomes = outcomes.into_vec();
         let applied: u64 = outcomes.iter().map(|(f, l, _)| range_len(*f, *l)).sum();
         self.settle(outcomes, log);

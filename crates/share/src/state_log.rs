@@ -253,6 +253,7 @@ fn decode_snapshot(r: &mut Reader<'_>) -> Result<SharePartition, String> {
         end_offset,
         records,
         dead_lettered_total,
+        unseen_returns: Default::default(),
     })
 }
 

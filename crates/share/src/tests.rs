@@ -491,3 +491,35 @@ fn truncation_below_the_end_offset_forgets_the_cut_offsets() {
     assert_eq!((sp.start_offset(), sp.end_offset()), (2, 2));
     assert_eq!(sp.counts().acquired + sp.counts().available, 0);
 }
+
+/// A member that keeps releasing a record "unseen" cannot keep it from the dead-letter topic:
+/// past `UNSEEN_RETURNS_PER_RECORD_MAX` such releases count as plain releases.
+#[test]
+fn releases_unseen_past_the_bound_count_and_dead_letter() {
+    use crate::UNSEEN_RETURNS_PER_RECORD_MAX;
+    let max_attempts = 3;
+    let mut sp = SharePartition::new(0);
+    let mut log = Vec::new();
+    let mut dead_lettered = false;
+    let rounds = UNSEEN_RETURNS_PER_RECORD_MAX + max_attempts + 1;
+    for round in 0..rounds {
+        let acquired = sp
+            .acquire(&member("m"), (0, 0), 30_000, max_attempts, &mut log)
+            .expect("contiguous");
+        if acquired.is_empty() {
+            dead_lettered = true;
+            assert!(
+                round > UNSEEN_RETURNS_PER_RECORD_MAX,
+                "dead-lettered early, round {round}"
+            );
+            break;
+        }
+        sp.acknowledge("m", (0, 0), AckKind::ReleaseUnseen, max_attempts, &mut log)
+            .expect("held");
+    }
+    assert!(
+        dead_lettered,
+        "after {rounds} releases unseen: {:?}",
+        sp.in_flight().next()
+    );
+}
