@@ -302,18 +302,9 @@ impl Admin {
     }
 
     async fn list_groups_once(&self) -> Result<Vec<String>, ClientError> {
-        let mut groups = std::collections::BTreeSet::new();
-        for addr in self.cluster.broker_addresses().await?.values() {
-            let connection = self.cluster.connection(addr).await?;
-            let response = connection
-                .request(
-                    &m::ListGroupsRequest {},
-                    self.cluster.config.request_timeout,
-                )
-                .await?;
-            check(response.error.as_ref())?;
-            groups.extend(response.group_ids);
-        }
+        let answers = self.list_groups_answers().await?;
+        let groups: std::collections::BTreeSet<String> =
+            answers.into_iter().flat_map(|a| a.group_ids).collect();
         Ok(groups.into_iter().collect())
     }
 

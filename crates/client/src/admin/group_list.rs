@@ -72,6 +72,14 @@ impl Admin {
     }
 
     async fn list_groups_detailed_once(&self) -> Result<Vec<ListedGroup>, ClientError> {
+        Ok(merge(self.list_groups_answers().await?))
+    }
+
+    /// Every broker's ListGroups answer (each lists the groups it coordinates or leads
+    /// partitions of).
+    pub(super) async fn list_groups_answers(
+        &self,
+    ) -> Result<Vec<m::ListGroupsResponse>, ClientError> {
         let mut answers = Vec::new();
         for addr in self.cluster.broker_addresses().await?.values() {
             let connection = self.cluster.connection(addr).await?;
@@ -84,7 +92,7 @@ impl Admin {
             check(response.error.as_ref())?;
             answers.push(response);
         }
-        Ok(merge(answers))
+        Ok(answers)
     }
 
     /// The total lag of a group (see the module's doc); `None` when a partition's high
@@ -101,7 +109,11 @@ impl Admin {
                 if !d.unreachable.is_empty() {
                     return Ok(None);
                 }
-                Ok(d.partitions.iter().map(share_partition_lag).sum())
+                // Broker-reported figures: summed saturating, never overflowing.
+                Ok(d.partitions
+                    .iter()
+                    .map(share_partition_lag)
+                    .try_fold(0i64, |sum, lag| Some(sum.saturating_add(lag?))))
             }
             GroupType::Consumer | GroupType::Kafka => {
                 let d = self.describe_group(group_id).await?;
@@ -119,7 +131,7 @@ impl Admin {
                             .map(|p| p.high_watermark);
                         match hw {
                             Some(hw) if hw >= 0 && o.offset >= 0 => {
-                                lag += hw.saturating_sub(o.offset).max(0)
+                                lag = lag.saturating_add(hw.saturating_sub(o.offset).max(0))
                             }
                             _ => return Ok(None),
                         }

@@ -140,7 +140,7 @@ impl From<&SharePartitionState> for SharePartitionView {
             available: p.available,
             accepted: p.accepted,
             dead_lettered: p.dead_lettered_total,
-            not_yet_delivered: (p.high_watermark - p.end_offset).max(0),
+            not_yet_delivered: p.high_watermark.saturating_sub(p.end_offset).max(0),
             in_flight: p
                 .in_flight
                 .iter()
