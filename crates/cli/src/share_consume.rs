@@ -136,9 +136,17 @@ async fn print_until_done(
                 }
                 printed += records.len() as u64;
             }
-            Err(e) => {
-                // Which lines reached the reader is unknown: none is accepted; `close`
-                // releases them all (at least once, never lost).
+            Err((handed, e)) => {
+                // Which of the lines handed to the writer reached the reader is unknown: they
+                // are released counted (at least once, never lost); the rest never left this
+                // process, so they are released unseen.
+                let unhanded = records.split_off(handed.min(records.len()));
+                for record in &records {
+                    consumer.acknowledge(record, AckKind::Release)?;
+                }
+                for record in &unhanded {
+                    consumer.acknowledge(record, AckKind::ReleaseUnseen)?;
+                }
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
                     return Ok(());
                 }
@@ -150,13 +158,15 @@ async fn print_until_done(
 }
 
 /// Prints `records` in order and flushes, stopping early once a signal arrived; returns how
-/// many were printed (all of them reached the reader once this returns `Ok`).
+/// many were printed (all of them reached the reader once this returns `Ok`). On a write
+/// error it returns how many records were handed to the writer (the failing one included),
+/// any of which may or may not have reached the reader.
 fn print_batch(
     stdout: &std::io::Stdout,
     records: &[ShareRecord],
     args: &ConsumeArgs,
     stop: &AtomicI32,
-) -> std::io::Result<usize> {
+) -> Result<usize, (usize, std::io::Error)> {
     let json = args.format == "json";
     let mut out = stdout.lock();
     let mut done = 0;
@@ -170,10 +180,11 @@ fn print_batch(
             json,
             args.value_format,
             Some(r.delivery_count),
-        )?;
+        )
+        .map_err(|e| (done + 1, e))?;
         done += 1;
     }
-    out.flush()?;
+    out.flush().map_err(|e| (done, e))?;
     Ok(done)
 }
 
