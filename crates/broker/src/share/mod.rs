@@ -180,6 +180,12 @@ impl ShareGroups {
         shared.retire();
     }
 
+    /// Every loaded share partition; waits for a load in progress (as a fetch would), so an
+    /// answer built from it misses no member.
+    pub(crate) fn all(&self) -> Vec<Arc<SharedPartition>> {
+        self.partitions.lock().values().cloned().collect()
+    }
+
     /// Every loaded share partition, or `None` while the registry is busy (a load runs).
     pub(crate) fn try_all(&self) -> Option<Vec<Arc<SharedPartition>>> {
         Some(self.partitions.try_lock()?.values().cloned().collect())
@@ -308,7 +314,7 @@ pub fn groups_led_here(
             groups.entry(group).or_default();
         }
     }
-    for shared in state.share.try_all().unwrap_or_default() {
+    for shared in state.share.all() {
         let Some(members) = groups.get_mut(&shared.key.group) else {
             continue;
         };
