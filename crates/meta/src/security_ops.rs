@@ -294,7 +294,10 @@ pub async fn bootstrap_admin_now(
 ) -> bool {
     let deadline = tokio::time::Instant::now() + wait_max;
     while tokio::time::Instant::now() < deadline {
-        if bootstrap_step(service, &credentials).await {
+        // One attempt may not outlast the wait (a write to a group that lost its quorum
+        // would otherwise hold the start up indefinitely).
+        let attempt = tokio::time::timeout_at(deadline, bootstrap_step(service, &credentials));
+        if let Ok(true) = attempt.await {
             return true;
         }
         tokio::time::sleep(BOOTSTRAP_RETRY).await;

@@ -159,12 +159,15 @@ async fn log_leader_changes(
     }
 }
 
-/// Snapshots the image once after this node replayed legacy command entries (an old log, read
-/// once): the snapshot covers them, so later starts begin from it instead of executing them.
+/// Snapshots the image each time this node replayed legacy command entries (an old log read at
+/// start, or an old leader's entries while the cluster is upgraded one node at a time): the
+/// snapshot covers them, so later starts begin from it instead of executing them again.
 async fn snapshot_after_legacy_replay(raft: MetaRaft, replayed: Arc<tokio::sync::Notify>) {
-    replayed.notified().await;
-    if let Err(e) = raft.trigger().snapshot().await {
-        tracing::warn!(error = %e, "snapshotting after replaying legacy metadata entries failed");
+    loop {
+        replayed.notified().await;
+        if let Err(e) = raft.trigger().snapshot().await {
+            tracing::warn!(error = %e, "snapshotting after replaying legacy metadata entries failed");
+        }
     }
 }
 

@@ -245,6 +245,21 @@ async fn applied_up_to(node: &MetaNode, index: u64) {
     }
 }
 
+/// Writes `command` on whichever of `nodes` leads, again on the next leader while the one
+/// asked no longer leads (a busy machine may re-elect); returns the node that took it.
+async fn write_on_leader<'a>(nodes: &[&'a MetaNode], command: Command) -> &'a MetaNode {
+    for _ in 0..200 {
+        let id = leader_of(nodes, None).await;
+        let node = nodes.iter().find(|n| n.id == id).expect("a listed leader");
+        match node.write(command.clone()).await {
+            Ok(_) => return node,
+            Err(super::MetaNodeError::NotLeader { .. }) => continue,
+            Err(e) => panic!("writing on node {id}: {e}"),
+        }
+    }
+    panic!("no leader took the command");
+}
+
 fn snapshot_index(dir: &Path) -> u64 {
     let stored: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("meta-snapshot.json")).unwrap()).unwrap();
@@ -338,14 +353,13 @@ async fn a_node_that_cannot_apply_an_entry_stops_with_its_index_and_the_others_k
     let members: BTreeMap<u64, String> = (1..=3).map(|id| (id, format!("node-{id}"))).collect();
     n1.initialize(members).await.unwrap();
     // Elected by 1 and 2 before 3 exists: the leader reads version 2.
-    let leader_id = leader_of(&[&n1, &n2], None).await;
+    leader_of(&[&n1, &n2], None).await;
     let n3 = start(3, 1).await;
-    let leader = if n1.id == leader_id { &n1 } else { &n2 };
     let quota = |name: &str| Command::SetQuota {
         principal: format!("User:{name}"),
         quota: QuotaConfig::default(),
     };
-    leader.write(quota("before")).await.unwrap();
+    let leader = write_on_leader(&[&n1, &n2], quota("before")).await;
     let first = leader.version();
     applied_up_to(&n3, first).await;
     let image_before = n3.image();
@@ -357,8 +371,21 @@ async fn a_node_that_cannot_apply_an_entry_stops_with_its_index_and_the_others_k
             principal: "User:before".into(),
         }],
     });
-    let written = leader.raft.client_write(newer).await.unwrap();
-    let index = written.log_id.index;
+    // On whichever of 1 and 2 leads when it is written (a busy machine may re-elect).
+    let mut written = None;
+    for _ in 0..200 {
+        let id = leader_of(&[&n1, &n2], None).await;
+        let node = if n1.id == id { &n1 } else { &n2 };
+        match node.raft.client_write(newer.clone()).await {
+            Ok(w) => {
+                written = Some(w);
+                break;
+            }
+            Err(e) if e.forward_to_leader().is_some() => continue,
+            Err(e) => panic!("writing the version-2 batch: {e}"),
+        }
+    }
+    let index = written.expect("no leader took the batch").log_id.index;
     let fatal = tokio::time::timeout(Duration::from_secs(30), n3.fatal())
         .await
         .expect("node 3 did not stop");
@@ -375,7 +402,7 @@ async fn a_node_that_cannot_apply_an_entry_stops_with_its_index_and_the_others_k
     assert!(n3.version() < index);
 
     // The others applied it and still serve.
-    leader.write(quota("after")).await.unwrap();
+    let leader = write_on_leader(&[&n1, &n2], quota("after")).await;
     let last = leader.version();
     for n in [&n1, &n2] {
         applied_up_to(n, last).await;

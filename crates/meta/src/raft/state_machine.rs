@@ -37,15 +37,29 @@ pub(super) struct Applied {
     membership: StoredMembership<u64, BasicNode>,
     pub(super) image: MetadataImage,
     /// The index of the last entry that changed the image (a record batch or legacy command):
-    /// a batch executed against an older index is stale. 0 in snapshots from before batches.
+    /// a batch executed against an older index is stale. Missing in snapshots from before
+    /// batches: [`Applied::decode`] takes the last applied index then (any entry up to it may
+    /// have changed the image).
     #[serde(default)]
     last_change_index: u64,
+}
+
+impl Applied {
+    /// A serialized snapshot's contents.
+    fn decode(data: &[u8]) -> serde_json::Result<Applied> {
+        let mut applied: Applied = serde_json::from_slice(data)?;
+        let last_applied_index = applied.last_applied.map_or(0, |l| l.index);
+        if applied.last_change_index == 0 {
+            applied.last_change_index = last_applied_index;
+        }
+        Ok(applied)
+    }
 }
 
 /// Whether `data` is a snapshot this state machine can install (checked before a snapshot
 /// from a peer reaches openraft, which purges its log for it).
 pub fn check_snapshot_data(data: &[u8]) -> Result<(), String> {
-    serde_json::from_slice::<Applied>(data)
+    Applied::decode(data)
         .map(drop)
         .map_err(|e| format!("the snapshot is not a metadata image: {e}"))
 }
@@ -103,7 +117,7 @@ impl StateMachine {
                 let stored: StoredSnapshot =
                     serde_json::from_slice(&bytes).map_err(|e| damaged_snapshot(&path, e))?;
                 let applied =
-                    serde_json::from_slice(&stored.data).map_err(|e| damaged_snapshot(&path, e))?;
+                    Applied::decode(&stored.data).map_err(|e| damaged_snapshot(&path, e))?;
                 (applied, stored.meta.last_log_id)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Applied::default(), None),
@@ -261,7 +275,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<u64>> {
         let data = snapshot.into_inner();
-        let new: Applied = serde_json::from_slice(&data).map_err(sm_error)?;
+        let new = Applied::decode(&data).map_err(sm_error)?;
         self.save(StoredSnapshot {
             meta: meta.clone(),
             data,
