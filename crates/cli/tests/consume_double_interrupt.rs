@@ -101,15 +101,27 @@ fn sigint_to_the_process_then_its_group_still_commits_and_leaves() {
 fn timeout_s_int_stops_a_group_consumer_cleanly() {
     let tmp = tempfile::tempdir().unwrap();
     let server = server_with_records(tmp.path());
-    // Whatever it printed in its 3 s is committed; the rest comes to the next run.
+    // GNU `timeout` passes a SIGINT it receives on as it passes its own timer's: to the
+    // command, then to the command's process group. Signalled once the records are printed
+    // (not after a fixed time, which a slow machine may spend starting up), so the run
+    // surely has something to commit.
     let mut cmd = Command::new("timeout");
-    cmd.args(["--preserve-status", "-s", "INT", "3", BIN])
+    cmd.args(["--preserve-status", "-s", "INT", "600", BIN])
         .args(["consume", "t", "--group", "g", "--from-beginning"])
         .env("TINYMQ_BOOTSTRAP", &server.addr);
     let mut c = Consume::start(cmd);
+    c.wait_printed(RECORDS);
+    let timeout_pid = c.child.id() as i32;
+    // SAFETY: signalling our own child (`timeout`).
+    assert_eq!(
+        unsafe { libc::kill(timeout_pid, libc::SIGINT) },
+        0,
+        "kill -INT"
+    );
     let status = c.wait();
     assert_eq!(status.code(), Some(130), "{status:?}; {}", c.stderr());
     let first = c.printed();
+    assert_eq!(first.len(), RECORDS, "{first:?}");
     assert!(members(&server, "g").is_empty(), "a ghost member is left");
     each_once(&first, &rerun(&server, "g"));
 }

@@ -105,7 +105,7 @@ fn an_advertised_name_the_node_cannot_resolve_is_advertised_as_written() {
     let server = Node::server(&tmp.path().join("data"), &strings(&["--advertise", name]));
     let status = tool_ok(&server.addr, &strings(&["cluster", "status"]), b"");
     assert!(status.contains(name), "{status}");
-    let warned = common::retry(100, std::time::Duration::from_millis(100), || {
+    let warned = common::retry(600, std::time::Duration::from_millis(100), || {
         server
             .log_text()
             .contains("does not resolve on this node")
