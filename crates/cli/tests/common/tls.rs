@@ -59,7 +59,13 @@ impl Ca {
     }
 
     fn sign(&self, cn: &str, expired: bool) -> Identity {
-        let names = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        self.sign_naming(cn, &["127.0.0.1", "localhost"], expired)
+    }
+
+    /// A server and client certificate with subject CN `cn` naming `names`, valid now or
+    /// (`expired`) only in 2020.
+    fn sign_naming(&self, cn: &str, names: &[&str], expired: bool) -> Identity {
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -230,22 +236,6 @@ impl Ca {
     /// A server and client certificate with subject CN `cn` naming only `names` (DNS names or
     /// IP addresses), valid now: for tests of which names a certificate must cover.
     pub fn leaf_naming(&self, cn: &str, names: &[&str]) -> Identity {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        let identity = Identity {
-            cert: self.dir.join(format!("{cn}.crt.pem")),
-            key: self.dir.join(format!("{cn}.key.pem")),
-        };
-        std::fs::write(&identity.cert, cert.pem()).unwrap();
-        std::fs::write(&identity.key, key.serialize_pem()).unwrap();
-        identity
+        self.sign_naming(cn, names, false)
     }
 }
