@@ -7,12 +7,12 @@
 //!
 //! kafka-protocol 0.18 reserves an array's declared count before decoding it (upstream
 //! #152/#161/#200): a lying count asks for hundreds of GiB. The `tinymq` binary contains that
-//! with its allocator (`crates/cli/src/alloc_guard.rs`: huge allocations only reserve address
+//! with its allocator (`crates/node/src/alloc_guard.rs`: huge allocations only reserve address
 //! space); this target uses the same allocator, so it tests what the binary runs. Those
 //! mappings bypass libFuzzer's malloc hooks, so `-malloc_limit_mb` does not flag them.
 #![no_main]
 
-#[path = "../../crates/cli/src/alloc_guard.rs"]
+#[path = "../../crates/node/src/alloc_guard.rs"]
 mod alloc_guard;
 
 #[global_allocator]

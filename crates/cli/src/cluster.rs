@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use serde::Deserialize;
-use tinymq_meta::server::MetaServer;
+use tinymq_node::{MetaNodeConfig, Node, NodeConfig};
 
 use crate::limits::{read_file, LimitArgs};
 use crate::{outln, Bootstrap};
@@ -105,10 +105,6 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         file.tls_client_auth,
     )?;
     let tls = args.tls.load(file_tls)?;
-    anyhow::ensure!(
-        peers.contains_key(&id),
-        "--peers must include this node's id {id}"
-    );
     let file_security = crate::server_security::ServerSecurityArgs::from_file(
         file.auth,
         file.cluster_secret_file,
@@ -134,58 +130,44 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     let auth_on = security.listener.auth != tinymq_net::AuthMode::None;
     let secret = security.listener.cluster_secret.as_deref();
     let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
-    let http = http_args.start(false, http_security).await?;
     let admin = crate::user::admin_credentials(admin_password_file.as_deref())?;
     let node_login = security.node_login(tinymq_auth::NodeKind::Meta, id);
     let mut links = tls.links();
     links.login = node_login.clone();
-    let node_security = tinymq_meta::server::NodeSecurity {
-        listener: tinymq_net::ListenerSecurity {
-            tls: tls.server.clone(),
-            ..security.listener.clone()
+    let mut api_links = tls.links();
+    api_links.login = node_login;
+    let http = http_args.listener(false, http_security, api_links)?;
+    let node = Node::start(NodeConfig::Meta(MetaNodeConfig {
+        id,
+        listen,
+        peers,
+        data: data.clone(),
+        limits,
+        security: tinymq_meta::server::NodeSecurity {
+            listener: tinymq_net::ListenerSecurity {
+                tls: tls.server.clone(),
+                ..security.listener.clone()
+            },
+            links,
+            authorization: security.authorization.clone(),
         },
-        links,
-        authorization: security.authorization.clone(),
-    };
-    let alone = peers.len() == 1;
-    let server = MetaServer::start_secure(id, listen, peers, &data, limits, node_security).await?;
-    match admin {
-        // A node that leads alone creates the admin before it says it listens, so a login
-        // right after that line succeeds. A node of a larger group must announce itself
-        // first (its peers need it to elect a leader); the leader creates the admin then.
-        Some(admin) if alone => {
-            let wait = std::time::Duration::from_secs(30);
-            tinymq_meta::security_ops::bootstrap_admin_now(&server.service, admin, wait).await;
-        }
-        Some(admin) => tinymq_meta::security_ops::bootstrap_admin(&server.service, admin),
-        None => {}
-    }
-    if let Some(http) = &http {
-        let view = crate::http::MetaView {
-            node: server.node().clone(),
-            connections: server.connections.clone(),
-        };
-        http.attach(std::sync::Arc::new(view));
-        let mut api_links = tls.links();
-        api_links.login = node_login;
-        http.attach_api(server.local_addr, false, api_links);
-    }
-    println!("tinymq meta listening on {}", server.local_addr);
-    crate::http::announce(&http);
-    tracing::info!(node = id, addr = %server.local_addr, data = %data.display(), "MetaServer node started");
+        admin,
+        http,
+    }))
+    .await?;
+    println!("tinymq meta listening on {}", node.local_addr());
+    crate::http::announce(&node);
+    tracing::info!(node = id, addr = %node.local_addr(), data = %data.display(), "MetaServer node started");
     tokio::select! {
         _ = term.recv() => tracing::info!(signal = "SIGTERM", "stopping"),
         _ = int.recv() => tracing::info!(signal = "SIGINT", "stopping"),
-        fatal = server.node().fatal() => {
+        fatal = node.fatal() => {
             // This node can no longer vote or apply; a restart recovers from its data.
             tracing::error!(error = %fatal, "the Raft core stopped; exiting");
             std::process::exit(70);
         }
     }
-    server.shutdown().await;
-    if let Some(http) = http {
-        http.shutdown().await;
-    }
+    node.shutdown().await;
     tracing::info!(node = id, "MetaServer node stopped");
     Ok(())
 }

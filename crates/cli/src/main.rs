@@ -2,7 +2,6 @@
 //! arguments and hands off; the roles live in the library crates.
 
 mod acl;
-mod alloc_guard;
 mod args;
 mod bench;
 mod client_security;
@@ -31,9 +30,11 @@ mod user;
 
 use clap::{Parser, Subcommand};
 
-/// See `alloc_guard`: the Kafka decoder's lying-array-count allocations must not abort.
+/// See `tinymq_node::alloc_guard`: the Kafka decoder's lying-array-count allocations must
+/// not abort.
 #[global_allocator]
-static ALLOCATOR: alloc_guard::GuardedAllocator = alloc_guard::GuardedAllocator;
+static ALLOCATOR: tinymq_node::alloc_guard::GuardedAllocator =
+    tinymq_node::alloc_guard::GuardedAllocator;
 
 #[derive(Parser)]
 #[command(

@@ -7,9 +7,10 @@ use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use tinymq_broker::topic::TopicSettings;
-use tinymq_broker::{Advertised, Broker, BrokerConfig};
+use tinymq_broker::{Advertised, BrokerConfig};
+use tinymq_node::{BrokerNodeConfig, KafkaListenerConfig, Node, NodeConfig};
 
-use crate::http::{BrokerView, HttpArgs};
+use crate::http::HttpArgs;
 use crate::limits::{read_file, LimitArgs};
 use crate::server_security::ServerSecurityArgs;
 use crate::tls::{NodeTls, ServerTlsArgs};
@@ -91,46 +92,6 @@ pub struct ServerArgs {
     kafka_auto_create_topics: Option<bool>,
 }
 
-/// The Kafka listener's settings, from flags and the file.
-#[derive(Debug, Default)]
-struct KafkaSettings {
-    listen: Option<SocketAddr>,
-    advertise: Option<String>,
-    auto_create_topics: bool,
-}
-
-impl KafkaSettings {
-    /// The address Kafka clients are told, for a listener bound at `bound`.
-    fn advertised(
-        &self,
-        bound: SocketAddr,
-        native_advertise: Option<&Advertised>,
-    ) -> anyhow::Result<(String, u16)> {
-        if let Some(text) = &self.advertise {
-            let (host, port) = text.rsplit_once(':').ok_or_else(|| {
-                anyhow::anyhow!("--kafka-advertise must be HOST:PORT, not {text:?}")
-            })?;
-            let port: u16 = port
-                .parse()
-                .map_err(|_| anyhow::anyhow!("--kafka-advertise: bad port in {text:?}"))?;
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            anyhow::ensure!(
-                !host.is_empty() && port != 0,
-                "--kafka-advertise must name a host and a port other than 0"
-            );
-            return Ok((host.to_string(), port));
-        }
-        let host = match (bound.ip().is_unspecified(), native_advertise) {
-            (false, _) => bound.ip().to_string(),
-            (true, Some(native)) => native.host.clone(),
-            (true, None) => anyhow::bail!(
-                "--kafka-listen {bound} listens on every address: give --kafka-advertise HOST:PORT (or --advertise) so clients know where to connect"
-            ),
-        };
-        Ok((host, bound.port()))
-    }
-}
-
 /// The TOML file: every field optional.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -171,7 +132,13 @@ struct FileSecurity {
 /// The broker's settings, and the HTTP settings of the file (flags apply over them).
 fn build_config(
     args: ServerArgs,
-) -> anyhow::Result<(BrokerConfig, HttpArgs, NodeTls, FileSecurity, KafkaSettings)> {
+) -> anyhow::Result<(
+    BrokerConfig,
+    HttpArgs,
+    NodeTls,
+    FileSecurity,
+    KafkaListenerConfig,
+)> {
     let (file, file_limits, file_http) = read_file::<FileConfig>(args.config.as_deref())?;
     let mut c = BrokerConfig::default();
     let mut topics = TopicSettings::default();
@@ -199,7 +166,7 @@ fn build_config(
     c.advertise = args
         .advertise
         .or(file_advertise.transpose().map_err(anyhow::Error::msg)?);
-    let kafka = KafkaSettings {
+    let kafka = KafkaListenerConfig {
         listen: args.kafka_listen.or(resolve(file.kafka_listen)?),
         advertise: pick!(kafka_advertise),
         auto_create_topics: pick!(kafka_auto_create_topics).unwrap_or(false),
@@ -299,20 +266,9 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     if let Some(addr) = http_args.explicit_addr() {
         security.check_exposure("HTTP", addr, has_tls)?;
     }
-    // Bound before the broker starts, so that it registers the Kafka address clients will
-    // be told (port 0 becomes the port bound).
-    let kafka_listener = match kafka.listen {
-        Some(addr) => {
-            security.check_exposure("Kafka", addr, has_tls)?;
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot listen for Kafka clients on {addr}: {e}"))?;
-            let advertised = kafka.advertised(listener.local_addr()?, config.advertise.as_ref())?;
-            config.kafka_advertised = Some(advertised.clone());
-            Some((listener, advertised))
-        }
-        None => None,
-    };
+    if let Some(addr) = kafka.listen {
+        security.check_exposure("Kafka", addr, has_tls)?;
+    }
     config.security = tinymq_net::ListenerSecurity {
         tls: tls.server.clone(),
         ..security.listener.clone()
@@ -323,92 +279,43 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     config.links.login = node_login.clone();
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
-    if cluster_member {
-        anyhow::ensure!(
-            !config.meta.is_empty(),
-            "tinymq broker needs --meta with the MetaServer addresses"
-        );
-    } else {
-        anyhow::ensure!(
-            config.meta.is_empty(),
-            "--meta is for `tinymq broker`; `tinymq server` runs its own MetaServer"
-        );
-    }
     let stop_signal = shutdown_signal()?;
     tls.reload_on_sighup()?;
-    // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
     // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
     let auth_on = security.listener.auth != tinymq_net::AuthMode::None;
     let secret = security.listener.cluster_secret.as_deref();
     let http_security = http_args.security(tls.server.clone(), auth_on, secret)?;
-    let http = http_args.start(!cluster_member, http_security).await?;
+    let mut api_links = tls.links();
+    api_links.login = node_login;
+    let http = http_args.listener(!cluster_member, http_security, api_links)?;
     // Created before the port accepts anyone: a login right after "listening" succeeds.
     config.admin_bootstrap = admin;
-    let broker = Broker::start(config).await?;
-    if let Some(http) = &http {
-        let meta = broker.embedded_meta().map(|m| m.node.clone());
-        let state = broker.state().clone();
-        http.attach(std::sync::Arc::new(BrokerView { state, meta }));
-        let mut api_links = tls.links();
-        api_links.login = node_login;
-        http.attach_api(broker.local_addr, true, api_links);
-    }
-    let kafka_listener = match kafka_listener {
-        Some((listener, advertised)) => {
-            let kafka_config = tinymq_kafka::KafkaConfig {
-                advertised,
-                limits: broker.state().config.listener.clone(),
-                auto_create_topics: kafka.auto_create_topics,
-            };
-            Some(tinymq_kafka::KafkaListener::start(
-                listener,
-                broker.front(),
-                kafka_config,
-            )?)
-        }
-        None => None,
+    let node_config = BrokerNodeConfig {
+        broker: config,
+        http,
+        kafka: Some(kafka),
     };
+    let node = Node::start(if cluster_member {
+        NodeConfig::Broker(node_config)
+    } else {
+        NodeConfig::Standalone(node_config)
+    })
+    .await?;
     // A plain line for scripts and tests that start the server on port 0.
-    println!("tinymq listening on {}", broker.local_addr);
-    if let Some(kafka) = &kafka_listener {
-        println!("tinymq kafka listening on {}", kafka.local_addr);
+    println!("tinymq listening on {}", node.local_addr());
+    if let Some(kafka) = node.kafka_addr() {
+        println!("tinymq kafka listening on {kafka}");
     }
-    crate::http::announce(&http);
+    crate::http::announce(&node);
     let stop = tokio::select! {
         signal = stop_signal => signal,
-        fatal = broker.embedded_meta_failed() => {
+        fatal = node.fatal() => {
             // The metadata can no longer change; a restart recovers from the data directory.
             tracing::error!(error = %fatal, "the embedded MetaServer stopped; exiting");
             std::process::exit(70);
         }
     };
     tracing::info!(signal = stop, "stopping");
-    if let Some(kafka) = kafka_listener {
-        kafka.shutdown().await;
-    }
-    broker.shutdown().await;
-    if let Some(http) = http {
-        http.shutdown().await;
-    }
+    node.shutdown().await;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{Advertised, KafkaSettings};
-
-    #[test]
-    fn a_kafka_listener_on_every_address_advertises_the_native_host_name() {
-        let settings = KafkaSettings::default();
-        let native = Advertised::parse("mq1.example.com:21581").unwrap();
-        let bound = "0.0.0.0:9092".parse().unwrap();
-        let advertised = settings.advertised(bound, Some(&native)).unwrap();
-        assert_eq!(advertised, ("mq1.example.com".to_string(), 9092));
-        let explicit = KafkaSettings {
-            advertise: Some("kafka.example.com:9093".into()),
-            ..KafkaSettings::default()
-        };
-        let advertised = explicit.advertised(bound, Some(&native)).unwrap();
-        assert_eq!(advertised, ("kafka.example.com".to_string(), 9093));
-    }
 }

@@ -50,7 +50,13 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ),
     (
         "tinymq-broker",
-        &["tinymq-kafka", "tinymq-http", "tinymq-cli", "tinymq-bench"],
+        &[
+            "tinymq-kafka",
+            "tinymq-http",
+            "tinymq-node",
+            "tinymq-cli",
+            "tinymq-bench",
+        ],
     ),
     (
         "tinymq-meta",
@@ -58,9 +64,20 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ),
     (
         "tinymq-http",
-        &["tinymq-broker", "tinymq-meta", "tinymq-kafka", "tinymq-log"],
+        &[
+            "tinymq-broker",
+            "tinymq-meta",
+            "tinymq-kafka",
+            "tinymq-log",
+            "tinymq-node",
+        ],
     ),
-    ("tinymq-kafka", &["tinymq-http", "tinymq-cli"]),
+    (
+        "tinymq-kafka",
+        &["tinymq-http", "tinymq-node", "tinymq-cli"],
+    ),
+    // The node assembles the roles; nothing below it may reach up to it.
+    ("tinymq-node", &["tinymq-cli", "tinymq-bench"]),
     (
         "tinymq-net",
         &["tinymq-broker", "tinymq-meta", "tinymq-log"],

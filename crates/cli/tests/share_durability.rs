@@ -5,7 +5,7 @@
 //! small, and removed with its topic.
 
 mod common;
-#[path = "share_protocol/raw.rs"]
+#[path = "in_process/share_protocol/raw.rs"]
 mod raw;
 
 use std::time::{Duration, Instant};

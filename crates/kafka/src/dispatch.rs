@@ -81,7 +81,7 @@ pub(crate) async fn admit(
 
 /// The request's body. The decoder is third-party code fed network bytes: a panic in it
 /// (there should be none) closes this connection, not the process. Its lying-array-count
-/// allocations are the binary's allocator's concern (`alloc_guard` in tinymq-cli).
+/// allocations are the binary's allocator's concern (`tinymq_node::alloc_guard`, installed by the binary).
 fn decode(api_key: ApiKey, version: i16, body: &mut bytes::Bytes) -> Result<RequestKind, Close> {
     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         RequestKind::decode(api_key, body, version)

@@ -2,11 +2,9 @@
 //! kept with `send` on the same partition, routing of a batch to one partition, and the
 //! refusals (a batch over the topic's limit, records naming two partitions).
 
-mod common;
-
 use std::time::Duration;
 
-use common::Server;
+use crate::node::Server;
 use tinymq_client::{
     Admin, ClientConfig, ClientError, Compression, Consumer, ConsumerConfig, Producer,
     ProducerConfig, ProducerRecord, StartFrom, TopicConfig,

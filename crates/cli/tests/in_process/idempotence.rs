@@ -3,15 +3,13 @@
 //! idempotence every record is stored exactly once; without it the same proxy makes duplicates
 //! (which shows the retries really happen).
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::node::Server;
 use bytes::BytesMut;
-use common::Server;
 use tinymq_client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
     StartFrom, TopicConfig,
@@ -67,7 +65,8 @@ async fn run(idempotence: bool) -> (usize, BTreeMap<String, usize>, usize) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let proxy_addr = listener.local_addr().unwrap().to_string();
     // Clients learn broker addresses from metadata, so the server advertises the proxy.
-    let server = Server::start_with(tmp.path(), &["--advertise", &proxy_addr]);
+    let advertise = tinymq_broker::Advertised::parse(&proxy_addr).expect("HOST:PORT");
+    let server = Server::start_tuned(tmp.path(), |c| c.advertise = Some(advertise));
     let dropped = Arc::new(AtomicUsize::new(0));
     tokio::spawn(lossy_proxy(listener, server.addr.clone(), dropped.clone()));
 

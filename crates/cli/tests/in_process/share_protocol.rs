@@ -1,16 +1,16 @@
-//! Share groups over raw native connections to a real `tinymq server` (docs/queues.md,
+//! Share groups over raw native connections to a node in this process (docs/queues.md,
 //! "Share groups"; docs/protocol.md, ops 50–52): acquisition, accept/release/reject, lock
 //! expiry, INVALID_RECORD_STATE, members never holding one record together, dead-lettering
 //! with origin headers, filters, and hostile requests (durability: `share_durability.rs`).
 
-mod common;
 #[path = "share_protocol/raw.rs"]
 mod raw;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use common::{RawClient, Server};
+use crate::common::RawClient;
+use crate::node::Server;
 use raw::*;
 use tinymq_filter::decode_sparse;
 use tinymq_protocol::batch::BatchIter;

@@ -2,10 +2,9 @@
 //! `sendfile` (large reads) and one copy into a buffer (small ones) — give the same bytes,
 //! whole and valid batches, also when several fetch responses are written back to back.
 
-mod common;
-
+use crate::common::RawClient;
+use crate::node::Server;
 use bytes::Bytes;
-use common::{RawClient, Server};
 use prost::Message;
 use tinymq_protocol::batch::{BatchBuilder, BatchIter, Compression, ProducerStamp, RecordInput};
 use tinymq_protocol::{messages as m, OpCode};

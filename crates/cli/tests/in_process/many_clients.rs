@@ -1,12 +1,10 @@
 //! Many producers and consumers at once on separate connections: every consumer sees every
 //! record, and each producer's records keep their order within a partition.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::Server;
+use crate::node::Server;
 use tinymq_client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
     StartFrom, TopicConfig,

@@ -1,0 +1,161 @@
+//! tinymq nodes started in this test process through `tinymq_node::Node` — the same
+//! assembly `tinymq server|broker|meta` runs — on 127.0.0.1 with ephemeral ports. Each node
+//! runs on its own thread and runtime, so sync and async tests use them alike, and stopping
+//! one (or dropping it) shuts it down cleanly, as SIGTERM does. A test that needs `kill -9` or a
+//! signal runs a process instead.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+
+use tinymq_broker::BrokerConfig;
+use tinymq_node::{BrokerNodeConfig, MetaNodeConfig, Node, NodeConfig};
+
+/// One node running on its own thread.
+pub struct NodeThread {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NodeThread {
+    /// Starts the node `config` describes; returns once it accepts connections.
+    pub fn start(config: NodeConfig) -> NodeThread {
+        let (started, addr) = std::sync::mpsc::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let node = match Node::start(config).await {
+                    Ok(node) => node,
+                    Err(e) => {
+                        let _ = started.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                let _ = started.send(Ok(node.local_addr()));
+                let _ = stopped.await;
+                node.shutdown().await;
+            });
+        });
+        let addr = addr
+            .recv()
+            .expect("the node thread answers")
+            .unwrap_or_else(|e| panic!("the node did not start: {e}"));
+        NodeThread {
+            addr,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Shuts the node down and waits until it has stopped.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for NodeThread {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A broker's settings on an ephemeral port with its data in `data`.
+pub fn broker_config(data: &Path) -> BrokerConfig {
+    BrokerConfig {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        data_dir: data.to_path_buf(),
+        ..BrokerConfig::default()
+    }
+}
+
+/// A standalone node (`tinymq server`) running in this process.
+pub struct Server {
+    pub addr: String,
+    _node: NodeThread,
+}
+
+impl Server {
+    pub fn start(data: &Path) -> Server {
+        Server::start_tuned(data, |_| {})
+    }
+
+    /// Starts with the default settings as `tune` changes them.
+    pub fn start_tuned(data: &Path, tune: impl FnOnce(&mut BrokerConfig)) -> Server {
+        let mut broker = broker_config(data);
+        tune(&mut broker);
+        let node = NodeThread::start(NodeConfig::Standalone(BrokerNodeConfig {
+            broker,
+            http: None,
+            kafka: None,
+        }));
+        Server {
+            addr: node.addr.to_string(),
+            _node: node,
+        }
+    }
+}
+
+/// A MetaServer group of `metas` nodes and brokers `1..=brokers`, every one in this process,
+/// with their data under `dir`.
+pub struct Cluster {
+    /// Broker `id` at index `id - 1`. Declared first: dropped (stopped) before the group.
+    pub brokers: Vec<NodeThread>,
+    _metas: Vec<NodeThread>,
+}
+
+impl Cluster {
+    pub fn start(dir: &Path, metas: u64, brokers: u32) -> Cluster {
+        // The group's addresses must be known before its nodes start.
+        let peers: BTreeMap<u64, String> = (1..=metas)
+            .map(|id| (id, format!("127.0.0.1:{}", crate::common::free_port())))
+            .collect();
+        let metas = (1..=metas)
+            .map(|id| {
+                NodeThread::start(NodeConfig::Meta(MetaNodeConfig {
+                    id,
+                    listen: peers[&id].parse().expect("an address"),
+                    peers: peers.clone(),
+                    data: dir.join(format!("meta-{id}")),
+                    limits: tinymq_meta::server::default_limits(),
+                    security: Default::default(),
+                    admin: None,
+                    http: None,
+                }))
+            })
+            .collect();
+        let meta: Vec<String> = peers.values().cloned().collect();
+        let brokers = (1..=brokers)
+            .map(|id| {
+                let mut broker = broker_config(&dir.join(format!("broker-{id}")));
+                broker.node_id = id;
+                broker.meta = meta.clone();
+                NodeThread::start(NodeConfig::Broker(BrokerNodeConfig {
+                    broker,
+                    http: None,
+                    kafka: None,
+                }))
+            })
+            .collect();
+        Cluster {
+            brokers,
+            _metas: metas,
+        }
+    }
+
+    /// Every broker's address, for a client's bootstrap list.
+    pub fn bootstrap(&self) -> String {
+        let addrs: Vec<String> = self.brokers.iter().map(|b| b.addr.to_string()).collect();
+        addrs.join(",")
+    }
+}
