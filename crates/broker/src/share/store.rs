@@ -73,7 +73,7 @@ fn ensure_state_dir(storage: &dyn Storage, share_dir: &Path) -> std::io::Result<
 
 /// Replaces `path` with `bytes` whole (`tinymq_storage::replace_file_with`), through the
 /// temporary directory.
-fn write_atomically(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+fn replace_state_log(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(TMP_DIR).join(path.file_name().unwrap_or_default());
     tinymq_storage::replace_file_with(storage, path, &tmp, |out| {
@@ -149,7 +149,7 @@ impl StateLog {
         }
         let mut bytes = Vec::new();
         encode_record(&StateRecord::Snapshot(fresh.clone()), &mut bytes);
-        write_atomically(&*storage, &path, &bytes)?;
+        replace_state_log(&*storage, &path, &bytes)?;
         let file = storage.open_append(&path, false)?;
         let log = StateLog::with_file(storage, path, file, bytes.len() as u64);
         Ok((log, fresh))
@@ -268,7 +268,7 @@ impl StateLog {
         self.check_not_failed()?;
         let mut bytes = Vec::new();
         encode_record(&StateRecord::Snapshot(state.clone()), &mut bytes);
-        write_atomically(&*self.storage, &self.path, &bytes)?;
+        replace_state_log(&*self.storage, &self.path, &bytes)?;
         appender.file = self.storage.open_append(&self.path, false)?;
         appender.bytes = bytes.len() as u64;
         // The snapshot holds everything appended so far, and it is fsynced.
