@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tinymq_storage::{OsStorage, Storage};
 
 use crate::cluster::ClusterView;
 
@@ -15,6 +16,8 @@ const IDENTITY_FILE: &str = "broker.json";
 /// closed) and removed when it starts: missing at a start, the previous run crashed, and the
 /// MetaServer is told so (a replica whose unflushed tail may be gone is not elected from).
 const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
+/// A `broker.json` longer than this is not one the broker wrote (it holds two short fields).
+const IDENTITY_BYTES_MAX: u64 = 64 << 10;
 /// How long a start waits for the MetaServer to name the cluster.
 const CLUSTER_ID_WAIT: Duration = Duration::from_secs(30);
 
@@ -46,14 +49,31 @@ struct Identity {
     cluster_id: String,
 }
 
-fn read_identity(dir: &Path) -> Result<Option<Identity>, JoinError> {
-    match std::fs::read(dir.join(IDENTITY_FILE)) {
-        Ok(bytes) => Ok(Some(
-            serde_json::from_slice(&bytes).map_err(std::io::Error::other)?,
-        )),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+/// The data directory's identity, if it has one. A damaged file is an error naming it (the
+/// broker does not start rather than guess which cluster the directory belongs to).
+fn read_identity(storage: &dyn Storage, dir: &Path) -> Result<Option<Identity>, JoinError> {
+    let path = dir.join(IDENTITY_FILE);
+    let Some(bytes) = tinymq_storage::read_file(storage, &path, IDENTITY_BYTES_MAX)? else {
+        return Ok(None);
+    };
+    let identity = serde_json::from_slice(&bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} is damaged ({e}); restore it, or move the data directory aside",
+                path.display()
+            ),
+        )
+    })?;
+    Ok(Some(identity))
+}
+
+/// Records the data directory's identity (`tinymq_storage::replace_file`: the file is there
+/// whole, or not at all).
+fn write_identity(storage: &dyn Storage, dir: &Path, identity: &Identity) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(identity).map_err(std::io::Error::other)?;
+    tinymq_storage::replace_file(storage, &dir.join(IDENTITY_FILE), &bytes)?;
+    Ok(())
 }
 
 /// Registers the broker and waits for an image that names the cluster; checks and records the
@@ -66,10 +86,10 @@ pub async fn join(
 ) -> Result<u64, JoinError> {
     let dir = data_dir.to_path_buf();
     let (stored, clean_shutdown) = blocking(move || {
-        std::fs::create_dir_all(&dir)?;
-        let identity = read_identity(&dir)?;
+        OsStorage.create_dir_all(&dir)?;
+        let identity = read_identity(&OsStorage, &dir)?;
         // A directory that never belonged to a broker holds nothing to lose.
-        let clean = take_clean_shutdown_marker(&dir)? || identity.is_none();
+        let clean = take_clean_shutdown_marker(&OsStorage, &dir)? || identity.is_none();
         Ok((identity, clean))
     })
     .await?;
@@ -109,9 +129,8 @@ pub async fn join(
                 broker_id: cluster.broker_id,
                 cluster_id: current,
             };
-            let bytes = serde_json::to_vec_pretty(&identity).map_err(std::io::Error::other)?;
-            let path = data_dir.join(IDENTITY_FILE);
-            blocking(move || Ok(crate::durable_file::write_atomically(&path, &bytes)?)).await?;
+            let dir = data_dir.to_path_buf();
+            blocking(move || Ok(write_identity(&OsStorage, &dir, &identity)?)).await?;
             Ok(epoch)
         }
     }
@@ -119,10 +138,10 @@ pub async fn join(
 
 /// Whether the last run left the clean-shutdown marker; removes it (durably), so that a crash
 /// of this run is seen at the next start.
-fn take_clean_shutdown_marker(dir: &Path) -> std::io::Result<bool> {
-    match std::fs::remove_file(dir.join(CLEAN_SHUTDOWN_FILE)) {
+fn take_clean_shutdown_marker(storage: &dyn Storage, dir: &Path) -> std::io::Result<bool> {
+    match storage.remove(&dir.join(CLEAN_SHUTDOWN_FILE)) {
         Ok(()) => {
-            std::fs::File::open(dir)?.sync_all()?;
+            storage.sync_dir(dir)?;
             Ok(true)
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -132,7 +151,8 @@ fn take_clean_shutdown_marker(dir: &Path) -> std::io::Result<bool> {
 
 /// Leaves the clean-shutdown marker: call once every partition is flushed and closed.
 pub fn mark_clean_shutdown(data_dir: &Path) -> std::io::Result<()> {
-    crate::durable_file::write_atomically(&data_dir.join(CLEAN_SHUTDOWN_FILE), b"")
+    tinymq_storage::replace_file(&OsStorage, &data_dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
+    Ok(())
 }
 
 /// Runs disk work on the blocking pool, not on an async thread.
@@ -142,4 +162,88 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| JoinError::Io(std::io::Error::other(e)))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tinymq_storage::fault::{CrashMode, Faults, FaultyStorage};
+
+    fn identity() -> Identity {
+        Identity {
+            broker_id: 3,
+            cluster_id: "cluster-a".into(),
+        }
+    }
+
+    /// Issue 28: recording `broker.json` on a failing disk (ENOSPC, a torn write, EIO on its
+    /// fsync) is refused with an error naming it; no part of it is ever visible, before or
+    /// after a power cut; a later write is read back whole after one.
+    #[test]
+    fn a_failed_identity_write_leaves_no_partial_file_and_a_later_one_survives_a_crash() {
+        let dir = Path::new("/data");
+        for fault in [
+            Faults {
+                space_bytes_left: Some(10),
+                ..Faults::default()
+            },
+            Faults {
+                torn_next_write_bytes: Some(10),
+                ..Faults::default()
+            },
+            Faults {
+                fail_sync: true,
+                ..Faults::default()
+            },
+        ] {
+            let fs = FaultyStorage::new();
+            fs.create_dir_all(dir).unwrap();
+            fs.set_faults(fault.clone());
+            let e = write_identity(&fs, dir, &identity()).unwrap_err();
+            assert!(e.to_string().contains(IDENTITY_FILE), "{fault:?}: {e}");
+            fs.set_faults(Faults::default());
+            assert!(read_identity(&fs, dir).unwrap().is_none(), "{fault:?}");
+            fs.crash(CrashMode::KeepUnsyncedPrefix(1 << 20));
+            assert!(read_identity(&fs, dir).unwrap().is_none(), "{fault:?}");
+            write_identity(&fs, dir, &identity()).unwrap();
+            fs.crash(CrashMode::LoseUnsynced);
+            let read = read_identity(&fs, dir).unwrap().unwrap();
+            assert_eq!((read.broker_id, read.cluster_id.as_str()), (3, "cluster-a"));
+            // A failed replace of an existing identity keeps the old one whole.
+            fs.set_faults(fault.clone());
+            let other = Identity {
+                broker_id: 4,
+                cluster_id: "cluster-b".into(),
+            };
+            assert!(write_identity(&fs, dir, &other).is_err());
+            fs.set_faults(Faults::default());
+            fs.crash(CrashMode::KeepUnsyncedPrefix(1 << 20));
+            let read = read_identity(&fs, dir).unwrap().unwrap();
+            assert_eq!((read.broker_id, read.cluster_id.as_str()), (3, "cluster-a"));
+        }
+    }
+
+    /// A damaged `broker.json` is an error naming it (the broker does not start), never a
+    /// panic.
+    #[test]
+    fn a_damaged_identity_is_an_error_naming_the_file() {
+        let fs = FaultyStorage::new();
+        let dir = Path::new("/data");
+        fs.create_dir_all(dir).unwrap();
+        tinymq_storage::replace_file(&fs, &dir.join(IDENTITY_FILE), b"{\"broker_id\": 3,").unwrap();
+        let e = read_identity(&fs, dir).unwrap_err();
+        assert!(e.to_string().contains("broker.json is damaged"), "{e}");
+    }
+
+    /// The clean-shutdown marker is taken once, durably: after a crash it stays taken.
+    #[test]
+    fn the_clean_shutdown_marker_is_taken_durably() {
+        let fs = FaultyStorage::new();
+        let dir = Path::new("/data");
+        fs.create_dir_all(dir).unwrap();
+        tinymq_storage::replace_file(&fs, &dir.join(CLEAN_SHUTDOWN_FILE), b"").unwrap();
+        assert!(take_clean_shutdown_marker(&fs, dir).unwrap());
+        fs.crash(CrashMode::LoseUnsynced);
+        assert!(!take_clean_shutdown_marker(&fs, dir).unwrap());
+    }
 }

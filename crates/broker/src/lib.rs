@@ -15,7 +15,6 @@ pub mod config;
 mod connection;
 mod delay;
 mod deletion;
-mod durable_file;
 mod fetch_frame;
 mod filtered_fetch;
 #[cfg(feature = "fuzzing")]

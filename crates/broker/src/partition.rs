@@ -9,12 +9,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use tinymq_log::{FlushPolicy, LogError, PartitionLog};
+use tinymq_log::{FlushPolicy, LogError, PartitionLog, SystemClock};
 use tinymq_protocol::batch::{
     field, BatchError, BatchHeader, BatchIter, Compression, RecordBatch, ATTR_COMPRESSION_MASK,
     BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
 };
 use tinymq_protocol::ErrorCode;
+use tinymq_storage::{OsStorage, Storage};
 use tokio::sync::watch;
 
 use crate::producer_state::{BatchIdentity, ProducerStateTable, SequenceCheck, SequenceError};
@@ -22,6 +23,9 @@ use crate::topic::TopicSettings;
 
 /// File beside the segments holding the producer state as of a clean close.
 const PRODUCER_STATE_FILE: &str = "producer-state.json";
+/// A producer state snapshot longer than this is not read (the table it would hold is bounded
+/// far below: `producer_state`'s limits); the state is rebuilt from the log instead.
+const PRODUCER_STATE_BYTES_MAX: u64 = 64 << 20;
 
 /// A failed produce or fetch, as the client will see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +122,9 @@ pub struct Partition {
     pub index: u32,
     pub log: PartitionLog,
     pub(crate) dir: PathBuf,
+    /// What every file in `dir` goes through: the log's, the producer state's, the share
+    /// state logs' and the timer log's (the real file system but in fault tests).
+    pub(crate) storage: Arc<dyn Storage>,
     pub(crate) flush: FlushPolicy,
     /// Behind a lock: a topic's settings change while it is open ([`Partition::apply_settings`]).
     timestamps: Mutex<TimestampBounds>,
@@ -149,8 +156,32 @@ impl Partition {
         settings: &TopicSettings,
         replicated: bool,
     ) -> Result<Partition, LogError> {
+        Partition::open_with(
+            data_dir,
+            topic,
+            index,
+            settings,
+            replicated,
+            Arc::new(OsStorage),
+        )
+    }
+
+    /// [`Partition::open`] with every file of the partition going through `storage`.
+    pub fn open_with(
+        data_dir: &Path,
+        topic: &str,
+        index: u32,
+        settings: &TopicSettings,
+        replicated: bool,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Partition, LogError> {
         let dir = Partition::dir_for(data_dir, topic, index);
-        let (log, report) = PartitionLog::open(&dir, settings.log_config())?;
+        let (log, report) = PartitionLog::open_with(
+            &dir,
+            settings.log_config(),
+            storage.clone(),
+            Arc::new(SystemClock),
+        )?;
         if !report.truncations.is_empty() {
             tracing::warn!(
                 topic,
@@ -159,7 +190,7 @@ impl Partition {
                 "partition recovered with a torn tail cut"
             );
         }
-        let producers = rebuild_producer_state(&log, &dir)?;
+        let producers = rebuild_producer_state(&*storage, &log, &dir)?;
         let flush = settings.flush_policy();
         // A replicated partition's records past the high watermark may exist on this broker
         // only: they become visible once the replicas say they hold them. One replica alone
@@ -175,6 +206,7 @@ impl Partition {
             index,
             log,
             dir,
+            storage,
             flush,
             timestamps: Mutex::new(TimestampBounds::of(settings)),
             producers: Mutex::new(producers),
@@ -438,16 +470,21 @@ impl Partition {
         self.log.abandon();
     }
 
-    /// Flushes everything and saves the producer state, so the next open need not rescan.
-    pub fn close(&self) -> Result<(), LogError> {
-        self.log.close()?;
+    /// The producer state as of the log's end, for [`save_snapshot`].
+    fn producer_snapshot(&self) -> ProducerStateSnapshot {
         let offset = self.log.log_end_offset();
-        let snapshot = ProducerStateSnapshot {
+        ProducerStateSnapshot {
             offset,
             last_batch_crc: crc_of_batch_ending_at(&self.log, offset),
             table: self.producers.lock().clone(),
-        };
-        if let Err(e) = save_snapshot(&self.dir, &snapshot) {
+        }
+    }
+
+    /// Flushes everything and saves the producer state, so the next open need not rescan.
+    pub fn close(&self) -> Result<(), LogError> {
+        self.log.close()?;
+        let snapshot = self.producer_snapshot();
+        if let Err(e) = save_snapshot(&*self.storage, &self.dir, &snapshot) {
             tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "could not save producer state; it will be rebuilt from the log");
         }
         Ok(())
@@ -653,13 +690,14 @@ fn identity_of_header(header: BatchHeader<'_>) -> (BatchIdentity, i64, i64) {
 /// Loads the snapshot saved at the last clean close (if it still matches the log) and replays
 /// the batch headers written after it.
 pub(crate) fn rebuild_producer_state(
+    storage: &dyn Storage,
     log: &PartitionLog,
     dir: &Path,
 ) -> Result<ProducerStateTable, LogError> {
     let (start, end) = (log.log_start_offset(), log.log_end_offset());
     // The snapshot describes the log as of the last clean close; it is used only if the log
     // still holds, at its offset, the batch it was taken after.
-    let (mut table, offset) = match load_snapshot(dir) {
+    let (mut table, offset) = match load_snapshot(storage, dir) {
         Some(s)
             if s.offset <= end
                 && (s.last_batch_crc.is_none()
@@ -696,8 +734,15 @@ pub fn now_ms() -> i64 {
 /// CRC-32C of the JSON as 8 hex digits, a newline, then the JSON; a file that fails the check
 /// (or is unreadable) is ignored and the state rebuilt from the log, which is always correct,
 /// only slower. A file without the checksum line (from an earlier version) is read as is.
-fn load_snapshot(dir: &Path) -> Option<ProducerStateSnapshot> {
-    let bytes = std::fs::read(dir.join(PRODUCER_STATE_FILE)).ok()?;
+fn load_snapshot(storage: &dyn Storage, dir: &Path) -> Option<ProducerStateSnapshot> {
+    let path = dir.join(PRODUCER_STATE_FILE);
+    let bytes = match tinymq_storage::read_file(storage, &path, PRODUCER_STATE_BYTES_MAX) {
+        Ok(bytes) => bytes?,
+        Err(e) => {
+            tracing::warn!(file = %path.display(), error = %e, "producer state snapshot unreadable; rebuilding it from the log");
+            return None;
+        }
+    };
     let json = match bytes.split_first() {
         Some((b'{', _)) => &bytes[..],
         _ => {
@@ -713,11 +758,18 @@ fn load_snapshot(dir: &Path) -> Option<ProducerStateSnapshot> {
     serde_json::from_slice(json).ok()
 }
 
-fn save_snapshot(dir: &Path, snapshot: &ProducerStateSnapshot) -> std::io::Result<()> {
+/// Replaces the snapshot whole (`tinymq_storage::replace_file`): a failure leaves the last
+/// one, or none, and the next open rebuilds from the log either way.
+fn save_snapshot(
+    storage: &dyn Storage,
+    dir: &Path,
+    snapshot: &ProducerStateSnapshot,
+) -> std::io::Result<()> {
     let json = serde_json::to_vec(snapshot).map_err(std::io::Error::other)?;
     let mut bytes = format!("{:08x}\n", crc32c::crc32c(&json)).into_bytes();
     bytes.extend_from_slice(&json);
-    crate::durable_file::write_atomically(&dir.join(PRODUCER_STATE_FILE), &bytes)
+    tinymq_storage::replace_file(storage, &dir.join(PRODUCER_STATE_FILE), &bytes)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -824,5 +876,71 @@ mod tests {
             "{}",
             retry.message
         );
+    }
+
+    /// Issue 28: saving the producer state on a failing disk (ENOSPC, a torn write, EIO on
+    /// its fsync) is refused with an error naming the file, leaves the last snapshot whole,
+    /// and a restart after a power cut rebuilds the rest from the log: a retry of a batch
+    /// written after the snapshot still gets its original offset.
+    #[test]
+    fn a_failed_producer_state_save_keeps_the_last_snapshot_and_a_restart_rebuilds_the_rest() {
+        use tinymq_storage::fault::{CrashMode, Faults, FaultyStorage};
+        for fault in [
+            Faults {
+                space_bytes_left: Some(10),
+                ..Faults::default()
+            },
+            Faults {
+                torn_next_write_bytes: Some(10),
+                ..Faults::default()
+            },
+            Faults {
+                fail_sync: true,
+                ..Faults::default()
+            },
+        ] {
+            let fs = FaultyStorage::new();
+            let storage: Arc<dyn Storage> = Arc::new(fs.clone());
+            let settings = TopicSettings::default();
+            let open = || {
+                Partition::open_with(
+                    Path::new("/data"),
+                    "t",
+                    0,
+                    &settings,
+                    false,
+                    storage.clone(),
+                )
+                .unwrap()
+            };
+            let p = open();
+            for seq in 0..3 {
+                assert_eq!(write(&p, batch("v", (5, 0, seq))).unwrap(), i64::from(seq));
+            }
+            p.close().unwrap();
+            drop(p);
+            let p = open();
+            for seq in 3..5 {
+                assert_eq!(write(&p, batch("v", (5, 0, seq))).unwrap(), i64::from(seq));
+            }
+            fs.set_faults(fault.clone());
+            let e = save_snapshot(&fs, &p.dir, &p.producer_snapshot()).unwrap_err();
+            assert!(
+                e.to_string().contains(PRODUCER_STATE_FILE),
+                "{fault:?}: {e}"
+            );
+            // The close itself never panics; it may fail (EIO on the log's fsync).
+            let _ = p.close();
+            fs.set_faults(Faults::default());
+            drop(p);
+            fs.crash(CrashMode::KeepUnsyncedPrefix(1 << 20));
+            let p = open();
+            assert_eq!(
+                write(&p, batch("v", (5, 0, 4))).unwrap(),
+                4,
+                "{fault:?}: the retry is recognised"
+            );
+            assert_eq!(write(&p, batch("v", (5, 0, 5))).unwrap(), 5, "{fault:?}");
+        }
     }
 }

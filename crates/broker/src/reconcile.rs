@@ -40,7 +40,9 @@ fn recorded_topic_id(dir: &Path) -> Option<u64> {
 }
 
 fn record_topic_id(dir: &Path, id: u64) -> std::io::Result<()> {
-    crate::durable_file::write_atomically(&dir.join(TOPIC_ID_FILE), id.to_string().as_bytes())
+    let path = dir.join(TOPIC_ID_FILE);
+    tinymq_storage::replace_file(&tinymq_storage::OsStorage, &path, id.to_string().as_bytes())?;
+    Ok(())
 }
 
 /// Whether a directory recorded for topic id `recorded` belongs to `current` (id 0 is a

@@ -8,6 +8,7 @@ use std::process::Command;
 /// Crates that hold pure logic or formats: no async runtime, no sockets, no TLS, no Raft.
 const PURE: &[&str] = &[
     "tinymq-protocol",
+    "tinymq-storage",
     "tinymq-log",
     "tinymq-filter",
     "tinymq-share",
@@ -31,6 +32,8 @@ const IO_CRATES: &[&str] = &[
 /// `(crate, workspace crates it must never depend on, directly or not)`.
 const FORBIDDEN: &[(&str, &[&str])] = &[
     ("tinymq-protocol", &["*"]),
+    // The one storage layer sits under everything that keeps a durable file.
+    ("tinymq-storage", &["*"]),
     ("tinymq-replication", &["*"]),
     ("tinymq-share", &["*"]),
     ("tinymq-tls", &["*"]),

@@ -19,7 +19,6 @@ mod clock;
 mod config;
 mod epoch;
 mod error;
-pub mod fault;
 mod index;
 mod log;
 mod maintenance;
@@ -28,7 +27,6 @@ mod read;
 mod recovery;
 mod replica;
 mod segment;
-mod storage;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
@@ -41,7 +39,11 @@ pub use maintenance::RetentionReport;
 pub use open_files::{OpenFiles, OPEN_SEGMENT_FILES_MAX_DEFAULT};
 pub use read::{FileSlice, ReadResult, SliceRead};
 pub use recovery::{RecoveryReport, Truncation};
-pub use storage::{OsStorage, Storage, StorageFile};
+// The storage layer lives in tinymq-storage (shared with every other durable file); these
+// re-exports keep `tinymq_log::{Storage, fault, …}` working, and `crate::storage` names it here.
+use tinymq_storage as storage;
+pub use tinymq_storage::fault;
+pub use tinymq_storage::{replace_file, OsStorage, Storage, StorageFile};
 
 /// Every fsync of a segment's log file in this process (the flush policy's and a roll's),
 /// timed in nanoseconds, for metrics. One histogram per process, like [`OpenFiles::shared`]:

@@ -226,7 +226,9 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
                 continue;
             }
             let (k, mark) = (key(&partition), (Arc::as_ptr(&partition) as usize, epoch));
-            if without_log.get(&k) == Some(&mark) || !timer_log::exists(&partition.dir) {
+            if without_log.get(&k) == Some(&mark)
+                || !timer_log::exists(&*partition.storage, &partition.dir)
+            {
                 still_without.insert(k, mark);
                 continue;
             }

@@ -4,10 +4,14 @@
 //! forgotten the scheduler's producer; and a timer stops once its leadership ends or its disk
 //! fails.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use tinymq_delay::{Entry, SchedulerStamp};
 use tinymq_protocol::batch::craft::CraftedBatch;
+use tinymq_protocol::ErrorCode;
+use tinymq_storage::fault::{CrashMode, Faults, FaultyStorage};
+use tinymq_storage::Storage;
 
 use super::scheduler::append_assigned;
 use super::timer::PartitionTimer;
@@ -181,35 +185,79 @@ fn a_round_stops_appending_once_the_timer_is_stopped() {
     );
 }
 
+/// A timer on a partition whose files all go through `storage`.
+fn open_on(storage: &FaultyStorage) -> (Arc<Partition>, PartitionTimer) {
+    let settings = TopicSettings::default();
+    let storage: Arc<dyn Storage> = Arc::new(storage.clone());
+    let partition =
+        Partition::open_with(Path::new("/data"), "t", 0, &settings, false, storage).unwrap();
+    let partition = Arc::new(partition);
+    let timer = PartitionTimer::open(partition.clone(), 0).unwrap();
+    (partition, timer)
+}
+
+fn a_client() -> tinymq_delay::ClientIdentity {
+    tinymq_delay::ClientIdentity {
+        producer_id: -1,
+        producer_epoch: -1,
+        first_sequence: -1,
+        last_sequence: -1,
+    }
+}
+
+/// Issue 28: a failing disk (ENOSPC, a torn write, EIO on the fsync) refuses the store with
+/// `STORAGE_ERROR` (no panic), stops the timer, and a restart after a power cut has every
+/// store acknowledged before.
 #[test]
-fn a_timer_whose_log_write_fails_stops_and_its_log_reopens_whole() {
-    let tmp = tempfile::tempdir().unwrap();
-    let (partition, timer) = open(tmp.path());
-    let ids = store_due(&timer, 2);
-    // A failing disk, as a handle that refuses writes.
-    timer.with_log(|log| log.break_writes_for_test().unwrap());
-    let failed = timer.store(
-        tinymq_delay::ClientIdentity {
-            producer_id: -1,
-            producer_epoch: -1,
-            first_sequence: -1,
-            last_sequence: -1,
+fn a_timer_whose_log_write_or_fsync_fails_stops_and_its_log_reopens_whole() {
+    for fault in [
+        Faults {
+            space_bytes_left: Some(5),
+            ..Faults::default()
         },
-        CraftedBatch::honest(now_ms(), &[b"x".as_slice()]).encode(),
-        0,
-    );
-    assert!(failed.is_err());
-    assert!(timer.stopped_itself(), "a failed write stops the timer");
-    assert!(
-        timer.append(&[]).is_err(),
-        "nothing more is written through it"
-    );
-    drop(timer);
-    drop(partition);
-    let (_partition, timer) = open(tmp.path());
-    let waiting: Vec<u64> =
-        timer.with_log(|log| log.state().index().iter().map(|w| w.entry_id).collect());
-    assert_eq!(waiting, ids, "the reopened log has what was written before");
+        Faults {
+            torn_next_write_bytes: Some(5),
+            ..Faults::default()
+        },
+        Faults {
+            fail_sync: true,
+            ..Faults::default()
+        },
+    ] {
+        let fs = FaultyStorage::new();
+        let (partition, timer) = open_on(&fs);
+        let ids = store_due(&timer, 2);
+        // Acknowledged: a delayed produce is answered after this fsync.
+        timer.sync(timer.append(&[]).unwrap()).unwrap();
+        fs.set_faults(fault.clone());
+        let batch = CraftedBatch::honest(now_ms(), &[b"x".as_slice()]).encode();
+        let failed = timer.store(a_client(), batch, 0).and_then(|(_, ticket)| {
+            timer
+                .sync(ticket)
+                .map_err(|e| (ErrorCode::STORAGE_ERROR, e.to_string()))
+        });
+        let (code, message) = failed.unwrap_err();
+        assert_eq!(code, ErrorCode::STORAGE_ERROR, "{fault:?}: {message}");
+        assert!(
+            timer.stopped_itself(),
+            "{fault:?}: a failed write stops the timer"
+        );
+        assert!(
+            timer.append(&[]).is_err(),
+            "nothing more is written through it"
+        );
+        fs.set_faults(Faults::default());
+        drop(timer);
+        drop(partition);
+        fs.crash(CrashMode::LoseUnsynced);
+        let (_partition, timer) = open_on(&fs);
+        let waiting: Vec<u64> =
+            timer.with_log(|log| log.state().index().iter().map(|w| w.entry_id).collect());
+        assert_eq!(
+            waiting, ids,
+            "{fault:?}: the reopened log has what was acknowledged"
+        );
+    }
 }
 
 #[test]

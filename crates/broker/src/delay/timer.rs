@@ -10,7 +10,6 @@
 //! write into an unlinked file. The failing store gets `STORAGE_ERROR`, the scheduler ends,
 //! and the next store (or `super::Delays`' scan, every 250 ms) opens the log again from disk.
 
-use std::fs::File;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -18,6 +17,7 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use tinymq_delay::{Admission, AdmitError, ClientIdentity, Entry};
 use tinymq_protocol::ErrorCode;
+use tinymq_storage::StorageFile;
 use tokio::sync::Notify;
 
 use super::timer_log::TimerLog;
@@ -45,7 +45,7 @@ pub struct PartitionTimer {
 
 #[derive(Debug)]
 struct SyncState {
-    file: File,
+    file: Arc<dyn StorageFile>,
     generation: u64,
     synced: u64,
 }
@@ -73,9 +73,9 @@ fn io_error(what: &str, e: std::io::Error) -> (ErrorCode, String) {
 impl PartitionTimer {
     /// Opens the partition's timer log (blocks: it is read whole).
     pub fn open(partition: Arc<Partition>, leader_epoch: u32) -> std::io::Result<PartitionTimer> {
-        let log = TimerLog::open(&partition.dir)?;
+        let log = TimerLog::open(partition.storage.clone(), &partition.dir)?;
         let sync = SyncState {
-            file: log.file_handle()?,
+            file: log.file_handle(),
             generation: 0,
             synced: log.len(),
         };
@@ -246,9 +246,7 @@ impl PartitionTimer {
             Err(e) if e.renamed => return Err(self.failed("compaction", e.source)),
             Err(e) => return Err(e.source),
         }
-        let file = log
-            .file_handle()
-            .map_err(|e| self.failed("compaction", e))?;
+        let file = log.file_handle();
         let mut sync = self.sync.lock();
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         *sync = SyncState {

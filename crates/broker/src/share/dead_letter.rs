@@ -71,7 +71,7 @@ fn load_led(state: &BrokerState) {
         if state.current_leader(&partition.topic, partition.index) != state.node_id() {
             continue;
         }
-        for group in super::store::groups_in(&partition.dir) {
+        for group in super::store::groups_in(&*partition.storage, &partition.dir) {
             let loaded =
                 super::share_partition(state, &group, &partition.topic, partition.index, false);
             if let Err(e) = loaded {

@@ -225,7 +225,7 @@ pub(crate) fn share_partition(
         }
     }
     let path = store::state_path(&partition.dir, group);
-    if !create && !path.exists() {
+    if !create && !partition.storage.exists(&path) {
         return Ok(None);
     }
     let on_partition = kept
@@ -243,7 +243,8 @@ pub(crate) fn share_partition(
         )));
     }
     let fresh = SharePartition::new(partition.log.log_start_offset());
-    let (log, mut share) = StateLog::open(path, fresh).map_err(|e| storage_error(&key, &e))?;
+    let (log, mut share) = StateLog::open(partition.storage.clone(), path, fresh)
+        .map_err(|e| storage_error(&key, &e))?;
     // A partition log truncated below the state's end offset (unclean election, truncation
     // to a new leader): the offsets from its end on were not handed out in this log.
     if share.truncate_to(partition.log.log_end_offset()) {
@@ -310,7 +311,7 @@ pub fn groups_led_here(
         {
             continue;
         }
-        for group in store::groups_in(&partition.dir) {
+        for group in store::groups_in(&*partition.storage, &partition.dir) {
             groups.entry(group).or_default();
         }
     }

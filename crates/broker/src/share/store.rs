@@ -7,14 +7,13 @@
 //! and sync (the kernel may have dropped the dirty pages), so its owner reloads it from disk.
 //! It lives in the partition's directory, so deleting the topic removes it.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tinymq_share::{decode_records, encode_record, SharePartition, StateRecord};
+use tinymq_storage::{Storage, StorageFile};
 use tokio::sync::watch;
 
 /// A state log longer than this is rewritten as one snapshot record (at most ~130 KB) by the
@@ -41,13 +40,14 @@ pub(crate) fn state_path(partition_dir: &Path, group: &str) -> PathBuf {
 
 /// The groups with a state log in a partition's directory (file names that are not a valid
 /// group id are ignored).
-pub(crate) fn groups_in(partition_dir: &Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(state_dir(partition_dir)) else {
+pub(crate) fn groups_in(storage: &dyn Storage, partition_dir: &Path) -> Vec<String> {
+    let Ok(paths) = storage.list(&state_dir(partition_dir)) else {
         return Vec::new();
     };
-    entries
-        .filter_map(|entry| {
-            let name = entry.ok()?.file_name().into_string().ok()?;
+    paths
+        .iter()
+        .filter_map(|path| {
+            let name = path.file_name()?.to_str()?;
             let group = name.strip_suffix(".state")?;
             crate::group::validate_group_id(group).ok()?;
             Some(group.to_string())
@@ -55,57 +55,53 @@ pub(crate) fn groups_in(partition_dir: &Path) -> Vec<String> {
         .collect()
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 /// Creates the `share` directory (and its temporary directory) durably: the partition
 /// directory is fsynced after `share` appears, so a power loss cannot lose every group's
 /// state at once.
-fn ensure_state_dir(share_dir: &Path) -> std::io::Result<()> {
+fn ensure_state_dir(storage: &dyn Storage, share_dir: &Path) -> std::io::Result<()> {
     let tmp = share_dir.join(TMP_DIR);
-    if tmp.is_dir() {
+    if storage.exists(&tmp) {
         return Ok(());
     }
-    std::fs::create_dir_all(&tmp)?;
-    sync_dir(share_dir)?;
+    storage.create_dir_all(&tmp)?;
+    storage.sync_dir(share_dir)?;
     match share_dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) => sync_dir(parent),
+        Some(parent) => storage.sync_dir(parent),
         None => Ok(()),
     }
 }
 
-/// Replaces `path` with `bytes` whole: written in the temporary directory, fsynced, renamed
-/// over it, the directory fsynced.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Replaces `path` with `bytes` whole (`tinymq_storage::replace_file_with`), through the
+/// temporary directory.
+fn replace_state_log(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = dir.join(TMP_DIR).join(path.file_name().unwrap_or_default());
-    let mut file = File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    sync_dir(dir)
+    tinymq_storage::replace_file_with(storage, path, &tmp, |out| {
+        std::io::Write::write_all(out, bytes)
+    })?;
+    Ok(())
 }
 
 /// Moves an unreadable state log aside (`share/.corrupt-<ms>/<id>.state`) so starting over
 /// does not destroy it; an operator may inspect or restore it.
-fn move_aside(path: &Path) -> std::io::Result<()> {
+fn move_aside(storage: &dyn Storage, path: &Path) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let aside = dir.join(format!(".corrupt-{}", crate::partition::now_ms()));
-    std::fs::create_dir_all(&aside)?;
-    std::fs::rename(path, aside.join(path.file_name().unwrap_or_default()))?;
+    storage.create_dir_all(&aside)?;
+    storage.rename(path, &aside.join(path.file_name().unwrap_or_default()))?;
     tracing::error!(from = %path.display(), to = %aside.display(), "unreadable share state log moved aside; the group's state on this partition starts over from the log start");
-    sync_dir(dir)
+    storage.sync_dir(dir)
 }
 
 struct Appender {
-    file: Arc<File>,
+    file: Arc<dyn StorageFile>,
     bytes: u64,
     /// Appends made so far (a sequence number: what `sync` waits for).
     appended: u64,
 }
 
 pub(crate) struct StateLog {
+    storage: Arc<dyn Storage>,
     path: PathBuf,
     appender: Mutex<Appender>,
     /// The append sequence number the last fsync covered.
@@ -126,38 +122,50 @@ impl std::fmt::Debug for StateLog {
 }
 
 impl StateLog {
-    /// Opens the log at `path` and replays it, or creates it with `fresh` as its first
-    /// snapshot when there is none (or it cannot be read: logged, and started over).
+    /// Opens the log at `path` through `storage` and replays it, or creates it with `fresh`
+    /// as its first snapshot when there is none (or it cannot be read: logged, and started
+    /// over).
     pub(crate) fn open(
+        storage: Arc<dyn Storage>,
         path: PathBuf,
         fresh: SharePartition,
     ) -> std::io::Result<(StateLog, SharePartition)> {
         if let Some(parent) = path.parent() {
-            ensure_state_dir(parent)?;
+            ensure_state_dir(&*storage, parent)?;
         }
-        match read_existing(&path)? {
+        match read_existing(&*storage, &path)? {
             Existing::Valid(state, valid) => {
                 // A torn tail (a crash mid-append) is cut so new records follow whole ones;
                 // appends go through an O_APPEND handle.
-                OpenOptions::new().write(true).open(&path)?.set_len(valid)?;
-                let file = OpenOptions::new().append(true).open(&path)?;
-                return Ok((StateLog::with_file(path, file, valid), state));
+                let file = storage.open_append(&path, false)?;
+                if file.byte_len()? > valid {
+                    file.set_len(valid)?;
+                    file.sync_data()?;
+                }
+                return Ok((StateLog::with_file(storage, path, file, valid), state));
             }
-            Existing::Unreadable => move_aside(&path)?,
+            Existing::Unreadable => move_aside(&*storage, &path)?,
             Existing::None => {}
         }
         let mut bytes = Vec::new();
         encode_record(&StateRecord::Snapshot(fresh.clone()), &mut bytes);
-        write_atomically(&path, &bytes)?;
-        let file = OpenOptions::new().append(true).open(&path)?;
-        Ok((StateLog::with_file(path, file, bytes.len() as u64), fresh))
+        replace_state_log(&*storage, &path, &bytes)?;
+        let file = storage.open_append(&path, false)?;
+        let log = StateLog::with_file(storage, path, file, bytes.len() as u64);
+        Ok((log, fresh))
     }
 
-    fn with_file(path: PathBuf, file: File, bytes: u64) -> StateLog {
+    fn with_file(
+        storage: Arc<dyn Storage>,
+        path: PathBuf,
+        file: Arc<dyn StorageFile>,
+        bytes: u64,
+    ) -> StateLog {
         StateLog {
+            storage,
             path,
             appender: Mutex::new(Appender {
-                file: Arc::new(file),
+                file,
                 bytes,
                 appended: 0,
             }),
@@ -169,9 +177,10 @@ impl StateLog {
 
     fn check_not_failed(&self) -> std::io::Result<()> {
         if self.failed.load(Ordering::Acquire) {
-            return Err(std::io::Error::other(
-                "an earlier fsync of this state log failed; it is reloaded from disk",
-            ));
+            return Err(std::io::Error::other(format!(
+                "an earlier write or fsync of the share state log {} failed; it is reloaded from disk",
+                self.path.display()
+            )));
         }
         Ok(())
     }
@@ -181,7 +190,9 @@ impl StateLog {
     }
 
     /// Writes `records` (to the page cache); returns the sequence number to `sync` for them.
-    /// Called under the share partition's lock, so the log's order is the state's.
+    /// Called under the share partition's lock, so the log's order is the state's. A failed
+    /// write may have left a part of the records: the log refuses everything after it (a
+    /// record after a torn one would be lost at the next open), and its owner reloads it.
     pub(crate) fn append(&self, records: &[StateRecord]) -> std::io::Result<u64> {
         let mut appender = self.appender.lock();
         self.check_not_failed()?;
@@ -192,12 +203,19 @@ impl StateLog {
         for record in records {
             encode_record(record, &mut bytes);
         }
-        (&*appender.file).write_all(&bytes)?;
+        if let Err(e) = appender.file.append_all(&bytes) {
+            tracing::error!(path = %self.path.display(), error = %e, "share state log write failed");
+            self.failed.store(true, Ordering::Release);
+            self.synced.send_modify(|_| {});
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("share state log {}: write failed: {e}", self.path.display()),
+            ));
+        }
         appender.bytes += bytes.len() as u64;
         appender.appended += 1;
         Ok(appender.appended)
     }
-
     /// Waits until the appends up to `sequence` are fsynced (group commit, as
     /// `Partition::await_durable`: one fsync at a time, on the blocking pool, covering every
     /// append before it started).
@@ -250,9 +268,8 @@ impl StateLog {
         self.check_not_failed()?;
         let mut bytes = Vec::new();
         encode_record(&StateRecord::Snapshot(state.clone()), &mut bytes);
-        write_atomically(&self.path, &bytes)?;
-        let file = OpenOptions::new().append(true).open(&self.path)?;
-        appender.file = Arc::new(file);
+        replace_state_log(&*self.storage, &self.path, &bytes)?;
+        appender.file = self.storage.open_append(&self.path, false)?;
         appender.bytes = bytes.len() as u64;
         // The snapshot holds everything appended so far, and it is fsynced.
         let covered = appender.appended;
@@ -270,19 +287,20 @@ enum Existing {
     Unreadable,
 }
 
-fn read_existing(path: &Path) -> std::io::Result<Existing> {
-    let mut file = match File::open(path) {
+fn read_existing(storage: &dyn Storage, path: &Path) -> std::io::Result<Existing> {
+    let file = match storage.open(path, false) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Existing::None),
         Err(e) => return Err(e),
     };
-    let length = file.metadata()?.len();
+    let length = file.byte_len()?;
     if length > STATE_LOG_READ_BYTES_MAX {
         tracing::error!(path = %path.display(), length, "share state log longer than {STATE_LOG_READ_BYTES_MAX} bytes");
         return Ok(Existing::Unreadable);
     }
-    let mut bytes = Vec::with_capacity(length as usize);
-    file.read_to_end(&mut bytes)?;
+    // Bounded just above.
+    let mut bytes = vec![0u8; length as usize];
+    file.read_exact_at(&mut bytes, 0)?;
     let decoded = decode_records(&bytes);
     if let Some(why) = &decoded.stopped {
         tracing::warn!(path = %path.display(), %why, "share state log has a torn or corrupt tail; cut");
@@ -302,14 +320,26 @@ fn read_existing(path: &Path) -> std::io::Result<Existing> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
+    use std::io::Write;
     use std::sync::Arc;
 
     use tinymq_share::{AckKind, SharePartition};
+    use tinymq_storage::fault::{CrashMode, Faults, FaultyStorage};
+    use tinymq_storage::OsStorage;
 
     use super::*;
 
+    fn os() -> Arc<dyn Storage> {
+        Arc::new(OsStorage)
+    }
+
     /// Acquires `count` new records for member `a` and accepts every other one, logging it.
     fn work(log: &StateLog, share: &mut SharePartition, count: i64) -> u64 {
+        try_work(log, share, count).unwrap()
+    }
+
+    fn try_work(log: &StateLog, share: &mut SharePartition, count: i64) -> std::io::Result<u64> {
         let member: Arc<str> = Arc::from("a");
         let mut records = Vec::new();
         let first = share.end_offset();
@@ -320,14 +350,14 @@ mod tests {
                 .acknowledge("a", (offset, offset), AckKind::Accept, 5, &mut records)
                 .unwrap();
         }
-        log.append(&records).unwrap()
+        log.append(&records)
     }
 
     #[tokio::test]
     async fn a_log_reopens_to_its_state_after_a_torn_tail_and_a_rewrite() {
         let dir = tempfile::tempdir().unwrap();
         let path = state_path(dir.path(), "group-1");
-        let (log, mut share) = StateLog::open(path.clone(), SharePartition::new(5)).unwrap();
+        let (log, mut share) = StateLog::open(os(), path.clone(), SharePartition::new(5)).unwrap();
         let log = Arc::new(log);
         let sequence = work(&log, &mut share, 10);
         log.sync(sequence).await.unwrap();
@@ -337,7 +367,7 @@ mod tests {
         let mut file = OpenOptions::new().append(true).open(&path).unwrap();
         file.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
         drop(file);
-        let (log, reopened) = StateLog::open(path.clone(), SharePartition::new(0)).unwrap();
+        let (log, reopened) = StateLog::open(os(), path.clone(), SharePartition::new(0)).unwrap();
         assert_eq!(reopened, share.rebuilt());
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
         // Appends after the cut follow whole records; a rewrite keeps the state, smaller.
@@ -348,7 +378,7 @@ mod tests {
         assert!(log.size_bytes() < before, "{} < {before}", log.size_bytes());
         work(&log, &mut share, 4);
         drop(log);
-        let (_, reopened) = StateLog::open(path, SharePartition::new(0)).unwrap();
+        let (_, reopened) = StateLog::open(os(), path, SharePartition::new(0)).unwrap();
         assert_eq!(reopened, share.rebuilt());
         assert_eq!(
             reopened.start_offset(),
@@ -363,17 +393,21 @@ mod tests {
         // Review F9: the longest valid id (249 bytes) and "." / ".." are share groups too.
         let longest = "x".repeat(crate::group::GROUP_ID_BYTES_MAX);
         for group in ["orders-eu.1", "g", ".", "..", longest.as_str()] {
-            StateLog::open(state_path(dir.path(), group), SharePartition::new(0)).unwrap();
+            StateLog::open(os(), state_path(dir.path(), group), SharePartition::new(0)).unwrap();
         }
         std::fs::write(state_dir(dir.path()).join("z z.state"), b"").unwrap();
-        let mut groups = groups_in(dir.path());
+        let mut groups = groups_in(&OsStorage, dir.path());
         groups.sort();
         let mut expected = vec![".", "..", "g", "orders-eu.1", longest.as_str()];
         expected.sort();
         assert_eq!(groups, expected);
         // A rewrite of the longest id's log goes through the temporary directory.
-        let (log, share) =
-            StateLog::open(state_path(dir.path(), &longest), SharePartition::new(0)).unwrap();
+        let (log, share) = StateLog::open(
+            os(),
+            state_path(dir.path(), &longest),
+            SharePartition::new(0),
+        )
+        .unwrap();
         log.rewrite(&share).unwrap();
     }
 
@@ -383,7 +417,7 @@ mod tests {
         let path = state_path(dir.path(), "g");
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, b"not a state log").unwrap();
-        let (_, share) = StateLog::open(path.clone(), SharePartition::new(42)).unwrap();
+        let (_, share) = StateLog::open(os(), path.clone(), SharePartition::new(42)).unwrap();
         assert_eq!(share, SharePartition::new(42));
         // Review F5: the unreadable file is kept aside, not overwritten.
         let kept: Vec<_> = std::fs::read_dir(state_dir(dir.path()))
@@ -401,10 +435,11 @@ mod tests {
     fn two_handles_on_one_log_never_overwrite_each_other() {
         let dir = tempfile::tempdir().unwrap();
         let path = state_path(dir.path(), "g");
-        drop(StateLog::open(path.clone(), SharePartition::new(0)).unwrap());
+        drop(StateLog::open(os(), path.clone(), SharePartition::new(0)).unwrap());
         let (stale, mut stale_share) =
-            StateLog::open(path.clone(), SharePartition::new(0)).unwrap();
-        let (live, mut live_share) = StateLog::open(path.clone(), SharePartition::new(0)).unwrap();
+            StateLog::open(os(), path.clone(), SharePartition::new(0)).unwrap();
+        let (live, mut live_share) =
+            StateLog::open(os(), path.clone(), SharePartition::new(0)).unwrap();
         work(&live, &mut live_share, 4);
         work(&stale, &mut stale_share, 2);
         let bytes = std::fs::read(&path).unwrap();
@@ -413,5 +448,126 @@ mod tests {
         assert_eq!(decoded.valid_bytes, bytes.len());
         // The snapshot, the live handle's acquisition and accepts, then the stale one's.
         assert!(decoded.records.len() >= 3, "{:?}", decoded.records);
+    }
+
+    /// A state log on the fault-injecting storage, with some acknowledged (fsynced) work.
+    async fn faulty_log() -> (FaultyStorage, PathBuf, Arc<StateLog>, SharePartition) {
+        let fs = FaultyStorage::new();
+        let path = state_path(Path::new("/data/t-0"), "g");
+        let (log, mut share) =
+            StateLog::open(Arc::new(fs.clone()), path.clone(), SharePartition::new(0)).unwrap();
+        let log = Arc::new(log);
+        let sequence = work(&log, &mut share, 10);
+        log.sync(sequence).await.unwrap();
+        (fs, path, log, share.rebuilt())
+    }
+
+    /// Issue 28: ENOSPC and a torn write refuse the append with an error naming the file (no
+    /// panic), the log refuses everything after it, and a restart, after a crash that keeps
+    /// or loses the torn bytes, recovers exactly what was acknowledged.
+    #[tokio::test]
+    async fn enospc_and_torn_appends_are_refused_and_a_restart_recovers_the_acknowledged_state() {
+        for (fault, mode) in [
+            (
+                Faults {
+                    space_bytes_left: Some(3),
+                    ..Faults::default()
+                },
+                CrashMode::KeepUnsyncedPrefix(1 << 20),
+            ),
+            (
+                Faults {
+                    torn_next_write_bytes: Some(5),
+                    ..Faults::default()
+                },
+                CrashMode::KeepUnsyncedPrefix(1 << 20),
+            ),
+            (
+                Faults {
+                    torn_next_write_bytes: Some(5),
+                    ..Faults::default()
+                },
+                CrashMode::LoseUnsynced,
+            ),
+        ] {
+            let (fs, path, log, acknowledged) = faulty_log().await;
+            let mut share = acknowledged.clone();
+            fs.set_faults(fault.clone());
+            let e = try_work(&log, &mut share, 4).unwrap_err();
+            assert!(e.to_string().contains("g.state"), "{fault:?}: {e}");
+            fs.set_faults(Faults::default());
+            let refused = try_work(&log, &mut share, 1).unwrap_err();
+            assert!(refused.to_string().contains("failed"), "{refused}");
+            assert!(
+                log.sync(u64::MAX).await.is_err(),
+                "a failed log syncs nothing"
+            );
+            drop(log);
+            // A power cut that keeps the torn bytes (cut at the restart) or loses them.
+            fs.crash(mode);
+            let (log, mut reopened) =
+                StateLog::open(Arc::new(fs.clone()), path.clone(), SharePartition::new(0)).unwrap();
+            assert_eq!(reopened, acknowledged, "{fault:?} {mode:?}");
+            let log = Arc::new(log);
+            // The reopened log takes appends again.
+            let sequence = work(&log, &mut reopened, 2);
+            log.sync(sequence).await.unwrap();
+        }
+    }
+
+    /// EIO on fsync: the sync fails (what it covered is not acknowledged), the log refuses
+    /// appends from then on, and after a power cut a restart has everything fsynced before.
+    #[tokio::test]
+    async fn eio_on_fsync_fails_the_sync_and_a_restart_keeps_what_was_synced_before() {
+        let (fs, path, log, acknowledged) = faulty_log().await;
+        let mut share = acknowledged.clone();
+        let sequence = work(&log, &mut share, 4);
+        fs.set_faults(Faults {
+            fail_sync: true,
+            ..Faults::default()
+        });
+        let e = log.sync(sequence).await.unwrap_err();
+        assert!(e.to_string().contains("EIO"), "{e}");
+        fs.set_faults(Faults::default());
+        assert!(try_work(&log, &mut share, 1).is_err(), "refused after EIO");
+        drop(log);
+        fs.crash(CrashMode::LoseUnsynced);
+        let (_, reopened) =
+            StateLog::open(Arc::new(fs.clone()), path, SharePartition::new(0)).unwrap();
+        assert_eq!(reopened, acknowledged);
+    }
+
+    /// A rewrite that fails (ENOSPC, a torn write, EIO on its fsync) leaves the log as it
+    /// was: whole, still appendable, and a restart (after a crash too) replays it.
+    #[tokio::test]
+    async fn a_failed_rewrite_leaves_the_log_whole() {
+        for fault in [
+            Faults {
+                space_bytes_left: Some(3),
+                ..Faults::default()
+            },
+            Faults {
+                torn_next_write_bytes: Some(3),
+                ..Faults::default()
+            },
+            Faults {
+                fail_sync: true,
+                ..Faults::default()
+            },
+        ] {
+            let (fs, path, log, acknowledged) = faulty_log().await;
+            fs.set_faults(fault.clone());
+            let e = log.rewrite(&acknowledged).unwrap_err();
+            assert!(e.to_string().contains("g.state"), "{fault:?}: {e}");
+            fs.set_faults(Faults::default());
+            let mut share = acknowledged.clone();
+            let sequence = work(&log, &mut share, 2);
+            log.sync(sequence).await.unwrap();
+            drop(log);
+            fs.crash(CrashMode::LoseUnsynced);
+            let (_, reopened) =
+                StateLog::open(Arc::new(fs.clone()), path, SharePartition::new(0)).unwrap();
+            assert_eq!(reopened, share.rebuilt(), "{fault:?}");
+        }
     }
 }

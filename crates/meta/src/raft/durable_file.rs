@@ -1,19 +1,6 @@
-//! Disk work for the Raft storage: replacing a file so that a crash leaves the old or the new
-//! contents whole (temp file, fsync, rename, directory fsync; used for the vote, the snapshot and
-//! the rewritten Raft log), and running such work on tokio's blocking pool, never on the async
-//! threads.
-
-use std::io::Write;
-use std::path::Path;
-
-pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
-}
+//! Disk work for the Raft storage on tokio's blocking pool, never on the async threads. (Files
+//! replaced whole — the vote, the snapshot, the rewritten Raft log, `node-id` — go through
+//! `tinymq_storage::replace_file`.)
 
 /// Runs `work` (file I/O, fsync) on the blocking pool and waits for it.
 pub async fn blocking<T, F>(work: F) -> std::io::Result<T>

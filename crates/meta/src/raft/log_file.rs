@@ -14,12 +14,12 @@
 //! [`DamagedLog`]: the node does not start, and the error names the file, line and byte offset.
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use openraft::{Entry, LogId};
 use serde::{Deserialize, Serialize};
+use tinymq_storage::{FileReader, Storage};
 
 use super::TypeConfig;
 
@@ -223,16 +223,17 @@ pub(super) struct Replayed {
     pub torn: Option<String>,
 }
 
-/// Replays `path` (a missing file is an empty log). I/O errors and [`DamagedLog`] (as
-/// `InvalidData`) are errors; a torn last line is reported in [`Replayed::torn`].
-pub(super) fn replay(path: &Path) -> std::io::Result<Replayed> {
+/// Replays `path` through `storage` (a missing file is an empty log). I/O errors and
+/// [`DamagedLog`] (as `InvalidData`) are errors; a torn last line is reported in
+/// [`Replayed::torn`].
+pub(super) fn replay(storage: &dyn Storage, path: &Path) -> std::io::Result<Replayed> {
     let mut out = Replayed::default();
-    let file = match File::open(path) {
+    let file = match storage.open(path, false) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
         Err(e) => return Err(e),
     };
-    let mut reader = BufReader::new(file);
+    let mut reader = BufReader::new(FileReader::new(&*file, 0));
     let mut buf = Vec::new();
     loop {
         buf.clear();

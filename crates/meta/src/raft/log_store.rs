@@ -14,15 +14,17 @@
 //! to a temp file, fsynced, renamed over the old one, directory fsynced. So the file holds at most
 //! the live entries (bounded by the snapshot policy in `mod.rs`) plus `DEAD_LINES_MAX` + 2 lines.
 //!
-//! `raft-vote.json` is replaced atomically and fsynced before `save_vote` returns.
+//! `raft-vote.json` is replaced atomically (`tinymq_storage::replace_file`) before `save_vote`
+//! returns.
+//!
+//! Both files go through a `tinymq_storage::Storage` ([`LogStore::open_with`]), so tests can
+//! inject ENOSPC, EIO and torn writes.
 //!
 //! All file work runs on tokio's blocking pool. Openraft awaits each write before the next; the
 //! `disk` lock serializes them anyway. Readers only take the `live` lock, which is never held
 //! during I/O.
 
 use std::fmt::Debug;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,11 +34,15 @@ use parking_lot::{Mutex, MutexGuard};
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{Entry, LogId, OptionalSend, StorageError, StorageIOError, Vote};
 
-use super::durable_file::{blocking, write_atomically};
+use tinymq_storage::{OsStorage, Storage, StorageFile};
+
+use super::durable_file::blocking;
 use super::log_file::{encode, replay, Line, Live, LOG_FILE};
 use super::TypeConfig;
 
 const VOTE_FILE: &str = "raft-vote.json";
+/// A vote file longer than this is not one the node wrote (a term and a node id).
+const VOTE_BYTES_MAX: u64 = 64 << 10;
 
 /// Lines of `raft-log.jsonl` that no longer describe the live log (purged or truncated
 /// entries, truncation records, superseded purge and committed lines) tolerated before the file
@@ -46,8 +52,10 @@ pub const DEAD_LINES_MAX: u64 = 4096;
 /// The file side: only writers (on the blocking pool) lock it.
 #[derive(Debug)]
 struct Disk {
+    storage: Arc<dyn Storage>,
     dir: PathBuf,
-    file: File,
+    /// Opened for appending (`Storage::open_append`).
+    file: Arc<dyn StorageFile>,
     /// Lines in the file.
     lines: u64,
     /// Set when a write or fsync failed: what is on disk is then unknown, so nothing more is
@@ -57,6 +65,7 @@ struct Disk {
 
 #[derive(Debug)]
 struct Shared {
+    storage: Arc<dyn Storage>,
     dir: PathBuf,
     live: Mutex<Live>,
     vote: Mutex<Option<Vote<u64>>>,
@@ -114,7 +123,7 @@ impl Disk {
     fn append(&mut self, bytes: &[u8], lines: u64, sync: bool) -> std::io::Result<()> {
         self.usable()?;
         let written =
-            self.file.write_all(bytes).and_then(
+            self.file.append_all(bytes).and_then(
                 |()| {
                     if sync {
                         self.file.sync_data()
@@ -123,7 +132,9 @@ impl Disk {
                     }
                 },
             );
-        self.watch(written)?;
+        let path = self.path();
+        self.watch(written)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         self.lines += lines;
         Ok(())
     }
@@ -132,8 +143,10 @@ impl Disk {
     fn rewrite(&mut self, live: &Live) -> std::io::Result<()> {
         self.usable()?;
         let bytes = live.encode()?;
-        let replaced = write_atomically(&self.dir, LOG_FILE, &bytes)
-            .and_then(|()| OpenOptions::new().append(true).open(self.path()));
+        let path = self.path();
+        let replaced = tinymq_storage::replace_file(&*self.storage, &path, &bytes)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.storage.open_append(&path, false));
         self.file = self.watch(replaced)?;
         self.lines = live.lines();
         Ok(())
@@ -184,20 +197,26 @@ impl Shared {
 impl LogStore {
     /// Opens (or creates) the log and vote in `dir`, replaying the log. Blocking.
     pub fn open(dir: &Path) -> std::io::Result<LogStore> {
-        std::fs::create_dir_all(dir)?;
+        LogStore::open_with(Arc::new(OsStorage), dir)
+    }
+
+    /// [`LogStore::open`] with both files going through `storage`.
+    pub fn open_with(storage: Arc<dyn Storage>, dir: &Path) -> std::io::Result<LogStore> {
+        storage.create_dir_all(dir)?;
         let path = dir.join(LOG_FILE);
-        let replayed = replay(&path)?;
-        let file = OpenOptions::new().create(true).append(true).open(&path)?;
+        let replayed = replay(&*storage, &path)?;
+        let file = storage.open_append(&path, true)?;
         if let Some(reason) = &replayed.torn {
             tracing::warn!(
                 file = %path.display(),
                 "cutting a torn last line of the Raft log (a crash during a write): {reason}"
             );
             file.set_len(replayed.good_bytes)?;
-            file.sync_all()?;
+            file.sync_data()?;
         }
-        File::open(dir)?.sync_all()?;
+        storage.sync_dir(dir)?;
         let mut disk = Disk {
+            storage: storage.clone(),
             dir: dir.to_path_buf(),
             file,
             lines: replayed.lines,
@@ -210,9 +229,10 @@ impl LogStore {
         }
         Ok(LogStore {
             shared: Arc::new(Shared {
+                vote: Mutex::new(read_vote(&*storage, dir)?),
+                storage,
                 dir: dir.to_path_buf(),
                 live: Mutex::new(replayed.live),
-                vote: Mutex::new(read_vote(dir)?),
                 disk: Mutex::new(disk),
             }),
         })
@@ -240,21 +260,20 @@ impl LogStore {
     }
 }
 
-fn read_vote(dir: &Path) -> std::io::Result<Option<Vote<u64>>> {
+fn read_vote(storage: &dyn Storage, dir: &Path) -> std::io::Result<Option<Vote<u64>>> {
     let path = dir.join(VOTE_FILE);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "{} is damaged ({e}); restore it or the node's data directory from a backup",
-                    path.display()
-                ),
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    let Some(bytes) = tinymq_storage::read_file(storage, &path, VOTE_BYTES_MAX)? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{} is damaged ({e}); restore it or the node's data directory from a backup",
+                path.display()
+            ),
+        )
+    })
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
@@ -307,8 +326,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError<u64>> {
         let bytes = serde_json::to_vec(vote).map_err(|e| vote_error(std::io::Error::other(e)))?;
-        let dir = self.shared.dir.clone();
-        blocking(move || write_atomically(&dir, VOTE_FILE, &bytes))
+        let (storage, path) = (self.shared.storage.clone(), self.shared.dir.join(VOTE_FILE));
+        blocking(move || Ok(tinymq_storage::replace_file(&*storage, &path, &bytes)?))
             .await
             .map_err(vote_error)?;
         *self.shared.vote.lock() = Some(*vote);

@@ -1,7 +1,13 @@
 //! The log store against real files: torn tails are cut, damage elsewhere refuses to open and
-//! says where, files of earlier versions open, purges rewrite the file, the vote persists.
+//! says where, files of earlier versions open, purges rewrite the file, the vote persists;
+//! and, on the fault-injecting storage, ENOSPC, torn writes and EIO on fsync are refused and
+//! a restart after a power cut keeps what was acknowledged.
 
 use std::path::Path;
+use std::sync::Arc;
+
+use tinymq_storage::fault::{CrashMode, Faults, FaultyStorage};
+use tinymq_storage::Storage;
 
 use openraft::storage::{RaftLogReader, RaftLogStorage};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Vote};
@@ -234,4 +240,129 @@ async fn the_writer_refuses_an_entry_that_leaves_a_hole() {
     assert_eq!(indexes(&mut store).await, vec![0, 1, 2]);
     drop(store);
     LogStore::open(tmp.path()).expect("nothing unreadable was written");
+}
+
+fn faults() -> [Faults; 3] {
+    [
+        Faults {
+            space_bytes_left: Some(20),
+            ..Faults::default()
+        },
+        Faults {
+            torn_next_write_bytes: Some(20),
+            ..Faults::default()
+        },
+        Faults {
+            fail_sync: true,
+            ..Faults::default()
+        },
+    ]
+}
+
+const META_DIR: &str = "/meta";
+
+fn open_on(fs: &FaultyStorage) -> LogStore {
+    LogStore::open_with(Arc::new(fs.clone()), Path::new(META_DIR)).unwrap()
+}
+
+/// Issue 28: an append on a failing disk (ENOSPC, a torn write, EIO on its fsync) is refused
+/// with an error naming the file (openraft is told, nothing panics), the store refuses every
+/// write after it, and a restart after a power cut (keeping or losing the torn bytes) has
+/// every acknowledged entry and takes appends again.
+#[tokio::test]
+async fn a_failed_append_is_refused_and_a_restart_keeps_every_acknowledged_entry() {
+    for fault in faults() {
+        for mode in [
+            CrashMode::KeepUnsyncedPrefix(1 << 20),
+            CrashMode::LoseUnsynced,
+        ] {
+            let fs = FaultyStorage::new();
+            let store = open_on(&fs);
+            store
+                .append_entries((0..=4).map(entry).collect())
+                .await
+                .unwrap();
+            fs.set_faults(fault.clone());
+            let error = store
+                .append_entries((5..=6).map(entry).collect())
+                .await
+                .unwrap_err();
+            assert!(error.to_string().contains(LOG_FILE), "{fault:?}: {error}");
+            fs.set_faults(Faults::default());
+            let refused = store.append_entries(vec![entry(5)]).await.unwrap_err();
+            assert!(
+                refused.to_string().contains("restart the node"),
+                "{refused}"
+            );
+            drop(store);
+            fs.crash(mode);
+            let mut store = open_on(&fs);
+            let kept = indexes(&mut store).await;
+            // Every acknowledged entry; the refused ones only if the crash kept them whole
+            // (EIO on the fsync, the pages still written): never acknowledged, never a hole.
+            let whole_refused = fault.fail_sync && mode != CrashMode::LoseUnsynced;
+            let expected: Vec<u64> = if whole_refused {
+                (0..=6).collect()
+            } else {
+                (0..=4).collect()
+            };
+            assert_eq!(kept, expected, "{fault:?} {mode:?}");
+            let next = kept.len() as u64;
+            store.append_entries(vec![entry(next)]).await.unwrap();
+            drop(store);
+            let mut store = open_on(&fs);
+            assert_eq!(indexes(&mut store).await, (0..=next).collect::<Vec<_>>());
+        }
+    }
+}
+
+/// A purge whose rewrite fails leaves the old file whole: a restart (after a power cut)
+/// replays every entry, and the purge can be done again.
+#[tokio::test]
+async fn a_failed_purge_rewrite_leaves_the_old_log_whole() {
+    for fault in faults() {
+        let fs = FaultyStorage::new();
+        let mut store = open_on(&fs);
+        store
+            .append_entries((0..=9).map(entry).collect())
+            .await
+            .unwrap();
+        fs.set_faults(fault.clone());
+        let error = store.purge(id(1, 4)).await.unwrap_err();
+        assert!(error.to_string().contains(LOG_FILE), "{fault:?}: {error}");
+        fs.set_faults(Faults::default());
+        drop(store);
+        fs.crash(CrashMode::KeepUnsyncedPrefix(1 << 20));
+        assert!(!fs.exists(&Path::new(META_DIR).join(format!("{LOG_FILE}.tmp"))));
+        let mut store = open_on(&fs);
+        assert_eq!(indexes(&mut store).await, (0..=9).collect::<Vec<_>>());
+        store.purge(id(1, 4)).await.unwrap();
+        drop(store);
+        fs.crash(CrashMode::LoseUnsynced);
+        let mut store = open_on(&fs);
+        assert_eq!(indexes(&mut store).await, (5..=9).collect::<Vec<_>>());
+    }
+}
+
+/// Saving a vote on a failing disk is refused, and the vote saved before it is what a
+/// restart (after a power cut) reads, whole.
+#[tokio::test]
+async fn a_failed_vote_save_keeps_the_vote_saved_before() {
+    for fault in faults() {
+        let fs = FaultyStorage::new();
+        let mut store = open_on(&fs);
+        let before = Vote::new_committed(7, 2);
+        store.save_vote(&before).await.unwrap();
+        fs.set_faults(fault.clone());
+        let error = store.save_vote(&Vote::new(8, 3)).await.unwrap_err();
+        assert!(
+            error.to_string().contains("raft-vote.json"),
+            "{fault:?}: {error}"
+        );
+        fs.set_faults(Faults::default());
+        drop(store);
+        fs.crash(CrashMode::KeepUnsyncedPrefix(1 << 20));
+        let mut store = open_on(&fs);
+        assert_eq!(store.read_vote().await.unwrap(), Some(before), "{fault:?}");
+    }
 }

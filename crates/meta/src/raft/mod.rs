@@ -87,7 +87,10 @@ fn claim_dir(dir: &Path, id: u64) -> Result<(), MetaNodeError> {
             )))),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            durable_file::write_atomically(dir, NODE_ID_FILE, id.to_string().as_bytes())?;
+            let path = dir.join(NODE_ID_FILE);
+            let bytes = id.to_string().into_bytes();
+            tinymq_storage::replace_file(&tinymq_storage::OsStorage, &path, &bytes)
+                .map_err(std::io::Error::from)?;
             Ok(())
         }
         Err(e) => Err(e.into()),

@@ -23,7 +23,7 @@ use openraft::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::durable_file::{blocking, write_atomically};
+use super::durable_file::blocking;
 use super::entry::{ApplyError, EntryOutcome, MetaEntry, RecordBatch};
 use super::TypeConfig;
 use crate::MetadataImage;
@@ -164,7 +164,8 @@ impl StateMachine {
                 return Ok(());
             }
             let bytes = serde_json::to_vec(&stored).map_err(std::io::Error::other)?;
-            write_atomically(&dir, SNAPSHOT_FILE, &bytes)?;
+            let path = dir.join(SNAPSHOT_FILE);
+            tinymq_storage::replace_file(&tinymq_storage::OsStorage, &path, &bytes)?;
             *saved = stored.meta.last_log_id;
             Ok(())
         })

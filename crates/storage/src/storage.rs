@@ -1,8 +1,11 @@
-//! The file operations the log needs, behind a small trait, so that tests can swap the real
-//! file system for one that injects faults (see [`crate::fault`]).
+//! The file operations durable files need, behind a small trait, so that tests can swap the
+//! real file system for one that injects faults (see [`crate::fault`]).
 //!
 //! Files are read and written at explicit positions (`pread`/`pwrite`), so one open file can be
-//! shared by an appender and many readers without a seek position to guard.
+//! shared by an appender and many readers without a seek position to guard. Logs that several
+//! handles may append to (a stale owner and the live one) open with [`Storage::open_append`]
+//! and write with [`StorageFile::append_all`]: each append lands at the end, whatever the
+//! other handles wrote.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, IoSlice};
@@ -25,6 +28,13 @@ pub trait StorageFile: Send + Sync + std::fmt::Debug {
             position += part.len() as u64;
         }
         Ok(())
+    }
+    /// Writes all of `buf` at the current end of the file, or fails (possibly after writing a
+    /// part of it). On a handle from [`Storage::open_append`] the end is found by the kernel
+    /// (`O_APPEND`), so appends through other handles are never overwritten.
+    fn append_all(&self, buf: &[u8]) -> io::Result<()> {
+        let end = self.byte_len()?;
+        self.write_all_at(buf, end)
     }
     /// Current length in bytes.
     fn byte_len(&self) -> io::Result<u64>;
@@ -58,6 +68,12 @@ pub trait StorageFile: Send + Sync + std::fmt::Debug {
 pub trait Storage: Send + Sync + std::fmt::Debug {
     /// Opens a file for reading and writing, creating it when `create` is set.
     fn open(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>>;
+    /// Opens a file for reading and appending ([`StorageFile::append_all`]), creating it when
+    /// `create` is set. Positional writes through such a handle land at the end too (Linux
+    /// `O_APPEND`), so use `append_all` only.
+    fn open_append(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        self.open(path, create)
+    }
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Atomically replaces `to` with `from` (`rename(2)`); durable once the directory is
     /// synced.
@@ -75,29 +91,42 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
 pub struct OsStorage;
 
 #[derive(Debug)]
-struct OsFile(File);
+struct OsFile {
+    file: File,
+    /// Opened with `O_APPEND`.
+    append: bool,
+}
 
 impl StorageFile for OsFile {
     fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        self.0.read_at(buf, position)
+        self.file.read_at(buf, position)
     }
     fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
-        self.0.write_all_at(buf, position)
+        self.file.write_all_at(buf, position)
     }
     fn write_all_vectored_at(&self, parts: &[&[u8]], position: u64) -> io::Result<()> {
-        pwritev_all(&self.0, parts, position)
+        pwritev_all(&self.file, parts, position)
+    }
+    fn append_all(&self, buf: &[u8]) -> io::Result<()> {
+        if self.append {
+            // `write(2)` on an O_APPEND descriptor: the kernel puts each write at the end.
+            io::Write::write_all(&mut &self.file, buf)
+        } else {
+            let end = self.byte_len()?;
+            self.write_all_at(buf, end)
+        }
     }
     fn byte_len(&self) -> io::Result<u64> {
-        Ok(self.0.metadata()?.len())
+        Ok(self.file.metadata()?.len())
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
+        self.file.set_len(len)
     }
     fn sync_data(&self) -> io::Result<()> {
-        self.0.sync_data()
+        self.file.sync_data()
     }
     fn as_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        Some(std::os::fd::AsFd::as_fd(&self.0))
+        Some(std::os::fd::AsFd::as_fd(&self.file))
     }
 }
 
@@ -148,7 +177,18 @@ impl Storage for OsStorage {
             .create(create)
             .truncate(false)
             .open(path)?;
-        Ok(Arc::new(OsFile(file)))
+        Ok(Arc::new(OsFile {
+            file,
+            append: false,
+        }))
+    }
+    fn open_append(&self, path: &Path, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(create)
+            .open(path)?;
+        Ok(Arc::new(OsFile { file, append: true }))
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
         std::fs::remove_file(path)

@@ -148,7 +148,7 @@ impl FaultyStorage {
             if let CrashMode::KeepUnsyncedPrefix(extra) = mode {
                 let durable_len = kept.len();
                 if images.current.len() > durable_len {
-                    let end = (durable_len + extra).min(images.current.len());
+                    let end = durable_len.saturating_add(extra).min(images.current.len());
                     kept.extend_from_slice(&images.current[durable_len..end]);
                 }
             }
@@ -185,19 +185,12 @@ impl FaultyStorage {
     }
 }
 
-impl StorageFile for SimFile {
-    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
-        let images = self.images.lock();
-        let start = (position as usize).min(images.current.len());
-        let n = buf.len().min(images.current.len() - start);
-        buf[..n].copy_from_slice(&images.current[start..start + n]);
-        Ok(n)
-    }
-
-    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
+impl SimFile {
+    /// Writes `buf` at `position`, or at the end (under the same lock, as `O_APPEND` does).
+    fn write(&self, buf: &[u8], position: Option<u64>) -> io::Result<()> {
         let mut faults = self.faults.lock();
         let mut images = self.images.lock();
-        let position = position as usize;
+        let position = position.map_or(images.current.len(), |p| p as usize);
         let mut to_write = buf.len();
         let mut error = None;
         if let Some(torn) = faults.torn_next_write_bytes.take() {
@@ -220,6 +213,24 @@ impl StorageFile for SimFile {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+impl StorageFile for SimFile {
+    fn read_at(&self, buf: &mut [u8], position: u64) -> io::Result<usize> {
+        let images = self.images.lock();
+        let start = (position as usize).min(images.current.len());
+        let n = buf.len().min(images.current.len() - start);
+        buf[..n].copy_from_slice(&images.current[start..start + n]);
+        Ok(n)
+    }
+
+    fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
+        self.write(buf, Some(position))
+    }
+
+    fn append_all(&self, buf: &[u8]) -> io::Result<()> {
+        self.write(buf, None)
     }
 
     fn byte_len(&self) -> io::Result<u64> {
