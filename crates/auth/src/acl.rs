@@ -18,8 +18,8 @@ use crate::principal::{Principal, PrincipalKind};
 
 /// The name of the one cluster resource.
 pub const CLUSTER_RESOURCE_NAME: &str = "cluster";
-/// Longest resource name an ACL may hold.
-pub const ACL_RESOURCE_NAME_BYTES_MAX: usize = 255;
+/// Longest resource name an ACL may hold (the protocol's limit).
+pub use tinymq_protocol::names::ACL_RESOURCE_NAME_BYTES_MAX;
 /// The principal of an ACL that applies to every authenticated user.
 pub const ANY_USER: &str = "User:*";
 

@@ -20,7 +20,13 @@ pub const SCRAM_SALT_BYTES_MIN: usize = 8;
 pub const SCRAM_SALT_BYTES_MAX: usize = 64;
 /// Salt length of credentials this crate derives.
 const SALT_BYTES: usize = 16;
-pub const USER_NAME_BYTES_MAX: usize = 255;
+/// Longest user name (the protocol's limit; the characters are [`validate_user_name`]'s).
+pub use tinymq_protocol::names::USER_NAME_BYTES_MAX;
+// `validate_user_name`'s reasons are static text that names the limit.
+const _: () = assert!(
+    USER_NAME_BYTES_MAX == 255,
+    "update validate_user_name's message"
+);
 
 /// The SCRAM hash functions a server offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

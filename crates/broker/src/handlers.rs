@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tinymq_protocol::batch::field;
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::topic::TOPIC_MESSAGE_BYTES_MAX_LIMIT;
+use crate::topic::TOPIC_MESSAGE_BYTES_MAX;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::fetch_frame::{read_records, Records};
@@ -591,7 +591,7 @@ pub(crate) async fn fetch(
     let deadline = tokio::time::Instant::from_std(Instant::now() + wait);
     let min_bytes = req.min_bytes.max(1) as usize;
     let reserve = fetch_budget(&state, &req)
-        .saturating_add(TOPIC_MESSAGE_BYTES_MAX_LIMIT as usize)
+        .saturating_add(TOPIC_MESSAGE_BYTES_MAX as usize)
         .min(state.config.fetch_memory_bytes_max as usize);
     if req.replica_id != 0 {
         for fp in &req.partitions {

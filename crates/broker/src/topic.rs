@@ -7,20 +7,17 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
 use tinymq_meta::TopicRecord;
-use tinymq_protocol::{messages, ErrorCode};
+use tinymq_protocol::{messages, names, ErrorCode};
 
-/// Longest topic name, as in Kafka (names become directory names with a partition suffix).
-pub const TOPIC_NAME_BYTES_MAX: usize = 249;
-/// Most partitions one topic may have.
-pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
-/// Most copies of a partition.
-pub const REPLICATION_FACTOR_MAX: u32 = 7;
-/// Smallest `segment_bytes` a topic may set. Every segment holds three open files, so tiny
-/// segments would let one partition use up the broker's file descriptors (the log itself
-/// accepts 1 KiB, for tests).
-pub const TOPIC_SEGMENT_BYTES_MIN: u64 = 1 << 20;
-/// Largest `message_bytes_max` a topic may set: one batch must fit a frame.
-pub const TOPIC_MESSAGE_BYTES_MAX_LIMIT: u32 = 16 << 20;
+// The names and ranges are `tinymq_protocol::names`' (one source for every listener).
+pub use tinymq_protocol::names::{
+    REPLICATION_FACTOR_MAX, REPLICATION_FACTOR_MIN, TOPIC_MESSAGE_BYTES_MAX,
+    TOPIC_MESSAGE_BYTES_MIN, TOPIC_NAME_BYTES_MAX, TOPIC_PARTITIONS_MAX, TOPIC_PARTITIONS_MIN,
+    TOPIC_SEGMENT_BYTES_MAX, TOPIC_SEGMENT_BYTES_MIN,
+};
+
+// The protocol's largest segment is one the log can write.
+const _: () = assert!(TOPIC_SEGMENT_BYTES_MAX <= SEGMENT_BYTES_MAX);
 
 /// Settings of one topic, as stored by the metadata store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,30 +85,10 @@ impl Default for TopicSettings {
 /// A rejected topic request: the wire code and a message for the user.
 pub type TopicError = (ErrorCode, String);
 
+/// A topic name a client may create ([`tinymq_protocol::names::validate_user_topic_name`]),
+/// refused with its wire code (`INVALID_TOPIC`).
 pub fn validate_topic_name(name: &str) -> Result<(), TopicError> {
-    let valid_chars = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if name.is_empty()
-        || name.len() > TOPIC_NAME_BYTES_MAX
-        || !valid_chars
-        || name == "."
-        || name == ".."
-    {
-        return Err((
-            ErrorCode::INVALID_TOPIC,
-            format!(
-                "topic name {name:?} must be 1 to {TOPIC_NAME_BYTES_MAX} characters of [A-Za-z0-9._-]"
-            ),
-        ));
-    }
-    if tinymq_meta::is_internal_topic(name) {
-        return Err((
-            ErrorCode::INVALID_TOPIC,
-            format!("topic name {name:?}: names starting with __ are reserved"),
-        ));
-    }
-    Ok(())
+    names::validate_user_topic_name(name).map_err(|e| (e.error_code(), e.to_string()))
 }
 
 impl TopicSettings {
@@ -163,18 +140,18 @@ impl TopicSettings {
 
     pub fn validate(&self) -> Result<(), TopicError> {
         let invalid = |msg: String| Err((ErrorCode::INVALID_CONFIG, msg));
-        if self.partitions == 0 || self.partitions > TOPIC_PARTITIONS_MAX {
+        if !(TOPIC_PARTITIONS_MIN..=TOPIC_PARTITIONS_MAX).contains(&self.partitions) {
             return Err((
                 ErrorCode::INVALID_PARTITIONS,
                 format!(
-                    "partitions must be 1 to {TOPIC_PARTITIONS_MAX}, got {}",
+                    "partitions must be {TOPIC_PARTITIONS_MIN} to {TOPIC_PARTITIONS_MAX}, got {}",
                     self.partitions
                 ),
             ));
         }
-        if self.replication_factor == 0 || self.replication_factor > REPLICATION_FACTOR_MAX {
+        if !(REPLICATION_FACTOR_MIN..=REPLICATION_FACTOR_MAX).contains(&self.replication_factor) {
             return invalid(format!(
-                "replication_factor must be 1 to {REPLICATION_FACTOR_MAX}, got {}",
+                "replication_factor must be {REPLICATION_FACTOR_MIN} to {REPLICATION_FACTOR_MAX}, got {}",
                 self.replication_factor
             ));
         }
@@ -196,21 +173,20 @@ impl TopicSettings {
                 "retention_ms and retention_bytes must be -1 or positive; segment_ms ≥ 0".into(),
             );
         }
-        if !(TOPIC_SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&self.segment_bytes) {
+        if !(TOPIC_SEGMENT_BYTES_MIN..=TOPIC_SEGMENT_BYTES_MAX).contains(&self.segment_bytes) {
             return invalid(format!(
-                "segment_bytes must be {TOPIC_SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}, got {}",
+                "segment_bytes must be {TOPIC_SEGMENT_BYTES_MIN} to {TOPIC_SEGMENT_BYTES_MAX}, got {}",
                 self.segment_bytes
             ));
         }
         if let Err(e) = self.flush.parse::<FlushPolicy>() {
             return invalid(e);
         }
-        if self.message_bytes_max == 0
-            || self.message_bytes_max > TOPIC_MESSAGE_BYTES_MAX_LIMIT
+        if !(TOPIC_MESSAGE_BYTES_MIN..=TOPIC_MESSAGE_BYTES_MAX).contains(&self.message_bytes_max)
             || u64::from(self.message_bytes_max) > self.segment_bytes
         {
             return invalid(format!(
-                "message_bytes_max must be 1 to {TOPIC_MESSAGE_BYTES_MAX_LIMIT} and at most segment_bytes, got {}",
+                "message_bytes_max must be {TOPIC_MESSAGE_BYTES_MIN} to {TOPIC_MESSAGE_BYTES_MAX} and at most segment_bytes, got {}",
                 self.message_bytes_max
             ));
         }
@@ -302,7 +278,7 @@ impl TopicSettings {
                     s.message_timestamp_before_max_ms = value.parse().map_err(|e| bad(&e))?
                 }
                 // Share-group settings: read by [`ShareSettings::of`].
-                "max_delivery_attempts" | "dead_letter_topic" => {}
+                names::MAX_DELIVERY_ATTEMPTS_KEY | names::DEAD_LETTER_TOPIC_KEY => {}
                 // Read by the MetaServer's rules; taken from the record above.
                 tinymq_meta::MIN_INSYNC_REPLICAS | tinymq_meta::UNCLEAN_LEADER_ELECTION => {}
                 // A setting from a newer version: ignored rather than refusing the topic.
@@ -335,7 +311,9 @@ impl TopicSettings {
 /// config: the MetaServer checked them when they were set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShareSettings {
-    /// Deliveries of a record before it goes to the dead-letter topic (1..=100, default 5).
+    /// Deliveries of a record before it goes to the dead-letter topic
+    /// (`names::MAX_DELIVERY_ATTEMPTS_MIN..=MAX_DELIVERY_ATTEMPTS_MAX`, default
+    /// `MAX_DELIVERY_ATTEMPTS_DEFAULT`).
     pub max_delivery_attempts: u32,
     /// Where rejected and exhausted records go (default `<topic>.dlq`).
     pub dead_letter_topic: String,
@@ -343,19 +321,19 @@ pub struct ShareSettings {
 
 impl ShareSettings {
     pub fn of(name: &str, topic: &TopicRecord) -> ShareSettings {
-        let max_delivery_attempts = topic
-            .config
-            .get("max_delivery_attempts")
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|n| (1..=tinymq_share::MAX_DELIVERY_ATTEMPTS_LIMIT).contains(n))
-            .unwrap_or(tinymq_share::MAX_DELIVERY_ATTEMPTS_DEFAULT);
-        let dead_letter_topic = topic
-            .config
-            .get("dead_letter_topic")
-            // Its own dead-letter topic would deliver its dead letters again.
-            .filter(|t| validate_topic_name(t).is_ok() && t.as_str() != name)
-            .cloned()
-            .unwrap_or_else(|| format!("{name}.dlq"));
+        let max_delivery_attempts = names::max_delivery_attempts(
+            topic
+                .config
+                .get(names::MAX_DELIVERY_ATTEMPTS_KEY)
+                .map(String::as_str),
+        );
+        let dead_letter_topic = names::dead_letter_topic(
+            name,
+            topic
+                .config
+                .get(names::DEAD_LETTER_TOPIC_KEY)
+                .map(String::as_str),
+        );
         ShareSettings {
             max_delivery_attempts,
             dead_letter_topic,
@@ -372,7 +350,16 @@ mod tests {
         for good in ["orders", "a.b-c_d", "X1", &"x".repeat(249)] {
             assert!(validate_topic_name(good).is_ok(), "{good}");
         }
-        for bad in ["", "a/b", "a b", "..", "__internal", &"x".repeat(250), "ä"] {
+        for bad in [
+            "",
+            "a/b",
+            "a b",
+            ".",
+            "..",
+            "__internal",
+            &"x".repeat(250),
+            "ä",
+        ] {
             assert_eq!(
                 validate_topic_name(bad).unwrap_err().0,
                 ErrorCode::INVALID_TOPIC,

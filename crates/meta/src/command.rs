@@ -17,14 +17,15 @@ use tinymq_auth::{AclEntry, AclFilter, QuotaConfig, StoredCredential};
 pub mod routes;
 pub use routes::{ROUTES_MAX, ROUTE_NAME_BYTES_MAX};
 
-/// Most partitions one topic may have.
-pub const TOPIC_PARTITIONS_MAX: u32 = 1024;
+// The topic-name rule and the partition range are the protocol's, as every listener checks
+// them.
+pub use tinymq_protocol::names::{
+    TOPIC_NAME_BYTES_MAX, TOPIC_PARTITIONS_MAX, TOPIC_PARTITIONS_MIN,
+};
 /// Most partition replicas placed on one broker. File descriptors no longer grow with
 /// partitions (the broker's `open_segment_files_max` bounds its open segment files); this
 /// bounds the memory and the opening time at start instead (measured in BENCHMARKS.md).
 pub const PARTITION_REPLICAS_PER_BROKER_MAX: usize = 12_000;
-/// Longest topic name.
-pub const TOPIC_NAME_BYTES_MAX: usize = 249;
 /// A broker not heard from for this long is fenced by the MetaServer leader.
 pub const BROKER_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(9);
 /// Most producer ids handed out at once.
@@ -226,7 +227,8 @@ pub enum MetaError {
     #[error("unknown topic {0}")]
     UnknownTopic(String),
     #[error(
-        "invalid topic name {0:?}: 1 to 249 characters of [A-Za-z0-9._-], not starting with __"
+        "invalid topic name {0:?}: 1 to {TOPIC_NAME_BYTES_MAX} characters of [A-Za-z0-9._-], \
+         neither . nor .., not starting with __"
     )]
     InvalidTopic(String),
     #[error("invalid partition count: {0}")]
@@ -352,14 +354,7 @@ impl MetaError {
 pub type Outcome = Result<(Vec<MetadataRecord>, Reply), MetaError>;
 
 fn valid_topic_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= TOPIC_NAME_BYTES_MAX
-        && name != "."
-        && name != ".."
-        && !crate::is_internal_topic(name)
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    tinymq_protocol::names::validate_user_topic_name(name).is_ok()
 }
 
 /// Runs `command` against `image` without changing it.
@@ -416,7 +411,7 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             if image.topics.contains_key(OFFSETS_TOPIC) {
                 return Ok((vec![], Reply::Done));
             }
-            if *partitions == 0 || *partitions > TOPIC_PARTITIONS_MAX {
+            if !(TOPIC_PARTITIONS_MIN..=TOPIC_PARTITIONS_MAX).contains(partitions) {
                 return Err(MetaError::InvalidPartitions(partitions.to_string()));
             }
             let replication_factor = default_replication_factor(
@@ -674,9 +669,9 @@ fn create_topic(
     if image.topics.contains_key(name) {
         return Err(MetaError::TopicExists(name.into()));
     }
-    if partitions == 0 || partitions > TOPIC_PARTITIONS_MAX {
+    if !(TOPIC_PARTITIONS_MIN..=TOPIC_PARTITIONS_MAX).contains(&partitions) {
         return Err(MetaError::InvalidPartitions(format!(
-            "{partitions} (1 to {TOPIC_PARTITIONS_MAX})"
+            "{partitions} ({TOPIC_PARTITIONS_MIN} to {TOPIC_PARTITIONS_MAX})"
         )));
     }
     let replication_factor = match replication_factor {

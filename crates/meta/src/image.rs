@@ -10,10 +10,8 @@ use serde::{Deserialize, Serialize};
 use tinymq_auth::{AclEntry, QuotaConfig, StoredCredential};
 
 /// Whether `name` is an internal topic (`__consumer_offsets`, …): never created, listed or
-/// opened as a user topic.
-pub fn is_internal_topic(name: &str) -> bool {
-    name.starts_with("__")
-}
+/// opened as a user topic. The rule is the protocol's (`tinymq_protocol::names`).
+pub use tinymq_protocol::names::is_internal_topic;
 
 /// A broker as the cluster knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

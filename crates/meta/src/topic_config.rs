@@ -11,19 +11,10 @@ use crate::image::{
     UNCLEAN_LEADER_ELECTION,
 };
 
-/// Largest `message_bytes_max` a topic may set: one batch must fit a frame (the brokers' own
-/// limit has the same value).
-const MESSAGE_BYTES_MAX_LIMIT: u64 = 16 << 20;
-/// Smallest `segment_bytes` a topic may set (as brokers check at create).
-const SEGMENT_BYTES_MIN: u64 = 1 << 20;
-/// Largest `segment_bytes`: segment positions are 32-bit.
-const SEGMENT_BYTES_MAX: u64 = u32::MAX as u64;
-
-/// `max_delivery_attempts` (share groups: deliveries before a record is dead-lettered).
-const MAX_DELIVERY_ATTEMPTS_MIN: u64 = 1;
-const MAX_DELIVERY_ATTEMPTS_LIMIT: u64 = 100;
-/// Longest `dead_letter_topic` (a topic name, as brokers check at create).
-const TOPIC_NAME_BYTES_MAX: usize = 249;
+use tinymq_protocol::names::{
+    self, MAX_DELIVERY_ATTEMPTS_MAX, MAX_DELIVERY_ATTEMPTS_MIN, TOPIC_MESSAGE_BYTES_MAX,
+    TOPIC_MESSAGE_BYTES_MIN, TOPIC_SEGMENT_BYTES_MAX, TOPIC_SEGMENT_BYTES_MIN,
+};
 
 /// The values one setting takes.
 #[derive(Clone, Copy)]
@@ -51,18 +42,22 @@ fn kind_of(key: &str) -> Option<Kind> {
         | "message_timestamp_after_max_ms"
         | "message_timestamp_before_max_ms" => Kind::Bound,
         "segment_ms" => Kind::Count,
-        "segment_bytes" => Kind::Range(SEGMENT_BYTES_MIN, SEGMENT_BYTES_MAX),
-        "message_bytes_max" => Kind::Range(1, MESSAGE_BYTES_MAX_LIMIT),
+        "segment_bytes" => Kind::Range(TOPIC_SEGMENT_BYTES_MIN, TOPIC_SEGMENT_BYTES_MAX),
+        "message_bytes_max" => Kind::Range(
+            TOPIC_MESSAGE_BYTES_MIN.into(),
+            TOPIC_MESSAGE_BYTES_MAX.into(),
+        ),
         UNCLEAN_LEADER_ELECTION => Kind::Bool,
         FLUSH => Kind::Fixed(
             "the flush policy decides what a partition has acknowledged and cannot change while \
              it is open; create a new topic with the policy wanted",
         ),
         MIN_INSYNC_REPLICAS => Kind::MinInsync,
-        "max_delivery_attempts" => {
-            Kind::Range(MAX_DELIVERY_ATTEMPTS_MIN, MAX_DELIVERY_ATTEMPTS_LIMIT)
-        }
-        "dead_letter_topic" => Kind::TopicName,
+        names::MAX_DELIVERY_ATTEMPTS_KEY => Kind::Range(
+            MAX_DELIVERY_ATTEMPTS_MIN.into(),
+            MAX_DELIVERY_ATTEMPTS_MAX.into(),
+        ),
+        names::DEAD_LETTER_TOPIC_KEY => Kind::TopicName,
         _ => return None,
     })
 }
@@ -102,27 +97,7 @@ fn check_value(
                 format!("must be 1 to the replication factor {replication_factor}, got {value:?}"),
             )),
         },
-        Kind::TopicName => {
-            let valid = !value.is_empty()
-                && value.len() <= TOPIC_NAME_BYTES_MAX
-                && value
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-                && value != "."
-                && value != ".."
-                && !crate::is_internal_topic(value);
-            if valid {
-                Ok(())
-            } else {
-                Err(invalid(
-                    key,
-                    format!(
-                        "must be a topic name of 1 to {TOPIC_NAME_BYTES_MAX} characters of \
-                         [A-Za-z0-9._-], not starting with __, got {value:?}"
-                    ),
-                ))
-            }
-        }
+        Kind::TopicName => names::validate_user_topic_name(value).map_err(|e| invalid(key, e)),
         _ => Ok(()),
     }
 }

@@ -1,5 +1,6 @@
 //! tinymq's wire protocol, with no I/O: the 12-byte frame header and its decoder, operation
-//! codes, protobuf message bodies, stable error codes, and the record-batch codec.
+//! codes, protobuf message bodies, stable error codes, the record-batch codec, and the names
+//! and limits a client can see ([`names`]: topic names, group ids, setting ranges).
 //!
 //! Everything here works on byte buffers. The broker and the client own the sockets; this crate
 //! only says what the bytes mean. See `docs/protocol.md` for the byte-level description.
@@ -8,6 +9,7 @@ pub mod batch;
 pub mod error;
 pub mod frame;
 pub mod hash;
+pub mod names;
 pub mod op;
 pub mod stats;
 

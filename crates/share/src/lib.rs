@@ -13,8 +13,8 @@ mod state_log;
 mod tests;
 
 pub use partition::{
-    range_len, validate_member_id, AckKind, AcquiredRange, DeadLetterReason, InFlightRecord,
-    RecordState, ShareError, SharePartition, StateCounts, UNSEEN_RETURNS_PER_RECORD_MAX,
+    range_len, AckKind, AcquiredRange, DeadLetterReason, InFlightRecord, RecordState, ShareError,
+    SharePartition, StateCounts, UNSEEN_RETURNS_PER_RECORD_MAX,
 };
 pub use state_log::{decode_records, encode_record, Decoded, StateRecord, STATE_RECORD_BYTES_MAX};
 
@@ -23,10 +23,6 @@ pub use state_log::{decode_records, encode_record, Decoded, StateRecord, STATE_R
 /// beyond `start_offset + SHARE_IN_FLIGHT_RECORDS_MAX`, so a slow record holds back at most
 /// this many, and a partition's state stays small.
 pub const SHARE_IN_FLIGHT_RECORDS_MAX: i64 = 10_000;
-/// Longest member id (members choose their own, e.g. a UUID).
-pub const MEMBER_ID_BYTES_MAX: usize = 255;
-/// Deliveries of a record before it goes to the dead-letter topic when a topic does not set
-/// `max_delivery_attempts`.
-pub const MAX_DELIVERY_ATTEMPTS_DEFAULT: u32 = 5;
-/// Largest `max_delivery_attempts` a topic may set.
-pub const MAX_DELIVERY_ATTEMPTS_LIMIT: u32 = 100;
+// Member ids and `max_delivery_attempts` are wire-visible: their rules and ranges are
+// `tinymq_protocol::names`' (this crate depends on no other tinymq crate; callers check ids
+// and read the settings before they reach a share partition).

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::ranges::Runs;
 use crate::state_log::StateRecord;
-use crate::{MEMBER_ID_BYTES_MAX, SHARE_IN_FLIGHT_RECORDS_MAX};
+use crate::SHARE_IN_FLIGHT_RECORDS_MAX;
 
 /// Why a record goes to the dead-letter topic (the `tinymq.dlq.reason` header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,8 +93,6 @@ pub struct AcquiredRange {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ShareError {
-    #[error("member id must be 1 to {MEMBER_ID_BYTES_MAX} bytes of [A-Za-z0-9._-], got {0:?}")]
-    InvalidMemberId(String),
     #[error(
         "acknowledgement kind {0}: the kinds are 1 (accept), 2 (release), 3 (reject) and 4 \
          (release unseen)"
@@ -116,21 +114,6 @@ pub enum ShareError {
     /// A caller bug: new records are taken from the end offset on, without holes.
     #[error("offset {offset} is above the end offset {end_offset}: records are taken in order")]
     Gap { offset: i64, end_offset: i64 },
-}
-
-/// `member_id` as the contract allows it: 1..=255 bytes of `[A-Za-z0-9._-]`.
-pub fn validate_member_id(member_id: &str) -> Result<(), ShareError> {
-    let valid = !member_id.is_empty()
-        && member_id.len() <= MEMBER_ID_BYTES_MAX
-        && member_id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if valid {
-        Ok(())
-    } else {
-        let shown: String = member_id.chars().take(64).collect();
-        Err(ShareError::InvalidMemberId(shown))
-    }
 }
 
 /// Counts for DescribeShareGroup.

@@ -163,15 +163,6 @@ fn a_hostile_acknowledgement_range_is_refused_without_overflow() {
 }
 
 #[test]
-fn member_ids_follow_the_contract() {
-    assert!(validate_member_id("worker-1.a_b").is_ok());
-    assert!(validate_member_id("").is_err());
-    assert!(validate_member_id("a b").is_err());
-    assert!(validate_member_id(&"x".repeat(256)).is_err());
-    assert!(validate_member_id(&"x".repeat(255)).is_ok());
-}
-
-#[test]
 fn a_torn_or_corrupt_tail_ends_the_log() {
     let mut bytes = Vec::new();
     encode_record(&StateRecord::Done { first: 0, last: 3 }, &mut bytes);

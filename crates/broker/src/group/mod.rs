@@ -17,8 +17,7 @@ use assignment::{Strategy, Tp};
 use coordinator::{Group, GroupError};
 use offsets::{partition_for_group, Change, Committed, OffsetStore};
 
-/// Longest group id.
-pub const GROUP_ID_BYTES_MAX: usize = 249;
+pub use tinymq_protocol::names::GROUP_ID_BYTES_MAX;
 /// Offsets of a group without members are deleted this long after its last commit.
 pub const OFFSETS_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Members are asked to heartbeat this often relative to their session timeout...
@@ -54,22 +53,10 @@ pub const COMMITTED_OFFSETS_BYTES_MAX: usize = 256 << 20;
 /// `offset.metadata.max.bytes`).
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
 
+/// A group id ([`tinymq_protocol::names::validate_group_id`]), refused with its wire code
+/// (`INVALID_GROUP_ID`).
 pub fn validate_group_id(group: &str) -> Result<(), GroupError> {
-    let ok = !group.is_empty()
-        && group.len() <= GROUP_ID_BYTES_MAX
-        && group
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
-        Ok(())
-    } else {
-        Err((
-            ErrorCode::INVALID_GROUP_ID,
-            format!(
-                "group id {group:?} must be 1 to {GROUP_ID_BYTES_MAX} characters of [A-Za-z0-9._-]"
-            ),
-        ))
-    }
+    tinymq_protocol::names::validate_group_id(group).map_err(|e| (e.error_code(), e.to_string()))
 }
 
 pub fn to_wire(set: &BTreeSet<Tp>) -> Vec<m::TopicPartitions> {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tinymq_client::{ClientConfig, ClientError, Consumer, ConsumerConfig, StartFrom};
+use tinymq_protocol::names::GROUP_ID_BYTES_MAX;
 
 use crate::route::RouteError;
 
@@ -23,9 +24,6 @@ pub const ORIGIN_OFFSET: &str = "tinymq.route.offset";
 /// target by anything else (a client faking the other headers, a replayed copy, a route of
 /// the same name created earlier) does not move the route's position.
 pub const ORIGIN_RUN: &str = "tinymq.route.run";
-
-/// Longest group id (the broker's `GROUP_ID_BYTES_MAX`).
-const GROUP_ID_BYTES_MAX: usize = crate::group::GROUP_ID_BYTES_MAX;
 
 /// The consumer group holding a route's progress: `__route.<id>.<name>`, cut to the longest
 /// group id. The id comes first, so a cut name still names one route, and a route created

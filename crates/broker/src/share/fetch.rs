@@ -22,14 +22,14 @@ use crate::state::BrokerState;
 pub const SHARE_FETCH_WAIT_MS_MAX: u32 = 30_000;
 /// Records acquired per partition when `max_records` is 0.
 pub const SHARE_FETCH_RECORDS_DEFAULT: u32 = 500;
-/// Largest `max_records`: the in-flight bound of a share partition.
-pub const SHARE_FETCH_RECORDS_MAX: u32 = tinymq_share::SHARE_IN_FLIGHT_RECORDS_MAX as u32;
+// `max_records` and `lock_ms` bounds and the default lock: `tinymq_protocol::names`.
+pub use tinymq_protocol::names::{
+    SHARE_FETCH_RECORDS_MAX, SHARE_LOCK_MS_DEFAULT, SHARE_LOCK_MS_MAX,
+};
+// A fetch never asks for more than a share partition holds in flight.
+const _: () = assert!(SHARE_FETCH_RECORDS_MAX as i64 <= tinymq_share::SHARE_IN_FLIGHT_RECORDS_MAX);
 /// Response bytes when `max_bytes` is 0 (at most the broker's `fetch_bytes_max`).
 pub const SHARE_FETCH_BYTES_DEFAULT: u32 = 1 << 20;
-/// Lock duration when `lock_ms` is 0.
-pub const SHARE_LOCK_MS_DEFAULT: u32 = 30_000;
-/// Longest lock a member may ask for.
-pub const SHARE_LOCK_MS_MAX: u32 = 600_000;
 /// Most partitions one share request may name.
 pub const SHARE_REQUEST_PARTITIONS_MAX: usize = 1_000;
 /// Most acknowledgements one share request may carry.

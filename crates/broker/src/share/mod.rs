@@ -75,8 +75,8 @@ impl SharedPartition {
         match image.topics.get(&self.key.topic) {
             Some(topic) => ShareSettings::of(&self.key.topic, topic),
             None => ShareSettings {
-                max_delivery_attempts: tinymq_share::MAX_DELIVERY_ATTEMPTS_DEFAULT,
-                dead_letter_topic: format!("{}.dlq", self.key.topic),
+                max_delivery_attempts: tinymq_protocol::names::max_delivery_attempts(None),
+                dead_letter_topic: tinymq_protocol::names::dead_letter_topic(&self.key.topic, None),
             },
         }
     }
@@ -279,8 +279,8 @@ pub(crate) fn share_partition(
 /// Checks a share request's group and member ids.
 pub(crate) fn check_ids(group: &str, member: &str) -> Result<(), m::Error> {
     crate::group::validate_group_id(group).map_err(|(code, why)| code.with_message(why))?;
-    tinymq_share::validate_member_id(member)
-        .map_err(|e| ErrorCode::INVALID_REQUEST.with_message(e.to_string()))
+    tinymq_protocol::names::validate_member_id(member)
+        .map_err(|e| e.error_code().with_message(e.to_string()))
 }
 
 /// The wire error of a state-machine refusal.

@@ -29,16 +29,15 @@ pub use decode::ACQUIRED_RECORDS_PER_PARTITION_MAX;
 pub use describe::{describe_share_group, ShareGroupDescription};
 pub use tinymq_protocol::messages::{ShareInFlightRecord, SharePartitionState};
 
-/// Longest lock a member may ask for (the protocol's cap on `lock_ms`), ms.
-pub const LOCK_MS_MAX: u32 = 600_000;
-/// The lock the broker gives when asked for none, ms.
-pub const LOCK_MS_DEFAULT: u32 = 30_000;
-/// Most records one fetch acquires per partition (the protocol's cap on `max_records`).
-pub const MAX_RECORDS_MAX: u32 = 10_000;
-/// Longest member id, bytes (the protocol's rule: 1..=255 of `[A-Za-z0-9._-]`).
-pub const MEMBER_ID_BYTES_MAX: usize = 255;
-/// Longest filter expression, bytes (the filter language's `FILTER_TEXT_BYTES_MAX`).
-pub const FILTER_TEXT_BYTES_MAX: usize = 4096;
+/// Longest filter expression, bytes (the filter language's).
+pub use tinymq_filter::FILTER_TEXT_BYTES_MAX;
+/// The protocol's share-fetch limits (`tinymq_protocol::names`): the longest lock a member may
+/// ask for and the lock the broker gives when asked for none (`lock_ms`, ms), the most records
+/// one fetch acquires per partition (`max_records`) and the longest member id (bytes).
+pub use tinymq_protocol::names::{
+    MEMBER_ID_BYTES_MAX, SHARE_FETCH_RECORDS_MAX as MAX_RECORDS_MAX,
+    SHARE_LOCK_MS_DEFAULT as LOCK_MS_DEFAULT, SHARE_LOCK_MS_MAX as LOCK_MS_MAX,
+};
 /// Routes are fetched again this often, so that new partitions and moved leaders are
 /// followed without an error first.
 pub const ROUTE_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
@@ -84,15 +83,10 @@ impl ShareConsumerConfig {
     }
 
     fn check(&self) -> Result<(), ClientError> {
-        let id = &self.member_id;
-        let id_ok = (1..=MEMBER_ID_BYTES_MAX).contains(&id.len())
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
         let problem = if self.group.is_empty() {
             "the share group id is empty".to_string()
-        } else if !id_ok {
-            format!("member id {id:?}: 1..={MEMBER_ID_BYTES_MAX} bytes of [A-Za-z0-9._-]")
+        } else if let Err(e) = tinymq_protocol::names::validate_member_id(&self.member_id) {
+            e.to_string()
         } else if self.lock_ms > LOCK_MS_MAX {
             format!("lock_ms {} is above {LOCK_MS_MAX}", self.lock_ms)
         } else if self.max_records > MAX_RECORDS_MAX {

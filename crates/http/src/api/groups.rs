@@ -14,7 +14,7 @@ use tinymq_client::share::{describe_share_group, SharePartitionState};
 use tinymq_client::{ClientError, ErrorCode, GroupType};
 use utoipa::{IntoParams, ToSchema};
 
-use super::problem::{check_name, ApiJson, ApiPath};
+use super::problem::{check_group_id, check_topic_name, ApiJson, ApiPath};
 use super::{ApiState, Problem, HTTP_GROUPS_LIST_MAX};
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -312,7 +312,7 @@ pub async fn describe_group(
     State(state): State<ApiState>,
     ApiPath(path): ApiPath<GroupPath>,
 ) -> Result<Json<GroupDetails>, Problem> {
-    check_name("group id", &path.id)?;
+    check_group_id(&path.id)?;
     let api = state.client().await?;
     let shared = describe_share_group(api.config.clone(), &path.id).await?;
     if shared.exists() {
@@ -423,8 +423,8 @@ pub async fn reset_offsets(
     ApiPath(path): ApiPath<GroupPath>,
     ApiJson(body): ApiJson<ResetOffsets>,
 ) -> Result<Json<ResetResult>, Problem> {
-    check_name("group id", &path.id)?;
-    check_name("topic name", &body.topic)?;
+    check_group_id(&path.id)?;
+    check_topic_name(&body.topic)?;
     check_reset_target(&body.to)?;
     let api = state.client().await?;
     match api.admin.describe_group(&path.id).await {
@@ -543,7 +543,7 @@ pub async fn delete_group(
     State(state): State<ApiState>,
     ApiPath(path): ApiPath<GroupPath>,
 ) -> Result<StatusCode, Problem> {
-    check_name("group id", &path.id)?;
+    check_group_id(&path.id)?;
     state.client().await?.admin.delete_group(&path.id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

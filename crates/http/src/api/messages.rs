@@ -13,7 +13,7 @@ use tinymq_protocol::batch::{BatchIter, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
 use tinymq_protocol::messages as m;
 use utoipa::{IntoParams, ToSchema};
 
-use super::problem::{check_name, ApiJson, ApiPath, ApiQuery};
+use super::problem::{check_topic_name, ApiJson, ApiPath, ApiQuery};
 use super::topics::TopicPath;
 use super::{ApiState, Problem, HTTP_MESSAGES_PAGE_BYTES_MAX, HTTP_MESSAGES_PAGE_MAX};
 
@@ -142,7 +142,7 @@ pub async fn read_messages(
     ApiPath(path): ApiPath<PartitionPath>,
     ApiQuery(query): ApiQuery<ReadQuery>,
 ) -> Result<Json<MessagePage>, Problem> {
-    check_name("topic name", &path.name)?;
+    check_topic_name(&path.name)?;
     let limit = query.limit.unwrap_or(PAGE_DEFAULT);
     if limit == 0 || limit > HTTP_MESSAGES_PAGE_MAX {
         return Err(Problem::invalid(format!(
@@ -378,7 +378,7 @@ pub async fn produce_message(
     ApiPath(path): ApiPath<TopicPath>,
     ApiJson(body): ApiJson<ProduceMessage>,
 ) -> Result<Json<Produced>, Problem> {
-    check_name("topic name", &path.name)?;
+    check_topic_name(&path.name)?;
     let mut record = ProducerRecord {
         value: Some(decode("value", &body.value, body.value_encoding)?),
         partition: body.partition,

@@ -470,11 +470,61 @@ async fn unknown_route(State(_): State<ApiState>) -> Response {
     .into_response()
 }
 
-/// Whether `name` is a valid topic name or group id (1 to 249 of `[A-Za-z0-9._-]`).
-pub(crate) fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 249
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// One request's raw answer from the API router with no cluster behind it: handlers that
+    /// check their input first answer before they need one.
+    async fn answer(method: &str, path: &str, body: &str) -> String {
+        let router = router(Arc::new(ApiSlot::new(1)), None);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let server = tokio::spawn(async move { axum::serve(listener, router).await });
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connect");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.expect("write");
+        let mut out = String::new();
+        stream.read_to_string(&mut out).await.expect("read");
+        server.abort();
+        out
+    }
+
+    #[tokio::test]
+    async fn dot_topic_names_are_refused_like_everywhere_else() {
+        for name in [".", "..", "%2E", "%2E%2E", "%2e."] {
+            for (method, path, body) in [
+                ("GET", format!("/api/v1/topics/{name}"), String::new()),
+                ("DELETE", format!("/api/v1/topics/{name}"), String::new()),
+                (
+                    "GET",
+                    format!("/api/v1/topics/{name}/partitions/0/messages"),
+                    String::new(),
+                ),
+            ] {
+                let got = answer(method, &path, &body).await;
+                assert!(
+                    got.starts_with("HTTP/1.1 400") && got.contains("INVALID_TOPIC"),
+                    "{method} {path}: {got}"
+                );
+            }
+        }
+        for name in [".", ".."] {
+            let body = format!("{{\"name\": \"{name}\"}}");
+            let got = answer("POST", "/api/v1/topics", &body).await;
+            assert!(
+                got.starts_with("HTTP/1.1 400") && got.contains("INVALID_TOPIC"),
+                "create {name}: {got}"
+            );
+        }
+    }
 }

@@ -243,26 +243,59 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     }
 }
 
-/// Refuses a topic name or group id the native protocol would refuse, before asking it.
-pub fn check_name(what: &str, name: &str) -> Result<(), Problem> {
-    if super::valid_name(name) {
-        Ok(())
-    } else {
-        let code = if what == "group id" {
-            ErrorCode::INVALID_GROUP_ID
-        } else {
-            ErrorCode::INVALID_TOPIC
-        };
-        Err(Problem::from_code(
-            code,
-            format!("{what} {name:?} must be 1 to 249 characters of [A-Za-z0-9._-]"),
-        ))
-    }
+/// Refuses a topic name the native protocol would refuse, before asking it
+/// ([`tinymq_protocol::names::validate_topic_name`]: `INVALID_TOPIC`, `.` and `..` included).
+/// Internal (`__…`) names pass: the node answers for them.
+pub fn check_topic_name(name: &str) -> Result<(), Problem> {
+    tinymq_protocol::names::validate_topic_name(name).map_err(name_problem)
+}
+
+/// Refuses a group id the native protocol would refuse, before asking it
+/// ([`tinymq_protocol::names::validate_group_id`]: `INVALID_GROUP_ID`).
+pub fn check_group_id(id: &str) -> Result<(), Problem> {
+    tinymq_protocol::names::validate_group_id(id).map_err(name_problem)
+}
+
+fn name_problem(e: tinymq_protocol::names::NameError) -> Problem {
+    Problem::from_code(e.error_code(), e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_checked_as_the_native_protocol_checks_them() {
+        let code = |r: Result<(), Problem>| match r {
+            Ok(()) => Ok(()),
+            Err(p) => {
+                assert_eq!(p.status, 400);
+                Err(p.code)
+            }
+        };
+        for good in ["orders", "a.b-c_d", "...", "__consumer_offsets"] {
+            assert_eq!(code(check_topic_name(good)), Ok(()), "{good}");
+        }
+        // `.` and `..` were accepted here before the rule had one source.
+        for bad in ["", ".", "..", "a b", "a/b", &"x".repeat(250)] {
+            assert_eq!(
+                code(check_topic_name(bad)),
+                Err("INVALID_TOPIC".to_string()),
+                "{bad}"
+            );
+        }
+        // Group ids are not paths: dots are fine.
+        for good in ["readers", ".", ".."] {
+            assert_eq!(code(check_group_id(good)), Ok(()), "{good}");
+        }
+        for bad in ["", "a b", &"g".repeat(250)] {
+            assert_eq!(
+                code(check_group_id(bad)),
+                Err("INVALID_GROUP_ID".to_string()),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn every_native_code_has_a_status_and_bad_input_is_never_5xx() {

@@ -14,12 +14,15 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use tinymq_client::{ErrorCode, TopicConfig};
 use tinymq_protocol::messages as m;
+use tinymq_protocol::names::{
+    DEAD_LETTER_TOPIC_KEY as DEAD_LETTER_TOPIC, MAX_DELIVERY_ATTEMPTS_KEY as MAX_DELIVERY_ATTEMPTS,
+};
 use tokio::sync::OnceCell;
 use utoipa::{IntoParams, ToSchema};
 
 use super::cluster::ImageTopic;
-use super::problem::{check_name, ApiJson, ApiPath};
-use super::{valid_name, ApiState, Problem, META_NODE_ANSWER_WAIT};
+use super::problem::{check_topic_name, ApiJson, ApiPath};
+use super::{ApiState, Problem, META_NODE_ANSWER_WAIT};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TopicList {
@@ -88,26 +91,15 @@ impl From<TopicConfig> for TopicSettings {
     }
 }
 
-/// Setting name: deliveries of a record before a share group dead-letters it.
-const MAX_DELIVERY_ATTEMPTS: &str = "max_delivery_attempts";
-/// Setting name: the topic a share group's dead letters go to.
-const DEAD_LETTER_TOPIC: &str = "dead_letter_topic";
-
 /// A topic's share-group settings from its stored config, as the brokers read them
 /// (`ShareSettings::of`): a value out of range, or a dead-letter topic that is not a valid
 /// name or is the topic itself, gives the default.
 fn share_settings(name: &str, config: &BTreeMap<String, String>) -> (u32, String) {
-    let attempts = config
-        .get(MAX_DELIVERY_ATTEMPTS)
-        .and_then(|v| v.parse::<u32>().ok())
-        .filter(|n| (1..=tinymq_share::MAX_DELIVERY_ATTEMPTS_LIMIT).contains(n))
-        .unwrap_or(tinymq_share::MAX_DELIVERY_ATTEMPTS_DEFAULT);
-    let dead_letters = config
-        .get(DEAD_LETTER_TOPIC)
-        .filter(|t| valid_name(t) && t.as_str() != name)
-        .cloned()
-        .unwrap_or_else(|| format!("{name}.dlq"));
-    (attempts, dead_letters)
+    let stored = |key: &str| config.get(key).map(String::as_str);
+    (
+        tinymq_protocol::names::max_delivery_attempts(stored(MAX_DELIVERY_ATTEMPTS)),
+        tinymq_protocol::names::dead_letter_topic(name, stored(DEAD_LETTER_TOPIC)),
+    )
 }
 
 /// The image's topics as one read found them; None when it could not be read.
@@ -402,7 +394,7 @@ pub async fn create_topic(
     State(state): State<ApiState>,
     ApiJson(body): ApiJson<CreateTopic>,
 ) -> Result<(StatusCode, Json<TopicDescription>), Problem> {
-    check_name("topic name", &body.name)?;
+    check_topic_name(&body.name)?;
     let api = state.client().await?;
     let settings = body.config.unwrap_or_default();
     let config = TopicConfig {
@@ -519,7 +511,7 @@ pub async fn describe_topic(
     State(state): State<ApiState>,
     ApiPath(path): ApiPath<TopicPath>,
 ) -> Result<Json<TopicDescription>, Problem> {
-    check_name("topic name", &path.name)?;
+    check_topic_name(&path.name)?;
     Ok(Json(describe(&state, &path.name).await?))
 }
 
@@ -547,7 +539,7 @@ pub async fn alter_topic(
     ApiPath(path): ApiPath<TopicPath>,
     ApiJson(body): ApiJson<AlterTopic>,
 ) -> Result<Json<TopicDescription>, Problem> {
-    check_name("topic name", &path.name)?;
+    check_topic_name(&path.name)?;
     let now = describe(&state, &path.name).await?;
     let grow = body
         .partitions
@@ -604,7 +596,7 @@ pub async fn delete_topic(
     State(state): State<ApiState>,
     ApiPath(path): ApiPath<TopicPath>,
 ) -> Result<StatusCode, Problem> {
-    check_name("topic name", &path.name)?;
+    check_topic_name(&path.name)?;
     state.client().await?.admin.delete_topic(&path.name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

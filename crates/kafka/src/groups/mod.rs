@@ -360,9 +360,11 @@ fn group_code(error: Option<&m::Error>) -> i16 {
 /// exactly that (its UNKNOWN_MEMBER_ID is the expected answer).
 async fn admit_group(ctx: &Arc<Ctx>, group_id: &str) -> Result<(), i16> {
     ctx.shared.groups.ensure_ticking(&ctx.shared);
-    if let Err((code, why)) = tinymq_broker::group::validate_group_id(group_id) {
-        tracing::debug!(group = %group_id, "kafka group request refused: {why}");
-        return Err(group_code(Some(&code.with_message(why))));
+    if let Err(e) = tinymq_protocol::names::validate_group_id(group_id) {
+        tracing::debug!(group = %group_id, "kafka group request refused: {e}");
+        return Err(group_code(Some(
+            &e.error_code().with_message(e.to_string()),
+        )));
     }
     let probe = m::HeartbeatRequest {
         group_id: group_id.to_string(),

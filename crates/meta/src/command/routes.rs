@@ -5,20 +5,15 @@
 use crate::command::{MetaError, Outcome, Reply};
 use crate::image::{MetadataImage, MetadataRecord, RouteRecord};
 
-/// Longest route name (like a topic name).
-pub const ROUTE_NAME_BYTES_MAX: usize = 249;
+pub use tinymq_protocol::names::ROUTE_NAME_BYTES_MAX;
 /// Most routes a cluster holds. Each route runs, on the leader of every partition of its
 /// source, one reader and one writer with connections of their own, so this bounds the
 /// tasks, connections and buffers routes may take on a broker.
 pub const ROUTES_MAX: usize = 100;
 
-/// Whether `name` is 1..=249 bytes of `[A-Za-z0-9._-]`.
+/// Whether `name` is a route name ([`tinymq_protocol::names::validate_route_name`]).
 pub fn valid_route_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= ROUTE_NAME_BYTES_MAX
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    tinymq_protocol::names::validate_route_name(name).is_ok()
 }
 
 /// Checks a filter expression: empty (every record) or one that parses. The error is the
