@@ -1,6 +1,8 @@
 //! The crate graph is the layering (ARCHITECTURE.md, "Crate graph invariants"): this test reads
 //! the workspace's normal (non-dev) dependencies from `cargo metadata` and fails when an edge
-//! the architecture forbids appears, so the document cannot go stale again.
+//! the architecture forbids appears (or one it relies on goes), so the document cannot go
+//! stale again. It also reads the workspace's sources and fails when a replication rule or a
+//! leader-epoch cache is defined outside `tinymq-replication` (one set of replication rules).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
@@ -35,6 +37,26 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     // The one storage layer sits under everything that keeps a durable file.
     ("tinymq-storage", &["*"]),
     ("tinymq-replication", &["*"]),
+    // The log stores replication's leader-epoch cache on the storage layer; nothing else.
+    (
+        "tinymq-log",
+        &[
+            "tinymq-net",
+            "tinymq-meta",
+            "tinymq-broker",
+            "tinymq-client",
+            "tinymq-bench",
+            "tinymq-cli",
+            "tinymq-chaos",
+            "tinymq-http",
+            "tinymq-auth",
+            "tinymq-tls",
+            "tinymq-kafka",
+            "tinymq-filter",
+            "tinymq-share",
+            "tinymq-delay",
+        ],
+    ),
     ("tinymq-share", &["*"]),
     ("tinymq-tls", &["*"]),
     (
@@ -89,6 +111,13 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
         "tinymq-chaos",
         &["tinymq-broker", "tinymq-meta", "tinymq-log"],
     ),
+];
+
+/// `(crate, workspace crate it must depend on)`: edges the architecture relies on.
+const REQUIRED: &[(&str, &str)] = &[
+    // One leader-epoch cache: the log persists `tinymq_replication::LeaderEpochCache`
+    // rather than keeping a copy of its own.
+    ("tinymq-log", "tinymq-replication"),
 ];
 
 /// Workspace crates and their normal dependencies on other workspace crates, plus every
@@ -208,6 +237,12 @@ fn the_crate_graph_keeps_the_layering() {
             }
         }
     }
+    for (krate, needed) in REQUIRED {
+        let reached = graph.workspace.get(*krate);
+        if !reached.is_some_and(|deps| deps.contains(*needed)) {
+            violations.push(format!("{krate} does not depend on {needed}"));
+        }
+    }
     for krate in PURE {
         for io in graph.external.get(*krate).into_iter().flatten() {
             if IO_CRATES.contains(&io.as_str()) {
@@ -239,4 +274,112 @@ fn the_test_knows_every_workspace_crate() {
             || top.contains(&krate.as_str());
         assert!(placed, "{krate} has no place in crate_graph.rs's rules");
     }
+}
+
+/// Names that only `tinymq-replication` may define: its rules and its leader-epoch cache. A
+/// definition anywhere else in the workspace is a second copy of a replication rule (issue
+/// 28: the log kept its own epoch cache, the broker its own truncation point). Delegating
+/// wrappers keep other names (the broker's `cut_for_divergence`), so the check can be exact;
+/// `choose_leader` and `high_watermark` are left out because the MetaServer's adapter and the
+/// broker's accessors share those names and only call the rule.
+const REPLICATION_ONLY_FNS: &[&str] = &[
+    "truncation_point",
+    "fetch_divergence",
+    "end_offset_for",
+    "isr_shrink",
+    "isr_expand_candidates",
+    "visible_high_watermark",
+    "preferred_leader",
+    "acks_all_ready",
+    "min_insync_check",
+];
+
+/// What `line` defines, if it starts a `fn` or `struct` item: `("fn" | "struct", name)`.
+fn defined_item(line: &str) -> Option<(&str, &str)> {
+    let mut rest = line.trim_start();
+    if let Some(after) = rest.strip_prefix("pub") {
+        rest = match after.strip_prefix('(') {
+            Some(scoped) => scoped.split_once(')')?.1,
+            None => after,
+        }
+        .trim_start();
+    }
+    for qualifier in ["const ", "async ", "unsafe ", "extern \"C\" "] {
+        if let Some(after) = rest.strip_prefix(qualifier) {
+            rest = after.trim_start();
+        }
+    }
+    let (kind, rest) = rest
+        .strip_prefix("fn ")
+        .map(|r| ("fn", r))
+        .or_else(|| rest.strip_prefix("struct ").map(|r| ("struct", r)))?;
+    let end = rest
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(rest.len());
+    Some((kind, &rest[..end]))
+}
+
+fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        if path.is_dir() {
+            if name != "target" && !name.to_string_lossy().starts_with('.') {
+                rust_files(&path, out);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn replication_rules_and_the_epoch_cache_are_defined_once() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root");
+    let replication = root.join("crates/replication");
+    let mut files = Vec::new();
+    rust_files(&root.join("crates"), &mut files);
+    rust_files(&root.join("fuzz"), &mut files);
+    assert!(
+        files.iter().any(|f| f.ends_with("crates/log/src/epoch.rs")),
+        "the walk found the log's sources"
+    );
+    let mut copies = Vec::new();
+    for file in files.iter().filter(|f| !f.starts_with(&replication)) {
+        let text = std::fs::read_to_string(file).expect("a source file reads");
+        for (number, line) in text.lines().enumerate() {
+            let Some((kind, name)) = defined_item(line) else {
+                continue;
+            };
+            let copy = match kind {
+                "fn" => REPLICATION_ONLY_FNS.contains(&name),
+                _ => name.contains("EpochCache") || name.contains("EpochFileCache"),
+            };
+            if copy {
+                let at = file.strip_prefix(&root).unwrap_or(file).display();
+                copies.push(format!("{at}:{}: {kind} {name}", number + 1));
+            }
+        }
+    }
+    assert!(
+        copies.is_empty(),
+        "replication rules belong in crates/replication only (call them from there):\n  {}",
+        copies.join("\n  ")
+    );
+    // The check itself sees definitions.
+    assert_eq!(
+        defined_item("pub(crate) fn truncation_point(p: &P)"),
+        Some(("fn", "truncation_point"))
+    );
+    assert_eq!(
+        defined_item("    struct EpochCache {"),
+        Some(("struct", "EpochCache"))
+    );
+    assert_eq!(defined_item("let fn_name = 1;"), None);
 }

@@ -1,7 +1,12 @@
 //! The leader-epoch cache of one partition and its checkpoint file, `leader-epoch-checkpoint`:
 //! for each leader epoch that wrote to the log, the offset of its first batch. A follower asks
-//! its leader where its own latest epoch ends ([`EpochCache::end_offset_for`]) and truncates
-//! a divergent tail to that point (KIP-101/279).
+//! its leader where its own latest epoch ends ([`LeaderEpochCache::end_offset_for`]) and
+//! truncates a divergent tail to that point (KIP-101/279).
+//!
+//! The cache itself and its rules (entries, assignment, lookup, truncation at both ends) are
+//! `tinymq_replication`'s [`LeaderEpochCache`], the one the replication rules and their
+//! simulation use; this module keeps it durable: the checkpoint format, writing it, and making
+//! it agree with the log at open.
 //!
 //! The cache is derived from the batch headers (each carries `partitionLeaderEpoch`), but
 //! scanning them all at every open would cost a read per batch, so it is kept in memory and
@@ -21,6 +26,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use tinymq_replication::{EpochError, LeaderEpochCache};
+
 use crate::recovery::RecoveryReport;
 use crate::segment::{read_batch_meta, Segment};
 use crate::storage::Storage;
@@ -32,99 +39,10 @@ const CHECKPOINT_VERSION: u32 = 1;
 /// about half a million leader elections, more than any partition sees.
 pub(crate) const CHECKPOINT_BYTES_MAX: u64 = 16 << 20;
 
-/// Leader epochs and the offset where each began: `(epoch, start_offset)`, both strictly
-/// increasing, epochs ≥ 0, offsets ≥ 0.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct EpochCache {
-    entries: Vec<(i32, i64)>,
-}
-
-impl EpochCache {
-    /// A cache of `entries` if they are well formed (see the type).
-    pub fn from_entries(entries: Vec<(i32, i64)>) -> Option<EpochCache> {
-        let sane = entries.iter().all(|&(e, o)| e >= 0 && o >= 0)
-            && entries
-                .windows(2)
-                .all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
-        sane.then_some(EpochCache { entries })
-    }
-
-    pub fn entries(&self) -> &[(i32, i64)] {
-        &self.entries
-    }
-
-    pub fn latest(&self) -> Option<i32> {
-        self.entries.last().map(|&(epoch, _)| epoch)
-    }
-
-    /// Whether a batch of `epoch` needs a new entry: O(1), on every append.
-    pub fn is_new(&self, epoch: i32) -> bool {
-        self.latest().is_none_or(|latest| epoch > latest)
-    }
-
-    /// Records that `epoch` starts at `start_offset`. Entries that start at or after it go (a
-    /// newer epoch that wrote nothing yet is superseded), so both columns stay increasing.
-    /// Callers pass an epoch newer than the latest ([`EpochCache::is_new`]).
-    pub fn push(&mut self, epoch: i32, start_offset: i64) {
-        assert!(
-            self.is_new(epoch) && epoch >= 0 && start_offset >= 0,
-            "the log adds only a newer epoch ({epoch} after {:?}) at an offset ≥ 0",
-            self.latest()
-        );
-        self.truncate_from_end(start_offset);
-        self.entries.push((epoch, start_offset));
-    }
-
-    /// Removes the entries that start at or after `end` (the log was cut there). Returns
-    /// whether anything changed.
-    pub fn truncate_from_end(&mut self, end: i64) -> bool {
-        let keep = self.entries.partition_point(|&(_, start)| start < end);
-        let changed = keep < self.entries.len();
-        self.entries.truncate(keep);
-        changed
-    }
-
-    /// Whether an entry starts below `start`: what [`EpochCache::truncate_from_start`] would
-    /// change.
-    pub fn starts_below(&self, start: i64) -> bool {
-        self.entries.first().is_some_and(|&(_, s)| s < start)
-    }
-
-    /// Forgets epochs wholly below `start` (retention deleted their batches): of the entries
-    /// that start before it, only the last stays, moved to `start`. Returns whether anything
-    /// changed.
-    pub fn truncate_from_start(&mut self, start: i64) -> bool {
-        let below = self.entries.partition_point(|&(_, s)| s < start);
-        if below == 0 {
-            return false;
-        }
-        let starts_at = self.entries.get(below).is_some_and(|&(_, s)| s == start);
-        if starts_at {
-            self.entries.drain(..below);
-        } else {
-            self.entries.drain(..below - 1);
-            self.entries[0].1 = start;
-        }
-        true
-    }
-
-    /// OffsetsForLeaderEpoch: the largest epoch ≤ `requested` that the cache has, and where it
-    /// ends (the next epoch's start, or `log_end` for the latest). `None` when every epoch is
-    /// above `requested` or there is none.
-    pub fn end_offset_for(&self, requested: i32, log_end: i64) -> Option<(i32, i64)> {
-        let count = self
-            .entries
-            .partition_point(|&(epoch, _)| epoch <= requested);
-        let (epoch, _) = *self.entries.get(count.checked_sub(1)?)?;
-        let end = self.entries.get(count).map_or(log_end, |&(_, start)| start);
-        Some((epoch, end))
-    }
-}
-
 /// The checkpoint file's bytes for `cache`.
-pub(crate) fn encode(cache: &EpochCache) -> Vec<u8> {
-    let mut body = format!("{CHECKPOINT_VERSION}\n{}\n", cache.entries.len());
-    for (epoch, start) in &cache.entries {
+pub(crate) fn encode(cache: &LeaderEpochCache) -> Vec<u8> {
+    let mut body = format!("{CHECKPOINT_VERSION}\n{}\n", cache.entries().len());
+    for (epoch, start) in cache.entries() {
         body.push_str(&format!("{epoch} {start}\n"));
     }
     let mut bytes = format!("{:08x}\n", crc32c::crc32c(body.as_bytes())).into_bytes();
@@ -133,7 +51,7 @@ pub(crate) fn encode(cache: &EpochCache) -> Vec<u8> {
 }
 
 /// Parses a checkpoint file; the error says why it is not one.
-pub(crate) fn decode(bytes: &[u8]) -> Result<EpochCache, String> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<LeaderEpochCache, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
     let (crc, body) = text.split_once('\n').ok_or("no CRC line")?;
     let stored = (crc.len() == 8)
@@ -162,7 +80,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<EpochCache, String> {
     if entries.len() != count {
         return Err(format!("{} entries, header says {count}", entries.len()));
     }
-    EpochCache::from_entries(entries).ok_or_else(|| "entries not increasing".to_string())
+    LeaderEpochCache::from_entries(entries).map_err(|e| format!("entries not increasing: {e}"))
 }
 
 /// A non-negative decimal number, digits only.
@@ -178,27 +96,20 @@ pub(crate) fn checkpoint_path(dir: &Path) -> PathBuf {
     dir.join(CHECKPOINT_FILE)
 }
 
-/// Replaces the checkpoint so that a crash leaves the old or the new one whole: a temporary
-/// file, fsynced, renamed over it, then the directory fsynced. The `.tmp` name is one
-/// recovery removes as a leftover.
-pub(crate) fn store(storage: &dyn Storage, dir: &Path, cache: &EpochCache) -> io::Result<()> {
-    let bytes = encode(cache);
-    let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
-    let file = storage.open(&tmp, true)?;
-    file.set_len(0)?;
-    file.write_all_at(&bytes, 0)?;
-    file.sync_data()?;
-    storage.rename(&tmp, &checkpoint_path(dir))?;
-    storage.sync_dir(dir)
+/// Replaces the checkpoint so that a crash leaves the old or the new one whole, through the
+/// storage layer's one atomic replace (its `.tmp` file is one recovery removes as a leftover).
+pub(crate) fn store(storage: &dyn Storage, dir: &Path, cache: &LeaderEpochCache) -> io::Result<()> {
+    tinymq_storage::replace_file(storage, &checkpoint_path(dir), &encode(cache))?;
+    Ok(())
 }
 
 /// Reads the checkpoint; the inner error says why there is no usable one.
-fn load(storage: &dyn Storage, dir: &Path) -> Result<EpochCache, String> {
+fn load(storage: &dyn Storage, dir: &Path) -> Result<LeaderEpochCache, String> {
     let path = checkpoint_path(dir);
     if !storage.exists(&path) {
         return Err("missing".into());
     }
-    let read = || -> io::Result<Result<EpochCache, String>> {
+    let read = || -> io::Result<Result<LeaderEpochCache, String>> {
         let file = storage.open(&path, false)?;
         let len = file.byte_len()?;
         if len > CHECKPOINT_BYTES_MAX {
@@ -212,38 +123,49 @@ fn load(storage: &dyn Storage, dir: &Path) -> Result<EpochCache, String> {
     read().unwrap_or_else(|e| Err(format!("unreadable: {e}")))
 }
 
-/// Applies the rule the log follows when appending to one batch: a batch whose epoch is
-/// newer than the latest starts an entry. Negative epochs (no epoch) are skipped.
-fn observe(cache: &mut EpochCache, epoch: i32, base_offset: i64) {
-    if epoch >= 0 && cache.is_new(epoch) {
-        cache.push(epoch, base_offset);
+/// Applies the rule the log follows when appending one batch: a batch whose epoch is newer
+/// than the latest starts an entry ([`LeaderEpochCache::assign`]). Negative epochs (no epoch)
+/// and older ones are skipped. Refused only for a newer epoch at an offset below the latest
+/// epoch's start, which no log the broker wrote holds.
+pub(crate) fn observe(
+    cache: &mut LeaderEpochCache,
+    epoch: i32,
+    base_offset: i64,
+) -> Result<(), EpochError> {
+    let is_new = epoch >= 0 && cache.latest_epoch().is_none_or(|latest| epoch > latest);
+    if is_new {
+        cache.assign(epoch, base_offset)?;
     }
+    Ok(())
 }
 
 /// Walks the batch headers of `segment` into `cache`. A header that does not parse (bit rot
-/// in an older segment, which recovery does not read whole) ends the walk of that segment.
-fn scan_segment(segment: &Segment, cache: &mut EpochCache) -> io::Result<()> {
+/// in an older segment, which recovery does not read whole), or one the cache refuses, ends
+/// the walk of that segment.
+fn scan_segment(segment: &Segment, cache: &mut LeaderEpochCache) -> io::Result<()> {
     let file = &*segment.log_file()?;
     let mut position = 0;
     while position < segment.size_bytes {
-        match read_batch_meta(file, position, segment.size_bytes)? {
-            Ok(meta) => {
-                observe(cache, meta.leader_epoch, meta.base_offset);
-                position = meta.end_position();
-            }
-            Err(why) => {
-                tracing::warn!(segment = segment.base_offset, position, %why,
-                    "unreadable batch header while rebuilding the leader-epoch cache");
-                break;
-            }
-        }
+        let why = match read_batch_meta(file, position, segment.size_bytes)? {
+            Ok(meta) => match observe(cache, meta.leader_epoch, meta.base_offset) {
+                Ok(()) => {
+                    position = meta.end_position();
+                    continue;
+                }
+                Err(e) => e.to_string(),
+            },
+            Err(why) => why,
+        };
+        tracing::warn!(segment = segment.base_offset, position, %why,
+            "unreadable batch header while rebuilding the leader-epoch cache");
+        break;
     }
     Ok(())
 }
 
 /// The cache built from every batch header of the log: O(batches), only when needed.
-fn rebuild(segments: &BTreeMap<i64, Segment>) -> io::Result<EpochCache> {
-    let mut cache = EpochCache::default();
+fn rebuild(segments: &BTreeMap<i64, Segment>) -> io::Result<LeaderEpochCache> {
+    let mut cache = LeaderEpochCache::new();
     for segment in segments.values() {
         scan_segment(segment, &mut cache)?;
     }
@@ -253,13 +175,9 @@ fn rebuild(segments: &BTreeMap<i64, Segment>) -> io::Result<EpochCache> {
 /// Whether `cache` says what the active segment's headers say: its entries from the active
 /// segment's base on are exactly those the headers start. Older segments were written under
 /// the checkpoint-first rule and fsynced when they rolled, so they are trusted.
-fn agrees_with_active(cache: &EpochCache, active: &Segment) -> io::Result<bool> {
-    let before = cache
-        .entries
-        .partition_point(|&(_, start)| start < active.base_offset);
-    let mut derived = EpochCache {
-        entries: cache.entries[..before].to_vec(),
-    };
+fn agrees_with_active(cache: &LeaderEpochCache, active: &Segment) -> io::Result<bool> {
+    let mut derived = cache.clone();
+    derived.truncate_from_end(active.base_offset);
     scan_segment(active, &mut derived)?;
     Ok(derived == *cache)
 }
@@ -273,10 +191,10 @@ pub(crate) fn recover(
     dir: &Path,
     segments: &BTreeMap<i64, Segment>,
     report: &mut RecoveryReport,
-) -> io::Result<EpochCache> {
+) -> io::Result<LeaderEpochCache> {
     let (Some(first), Some(active)) = (segments.values().next(), segments.values().next_back())
     else {
-        return Ok(EpochCache::default());
+        return Ok(LeaderEpochCache::new());
     };
     let (log_start, log_end) = (first.base_offset, active.next_offset);
     let loaded = load(storage, dir);
@@ -293,13 +211,13 @@ pub(crate) fn recover(
     if let Some(why) = problem {
         cache = rebuild(segments)?;
         cache.truncate_from_start(log_start);
-        let quiet = why == "missing" && cache.entries.is_empty();
+        let quiet = why == "missing" && cache.entries().is_empty();
         if !quiet {
             tracing::warn!(dir = %dir.display(), %why, "leader-epoch checkpoint rebuilt from the log");
             report.leader_epochs_rebuilt = Some(why);
         }
     }
-    let missing_and_empty = loaded.is_err() && cache.entries.is_empty();
+    let missing_and_empty = loaded.is_err() && cache.entries().is_empty();
     if loaded.as_ref() != Ok(&cache) && !missing_and_empty {
         store(storage, dir, &cache)?;
     }
@@ -310,9 +228,10 @@ pub(crate) fn recover(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use tinymq_replication::EpochEnd;
 
-    fn cache(entries: &[(i32, i64)]) -> EpochCache {
-        EpochCache::from_entries(entries.to_vec()).expect("well formed")
+    fn cache(entries: &[(i32, i64)]) -> LeaderEpochCache {
+        LeaderEpochCache::from_entries(entries.to_vec()).expect("well formed")
     }
 
     #[test]
@@ -323,8 +242,8 @@ mod tests {
         assert!(text.ends_with("\n1\n3\n0 0\n3 17\n9 4000\n"), "{text}");
         assert_eq!(decode(&bytes), Ok(c));
         assert_eq!(
-            decode(&encode(&EpochCache::default())),
-            Ok(EpochCache::default())
+            decode(&encode(&LeaderEpochCache::new())),
+            Ok(LeaderEpochCache::new())
         );
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
@@ -347,24 +266,32 @@ mod tests {
     }
 
     #[test]
-    fn push_supersedes_an_empty_epoch_and_truncation_trims_both_ends() {
-        let mut c = cache(&[(1, 0), (2, 10)]);
-        c.push(4, 10); // epoch 2 wrote nothing before epoch 4 began
-        assert_eq!(c.entries(), &[(1, 0), (4, 10)]);
-        c.push(5, 30);
-        assert!(c.truncate_from_end(30));
-        assert_eq!(c.entries(), &[(1, 0), (4, 10)]);
-        assert!(!c.truncate_from_end(31));
-        assert!(c.truncate_from_start(12));
-        assert_eq!(c.entries(), &[(4, 12)]);
-        assert!(!c.truncate_from_start(12));
-        let mut d = cache(&[(1, 0), (4, 10)]);
-        assert!(d.truncate_from_start(10));
-        assert_eq!(d.entries(), &[(4, 10)]);
+    fn checkpoints_written_in_format_1_read_back_unchanged() {
+        // Files as tinymq has written them since format 1 (before the cache moved to
+        // tinymq-replication): the bytes are fixed here, not produced by `encode`, so a
+        // change that stops reading existing data directories fails.
+        let files: [(&[u8], &[(i32, i64)]); 4] = [
+            (
+                b"b94979af\n1\n3\n0 0\n4 1520\n7 88211\n",
+                &[(0, 0), (4, 1520), (7, 88211)],
+            ),
+            (b"f7f112ba\n1\n0\n", &[]),
+            (b"860ad9b8\n1\n1\n2 0\n", &[(2, 0)]),
+            (
+                b"1afd8cc8\n1\n3\n2 0\n4 6\n9 12\n",
+                &[(2, 0), (4, 6), (9, 12)],
+            ),
+        ];
+        for (bytes, entries) in files {
+            let text = String::from_utf8_lossy(bytes);
+            let read = decode(bytes).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert_eq!(read.entries(), entries, "{text:?}");
+            assert_eq!(encode(&read), bytes, "{text:?} is written the same way");
+        }
     }
 
     /// The model: the epoch of every offset below `log_end`, answered by brute force.
-    fn model_end_offset(epochs_by_offset: &[i32], requested: i32) -> Option<(i32, i64)> {
+    fn model_end_offset(epochs_by_offset: &[i32], requested: i32) -> Option<EpochEnd> {
         let epoch = epochs_by_offset
             .iter()
             .copied()
@@ -374,7 +301,10 @@ mod tests {
             .iter()
             .position(|&e| e > epoch)
             .unwrap_or(epochs_by_offset.len());
-        Some((epoch, end as i64))
+        Some(EpochEnd {
+            epoch,
+            end_offset: end as i64,
+        })
     }
 
     proptest! {
@@ -385,13 +315,13 @@ mod tests {
             runs in proptest::collection::vec((1i32..4, 1usize..6), 1..8),
             requested in -1i32..30,
         ) {
-            let mut c = EpochCache::default();
+            let mut c = LeaderEpochCache::new();
             let mut by_offset = Vec::new();
             let mut epoch = -1;
             for (step, len) in runs {
                 epoch += step;
                 for _ in 0..len {
-                    observe(&mut c, epoch, by_offset.len() as i64);
+                    observe(&mut c, epoch, by_offset.len() as i64).unwrap();
                     by_offset.push(epoch);
                 }
             }

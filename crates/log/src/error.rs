@@ -39,6 +39,11 @@ pub enum LogError {
     StaleLeaderEpoch { epoch: i32, latest: i32 },
     #[error("leader epoch {0} is negative")]
     InvalidLeaderEpoch(i32),
+    /// A new leader epoch the log's epoch cache refuses: it would start below the latest
+    /// epoch's start, which only a cache that disagrees with its own log allows. Nothing was
+    /// written.
+    #[error("leader-epoch cache: {0}")]
+    LeaderEpochs(#[from] tinymq_replication::EpochError),
     /// Replicated batches that do not continue the log: the first does not start at the log
     /// end, or one does not start right after the batch before it. Nothing was written.
     #[error("replicated batch {batch} starts at offset {found}, expected {expected}")]
@@ -70,6 +75,7 @@ impl LogError {
         match self {
             LogError::Io { .. }
             | LogError::Failed(_)
+            | LogError::LeaderEpochs(_)
             | LogError::Closed
             | LogError::OffsetsExhausted { .. } => ErrorCode::STORAGE_ERROR,
             LogError::OffsetSpanTooLarge { .. } => ErrorCode::INVALID_RECORD,

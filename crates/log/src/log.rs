@@ -22,10 +22,10 @@ use tinymq_protocol::batch::{
     batch_size, compute_crc, stamp_base_offset, stamp_partition_leader_epoch, BatchError,
     BatchHeader, RecordBatch, BATCH_HEADER_BYTES, BATCH_MAGIC,
 };
+use tinymq_replication::LeaderEpochCache;
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::{FlushPolicy, LogConfig};
-use crate::epoch::EpochCache;
 use crate::error::LogError;
 use crate::recovery::{open_segment, Check, RecoveryReport, Truncation};
 use crate::segment::{
@@ -71,7 +71,7 @@ pub(crate) struct LogState {
     /// Never empty: the last segment is the active one.
     pub segments: BTreeMap<i64, Segment>,
     /// The leader epochs of the log, as in `leader-epoch-checkpoint` (see `epoch.rs`).
-    pub epochs: EpochCache,
+    pub epochs: LeaderEpochCache,
     /// Bumped (under this state's write lock) whenever bytes the log held are cut or
     /// unlinked by truncation. A reader that copied a segment's extent checks it is unchanged
     /// after reading the file, and reads again if not, so it never returns bytes a truncation
@@ -470,8 +470,13 @@ impl PartitionLog {
         if !self.epoch_is_new(epoch)? {
             return Ok(());
         }
-        let end = self.state.read().log_end_offset();
-        self.update_epochs(|cache| cache.push(epoch, end))
+        let next = {
+            let state = self.state.read();
+            let mut next = state.epochs.clone();
+            next.assign(epoch, state.log_end_offset())?;
+            next
+        };
+        self.update_epochs(|cache| *cache = next)
     }
 
     /// Whether writing under `epoch` first has to record it (an fsync of the checkpoint);
@@ -479,7 +484,7 @@ impl PartitionLog {
     fn epoch_is_new(&self, epoch: i32) -> Result<bool, LogError> {
         let state = self.state.read();
         state.check_writable()?;
-        match state.epochs.latest() {
+        match state.epochs.latest_epoch() {
             Some(latest) if epoch < latest => Err(LogError::StaleLeaderEpoch { epoch, latest }),
             Some(latest) => Ok(epoch != latest),
             None => Ok(true),
@@ -492,7 +497,7 @@ impl PartitionLog {
     /// makes that safe again.
     pub(crate) fn update_epochs(
         &self,
-        change: impl FnOnce(&mut EpochCache),
+        change: impl FnOnce(&mut LeaderEpochCache),
     ) -> Result<(), LogError> {
         let mut next = self.state.read().epochs.clone();
         change(&mut next);

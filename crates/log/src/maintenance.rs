@@ -4,7 +4,8 @@
 use std::ops::Bound;
 use std::path::Path;
 
-use crate::epoch::EpochCache;
+use tinymq_replication::LeaderEpochCache;
+
 use crate::error::LogError;
 use crate::log::PartitionLog;
 use crate::segment::{
@@ -84,7 +85,7 @@ impl PartitionLog {
         let start = self.log_start_offset();
         self.truncate_locked(start)?;
         if !self.state.read().epochs.entries().is_empty() {
-            self.update_epochs(|cache| *cache = EpochCache::default())?;
+            self.update_epochs(|cache| *cache = LeaderEpochCache::new())?;
         }
         if start == offset {
             return Ok(());

@@ -3,8 +3,8 @@
 //! (OffsetsForLeaderEpoch).
 
 use tinymq_protocol::batch::BatchError;
+use tinymq_replication::LeaderEpochCache;
 
-use crate::epoch::EpochCache;
 use crate::error::LogError;
 use crate::log::{AppendInfo, PartitionLog, Span};
 use crate::segment::{BatchMeta, SEGMENT_OFFSETS_MAX};
@@ -12,7 +12,7 @@ use crate::segment::{BatchMeta, SEGMENT_OFFSETS_MAX};
 impl PartitionLog {
     /// The newest leader epoch that wrote to the log (or was assigned), if any.
     pub fn latest_epoch(&self) -> Option<i32> {
-        self.state.read().epochs.latest()
+        self.state.read().epochs.latest_epoch()
     }
 
     /// Kafka's OffsetsForLeaderEpoch, as the leader answers it: the largest epoch ≤
@@ -25,6 +25,20 @@ impl PartitionLog {
         state
             .epochs
             .end_offset_for(requested, state.log_end_offset())
+            .map(|answer| (answer.epoch, answer.end_offset))
+    }
+
+    /// Runs `f` on the leader-epoch cache together with the log start and end offsets it
+    /// describes, read under one lock so they agree: what `tinymq_replication`'s
+    /// `fetch_divergence` (on a leader) and `truncation_point` (on a follower) take. `f` runs
+    /// with the log's state locked for reading; keep it short (those are pure functions).
+    pub fn with_epochs<T>(&self, f: impl FnOnce(&LeaderEpochCache, i64, i64) -> T) -> T {
+        let state = self.state.read();
+        f(
+            &state.epochs,
+            state.log_start_offset(),
+            state.log_end_offset(),
+        )
     }
 
     /// The `(epoch, start_offset)` entries of the leader-epoch cache, both strictly
@@ -87,7 +101,7 @@ impl PartitionLog {
                 found: first.base_offset,
             });
         }
-        if let Some(latest) = epochs.latest().filter(|&l| first.leader_epoch < l) {
+        if let Some(latest) = epochs.latest_epoch().filter(|&l| first.leader_epoch < l) {
             return Err(LogError::StaleLeaderEpoch {
                 epoch: first.leader_epoch,
                 latest,
@@ -96,9 +110,7 @@ impl PartitionLog {
         // Every new epoch is in the checkpoint before any byte of its batches is written.
         let before = epochs.clone();
         for meta in &metas {
-            if epochs.is_new(meta.leader_epoch) {
-                epochs.push(meta.leader_epoch, meta.base_offset);
-            }
+            crate::epoch::observe(&mut epochs, meta.leader_epoch, meta.base_offset)?;
         }
         if epochs != before {
             self.update_epochs(|cache| *cache = epochs)?;
@@ -155,7 +167,7 @@ impl PartitionLog {
         let (end, stale) = {
             let state = self.state.read();
             let end = state.log_end_offset();
-            let mut trimmed: EpochCache = state.epochs.clone();
+            let mut trimmed: LeaderEpochCache = state.epochs.clone();
             (end, trimmed.truncate_from_end(end.saturating_add(1)))
         };
         if stale {

@@ -154,6 +154,34 @@ fn the_checkpoint_is_durable_before_the_batch_that_needs_it() {
 }
 
 #[test]
+fn a_data_directory_with_a_format_1_checkpoint_opens_unchanged() {
+    // A partition directory as tinymq wrote it before the epoch cache moved to
+    // tinymq-replication: the checkpoint's bytes are fixed here (not produced by today's
+    // encoder), and opening must take them as they are, without a rebuild or a rewrite.
+    const FORMAT_1: &[u8] = b"1afd8cc8\n1\n3\n2 0\n4 6\n9 12\n";
+    let fs = FaultyStorage::new();
+    let (log, _) = open(&fs, small_segments());
+    for (id, epoch) in [(0, 2), (1, 2), (2, 4), (3, 4), (4, 9)] {
+        log.append(&mut batch(id, 3, T0), epoch).unwrap();
+    }
+    drop(log);
+    let file = fs.open(&checkpoint(), false).unwrap();
+    file.set_len(0).unwrap();
+    file.write_all_at(FORMAT_1, 0).unwrap();
+    let (log, report) = open(&fs, small_segments());
+    assert_eq!(report.leader_epochs_rebuilt, None, "{report:?}");
+    assert_eq!(log.epoch_entries(), vec![(2, 0), (4, 6), (9, 12)]);
+    assert_eq!(fs.contents(&checkpoint()).as_deref(), Some(FORMAT_1));
+    assert_eq!(log.end_offset_for_epoch(3), Some((2, 6)));
+    assert_eq!(log.end_offset_for_epoch(9), Some((9, 15)));
+    // And it goes on as before: a new epoch is appended to the same file.
+    log.append(&mut batch(5, 1, T0), 11).unwrap();
+    assert_eq!(log.epoch_entries(), vec![(2, 0), (4, 6), (9, 12), (11, 15)]);
+    let on_disk = crate::epoch::decode(&fs.contents(&checkpoint()).unwrap()).unwrap();
+    assert_eq!(on_disk.entries(), log.epoch_entries().as_slice());
+}
+
+#[test]
 fn a_missing_damaged_or_disagreeing_checkpoint_is_rebuilt_from_the_log() {
     let epochs = [(0, 2), (1, 2), (2, 4), (3, 4), (4, 9)];
     let expected = vec![(2, 0), (4, 6), (9, 12)];

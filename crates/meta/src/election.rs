@@ -224,7 +224,8 @@ fn restarted_unclean(
 }
 
 /// `ElectPreferredLeaders`: each partition (of `topic`, or all) whose first replica is live,
-/// in sync, not in `except` and not leading gets it as leader.
+/// in sync ([`tinymq_replication::preferred_leader`]), not in `except` and not leading gets it
+/// as leader.
 pub(crate) fn elect_preferred_leaders(
     image: &MetadataImage,
     topic: Option<&str>,
@@ -241,11 +242,12 @@ pub(crate) fn elect_preferred_leaders(
         if topic.is_some_and(|t| t != name.as_str()) || p.needs_unclean_election {
             continue;
         }
-        let Some(&preferred) = p.replicas.first() else {
+        let preferred =
+            tinymq_replication::preferred_leader(&p.replicas, &p.isr, |b| live.contains(&b));
+        let Some(preferred) = preferred else {
             continue;
         };
-        let eligible = live.contains(&preferred) && p.isr.contains(&preferred);
-        if p.leader != Some(preferred) && eligible && !except.contains(&preferred) {
+        if p.leader != Some(preferred) && !except.contains(&preferred) {
             let next = PartitionRecord {
                 leader: Some(preferred),
                 ..p.clone()

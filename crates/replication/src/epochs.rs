@@ -1,7 +1,12 @@
 //! Leader epochs: the per-partition cache of which leader epoch started at which offset
 //! ([`LeaderEpochCache`], persisted by the log as its leader-epoch checkpoint), its answer to
-//! Kafka's `OffsetsForLeaderEpoch` question ([`LeaderEpochCache::end_offset_for`]), and where a
+//! Kafka's `OffsetsForLeaderEpoch` question ([`LeaderEpochCache::end_offset_for`]), the
+//! leader's check that a follower's fetch continues its log ([`fetch_divergence`]), and where a
 //! follower must cut its log before fetching from a new leader ([`truncation_point`]).
+//!
+//! This is the one leader-epoch cache of tinymq: `tinymq-log` keeps one per partition in
+//! memory and in its `leader-epoch-checkpoint` file, the broker's follower and leader ask it
+//! through these functions, and the simulation steps the same code.
 //!
 //! Why epochs and not the high watermark: a follower's high watermark lags the leader's, so
 //! truncating to it can drop records the old leader already acknowledged, and a follower that
@@ -161,28 +166,42 @@ impl LeaderEpochCache {
     }
 
     /// Forgets the epochs starting at or after `end_offset`: called when the log is truncated
-    /// to end there. Any value is accepted (at or below 0 empties the cache).
-    pub fn truncate_from_end(&mut self, end_offset: Offset) {
+    /// to end there. Any value is accepted (at or below 0 empties the cache). Returns whether
+    /// anything changed (the log rewrites its checkpoint only then).
+    pub fn truncate_from_end(&mut self, end_offset: Offset) -> bool {
         let keep = self
             .entries
             .partition_point(|&(_, start)| start < end_offset);
+        let changed = keep < self.entries.len();
         self.entries.truncate(keep);
+        changed
+    }
+
+    /// Whether [`LeaderEpochCache::truncate_from_start`] at `start_offset` would change
+    /// anything: some epoch starts below it. O(1), asked on every retention pass.
+    pub fn starts_below(&self, start_offset: Offset) -> bool {
+        self.entries
+            .first()
+            .is_some_and(|&(_, start)| start < start_offset)
     }
 
     /// Forgets the epochs wholly below `start_offset`: called when the log's start moves up
     /// (retention). The epoch that covers `start_offset` is kept, starting there. Any value is
-    /// accepted (below the first start changes nothing).
-    pub fn truncate_from_start(&mut self, start_offset: Offset) {
+    /// accepted (below the first start changes nothing). Returns whether anything changed.
+    pub fn truncate_from_start(&mut self, start_offset: Offset) -> bool {
+        if !self.starts_below(start_offset) {
+            return false;
+        }
         let covering = self
             .entries
             .partition_point(|&(_, start)| start <= start_offset);
-        let Some(first) = covering.checked_sub(1) else {
-            return;
-        };
+        // `starts_below`: the first entry covers `start_offset`, so `covering` ≥ 1.
+        let first = covering.saturating_sub(1);
         self.entries.drain(..first);
         if let Some(entry) = self.entries.first_mut() {
             entry.1 = start_offset;
         }
+        true
     }
 }
 
@@ -191,29 +210,35 @@ impl LeaderEpochCache {
 /// The follower asks the leader about its latest epoch, truncates its log and its cache
 /// ([`LeaderEpochCache::truncate_from_end`]) to `offset`, and then, if `done`, fetches from
 /// there; if not, it asks again about its (new, lower) latest epoch. Each round that is not
-/// `done` lowers the follower's latest epoch, so the rounds end.
+/// `done` lowers the follower's latest epoch, so the rounds end. (A broker's follower asks by
+/// fetching: the leader checks every fetch with [`fetch_divergence`], so a fetch after a round
+/// that is not `done` is the next question.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Truncation {
-    /// Where to cut the follower's log (its new end); never above the follower's log end.
+    /// Where to cut the follower's log (its new end); within the follower's log, from its
+    /// start to its end.
     pub offset: Offset,
     /// Whether the follower now agrees with the leader and may fetch from `offset`.
     pub done: bool,
 }
 
-/// Where a follower whose log ends at `follower_log_end` must truncate, given the leader's
-/// answer to `OffsetsForLeaderEpoch(latest epoch of follower_cache)` (KIP-279). Never by the
-/// high watermark.
+/// Where a follower whose log holds `[follower_log_start, follower_log_end)` must truncate,
+/// given the leader's answer to `OffsetsForLeaderEpoch(latest epoch of follower_cache)`
+/// (KIP-279; [`fetch_divergence`] computes the same answer on the leader). Never by the high
+/// watermark.
 ///
-/// Cases (the result is never above `follower_log_end`, clamped to at least 0):
+/// Cases (the result is clamped into `[follower_log_start, follower_log_end]`, the start
+/// taken as at least 0 and the end as at least the start: a log cannot be cut below its
+/// start):
 /// 1. The follower knows no epoch: it holds nothing to compare; no cut, done.
 /// 2. The leader knows no epoch at or below the asked one (`None`): every follower record is
-///    of an epoch the leader never had; cut to the follower's first epoch start, done.
+///    of an epoch the leader never had (or of none); cut to the follower's log start, done.
 /// 3. The leader answered `(E, end)` and the follower has epoch `E` too: both logs hold E's
 ///    records from E's one leader, so they agree up to where the shorter E ends; cut to
 ///    `min(end, follower's end of E)`, done. (When E is the asked epoch the follower's end of
 ///    E is its log end.)
 /// 4. The follower has no epoch at or below `E`: its records are all of epochs above `E` that
-///    the leader does not have; cut to its first epoch start, done.
+///    the leader does not have; cut to its log start, done.
 /// 5. The follower's largest epoch at or below `E` is some `F < E`: its records after F's end
 ///    are of epochs the leader does not have, but whether F's records match is not known yet;
 ///    cut to F's end and ask again about F, not done.
@@ -222,22 +247,21 @@ pub struct Truncation {
 /// reply): [`EpochError::AnswerAboveRequest`], cut nothing.
 pub fn truncation_point(
     follower_cache: &LeaderEpochCache,
+    follower_log_start: Offset,
     follower_log_end: Offset,
     leader_answer: Option<EpochEnd>,
 ) -> Result<Truncation, EpochError> {
-    let log_end = follower_log_end.max(0);
+    let log_start = follower_log_start.max(0);
+    let log_end = follower_log_end.max(log_start);
+    let within = |offset: Offset| offset.clamp(log_start, log_end);
     let Some((latest, _)) = follower_cache.latest() else {
         return Ok(Truncation {
             offset: log_end,
             done: true,
         });
     };
-    let first_start = follower_cache
-        .entries()
-        .first()
-        .map_or(log_end, |&(_, start)| start);
     let cut_all = Truncation {
-        offset: first_start.min(log_end),
+        offset: log_start,
         done: true,
     };
     let Some(answer) = leader_answer else {
@@ -252,13 +276,56 @@ pub fn truncation_point(
     match follower_cache.end_offset_for(answer.epoch, log_end) {
         None => Ok(cut_all),
         Some(own) if own.epoch == answer.epoch => Ok(Truncation {
-            offset: answer.end_offset.min(own.end_offset).min(log_end).max(0),
+            offset: within(answer.end_offset.min(own.end_offset)),
             done: true,
         }),
         Some(own) => Ok(Truncation {
-            offset: own.end_offset.min(log_end),
+            offset: within(own.end_offset),
             done: false,
         }),
+    }
+}
+
+/// A leader's check of a follower's fetch, KIP-320's form of KIP-279 (the epoch question
+/// rides on the fetch): see [`fetch_divergence`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchCheck {
+    /// The follower's log agrees with the leader's up to the fetch offset: serve records
+    /// from there.
+    Agrees,
+    /// It does not: no records, only the leader's `OffsetsForLeaderEpoch` answer for the
+    /// follower's latest epoch (`None`: the leader knows no epoch at or below it), which the
+    /// follower hands to [`truncation_point`].
+    Diverges(Option<EpochEnd>),
+}
+
+/// Whether a follower fetching at `fetch_offset`, the latest epoch of whose log is
+/// `last_fetched_epoch`, continues the leader's log `[leader_log_start, leader_log_end)` with
+/// epochs `leader_cache` (Kafka's `Partition.fetchRecords` epoch validation).
+///
+/// It agrees when it has no epoch yet (nothing to compare), when it fetches at or below the
+/// leader's log start (the leader no longer holds what it could compare; the read answers
+/// out of range if the follower is behind it), or when the leader's end of
+/// `last_fetched_epoch` is that very epoch and ends at or after `fetch_offset`. Otherwise it
+/// diverges: the leader knows a lower epoch only (the follower's last epoch is one the leader
+/// never had), or the epoch ends before the follower's log does (the follower has records of
+/// it the leader lacks, or fetches past the leader's end).
+pub fn fetch_divergence(
+    leader_cache: &LeaderEpochCache,
+    leader_log_start: Offset,
+    leader_log_end: Offset,
+    fetch_offset: Offset,
+    last_fetched_epoch: Option<Epoch>,
+) -> FetchCheck {
+    let Some(last) = last_fetched_epoch else {
+        return FetchCheck::Agrees;
+    };
+    if fetch_offset <= leader_log_start {
+        return FetchCheck::Agrees;
+    }
+    match leader_cache.end_offset_for(last, leader_log_end) {
+        Some(own) if own.epoch == last && own.end_offset >= fetch_offset => FetchCheck::Agrees,
+        answer => FetchCheck::Diverges(answer),
     }
 }
 
@@ -308,40 +375,97 @@ mod tests {
     #[test]
     fn truncation_from_both_ends() {
         let mut c = cache(&[(1, 0), (3, 5), (6, 9)]);
-        c.truncate_from_end(9);
+        assert!(c.truncate_from_end(9));
         assert_eq!(c.entries(), &[(1, 0), (3, 5)]);
-        c.truncate_from_start(7);
+        assert!(!c.truncate_from_end(10), "nothing starts at or after 10");
+        assert!(c.starts_below(7));
+        assert!(c.truncate_from_start(7));
         assert_eq!(c.entries(), &[(3, 7)]);
-        c.truncate_from_start(2);
+        assert!(!c.starts_below(7));
+        assert!(!c.truncate_from_start(7));
+        assert!(!c.truncate_from_start(2));
         assert_eq!(c.entries(), &[(3, 7)]);
-        c.truncate_from_end(i64::MIN);
+        assert!(c.truncate_from_end(i64::MIN));
         assert!(c.entries().is_empty());
+        assert!(!c.truncate_from_end(0));
+        // A start exactly at an epoch's start drops the epochs before it whole.
+        let mut d = cache(&[(1, 0), (4, 10)]);
+        assert!(d.truncate_from_start(10));
+        assert_eq!(d.entries(), &[(4, 10)]);
     }
 
     #[test]
     fn truncation_point_cases() {
-        let f = cache(&[(1, 0), (2, 4), (5, 6)]); // follower log end 8
+        let f = cache(&[(1, 0), (2, 4), (5, 6)]); // follower log [0, 8)
         let ans = |epoch, end_offset| Some(EpochEnd { epoch, end_offset });
         let t = |offset, done| Ok(Truncation { offset, done });
         // 1. nothing known
         assert_eq!(
-            truncation_point(&LeaderEpochCache::new(), 3, None),
+            truncation_point(&LeaderEpochCache::new(), 0, 3, None),
             t(3, true)
         );
         // 2. leader knows no epoch that old
-        assert_eq!(truncation_point(&f, 8, None), t(0, true));
+        assert_eq!(truncation_point(&f, 0, 8, None), t(0, true));
         // 3. same latest epoch: the shorter end
-        assert_eq!(truncation_point(&f, 8, ans(5, 7)), t(7, true));
-        assert_eq!(truncation_point(&f, 8, ans(5, 20)), t(8, true));
+        assert_eq!(truncation_point(&f, 0, 8, ans(5, 7)), t(7, true));
+        assert_eq!(truncation_point(&f, 0, 8, ans(5, 20)), t(8, true));
         // 3. an older epoch both have: where it ends on the shorter side
-        assert_eq!(truncation_point(&f, 8, ans(2, 9)), t(6, true));
-        assert_eq!(truncation_point(&f, 8, ans(2, 5)), t(5, true));
+        assert_eq!(truncation_point(&f, 0, 8, ans(2, 9)), t(6, true));
+        assert_eq!(truncation_point(&f, 0, 8, ans(2, 5)), t(5, true));
         // 5. the follower lacks epoch 4: cut to its end of epoch 2 and ask again
-        assert_eq!(truncation_point(&f, 8, ans(4, 7)), t(6, false));
-        // 4. nothing at or below the leader's epoch
+        assert_eq!(truncation_point(&f, 0, 8, ans(4, 7)), t(6, false));
+        // 4. nothing at or below the leader's epoch: everything from the log start goes
         let g = cache(&[(3, 2)]);
-        assert_eq!(truncation_point(&g, 5, ans(2, 4)), t(2, true));
+        assert_eq!(truncation_point(&g, 2, 5, ans(2, 4)), t(2, true));
+        assert_eq!(truncation_point(&g, 0, 5, ans(2, 4)), t(0, true));
         // a stale answer
-        assert!(truncation_point(&f, 8, ans(6, 8)).is_err());
+        assert!(truncation_point(&f, 0, 8, ans(6, 8)).is_err());
+    }
+
+    #[test]
+    fn truncation_point_stays_within_the_log() {
+        // Retention moved the follower's start to 5 (its cache trimmed along).
+        let f = cache(&[(2, 5), (5, 6)]); // follower log [5, 8)
+        let ans = |epoch, end_offset| Some(EpochEnd { epoch, end_offset });
+        let t = |offset, done| Ok(Truncation { offset, done });
+        assert_eq!(truncation_point(&f, 5, 8, None), t(5, true));
+        assert_eq!(truncation_point(&f, 5, 8, ans(2, 3)), t(5, true));
+        assert_eq!(truncation_point(&f, 5, 8, ans(5, 2)), t(5, true));
+        // Nonsense bounds: a negative start is 0, an end below the start is the start.
+        assert_eq!(truncation_point(&f, -4, 3, ans(5, 7)), t(3, true));
+        assert_eq!(truncation_point(&f, 5, 1, ans(5, 7)), t(5, true));
+    }
+
+    #[test]
+    fn fetch_divergence_follows_kafkas_fetch_validation() {
+        let leader = cache(&[(1, 0), (3, 5), (6, 9)]); // leader log [0, 12)
+        let check = |offset, last| fetch_divergence(&leader, 0, 12, offset, last);
+        let diverges =
+            |epoch, end_offset| FetchCheck::Diverges(Some(EpochEnd { epoch, end_offset }));
+        assert_eq!(check(0, None), FetchCheck::Agrees, "an empty follower");
+        assert_eq!(
+            check(0, Some(1)),
+            FetchCheck::Agrees,
+            "at the leader's start"
+        );
+        assert_eq!(check(5, Some(1)), FetchCheck::Agrees);
+        assert_eq!(
+            check(6, Some(1)),
+            diverges(1, 5),
+            "more of epoch 1 than the leader has"
+        );
+        assert_eq!(
+            check(7, Some(4)),
+            diverges(3, 9),
+            "an epoch the leader never had"
+        );
+        assert_eq!(check(12, Some(6)), FetchCheck::Agrees);
+        assert_eq!(check(13, Some(6)), diverges(6, 12), "past the leader's end");
+        assert_eq!(check(3, Some(0)), FetchCheck::Diverges(None));
+        // Below the leader's log start nothing can be compared.
+        assert_eq!(
+            fetch_divergence(&leader, 20, 30, 20, Some(0)),
+            FetchCheck::Agrees
+        );
     }
 }

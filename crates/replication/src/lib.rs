@@ -9,7 +9,8 @@
 //!
 //! - [`leader_state`]: what a leader knows of its followers; the high watermark, ISR shrink and
 //!   expand, `acks=all` and `min_insync_replicas`.
-//! - [`epochs`]: the leader-epoch cache of a partition and the truncation point of a follower.
+//! - [`epochs`]: the leader-epoch cache of a partition (the one the log persists), the leader's
+//!   check of a follower's fetch and the truncation point of a follower.
 //! - [`election`]: which replica leads.
 //!
 //! Every input can come from another broker or from disk, so nothing here panics on it:
@@ -25,7 +26,10 @@ pub mod epochs;
 pub mod leader_state;
 
 pub use election::{choose_leader, preferred_leader};
-pub use epochs::{truncation_point, EpochEnd, EpochError, LeaderEpochCache, Truncation};
+pub use epochs::{
+    fetch_divergence, truncation_point, EpochEnd, EpochError, FetchCheck, LeaderEpochCache,
+    Truncation,
+};
 pub use leader_state::{
     acks_all_ready, high_watermark, isr_expand_candidates, isr_shrink, min_insync_check,
     visible_high_watermark, FetchStateError, FollowerState, Followers, LastFetch,

@@ -139,7 +139,7 @@ proptest! {
             prop_assert!(rounds <= follower.len() + 2, "truncation does not converge");
             let asked = f_cache.latest_epoch();
             let answer = asked.and_then(|e| l_cache.end_offset_for(e, l_end));
-            let t = truncation_point(&f_cache, end, answer).expect("a fresh answer");
+            let t = truncation_point(&f_cache, 0, end, answer).expect("a fresh answer");
             prop_assert!(t.offset <= end);
             prop_assert!(t.offset >= agreed as Offset, "cut {} below agreement {agreed}", t.offset);
             end = t.offset;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use parking_lot::Mutex;
 use tinymq_client::{Connection, NodeRole};
 use tinymq_protocol::{messages as m, ErrorCode};
+use tinymq_replication::EpochEnd;
 use tokio_util::sync::CancellationToken;
 
 use crate::partition::Partition;
@@ -268,7 +269,7 @@ fn apply_one(p: &Partition, result: m::FetchPartitionResult) -> Result<bool, Str
         e
     };
     if let Some(diverging) = result.diverging_epoch {
-        let point = truncation_point(p, &diverging);
+        let point = cut_for_divergence(p, &diverging)?;
         p.truncate_for_leader(point)
             .map_err(|e| local(e.to_string()))?;
         return Ok(true);
@@ -291,22 +292,21 @@ fn apply_one(p: &Partition, result: m::FetchPartitionResult) -> Result<bool, Str
     Ok(moved)
 }
 
-/// Where a follower cuts its log when the leader reports a divergence: at the leader's end
-/// of the epoch, or at this log's own end of that epoch if that is lower (KIP-279). A
-/// leader that knows no epoch at or below this log's last one sends epoch -1: everything
-/// from the log start diverges.
-fn truncation_point(p: &Partition, diverging: &m::DivergingEpoch) -> i64 {
-    let own_end = if diverging.epoch < 0 {
-        p.log.log_start_offset()
-    } else {
-        match p.log.end_offset_for_epoch(diverging.epoch) {
-            Some((_, end)) => end,
-            None => p.log.log_start_offset(),
-        }
-    };
-    diverging
-        .end_offset
-        .min(own_end)
-        .min(p.log.log_end_offset())
-        .max(p.log.log_start_offset())
+/// Where a follower cuts its log when the leader reports a divergence: the one rule,
+/// [`tinymq_replication::truncation_point`], given the leader's answer for this log's latest
+/// epoch (epoch -1: the leader knows no epoch at or below it). A cut that is not `done` needs
+/// no second question here: the next fetch carries the new latest epoch and the leader checks
+/// it again ([`tinymq_replication::fetch_divergence`]). A stale answer (for an epoch above
+/// this log's latest) cuts nothing and is an error; the next fetch asks again.
+fn cut_for_divergence(p: &Partition, diverging: &m::DivergingEpoch) -> Result<i64, String> {
+    let answer = (diverging.epoch >= 0).then_some(EpochEnd {
+        epoch: diverging.epoch,
+        end_offset: diverging.end_offset,
+    });
+    p.log
+        .with_epochs(|cache, log_start, log_end| {
+            tinymq_replication::truncation_point(cache, log_start, log_end, answer)
+        })
+        .map(|cut| cut.offset)
+        .map_err(|e| format!("the leader's diverging epoch is stale: {e}"))
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use tinymq_protocol::{messages as m, ErrorCode};
+use tinymq_replication::{fetch_divergence, FetchCheck};
 
 use crate::fetch_frame::{read_records, Records};
 use crate::handlers::PartitionRead;
@@ -14,18 +15,23 @@ use crate::replica::Role;
 use crate::state::BrokerState;
 
 /// Where a follower's log stops agreeing with the leader's, if it does: the leader's last
-/// epoch at or below the follower's last one, and where that epoch ends in the leader's log.
+/// epoch at or below the follower's last one, and where that epoch ends in the leader's log
+/// (the rule is [`tinymq_replication::fetch_divergence`]). A leader that knows no such epoch
+/// answers epoch -1 at its log start.
 fn divergence(partition: &Partition, fp: &m::FetchPartition) -> Option<m::DivergingEpoch> {
-    let last = fp.last_fetched_epoch?;
-    if fp.offset <= partition.log.log_start_offset() {
-        return None;
-    }
-    match partition.log.end_offset_for_epoch(last) {
-        Some((epoch, end)) if epoch == last && end >= fp.offset => None,
-        Some((epoch, end_offset)) => Some(m::DivergingEpoch { epoch, end_offset }),
-        None => Some(m::DivergingEpoch {
+    let (check, log_start) = partition.log.with_epochs(|cache, log_start, log_end| {
+        let check = fetch_divergence(cache, log_start, log_end, fp.offset, fp.last_fetched_epoch);
+        (check, log_start)
+    });
+    match check {
+        FetchCheck::Agrees => None,
+        FetchCheck::Diverges(Some(answer)) => Some(m::DivergingEpoch {
+            epoch: answer.epoch,
+            end_offset: answer.end_offset,
+        }),
+        FetchCheck::Diverges(None) => Some(m::DivergingEpoch {
             epoch: -1,
-            end_offset: partition.log.log_start_offset(),
+            end_offset: log_start,
         }),
     }
 }

@@ -372,7 +372,7 @@ impl Replica {
         if mine != leader_epoch || self.cache.latest_epoch() != Some(asked) {
             return;
         }
-        let Ok(t) = truncation_point(&self.cache, self.log_end(), answer) else {
+        let Ok(t) = truncation_point(&self.cache, 0, self.log_end(), answer) else {
             return;
         };
         trace.push(format!(
