@@ -270,7 +270,9 @@ mod tests {
         // Files as tinymq has written them since format 1 (before the cache moved to
         // tinymq-replication): the bytes are fixed here, not produced by `encode`, so a
         // change that stops reading existing data directories fails.
-        let files: [(&[u8], &[(i32, i64)]); 4] = [
+        /// A checkpoint file's bytes and the `(epoch, start_offset)` entries it holds.
+        type Fixture<'a> = (&'a [u8], &'a [(i32, i64)]);
+        let files: [Fixture; 4] = [
             (
                 b"b94979af\n1\n3\n0 0\n4 1520\n7 88211\n",
                 &[(0, 0), (4, 1520), (7, 88211)],
