@@ -14,6 +14,11 @@
 //! [`alloc_guard::GuardedAllocator`] (see there why the Kafka decoder needs it).
 
 pub mod alloc_guard;
+// The unit tests of `alloc_guard` allocate past its threshold: they run under it, as the
+// binary does (cfg(test) only — a library must not choose its users' allocator).
+#[cfg(test)]
+#[global_allocator]
+static TEST_ALLOCATOR: alloc_guard::GuardedAllocator = alloc_guard::GuardedAllocator;
 mod broker_node;
 mod http_listener;
 mod meta_node;
