@@ -182,20 +182,7 @@ mod tests {
     #[test]
     fn a_failed_identity_write_leaves_no_partial_file_and_a_later_one_survives_a_crash() {
         let dir = Path::new("/data");
-        for fault in [
-            Faults {
-                space_bytes_left: Some(10),
-                ..Faults::default()
-            },
-            Faults {
-                torn_next_write_bytes: Some(10),
-                ..Faults::default()
-            },
-            Faults {
-                fail_sync: true,
-                ..Faults::default()
-            },
-        ] {
+        for fault in Faults::each_write_fault(10) {
             let fs = FaultyStorage::new();
             fs.create_dir_all(dir).unwrap();
             fs.set_faults(fault.clone());

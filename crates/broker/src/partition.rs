@@ -885,20 +885,7 @@ mod tests {
     #[test]
     fn a_failed_producer_state_save_keeps_the_last_snapshot_and_a_restart_rebuilds_the_rest() {
         use tinymq_storage::fault::{CrashMode, Faults, FaultyStorage};
-        for fault in [
-            Faults {
-                space_bytes_left: Some(10),
-                ..Faults::default()
-            },
-            Faults {
-                torn_next_write_bytes: Some(10),
-                ..Faults::default()
-            },
-            Faults {
-                fail_sync: true,
-                ..Faults::default()
-            },
-        ] {
+        for fault in Faults::each_write_fault(10) {
             let fs = FaultyStorage::new();
             let storage: Arc<dyn Storage> = Arc::new(fs.clone());
             let settings = TopicSettings::default();

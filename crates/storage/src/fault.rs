@@ -40,6 +40,27 @@ pub struct Faults {
     pub torn_next_write_bytes: Option<usize>,
 }
 
+impl Faults {
+    /// One of each way a write can fail — ENOSPC after `bytes`, a write torn after `bytes`,
+    /// EIO on fsync — for tests that check a file kind against all of them.
+    pub fn each_write_fault(bytes: usize) -> [Faults; 3] {
+        [
+            Faults {
+                space_bytes_left: Some(bytes as u64),
+                ..Faults::default()
+            },
+            Faults {
+                torn_next_write_bytes: Some(bytes),
+                ..Faults::default()
+            },
+            Faults {
+                fail_sync: true,
+                ..Faults::default()
+            },
+        ]
+    }
+}
+
 #[derive(Debug, Default)]
 struct FileImages {
     current: Vec<u8>,
