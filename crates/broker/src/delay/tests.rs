@@ -210,20 +210,7 @@ fn a_client() -> tinymq_delay::ClientIdentity {
 /// store acknowledged before.
 #[test]
 fn a_timer_whose_log_write_or_fsync_fails_stops_and_its_log_reopens_whole() {
-    for fault in [
-        Faults {
-            space_bytes_left: Some(5),
-            ..Faults::default()
-        },
-        Faults {
-            torn_next_write_bytes: Some(5),
-            ..Faults::default()
-        },
-        Faults {
-            fail_sync: true,
-            ..Faults::default()
-        },
-    ] {
+    for fault in Faults::each_write_fault(5) {
         let fs = FaultyStorage::new();
         let (partition, timer) = open_on(&fs);
         let ids = store_due(&timer, 2);

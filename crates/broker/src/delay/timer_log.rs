@@ -329,12 +329,10 @@ mod tests {
         assert_eq!(log.read_batch(&w.slot).unwrap().len(), 10);
     }
 
-    #[test]
-    fn compaction_keeps_waiting_batches_and_remembered_identities_and_shrinks_the_file() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mut log = TimerLog::open(os(), tmp.path()).unwrap();
+    /// 60 stored batches, 55 of them delivered: enough dead entries for a compaction.
+    fn fill_until_compaction_due(log: &mut TimerLog) {
         for seq in 0..60 {
-            store(&mut log, seq, i64::from(seq), 100_000);
+            store(log, seq, i64::from(seq), 100_000);
         }
         let marks: Vec<Entry> = (1..=55)
             .map(|entry_id| Entry::Delivered {
@@ -343,6 +341,13 @@ mod tests {
             })
             .collect();
         log.append(&marks).unwrap();
+    }
+
+    #[test]
+    fn compaction_keeps_waiting_batches_and_remembered_identities_and_shrinks_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut log = TimerLog::open(os(), tmp.path()).unwrap();
+        fill_until_compaction_due(&mut log);
         assert!(log.compaction_due());
         let (before, len) = (log.state().index().iter().collect::<Vec<_>>(), log.len());
         log.compact().unwrap();
@@ -448,33 +453,11 @@ mod tests {
     /// file's fsync) leaves the old log whole and usable; after a crash too.
     #[test]
     fn a_failed_compaction_leaves_the_old_log_whole() {
-        for fault in [
-            Faults {
-                space_bytes_left: Some(1000),
-                ..Faults::default()
-            },
-            Faults {
-                torn_next_write_bytes: Some(1000),
-                ..Faults::default()
-            },
-            Faults {
-                fail_sync: true,
-                ..Faults::default()
-            },
-        ] {
+        for fault in Faults::each_write_fault(1000) {
             let fs = FaultyStorage::new();
             let dir = Path::new("/data/t-0");
             let mut log = TimerLog::open(Arc::new(fs.clone()), dir).unwrap();
-            for seq in 0..60 {
-                store(&mut log, seq, i64::from(seq), 100_000);
-            }
-            let marks: Vec<Entry> = (1..=55)
-                .map(|entry_id| Entry::Delivered {
-                    entry_id,
-                    delivered_at_ms: 1,
-                })
-                .collect();
-            log.append(&marks).unwrap();
+            fill_until_compaction_due(&mut log);
             log.file_handle().sync_data().unwrap();
             assert!(log.compaction_due());
             let (before, len) = (waiting(&log), log.len());

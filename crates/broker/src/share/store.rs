@@ -541,20 +541,7 @@ mod tests {
     /// was: whole, still appendable, and a restart (after a crash too) replays it.
     #[tokio::test]
     async fn a_failed_rewrite_leaves_the_log_whole() {
-        for fault in [
-            Faults {
-                space_bytes_left: Some(3),
-                ..Faults::default()
-            },
-            Faults {
-                torn_next_write_bytes: Some(3),
-                ..Faults::default()
-            },
-            Faults {
-                fail_sync: true,
-                ..Faults::default()
-            },
-        ] {
+        for fault in Faults::each_write_fault(3) {
             let (fs, path, log, acknowledged) = faulty_log().await;
             fs.set_faults(fault.clone());
             let e = log.rewrite(&acknowledged).unwrap_err();

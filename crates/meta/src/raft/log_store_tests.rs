@@ -243,20 +243,7 @@ async fn the_writer_refuses_an_entry_that_leaves_a_hole() {
 }
 
 fn faults() -> [Faults; 3] {
-    [
-        Faults {
-            space_bytes_left: Some(20),
-            ..Faults::default()
-        },
-        Faults {
-            torn_next_write_bytes: Some(20),
-            ..Faults::default()
-        },
-        Faults {
-            fail_sync: true,
-            ..Faults::default()
-        },
-    ]
+    Faults::each_write_fault(20)
 }
 
 const META_DIR: &str = "/meta";
