@@ -109,7 +109,17 @@ pub(crate) async fn start(
     };
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
     let http = http_listener::bind(config.http.as_ref()).await?;
-    let broker = Broker::start(config.broker).await?;
+    let broker = match Broker::start(config.broker).await {
+        Ok(broker) => broker,
+        Err(e) => {
+            // In a test process the node's failure is not the process's end: nothing it
+            // started may keep listening.
+            if let Some(http) = http {
+                http.shutdown().await;
+            }
+            return Err(e.into());
+        }
+    };
     let view = Arc::new(BrokerView {
         state: broker.state().clone(),
         meta: broker.embedded_meta().map(|m| m.node.clone()),
@@ -127,6 +137,9 @@ pub(crate) async fn start(
                 Err(source) => {
                     let addr = broker.local_addr;
                     broker.shutdown().await;
+                    if let Some(http) = http {
+                        http.shutdown().await;
+                    }
                     return Err(NodeError::KafkaListen { addr, source });
                 }
             }

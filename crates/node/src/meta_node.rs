@@ -50,7 +50,7 @@ pub(crate) async fn start(config: MetaNodeConfig) -> Result<MetaServerNode, Node
     }
     let http = http_listener::bind(config.http.as_ref()).await?;
     let alone = config.peers.len() == 1;
-    let server = MetaServer::start_secure(
+    let started = MetaServer::start_secure(
         config.id,
         config.listen,
         config.peers,
@@ -58,7 +58,17 @@ pub(crate) async fn start(config: MetaNodeConfig) -> Result<MetaServerNode, Node
         config.limits,
         config.security,
     )
-    .await?;
+    .await;
+    let server = match started {
+        Ok(server) => server,
+        Err(e) => {
+            // Nothing the node started may keep listening after it failed.
+            if let Some(http) = http {
+                http.shutdown().await;
+            }
+            return Err(e.into());
+        }
+    };
     match config.admin {
         // A node that leads alone creates the admin before it says it listens, so a login
         // right after that line succeeds. A node of a larger group must announce itself
