@@ -12,7 +12,7 @@ use tinymq_meta::authorize::{Access, Permission};
 use tinymq_protocol::messages as m;
 
 use crate::fetch_frame::Records;
-use crate::handlers::PartitionRead;
+use crate::service::read::PartitionRead;
 use crate::state::BrokerState;
 
 /// The access rules of the broker's current metadata image (rebuilt when it changes).

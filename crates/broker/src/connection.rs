@@ -116,7 +116,7 @@ async fn fetch(
     let (mut answer, hold) = match request {
         // Every partition refused: answered now, not after the long poll.
         Ok(request) if request.partitions.is_empty() && !refused.is_empty() => {
-            let answer = handlers::FetchAnswer {
+            let answer = crate::service::fetch::FetchAnswer {
                 error: None,
                 partitions: vec![],
             };
@@ -124,7 +124,7 @@ async fn fetch(
         }
         Ok(request) => handlers::fetch(state, request, peer.large_response_gate.0).await,
         Err(error) => {
-            let answer = handlers::FetchAnswer {
+            let answer = crate::service::fetch::FetchAnswer {
                 error: Some(error),
                 partitions: vec![],
             };

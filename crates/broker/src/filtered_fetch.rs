@@ -23,7 +23,9 @@ use tinymq_protocol::batch::{
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::fetch_frame::Records;
-use crate::handlers::{consumer_partition, read_partition, PartitionRead};
+use crate::partition::Partition;
+use crate::service::fetch::{read_each, PartitionReader};
+use crate::service::read::{consumer_partition, read_partition, PartitionRead};
 use crate::state::BrokerState;
 
 /// Most bytes of log one filtered fetch reads, over all its partitions (32 MiB: about 10 ms
@@ -33,6 +35,7 @@ pub(crate) const FILTERED_FETCH_SCAN_BYTES_MAX: usize = 32 << 20;
 pub(crate) const FILTERED_READ_CHUNK_BYTES: usize = 1 << 20;
 
 /// A filtered fetch's filter and, per requested partition, where its scan has reached.
+#[derive(Clone)]
 pub(crate) struct FilterScan {
     pub filter: Arc<Filter>,
     pub positions: Vec<i64>,
@@ -58,7 +61,7 @@ pub(crate) fn request_filter(req: &m::FetchRequest) -> Result<Option<FilterScan>
 
 impl FilterScan {
     /// Moves each partition's scan position to the `next_offset` its read reached.
-    pub(crate) fn advance(&mut self, results: &[PartitionRead]) {
+    fn advance(&mut self, results: &[PartitionRead]) {
         for (position, (result, _)) in self.positions.iter_mut().zip(results) {
             if result.error.is_none() {
                 *position = (*position).max(result.next_offset);
@@ -67,9 +70,49 @@ impl FilterScan {
     }
 }
 
+impl PartitionReader for FilterScan {
+    fn led(&self, state: &BrokerState, fp: &m::FetchPartition) -> Option<Arc<Partition>> {
+        state
+            .led_partition(&fp.topic, fp.partition)
+            .ok()
+            .map(|(p, _)| p)
+    }
+
+    fn watch(&self, partition: &Partition) -> tokio::sync::watch::Receiver<i64> {
+        partition.watch_high_watermark()
+    }
+
+    fn read(
+        &self,
+        state: &BrokerState,
+        req: &m::FetchRequest,
+        budget: usize,
+    ) -> Vec<PartitionRead> {
+        let mut scan_left = FILTERED_FETCH_SCAN_BYTES_MAX;
+        read_each(req, budget, |i, fp, left| {
+            let position = self.positions.get(i).copied().unwrap_or(fp.offset);
+            read_filtered(state, fp, position, left, &self.filter, &mut scan_left)
+        })
+    }
+
+    /// A filtered read looks at every record it scans: always on a blocking thread.
+    fn reads_inline_after_wake(&self) -> bool {
+        false
+    }
+
+    fn answer_now(&mut self, results: &[PartitionRead]) -> bool {
+        self.advance(results);
+        answer_now(results)
+    }
+
+    fn answered(&self, state: &BrokerState, results: &[PartitionRead]) {
+        crate::service::read::count_consumed(state, results);
+    }
+}
+
 /// Whether a filtered fetch should answer now rather than wait for new data: something
 /// matched, or a scan stopped before the high watermark (the scan budget ran out).
-pub(crate) fn answer_now(results: &[PartitionRead]) -> bool {
+fn answer_now(results: &[PartitionRead]) -> bool {
     results.iter().any(|(result, records)| {
         records.len() > 0 || (result.error.is_none() && result.next_offset < result.high_watermark)
     })

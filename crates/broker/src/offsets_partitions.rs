@@ -123,7 +123,7 @@ pub async fn append(
                 producer_id_end: s.cluster.image().next_producer_id,
                 now_ms: now_ms(),
             };
-            let written = crate::handlers::write_partition(&p, batch, context)?;
+            let written = crate::service::append::write_partition(&p, batch, context)?;
             Ok((written, written.end_offset))
         })?;
         p.finish(pending)
@@ -132,7 +132,7 @@ pub async fn append(
     })
     .await
     .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    let replicated = crate::handlers::await_replicas(&partition, written.end_offset, epoch);
+    let replicated = crate::service::append::await_replicas(&partition, written.end_offset, epoch);
     match tokio::time::timeout(OFFSET_COMMIT_TIMEOUT, replicated).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => return Err(not_coordinator(e)),

@@ -138,7 +138,7 @@ pub struct Partition {
     /// Set while such an fsync runs: one at a time per partition.
     flushing: AtomicBool,
     /// Leader or follower, and the leader's view of its followers.
-    pub(crate) role: Mutex<crate::replica::Role>,
+    pub(crate) role: Mutex<crate::role::Role>,
     /// Records and bytes produced to and fetched from this partition here, for metrics.
     pub traffic: crate::stats::Traffic,
 }
@@ -214,7 +214,7 @@ impl Partition {
             log_end: watch::Sender::new(log_end),
             durable: watch::Sender::new(durable),
             flushing: AtomicBool::new(false),
-            role: Mutex::new(crate::replica::Role::default()),
+            role: Mutex::new(crate::role::Role::default()),
             traffic: Default::default(),
         })
     }
@@ -256,9 +256,9 @@ impl Partition {
         let own = visible_end(&self.log, self.flush);
         let current = self.high_watermark();
         let hw = match &*self.role.lock() {
-            crate::replica::Role::Leader(leader) => leader.high_watermark(current, own),
+            crate::role::Role::Leader(leader) => leader.high_watermark(current, own),
             // A follower learns its high watermark from the leader's answers.
-            crate::replica::Role::Follower { .. } => return,
+            crate::role::Role::Follower { .. } => return,
         };
         self.raise_high_watermark(hw);
     }

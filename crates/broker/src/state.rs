@@ -59,13 +59,13 @@ pub struct BrokerState {
     pub internal: crate::internal_client::InternalClient,
     /// Share groups' state of the partitions led here.
     #[allow(dead_code)] // Read once issue 18's work lands.
-    pub(crate) share: crate::share::ShareGroups,
+    pub(crate) share: crate::share::registry::ShareGroups,
     /// Timer logs of delayed batches of the partitions led here.
     #[allow(dead_code)] // Read once issue 18's work lands.
-    pub(crate) delays: crate::delay::Delays,
+    pub(crate) delays: crate::delay::slots::Delays,
     /// Route runners of the source partitions led here.
     #[allow(dead_code)] // Read once issue 18's work lands.
-    pub(crate) routes: crate::route::Routes,
+    pub(crate) routes: crate::route::registry::Routes,
 }
 
 impl BrokerState {
@@ -274,6 +274,20 @@ impl BrokerState {
             "group {group} is coordinated by broker {} at {}:{}",
             coordinator.id, coordinator.host, coordinator.port
         )))
+    }
+
+    /// Whether `partition` is led here with at least its topic's `min_insync_replicas` in
+    /// sync (a follower has none to count on).
+    pub fn enough_in_sync(&self, partition: &Partition) -> bool {
+        let isr = match &*partition.role.lock() {
+            crate::role::Role::Leader(leader) => leader.isr().len(),
+            crate::role::Role::Follower { .. } => return false,
+        };
+        let image = self.cluster.image();
+        image
+            .topics
+            .get(&partition.topic)
+            .is_none_or(|t| isr >= t.min_insync_replicas().max(1) as usize)
     }
 
     /// The node id of a partition's leader in this broker's image (0 = none or unknown).

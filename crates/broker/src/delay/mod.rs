@@ -9,7 +9,7 @@
 
 mod doubt;
 mod scheduler;
-mod slots;
+pub(crate) mod slots;
 #[cfg(test)]
 mod tests;
 mod timer;
@@ -30,7 +30,6 @@ use tokio_util::sync::CancellationToken;
 use crate::partition::{now_ms, Partition, ProduceContext};
 use crate::state::BrokerState;
 use slots::key;
-pub use slots::Delays;
 
 /// How often the led partitions are looked over for leaderships that began (whose timer log
 /// must be opened and its scheduler started) or ended.
@@ -42,7 +41,7 @@ pub async fn produce_delayed(
     request: m::ProduceDelayedRequest,
 ) -> m::ProduceDelayedResponse {
     let timeout = match request.timeout_ms {
-        0 => crate::handlers::PRODUCE_TIMEOUT_DEFAULT,
+        0 => crate::service::append::PRODUCE_TIMEOUT_DEFAULT,
         ms => Duration::from_millis(u64::from(ms)),
     }
     .min(state.config.produce_timeout_max);
@@ -94,7 +93,10 @@ async fn store(state: &Arc<BrokerState>, req: m::ProduceDelayedRequest) -> Resul
         )));
     }
     await_producer_id(state, &req.records).await;
-    let timer = state.delays.timer(state, &partition, epoch).await?;
+    let timer = state
+        .delays
+        .timer(&partition, epoch, scheduler_of(state))
+        .await?;
     let producer_id_end = state.cluster.image().next_producer_id;
     let (records, deliver_at_ms) = (req.records, req.deliver_at_ms);
     let t = timer.clone();
@@ -208,6 +210,14 @@ async fn await_producer_id(state: &BrokerState, records: &[u8]) {
 /// Opens the timer of every leadership that begins here on a partition with a timer log
 /// (its scheduler then delivers what waits there), and stops those that end, until
 /// `shutdown`.
+/// Starts a timer's scheduler on the runtime, for [`slots::Delays::timer`].
+fn scheduler_of(state: &Arc<BrokerState>) -> impl FnOnce(Arc<timer::PartitionTimer>) {
+    let state = state.clone();
+    move |timer| {
+        tokio::spawn(scheduler::schedule(state, timer));
+    }
+}
+
 pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
     // Leaderships found without a timer log (a delayed produce opens the timer itself).
     let mut without_log: HashMap<(String, u32), (usize, u32)> = HashMap::new();
@@ -216,7 +226,10 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(SCAN_INTERVAL) => {}
         }
-        state.delays.retire_ended(&state).await;
+        state
+            .delays
+            .retire_ended(|topic, index| state.local_partition(topic, index))
+            .await;
         let mut still_without = HashMap::with_capacity(without_log.len());
         for partition in state.all_partitions() {
             let Some(epoch) = partition.leading_epoch() else {
@@ -232,7 +245,11 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
                 still_without.insert(k, mark);
                 continue;
             }
-            if let Err(e) = state.delays.timer(&state, &partition, epoch).await {
+            if let Err(e) = state
+                .delays
+                .timer(&partition, epoch, scheduler_of(&state))
+                .await
+            {
                 tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "cannot start delayed delivery; retried");
             }
         }

@@ -135,7 +135,7 @@ async fn round(
             .await
             .map_err(|e| (e.code, e.message))?;
         let replicated =
-            crate::handlers::await_replicas(&p, pending.end_offset, timer.leader_epoch);
+            crate::service::append::await_replicas(&p, pending.end_offset, timer.leader_epoch);
         match tokio::time::timeout(REPLICAS_WAIT_MAX, replicated).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Err((ErrorCode::NOT_LEADER, e.message)),
@@ -310,7 +310,7 @@ pub(super) fn append_assigned(
                         continue;
                     }
                 };
-                let written = crate::handlers::write_partition(partition, batch, context);
+                let written = crate::service::append::write_partition(partition, batch, context);
                 match written {
                     Ok(pending) => {
                         out.last = Some(pending);

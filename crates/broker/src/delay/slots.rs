@@ -16,10 +16,8 @@ use parking_lot::Mutex;
 use tinymq_protocol::messages as m;
 use tinymq_protocol::ErrorCode;
 
-use super::scheduler;
 use super::timer::PartitionTimer;
 use crate::partition::Partition;
-use crate::state::BrokerState;
 
 /// The open timers of the partitions led here, one per leadership.
 #[derive(Debug, Default)]
@@ -68,12 +66,12 @@ pub(super) fn key(partition: &Partition) -> (String, u32) {
 
 impl Delays {
     /// The timer of `partition`, led here in `leader_epoch`: opened (read whole, on a blocking
-    /// thread) with its scheduler started the first time.
+    /// thread) with its scheduler started by `start_scheduler` the first time.
     pub(super) async fn timer(
         &self,
-        state: &Arc<BrokerState>,
         partition: &Arc<Partition>,
         leader_epoch: u32,
+        start_scheduler: impl FnOnce(Arc<PartitionTimer>),
     ) -> Result<Arc<PartitionTimer>, m::Error> {
         let ended = || {
             ErrorCode::NOT_LEADER.with_message(format!(
@@ -152,21 +150,24 @@ impl Delays {
             return Err(ended());
         }
         if timer.claim_scheduler() {
-            tokio::spawn(scheduler::schedule(state.clone(), timer.clone()));
+            start_scheduler(timer.clone());
         }
         Ok(timer)
     }
 
-    /// Stops the timers of leaderships that ended (or of partitions no longer open here). The
-    /// slots stay in the map until stopped, so a new leadership's slot replaces them and
-    /// stops them too before it opens (see the module's comment).
-    pub(super) async fn retire_ended(&self, state: &BrokerState) {
+    /// Stops the timers of leaderships that ended (or of partitions no longer open here, as
+    /// `open_here` tells). The slots stay in the map until stopped, so a new leadership's slot
+    /// replaces them and stops them too before it opens (see the module's comment).
+    pub(super) async fn retire_ended(
+        &self,
+        open_here: impl Fn(&str, u32) -> Option<Arc<Partition>>,
+    ) {
         let ended: Vec<Arc<TimerSlot>> = {
             let timers = self.timers.lock();
             timers
                 .iter()
                 .filter(|((topic, index), slot)| {
-                    let open = state.local_partition(topic, *index);
+                    let open = open_here(topic, *index);
                     let led = open.is_some_and(|p| Arc::ptr_eq(&p, &slot.partition))
                         && slot.partition.leading_epoch() == Some(slot.leader_epoch);
                     !led

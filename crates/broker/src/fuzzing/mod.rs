@@ -17,8 +17,9 @@ use bytes::Bytes;
 use tinymq_protocol::batch::craft::{CraftedBatch, CraftedRecord};
 use tinymq_protocol::batch::{BatchIter, Compression, BATCH_MAGIC};
 
-use crate::handlers::{list_partition_offset, read_partition, write_partition};
 use crate::partition::{now_ms, Partition, ProduceContext};
+use crate::service::append::write_partition;
+use crate::service::read::{list_partition_offset, read_partition};
 use crate::topic::TopicSettings;
 
 mod seed;

@@ -12,7 +12,7 @@ use tinymq_meta::{Command, Reply};
 use tokio_util::sync::CancellationToken;
 
 use crate::partition::{now_ms, Partition};
-use crate::replica::Role;
+use crate::role::Role;
 use crate::state::BrokerState;
 
 /// How often each led partition's ISR is checked.

@@ -8,34 +8,17 @@
 pub mod fetcher;
 pub mod isr;
 
-pub mod leader;
 pub mod serve;
+
+// Where the role types lived before `crate::role` held them for the partition.
+pub use crate::role::{leader, Role};
 
 use bytes::Bytes;
 use tinymq_log::LogError;
 use tinymq_protocol::batch::BatchIter;
 
 use crate::partition::{identity_of, now_ms, visible_end, Partition, PartitionError};
-use crate::state::BrokerState;
-use leader::LeaderState;
-
-/// A partition's part in replication on this broker.
-#[derive(Debug, Clone)]
-pub enum Role {
-    Leader(LeaderState),
-    /// Following `leader` (none while the partition is offline) in `leader_epoch`.
-    Follower {
-        leader: Option<u32>,
-        leader_epoch: u32,
-    },
-}
-
-impl Default for Role {
-    /// A partition on its own (no image yet, or a tool opening it): its own ISR.
-    fn default() -> Role {
-        Role::Leader(LeaderState::new(0, 0, 0, &[0], 0, 0))
-    }
-}
+use crate::role::leader::LeaderState;
 
 /// What a follower fetch needs to know about the follower's side of a partition.
 #[derive(Debug, Clone, Copy)]
@@ -169,21 +152,5 @@ impl Partition {
 
     pub fn watch_log_end(&self) -> tokio::sync::watch::Receiver<i64> {
         self.log_end.subscribe()
-    }
-}
-
-impl BrokerState {
-    /// Whether `partition` is led here with at least its topic's `min_insync_replicas` in
-    /// sync (a follower has none to count on).
-    pub fn enough_in_sync(&self, partition: &Partition) -> bool {
-        let isr = match &*partition.role.lock() {
-            Role::Leader(leader) => leader.isr().len(),
-            Role::Follower { .. } => return false,
-        };
-        let image = self.cluster.image();
-        image
-            .topics
-            .get(&partition.topic)
-            .is_none_or(|t| isr >= t.min_insync_replicas().max(1) as usize)
     }
 }

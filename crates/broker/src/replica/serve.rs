@@ -9,9 +9,10 @@ use tinymq_protocol::{messages as m, ErrorCode};
 use tinymq_replication::{fetch_divergence, FetchCheck};
 
 use crate::fetch_frame::{read_records, Records};
-use crate::handlers::PartitionRead;
 use crate::partition::{now_ms, Partition};
-use crate::replica::Role;
+use crate::role::Role;
+use crate::service::fetch::{long_poll, read_each, FetchAnswer, FetchHold, PartitionReader};
+use crate::service::read::PartitionRead;
 use crate::state::BrokerState;
 
 /// Where a follower's log stops agreeing with the leader's, if it does: the leader's last
@@ -62,9 +63,50 @@ fn led_for_follower(
     }
 }
 
+/// Answers a follower's fetch (`replica_id` set, checked by [`authorize`]): records where the
+/// follower stands in each partition, then long-polls for records past its log end.
+pub(crate) async fn fetch(
+    state: Arc<BrokerState>,
+    req: m::FetchRequest,
+    turns: Arc<tokio::sync::Semaphore>,
+) -> (FetchAnswer, Option<FetchHold>) {
+    for fp in &req.partitions {
+        note_follower(&state, req.replica_id, fp);
+    }
+    long_poll(state, req, turns, FollowerReads).await
+}
+
+/// A follower's reads: up to the leader's log end, waking when it moves.
+#[derive(Clone)]
+struct FollowerReads;
+
+impl PartitionReader for FollowerReads {
+    fn led(&self, state: &BrokerState, fp: &m::FetchPartition) -> Option<Arc<Partition>> {
+        state
+            .led_partition_any(&fp.topic, fp.partition)
+            .ok()
+            .map(|(p, _)| p)
+    }
+
+    fn watch(&self, partition: &Partition) -> tokio::sync::watch::Receiver<i64> {
+        partition.watch_log_end()
+    }
+
+    fn read(
+        &self,
+        state: &BrokerState,
+        req: &m::FetchRequest,
+        budget: usize,
+    ) -> Vec<PartitionRead> {
+        read_each(req, budget, |_, fp, left| {
+            read_for_follower(state, fp, left)
+        })
+    }
+}
+
 /// Records where follower `replica` stands (once per fetch request, before any read), which
 /// may raise the high watermark.
-pub(crate) fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPartition) {
+fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPartition) {
     let Ok(partition) = led_for_follower(state, fp) else {
         return;
     };
@@ -81,7 +123,7 @@ pub(crate) fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPart
 
 /// One partition of a follower's fetch: the batches from its log end, up to the leader's log
 /// end and `bytes_max`, or where it diverges, or the error.
-pub(crate) fn read_for_follower(
+fn read_for_follower(
     state: &BrokerState,
     fp: &m::FetchPartition,
     bytes_max: usize,

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 use tinymq_client::{ClientError, Producer, ProducerRecord};
 use tinymq_protocol::ErrorCode;
 
-use crate::route::RouteError;
+use crate::route::registry::RouteError;
 
 /// Estimated bytes of the copies of one batch at most (the target's `message_bytes_max` may
 /// be lower: such a batch is refused before it is sent, and split).

@@ -8,138 +8,19 @@ mod admin;
 mod batches;
 mod matcher;
 mod progress;
+pub(crate) mod registry;
 mod runner;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use tinymq_client::ClientError;
 use tinymq_meta::MetadataImage;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::BrokerState;
 pub use admin::{create_route, delete_route, list_routes};
-use runner::{RunnerSpec, RunnerStats};
-
-/// Why a runner stopped short (it backs off and recovers).
-#[derive(Debug, thiserror::Error)]
-pub enum RouteError {
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    /// A copy failed for good (after the producer's retries): the route stalls at it.
-    #[error("a copy failed: {0}")]
-    Delivery(ClientError),
-    #[error("the stored filter no longer parses: {0}")]
-    Filter(String),
-    #[error("the target has no partition {0}")]
-    TargetGone(u32),
-    #[error("target partition {0}: its leader is unreachable, or its high watermark did not reach its log end in time")]
-    TargetUnsettled(u32),
-}
-
-/// A runner by route name and source partition.
-type RunnerKey = (String, u32);
-
-struct Runner {
-    spec: RunnerSpec,
-    stats: Arc<RunnerStats>,
-    stop: CancellationToken,
-    task: Option<tokio::task::JoinHandle<()>>,
-}
-
-/// The route runners of this broker: at most one per (route, source partition led here),
-/// so at most `ROUTES_MAX` times the partitions this broker leads.
-#[derive(Default)]
-pub struct Routes {
-    runners: Mutex<HashMap<RunnerKey, Runner>>,
-    /// Tasks of stopped runners still finishing (closing their producers), by key, for a
-    /// successor of the same key to wait for.
-    stopping: Mutex<HashMap<RunnerKey, tokio::task::JoinHandle<()>>>,
-}
-
-impl std::fmt::Debug for Routes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Routes")
-            .field("runners", &self.runners.lock().len())
-            .finish()
-    }
-}
-
-impl Routes {
-    /// The progress of a runner here: (next source offset, copies), if one runs for the
-    /// route's partition and has recovered.
-    pub(crate) fn progress(
-        &self,
-        route: &str,
-        route_id: u64,
-        partition: u32,
-    ) -> Option<(i64, u64)> {
-        let runners = self.runners.lock();
-        let runner = runners.get(&(route.to_string(), partition))?;
-        if runner.spec.route_id != route_id {
-            return None;
-        }
-        let next = runner
-            .stats
-            .next_offset
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let copied = runner
-            .stats
-            .copied
-            .load(std::sync::atomic::Ordering::Relaxed);
-        (next >= 0).then_some((next, copied))
-    }
-
-    /// Starts, replaces and stops runners so that exactly `wanted` run. A runner replacing
-    /// one of the same key (a new leader epoch, a grown target, leadership back here) first
-    /// waits for the stopped one to finish, so two runners of a partition never copy at once.
-    fn reconcile(&self, state: &Arc<BrokerState>, wanted: HashMap<RunnerKey, RunnerSpec>) {
-        let mut runners = self.runners.lock();
-        let mut stopping = self.stopping.lock();
-        stopping.retain(|_, task| !task.is_finished());
-        runners.retain(|key, runner| {
-            if wanted.get(key) == Some(&runner.spec) {
-                return true;
-            }
-            runner.stop.cancel();
-            if let Some(task) = runner.task.take() {
-                stopping.insert(key.clone(), task);
-            }
-            false
-        });
-        for (key, spec) in wanted {
-            if runners.contains_key(&key) {
-                continue;
-            }
-            let previous = stopping.remove(&key);
-            let stats = Arc::new(RunnerStats::default());
-            let stop = CancellationToken::new();
-            tracing::info!(route = %spec.name, partition = spec.partition, "route runner starting");
-            let task = tokio::spawn(runner::run(
-                state.clone(),
-                spec.clone(),
-                stats.clone(),
-                stop.clone(),
-                previous,
-            ));
-            let runner = Runner {
-                spec,
-                stats,
-                stop,
-                task: Some(task),
-            };
-            runners.insert(key, runner);
-        }
-    }
-
-    fn stop_all(&self) {
-        for (_, runner) in self.runners.lock().drain() {
-            runner.stop.cancel();
-        }
-    }
-}
+use registry::{RunnerKey, RunnerSpec};
 
 /// The runners this broker should run in `image`: one per route and source partition it
 /// leads.
@@ -178,9 +59,12 @@ pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
     let mut images = state.cluster.subscribe();
     loop {
         let image = state.cluster.image();
+        let wanted = wanted_runners(&image, state.node_id());
         state
             .routes
-            .reconcile(&state, wanted_runners(&image, state.node_id()));
+            .reconcile(wanted, |spec, stats, stop, previous| {
+                tokio::spawn(runner::run(state.clone(), spec, stats, stop, previous))
+            });
         tokio::select! {
             _ = shutdown.cancelled() => break,
             changed = images.changed() => {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tinymq_client::{ClientConfig, ClientError, Consumer, ConsumerConfig, StartFrom};
 use tinymq_protocol::names::GROUP_ID_BYTES_MAX;
 
-use crate::route::RouteError;
+use crate::route::registry::RouteError;
 
 /// Origin header: the route's name.
 pub const ORIGIN_NAME: &str = "tinymq.route.name";

@@ -8,7 +8,7 @@
 //! Any failure closes the producer (every copy sent is acknowledged or has failed), backs off
 //! and recovers again, so a failure never leaves a copy unaccounted for.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ use crate::route::matcher::Matcher;
 use crate::route::progress::{
     origin_headers, progress_group, scan_copies, Checkpoint, ScanFor, Trust,
 };
-use crate::route::RouteError;
+use crate::route::registry::{RouteError, RunnerSpec, RunnerStats};
 use crate::state::BrokerState;
 
 /// Bytes one fetch of a runner (or of its recovery scan) brings back at most.
@@ -59,45 +59,6 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(200);
 const POLL_WAIT: Duration = Duration::from_millis(500);
 /// How long a recovery waits for the target partition's high watermark to reach its end.
 const SETTLE_WAIT: Duration = Duration::from_secs(10);
-
-/// What a runner runs for: one source partition of one route, under one leader epoch and
-/// one target partition count (a change of either starts a new runner).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunnerSpec {
-    pub name: String,
-    pub route_id: u64,
-    pub from: String,
-    pub to: String,
-    pub filter: String,
-    pub partition: u32,
-    pub leader_epoch: u32,
-    pub target_partitions: u32,
-}
-
-impl RunnerSpec {
-    /// Source partition p goes to target partition p % target partitions (order kept).
-    pub fn target_partition(&self) -> u32 {
-        self.partition % self.target_partitions.max(1)
-    }
-}
-
-/// What ListRoutes reports of a runner.
-#[derive(Debug)]
-pub struct RunnerStats {
-    /// The next source offset to read; -1 until recovered.
-    pub next_offset: AtomicI64,
-    /// Copies acknowledged since the runner started.
-    pub copied: AtomicU64,
-}
-
-impl Default for RunnerStats {
-    fn default() -> RunnerStats {
-        RunnerStats {
-            next_offset: AtomicI64::new(-1),
-            copied: AtomicU64::new(0),
-        }
-    }
-}
 
 /// Runs until `stop`, after `previous` (the runner this one replaces) has finished.
 pub async fn run(

@@ -13,7 +13,7 @@ use tinymq_protocol::batch::{batch_size, BatchHeader, BATCH_DECOMPRESSED_BYTES_M
 use tinymq_protocol::{messages as m, ErrorCode};
 use tinymq_share::{AcquiredRange, SharePartition, StateRecord};
 
-use super::{share_error, SharedPartition};
+use super::registry::{share_error, SharedPartition};
 use crate::state::BrokerState;
 
 /// What a fetch asks of each partition.
@@ -122,7 +122,7 @@ impl Taking<'_> {
                 if left == 0 {
                     return Ok(());
                 }
-                let bytes = crate::handlers::read_partition(partition, next, left)?;
+                let bytes = crate::service::read::read_partition(partition, next, left)?;
                 let before = next;
                 let mut rest = &bytes[..];
                 while let Some(header) = BatchHeader::new(rest) {

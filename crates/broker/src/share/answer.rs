@@ -11,13 +11,14 @@ use tinymq_protocol::{messages as m, ErrorCode};
 use tinymq_share::{AckKind, RecordState};
 
 use super::fetch::{check_counts, leader_hint};
-use super::{share_error, share_partition, SharedPartition};
+use super::lookup::share_partition;
+use super::registry::{
+    check_ids, share_error, storage_error, SharedPartition, DESCRIBE_MEMBERS_MAX,
+};
 use crate::state::BrokerState;
 
 /// In-flight records DescribeShareGroup lists per partition (the lowest ones).
 pub const DESCRIBE_IN_FLIGHT_RECORDS_MAX: usize = 100;
-/// Member ids DescribeShareGroup lists.
-pub const DESCRIBE_MEMBERS_MAX: usize = 1_000;
 
 pub async fn share_acknowledge(
     state: Arc<BrokerState>,
@@ -25,7 +26,7 @@ pub async fn share_acknowledge(
     principal: &Principal,
     req: m::ShareAcknowledgeRequest,
 ) -> m::ShareAcknowledgeResponse {
-    let checked = super::check_ids(&req.group_id, &req.member_id)
+    let checked = check_ids(&req.group_id, &req.member_id)
         .and_then(|()| check_counts(0, req.acknowledgements.len()));
     if let Err(e) = checked {
         return m::ShareAcknowledgeResponse {
@@ -86,7 +87,7 @@ pub(crate) async fn apply_acknowledgements(
             // The outcome may not be durable: reloaded from disk, it is not claimed.
             shared.retire();
             if let Some(result) = results.get_mut(index) {
-                result.error = Some(super::storage_error(&shared.key, &e));
+                result.error = Some(storage_error(&shared.key, &e));
             }
         }
     }

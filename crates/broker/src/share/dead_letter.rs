@@ -20,8 +20,8 @@ use tinymq_protocol::messages as m;
 use tinymq_share::DeadLetterReason;
 use tokio_util::sync::CancellationToken;
 
+use super::registry::SharedPartition;
 use super::store::STATE_LOG_REWRITE_BYTES;
-use super::SharedPartition;
 use crate::state::BrokerState;
 
 /// How often locks are checked for expiry (an expired record waits at most this long).
@@ -41,9 +41,6 @@ const DEAD_LETTER_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 /// Record bytes (keys, values, headers) one dead-lettering pass keeps: reading stops once
 /// they pass it; the rest waits for the next pass.
 pub const DEAD_LETTER_PASS_BYTES_MAX: usize = 16 << 20;
-/// Dead-lettering passes running at once on a broker (each holds up to
-/// [`DEAD_LETTER_PASS_BYTES_MAX`] plus a decoded batch); others wait for a later tick.
-pub const DEAD_LETTER_PASSES_MAX: usize = 4;
 
 /// Background work (lock expiry, log rewrites, dead-lettering), until `shutdown`.
 pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
@@ -72,8 +69,13 @@ fn load_led(state: &BrokerState) {
             continue;
         }
         for group in super::store::groups_in(&*partition.storage, &partition.dir) {
-            let loaded =
-                super::share_partition(state, &group, &partition.topic, partition.index, false);
+            let loaded = super::lookup::share_partition(
+                state,
+                &group,
+                &partition.topic,
+                partition.index,
+                false,
+            );
             if let Err(e) = loaded {
                 tracing::debug!(topic = %partition.topic, partition = partition.index, %group, error = %e.message, "share state not loaded");
             }
@@ -172,7 +174,7 @@ fn read_records(
             gone.push(offset);
             continue;
         }
-        let bytes = match crate::handlers::read_partition(
+        let bytes = match crate::service::read::read_partition(
             &shared.partition,
             offset,
             DEAD_LETTER_READ_BYTES,

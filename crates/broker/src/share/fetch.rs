@@ -15,7 +15,8 @@ use tinymq_meta::authorize::Access;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use super::acquire::{acquire_partition, Asked};
-use super::{share_partition, SharedPartition};
+use super::lookup::share_partition;
+use super::registry::{check_ids, storage_error, SharedPartition};
 use crate::state::BrokerState;
 
 /// Longest long poll (`max_wait_ms` above it is cut to it).
@@ -62,7 +63,7 @@ pub(crate) fn check_counts(partitions: usize, acknowledgements: usize) -> Result
 }
 
 fn check(req: &m::ShareFetchRequest) -> Result<Asked, m::Error> {
-    super::check_ids(&req.group_id, &req.member_id)?;
+    check_ids(&req.group_id, &req.member_id)?;
     check_counts(req.partitions.len(), req.acknowledgements.len())?;
     if req.max_records > SHARE_FETCH_RECORDS_MAX {
         return Err(invalid(format!(
@@ -239,7 +240,7 @@ async fn acquire_all(
             // The acquisitions may not be durable: the instance is reloaded from disk (its
             // acquired records come back available there).
             shared.retire();
-            result.error = Some(super::storage_error(&shared.key, &e));
+            result.error = Some(storage_error(&shared.key, &e));
             continue;
         }
         // An error of an earlier try of this long poll (a reloaded instance) is outdated.

@@ -1,0 +1,138 @@
+//! Reading a partition: whole batches from an offset below the high watermark (or, for a
+//! follower, below the log end: `crate::replica::serve`), and the offset for a timestamp.
+//! Batches are located by walking headers from the nearest index entry; no per-record work
+//! (a filtered read, `crate::filtered_fetch`, is the one that looks at every record).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use super::leader_hint;
+use crate::fetch_frame::{read_records, Records};
+use crate::partition::Partition;
+use crate::state::BrokerState;
+
+/// One partition's answer to a fetch and its records (`records` of the result stays empty).
+pub(crate) type PartitionRead = (m::FetchPartitionResult, Records);
+
+/// The fetch path of one partition once its leadership is checked: whole batches from
+/// `offset` below the high watermark, within `bytes_max` (one batch at least).
+pub(crate) fn read_partition(
+    partition: &Partition,
+    offset: i64,
+    bytes_max: usize,
+) -> Result<Bytes, m::Error> {
+    // The fetch path's own read (`fetch_frame::read_records`) without its `sendfile` form,
+    // which needs the partition shared.
+    let limit = Some(partition.high_watermark());
+    let read = partition
+        .log
+        .read_slice(offset, bytes_max, limit)
+        .map_err(|e| e.error_code().with_message(e.to_string()))?;
+    match read.slice {
+        Some(slice) => crate::fetch_frame::copy_slice(partition, &slice, offset, bytes_max, limit),
+        None => Ok(Bytes::new()),
+    }
+}
+
+/// The list-offsets path of one partition: `-1` latest (the high watermark), `-2` earliest,
+/// otherwise the first record at or after the timestamp, with its timestamp (`-1, -1` when
+/// none is visible). Other negative timestamps are refused.
+pub(crate) fn list_partition_offset(
+    partition: &Partition,
+    timestamp: i64,
+) -> Result<(i64, i64), m::Error> {
+    match timestamp {
+        -1 => Ok((partition.high_watermark(), -1)),
+        -2 => Ok((partition.log.log_start_offset(), -1)),
+        // Kafka gives other negative values meanings tinymq does not have (-3: the record with
+        // the largest timestamp, …): refused rather than searched for as times.
+        ts if ts < 0 => Err(ErrorCode::INVALID_REQUEST.with_message(format!(
+            "timestamp {ts}: the negative timestamps are -1 (latest) and -2 (earliest)"
+        ))),
+        // A lookup may decompress a batch: it takes one of the broker's decompression slots.
+        ts => match crate::partition::with_decompression_slot(|| {
+            partition.log.offset_for_timestamp(ts)
+        }) {
+            Ok(Some((offset, timestamp))) if offset < partition.high_watermark() => {
+                Ok((offset, timestamp))
+            }
+            Ok(_) => Ok((-1, -1)),
+            Err(e) => Err(e.error_code().with_message(e.to_string())),
+        },
+    }
+}
+
+/// The head of a consumer's fetch result (high watermark, log start) and the led partition it
+/// names; no partition (and the result finished with the error) when it is not led here.
+pub(crate) fn consumer_partition(
+    state: &BrokerState,
+    fp: &m::FetchPartition,
+) -> (m::FetchPartitionResult, Option<Arc<Partition>>) {
+    let mut result = m::FetchPartitionResult {
+        topic: fp.topic.clone(),
+        partition: fp.partition,
+        error: None,
+        high_watermark: -1,
+        log_start_offset: -1,
+        records: Bytes::new(),
+        current_leader: 0,
+        ..Default::default()
+    };
+    let partition = match state.led_partition(&fp.topic, fp.partition) {
+        Ok((partition, _)) => partition,
+        Err(e) => {
+            result.current_leader = leader_hint(state, &fp.topic, fp.partition, &e);
+            result.error = Some(e);
+            return (result, None);
+        }
+    };
+    result.high_watermark = partition.high_watermark();
+    result.log_start_offset = partition.log.log_start_offset();
+    (result, Some(partition))
+}
+
+/// One partition of a consumer's fetch: batches below the high watermark, within `budget`
+/// and the partition's own bound.
+pub(crate) fn read_for_consumer(
+    state: &BrokerState,
+    fp: &m::FetchPartition,
+    budget: usize,
+) -> PartitionRead {
+    let empty = Records::Bytes(Bytes::new());
+    let (mut result, partition) = match consumer_partition(state, fp) {
+        (result, Some(partition)) => (result, partition),
+        (refused, None) => return (refused, empty),
+    };
+    if budget == 0 {
+        return (result, empty);
+    }
+    let limit = match fp.partition_bytes_max {
+        0 => budget,
+        asked => (asked as usize).min(budget),
+    };
+    match read_records(&partition, fp.offset, limit, Some(result.high_watermark)) {
+        Ok(records) => (result, records),
+        Err(e) => {
+            result.error = Some(e);
+            (result, empty)
+        }
+    }
+}
+
+/// A consumer's fetch answer, for metrics: records and bytes out, and each partition's error.
+pub(crate) fn count_consumed(state: &BrokerState, results: &[PartitionRead]) {
+    for (result, records) in results {
+        if let Some(error) = &result.error {
+            let requests = &state.connections.requests;
+            requests.record_error(tinymq_protocol::OpCode::Fetch, error.code);
+        }
+        let bytes = records.len() as u64;
+        if bytes > 0 {
+            let partition = state.local_partition(&result.topic, result.partition);
+            let traffic = partition.as_deref().map(|p| &p.traffic);
+            crate::stats::consumed(traffic, bytes, records.record_count());
+        }
+    }
+}
