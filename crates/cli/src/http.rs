@@ -127,7 +127,11 @@ impl HttpArgs {
                 Some(auth)
             }
         };
-        Ok(HttpSecurity { tls, auth })
+        Ok(HttpSecurity {
+            tls,
+            auth,
+            ..Default::default()
+        })
     }
 
     /// The address the flags give the listener, when they name one.

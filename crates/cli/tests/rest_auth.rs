@@ -405,6 +405,25 @@ fn an_address_over_its_failure_budget_gets_401_for_basic_but_tokens_still_work()
 }
 
 #[test]
+fn failed_logins_on_the_http_listener_spend_the_addresss_budget_on_the_native_port_too() {
+    // One limiter per node (issue 28): a guesser gets one budget per address, not one per port.
+    let server = AuthServer::start(&[]);
+    for i in 0..10 {
+        let guess = basic(&format!("guess{i}"), "nope");
+        call(&server.http, "GET", "/api/v1/topics", Some(&guess), None).unauthorized();
+    }
+    let out = Command::new(common::BIN)
+        .args(["topic", "list", "--bootstrap", &server.native])
+        .env("TINYMQ_USER", "admin")
+        .env("TINYMQ_PASSWORD", ADMIN_PASSWORD)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the native login was let through");
+    assert!(stderr.contains("too many failed logins"), "{stderr}");
+}
+
+#[test]
 fn the_api_acts_as_the_caller_and_the_cluster_acls_decide() {
     let server = AuthServer::start(&[]);
     let http = &server.http;

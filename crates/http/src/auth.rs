@@ -111,8 +111,8 @@ pub(crate) struct Authenticator {
     verifying: Semaphore,
     /// Where failed attempts are counted for `/metrics`.
     counters: Option<Arc<ConnectionCounters>>,
-    /// Failed attempts per source address.
-    limiter: LoginLimiter,
+    /// Failed attempts per source address (the node's, shared with its other listeners).
+    limiter: Arc<LoginLimiter>,
 }
 
 struct Verified {
@@ -132,8 +132,14 @@ impl Authenticator {
             verified: Mutex::new(HashMap::new()),
             verifying: Semaphore::new(VERIFICATIONS_AT_ONCE),
             counters: None,
-            limiter: LoginLimiter::default(),
+            limiter: Arc::new(LoginLimiter::default()),
         }
+    }
+
+    /// Counts failed attempts per address in `limiter` (the node's) instead of its own.
+    pub fn limited_by(mut self, limiter: Arc<LoginLimiter>) -> Authenticator {
+        self.limiter = limiter;
+        self
     }
 
     /// Counts failed attempts in the listener's counters.

@@ -66,6 +66,9 @@ pub struct HttpSecurity {
     /// node's own login (cluster secret) in the security given to
     /// [`HttpServer::attach_api`]: it names each request's principal as SCRAM authzid.
     pub auth: Option<HttpAuth>,
+    /// Failed logins per source address: the node gives its native listener's
+    /// (`tinymq_net::ListenerSecurity::login_limiter`), so HTTP shares that budget.
+    pub login_limiter: Arc<tinymq_auth::LoginLimiter>,
 }
 
 /// Where the node's view goes once the node has started.
@@ -111,7 +114,8 @@ impl HttpServer {
         let authenticator = security.auth.clone().map(|a| {
             Arc::new(
                 auth::Authenticator::new(a, node.clone(), security.tls.is_some(), loopback)
-                    .counting(counters.clone()),
+                    .counting(counters.clone())
+                    .limited_by(security.login_limiter.clone()),
             )
         });
         let app = routes::router(

@@ -16,7 +16,7 @@
 //! failures are counted per source address ([`LoginLimiter`]): an address over its budget is
 //! refused without its credential being checked until its window passes.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -27,27 +27,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use tinymq_auth::{
-    parse_node_user, Admission, CredentialLookup, LoginLimiter, Principal, ScramMechanism,
-    ScramServer, StoredCredential,
+    parse_node_user, Admission, CredentialLookup, Principal, ScramMechanism, ScramServer,
+    StoredCredential,
 };
 use tinymq_net::{claimed_user, failure_delay, log_safe, AuthMode, ListenerSecurity, Service};
 
 use crate::config::KAFKA_PRE_AUTH_FRAME_BYTES_MAX;
 use crate::context::Ctx;
 use crate::dispatch::Close;
-
-/// Failed logins per source address across the Kafka listener's connections (the listener is
-/// one per process, as is this limiter).
-fn limiter() -> &'static LoginLimiter {
-    static LIMITER: OnceLock<LoginLimiter> = OnceLock::new();
-    LIMITER.get_or_init(|| {
-        LoginLimiter::new(
-            tinymq_auth::LOGIN_FAILURES_PER_IP_MAX,
-            tinymq_auth::LOGIN_FAILURE_WINDOW,
-            tinymq_auth::LOGIN_LIMITER_IPS_MAX,
-        )
-    })
-}
 
 /// A connection's authentication state.
 pub(crate) struct Session {
@@ -277,7 +264,11 @@ impl Session {
         let close = self.failures >= failures_max;
         match failure.limited {
             None => {
-                limiter().failed(peer.ip(), Instant::now());
+                ctx.state()
+                    .config
+                    .security
+                    .login_limiter
+                    .failed(peer.ip(), Instant::now());
                 tracing::warn!(%peer, user = %user, reason = %failure.reason, failures = self.failures, close, "Kafka authentication failed");
             }
             Some(true) => {
@@ -333,7 +324,7 @@ impl Failure {
 /// Refuses an exchange, before its credential is looked at, from an address over its budget.
 fn limited(ctx: &Ctx) -> Result<(), Failure> {
     let ip = ctx.peer.addr.ip();
-    match limiter().admit(ip, Instant::now()) {
+    match ctx.state().config.security.login_limiter.admit(ip, Instant::now()) {
         Admission::Allowed => Ok(()),
         Admission::Refused { first } => Err(Failure {
             reason: format!(

@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tinymq_auth::LoginLimiter;
 use tinymq_protocol::ErrorCode;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -57,7 +56,7 @@ pub async fn serve_secure<S: Service>(
 ) {
     let limits = Arc::new(limits);
     let security = Arc::new(security);
-    let limiter = Arc::new(LoginLimiter::default());
+    let limiter = security.login_limiter.clone();
     let open = Arc::new(Semaphore::new(limits.connections_max));
     loop {
         let accepted = tokio::select! {

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use tinymq_auth::{ClusterSecret, ScramMechanism};
+use tinymq_auth::{ClusterSecret, LoginLimiter, ScramMechanism};
 pub use tinymq_tls::{ClientAuth, ServerTls};
 
 /// Failed Authenticate exchanges one connection may make before it is closed.
@@ -55,6 +55,10 @@ pub struct ListenerSecurity {
     pub cluster_secret: Option<Arc<ClusterSecret>>,
     /// Failed Authenticate exchanges a connection may make before it is closed.
     pub auth_failures_max: u32,
+    /// Failed logins per source address, shared by every listener of the node this security
+    /// is cloned into — the native port, the Kafka port and the HTTP listener — so a guesser
+    /// gets one budget per address per node, not one per port.
+    pub login_limiter: Arc<LoginLimiter>,
 }
 
 impl Default for ListenerSecurity {
@@ -64,6 +68,7 @@ impl Default for ListenerSecurity {
             auth: AuthMode::None,
             cluster_secret: None,
             auth_failures_max: AUTH_FAILURES_MAX_DEFAULT,
+            login_limiter: Arc::new(LoginLimiter::default()),
         }
     }
 }

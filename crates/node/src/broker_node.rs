@@ -108,7 +108,8 @@ pub(crate) async fn start(
         None => None,
     };
     // Before the broker: /health/ready answers "starting" while it joins and opens partitions.
-    let http = http_listener::bind(config.http.as_ref()).await?;
+    let limiter = config.broker.security.login_limiter.clone();
+    let http = http_listener::bind(config.http.as_ref(), &limiter).await?;
     let broker = match Broker::start(config.broker).await {
         Ok(broker) => broker,
         Err(e) => {

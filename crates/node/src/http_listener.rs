@@ -22,14 +22,21 @@ pub struct HttpListenerConfig {
     pub api_links: tinymq_client::Security,
 }
 
-/// Binds the listener; `None` when it is optional and its address is taken.
+/// Binds the listener, counting its failed logins in `login_limiter` (the node's native
+/// listener's, so the node has one budget per address); `None` when it is optional and its
+/// address is taken.
 pub(crate) async fn bind(
     config: Option<&HttpListenerConfig>,
+    login_limiter: &Arc<tinymq_auth::LoginLimiter>,
 ) -> Result<Option<HttpServer>, NodeError> {
     let Some(c) = config else {
         return Ok(None);
     };
-    match HttpServer::start_secure(c.addr, c.limits.clone(), c.security.clone()).await {
+    let security = tinymq_http::HttpSecurity {
+        login_limiter: login_limiter.clone(),
+        ..c.security.clone()
+    };
+    match HttpServer::start_secure(c.addr, c.limits.clone(), security).await {
         Ok(server) => Ok(Some(server)),
         // Only a taken optional address is forgiven; bad limits are the config's mistake.
         Err(e @ tinymq_http::HttpError::Listen { .. }) if c.optional => {

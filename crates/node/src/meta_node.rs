@@ -48,7 +48,11 @@ pub(crate) async fn start(config: MetaNodeConfig) -> Result<MetaServerNode, Node
             config.id
         )));
     }
-    let http = http_listener::bind(config.http.as_ref()).await?;
+    let http = http_listener::bind(
+        config.http.as_ref(),
+        &config.security.listener.login_limiter,
+    )
+    .await?;
     let alone = config.peers.len() == 1;
     let started = MetaServer::start_secure(
         config.id,
