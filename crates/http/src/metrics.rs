@@ -161,6 +161,10 @@ impl Collector for NodeCollector {
             c.idle_closed,
         )?;
         crate::node_metrics::requests(&mut encoder, &node.requests())?;
+        if let Some(k) = node.kafka_connections() {
+            crate::node_metrics::kafka_connections(&mut encoder, &k)?;
+            crate::node_metrics::kafka_requests(&mut encoder, &node.kafka_requests())?;
+        }
         if let Some(broker) = node.broker() {
             crate::node_metrics::broker(&mut encoder, &broker)?;
             let throttles = &broker.quota_throttles;

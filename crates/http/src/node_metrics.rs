@@ -1,4 +1,5 @@
-//! The node's series beyond its partitions' logs: native-protocol requests per operation,
+//! The node's series beyond its partitions' logs: native-protocol requests per operation, the
+//! Kafka listener's connections and requests,
 //! the broker's traffic, disk and replication figures, and consumer groups with their lag.
 //! All are taken from the [`crate::NodeView`] at scrape time.
 
@@ -7,19 +8,57 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::MetricType;
 
 use crate::metrics::{as_i64, counter, counters, gauge, gauge1, histograms, Labels};
-use crate::{BrokerStats, GroupStats, OpStats, QuotaThrottle};
+use crate::{BrokerStats, ConnectionCounts, GroupStats, OpStats, QuotaThrottle};
 
 type Result = std::result::Result<(), std::fmt::Error>;
 
 pub(crate) fn requests(encoder: &mut DescriptorEncoder, ops: &[OpStats]) -> Result {
+    requests_of(
+        encoder,
+        "",
+        "Native-protocol requests answered, by operation.",
+        ops,
+    )
+}
+
+/// The Kafka listener's connections: the same counts as the native port's, under `kafka_`.
+pub(crate) fn kafka_connections(encoder: &mut DescriptorEncoder, c: &ConnectionCounts) -> Result {
+    let open = as_i64(c.open);
+    gauge1(
+        encoder,
+        "kafka_connections_open",
+        "Open connections to the Kafka port.",
+        open,
+    )?;
+    let accepted = "Connections the Kafka port accepted.";
+    counter(encoder, "kafka_connections_accepted", accepted, c.accepted)?;
+    let refused = "Kafka-port connections closed at once: connections_max were open.";
+    counter(encoder, "kafka_connections_refused", refused, c.refused)?;
+    let idle = "Kafka-port connections closed after idle_timeout_ms with nothing in flight.";
+    counter(
+        encoder,
+        "kafka_connections_idle_closed",
+        idle,
+        c.idle_closed,
+    )
+}
+
+/// The Kafka listener's requests, by the native operation each became (`kafka_requests`, …).
+pub(crate) fn kafka_requests(encoder: &mut DescriptorEncoder, ops: &[OpStats]) -> Result {
+    let help =
+        "Kafka-port requests answered through the broker, by the native operation each became.";
+    requests_of(encoder, "kafka_", help, ops)
+}
+
+fn requests_of(
+    encoder: &mut DescriptorEncoder,
+    prefix: &str,
+    help: &str,
+    ops: &[OpStats],
+) -> Result {
     let op = |o: &OpStats| -> Labels { vec![("op", o.op.clone())] };
     let counts: Vec<(Labels, u64)> = ops.iter().map(|o| (op(o), o.count)).collect();
-    counters(
-        encoder,
-        "requests",
-        "Native-protocol requests answered, by operation.",
-        &counts,
-    )?;
+    counters(encoder, &format!("{prefix}requests"), help, &counts)?;
     let errors: Vec<(Labels, u64)> = ops
         .iter()
         .flat_map(|o| {
@@ -31,14 +70,14 @@ pub(crate) fn requests(encoder: &mut DescriptorEncoder, ops: &[OpStats]) -> Resu
         .collect();
     counters(
         encoder,
-        "request_errors",
+        &format!("{prefix}request_errors"),
         "Errors answered, by operation and error code: a response's own, and each partition's in produce and fetch.",
         &errors,
     )?;
     let durations: Vec<_> = ops.iter().map(|o| (op(o), &o.duration_seconds)).collect();
     histograms(
         encoder,
-        "request_duration_seconds",
+        &format!("{prefix}request_duration_seconds"),
         "Time from a request's arrival to its response being ready, by operation.",
         &durations,
     )

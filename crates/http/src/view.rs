@@ -138,6 +138,14 @@ pub trait NodeView: Send + Sync + 'static {
     fn requests(&self) -> Vec<OpStats> {
         Vec::new()
     }
+    /// The Kafka listener's connection counts, if it runs in this process.
+    fn kafka_connections(&self) -> Option<ConnectionCounts> {
+        None
+    }
+    /// The native operations the Kafka listener's requests became, by operation.
+    fn kafka_requests(&self) -> Vec<OpStats> {
+        Vec::new()
+    }
     /// The broker's figures, if a broker runs in this process.
     fn broker(&self) -> Option<BrokerStats> {
         None

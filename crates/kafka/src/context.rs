@@ -59,6 +59,9 @@ pub(crate) struct Shared {
     pub front: BrokerFront,
     /// Kafka's classic consumer groups coordinated by this broker.
     pub groups: crate::groups::Coordinator,
+    /// The listener's connections, and the native operations its requests became, for
+    /// metrics (`kafka_*` series).
+    pub stats: Arc<tinymq_net::ConnectionStats>,
     /// Message ids for the native frames built here (they only pair a frame with its
     /// response inside this process).
     message_ids: AtomicU32,
@@ -70,6 +73,7 @@ impl Shared {
             config,
             front,
             groups: crate::groups::Coordinator::default(),
+            stats: Arc::default(),
             message_ids: AtomicU32::new(1),
         }
     }
@@ -115,7 +119,14 @@ impl Ctx {
             header: FrameHeader::request(op.code(), message_id, body_len),
             body,
         };
-        NativeCall(self.shared.front.admit(frame, &self.peer).await)
+        let started = std::time::Instant::now();
+        let response = self.shared.front.admit(frame, &self.peer).await;
+        NativeCall {
+            response,
+            op,
+            started,
+            stats: self.shared.stats.clone(),
+        }
     }
 
     /// [`Ctx::admit`] and its response.
@@ -133,14 +144,24 @@ impl Ctx {
 }
 
 /// A native request admitted by the broker, whose response is still to come.
-pub(crate) struct NativeCall(ResponseFuture);
+pub(crate) struct NativeCall {
+    response: ResponseFuture,
+    op: OpCode,
+    started: std::time::Instant,
+    stats: Arc<tinymq_net::ConnectionStats>,
+}
 
 impl NativeCall {
     /// The response decoded as `Resp`; `Ok(None)` when the broker sends none (acks = 0).
     /// A refused request's response (authorization, a malformed body, …) decodes as a `Resp`
     /// whose `error` (field 1 of every native response) says why.
     pub async fn finish<Resp: Message + Default>(self) -> Result<Option<Resp>, m::Error> {
-        let Some(response) = self.0.await else {
+        let answered = self.response.await;
+        let elapsed = self.started.elapsed();
+        self.stats
+            .requests
+            .record(self.op.code(), elapsed, answered.as_ref());
+        let Some(response) = answered else {
             return Ok(None);
         };
         let frame = if response.parts.iter().any(|p| matches!(p, Part::File(_))) {

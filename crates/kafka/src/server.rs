@@ -24,12 +24,13 @@ use crate::sasl::Session;
 
 /// Bytes read from a connection's socket at a time.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
-/// How long the accept loop pauses after an accept error (e.g. out of file descriptors).
-const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
+/// Why a connection closed after `idle_timeout` with nothing in flight (counted apart).
+const IDLE_CLOSE: &str = "idle_timeout with no request in flight";
 
 /// A running Kafka listener.
 pub struct KafkaListener {
     pub local_addr: SocketAddr,
+    stats: Arc<tinymq_net::ConnectionStats>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     shutdown_grace: Duration,
@@ -50,6 +51,7 @@ impl KafkaListener {
             .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
         let shutdown_grace = config.limits.shutdown_grace;
         let shared = Arc::new(Shared::new(config, front));
+        let stats = shared.stats.clone();
         crate::groups::register_native_listing(&shared);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -62,10 +64,17 @@ impl KafkaListener {
         tracing::info!(%local_addr, "Kafka listener started");
         Ok(KafkaListener {
             local_addr,
+            stats,
             shutdown,
             tasks,
             shutdown_grace,
         })
+    }
+
+    /// The listener's connection counts, and the native operations its requests became (for
+    /// the `kafka_*` metrics).
+    pub fn stats(&self) -> Arc<tinymq_net::ConnectionStats> {
+        self.stats.clone()
     }
 
     /// Stops accepting, lets requests in flight finish (up to `shutdown_grace`), then closes.
@@ -81,34 +90,34 @@ impl KafkaListener {
     }
 }
 
+/// The Kafka port's accept loop is the native port's (`tinymq_net::accept_connections`): the
+/// same `connections_max` rule and connection counts; only the refusal differs, since Kafka's
+/// protocol has no greeting to refuse with (the client sees the close).
 async fn accept_loop(
     listener: TcpListener,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 ) {
-    let slots = Arc::new(Semaphore::new(shared.config.limits.connections_max));
-    loop {
-        let accepted = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            accepted = listener.accept() => accepted,
-        };
-        let (stream, addr) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::warn!(error = %e, "Kafka listener: accept failed");
-                tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Kafka's protocol has no greeting to refuse with; the client sees the close.
-            tracing::warn!(peer = %addr, connections_max = shared.config.limits.connections_max, "Kafka connection refused: connections_max reached");
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        tasks.spawn(open(stream, addr, shared.clone(), shutdown.clone(), slot));
-    }
+    let connections_max = shared.config.limits.connections_max;
+    let refuse = move |_: &TcpStream, addr: SocketAddr| {
+        tracing::warn!(peer = %addr, connections_max, "Kafka connection refused: connections_max reached");
+    };
+    let stats = shared.stats.clone();
+    let each_shutdown = shutdown.clone();
+    let serve = move |stream: TcpStream, addr: SocketAddr| {
+        open(stream, addr, shared.clone(), each_shutdown.clone())
+    };
+    tinymq_net::accept_connections(
+        listener,
+        connections_max,
+        stats,
+        shutdown,
+        tasks,
+        refuse,
+        serve,
+    )
+    .await
 }
 
 /// Completes TLS (when the broker's listeners use it) and serves the connection.
@@ -117,7 +126,6 @@ async fn open(
     addr: SocketAddr,
     shared: Arc<Shared>,
     shutdown: CancellationToken,
-    _slot: OwnedSemaphorePermit,
 ) {
     let tls = shared.front.0.config.security.tls.clone();
     let Some(tls) = tls else {
@@ -225,6 +233,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
             Err(why) => break why,
         }
     };
+    if reason == IDLE_CLOSE {
+        shared.stats.count_idle_close();
+    }
     if !reason.is_empty() {
         tracing::info!(peer = %addr, reason = %reason, "Kafka connection closed");
     }
@@ -288,7 +299,7 @@ async fn read_next<R: tokio::io::AsyncRead + Unpin>(
             }
             // Idle only when nothing is in flight (a long poll may outlast the timeout).
             Err(_) if in_flight.available_permits() == limits.requests_in_flight_max - 1 => {
-                return Err("idle_timeout with no request in flight".into())
+                return Err(IDLE_CLOSE.into())
             }
             Err(_) => continue,
         }

@@ -76,7 +76,6 @@ pub(crate) async fn run<S: Service>(
     shutdown: CancellationToken,
     stats: Arc<ConnectionStats>,
 ) {
-    let _ = stream.set_nodelay(true);
     let handshake_deadline = Instant::now() + limits.handshake_timeout;
     let opened = tokio::select! {
         o = transport::open(stream, addr, &security, handshake_deadline) => o,

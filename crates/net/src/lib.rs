@@ -37,7 +37,7 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
 pub use auth::{claimed_user, failure_delay, log_safe, AUTH_FAILURE_DELAY, AUTH_FAILURE_DELAY_MAX};
 pub use handshake::authorize;
-pub use listener::{serve, serve_counted, serve_secure};
+pub use listener::{accept_connections, serve, serve_counted, serve_secure};
 pub use security::{AuthMode, ClientAuth, ListenerSecurity, ServerTls, AUTH_FAILURES_MAX_DEFAULT};
 pub use stats::{ConnectionStats, OpSnapshot, RequestStats};
 pub use tinymq_protocol::messages::NodeRole;

@@ -56,8 +56,45 @@ pub async fn serve_secure<S: Service>(
 ) {
     let limits = Arc::new(limits);
     let security = Arc::new(security);
-    let limiter = security.login_limiter.clone();
-    let open = Arc::new(Semaphore::new(limits.connections_max));
+    let connections_max = limits.connections_max;
+    let (each_shutdown, each_stats) = (shutdown.clone(), stats.clone());
+    let serve_one = move |stream: TcpStream, addr: SocketAddr| {
+        let (service, limits) = (service.clone(), limits.clone());
+        let (shutdown, stats) = (each_shutdown.clone(), each_stats.clone());
+        // The node's one count of failed logins, shared with its other listeners.
+        let login = (security.clone(), security.login_limiter.clone());
+        connection::run(stream, addr, service, limits, login, shutdown, stats)
+    };
+    let refuse_one = move |stream: &TcpStream, addr| refuse(stream, addr, connections_max);
+    accept_connections(
+        listener,
+        connections_max,
+        stats,
+        shutdown,
+        tasks,
+        refuse_one,
+        serve_one,
+    )
+    .await
+}
+
+/// The accept loop of a listener of either protocol: at most `connections_max` connections
+/// at once, each served by `serve` on `tasks`; one more is handed to `refuse` (which may tell
+/// it why) and dropped, without the loop waiting for it. Counts connections in `stats`
+/// (open, accepted, refused) for metrics. Returns when `shutdown` is cancelled.
+pub async fn accept_connections<Serve, Fut>(
+    listener: TcpListener,
+    connections_max: usize,
+    stats: Arc<ConnectionStats>,
+    shutdown: CancellationToken,
+    tasks: TaskTracker,
+    refuse: impl Fn(&TcpStream, SocketAddr),
+    serve: Serve,
+) where
+    Serve: Fn(TcpStream, SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let open = Arc::new(Semaphore::new(connections_max));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -73,24 +110,16 @@ pub async fn serve_secure<S: Service>(
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
             stats.refused.fetch_add(1, Ordering::Relaxed);
-            refuse(&stream, addr, limits.connections_max);
+            refuse(&stream, addr);
             continue;
         };
+        let _ = stream.set_nodelay(true);
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
-        let (service, limits, shutdown) = (service.clone(), limits.clone(), shutdown.clone());
-        let (security, stats, limiter) = (security.clone(), stats.clone(), limiter.clone());
+        let served = serve(stream, addr);
+        let stats = stats.clone();
         tasks.spawn(async move {
-            connection::run(
-                stream,
-                addr,
-                service,
-                limits,
-                (security, limiter),
-                shutdown,
-                stats.clone(),
-            )
-            .await;
+            served.await;
             stats.open.fetch_sub(1, Ordering::Relaxed);
             drop(permit);
         });

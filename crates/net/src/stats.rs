@@ -59,6 +59,12 @@ impl ConnectionStats {
         self.refused.load(Ordering::Relaxed)
     }
 
+    /// Counts a connection closed for staying idle, by a listener that serves its own framing
+    /// (the Kafka port) over [`crate::accept_connections`].
+    pub fn count_idle_close(&self) {
+        self.idle_closed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Connections closed since start because they stayed idle for `idle_timeout_ms`.
     pub fn idle_closed(&self) -> u64 {
         self.idle_closed.load(Ordering::Relaxed)

@@ -121,11 +121,6 @@ pub(crate) async fn start(
             return Err(e.into());
         }
     };
-    let view = Arc::new(BrokerView {
-        state: broker.state().clone(),
-        meta: broker.embedded_meta().map(|m| m.node.clone()),
-    });
-    http_listener::attach(http.as_ref(), config.http, view, broker.local_addr, true);
     let kafka = match kafka_listener {
         Some((listener, advertised)) => {
             let kafka_config = tinymq_kafka::KafkaConfig {
@@ -147,6 +142,12 @@ pub(crate) async fn start(
         }
         None => None,
     };
+    let view = Arc::new(BrokerView {
+        state: broker.state().clone(),
+        meta: broker.embedded_meta().map(|m| m.node.clone()),
+        kafka: kafka.as_ref().map(KafkaListener::stats),
+    });
+    http_listener::attach(http.as_ref(), config.http, view, broker.local_addr, true);
     Ok(BrokerNode {
         broker,
         http,

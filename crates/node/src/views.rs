@@ -16,6 +16,8 @@ use tinymq_protocol::stats::HistogramSnapshot;
 pub struct BrokerView {
     pub state: Arc<BrokerState>,
     pub meta: Option<Arc<MetaNode>>,
+    /// The Kafka listener's connections and requests, when it runs.
+    pub kafka: Option<Arc<tinymq_net::ConnectionStats>>,
 }
 
 impl NodeView for BrokerView {
@@ -89,6 +91,14 @@ impl NodeView for BrokerView {
 
     fn requests(&self) -> Vec<OpStats> {
         requests(&self.state.connections)
+    }
+
+    fn kafka_connections(&self) -> Option<ConnectionCounts> {
+        self.kafka.as_deref().map(counts)
+    }
+
+    fn kafka_requests(&self) -> Vec<OpStats> {
+        self.kafka.as_deref().map(requests).unwrap_or_default()
     }
 
     fn broker(&self) -> Option<BrokerStats> {
