@@ -23,7 +23,6 @@ use tinymq_protocol::batch::{
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::fetch_frame::Records;
-use crate::partition::Partition;
 use crate::service::fetch::{read_each, PartitionReader};
 use crate::service::read::{consumer_partition, read_partition, PartitionRead};
 use crate::state::BrokerState;
@@ -71,17 +70,6 @@ impl FilterScan {
 }
 
 impl PartitionReader for FilterScan {
-    fn led(&self, state: &BrokerState, fp: &m::FetchPartition) -> Option<Arc<Partition>> {
-        state
-            .led_partition(&fp.topic, fp.partition)
-            .ok()
-            .map(|(p, _)| p)
-    }
-
-    fn watch(&self, partition: &Partition) -> tokio::sync::watch::Receiver<i64> {
-        partition.watch_high_watermark()
-    }
-
     fn read(
         &self,
         state: &BrokerState,

@@ -10,7 +10,6 @@ use std::time::Duration;
 use tinymq_protocol::batch::field;
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use crate::partition::Partition;
 use crate::service::append::{append, await_append, Written, PRODUCE_TIMEOUT_DEFAULT};
 use crate::service::fetch::{
     long_poll, read_each, refused, FetchAnswer, FetchHold, PartitionReader,
@@ -195,17 +194,6 @@ async fn await_producer_ids(state: &BrokerState, req: &m::ProduceRequest) {
 struct ConsumerReads;
 
 impl PartitionReader for ConsumerReads {
-    fn led(&self, state: &BrokerState, fp: &m::FetchPartition) -> Option<Arc<Partition>> {
-        state
-            .led_partition(&fp.topic, fp.partition)
-            .ok()
-            .map(|(p, _)| p)
-    }
-
-    fn watch(&self, partition: &Partition) -> tokio::sync::watch::Receiver<i64> {
-        partition.watch_high_watermark()
-    }
-
     fn read(
         &self,
         state: &BrokerState,

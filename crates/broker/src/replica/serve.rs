@@ -81,16 +81,7 @@ pub(crate) async fn fetch(
 struct FollowerReads;
 
 impl PartitionReader for FollowerReads {
-    fn led(&self, state: &BrokerState, fp: &m::FetchPartition) -> Option<Arc<Partition>> {
-        state
-            .led_partition_any(&fp.topic, fp.partition)
-            .ok()
-            .map(|(p, _)| p)
-    }
-
-    fn watch(&self, partition: &Partition) -> tokio::sync::watch::Receiver<i64> {
-        partition.watch_log_end()
-    }
+    const FOLLOWER: bool = true;
 
     fn read(
         &self,

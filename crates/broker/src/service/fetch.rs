@@ -22,10 +22,26 @@ use crate::topic::TOPIC_MESSAGE_BYTES_MAX;
 
 /// How one kind of fetch reads its partitions.
 pub(crate) trait PartitionReader: Clone + Send + Sync + 'static {
+    /// A follower's reads: internal topics too, up to the log end, waking when it moves (a
+    /// consumer's: client topics, below the high watermark, waking when it moves).
+    const FOLLOWER: bool = false;
     /// The partition of `fp` if this fetcher may wait on it here (led here, for its kind).
-    fn led(&self, state: &BrokerState, fp: &m::FetchPartition) -> Option<Arc<Partition>>;
+    fn led(&self, state: &BrokerState, fp: &m::FetchPartition) -> Option<Arc<Partition>> {
+        let led = if Self::FOLLOWER {
+            state.led_partition_any(&fp.topic, fp.partition)
+        } else {
+            state.led_partition(&fp.topic, fp.partition)
+        };
+        led.ok().map(|(partition, _)| partition)
+    }
     /// What a wait watches on a partition: its high watermark, or (followers) its log end.
-    fn watch(&self, partition: &Partition) -> watch::Receiver<i64>;
+    fn watch(&self, partition: &Partition) -> watch::Receiver<i64> {
+        if Self::FOLLOWER {
+            partition.watch_log_end()
+        } else {
+            partition.watch_high_watermark()
+        }
+    }
     /// Reads every requested partition once, in request order, within `budget` bytes in all:
     /// each result and the bytes it holds.
     fn read(&self, state: &BrokerState, req: &m::FetchRequest, budget: usize)
@@ -171,7 +187,10 @@ pub(crate) async fn long_poll<R: PartitionReader>(
 }
 
 /// Waits until any of the watched offsets moves, or until `deadline`.
-async fn wait_for_any(mut watches: Vec<watch::Receiver<i64>>, deadline: tokio::time::Instant) {
+pub(crate) async fn wait_for_any(
+    mut watches: Vec<watch::Receiver<i64>>,
+    deadline: tokio::time::Instant,
+) {
     let mut changes: Vec<Pin<Box<dyn Future<Output = ()> + Send>>> = watches
         .iter_mut()
         .map(|w| {

@@ -10,11 +10,12 @@ use tinymq_meta::authorize::Access;
 use tinymq_protocol::{messages as m, ErrorCode};
 use tinymq_share::{AckKind, RecordState};
 
-use super::fetch::{check_counts, leader_hint};
+use super::fetch::check_counts;
 use super::lookup::share_partition;
 use super::registry::{
     check_ids, share_error, storage_error, SharedPartition, DESCRIBE_MEMBERS_MAX,
 };
+use crate::service::leader_hint;
 use crate::state::BrokerState;
 
 /// In-flight records DescribeShareGroup lists per partition (the lowest ones).

@@ -5,10 +5,7 @@
 //! delivery counts are fsynced in the state log before the records are handed out
 //! (the acquisition itself is `acquire`).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use tinymq_auth::{AclOperation, Principal};
 use tinymq_meta::authorize::Access;
@@ -17,6 +14,7 @@ use tinymq_protocol::{messages as m, ErrorCode};
 use super::acquire::{acquire_partition, Asked};
 use super::lookup::share_partition;
 use super::registry::{check_ids, storage_error, SharedPartition};
+use crate::service::leader_hint;
 use crate::state::BrokerState;
 
 /// Longest long poll (`max_wait_ms` above it is cut to it).
@@ -158,7 +156,7 @@ pub async fn share_fetch(
         if acquired > 0 || targets.is_empty() || tokio::time::Instant::now() >= deadline {
             break;
         }
-        wait_for_any(watches, deadline).await;
+        crate::service::fetch::wait_for_any(watches, deadline).await;
     }
     m::ShareFetchResponse {
         error: None,
@@ -324,38 +322,4 @@ fn merge_acknowledgements(
             }
         }
     }
-}
-
-/// The leader's node id for a NOT_LEADER answer (0 otherwise).
-pub(crate) fn leader_hint(state: &BrokerState, topic: &str, partition: u32, e: &m::Error) -> u32 {
-    if e.code == u32::from(ErrorCode::NOT_LEADER.code()) {
-        state.current_leader(topic, partition)
-    } else {
-        0
-    }
-}
-
-/// Waits until any watch changes, or until `deadline`.
-async fn wait_for_any(
-    mut watches: Vec<tokio::sync::watch::Receiver<i64>>,
-    deadline: tokio::time::Instant,
-) {
-    type Change = Pin<Box<dyn Future<Output = ()> + Send>>;
-    let mut changes: Vec<Change> = watches
-        .iter_mut()
-        .map(|w| {
-            let mut w = w.clone();
-            Box::pin(async move {
-                let _ = w.changed().await;
-            }) as Change
-        })
-        .collect();
-    let any = std::future::poll_fn(|cx| {
-        if changes.iter_mut().any(|f| f.as_mut().poll(cx).is_ready()) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    });
-    let _ = tokio::time::timeout_at(deadline, any).await;
 }
