@@ -21,10 +21,11 @@ use tinymq_protocol::ErrorCode;
 
 use super::assignment::{assign, Assignment, Strategy, Tp};
 
-/// Session timeout bounds a member may ask for.
+/// Session timeout bounds a member may ask for, in either group protocol (native, and Kafka's
+/// classic one on the Kafka port: Kafka's `group.min/max.session.timeout.ms` defaults).
 pub const SESSION_TIMEOUT_MIN: Duration = Duration::from_millis(1000);
-pub const SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(300);
-/// Most members in one group.
+pub const SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(30 * 60);
+/// Most members in one group, in either group protocol.
 pub const GROUP_MEMBERS_MAX: usize = 1000;
 
 pub type GroupError = (ErrorCode, String);

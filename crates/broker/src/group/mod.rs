@@ -36,9 +36,10 @@ fn heartbeat_interval_ms(session: Duration, moving: bool) -> u32 {
     };
     interval.as_millis() as u32
 }
-/// Groups with members one broker coordinates at most; a join that would start another is
-/// refused with `LIMIT_EXCEEDED`. (A group without members takes no memory here: it is
-/// dropped, and only its committed offsets stay.)
+/// Groups with members one broker coordinates at most, over both group protocols (native
+/// groups with members, and the groups Kafka's classic protocol holds here); a join that would
+/// start another is refused with `LIMIT_EXCEEDED`. (A group without members takes no memory
+/// here: it is dropped, and only its committed offsets stay.)
 pub const GROUPS_MAX: usize = 100_000;
 /// Most topics one member may subscribe to.
 pub const MEMBER_TOPICS_MAX: usize = 10_000;
@@ -187,10 +188,10 @@ impl GroupCoordinator {
             ));
         }
         let mut held = self.held_by_other_protocol.lock();
-        if !held.contains(group) && held.len() >= GROUPS_MAX {
+        if !held.contains(group) && groups.len() + held.len() >= GROUPS_MAX {
             return Err((
                 ErrorCode::LIMIT_EXCEEDED,
-                format!("{GROUPS_MAX} groups are held by another protocol already"),
+                format!("this broker coordinates {GROUPS_MAX} groups with members already"),
             ));
         }
         held.insert(group.to_string());
@@ -278,7 +279,8 @@ impl GroupCoordinator {
         let session = Duration::from_millis(u64::from(req.session_timeout_ms));
         let mut groups = self.groups.lock();
         self.refuse_if_held(&req.group_id)?;
-        if !groups.contains_key(&req.group_id) && groups.len() >= GROUPS_MAX {
+        let held = self.held_by_other_protocol.lock().len();
+        if !groups.contains_key(&req.group_id) && groups.len() + held >= GROUPS_MAX {
             return Err((
                 ErrorCode::LIMIT_EXCEEDED,
                 format!("this broker coordinates {GROUPS_MAX} groups with members already"),
@@ -650,5 +652,55 @@ mod tests {
             ErrorCode::GROUP_NOT_EMPTY,
             "a group with native members cannot be claimed"
         );
+    }
+
+    #[test]
+    fn groups_of_both_protocols_count_against_one_bound() {
+        let coordinator = leading_everything();
+        let join = |group: &str| {
+            let request = m::JoinGroupRequest {
+                group_id: group.into(),
+                topics: vec!["t".into()],
+                session_timeout_ms: 10_000,
+                client_id: "c".into(),
+                ..Default::default()
+            };
+            coordinator.join(&request, &none)
+        };
+        join("native").unwrap();
+        for i in 0..GROUPS_MAX - 1 {
+            coordinator
+                .claim_for_other_protocol(&format!("kafka-{i}"))
+                .unwrap();
+        }
+        let refused = join("one-more-native").unwrap_err();
+        assert_eq!(refused.0, ErrorCode::LIMIT_EXCEEDED, "{}", refused.1);
+        let refused = coordinator
+            .claim_for_other_protocol("one-more-kafka")
+            .unwrap_err();
+        assert_eq!(refused.0, ErrorCode::LIMIT_EXCEEDED, "{}", refused.1);
+        // Groups already counted keep working.
+        join("native").unwrap();
+        coordinator.claim_for_other_protocol("kafka-0").unwrap();
+        coordinator.release_other_protocol("kafka-0");
+        join("one-more-native").unwrap();
+    }
+
+    #[test]
+    fn session_timeouts_up_to_kafkas_maximum_are_taken_natively() {
+        let coordinator = leading_everything();
+        let join = |session_timeout_ms: u32| {
+            let request = m::JoinGroupRequest {
+                group_id: "g".into(),
+                topics: vec!["t".into()],
+                session_timeout_ms,
+                client_id: "c".into(),
+                ..Default::default()
+            };
+            coordinator.join(&request, &none)
+        };
+        join(30 * 60 * 1000).unwrap();
+        let refused = join(30 * 60 * 1000 + 1).unwrap_err();
+        assert_eq!(refused.0, ErrorCode::INVALID_REQUEST, "{}", refused.1);
     }
 }

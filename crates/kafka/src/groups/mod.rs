@@ -44,9 +44,10 @@ pub(crate) use admin::{delete_groups, describe_groups, find_coordinator, list_gr
 pub(crate) use membership::{heartbeat, join_group, leave_group, sync_group};
 pub(crate) use offsets::{offset_commit, offset_fetch};
 
-/// Most Kafka groups this broker keeps (with members, or vacant and not yet forgotten); a
-/// join that would add another is refused.
-pub const KAFKA_GROUPS_MAX: usize = 10_000;
+/// Most Kafka groups this broker keeps (with members, or vacant and not yet forgotten): the
+/// broker's one bound on groups (those with members count against it on the native
+/// coordinator too, through the claim); a join that would add another is refused.
+pub const KAFKA_GROUPS_MAX: usize = tinymq_broker::group::GROUPS_MAX;
 /// Most bytes all Kafka groups here keep together (members' protocol metadata,
 /// assignments, ids and client strings; see [`state::GROUP_BYTES_MAX`] for one group): a
 /// join or assignment beyond it is refused with GROUP_MAX_SIZE_REACHED. 32 groups at their

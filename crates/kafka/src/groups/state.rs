@@ -20,13 +20,13 @@ use kafka_protocol::error::ResponseError as K;
 /// group whose members start together forms in one rebalance (Kafka's
 /// `group.initial.rebalance.delay.ms`, shorter).
 pub const INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(500);
-/// Session timeouts a member may ask for (Kafka's `group.min/max.session.timeout.ms`).
-pub const SESSION_TIMEOUT_MIN: Duration = Duration::from_millis(1000);
-pub const SESSION_TIMEOUT_MAX: Duration = Duration::from_secs(30 * 60);
+/// Session timeouts a member may ask for, and members per group: the broker's one set, for
+/// both group protocols.
+pub use tinymq_broker::group::coordinator::{
+    GROUP_MEMBERS_MAX, SESSION_TIMEOUT_MAX, SESSION_TIMEOUT_MIN,
+};
 /// Longest join phase a member may ask for (its rebalance timeout is capped to this).
 pub const REBALANCE_TIMEOUT_MAX: Duration = Duration::from_secs(30 * 60);
-/// Most members (including those told MEMBER_ID_REQUIRED and not yet back) in one group.
-pub const GROUP_MEMBERS_MAX: usize = 1000;
 /// Most protocols (assignors) one member may offer.
 pub const MEMBER_PROTOCOLS_MAX: usize = 32;
 /// Most bytes of protocol names and metadata one member may offer in a JoinGroup, all its
