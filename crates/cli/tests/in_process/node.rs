@@ -7,13 +7,20 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use tinymq_broker::BrokerConfig;
-use tinymq_node::{BrokerNodeConfig, MetaNodeConfig, Node, NodeConfig};
+use tinymq_http::HttpLimits;
+use tinymq_node::{BrokerNodeConfig, HttpListenerConfig, MetaNodeConfig, Node, NodeConfig};
+
+use crate::common::http::Endpoints;
+use crate::common::RawClient;
 
 /// One node running on its own thread.
 pub struct NodeThread {
     pub addr: SocketAddr,
+    /// The HTTP listener's address, when the node runs one.
+    pub http: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -37,17 +44,18 @@ impl NodeThread {
                         return;
                     }
                 };
-                let _ = started.send(Ok(node.local_addr()));
+                let _ = started.send(Ok((node.local_addr(), node.http_addr())));
                 let _ = stopped.await;
                 node.shutdown().await;
             });
         });
-        let addr = addr
+        let (addr, http) = addr
             .recv()
             .expect("the node thread answers")
             .unwrap_or_else(|e| panic!("the node did not start: {e}"));
         NodeThread {
             addr,
+            http,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -106,12 +114,67 @@ impl Server {
     }
 }
 
+/// A plain HTTP listener on an ephemeral port with the default limits as `tune` changes them
+/// (as `--http 127.0.0.1:0` and the `--http-*` flags give it).
+pub fn http_config(tune: impl FnOnce(&mut HttpLimits)) -> HttpListenerConfig {
+    let mut limits = HttpLimits::default();
+    tune(&mut limits);
+    HttpListenerConfig {
+        addr: "127.0.0.1:0".parse().expect("an address"),
+        optional: false,
+        limits,
+        security: Default::default(),
+        api_links: Default::default(),
+    }
+}
+
+/// A standalone node with its HTTP listener, in a data directory of its own; its addresses
+/// and HTTP requests are [`Endpoints`]' (as a process test's `common::http::Node`).
+pub struct HttpNode {
+    endpoints: Endpoints,
+    _node: NodeThread,
+    _data: tempfile::TempDir,
+}
+
+impl HttpNode {
+    /// `tinymq server --http 127.0.0.1:0` with the broker's and the listener's settings as
+    /// `tune` changes them.
+    pub fn start(tune: impl FnOnce(&mut BrokerConfig, &mut HttpLimits)) -> HttpNode {
+        let data = tempfile::tempdir().expect("a temporary data directory");
+        let mut broker = broker_config(data.path());
+        let mut limits = HttpLimits::default();
+        tune(&mut broker, &mut limits);
+        let node = NodeThread::start(NodeConfig::Standalone(BrokerNodeConfig {
+            broker,
+            http: Some(http_config(|l| *l = limits)),
+            kafka: None,
+        }));
+        HttpNode {
+            endpoints: Endpoints {
+                native: node.addr.to_string(),
+                http: node.http.expect("an HTTP listener").to_string(),
+            },
+            _node: node,
+            _data: data,
+        }
+    }
+}
+
+impl std::ops::Deref for HttpNode {
+    type Target = Endpoints;
+
+    fn deref(&self) -> &Endpoints {
+        &self.endpoints
+    }
+}
+
 /// A MetaServer group of `metas` nodes and brokers `1..=brokers`, every one in this process,
 /// with their data under `dir`.
 pub struct Cluster {
     /// Broker `id` at index `id - 1`. Declared first: dropped (stopped) before the group.
     pub brokers: Vec<NodeThread>,
-    _metas: Vec<NodeThread>,
+    /// MetaServer node `id` at index `id - 1`.
+    pub metas: Vec<NodeThread>,
 }
 
 impl Cluster {
@@ -147,10 +210,12 @@ impl Cluster {
                 }))
             })
             .collect();
-        Cluster {
-            brokers,
-            _metas: metas,
-        }
+        Cluster { brokers, metas }
+    }
+
+    /// MetaServer node `id`'s address.
+    pub fn meta(&self, id: u64) -> String {
+        self.metas[id as usize - 1].addr.to_string()
     }
 
     /// Every broker's address, for a client's bootstrap list.
@@ -158,4 +223,18 @@ impl Cluster {
         let addrs: Vec<String> = self.brokers.iter().map(|b| b.addr.to_string()).collect();
         addrs.join(",")
     }
+}
+
+/// The metadata image and Raft view of the MetaServer node at `addr` (what `tinymq cluster
+/// status` reads).
+pub fn meta_read(addr: &str) -> tinymq_protocol::messages::MetaReadResponse {
+    RawClient::handshaken(addr).call(&tinymq_protocol::messages::MetaReadRequest::default())
+}
+
+/// The Raft leader as the node at `addr` knows it, once it knows one (bounded wait).
+pub fn meta_leader(addr: &str) -> u64 {
+    crate::common::retry(200, Duration::from_millis(50), || {
+        Some(meta_read(addr).leader).filter(|l| *l != 0)
+    })
+    .unwrap_or_else(|| panic!("no leader seen by {addr}"))
 }
