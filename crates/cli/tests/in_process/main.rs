@@ -7,9 +7,16 @@
 mod common;
 mod node;
 
+mod broker_behaviour;
 mod failover;
 mod fetch_paths;
+mod filters;
+mod groups;
+mod http_endpoints;
 mod idempotence;
 mod many_clients;
+mod meta_cluster;
+mod protocol_conformance;
+mod rest_api;
 mod send_batch;
 mod share_protocol;
