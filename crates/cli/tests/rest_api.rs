@@ -1,135 +1,16 @@
-//! The REST admin API (`/api/v1`, issue 15) of real `tinymq` processes: groups read by
-//! `tinymq consume` members, share settings and routes made by the CLI, and the API on a
-//! MetaServer node, which goes through the brokers (one of them killed). Every route's happy
-//! path and its main errors run in process (`in_process/rest_api.rs`).
+//! The REST admin API (`/api/v1`, issue 15) of real `tinymq` processes: share settings and
+//! routes made by the CLI, and the API on a MetaServer node, which goes through the brokers
+//! (one of them killed). Every route's happy path and its main errors, and groups, run in
+//! process (`in_process/rest_api.rs`).
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::http::Node;
 use common::BIN;
 use serde_json::json;
-
-/// `tinymq consume` as a member of `group`; waits for it to exit when `count` is given.
-fn consume(node: &Node, topic: &str, group: &str, count: Option<u32>) -> std::process::Child {
-    let mut args = vec![
-        "consume".to_string(),
-        topic.into(),
-        "--group".into(),
-        group.into(),
-        "--from-beginning".into(),
-    ];
-    if let Some(n) = count {
-        args.extend(["--count".into(), n.to_string()]);
-    }
-    Command::new(BIN)
-        .args(&args)
-        .env("TINYMQ_BOOTSTRAP", &node.native)
-        .env("TINYMQ_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn reset(node: &Node, group: &str, to: serde_json::Value) -> common::http::Response {
-    node.post(
-        &format!("/api/v1/groups/{group}/offsets"),
-        &json!({"topic": "events", "to": to}),
-    )
-}
-
-#[test]
-fn groups_describe_reset_and_delete() {
-    let data = tempfile::tempdir().unwrap();
-    let node = Node::server(data.path());
-    node.wait_ok("/api/v1/topics");
-    node.post(
-        "/api/v1/topics",
-        &json!({"name": "events", "partitions": 1}),
-    )
-    .expect(201);
-    for i in 0..5 {
-        node.post(
-            "/api/v1/topics/events/messages",
-            &json!({"value": format!("e{i}")}),
-        )
-        .expect(200);
-    }
-    node.get("/api/v1/groups/readers")
-        .expect_problem(404, "GROUP_ID_NOT_FOUND");
-    let status = consume(&node, "events", "readers", Some(5)).wait().unwrap();
-    assert!(status.success());
-
-    let list = node.get("/api/v1/groups").expect(200);
-    assert_eq!(list["groups"][0]["group_id"], "readers", "{list}");
-    assert_eq!(list["groups"][0]["members"], 0, "{list}");
-    let group = node.get("/api/v1/groups/readers").expect(200);
-    assert_eq!(group["members"], json!([]));
-    assert_eq!(
-        group["offsets"],
-        json!([{"topic": "events", "partition": 0, "committed_offset": 5,
-                "high_watermark": 5, "lag": 0}])
-    );
-
-    // Reset while empty: each target.
-    let earliest = reset(&node, "readers", json!("earliest")).expect(200);
-    assert_eq!(earliest["offsets"], json!([{"partition": 0, "offset": 0}]));
-    let lagging = node.get("/api/v1/groups/readers").expect(200);
-    assert_eq!(lagging["offsets"][0]["lag"], 5, "{lagging}");
-    let at = reset(&node, "readers", json!({"offset": 2})).expect(200);
-    assert_eq!(at["offsets"][0]["offset"], 2);
-    let clamped = reset(&node, "readers", json!({"offset": 99})).expect(200);
-    assert_eq!(clamped["offsets"][0]["offset"], 5, "past the end: the end");
-    let by_time = reset(&node, "readers", json!({"timestamp_ms": 0})).expect(200);
-    assert_eq!(by_time["offsets"][0]["offset"], 0);
-    let latest = reset(&node, "readers", json!("latest")).expect(200);
-    assert_eq!(latest["offsets"][0]["offset"], 5);
-    reset(&node, "readers", json!("middle")).expect_problem(400, "MALFORMED_BODY");
-    node.post(
-        "/api/v1/groups/readers/offsets",
-        &json!({"topic": "nope", "to": "earliest"}),
-    )
-    .expect_problem(404, "UNKNOWN_TOPIC_OR_PARTITION");
-    node.post(
-        "/api/v1/groups/readers/offsets",
-        &json!({"topic": "events", "to": "earliest", "partitions": [3]}),
-    )
-    .expect_problem(404, "UNKNOWN_TOPIC_OR_PARTITION");
-
-    // A group with a member: described with its assignment; reset and delete refused.
-    let mut member = consume(&node, "events", "busy", None);
-    let mut described = serde_json::Value::Null;
-    for _ in 0..150 {
-        described = node.get("/api/v1/groups/busy").json();
-        if described["members"]
-            .as_array()
-            .is_some_and(|m| !m.is_empty())
-            && described["state"] == "stable"
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(
-        described["members"][0]["assignment"],
-        json!([{"topic": "events", "partitions": [0]}]),
-        "{described}"
-    );
-    reset(&node, "busy", json!("earliest")).expect_problem(409, "GROUP_NOT_EMPTY");
-    node.delete("/api/v1/groups/busy")
-        .expect_problem(409, "GROUP_NOT_EMPTY");
-    let _ = member.kill();
-    let _ = member.wait();
-
-    // Delete.
-    assert_eq!(node.delete("/api/v1/groups/readers").status, 204);
-    node.get("/api/v1/groups/readers")
-        .expect_problem(404, "GROUP_ID_NOT_FOUND");
-    node.delete("/api/v1/groups/readers")
-        .expect_problem(404, "GROUP_ID_NOT_FOUND");
-}
 
 #[test]
 fn a_meta_node_serves_the_api_through_the_brokers() {

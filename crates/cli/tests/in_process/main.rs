@@ -3,6 +3,12 @@
 //! share one test binary and pay no process start. Tests that kill, signal or run the CLI stay
 //! beside this folder as process tests.
 
+// As the binary does: the Kafka listener's decoder needs huge declared allocations to be
+// mapped unreserved (see tinymq_node::alloc_guard).
+#[global_allocator]
+static ALLOCATOR: tinymq_node::alloc_guard::GuardedAllocator =
+    tinymq_node::alloc_guard::GuardedAllocator;
+
 #[path = "../common/mod.rs"]
 mod common;
 mod node;
@@ -14,6 +20,7 @@ mod filters;
 mod groups;
 mod http_endpoints;
 mod idempotence;
+mod kafka_groups;
 mod many_clients;
 mod meta_cluster;
 mod protocol_conformance;

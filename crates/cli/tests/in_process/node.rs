@@ -7,11 +7,15 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tinymq_broker::BrokerConfig;
 use tinymq_http::HttpLimits;
-use tinymq_node::{BrokerNodeConfig, HttpListenerConfig, MetaNodeConfig, Node, NodeConfig};
+use tinymq_node::{
+    BrokerNodeConfig, HttpListenerConfig, KafkaListenerConfig, MetaNodeConfig, Node, NodeConfig,
+};
 
 use crate::common::http::Endpoints;
 use crate::common::RawClient;
@@ -21,6 +25,8 @@ pub struct NodeThread {
     pub addr: SocketAddr,
     /// The HTTP listener's address, when the node runs one.
     pub http: Option<SocketAddr>,
+    /// The Kafka listener's address, when the node runs one.
+    pub kafka: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -44,18 +50,20 @@ impl NodeThread {
                         return;
                     }
                 };
-                let _ = started.send(Ok((node.local_addr(), node.http_addr())));
+                let addrs = (node.local_addr(), node.http_addr(), node.kafka_addr());
+                let _ = started.send(Ok(addrs));
                 let _ = stopped.await;
                 node.shutdown().await;
             });
         });
-        let (addr, http) = addr
+        let (addr, http, kafka) = addr
             .recv()
             .expect("the node thread answers")
             .unwrap_or_else(|e| panic!("the node did not start: {e}"));
         NodeThread {
             addr,
             http,
+            kafka,
             stop: Some(stop),
             thread: Some(thread),
         }
@@ -168,6 +176,37 @@ impl std::ops::Deref for HttpNode {
     }
 }
 
+/// A standalone node with a Kafka listener on an ephemeral port (`tinymq server --kafka-listen
+/// 127.0.0.1:0`), in a data directory of its own.
+pub struct KafkaNode {
+    /// The native address.
+    pub native: String,
+    /// The Kafka listener's address.
+    pub kafka: String,
+    _node: NodeThread,
+    _data: tempfile::TempDir,
+}
+
+impl KafkaNode {
+    pub fn start() -> KafkaNode {
+        let data = tempfile::tempdir().expect("a temporary data directory");
+        let node = NodeThread::start(NodeConfig::Standalone(BrokerNodeConfig {
+            broker: broker_config(data.path()),
+            http: None,
+            kafka: Some(KafkaListenerConfig {
+                listen: Some("127.0.0.1:0".parse().expect("an address")),
+                ..KafkaListenerConfig::default()
+            }),
+        }));
+        KafkaNode {
+            native: node.addr.to_string(),
+            kafka: node.kafka.expect("a Kafka listener").to_string(),
+            _node: node,
+            _data: data,
+        }
+    }
+}
+
 /// A MetaServer group of `metas` nodes and brokers `1..=brokers`, every one in this process,
 /// with their data under `dir`.
 pub struct Cluster {
@@ -237,4 +276,51 @@ pub fn meta_leader(addr: &str) -> u64 {
         Some(meta_read(addr).leader).filter(|l| *l != 0)
     })
     .unwrap_or_else(|| panic!("no leader seen by {addr}"))
+}
+
+/// A native (tinymq protocol) member of `group`, as `tinymq consume --group` is: a client
+/// consumer subscribed to `topic`, polling on its own thread until dropped.
+pub struct NativeMember {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NativeMember {
+    pub fn start(bootstrap: &str, group: &str, topic: &str) -> NativeMember {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (bootstrap, group, topic) =
+            (bootstrap.to_string(), group.to_string(), topic.to_string());
+        let stopping = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+            runtime.block_on(async {
+                let config = tinymq_client::ConsumerConfig::new(&bootstrap);
+                let mut consumer = tinymq_client::Consumer::new(config).expect("a consumer");
+                consumer
+                    .subscribe(&group, &[&topic])
+                    .await
+                    .expect("subscribed");
+                while !stopping.load(Ordering::Relaxed) {
+                    consumer
+                        .poll(Duration::from_millis(100))
+                        .await
+                        .expect("a poll");
+                }
+                let _ = consumer.close().await;
+            });
+        });
+        NativeMember {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for NativeMember {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }

@@ -1,10 +1,13 @@
 //! The REST admin API (`/api/v1`, issue 15) of a node in this process: every route's happy
 //! path and its main errors, answered as RFC 9457 problem documents with the native error
-//! code.
+//! code; groups described, reset and deleted.
 
-use crate::common::http::{raw, request};
-use crate::node::HttpNode;
+use std::time::Duration;
+
+use crate::common::http::{raw, request, Endpoints, Response};
+use crate::node::{HttpNode, NativeMember};
 use serde_json::json;
+use tinymq_client::{Consumer, ConsumerConfig, StartFrom};
 
 #[test]
 fn topics_and_messages_round_trip() {
@@ -225,4 +228,125 @@ fn bad_input_is_refused_with_problem_documents() {
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
+}
+
+/// A member of `group` reads `count` records of `topic` from the beginning, commits and
+/// leaves (as `tinymq consume --group GROUP --from-beginning --count N` does).
+fn read_and_leave(bootstrap: &str, topic: &str, group: &str, count: usize) {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        let mut config = ConsumerConfig::new(bootstrap);
+        config.start_from = StartFrom::Earliest;
+        let mut consumer = Consumer::new(config).unwrap();
+        consumer.subscribe(group, &[topic]).await.unwrap();
+        let mut read = 0;
+        for _ in 0..300 {
+            read += consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .unwrap()
+                .len();
+            if read >= count {
+                break;
+            }
+        }
+        assert_eq!(read, count, "the member read the topic");
+        consumer.commit().await.unwrap();
+        consumer.close().await.unwrap();
+    });
+}
+
+fn reset(node: &Endpoints, group: &str, to: serde_json::Value) -> Response {
+    node.post(
+        &format!("/api/v1/groups/{group}/offsets"),
+        &json!({"topic": "events", "to": to}),
+    )
+}
+
+#[test]
+fn groups_describe_reset_and_delete() {
+    let node = HttpNode::start(|_, _| {});
+    node.wait_ok("/api/v1/topics");
+    node.post(
+        "/api/v1/topics",
+        &json!({"name": "events", "partitions": 1}),
+    )
+    .expect(201);
+    for i in 0..5 {
+        node.post(
+            "/api/v1/topics/events/messages",
+            &json!({"value": format!("e{i}")}),
+        )
+        .expect(200);
+    }
+    node.get("/api/v1/groups/readers")
+        .expect_problem(404, "GROUP_ID_NOT_FOUND");
+    read_and_leave(&node.native, "events", "readers", 5);
+
+    let list = node.get("/api/v1/groups").expect(200);
+    assert_eq!(list["groups"][0]["group_id"], "readers", "{list}");
+    assert_eq!(list["groups"][0]["members"], 0, "{list}");
+    let group = node.get("/api/v1/groups/readers").expect(200);
+    assert_eq!(group["members"], json!([]));
+    assert_eq!(
+        group["offsets"],
+        json!([{"topic": "events", "partition": 0, "committed_offset": 5,
+                "high_watermark": 5, "lag": 0}])
+    );
+
+    // Reset while empty: each target.
+    let earliest = reset(&node, "readers", json!("earliest")).expect(200);
+    assert_eq!(earliest["offsets"], json!([{"partition": 0, "offset": 0}]));
+    let lagging = node.get("/api/v1/groups/readers").expect(200);
+    assert_eq!(lagging["offsets"][0]["lag"], 5, "{lagging}");
+    let at = reset(&node, "readers", json!({"offset": 2})).expect(200);
+    assert_eq!(at["offsets"][0]["offset"], 2);
+    let clamped = reset(&node, "readers", json!({"offset": 99})).expect(200);
+    assert_eq!(clamped["offsets"][0]["offset"], 5, "past the end: the end");
+    let by_time = reset(&node, "readers", json!({"timestamp_ms": 0})).expect(200);
+    assert_eq!(by_time["offsets"][0]["offset"], 0);
+    let latest = reset(&node, "readers", json!("latest")).expect(200);
+    assert_eq!(latest["offsets"][0]["offset"], 5);
+    reset(&node, "readers", json!("middle")).expect_problem(400, "MALFORMED_BODY");
+    node.post(
+        "/api/v1/groups/readers/offsets",
+        &json!({"topic": "nope", "to": "earliest"}),
+    )
+    .expect_problem(404, "UNKNOWN_TOPIC_OR_PARTITION");
+    node.post(
+        "/api/v1/groups/readers/offsets",
+        &json!({"topic": "events", "to": "earliest", "partitions": [3]}),
+    )
+    .expect_problem(404, "UNKNOWN_TOPIC_OR_PARTITION");
+
+    // A group with a member: described with its assignment; reset and delete refused.
+    let member = NativeMember::start(&node.native, "busy", "events");
+    let mut described = serde_json::Value::Null;
+    for _ in 0..150 {
+        described = node.get("/api/v1/groups/busy").json();
+        if described["members"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty())
+            && described["state"] == "stable"
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        described["members"][0]["assignment"],
+        json!([{"topic": "events", "partitions": [0]}]),
+        "{described}"
+    );
+    reset(&node, "busy", json!("earliest")).expect_problem(409, "GROUP_NOT_EMPTY");
+    node.delete("/api/v1/groups/busy")
+        .expect_problem(409, "GROUP_NOT_EMPTY");
+    drop(member);
+
+    // Delete.
+    assert_eq!(node.delete("/api/v1/groups/readers").status, 204);
+    node.get("/api/v1/groups/readers")
+        .expect_problem(404, "GROUP_ID_NOT_FOUND");
+    node.delete("/api/v1/groups/readers")
+        .expect_problem(404, "GROUP_ID_NOT_FOUND");
 }
