@@ -9,14 +9,14 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::frames::{self, batch, code, error_of, fetch, produce, produce_to};
+use common::frames::{self, batch, code, error_of, fetch, init_producer_id, produce, produce_to};
 use common::{RawClient, Server};
 use tinymq_client::{
     Admin, ClientConfig, Consumer, ConsumerConfig, Producer, ProducerConfig, ProducerRecord,
     StartFrom, TopicConfig,
 };
 use tinymq_protocol::batch::ProducerStamp;
-use tinymq_protocol::{messages as m, ErrorCode};
+use tinymq_protocol::ErrorCode;
 
 type Acked = BTreeMap<(u32, i64), String>;
 
@@ -177,12 +177,7 @@ fn idempotence_state_survives_a_sigkill() {
     let mut server = Server::start(tmp.path());
     let mut c = RawClient::handshaken(&server.addr);
     frames::create(&mut c, "idem", 1);
-    let id = c.call(&m::InitProducerIdRequest {
-        transactional_id: String::new(),
-        producer_id: -1,
-        producer_epoch: -1,
-    });
-    assert!(id.error.is_none());
+    let id = init_producer_id(&mut c);
     let stamp = |seq| ProducerStamp {
         producer_id: id.producer_id,
         producer_epoch: id.producer_epoch as i16,
@@ -210,11 +205,7 @@ fn idempotence_state_survives_a_sigkill() {
     let next = produce(&mut c, "idem", batch("s3", stamp(3)), -1).unwrap();
     assert_eq!(next.base_offset, 3);
     // A new producer id from the restarted server is never one handed out before.
-    let fresh = c.call(&m::InitProducerIdRequest {
-        transactional_id: String::new(),
-        producer_id: -1,
-        producer_epoch: -1,
-    });
+    let fresh = init_producer_id(&mut c);
     assert!(fresh.producer_id > id.producer_id);
     assert_eq!(fetch(&mut c, "idem", 0, 100).high_watermark, 4);
 }
@@ -225,11 +216,7 @@ fn idempotence_follows_the_documented_rules_and_survives_kill_9() {
     let mut server = Server::start(tmp.path());
     let mut c = RawClient::handshaken(&server.addr);
     frames::create(&mut c, "idem", 2);
-    let id = c.call(&m::InitProducerIdRequest {
-        transactional_id: String::new(),
-        producer_id: -1,
-        producer_epoch: -1,
-    });
+    let id = init_producer_id(&mut c);
     let stamp = |epoch: i16, seq: i32| ProducerStamp {
         producer_id: id.producer_id,
         producer_epoch: epoch,

@@ -110,3 +110,14 @@ pub fn code(e: ErrorCode) -> u32 {
 pub fn error_of(e: &Option<m::Error>) -> u32 {
     e.as_ref().map_or(0, |e| e.code)
 }
+
+/// A new producer id and epoch from the node (InitProducerId without a transactional id).
+pub fn init_producer_id(c: &mut RawClient) -> m::InitProducerIdResponse {
+    let id = c.call(&m::InitProducerIdRequest {
+        transactional_id: String::new(),
+        producer_id: -1,
+        producer_epoch: -1,
+    });
+    assert!(id.error.is_none(), "{:?}", id.error);
+    id
+}
