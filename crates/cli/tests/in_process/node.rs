@@ -34,6 +34,11 @@ pub struct NodeThread {
 impl NodeThread {
     /// Starts the node `config` describes; returns once it accepts connections.
     pub fn start(config: NodeConfig) -> NodeThread {
+        NodeThread::try_start(config).unwrap_or_else(|e| panic!("the node did not start: {e}"))
+    }
+
+    /// [`NodeThread::start`], or why the node did not start.
+    pub fn try_start(config: NodeConfig) -> Result<NodeThread, String> {
         let (started, addr) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
@@ -56,17 +61,14 @@ impl NodeThread {
                 node.shutdown().await;
             });
         });
-        let (addr, http, kafka) = addr
-            .recv()
-            .expect("the node thread answers")
-            .unwrap_or_else(|e| panic!("the node did not start: {e}"));
-        NodeThread {
+        let (addr, http, kafka) = addr.recv().expect("the node thread answers")?;
+        Ok(NodeThread {
             addr,
             http,
             kafka,
             stop: Some(stop),
             thread: Some(thread),
-        }
+        })
     }
 
     /// Shuts the node down and waits until it has stopped.
@@ -218,24 +220,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(dir: &Path, metas: u64, brokers: u32) -> Cluster {
-        // The group's addresses must be known before its nodes start.
-        let peers: BTreeMap<u64, String> = (1..=metas)
-            .map(|id| (id, format!("127.0.0.1:{}", crate::common::free_port())))
-            .collect();
-        let metas = (1..=metas)
-            .map(|id| {
-                NodeThread::start(NodeConfig::Meta(MetaNodeConfig {
-                    id,
-                    listen: peers[&id].parse().expect("an address"),
-                    peers: peers.clone(),
-                    data: dir.join(format!("meta-{id}")),
-                    limits: tinymq_meta::server::default_limits(),
-                    security: Default::default(),
-                    admin: None,
-                    http: None,
-                }))
-            })
-            .collect();
+        let (peers, metas) = start_metas(dir, metas);
         let meta: Vec<String> = peers.values().cloned().collect();
         let brokers = (1..=brokers)
             .map(|id| {
@@ -262,6 +247,45 @@ impl Cluster {
         let addrs: Vec<String> = self.brokers.iter().map(|b| b.addr.to_string()).collect();
         addrs.join(",")
     }
+}
+
+/// MetaServer nodes `1..=count` with their data under `dir`, and their addresses. The group's
+/// addresses must be known before its nodes start, so each is a port that was free a moment
+/// ago; when another test took one meanwhile (its node cannot listen), the group starts again
+/// on other ports, from empty data directories (bounded attempts).
+fn start_metas(dir: &Path, count: u64) -> (BTreeMap<u64, String>, Vec<NodeThread>) {
+    let mut last = String::new();
+    for _ in 0..10 {
+        let peers: BTreeMap<u64, String> = (1..=count)
+            .map(|id| (id, format!("127.0.0.1:{}", crate::common::free_port())))
+            .collect();
+        let started: Result<Vec<NodeThread>, String> = (1..=count)
+            .map(|id| {
+                NodeThread::try_start(NodeConfig::Meta(MetaNodeConfig {
+                    id,
+                    listen: peers[&id].parse().expect("an address"),
+                    peers: peers.clone(),
+                    data: dir.join(format!("meta-{id}")),
+                    limits: tinymq_meta::server::default_limits(),
+                    security: Default::default(),
+                    admin: None,
+                    http: None,
+                }))
+            })
+            .collect();
+        match started {
+            Ok(metas) => return (peers, metas),
+            Err(e) if e.contains("Address already in use") => {
+                // The nodes that started are stopped (dropped) by now: start afresh.
+                for id in 1..=count {
+                    let _ = std::fs::remove_dir_all(dir.join(format!("meta-{id}")));
+                }
+                last = e;
+            }
+            Err(e) => panic!("a MetaServer node did not start: {e}"),
+        }
+    }
+    panic!("the MetaServer group found no free ports: {last}");
 }
 
 /// The metadata image and Raft view of the MetaServer node at `addr` (what `tinymq cluster
