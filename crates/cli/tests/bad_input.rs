@@ -262,7 +262,8 @@ fn unread_fetch_responses_stay_within_the_fetch_memory() {
     for _ in 0..100 {
         slow.send_frame(op(OpCode::Fetch), &body);
     }
-    // Give the server time to answer what it can; what it cannot is held back.
+    // Not a wait for an event: memory must stay bounded for as long as the reader stalls, so
+    // the pause outlasts the server answering what it can (what it cannot is held back).
     std::thread::sleep(Duration::from_secs(3));
     let grown_mib = server.rss_kib().saturating_sub(rss_before) / 1024;
     assert!(

@@ -277,6 +277,7 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
                 .map(str::to_string)
                 .collect();
             std::thread::spawn(move || {
+                // Not a wait: the second create is sent while the election is under way.
                 std::thread::sleep(Duration::from_millis(delay_ms));
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 tool_ok(&args)

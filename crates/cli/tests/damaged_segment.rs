@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use bytes::Bytes;
+use common::frames::create;
 use common::RawClient;
 use tinymq_protocol::batch::{
     compute_crc, field, BatchBuilder, BatchIter, Compression, ProducerStamp, RecordInput,
@@ -118,18 +119,6 @@ fn expected(topic: &str, partition: u32, batches: u32) -> Vec<String> {
     (0..batches)
         .flat_map(|b| (0..RECORDS).map(move |r| value(topic, partition, b, r)))
         .collect()
-}
-
-fn create(c: &mut RawClient, name: &str, partitions: u32) {
-    let r = c.call(&m::CreateTopicRequest {
-        name: name.into(),
-        config: Some(m::TopicConfig {
-            partitions,
-            ..m::TopicConfig::default()
-        }),
-        validate_only: false,
-    });
-    assert!(r.error.is_none(), "create {name}: {:?}", r.error);
 }
 
 /// Produces batch `batch` of one partition; returns the result for it.

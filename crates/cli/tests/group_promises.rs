@@ -258,7 +258,8 @@ fn ctrl_c_then_sigterm_still_exits_130_and_commits_what_was_printed() {
     let server = mid_stream_server(tmp.path());
     let mut c = gated_member(&server);
     c.send(libc::SIGINT);
-    // Let the first signal be handled before the second arrives.
+    // Kept, though a wait: the first signal must be taken before the second arrives, and a
+    // plain `consume` shows nothing when it takes one (no note, still printing, no exit).
     std::thread::sleep(Duration::from_millis(200));
     c.send(libc::SIGTERM);
     c.release();
@@ -325,9 +326,11 @@ fn members_joining_close_together_never_deliver_a_record_twice() {
             for chunk in 0..60 {
                 let from = 600 + chunk * 100;
                 produce(&server, "dup", from, from + 100);
+                // Not a wait: paces the producer so records arrive all through the rebalance.
                 std::thread::sleep(Duration::from_millis(50));
             }
         });
+        // Not a wait: A consumes alone for a while before B joins.
         std::thread::sleep(Duration::from_secs(1));
         let b = consume(&server, &args);
         producer.join().expect("producer");
@@ -407,7 +410,7 @@ fn members_started_together_share_the_records_that_follow() {
         matches!(&seen, Some((state, counts)) if state == "stable" && counts == &[2, 2, 2]),
         "the group settles with two partitions per member before records arrive: {seen:?}"
     );
-    // As in the report: the records arrive about 5 s after the members started.
+    // Not a wait: as in the report, the records arrive about 5 s after the members started.
     std::thread::sleep(Duration::from_secs(5).saturating_sub(started.elapsed()));
     produce(&server, "grp", 0, 60_000);
     for m in &mut members {

@@ -1,15 +1,16 @@
-//! The HTTP listener of a real `tinymq server` (issue 15): `/metrics` moves with a produce and
-//! parses as Prometheus text, the health endpoints answer JSON, and bad requests get 4xx.
+//! The HTTP listener of real `tinymq` processes (issue 15): `/metrics` moves with a produce
+//! and parses as Prometheus text (the node's totals are the process's), a MetaServer node and a
+//! cluster broker serve it, and replication health follows a follower killed and restarted.
+//! The listener's limits, health and 4xx answers run in process (`in_process/http_endpoints.rs`).
 
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::process::Command;
 use std::time::Duration;
 
 use common::http::Node;
+use common::prometheus::{scrape_at, value};
 use common::BIN;
 
 /// A server started with `--http 127.0.0.1:0` and `extra` flags.
@@ -79,108 +80,8 @@ impl HttpServer {
     }
 
     fn scrape(&self) -> BTreeMap<String, f64> {
-        let (status, body) = self.get("/metrics");
-        assert_eq!(status, 200, "{body}");
-        parse_prometheus_text(&body)
+        scrape_at(&self.http)
     }
-}
-
-/// A strict reader of the Prometheus / OpenMetrics text format: every line is a `# HELP`,
-/// `# TYPE`, `# UNIT` or a sample of a family declared by `# TYPE` before it, and the text ends
-/// with `# EOF`. Returns every sample as `name{labels}` → value; panics on anything else.
-fn parse_prometheus_text(text: &str) -> BTreeMap<String, f64> {
-    fn is_name(s: &str) -> bool {
-        let mut chars = s.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-    }
-    fn check_labels(labels: &str) {
-        // `k="v",k="v"`: values here never hold quotes or backslashes.
-        for pair in labels.split(',').filter(|p| !p.is_empty()) {
-            let (key, value) = pair.split_once('=').expect("label key=value");
-            assert!(is_name(key), "label name {key:?}");
-            assert!(
-                value.len() >= 2 && value.starts_with('"') && value.ends_with('"'),
-                "label value {value:?}"
-            );
-        }
-    }
-    let mut families: BTreeMap<String, String> = BTreeMap::new();
-    let mut samples = BTreeMap::new();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.last(), Some(&"# EOF"), "the text ends with # EOF");
-    for line in &lines[..lines.len() - 1] {
-        if let Some(rest) = line.strip_prefix("# ") {
-            let mut parts = rest.splitn(3, ' ');
-            let (kind, name) = (parts.next().unwrap(), parts.next().expect("a name"));
-            assert!(is_name(name), "metric name {name:?}");
-            match kind {
-                "TYPE" => {
-                    let t = parts.next().expect("a type");
-                    let known = [
-                        "gauge",
-                        "counter",
-                        "histogram",
-                        "summary",
-                        "unknown",
-                        "info",
-                    ];
-                    assert!(known.contains(&t), "type {t:?}");
-                    families.insert(name.to_string(), t.to_string());
-                }
-                "HELP" | "UNIT" => {}
-                other => panic!("unknown comment {other:?} in {line:?}"),
-            }
-            continue;
-        }
-        let (series, value) = line.rsplit_once(' ').expect("a sample: series value");
-        let name = match series.split_once('{') {
-            Some((name, labels)) => {
-                check_labels(labels.strip_suffix('}').expect("closing brace"));
-                name
-            }
-            None => series,
-        };
-        assert!(is_name(name), "sample name {name:?}");
-        let family = families
-            .keys()
-            .find(|f| {
-                name == f.as_str()
-                    || name.strip_prefix(f.as_str()).is_some_and(|s| {
-                        ["_total", "_bucket", "_sum", "_count", "_created"].contains(&s)
-                    })
-            })
-            .unwrap_or_else(|| panic!("sample {name:?} of no declared family"));
-        assert!(!family.is_empty());
-        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value {value:?}"));
-        samples.insert(series.to_string(), value);
-    }
-    samples
-}
-
-/// One scrape at `http`, or `None` when the connection is closed unanswered (no place free).
-fn try_scrape(http: &str) -> Option<BTreeMap<String, f64>> {
-    let mut s = TcpStream::connect(http).ok()?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let body = text.split_once("\r\n\r\n")?.1;
-    (!body.is_empty()).then(|| parse_prometheus_text(body))
-}
-
-/// [`try_scrape`], retried (bounded) while the listener has no place free.
-fn scrape_when_free(http: &str) -> BTreeMap<String, f64> {
-    common::retry(200, Duration::from_millis(50), || try_scrape(http))
-        .unwrap_or_else(|| panic!("no scrape got a place at {http}"))
-}
-
-fn value(samples: &BTreeMap<String, f64>, series: &str) -> f64 {
-    *samples
-        .get(series)
-        .unwrap_or_else(|| panic!("no {series} in {samples:#?}"))
 }
 
 #[test]
@@ -290,180 +191,6 @@ fn metrics_move_with_a_produce_and_parse_as_prometheus_text() {
 }
 
 #[test]
-fn idle_native_connections_are_closed_and_counted() {
-    let server = HttpServer::start(&["--idle-timeout-ms", "200"]);
-    let mut idle = common::RawClient::handshaken(&server.addr);
-    assert!(idle.closed_by_server());
-    // Counted before the close reaches the client; no longer open soon after.
-    let samples = server.scrape();
-    assert_eq!(value(&samples, "tinymq_connections_idle_closed_total"), 1.0);
-    let open = (0..100).find_map(|_| {
-        let open = value(&server.scrape(), "tinymq_connections_open");
-        std::thread::sleep(Duration::from_millis(50));
-        (open == 0.0).then_some(open)
-    });
-    assert_eq!(open, Some(0.0), "the idle connection still counted as open");
-}
-
-#[test]
-fn an_http_client_that_sends_nothing_is_closed_and_frees_its_place() {
-    let server = HttpServer::start(&[
-        "--http-connections-max",
-        "1",
-        "--http-request-timeout-ms",
-        "200",
-        "--http-idle-timeout-ms",
-        "300",
-    ]);
-    let scrape = || scrape_when_free(&server.http);
-    let idle_closed = |samples: &BTreeMap<String, f64>| {
-        value(samples, "tinymq_http_connections_idle_closed_total")
-    };
-    // Nothing at all, then half a request line: each is closed unanswered, and the scrape
-    // after it gets the only place back. A silent connection that came while the previous
-    // scrape still held the place was refused, not idle: it is tried again.
-    let mut closed = 0.0;
-    for sent in ["", "GET /metr"] {
-        for attempt in 0.. {
-            assert!(attempt < 50, "{sent:?}: never accepted");
-            let mut silent = TcpStream::connect(&server.http).unwrap();
-            silent
-                .set_read_timeout(Some(Duration::from_secs(30)))
-                .unwrap();
-            silent.write_all(sent.as_bytes()).unwrap();
-            let mut rest = Vec::new();
-            let read = silent.read_to_end(&mut rest);
-            assert!(
-                read.is_ok()
-                    || read
-                        .as_ref()
-                        .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock),
-                "not closed: {read:?}"
-            );
-            assert!(
-                rest.is_empty(),
-                "answered: {:?}",
-                String::from_utf8_lossy(&rest)
-            );
-            let now = idle_closed(&scrape());
-            if now > closed {
-                assert_eq!(now, closed + 1.0);
-                closed = now;
-                break;
-            }
-        }
-    }
-    assert_eq!(closed, 2.0);
-}
-
-#[test]
-fn native_connections_past_connections_max_are_counted() {
-    let server = HttpServer::start(&["--connections-max", "1"]);
-    let held = TcpStream::connect(&server.addr).unwrap();
-    let mut refused = TcpStream::connect(&server.addr).unwrap();
-    refused
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    // The refused connection gets its LIMIT_EXCEEDED frame, then EOF.
-    let mut rest = Vec::new();
-    let _ = refused.read_to_end(&mut rest);
-    let samples = server.scrape();
-    assert_eq!(value(&samples, "tinymq_connections_refused_total"), 1.0);
-    assert_eq!(value(&samples, "tinymq_connections_open"), 1.0);
-    drop(held);
-}
-
-#[test]
-fn per_partition_series_stop_at_the_limit() {
-    let server = HttpServer::start(&["--http-partition-series-max", "2"]);
-    server.tool(&["topic", "create", "wide", "--partitions", "5"], b"");
-    let samples = server.scrape();
-    let held = value(&samples, "tinymq_partitions");
-    assert!(
-        held >= 5.0,
-        "5 partitions of `wide` and the offsets topic's"
-    );
-    assert_eq!(
-        value(&samples, "tinymq_partition_series_omitted"),
-        held - 2.0
-    );
-    let shown = samples
-        .keys()
-        .filter(|k| k.starts_with("tinymq_partition_log_end_offset{"))
-        .count();
-    assert_eq!(shown, 2);
-}
-
-#[test]
-fn health_endpoints_answer_json() {
-    let server = HttpServer::start(&[]);
-    let (status, body) = server.get("/health/live");
-    assert_eq!(status, 200);
-    let live: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(live["status"], "live");
-    let (status, body) = server.get("/health/ready");
-    assert_eq!(status, 200, "{body}");
-    let ready: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(ready["status"], "ready", "{body}");
-    assert_eq!(ready["role"], "server");
-    assert_eq!(ready["missing"], serde_json::json!([]));
-    let names: Vec<&str> = ready["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        names,
-        ["cluster_joined", "partitions_opened", "meta_leader_known"]
-    );
-}
-
-#[test]
-fn bad_requests_get_4xx() {
-    let server = HttpServer::start(&["--http-body-bytes-max", "1024"]);
-    let (status, body) = server.get("/no/such/route");
-    assert_eq!(status, 404);
-    let problem: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(problem["status"], 404);
-    // Refused on the declared length, before the body is sent.
-    let (status, _) = server.request(
-        "POST /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\nContent-Length: 1073741824\r\n\r\n",
-    );
-    assert_eq!(status, 413);
-    let (status, _) =
-        server.request("DELETE /health/live HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    assert_eq!(status, 405);
-    let (status, _) = server.request("NOT HTTP AT ALL\r\n\r\n");
-    assert!((400..500).contains(&status), "{status}");
-}
-
-#[test]
-fn connections_past_the_limit_are_closed_and_counted() {
-    let server = HttpServer::start(&["--http-connections-max", "1"]);
-    let mut held = TcpStream::connect(&server.http).unwrap();
-    // A request answered on the held connection proves it was accepted (holds the one place).
-    held.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    let mut first = [0u8; 12];
-    held.read_exact(&mut first).unwrap();
-    assert_eq!(&first, b"HTTP/1.1 200");
-    let mut refused = TcpStream::connect(&server.http).unwrap();
-    refused
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let _ = refused.write_all(b"GET /health/live HTTP/1.1\r\nHost: t\r\n\r\n");
-    let mut rest = Vec::new();
-    // Closed without an answer (EOF or reset).
-    let read = refused.read_to_end(&mut rest);
-    assert!(read.is_err() || rest.is_empty(), "answered: {rest:?}");
-    drop(held);
-    // The held connection's place comes back once the server sees it closed.
-    let samples = scrape_when_free(&server.http);
-    assert!(value(&samples, "tinymq_http_connections_refused_total") >= 1.0);
-}
-
-#[test]
 fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
     let data = tempfile::tempdir().unwrap();
     let meta = HttpServer::from(Node::meta(data.path()).keeping(data));
@@ -502,11 +229,6 @@ fn a_metaserver_node_and_a_cluster_broker_serve_http_when_asked() {
         !at_meta.keys().any(|k| k.starts_with("tinymq_bytes_in")),
         "a MetaServer node holds no partitions: no traffic series"
     );
-}
-
-/// One scrape of the listener at `http`, parsed.
-fn scrape_at(http: &str) -> BTreeMap<String, f64> {
-    parse_prometheus_text(&common::http::request(http, "GET", "/metrics", None).body)
 }
 
 #[test]

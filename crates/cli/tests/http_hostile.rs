@@ -102,6 +102,7 @@ fn trickle_headers(http: &str, bytes: usize) -> bool {
         if server_done(&mut s) || s.write_all(b"a").is_err() {
             return true;
         }
+        // Not a wait: the slow client trickles its header a byte at a time.
         std::thread::sleep(Duration::from_millis(200));
     }
     server_done(&mut s)

@@ -350,6 +350,7 @@ fn a_flood_of_pipelined_requests_read_slowly_keeps_memory_bounded() {
         assert_eq!((answer.correlation_id, answer.error_code), (i as i32, 0));
         if i % 500 == 0 {
             rss_peak = rss_peak.max(server.rss_kib());
+            // Not a wait: a slow reader, so the server holds answers while the flood goes on.
             std::thread::sleep(Duration::from_millis(20));
         }
     }

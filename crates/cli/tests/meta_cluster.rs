@@ -1,6 +1,7 @@
 //! Three `tinymq meta` processes form a Raft group: a leader is elected, commands sent to any
 //! node (followers forward them) are replicated, killing the leader with SIGKILL elects another
 //! and metadata changes keep working, and a node restarted from its data directory catches up.
+//! (A broker's session through a follower runs in process: `in_process/meta_cluster.rs`.)
 
 mod common;
 
@@ -103,81 +104,4 @@ fn a_raft_group_of_three_survives_its_leader_and_restarted_nodes_catch_up() {
     // The old leader restarts from its data directory and catches up.
     nodes[first as usize - 1] = Some(start(first, &addrs, tmp.path()));
     wait_for_topics(&addrs[first as usize - 1], &["after", "before"]);
-}
-
-fn register(addr: &str, id: u32) -> u64 {
-    let mut c = RawClient::handshaken_as(addr, m::NodeRole::Broker);
-    let command =
-        serde_json::json!({"RegisterBroker": {"id": id, "host": "127.0.0.1", "port": 9000 + id}});
-    let response = c.call(&m::MetaWriteRequest {
-        command: Bytes::from(serde_json::to_vec(&command).unwrap()),
-    });
-    assert!(response.error.is_none(), "{:?}", response.error);
-    let reply: serde_json::Value = serde_json::from_slice(&response.reply).unwrap();
-    reply["BrokerRegistered"]["epoch"].as_u64().unwrap()
-}
-
-fn broker_live(addr: &str, id: u64) -> Option<bool> {
-    let out = Command::new(BIN)
-        .args(["cluster", "status", "--json", "--bootstrap", addr])
-        .output()
-        .ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    v["brokers"]
-        .as_array()?
-        .iter()
-        .find(|b| b["id"].as_u64() == Some(id))?["live"]
-        .as_bool()
-}
-
-#[test]
-fn a_silent_broker_is_fenced_and_registers_again_with_a_new_epoch() {
-    let tmp = tempfile::tempdir().unwrap();
-    let addrs: Vec<String> = (0..3)
-        .map(|_| format!("127.0.0.1:{}", free_port()))
-        .collect();
-    let _nodes: Vec<MetaProc> = (1..=3).map(|id| start(id, &addrs, tmp.path())).collect();
-    let leader_id = leader(&addrs[0], None);
-    let follower = &addrs[(leader_id as usize) % 3];
-    leader(follower, None); // the follower knows the leader too, so it can forward
-    let epoch = register(follower, 7);
-
-    // Heartbeats through a follower (forwarded to the leader) keep the broker live past the
-    // session timeout.
-    let mut c = RawClient::handshaken_as(follower, m::NodeRole::Broker);
-    for _ in 0..24 {
-        let beat = c.call(&m::BrokerHeartbeatRequest {
-            broker_id: 7,
-            epoch,
-        });
-        assert!(beat.error.is_none(), "{:?}", beat.error);
-        assert!(!beat.fenced);
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    assert_eq!(broker_live(follower, 7), Some(true));
-
-    // Silence: the leader fences it after the session timeout (waits are bounded).
-    let mut fenced = false;
-    for _ in 0..300 {
-        if broker_live(follower, 7) == Some(false) {
-            fenced = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(fenced, "a silent broker is fenced");
-    let beat = c.call(&m::BrokerHeartbeatRequest {
-        broker_id: 7,
-        epoch,
-    });
-    assert!(beat.fenced, "a fenced broker is told to register again");
-    let new_epoch = register(follower, 7);
-    assert!(new_epoch > epoch);
-    for _ in 0..100 {
-        if broker_live(follower, 7) == Some(true) {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("the re-registered broker is not live");
 }

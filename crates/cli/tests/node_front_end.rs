@@ -308,6 +308,7 @@ fn raft_rpcs_with_absurd_or_forged_fields_are_refused_and_the_node_survives() {
         assert_eq!(code_got, code(expected), "{case}: {message}");
         assert!(message.contains(why), "{case}: {message}");
     }
+    // Not a wait: outlasts an election timeout, so a node the bad RPCs had deposed shows it.
     std::thread::sleep(Duration::from_millis(500));
     assert!(
         status(&addrs[0])["leader"].as_u64().is_some(),

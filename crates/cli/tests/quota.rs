@@ -110,6 +110,7 @@ async fn bob_during(
 
 /// Sleeps through the warm-up and the window, reading `counter` at both ends.
 async fn window_of(counter: &AtomicU64) -> Achieved {
+    // Not waits: the warm-up and the window are the periods the rate is measured over.
     tokio::time::sleep(WARM_UP).await;
     let (from, started) = (counter.load(Ordering::Relaxed), Instant::now());
     tokio::time::sleep(WINDOW).await;
@@ -276,6 +277,7 @@ fn a_throttled_principal_is_held_to_its_rates_and_its_neighbour_is_not_starved()
 
     // Bob alone.
     let (baseline, mut latencies, _) = runtime.block_on(bob_during(&addr, "bob", async {
+        // Not a wait: bob's measured period with no load beside him.
         tokio::time::sleep(WARM_UP + WINDOW).await;
         Achieved {
             bytes: 0,

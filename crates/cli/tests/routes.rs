@@ -299,6 +299,7 @@ async fn routing_is_exactly_once_across_a_sigkill_while_routing() {
     // Produce more while the runners copy, and kill the server in the middle of both.
     let addr = server.addr.clone();
     let during = tokio::spawn(async move { produce(&addr, 6_000, 30_000).await });
+    // Not a wait: lets the producer and the runners get under way, so the kill lands mid-copy.
     tokio::time::sleep(Duration::from_millis(200)).await;
     server.kill9();
     let during = during.await.unwrap();
@@ -388,7 +389,8 @@ async fn a_copy_too_large_for_the_target_stalls_the_route_until_it_fits() {
         assert!(started.elapsed() < CATCH_UP_WAIT, "nothing was copied");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    // Let the runner retry a few times: still only the copy of offset 0.
+    // Not a wait: a period that outlasts a few of the runner's retries, after which there is
+    // still only the copy of offset 0.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(origins(&read_all(&server.addr, "small").await), [0]);
     let lag = list_routes(&server.addr)[0]["lag"].as_i64();

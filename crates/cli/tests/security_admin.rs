@@ -497,6 +497,7 @@ fn admin_is_bootstrapped_once_and_a_later_password_changes_nothing() {
     // The node decides at its first look at the image (every 100 ms); give it ample time.
     // Where verifiers are hidden, the login test below checks the same by logging in.
     for _ in 0..20 {
+        // Not a wait: the admin must stay the same for the whole period, not just once.
         std::thread::sleep(Duration::from_millis(100));
         let first = admin_verifies(&server.addr, "first-admin-pw");
         assert_ne!(first, Some(false), "admin was replaced");
@@ -671,6 +672,7 @@ fn the_bootstrapped_admin_logs_in_and_manages_users_with_authentication_on() {
     // A few tries only: past `login_failures_per_ip_max` (10 a minute) failed logins, this
     // address would be locked out and alice's good login below refused too.
     for _ in 0..3 {
+        // Not a wait: the password must stay the same over the period, not just once.
         std::thread::sleep(Duration::from_millis(300));
         assert!(
             !logs_in(&addr, "admin", "second-admin-pw"),

@@ -146,15 +146,7 @@ fn ctrl_c_mid_batch_releases_what_was_not_printed_uncounted() {
         member.wait_printed(1);
         member.send(libc::SIGINT);
         // The member says it stops (the signal was seen) before its stdout is read again.
-        let start = Instant::now();
-        while !member.stderr().contains("interrupted") {
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "no interruption note: {}",
-                member.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        member.wait_stderr("interrupted");
         member.release();
         let code = exit_code(&mut member, &format!("round {rounds}"));
         assert_eq!(code, Some(130), "round {rounds}: {}", member.stderr());

@@ -142,7 +142,7 @@ fn five_members_a_killed_member_and_a_broker_restart_accept_every_record() {
         members.push(Consume::start(member(&addr, &format!("m{i}"))));
     }
     members[0].wait_printed(2_000);
-    std::thread::sleep(Duration::from_millis(300)); // the pipe fills; m0 is stuck in a write
+    members[0].wait_stuck_printing(); // the pipe is full; m0 is stuck in a write
     members[0].send(libc::SIGKILL);
     members[0].wait();
     // What it wrote into the pipe before it blocked was printed (and may have been accepted):
@@ -161,6 +161,7 @@ fn five_members_a_killed_member_and_a_broker_restart_accept_every_record() {
     println!("half printed after {:?}", started.elapsed());
     broker.kill9();
     let broker_killed_at = Instant::now();
+    // Not a wait: the broker stays down a while, an outage the members must ride out.
     std::thread::sleep(Duration::from_millis(500));
     let _broker = Broker::start(&addr, tmp.path());
 

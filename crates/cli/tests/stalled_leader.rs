@@ -68,6 +68,7 @@ async fn produce_steadily(
                 acked.lock().unwrap().push(value);
             }
         });
+        // Not a wait: paces the producer to a steady stream.
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     producer.flush().await;
@@ -182,6 +183,7 @@ async fn producer_and_consumer_move_to_the_new_leader_while_the_old_one_is_stopp
     .await;
     drop(frozen); // SIGCONT: the old leader rejoins as a follower.
 
+    // Not a wait: traffic goes on for a second while the old leader rejoins.
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::SeqCst);
     producing.await.unwrap();

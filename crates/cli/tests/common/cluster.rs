@@ -243,6 +243,7 @@ impl Producer {
                     return; // The producer exited; `finish` reports why.
                 }
                 count.store(n + 1, Ordering::Relaxed);
+                // Not a wait: paces the producer to a steady trickle of lines.
                 std::thread::sleep(Duration::from_millis(3));
             }
         });

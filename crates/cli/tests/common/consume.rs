@@ -13,6 +13,9 @@ pub struct Consume {
     stderr: Arc<Mutex<String>>,
     /// While held, the stdout reader of a gated consumer has stopped reading.
     gate: Option<mpsc::Sender<()>>,
+    /// The threads reading stdout and stderr; each ends at its pipe's EOF.
+    stdout_reader: Option<std::thread::JoinHandle<()>>,
+    stderr_reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Consume {
@@ -35,7 +38,7 @@ impl Consume {
         let printed = Arc::new(Mutex::new(Vec::new()));
         let (out, sink) = (child.stdout.take().expect("stdout"), printed.clone());
         let (gate, closed) = mpsc::channel::<()>();
-        std::thread::spawn(move || {
+        let stdout_reader = std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
                 let mut sink = sink.lock().unwrap();
                 sink.push(line);
@@ -48,7 +51,7 @@ impl Consume {
         });
         let stderr = Arc::new(Mutex::new(String::new()));
         let (mut err, sink) = (child.stderr.take().expect("stderr"), stderr.clone());
-        std::thread::spawn(move || {
+        let stderr_reader = std::thread::spawn(move || {
             let mut chunk = [0u8; 4096];
             while let Ok(n) = err.read(&mut chunk) {
                 if n == 0 {
@@ -64,6 +67,8 @@ impl Consume {
             printed,
             stderr,
             gate: Some(gate),
+            stdout_reader: Some(stdout_reader),
+            stderr_reader: Some(stderr_reader),
         }
     }
 
@@ -102,6 +107,41 @@ impl Consume {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits (bounded) until its stderr contains `text` (the note a signal's handling prints,
+    /// say).
+    pub fn wait_stderr(&self, text: &str) {
+        for _ in 0..3000 {
+            if self.stderr().contains(text) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("stderr never said {text:?}: {}", self.stderr());
+    }
+
+    /// Waits (bounded) until a gated consumer is blocked writing to its full stdout pipe: one of
+    /// its threads sleeps in the kernel's pipe write (`/proc/PID/task/*/wchan`).
+    pub fn wait_stuck_printing(&self) {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let stuck = || {
+            std::fs::read_dir(&tasks)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|task| {
+                    std::fs::read_to_string(task.path().join("wchan"))
+                        .is_ok_and(|wchan| wchan.contains("pipe_write"))
+                })
+        };
+        for _ in 0..1000 {
+            if stuck() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the consumer never blocked writing to its stdout");
+    }
+
     /// Waits (bounded) until at least `n` lines were printed.
     pub fn wait_printed(&self, n: usize) {
         for _ in 0..1200 {
@@ -130,8 +170,16 @@ impl Consume {
     pub fn wait(&mut self) -> ExitStatus {
         for _ in 0..1200 {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                // Let the reader threads collect the last lines.
-                std::thread::sleep(Duration::from_millis(100));
+                // The pipes are at EOF once it has exited: the readers collect the last lines
+                // and end (a gated stdout reader only once released, so it is not waited for).
+                if self.gate.is_none() {
+                    if let Some(reader) = self.stdout_reader.take() {
+                        reader.join().expect("stdout reader");
+                    }
+                }
+                if let Some(reader) = self.stderr_reader.take() {
+                    reader.join().expect("stderr reader");
+                }
                 return status;
             }
             std::thread::sleep(Duration::from_millis(50));

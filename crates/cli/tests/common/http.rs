@@ -10,13 +10,27 @@ use std::time::Duration;
 
 use super::BIN;
 
-/// A `tinymq` process with its native and HTTP addresses.
-pub struct Node {
-    child: Child,
+/// A node's native and HTTP addresses, and requests to its HTTP listener — whether the node
+/// is a process ([`Node`]) or runs in the test's process (the in-process harness).
+pub struct Endpoints {
     pub native: String,
     pub http: String,
+}
+
+/// A `tinymq` process with its native and HTTP addresses ([`Endpoints`], through `Deref`).
+pub struct Node {
+    child: Child,
+    endpoints: Endpoints,
     /// The data directory when the node made its own (dropped after the process is killed).
     _data: Option<tempfile::TempDir>,
+}
+
+impl std::ops::Deref for Node {
+    type Target = Endpoints;
+
+    fn deref(&self) -> &Endpoints {
+        &self.endpoints
+    }
 }
 
 impl Node {
@@ -108,8 +122,7 @@ impl Node {
         let http = line("tinymq http listening on ");
         Node {
             child,
-            native,
-            http,
+            endpoints: Endpoints { native, http },
             _data: None,
         }
     }
@@ -122,6 +135,16 @@ impl Node {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Endpoints {
+    /// A page of the REST API's messages of `topic`'s `partition` (`query` picks where from).
+    pub fn messages(&self, topic: &str, partition: u32, query: &str) -> serde_json::Value {
+        self.get(&format!(
+            "/api/v1/topics/{topic}/partitions/{partition}/messages?{query}"
+        ))
+        .expect(200)
     }
 
     pub fn get(&self, path: &str) -> Response {

@@ -4,8 +4,10 @@
 
 pub mod cluster;
 pub mod consume;
+pub mod frames;
 pub mod http;
 pub mod kafka;
+pub mod prometheus;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -1,12 +1,9 @@
-//! Kafka's classic consumer-group protocol through `tinymq server --kafka-listen`, spoken
+//! Kafka's classic consumer-group protocol through a node's Kafka listener in this process, spoken
 //! with kafka-protocol's client-side encoders over plain TcpStreams: members join (the
 //! MEMBER_ID_REQUIRED round trip), the leader's assignment reaches the followers, heartbeats
 //! see rebalances when a member joins or leaves, commits are checked against the generation,
 //! committed offsets outlive the members, and one group id has members of one protocol only.
 
-mod common;
-
-use std::process::Stdio;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -25,8 +22,10 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use common::kafka::{Kafka, KafkaServer};
-use common::{retry, RawClient};
+use crate::common::frames::create;
+use crate::common::kafka::Kafka;
+use crate::common::{retry, RawClient};
+use crate::node::{KafkaNode, NativeMember};
 
 /// Heartbeats a member sends, 20 ms apart, before the rebalance a join on another connection
 /// starts must have been seen.
@@ -283,8 +282,8 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 
 #[test]
 fn members_join_sync_rebalance_commit_and_resume() {
-    let server = KafkaServer::start();
-    server.create_topic("t", 4);
+    let server = KafkaNode::start();
+    create(&mut RawClient::handshaken(&server.native), "t", 4);
     let mut admin = Kafka::connect(&server.kafka);
 
     // FindCoordinator names this broker by its Kafka address, batched (v4) or not; a
@@ -437,17 +436,12 @@ fn members_join_sync_rebalance_commit_and_resume() {
 
 #[test]
 fn one_group_id_has_members_of_one_protocol() {
-    let server = KafkaServer::start();
-    server.create_topic("t", 2);
+    let server = KafkaNode::start();
+    create(&mut RawClient::handshaken(&server.native), "t", 2);
     let mut admin = Kafka::connect(&server.kafka);
 
     // A native consumer in "native-g": a Kafka join is refused.
-    let mut consumer = server
-        .tool(&["consume", "t", "--group", "native-g"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let consumer = NativeMember::start(&server.native, "native-g", "t");
     eventually("the native member owns both partitions", || {
         let d = describe(&mut admin, "native-g");
         d.members.len() == 1
@@ -464,8 +458,7 @@ fn one_group_id_has_members_of_one_protocol() {
     let mut k = Member::new(&server.kafka, "native-g", &["range"]);
     let refused = k.kafka.call(JOIN_V, &k.join_request());
     assert_eq!(refused.error_code, K::InconsistentGroupProtocol.code());
-    let _ = consumer.kill();
-    let _ = consumer.wait();
+    drop(consumer);
 
     // A Kafka member in "kafka-g": native join and native deletion are refused.
     // Its session (10 s) outlasts the native calls below on a loaded machine; the wait for
@@ -509,8 +502,8 @@ fn one_group_id_has_members_of_one_protocol() {
 
 #[test]
 fn a_restarted_static_member_gets_its_assignment_back_and_fences_its_old_self() {
-    let server = KafkaServer::start();
-    server.create_topic("t", 4);
+    let server = KafkaNode::start();
+    create(&mut RawClient::handshaken(&server.native), "t", 4);
     let mut a = Member::new(&server.kafka, "static-g", &["range"]);
     let mut b = Member::new(&server.kafka, "static-g", &["range"]);
     b.instance = Some("instance-b");

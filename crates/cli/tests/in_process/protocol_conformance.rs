@@ -1,15 +1,16 @@
-//! The protocol contract, replayed against a real `tinymq server`: every example of
+//! The protocol contract, replayed against a node in this process: every example of
 //! `docs/protocol.md` (its hex bytes parsed out of the doc itself, so editing the doc without
 //! the server fails here) and each edge-case statement the doc makes about framing errors, the
-//! handshake, zero defaults, idempotence, ListOffsets, Metadata and record headers. Each case
-//! names the doc statement it checks.
-
-mod common;
+//! handshake, zero defaults, ListOffsets, Metadata and record headers. Each case
+//! names the doc statement it checks. (The idempotence rules, whose state must survive a
+//! kill -9, are a process test in `crash_restart.rs`.)
 
 use std::io::Read;
 
+use crate::common::frames::{batch, code, error_of, fetch, produce, T0};
+use crate::common::{error_code, RawClient};
+use crate::node::Server;
 use bytes::{BufMut, Bytes, BytesMut};
-use common::{error_code, RawClient, Server};
 use prost::Message;
 use tinymq_protocol::batch::varint::put_varint;
 use tinymq_protocol::batch::{
@@ -18,15 +19,7 @@ use tinymq_protocol::batch::{
 };
 use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
-const DOC: &str = include_str!("../../../docs/protocol.md");
-
-fn code(e: ErrorCode) -> u32 {
-    u32::from(e.code())
-}
-
-fn error_of(e: &Option<m::Error>) -> u32 {
-    e.as_ref().map_or(0, |e| e.code)
-}
+const DOC: &str = include_str!("../../../../docs/protocol.md");
 
 // ---- the doc's own examples -----------------------------------------------------------------
 
@@ -133,12 +126,12 @@ fn the_docs_example_batch_is_accepted_and_stored_verbatim() {
     let mut c = RawClient::handshaken(&server.addr);
     assert!(create(&mut c, "ex", None).error.is_none());
     for expected_offset in 0..2 {
-        let r = produce(&mut c, "ex", 0, doc_batch.clone(), 1);
+        let r = produce(&mut c, "ex", doc_batch.clone(), 1).unwrap();
         assert_eq!(error_of(&r.error), 0, "{:?}", r.error);
         assert_eq!(r.base_offset, expected_offset);
         assert_eq!(r.log_append_time_ms, -1, "§3 Produce: always -1");
     }
-    let fetched = fetch(&mut c, "ex", 1);
+    let fetched = fetch(&mut c, "ex", 1, 0);
     let stored = BatchIter::new(fetched.records).next().unwrap().unwrap();
     let stored = stored.as_bytes();
     // Only the two stamped fields differ: baseOffset (0..8) and partitionLeaderEpoch (12..16).
@@ -408,7 +401,7 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
         partitions: vec![m::ProducePartition {
             topic: "zeros".into(),
             partition: 0,
-            records: plain_batch(b"v"),
+            records: batch("v", ProducerStamp::NONE),
         }],
     });
     assert!(r.error.is_none());
@@ -457,143 +450,6 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
 
 // ---- §3 Produce and §5: idempotence, timestamps, headers --------------------------------------
 
-fn produce(
-    c: &mut RawClient,
-    topic: &str,
-    partition: u32,
-    records: Bytes,
-    acks: i32,
-) -> m::ProducePartitionResult {
-    let r = c.call(&m::ProduceRequest {
-        acks,
-        timeout_ms: 10_000,
-        partitions: vec![m::ProducePartition {
-            topic: topic.into(),
-            partition,
-            records,
-        }],
-    });
-    assert!(r.error.is_none(), "{:?}", r.error);
-    r.partitions.into_iter().next().expect("one result")
-}
-
-fn fetch(c: &mut RawClient, topic: &str, offset: i64) -> m::FetchPartitionResult {
-    let r = c.call(&m::FetchRequest {
-        max_wait_ms: 0,
-        min_bytes: 1,
-        max_bytes: 1 << 20,
-        partitions: vec![m::FetchPartition {
-            topic: topic.into(),
-            partition: 0,
-            offset,
-            partition_bytes_max: 0,
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    r.partitions.into_iter().next().expect("one result")
-}
-
-const T0: i64 = 1_700_000_000_000;
-
-fn plain_batch(value: &[u8]) -> Bytes {
-    stamped_batch(value, ProducerStamp::NONE)
-}
-
-fn stamped_batch(value: &[u8], producer: ProducerStamp) -> Bytes {
-    let mut b = BatchBuilder::new(Compression::None, producer);
-    b.push(&RecordInput {
-        timestamp_ms: T0,
-        key: None,
-        value: Some(value),
-        headers: &[],
-    });
-    b.build().unwrap()
-}
-
-#[test]
-fn idempotence_follows_the_documented_rules_and_survives_kill_9() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut server = Server::start(tmp.path());
-    let mut c = RawClient::handshaken(&server.addr);
-    let two = m::TopicConfig {
-        partitions: 2,
-        ..Default::default()
-    };
-    assert!(create(&mut c, "idem", Some(two)).error.is_none());
-    let id = c.call(&m::InitProducerIdRequest {
-        transactional_id: String::new(),
-        producer_id: -1,
-        producer_epoch: -1,
-    });
-    let stamp = |epoch: i16, seq: i32| ProducerStamp {
-        producer_id: id.producer_id,
-        producer_epoch: epoch,
-        base_sequence: seq,
-    };
-    let send = |c: &mut RawClient, partition, epoch, seq| {
-        let r = produce(
-            c,
-            "idem",
-            partition,
-            stamped_batch(b"x", stamp(epoch, seq)),
-            -1,
-        );
-        (error_of(&r.error), r.base_offset)
-    };
-    let ok = |offset| (0, offset);
-    let refused = |e: ErrorCode| (code(e), -1);
-    for seq in 0..7 {
-        assert_eq!(send(&mut c, 0, 0, seq), ok(i64::from(seq)));
-    }
-    // (partition, epoch, sequence, the doc's outcome), in order.
-    let cases = [
-        // Rule 4: a retry of one of the last 5 batches (sequences 2..=6) gets its offset.
-        (0, 0, 6, ok(6)),
-        (0, 0, 2, ok(2)),
-        // Older than the newest 5: OUT_OF_ORDER_SEQUENCE although it was written.
-        (0, 0, 1, refused(ErrorCode::OUT_OF_ORDER_SEQUENCE)),
-        // Rule 5: a gap.
-        (0, 0, 9, refused(ErrorCode::OUT_OF_ORDER_SEQUENCE)),
-        // Rule 3: a higher epoch starts at 0.
-        (0, 1, 7, refused(ErrorCode::OUT_OF_ORDER_SEQUENCE)),
-        (0, 1, 0, ok(7)),
-        // Rule 2: the old epoch is fenced.
-        (0, 0, 7, refused(ErrorCode::INVALID_PRODUCER_EPOCH)),
-        // Rule 1: a producer new to partition 1 must start at 0.
-        (1, 0, 3, refused(ErrorCode::UNKNOWN_PRODUCER_ID)),
-        (1, 0, 0, ok(0)),
-    ];
-    for (partition, epoch, seq, expected) in cases {
-        assert_eq!(
-            send(&mut c, partition, epoch, seq),
-            expected,
-            "partition {partition}, epoch {epoch}, sequence {seq}"
-        );
-    }
-    // Rule 1: a producer id this cluster never handed out.
-    let foreign = ProducerStamp {
-        producer_id: 1 << 40,
-        producer_epoch: 0,
-        base_sequence: 0,
-    };
-    let r = produce(&mut c, "idem", 0, stamped_batch(b"x", foreign), -1);
-    assert_eq!(error_of(&r.error), code(ErrorCode::UNKNOWN_PRODUCER_ID));
-
-    // Producer state survives kill -9: the retries are still recognised.
-    server.kill9();
-    let server = Server::start(tmp.path());
-    let mut c = RawClient::handshaken(&server.addr);
-    assert_eq!(send(&mut c, 0, 1, 0), ok(7));
-    assert_eq!(send(&mut c, 1, 0, 0), ok(0));
-    assert_eq!(
-        send(&mut c, 0, 0, 8),
-        refused(ErrorCode::INVALID_PRODUCER_EPOCH)
-    );
-    assert_eq!(send(&mut c, 0, 1, 1), ok(8));
-    assert_eq!(fetch(&mut c, "idem", 0).high_watermark, 9);
-}
-
 /// A one-record batch whose record bytes are given whole (for headers the builder cannot
 /// write, like a null key).
 fn batch_of_raw_record(record: &[u8]) -> Bytes {
@@ -641,9 +497,9 @@ fn headers_timestamps_list_offsets_and_metadata_as_documented() {
         value: Some(b"v"),
         headers,
     });
-    let r = produce(&mut c, "h", 0, b.build().unwrap(), 1);
+    let r = produce(&mut c, "h", b.build().unwrap(), 1).unwrap();
     assert_eq!((error_of(&r.error), r.base_offset), (0, 0));
-    let fetched = fetch(&mut c, "h", 0);
+    let fetched = fetch(&mut c, "h", 0, 0);
     let record = BatchIter::new(fetched.records)
         .next()
         .unwrap()
@@ -661,23 +517,23 @@ fn headers_timestamps_list_offsets_and_metadata_as_documented() {
     // A null header key (keyLength −1) is CORRUPT_MESSAGE; nothing is written.
     // attributes 0, timestampDelta 0, offsetDelta 0, key null, value "v", 1 header: key −1.
     let null_key = [0x00, 0x00, 0x00, 0x01, 0x02, b'v', 0x02, 0x01, 0x00];
-    let r = produce(&mut c, "h", 0, batch_of_raw_record(&null_key), 1);
+    let r = produce(&mut c, "h", batch_of_raw_record(&null_key), 1).unwrap();
     assert_eq!(error_of(&r.error), code(ErrorCode::CORRUPT_MESSAGE));
     // The same record with an empty key is fine: the crafting above is sound.
     let empty_key = [0x00, 0x00, 0x00, 0x01, 0x02, b'v', 0x02, 0x00, 0x00];
-    let r = produce(&mut c, "h", 0, batch_of_raw_record(&empty_key), 1);
+    let r = produce(&mut c, "h", batch_of_raw_record(&empty_key), 1).unwrap();
     assert_eq!((error_of(&r.error), r.base_offset), (0, 1));
 
     // Timestamp type bit 3 (log append time) is refused: no log-append-time topics.
     let mut lat = CraftedBatch::honest(T0, &[b"x"]);
     lat.attributes = 0x08;
-    let r = produce(&mut c, "h", 0, lat.encode(), 1);
+    let r = produce(&mut c, "h", lat.encode(), 1).unwrap();
     assert_eq!(error_of(&r.error), code(ErrorCode::INVALID_RECORD));
 
     // ListOffsets: -1 the high watermark, -2 the start, a time the first record at or after
     // it with that record's timestamp, 0 a real time; -1/-1 when nothing is at or after.
     let later = CraftedBatch::honest(T0 + 5_000, &[b"later"]).encode();
-    assert_eq!(produce(&mut c, "h", 0, later, 1).base_offset, 2);
+    assert_eq!(produce(&mut c, "h", later, 1).unwrap().base_offset, 2);
     let cases = [
         (-1, (3, -1)),
         (-2, (0, -1)),
