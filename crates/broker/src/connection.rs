@@ -60,7 +60,11 @@ impl tinymq_net::Service for BrokerFront {
             Ok(mut request) => {
                 let access = authorize::access(&state);
                 let refused = authorize::produce(&access, &peer.principal, &mut request);
-                (handlers::produce_write(state, request).await, refused)
+                let stats = listener_stats(&state, peer);
+                (
+                    handlers::produce_write(state, request, stats).await,
+                    refused,
+                )
             }
             Err(error) => {
                 let response = m::ProduceResponse {
@@ -92,6 +96,15 @@ impl tinymq_net::Service for BrokerFront {
 }
 
 /// A fetch. Each connection has one fetch response at a time that is not yet written to its
+/// Where errors inside a response are counted: the stats of the listener that carried the
+/// request (the Kafka port's), else the native port's.
+fn listener_stats(state: &BrokerState, peer: &Peer) -> Arc<tinymq_net::ConnectionStats> {
+    match &peer.listener_stats {
+        Some(listener) => listener.0.clone(),
+        None => state.connections.clone(),
+    }
+}
+
 /// peer (the connection's large-response gate, held with the response), so a peer that reads
 /// slowly delays only its own fetches and holds at most one response's memory; the broker's
 /// fetch memory bounds the reads in progress across connections.
@@ -122,7 +135,10 @@ async fn fetch(
             };
             (answer, None)
         }
-        Ok(request) => handlers::fetch(state, request, peer.large_response_gate.0).await,
+        Ok(request) => {
+            let stats = listener_stats(&state, &peer);
+            handlers::fetch(state, request, peer.large_response_gate.0, stats).await
+        }
         Err(error) => {
             let answer = crate::service::fetch::FetchAnswer {
                 error: Some(error),

@@ -93,8 +93,13 @@ impl PartitionReader for FilterScan {
         answer_now(results)
     }
 
-    fn answered(&self, state: &BrokerState, results: &[PartitionRead]) {
-        crate::service::read::count_consumed(state, results);
+    fn answered(
+        &self,
+        state: &BrokerState,
+        stats: &tinymq_net::ConnectionStats,
+        results: &[PartitionRead],
+    ) {
+        crate::service::read::count_consumed(state, stats, results);
     }
 }
 

@@ -35,6 +35,8 @@ type PartitionWrite = (String, u32, u32, Written);
 /// A produce request whose batches are written and that waits for the flush policy.
 pub struct PreparedProduce {
     state: Arc<BrokerState>,
+    /// Where the partitions' errors are counted (the listener that carried the request).
+    stats: Arc<tinymq_net::ConnectionStats>,
     acks: i32,
     timeout: Duration,
     partitions: Vec<PartitionWrite>,
@@ -52,6 +54,7 @@ impl PreparedProduce {
 pub async fn produce_write(
     state: Arc<BrokerState>,
     req: m::ProduceRequest,
+    stats: Arc<tinymq_net::ConnectionStats>,
 ) -> Result<PreparedProduce, m::ProduceResponse> {
     if !matches!(req.acks, -1..=1) {
         return Err(m::ProduceResponse {
@@ -96,6 +99,7 @@ pub async fn produce_write(
     }
     Ok(PreparedProduce {
         state,
+        stats,
         acks,
         timeout,
         partitions,
@@ -106,7 +110,7 @@ pub async fn produce_write(
 /// policy, and builds the response.
 pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     let (timeout, acks) = (prepared.timeout, prepared.acks);
-    let state = prepared.state;
+    let (state, prepared_stats) = (prepared.state, prepared.stats);
     let mut results = Vec::with_capacity(prepared.partitions.len());
     if prepared.partitions.len() == 1 {
         // Nothing to wait for concurrently: no task to spawn and hand the wait to.
@@ -132,7 +136,7 @@ pub async fn produce_finish(prepared: PreparedProduce) -> m::ProduceResponse {
     }
     for result in &results {
         if let Some(error) = &result.error {
-            let requests = &state.connections.requests;
+            let requests = &prepared_stats.requests;
             requests.record_error(tinymq_protocol::OpCode::Produce, error.code);
         }
     }
@@ -205,8 +209,13 @@ impl PartitionReader for ConsumerReads {
         })
     }
 
-    fn answered(&self, state: &BrokerState, results: &[PartitionRead]) {
-        count_consumed(state, results);
+    fn answered(
+        &self,
+        state: &BrokerState,
+        stats: &tinymq_net::ConnectionStats,
+        results: &[PartitionRead],
+    ) {
+        count_consumed(state, stats, results);
     }
 }
 
@@ -217,15 +226,18 @@ pub(crate) async fn fetch(
     state: Arc<BrokerState>,
     req: m::FetchRequest,
     turns: Arc<tokio::sync::Semaphore>,
+    stats: Arc<tinymq_net::ConnectionStats>,
 ) -> (FetchAnswer, Option<FetchHold>) {
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return refused(refusal);
     }
     match crate::filtered_fetch::request_filter(&req) {
         Err(refusal) => refused(refusal),
-        Ok(Some(scan)) => long_poll(state, req, turns, scan).await,
-        Ok(None) if req.replica_id != 0 => crate::replica::serve::fetch(state, req, turns).await,
-        Ok(None) => long_poll(state, req, turns, ConsumerReads).await,
+        Ok(Some(scan)) => long_poll(state, req, turns, scan, stats).await,
+        Ok(None) if req.replica_id != 0 => {
+            crate::replica::serve::fetch(state, req, turns, stats).await
+        }
+        Ok(None) => long_poll(state, req, turns, ConsumerReads, stats).await,
     }
 }
 

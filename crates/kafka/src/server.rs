@@ -108,16 +108,15 @@ async fn accept_loop(
     let serve = move |stream: TcpStream, addr: SocketAddr| {
         open(stream, addr, shared.clone(), each_shutdown.clone())
     };
-    tinymq_net::accept_connections(
+    let accepting = tinymq_net::Accepting {
+        name: "kafka",
         listener,
         connections_max,
         stats,
         shutdown,
         tasks,
-        refuse,
-        serve,
-    )
-    .await
+    };
+    tinymq_net::accept_connections(accepting, refuse, serve).await
 }
 
 /// Completes TLS (when the broker's listeners use it) and serves the connection.
@@ -178,6 +177,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
         client_id: String::new(),
         tls_principal,
         large_response_gate: LargeResponseGate::new(),
+        listener_stats: Some(tinymq_net::ListenerStats(shared.stats.clone())),
     };
     let mut ctx = Arc::new(Ctx {
         peer,

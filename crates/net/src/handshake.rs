@@ -107,6 +107,7 @@ pub(crate) fn answer(
             client_id: request.client_id,
             tls_principal: tls_principal.map(str::to_string),
             large_response_gate: crate::LargeResponseGate::new(),
+            listener_stats: None,
         };
         (peer, auth_required)
     });

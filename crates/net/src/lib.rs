@@ -37,7 +37,7 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame};
 
 pub use auth::{claimed_user, failure_delay, log_safe, AUTH_FAILURE_DELAY, AUTH_FAILURE_DELAY_MAX};
 pub use handshake::authorize;
-pub use listener::{accept_connections, serve, serve_counted, serve_secure};
+pub use listener::{accept_connections, serve, serve_counted, serve_secure, Accepting};
 pub use security::{AuthMode, ClientAuth, ListenerSecurity, ServerTls, AUTH_FAILURES_MAX_DEFAULT};
 pub use stats::{ConnectionStats, OpSnapshot, RequestStats};
 pub use tinymq_protocol::messages::NodeRole;
@@ -137,7 +137,24 @@ pub struct Peer {
     /// service takes it before building one and holds it (in [`Response::held`]) until the
     /// response is written, so a peer that reads slowly holds up only its own.
     pub large_response_gate: LargeResponseGate,
+    /// The counts of the listener that carried the request when it is not the service's own
+    /// port (the Kafka listener, which hands its requests to the broker in process): the
+    /// service counts errors inside a response (a partition's) there, so each listener's
+    /// metrics hold its own requests' errors. `None`: the service's own port.
+    pub listener_stats: Option<ListenerStats>,
 }
+
+/// See [`Peer::listener_stats`]; equal when they are the same listener's.
+#[derive(Debug, Clone)]
+pub struct ListenerStats(pub std::sync::Arc<ConnectionStats>);
+
+impl PartialEq for ListenerStats {
+    fn eq(&self, other: &ListenerStats) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ListenerStats {}
 
 /// See [`Peer::large_response_gate`].
 #[derive(Debug, Clone)]

@@ -66,34 +66,49 @@ pub async fn serve_secure<S: Service>(
         connection::run(stream, addr, service, limits, login, shutdown, stats)
     };
     let refuse_one = move |stream: &TcpStream, addr| refuse(stream, addr, connections_max);
-    accept_connections(
+    let accepting = Accepting {
+        name: "native",
         listener,
         connections_max,
         stats,
         shutdown,
         tasks,
-        refuse_one,
-        serve_one,
-    )
-    .await
+    };
+    accept_connections(accepting, refuse_one, serve_one).await
 }
 
-/// The accept loop of a listener of either protocol: at most `connections_max` connections
-/// at once, each served by `serve` on `tasks`; one more is handed to `refuse` (which may tell
-/// it why) and dropped, without the loop waiting for it. Counts connections in `stats`
-/// (open, accepted, refused) for metrics. Returns when `shutdown` is cancelled.
+/// What an accept loop serves: a listener (`name`, for its log lines), at most
+/// `connections_max` connections at once, counted in `stats`, spawned on `tasks`, until
+/// `shutdown`.
+pub struct Accepting {
+    pub name: &'static str,
+    pub listener: TcpListener,
+    pub connections_max: usize,
+    pub stats: Arc<ConnectionStats>,
+    pub shutdown: CancellationToken,
+    pub tasks: TaskTracker,
+}
+
+/// The accept loop of a listener of either protocol ([`Accepting`]): each connection is
+/// served by `serve`; one past `connections_max` is handed to `refuse` (which may tell it why)
+/// and dropped, without the loop waiting for it. Counts connections (open, accepted, refused)
+/// for metrics. Returns when `shutdown` is cancelled.
 pub async fn accept_connections<Serve, Fut>(
-    listener: TcpListener,
-    connections_max: usize,
-    stats: Arc<ConnectionStats>,
-    shutdown: CancellationToken,
-    tasks: TaskTracker,
+    accepting: Accepting,
     refuse: impl Fn(&TcpStream, SocketAddr),
     serve: Serve,
 ) where
     Serve: Fn(TcpStream, SocketAddr) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    let Accepting {
+        name,
+        listener,
+        connections_max,
+        stats,
+        shutdown,
+        tasks,
+    } = accepting;
     let open = Arc::new(Semaphore::new(connections_max));
     loop {
         let accepted = tokio::select! {
@@ -103,7 +118,7 @@ pub async fn accept_connections<Serve, Fut>(
         let (stream, addr) = match accepted {
             Ok(a) => a,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                tracing::warn!(listener = name, error = %e, "accept failed");
                 tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
@@ -117,12 +132,27 @@ pub async fn accept_connections<Serve, Fut>(
         stats.accepted.fetch_add(1, Ordering::Relaxed);
         stats.open.fetch_add(1, Ordering::Relaxed);
         let served = serve(stream, addr);
-        let stats = stats.clone();
+        let open = OpenConnection {
+            stats: stats.clone(),
+            _permit: permit,
+        };
         tasks.spawn(async move {
             served.await;
-            stats.open.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
+            drop(open);
         });
+    }
+}
+
+/// A connection being served: its place under `connections_max` and its count in the open
+/// gauge, both given back when it ends, however it ends (a panicking task included).
+struct OpenConnection {
+    stats: Arc<ConnectionStats>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.stats.open.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -207,9 +207,6 @@ async fn await_producer_id(state: &BrokerState, records: &[u8]) {
         .await;
 }
 
-/// Opens the timer of every leadership that begins here on a partition with a timer log
-/// (its scheduler then delivers what waits there), and stops those that end, until
-/// `shutdown`.
 /// Starts a timer's scheduler on the runtime, for [`slots::Delays::timer`].
 fn scheduler_of(state: &Arc<BrokerState>) -> impl FnOnce(Arc<timer::PartitionTimer>) {
     let state = state.clone();
@@ -218,6 +215,9 @@ fn scheduler_of(state: &Arc<BrokerState>) -> impl FnOnce(Arc<timer::PartitionTim
     }
 }
 
+/// Opens the timer of every leadership that begins here on a partition with a timer log
+/// (its scheduler then delivers what waits there), and stops those that end, until
+/// `shutdown`.
 pub async fn run(state: Arc<BrokerState>, shutdown: CancellationToken) {
     // Leaderships found without a timer log (a delayed produce opens the timer itself).
     let mut without_log: HashMap<(String, u32), (usize, u32)> = HashMap::new();

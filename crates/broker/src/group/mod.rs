@@ -36,6 +36,11 @@ fn heartbeat_interval_ms(session: Duration, moving: bool) -> u32 {
     };
     interval.as_millis() as u32
 }
+/// Longest a new coordinator holds back assignments of a group with committed offsets after
+/// loading them, for members of the previous coordinator still reading: the session the
+/// first joiner asks for, up to this (the longest native session before sessions reached
+/// Kafka's 30 minutes).
+pub const HOLD_AFTER_LOAD_MAX: Duration = Duration::from_secs(300);
 /// Groups with members one broker coordinates at most, over both group protocols (native
 /// groups with members, and the groups Kafka's classic protocol holds here); a join that would
 /// start another is refused with `LIMIT_EXCEEDED`. (A group without members takes no memory
@@ -289,9 +294,11 @@ impl GroupCoordinator {
         let now = Instant::now();
         let group = groups.entry(req.group_id.clone()).or_insert_with(|| {
             let mut group = Group::new(strategy);
-            // Members of the previous coordinator may still read for a session.
+            // Members of the previous coordinator may still read for a session (at most
+            // HOLD_AFTER_LOAD_MAX: a joiner asking for a 30-minute session does not stall
+            // its group that long after a coordinator moves).
             let loaded = self.offsets.loaded_at(partition_for_group(&req.group_id));
-            let hold = loaded.unwrap_or(now) + session;
+            let hold = loaded.unwrap_or(now) + session.min(HOLD_AFTER_LOAD_MAX);
             if now < hold && self.offsets.has_offsets(&req.group_id) {
                 group.hold_until(hold);
             }

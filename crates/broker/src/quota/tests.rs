@@ -191,6 +191,7 @@ fn peer(role: NodeRole, principal: tinymq_auth::Principal) -> Peer {
         client_id: "quota-test".into(),
         tls_principal: None,
         large_response_gate: Default::default(),
+        listener_stats: None,
     }
 }
 

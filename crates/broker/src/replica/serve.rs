@@ -69,11 +69,12 @@ pub(crate) async fn fetch(
     state: Arc<BrokerState>,
     req: m::FetchRequest,
     turns: Arc<tokio::sync::Semaphore>,
+    stats: Arc<tinymq_net::ConnectionStats>,
 ) -> (FetchAnswer, Option<FetchHold>) {
     for fp in &req.partitions {
         note_follower(&state, req.replica_id, fp);
     }
-    long_poll(state, req, turns, FollowerReads).await
+    long_poll(state, req, turns, FollowerReads, stats).await
 }
 
 /// A follower's reads: up to the leader's log end, waking when it moves.

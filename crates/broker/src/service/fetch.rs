@@ -55,8 +55,15 @@ pub(crate) trait PartitionReader: Clone + Send + Sync + 'static {
     fn answer_now(&mut self, _results: &[PartitionRead]) -> bool {
         false
     }
-    /// Called once with the answer (for metrics).
-    fn answered(&self, _state: &BrokerState, _results: &[PartitionRead]) {}
+    /// Called once with the answer, for metrics (`stats`: the listener that carried the
+    /// fetch).
+    fn answered(
+        &self,
+        _state: &BrokerState,
+        _stats: &tinymq_net::ConnectionStats,
+        _results: &[PartitionRead],
+    ) {
+    }
 }
 
 /// A fetch's answer before encoding: the response's error and each partition's result with
@@ -106,6 +113,7 @@ pub(crate) async fn long_poll<R: PartitionReader>(
     req: m::FetchRequest,
     turns: Arc<tokio::sync::Semaphore>,
     mut reader: R,
+    stats: Arc<tinymq_net::ConnectionStats>,
 ) -> (FetchAnswer, Option<FetchHold>) {
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return refused(refusal);
@@ -169,7 +177,7 @@ pub(crate) async fn long_poll<R: PartitionReader>(
         {
             // Keep only what the records hold (a read never exceeds the reservation).
             drop(reservation.split(reservation.num_permits().saturating_sub(total)));
-            reader.answered(&state, &results);
+            reader.answered(&state, &stats, &results);
             let answer = FetchAnswer {
                 error: None,
                 partitions: results,

@@ -122,11 +122,16 @@ pub(crate) fn read_for_consumer(
 }
 
 /// A consumer's fetch answer, for metrics: records and bytes out, and each partition's error.
-pub(crate) fn count_consumed(state: &BrokerState, results: &[PartitionRead]) {
+pub(crate) fn count_consumed(
+    state: &BrokerState,
+    stats: &tinymq_net::ConnectionStats,
+    results: &[PartitionRead],
+) {
     for (result, records) in results {
         if let Some(error) = &result.error {
-            let requests = &state.connections.requests;
-            requests.record_error(tinymq_protocol::OpCode::Fetch, error.code);
+            stats
+                .requests
+                .record_error(tinymq_protocol::OpCode::Fetch, error.code);
         }
         let bytes = records.len() as u64;
         if bytes > 0 {

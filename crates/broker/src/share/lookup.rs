@@ -2,13 +2,10 @@
 //! from its state log (`share_partition`), whether an instance is still the live one, and
 //! which share groups have state here (`groups_led_here`).
 
-use std::sync::atomic::{AtomicBool, AtomicI64};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use tinymq_protocol::{messages as m, ErrorCode};
 use tinymq_share::SharePartition;
-use tokio::sync::watch;
 
 use super::registry::{
     storage_error, ShareKey, SharedPartition, DESCRIBE_MEMBERS_MAX, SHARE_GROUPS_PER_PARTITION_MAX,
@@ -112,17 +109,13 @@ pub(crate) fn share_partition(
     let mut records = Vec::new();
     share.advance_to(partition.log.log_start_offset(), &mut records);
     log.append(&records).map_err(|e| storage_error(&key, &e))?;
-    let shared = Arc::new(SharedPartition {
-        key: key.clone(),
+    let shared = Arc::new(SharedPartition::new(
+        key.clone(),
         partition,
-        leader_epoch: epoch,
-        state: Mutex::new(share),
-        log: Arc::new(log),
-        dead_lettering: AtomicBool::new(false),
-        dead_letter_retry_at_ms: AtomicI64::new(0),
-        retired: AtomicBool::new(false),
-        released: watch::Sender::new(0),
-    });
+        epoch,
+        share,
+        log,
+    ));
     kept.insert(key, shared.clone());
     Ok(Some(shared))
 }

@@ -54,14 +54,35 @@ pub(crate) struct SharedPartition {
     /// moved, or its log failed. Every change checks it under the same lock first, so a task
     /// still holding the old instance can neither hand out records nor write its log while a
     /// new instance reads the same file.
-    pub(super) retired: AtomicBool,
+    retired: AtomicBool,
     /// Bumped when records of this share partition become available again (released, lock
     /// expired) and when it is retired: the long polls naming it wait on it as on the high
     /// watermark (only those: a release elsewhere wakes nobody here).
-    pub(super) released: watch::Sender<i64>,
+    released: watch::Sender<i64>,
 }
 
 impl SharedPartition {
+    /// A live instance of `key`'s state, loaded in `leader_epoch` into `share` from `log`.
+    pub(super) fn new(
+        key: ShareKey,
+        partition: Arc<Partition>,
+        leader_epoch: u32,
+        share: SharePartition,
+        log: StateLog,
+    ) -> SharedPartition {
+        SharedPartition {
+            key,
+            partition,
+            leader_epoch,
+            state: Mutex::new(share),
+            log: Arc::new(log),
+            dead_lettering: AtomicBool::new(false),
+            dead_letter_retry_at_ms: AtomicI64::new(0),
+            retired: AtomicBool::new(false),
+            released: watch::Sender::new(0),
+        }
+    }
+
     /// Appends what an operation logged (call under `state`'s lock); on a write error the
     /// in-memory state is no longer the log's, so the instance is retired (the registry
     /// reloads it from the log on next use).

@@ -173,13 +173,11 @@ fn drop_test_code(code: &str) -> String {
     out
 }
 
-/// The modules `code` (of `module`) names, resolved to the longest existing module prefix.
+/// The modules `code` (of `module`) names, resolved to the longest existing module prefix:
+/// paths from `crate`, `super` (any number of them), `self`, a child module's name, or a
+/// module a `use` brought in by name (`use crate::a::b;` then `b::f()`).
 fn names(code: &str, module: &str, modules: &BTreeSet<String>) -> BTreeSet<String> {
-    let parent = match module.rsplit_once("::") {
-        Some((parent, _)) => parent.to_string(),
-        None => String::new(),
-    };
-    let children: Vec<String> = modules
+    let children: BTreeMap<String, String> = modules
         .iter()
         .filter_map(|m| {
             let rest = if module.is_empty() {
@@ -188,10 +186,27 @@ fn names(code: &str, module: &str, modules: &BTreeSet<String>) -> BTreeSet<Strin
                 m.strip_prefix(module)?.strip_prefix("::")
             };
             rest.filter(|r| !r.is_empty() && !r.contains("::"))
-                .map(str::to_string)
+                .map(|r| (r.to_string(), m.clone()))
         })
         .collect();
-    let mut found = BTreeSet::new();
+    // Modules named whole by a path (a `use` of a module): their last segment is an alias.
+    let mut aliases = children.clone();
+    for path in paths(code, module, &children) {
+        let path = path.strip_suffix("::self").unwrap_or(&path).to_string();
+        if let (true, Some(last)) = (modules.contains(&path), path.rsplit("::").next()) {
+            aliases.entry(last.to_string()).or_insert(path.clone());
+        }
+    }
+    paths(code, module, &aliases)
+        .iter()
+        .filter_map(|path| longest_module(path, modules))
+        .collect()
+}
+
+/// Every path in `code` that starts at `crate`, `super`, `self` or a name in `names`
+/// (a module's local name → the module), made absolute.
+fn paths(code: &str, module: &str, names: &BTreeMap<String, String>) -> Vec<String> {
+    let mut found = Vec::new();
     let bytes = code.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -209,23 +224,12 @@ fn names(code: &str, module: &str, modules: &BTreeSet<String>) -> BTreeSet<Strin
         if follows_path && !preceded_by_path {
             let base = match word {
                 "crate" => Some(String::new()),
-                "super" => Some(parent.clone()),
-                "self" => Some(module.to_string()),
-                w if children.iter().any(|c| c == w) => Some(join(module, w)),
-                _ => None,
+                "super" | "self" => Some(format!("{module}::{word}")),
+                w => names.get(w).cloned(),
             };
             if let Some(base) = base {
                 for path in use_tree(&code[word_end + 2..]) {
-                    let full = if path.is_empty() {
-                        base.clone()
-                    } else if base.is_empty() {
-                        path
-                    } else {
-                        format!("{base}::{path}")
-                    };
-                    if let Some(m) = longest_module(&full, modules) {
-                        found.insert(m);
-                    }
+                    found.push(absolute(&format!("{base}::{path}")));
                 }
             }
         }
@@ -234,12 +238,20 @@ fn names(code: &str, module: &str, modules: &BTreeSet<String>) -> BTreeSet<Strin
     found
 }
 
-fn join(module: &str, child: &str) -> String {
-    if module.is_empty() {
-        child.to_string()
-    } else {
-        format!("{module}::{child}")
+/// A path with its `super` segments taken as steps up and `self` dropped (`a::b::super::c`
+/// is `a::c`), and no empty segments.
+fn absolute(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for segment in path.split("::") {
+        match segment {
+            "" | "self" => {}
+            "super" => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
     }
+    out.join("::")
 }
 
 fn is_ident(b: u8) -> bool {

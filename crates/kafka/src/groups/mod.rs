@@ -44,10 +44,11 @@ pub(crate) use admin::{delete_groups, describe_groups, find_coordinator, list_gr
 pub(crate) use membership::{heartbeat, join_group, leave_group, sync_group};
 pub(crate) use offsets::{offset_commit, offset_fetch};
 
-/// Most Kafka groups this broker keeps (with members, or vacant and not yet forgotten): the
-/// broker's one bound on groups (those with members count against it on the native
-/// coordinator too, through the claim); a join that would add another is refused.
-pub const KAFKA_GROUPS_MAX: usize = tinymq_broker::group::GROUPS_MAX;
+/// Most Kafka groups this listener keeps (with members, or vacant and not yet forgotten); a
+/// join that would add another is refused. Below the broker's one bound on groups with
+/// members (`tinymq_broker::group::GROUPS_MAX`, which a Kafka group counts against through its
+/// claim), because a join or sync walks these groups to share [`KAFKA_GROUPS_BYTES_MAX`].
+pub const KAFKA_GROUPS_MAX: usize = 10_000;
 /// Most bytes all Kafka groups here keep together (members' protocol metadata,
 /// assignments, ids and client strings; see [`state::GROUP_BYTES_MAX`] for one group): a
 /// join or assignment beyond it is refused with GROUP_MAX_SIZE_REACHED. 32 groups at their
@@ -142,6 +143,8 @@ impl Coordinator {
             None
         };
         let out = match out {
+            // The broker's one bound on groups with members, native and Kafka together.
+            Some((ErrorCode::LIMIT_EXCEEDED, why)) => refuse(K::GroupMaxSizeReached, &why, waiter),
             Some((_, why)) => refuse(K::InconsistentGroupProtocol, &why, waiter),
             None => group.join(join, waiter, now),
         };

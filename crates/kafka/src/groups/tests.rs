@@ -220,3 +220,21 @@ fn vacant_groups_are_forgotten_after_a_while() {
     kafka.tick(&native, later + VACANT_GROUP_FORGET_AFTER);
     assert!(kafka.list().is_empty());
 }
+
+#[test]
+fn a_kafka_join_past_the_brokers_one_bound_on_groups_is_told_the_group_limit() {
+    let native = GroupCoordinator::default();
+    for i in 0..tinymq_broker::group::GROUPS_MAX {
+        native
+            .claim_for_other_protocol(&format!("held-{i}"))
+            .unwrap();
+    }
+    let kafka = Coordinator::default();
+    let (waiter, _answer) = oneshot::channel();
+    let out = kafka.join(&native, "one-more", join(""), waiter, Instant::now());
+    assert_eq!(join_error(&out), Some(K::GroupMaxSizeReached.code()));
+    assert!(
+        kafka.list().is_empty(),
+        "the refused join left no group behind"
+    );
+}
