@@ -10,6 +10,8 @@ pub mod isr;
 
 pub mod leader;
 pub mod serve;
+#[cfg(test)]
+mod sim;
 
 use bytes::Bytes;
 use tinymq_log::LogError;
