@@ -71,10 +71,15 @@ impl Cluster {
         Ok(())
     }
 
-    pub fn heartbeat(&mut self, id: u32, now: i64) {
-        if !self.fenced(id) {
-            self.heartbeats.insert(id, now);
+    /// A heartbeat; a fenced broker registers again, as the broker's heartbeat loop does
+    /// (with a clean shutdown: it did not stop, its data is as it was).
+    pub fn heartbeat(&mut self, id: u32, now: i64) -> Result<bool, String> {
+        if self.fenced(id) {
+            self.register(id, true, now)?;
+            return Ok(true);
         }
+        self.heartbeats.insert(id, now);
+        Ok(false)
     }
 
     /// Fences every broker whose session timed out; returns them.

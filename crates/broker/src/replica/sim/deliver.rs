@@ -21,7 +21,7 @@ impl World {
                 node.partition.is_none() || node.incarnation != incarnation
             }
         };
-        if gone || self.rng.chance(8) || self.is_cut(msg.from, &msg.to) {
+        if gone || self.rng.chance(4) || self.is_cut(msg.from, &msg.to) {
             self.stats.dropped += 1;
             self.log(format!("drop message {}", msg.id));
             self.connection_lost(&msg);
@@ -41,6 +41,11 @@ impl World {
                 let budget = 1 + self.rng.below(3_000) as usize;
                 let results = self.nodes[i].serve(&request, budget, self.now);
                 let leader = self.nodes[i].id;
+                let hw = self.nodes[i]
+                    .partition
+                    .as_ref()
+                    .map_or(-1, |p| p.high_watermark());
+                self.log(format!("serve {from} at {leader}: hw {hw}"));
                 let body = Body::Answer {
                     request_id: msg.id,
                     leader,
@@ -79,7 +84,7 @@ impl World {
             _ => return,
         };
         let i = self.index_of(follower);
-        if self.nodes[i].fetch_in_flight.map(|f| f.0) == Some(request_id) && self.rng.chance(80) {
+        if self.nodes[i].fetch_in_flight.map(|f| f.0) == Some(request_id) && self.rng.chance(95) {
             self.nodes[i].fetch_in_flight = None;
         }
     }
@@ -118,6 +123,10 @@ impl World {
         results: Vec<tinymq_protocol::messages::FetchPartitionResult>,
     ) {
         if self.nodes[i].fetch_in_flight.map(|f| f.0) != Some(request_id) {
+            self.log(format!(
+                "answer {leader} -> {}: no longer awaited",
+                self.nodes[i].id
+            ));
             return;
         }
         self.nodes[i].fetch_in_flight = None;

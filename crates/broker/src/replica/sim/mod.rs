@@ -28,7 +28,7 @@ use node::Stop;
 use tinymq_storage::fault::CrashMode;
 use world::World;
 
-pub const STEPS_DEFAULT: u64 = 1_500;
+pub const STEPS_DEFAULT: u64 = 2_000;
 pub const SEEDS_DEFAULT: u64 = 300;
 
 /// Declares [`Stats`] and its sum over seeds.
@@ -51,6 +51,7 @@ macro_rules! stats {
 
 stats!(
     steps,
+    os_flush_seeds,
     produced,
     acked,
     refused,

@@ -21,7 +21,7 @@ use crate::replica::{fetcher, isr, serve, Role};
 use crate::topic::TopicSettings;
 
 /// How long a leader keeps a follower that has not caught up in the ISR.
-pub const LAG_MAX_MS: i64 = 4_000;
+pub const LAG_MAX_MS: i64 = 6_000;
 /// How long a follower waits for a fetch's answer before it asks again (the fetch task's
 /// timeout plus its long poll).
 pub const FETCH_TIMEOUT_MS: i64 = 10_500;

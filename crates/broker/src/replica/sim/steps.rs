@@ -120,7 +120,11 @@ impl World {
         for i in 0..self.nodes.len() {
             let id = self.nodes[i].id;
             if self.nodes[i].partition.is_some() && !self.cut_meta.contains(&id) {
-                self.cluster.heartbeat(id, self.now);
+                match self.cluster.heartbeat(id, self.now) {
+                    Ok(true) => self.log(format!("  {id} registers again after its fence")),
+                    Ok(false) => {}
+                    Err(e) => self.log(format!("  {id} cannot register again: {e}")),
+                }
             }
         }
         let fenced = self.cluster.expire_sessions(self.now);
@@ -133,6 +137,13 @@ impl World {
             }
         ));
         self.stats.fenced += fenced.len() as u64;
+        // The page cache writes back (under `os`; under `always` all is synced already).
+        for n in &self.nodes {
+            if let Some(p) = n.partition.as_ref().filter(|_| self.rng.chance(40)) {
+                // A failing disk fails the log; the broker notices on its next write.
+                let _ = p.log.flush();
+            }
+        }
         // A transient disk fault passes.
         if self.rng.chance(30) {
             for n in &self.nodes {
@@ -221,7 +232,7 @@ impl World {
         let cuts: Vec<(bool, u32)> = (self.cut_meta.iter().map(|&id| (true, id)))
             .chain(self.cut_net.iter().map(|&id| (false, id)))
             .collect();
-        let (meta, id, cut) = if !cuts.is_empty() && self.rng.chance(70) {
+        let (meta, id, cut) = if !cuts.is_empty() && self.rng.chance(85) {
             let (meta, id) = cuts[self.rng.index(cuts.len())];
             (meta, id, false)
         } else {

@@ -99,7 +99,14 @@ pub struct World {
 
 impl World {
     pub fn new(seed: u64) -> Result<World, String> {
+        let mut rng = Rng::new(seed);
+        // Half the seeds flush `always` (an acknowledgement needs an fsync on every in-sync
+        // replica), half `os` (the page cache holds writes until the simulated writeback, so
+        // a power cut loses acknowledged records on that replica: the MetaServer's rules for
+        // an unclean restart must keep them elsewhere).
+        let flush = if rng.chance(50) { "always" } else { "os" };
         let settings = TopicSettings {
+            flush: flush.into(),
             replication_factor: 3,
             // Small segments: rolls, and truncations across segment boundaries.
             segment_bytes: 2_048,
@@ -115,7 +122,7 @@ impl World {
             .map_or(1, |t| t.min_insync_replicas().max(1) as usize);
         let mut w = World {
             now: START_MS,
-            rng: Rng::new(seed),
+            rng,
             cluster,
             nodes: REPLICAS.iter().map(|&id| Node::new(id)).collect(),
             settings,
@@ -133,6 +140,8 @@ impl World {
             trace: Vec::new(),
             stats: Stats::default(),
         };
+        w.log(format!("flush {flush}"));
+        w.stats.os_flush_seeds = u64::from(flush == "os");
         for i in 0..w.nodes.len() {
             w.nodes[i].start(&w.settings)?;
             let image = w.cluster.image.clone();
