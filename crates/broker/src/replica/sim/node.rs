@@ -174,12 +174,7 @@ impl Node {
         if record.leader != Some(self.id) || p.leading_epoch() != Some(record.leader_epoch) {
             return Err("not leader".into());
         }
-        // `BrokerState::enough_in_sync`.
-        let isr = match &*p.role.lock() {
-            Role::Leader(leader) => leader.isr().len(),
-            Role::Follower { .. } => 0,
-        };
-        if isr < min_insync {
+        if self.isr_len() < min_insync {
             return Err("not enough replicas".into());
         }
         let context = ProduceContext {
@@ -191,6 +186,16 @@ impl Node {
         let pending = p.write(records, 1_024, context).map_err(|e| e.message)?;
         p.finish(pending).map_err(|e| e.message)?;
         Ok(pending)
+    }
+
+    /// The in-sync replicas the partition's leader role counts here, as
+    /// `BrokerState::enough_in_sync` does (none for a follower).
+    pub fn isr_len(&self) -> usize {
+        let Some(p) = &self.partition else { return 0 };
+        match &*p.role.lock() {
+            Role::Leader(leader) => leader.isr().len(),
+            Role::Follower { .. } => 0,
+        }
     }
 
     /// The ISR proposal the leader's ISR check sends now, if any.

@@ -243,6 +243,16 @@ impl World {
                 self.writes.push(write);
                 continue;
             }
+            // The produce handler's check after the wait: a write on fewer disks than
+            // `min_insync_replicas` is answered NOT_ENOUGH_REPLICAS, not acknowledged.
+            if self.nodes[i].isr_len() < self.min_insync {
+                self.stats.write_failed += 1;
+                self.log(format!(
+                    "  write [{}, {}) failed: the ISR shrank below the minimum",
+                    write.base, write.end
+                ));
+                continue;
+            }
             let log = self.nodes[i].batches(Some(write.base))?;
             let Some((_, _, bytes)) = batch_at(&log, write.base) else {
                 return Err(format!(
