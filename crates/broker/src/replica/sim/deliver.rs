@@ -14,13 +14,24 @@ impl World {
             return Ok(());
         }
         let msg = self.net.remove(self.rng.index(self.net.len()));
-        let gone = match msg.to {
-            Dest::Meta => false,
-            Dest::Broker(id, incarnation) => {
-                let node = &self.nodes[self.index_of(id)];
-                node.partition.is_none() || node.incarnation != incarnation
-            }
+        let stopped = |id: u32, incarnation: u64| {
+            let node = &self.nodes[self.index_of(id)];
+            node.partition.is_none() || node.incarnation != incarnation
         };
+        // A stopped process's connections are gone: what it sent is not served.
+        let sender_gone = match &msg.body {
+            Body::Fetch {
+                from,
+                from_incarnation,
+                ..
+            } => stopped(*from, *from_incarnation),
+            _ => false,
+        };
+        let gone = sender_gone
+            || match msg.to {
+                Dest::Meta => false,
+                Dest::Broker(id, incarnation) => stopped(id, incarnation),
+            };
         if gone || self.rng.chance(4) || self.is_cut(msg.from, &msg.to) {
             self.stats.dropped += 1;
             self.log(format!("drop message {}", msg.id));
