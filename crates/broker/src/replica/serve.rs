@@ -61,17 +61,20 @@ fn follows_this_leadership(partition: &Partition, fp: &m::FetchPartition) -> Res
 /// may raise the high watermark.
 pub(crate) fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPartition) {
     if let Ok((partition, _)) = state.led_partition_any(&fp.topic, fp.partition) {
-        note_follower_of(&partition, replica, fp, now_ms());
+        let registration = state.cluster.image().brokers.get(&replica).map(|b| b.epoch);
+        note_follower_of(&partition, replica, fp, now_ms(), registration);
     }
 }
 
-/// [`note_follower`] once the image names this broker the leader of `partition`: the
-/// simulation (`replica::sim`) calls this with its own clock.
+/// [`note_follower`] once the image names this broker the leader of `partition` and has
+/// `replica` registered as `registration` (its broker epoch): the simulation
+/// (`replica::sim`) calls this with its own clock.
 pub(crate) fn note_follower_of(
     partition: &Partition,
     replica: u32,
     fp: &m::FetchPartition,
     now_ms: i64,
+    registration: Option<u64>,
 ) {
     if follows_this_leadership(partition, fp).is_err() {
         return;
@@ -82,7 +85,7 @@ pub(crate) fn note_follower_of(
     let leader_end = partition.log.log_end_offset();
     if let Role::Leader(leader) = &mut *partition.role.lock() {
         let durable_end = fp.replica_durable_end.min(fp.offset);
-        leader.on_fetch(replica, durable_end, leader_end, now_ms);
+        leader.on_fetch(replica, durable_end, leader_end, now_ms, registration);
     }
     partition.publish_high_watermark();
 }

@@ -200,6 +200,23 @@ fn seeds_of_the_production_replicas_keep_every_acknowledged_record() {
     }
 }
 
+/// Seeds that found a bug in production code, each fixed since (see docs/replication.md,
+/// "Production simulation").
+const REGRESSION_SEEDS: [u64; 1] = [
+    // A follower that restarted (flush `os`, a power cut) and left the ISR was added back on
+    // its report from before the restart, then elected without an acknowledged batch.
+    468,
+];
+
+#[test]
+fn the_seeds_that_found_bugs_pass() {
+    for seed in REGRESSION_SEEDS {
+        if let (Err(f), _) = run_seed(seed, STEPS_DEFAULT) {
+            panic!("{}", report(&f, STEPS_DEFAULT));
+        }
+    }
+}
+
 #[test]
 fn a_seed_of_the_production_replicas_replays_exactly() {
     let (a, b, c) = (run_seed(7, 400).1, run_seed(7, 400).1, run_seed(8, 400).1);

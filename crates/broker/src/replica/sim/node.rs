@@ -128,8 +128,13 @@ impl Node {
         let led_here = self.record().and_then(|r| r.leader) == Some(self.id);
         let current_leader = || self.record().and_then(|r| r.leader).unwrap_or(0);
         if led_here {
+            let registration = self
+                .image
+                .as_ref()
+                .and_then(|image| image.brokers.get(&request.replica_id))
+                .map(|b| b.epoch);
             for fp in &request.partitions {
-                serve::note_follower_of(p, request.replica_id, fp, now);
+                serve::note_follower_of(p, request.replica_id, fp, now, registration);
             }
         }
         request
@@ -203,8 +208,9 @@ impl Node {
         let p = self.partition.as_ref()?;
         let image = self.image.as_ref()?;
         let record = self.record()?;
-        let live = |id: u32| image.brokers.get(&id).is_some_and(|b| !b.fenced);
-        let (isr, partition_epoch) = isr::isr_proposal(p, record, self.id, LAG_MAX_MS, now, live)?;
+        let registration = |id: u32| isr::registration_of(image, id);
+        let (isr, partition_epoch) =
+            isr::isr_proposal(p, record, self.id, LAG_MAX_MS, now, registration)?;
         Some(Command::AlterPartition {
             topic: TOPIC.into(),
             partition: 0,
