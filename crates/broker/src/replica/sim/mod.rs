@@ -202,10 +202,13 @@ fn seeds_of_the_production_replicas_keep_every_acknowledged_record() {
 
 /// Seeds that found a bug in production code, each fixed since (see docs/replication.md,
 /// "Production simulation").
-const REGRESSION_SEEDS: [u64; 1] = [
+const REGRESSION_SEEDS: [u64; 2] = [
     // A follower that restarted (flush `os`, a power cut) and left the ISR was added back on
     // its report from before the restart, then elected without an acknowledged batch.
     468,
+    // The same through a leader whose image did not show the restart yet: the MetaServer
+    // accepted its proposal, made at a partition epoch the registration had not moved.
+    15913,
 ];
 
 #[test]
