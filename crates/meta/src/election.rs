@@ -117,11 +117,13 @@ pub(crate) fn after_fence(image: &MetadataImage, id: u32) -> Vec<MetadataRecord>
 /// After an unclean shutdown (eligible leader replicas, simplified) its disk may lack
 /// records it acknowledged but had not fsynced, so it leaves every ISR that has another live
 /// member (the leader adds it back once it has caught up), and a partition it led moves to
-/// them. Where it is the last in-sync replica it may lead only if that cannot lose an
-/// acknowledged record: the topic flushes `always` (an acknowledgement needed an fsync on
-/// every in-sync replica), or it is the partition's only replica (no other copy exists to
-/// prefer). Otherwise the partition stays offline, flagged `needs_unclean_election`, unless
-/// the topic allows an unclean election.
+/// them. A partition it is a replica of but not in sync for gets a new partition epoch, so
+/// that no ISR proposal computed before the leader saw this registration applies. Where it
+/// is the last in-sync replica it may lead only if that cannot lose an acknowledged record:
+/// the topic flushes `always` (an acknowledgement needed an fsync on every in-sync replica),
+/// or it is the partition's only replica (no other copy exists to prefer). Otherwise the
+/// partition stays offline, flagged `needs_unclean_election`, unless the topic allows an
+/// unclean election.
 pub(crate) fn after_registration(
     image: &MetadataImage,
     id: u32,
@@ -145,6 +147,17 @@ pub(crate) fn after_registration(
             None
         };
         let Some(next) = next else {
+            if !clean_shutdown && p.replicas.contains(&id) {
+                // Outside the ISR, it may have lost a tail it had reported to the leader; the
+                // leader's image may not show this registration yet, and an ISR proposal made
+                // from that image would add it back on the old report. Moving the partition
+                // epoch makes such a proposal stale.
+                records.push(MetadataRecord::BumpPartitionEpoch {
+                    name: name.clone(),
+                    partition: i as u32,
+                    partition_epoch: p.partition_epoch,
+                });
+            }
             continue;
         };
         let keeps_leading = p.leader == Some(id) && next.leader == Some(id);

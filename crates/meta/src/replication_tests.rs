@@ -477,6 +477,35 @@ fn a_broker_back_from_an_unclean_shutdown_leaves_the_isr_and_leads_only_what_it_
     assert!(records.is_empty(), "{records:?}");
 }
 
+/// Issue 28 (the broker's production simulation, seed 15913): a follower outside the ISR
+/// that restarts uncleanly may have lost a tail it reported; a leader whose image does not
+/// show the new registration yet would propose it back on the old report. The registration
+/// moves the partition epoch, so that proposal is stale.
+#[test]
+fn an_unclean_restart_outside_the_isr_makes_older_isr_proposals_stale() {
+    let mut image = cluster(3);
+    create_with(&mut image, "t", 1, 3, &[]).unwrap();
+    let leader = part(&image, "t", 0).leader.unwrap();
+    let follower = part(&image, "t", 0)
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| *r != leader)
+        .unwrap();
+    let stale = alter_by_leader(&image, "t", 0, &[leader, follower]);
+    let before = part(&image, "t", 0).clone();
+    assert!(!before.isr.contains(&follower), "{before:?}");
+    register_as(&mut image, follower, false).unwrap();
+    let after = part(&image, "t", 0).clone();
+    assert_eq!(after.partition_epoch, before.partition_epoch + 1);
+    assert_eq!((after.leader, &after.isr), (before.leader, &before.isr));
+    assert!(execute_and_apply(&mut image, &stale).is_err());
+    // A clean restart (its data is as it left it) changes nothing.
+    let clean = part(&image, "t", 0).clone();
+    register_as(&mut image, follower, true).unwrap();
+    assert_eq!(part(&image, "t", 0), &clean);
+}
+
 #[test]
 fn leadership_returns_to_the_preferred_replica_once_it_is_back_in_sync() {
     let mut image = cluster(3);

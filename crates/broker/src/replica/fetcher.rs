@@ -188,14 +188,13 @@ async fn fetch_once(
     if parts.is_empty() {
         return Ok(Fetched::Refused);
     }
-    let request = m::FetchRequest {
-        filter: String::new(),
-        max_wait_ms: REPLICA_FETCH_WAIT_MS,
-        min_bytes: 1,
-        max_bytes: REPLICA_FETCH_BYTES_MAX,
-        replica_id: state.node_id(),
-        partitions: parts.iter().map(fetch_partition).collect(),
-    };
+    let request = replica_fetch_request(
+        state.node_id(),
+        parts
+            .iter()
+            .map(|f| fetch_partition(&f.partition, f.leader_epoch))
+            .collect(),
+    );
     let wait = REPLICA_FETCH_TIMEOUT + Duration::from_millis(u64::from(REPLICA_FETCH_WAIT_MS));
     let response = connection
         .request(&request, wait)
@@ -207,15 +206,33 @@ async fn fetch_once(
         .map_err(|e| e.to_string())
 }
 
-fn fetch_partition(followed: &Followed) -> m::FetchPartition {
-    let p = &followed.partition;
+/// The fetch follower `me` sends its leader for `partitions` (each from
+/// [`fetch_partition`]). The simulation (`replica::sim`) sends the same.
+pub(crate) fn replica_fetch_request(
+    me: u32,
+    partitions: Vec<m::FetchPartition>,
+) -> m::FetchRequest {
+    m::FetchRequest {
+        filter: String::new(),
+        max_wait_ms: REPLICA_FETCH_WAIT_MS,
+        min_bytes: 1,
+        max_bytes: REPLICA_FETCH_BYTES_MAX,
+        replica_id: me,
+        partitions,
+    }
+}
+
+/// What a follower of `p` in `leader_epoch` asks its leader for: the records from its log
+/// end, with its latest epoch (for the divergence check) and its durable end (which moves
+/// the leader's high watermark).
+pub(crate) fn fetch_partition(p: &Partition, leader_epoch: u32) -> m::FetchPartition {
     let position = p.follower_position();
     m::FetchPartition {
         topic: p.topic.clone(),
         partition: p.index,
         offset: position.log_end,
         partition_bytes_max: REPLICA_FETCH_PARTITION_BYTES_MAX,
-        current_leader_epoch: i32::try_from(followed.leader_epoch).ok(),
+        current_leader_epoch: i32::try_from(leader_epoch).ok(),
         last_fetched_epoch: position.last_epoch,
         replica_durable_end: position.durable_end,
     }
@@ -233,18 +250,9 @@ fn apply(leader: u32, parts: &[Followed], results: Vec<m::FetchPartitionResult>)
             continue;
         };
         let p = &followed.partition;
-        // The answer counts only while the partition still follows this leader in the epoch
-        // it was fetched in; the role stays locked while it is applied, so a role change
-        // waits for it (a stale answer must not cut or extend a log that leads or follows
-        // another leader now).
-        let role = p.role.lock();
-        let current = matches!(&*role, Role::Follower { leader: Some(l), leader_epoch }
-            if *l == leader && *leader_epoch == followed.leader_epoch);
-        if !current {
+        let Some(applied) = apply_current(p, leader, followed.leader_epoch, result) else {
             continue;
-        }
-        let applied = apply_one(p, result);
-        drop(role);
+        };
         match applied {
             Ok(moved) => progress |= moved,
             Err(e) => {
@@ -258,6 +266,31 @@ fn apply(leader: u32, parts: &[Followed], results: Vec<m::FetchPartitionResult>)
         (false, false) => Fetched::Idle,
         (false, true) => Fetched::Refused,
     }
+}
+
+/// Applies one partition's result, fetched from `leader` while following it in
+/// `leader_epoch`, if the partition still follows it so; `None` (nothing done) if not. The
+/// fetch task calls this for every result, and so does the simulation (`replica::sim`).
+/// Blocks (appends, fsyncs, truncations).
+pub(crate) fn apply_current(
+    p: &Partition,
+    leader: u32,
+    leader_epoch: u32,
+    result: m::FetchPartitionResult,
+) -> Option<Result<bool, String>> {
+    // The answer counts only while the partition still follows this leader in the epoch it
+    // was fetched in; the role stays locked while it is applied, so a role change waits for
+    // it (a stale answer must not cut or extend a log that leads or follows another leader
+    // now).
+    let role = p.role.lock();
+    let current = matches!(&*role, Role::Follower { leader: Some(l), leader_epoch: e }
+        if *l == leader && *e == leader_epoch);
+    if !current {
+        return None;
+    }
+    let applied = apply_one(p, result);
+    drop(role);
+    Some(applied)
 }
 
 /// Applies one partition's result; `Ok(true)` if the log changed. A failure here is

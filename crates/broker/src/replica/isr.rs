@@ -45,31 +45,17 @@ fn proposal_for(state: &BrokerState, partition: &Partition) -> Option<Command> {
         .get(&partition.topic)?
         .partitions
         .get(partition.index as usize)?;
-    let hw = partition.high_watermark();
-    let leader_end = partition.log.log_end_offset();
     let lag_max_ms =
         i64::try_from(state.config.replica_lag_time_max.as_millis()).unwrap_or(i64::MAX);
-    let mut role = partition.role.lock();
-    let Role::Leader(leader) = &mut *role else {
-        return None;
-    };
-    if record.leader != Some(state.node_id()) || !leader.is(state.node_id(), record.leader_epoch) {
-        return None;
-    }
-    let (isr, partition_epoch) = match leader.pending() {
-        Some(pending) => (pending.isr.clone(), pending.partition_epoch),
-        // The image is ahead of this leader's state (reconcile has not applied it yet): a
-        // proposal must be computed from, sent at and kept pending at one partition epoch.
-        None if leader.partition_epoch() != record.partition_epoch => return None,
-        None => {
-            // The MetaServer refuses adding a fenced broker; do not ask.
-            let live = |id: u32| image.brokers.get(&id).is_some_and(|b| !b.fenced);
-            let isr =
-                leader.wanted_isr(&record.replicas, hw, leader_end, lag_max_ms, now_ms(), live)?;
-            leader.propose(isr.clone());
-            (isr, record.partition_epoch)
-        }
-    };
+    let registration = |id: u32| registration_of(&image, id);
+    let (isr, partition_epoch) = isr_proposal(
+        partition,
+        record,
+        state.node_id(),
+        lag_max_ms,
+        now_ms(),
+        registration,
+    )?;
     Some(Command::AlterPartition {
         topic: partition.topic.clone(),
         partition: partition.index,
@@ -79,6 +65,58 @@ fn proposal_for(state: &BrokerState, partition: &Partition) -> Option<Command> {
         partition_epoch,
         isr,
     })
+}
+
+/// The broker epoch of broker `id` in `image`, if it is live: the MetaServer refuses adding
+/// a fenced broker (do not ask), and a follower rejoins only on what it reported as this
+/// registration.
+pub(crate) fn registration_of(image: &tinymq_meta::MetadataImage, id: u32) -> Option<u64> {
+    image
+        .brokers
+        .get(&id)
+        .filter(|b| !b.fenced)
+        .map(|b| b.epoch)
+}
+
+/// The ISR `me`, leading `partition` as `record` (its image) says, should propose now and
+/// the partition epoch to propose it at, if any: its unsettled proposal again, or a new one,
+/// then kept pending. `registration` gives each live broker's broker epoch
+/// ([`registration_of`]). The simulation (`replica::sim`) calls this with its own clock.
+pub(crate) fn isr_proposal(
+    partition: &Partition,
+    record: &tinymq_meta::PartitionRecord,
+    me: u32,
+    lag_max_ms: i64,
+    now_ms: i64,
+    registration: impl Fn(u32) -> Option<u64>,
+) -> Option<(Vec<u32>, u32)> {
+    let hw = partition.high_watermark();
+    let leader_end = partition.log.log_end_offset();
+    let mut role = partition.role.lock();
+    let Role::Leader(leader) = &mut *role else {
+        return None;
+    };
+    if record.leader != Some(me) || !leader.is(me, record.leader_epoch) {
+        return None;
+    }
+    match leader.pending() {
+        Some(pending) => Some((pending.isr.clone(), pending.partition_epoch)),
+        // The image is ahead of this leader's state (reconcile has not applied it yet): a
+        // proposal must be computed from, sent at and kept pending at one partition epoch.
+        None if leader.partition_epoch() != record.partition_epoch => None,
+        None => {
+            let isr = leader.wanted_isr(
+                &record.replicas,
+                hw,
+                leader_end,
+                lag_max_ms,
+                now_ms,
+                registration,
+            )?;
+            leader.propose(isr.clone());
+            Some((isr, record.partition_epoch))
+        }
+    }
 }
 
 async fn propose(state: &BrokerState, partition: &Partition, command: Command) {

@@ -9,6 +9,8 @@ pub mod fetcher;
 pub mod isr;
 
 pub mod serve;
+#[cfg(test)]
+mod sim;
 
 // Where the role types lived before `crate::role` held them for the partition.
 pub use crate::role::{leader, Role};
@@ -33,8 +35,12 @@ impl Partition {
     /// broker for `record`: leader in its leader epoch with its ISR, or a follower of its
     /// leader. A leader keeping its epoch only takes the new ISR and partition epoch.
     pub fn assume_role(&self, me: u32, record: &tinymq_meta::PartitionRecord) {
+        self.assume_role_at(me, record, now_ms());
+    }
+
+    /// [`Partition::assume_role`] at `now` (the simulation's clock, `replica::sim`).
+    pub(crate) fn assume_role_at(&self, me: u32, record: &tinymq_meta::PartitionRecord, now: i64) {
         let (leader, leader_epoch, isr) = (record.leader, record.leader_epoch, &record.isr);
-        let now = now_ms();
         let mut role = self.role.lock();
         let known_epoch = match &*role {
             Role::Leader(state) => state.leader_epoch,

@@ -37,13 +37,8 @@ fn divergence(partition: &Partition, fp: &m::FetchPartition) -> Option<m::Diverg
     }
 }
 
-/// The partition if this broker leads it in the epoch the follower follows.
-fn led_for_follower(
-    state: &BrokerState,
-    fp: &m::FetchPartition,
-) -> Result<Arc<Partition>, m::Error> {
-    // Internal topics (the group offsets) are replicated like any other.
-    let (partition, _) = state.led_partition_any(&fp.topic, fp.partition)?;
+/// Whether the follower follows the epoch `partition` is led in here.
+fn follows_this_leadership(partition: &Partition, fp: &m::FetchPartition) -> Result<(), m::Error> {
     let epoch = partition.leading_epoch().ok_or_else(|| {
         ErrorCode::NOT_LEADER
             .with_message(format!("{}/{} is not led here yet", fp.topic, fp.partition))
@@ -54,7 +49,7 @@ fn led_for_follower(
             "{}/{}: the follower follows leader epoch {theirs}; this leader is in epoch {epoch}",
             fp.topic, fp.partition
         ))),
-        Some(_) => Ok(partition),
+        Some(_) => Ok(()),
         // Without its epoch a follower's report could come from following another leader.
         None => Err(ErrorCode::INVALID_REQUEST.with_message(format!(
             "{}/{}: a replica fetch must carry current_leader_epoch",
@@ -99,18 +94,46 @@ impl PartitionReader for FollowerReads {
 /// Records where follower `replica` stands (once per fetch request, before any read), which
 /// may raise the high watermark.
 fn note_follower(state: &BrokerState, replica: u32, fp: &m::FetchPartition) {
-    let Ok(partition) = led_for_follower(state, fp) else {
+    if let Ok((partition, _)) = state.led_partition_any(&fp.topic, fp.partition) {
+        let registration = state.cluster.image().brokers.get(&replica).map(|b| b.epoch);
+        note_follower_of(&partition, replica, fp, now_ms(), registration);
+    }
+}
+
+/// [`note_follower`] once the image names this broker the leader of `partition` and has
+/// `replica` registered as `registration` (its broker epoch): the simulation
+/// (`replica::sim`) calls this with its own clock.
+pub(crate) fn note_follower_of(
+    partition: &Partition,
+    replica: u32,
+    fp: &m::FetchPartition,
+    now_ms: i64,
+    registration: Option<u64>,
+) {
+    if follows_this_leadership(partition, fp).is_err() {
         return;
-    };
-    if divergence(&partition, fp).is_some() {
+    }
+    if divergence(partition, fp).is_some() {
         return;
     }
     let leader_end = partition.log.log_end_offset();
     if let Role::Leader(leader) = &mut *partition.role.lock() {
         let durable_end = fp.replica_durable_end.min(fp.offset);
-        leader.on_fetch(replica, durable_end, leader_end, now_ms());
+        leader.on_fetch(replica, durable_end, leader_end, now_ms, registration);
     }
     partition.publish_high_watermark();
+}
+
+/// The head of a result for `fp`, before anything is known of the partition.
+fn result_head(fp: &m::FetchPartition) -> m::FetchPartitionResult {
+    m::FetchPartitionResult {
+        topic: fp.topic.clone(),
+        partition: fp.partition,
+        high_watermark: -1,
+        log_start_offset: -1,
+        log_end_offset: -1,
+        ..Default::default()
+    }
 }
 
 /// One partition of a follower's fetch: the batches from its log end, up to the leader's log
@@ -120,34 +143,45 @@ fn read_for_follower(
     fp: &m::FetchPartition,
     bytes_max: usize,
 ) -> PartitionRead {
-    let empty = || Records::Bytes(Bytes::new());
-    let mut result = m::FetchPartitionResult {
-        topic: fp.topic.clone(),
-        partition: fp.partition,
-        high_watermark: -1,
-        log_start_offset: -1,
-        log_end_offset: -1,
-        ..Default::default()
-    };
-    let partition = match led_for_follower(state, fp) {
-        Ok(p) => p,
+    let current_leader = || state.current_leader(&fp.topic, fp.partition);
+    match state.led_partition_any(&fp.topic, fp.partition) {
+        Ok((partition, _)) => read_led_for_follower(&partition, fp, bytes_max, current_leader),
         Err(e) => {
-            result.current_leader = state.current_leader(&fp.topic, fp.partition);
+            let mut result = result_head(fp);
+            result.current_leader = current_leader();
             result.error = Some(e);
-            return (result, empty());
+            (result, Records::Bytes(Bytes::new()))
         }
-    };
+    }
+}
+
+/// [`read_for_follower`] once the image names this broker the leader of `partition`;
+/// `current_leader` names the leader in a refusal. The simulation (`replica::sim`) calls
+/// this.
+pub(crate) fn read_led_for_follower(
+    partition: &Arc<Partition>,
+    fp: &m::FetchPartition,
+    bytes_max: usize,
+    current_leader: impl FnOnce() -> u32,
+) -> PartitionRead {
+    let empty = || Records::Bytes(Bytes::new());
+    let mut result = result_head(fp);
+    if let Err(e) = follows_this_leadership(partition, fp) {
+        result.current_leader = current_leader();
+        result.error = Some(e);
+        return (result, empty());
+    }
     result.high_watermark = partition.high_watermark();
     result.log_start_offset = partition.log.log_start_offset();
     result.log_end_offset = partition.log.log_end_offset();
-    if let Some(diverging) = divergence(&partition, fp) {
+    if let Some(diverging) = divergence(partition, fp) {
         result.diverging_epoch = Some(diverging);
         return (result, empty());
     }
     if bytes_max == 0 {
         return (result, empty());
     }
-    match read_records(&partition, fp.offset, bytes_max, None) {
+    match read_records(partition, fp.offset, bytes_max, None) {
         Ok(records) => (result, records),
         Err(e) => {
             result.error = Some(e);

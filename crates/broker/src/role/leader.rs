@@ -5,6 +5,8 @@
 //! the rules themselves are [`tinymq_replication::leader_state`]'s (property-tested and
 //! stepped by the replication simulation), this type only keeps their inputs.
 
+use std::collections::BTreeMap;
+
 use tinymq_replication::leader_state::{self as rules, FollowerState, Followers};
 
 /// An ISR change sent to the MetaServer and not settled yet.
@@ -29,6 +31,11 @@ pub struct LeaderState {
     partition_epoch: u32,
     proposed: Option<Proposal>,
     followers: Followers,
+    /// The registration (broker epoch, as the image had it) each follower fetched under last:
+    /// a report from an earlier registration says nothing of what the broker holds now (it
+    /// restarted, and may have lost a tail it had not fsynced), so it cannot bring the broker
+    /// back into the ISR.
+    fetched_as: BTreeMap<u32, Option<u64>>,
 }
 
 fn ms(now_ms: i64) -> u64 {
@@ -60,6 +67,7 @@ impl LeaderState {
             partition_epoch,
             proposed: None,
             followers,
+            fetched_as: BTreeMap::new(),
         }
     }
 
@@ -117,14 +125,24 @@ impl LeaderState {
     }
 
     /// A fetch from follower `id` reporting `durable_end` (every offset below it is durable
-    /// there), while the leader's log ends at `leader_end`. A report outside the leader's log
-    /// is ignored: the follower is told where it diverges and truncates first.
-    pub fn on_fetch(&mut self, id: u32, durable_end: i64, leader_end: i64, now_ms: i64) {
+    /// there), while the leader's log ends at `leader_end` and the image has the follower
+    /// registered as `broker_epoch`. A report outside the leader's log is ignored: the
+    /// follower is told where it diverges and truncates first.
+    pub fn on_fetch(
+        &mut self,
+        id: u32,
+        durable_end: i64,
+        leader_end: i64,
+        now_ms: i64,
+        broker_epoch: Option<u64>,
+    ) {
         let state = self
             .followers
             .entry(id)
             .or_insert_with(|| FollowerState::new(ms(now_ms)));
-        let _ = state.on_fetch(durable_end, ms(now_ms), leader_end);
+        if state.on_fetch(durable_end, ms(now_ms), leader_end).is_ok() {
+            self.fetched_as.insert(id, broker_epoch);
+        }
     }
 
     /// The high watermark the replicas support, never below `current_hw`: the lowest durable
@@ -140,6 +158,12 @@ impl LeaderState {
     }
 
     /// The ISR change waiting for the MetaServer, to be sent (again) until settled.
+    /// Whether follower `id` last fetched under the registration it has now, and is live.
+    fn reported_as_now(&self, id: u32, registration: impl Fn(u32) -> Option<u64>) -> bool {
+        let now = registration(id);
+        now.is_some() && self.fetched_as.get(&id) == Some(&now)
+    }
+
     pub fn pending(&self) -> Option<&Proposal> {
         self.proposed.as_ref()
     }
@@ -153,8 +177,9 @@ impl LeaderState {
 
     /// The ISR this leader should propose now, if it differs from the image's: followers
     /// that have not been caught up for `lag_max_ms` leave; replicas outside it that reached
-    /// the high watermark `hw` and this epoch's start, and that `live` says the MetaServer
-    /// would accept, rejoin. The order is `replicas`'.
+    /// the high watermark `hw` and this epoch's start, that the MetaServer would accept
+    /// (`registration` gives the broker epoch of a live broker, `None` for a fenced one),
+    /// and that reported so under that very registration, rejoin. The order is `replicas`'.
     pub fn wanted_isr(
         &self,
         replicas: &[u32],
@@ -162,7 +187,7 @@ impl LeaderState {
         leader_end: i64,
         lag_max_ms: i64,
         now_ms: i64,
-        live: impl Fn(u32) -> bool,
+        registration: impl Fn(u32) -> Option<u64>,
     ) -> Option<Vec<u32>> {
         if !replicas.contains(&self.me) {
             // This broker is not (or no longer) a replica: not for it to change the ISR.
@@ -190,7 +215,7 @@ impl LeaderState {
             .filter(|&id| {
                 id == self.me
                     || (self.isr.contains(&id) && !leave.contains(&id))
-                    || (join.contains(&id) && live(id))
+                    || (join.contains(&id) && self.reported_as_now(id, &registration))
             })
             .collect();
         let mut current = self.isr.clone();
@@ -206,8 +231,8 @@ mod tests {
     use super::*;
 
     const LAG_MS: i64 = 10_000;
-    fn all_live(_: u32) -> bool {
-        true
+    fn all_live(_: u32) -> Option<u64> {
+        Some(0)
     }
 
     #[test]
@@ -218,8 +243,8 @@ mod tests {
             0,
             "followers not heard from hold it"
         );
-        l.on_fetch(2, 90, 100, 1);
-        l.on_fetch(3, 95, 100, 1);
+        l.on_fetch(2, 90, 100, 1, Some(0));
+        l.on_fetch(3, 95, 100, 1, Some(0));
         assert_eq!(l.high_watermark(0, 100), 90);
         assert_eq!(
             l.high_watermark(0, 80),
@@ -235,11 +260,11 @@ mod tests {
     #[test]
     fn a_pending_addition_counts_until_a_newer_partition_epoch_settles_it() {
         let mut l = LeaderState::new(1, 5, 7, &[1], 100, 0);
-        l.on_fetch(2, 100, 100, 1);
+        l.on_fetch(2, 100, 100, 1, Some(0));
         let wanted = l.wanted_isr(&[1, 2], 100, 100, LAG_MS, 2, all_live);
         assert_eq!(wanted, Some(vec![1, 2]));
         l.propose(vec![1, 2]);
-        l.on_fetch(2, 100, 110, 3);
+        l.on_fetch(2, 100, 110, 3, Some(0));
         assert_eq!(
             l.high_watermark(100, 110),
             100,
@@ -257,28 +282,29 @@ mod tests {
     #[test]
     fn a_lagging_follower_leaves_and_a_caught_up_one_rejoins() {
         let mut l = LeaderState::new(1, 5, 0, &[1, 2, 3], 100, 0);
-        l.on_fetch(2, 100, 100, 1_000);
-        l.on_fetch(3, 50, 100, 1_000);
+        l.on_fetch(2, 100, 100, 1_000, Some(0));
+        l.on_fetch(3, 50, 100, 1_000, Some(0));
         assert_eq!(
             l.wanted_isr(&[1, 2, 3], 50, 100, LAG_MS, 5_000, all_live),
             None
         );
         // Follower 3 never catches up; after the lag time it leaves.
-        l.on_fetch(2, 100, 100, 10_500);
-        l.on_fetch(3, 60, 100, 10_500);
+        l.on_fetch(2, 100, 100, 10_500, Some(0));
+        l.on_fetch(3, 60, 100, 10_500, Some(0));
         assert_eq!(
             l.wanted_isr(&[1, 2, 3], 60, 100, LAG_MS, 10_500, all_live),
             Some(vec![1, 2])
         );
         l.set_isr(&[1, 2], 1, 10_600);
         // It catches up: back in, unless the MetaServer has it fenced.
-        l.on_fetch(3, 100, 100, 11_000);
+        l.on_fetch(3, 100, 100, 11_000, Some(0));
         assert_eq!(
             l.wanted_isr(&[1, 2, 3], 100, 100, LAG_MS, 11_000, all_live),
             Some(vec![1, 2, 3])
         );
         assert_eq!(
-            l.wanted_isr(&[1, 2, 3], 100, 100, LAG_MS, 11_000, |id| id != 3),
+            l.wanted_isr(&[1, 2, 3], 100, 100, LAG_MS, 11_000, |id| (id != 3)
+                .then_some(0)),
             None
         );
     }
@@ -286,7 +312,35 @@ mod tests {
     #[test]
     fn a_follower_below_the_epoch_start_does_not_rejoin() {
         let mut l = LeaderState::new(1, 5, 0, &[1], 200, 0);
-        l.on_fetch(2, 150, 200, 1);
+        l.on_fetch(2, 150, 200, 1, Some(0));
         assert_eq!(l.wanted_isr(&[1, 2], 100, 200, LAG_MS, 2, all_live), None);
+    }
+
+    /// Issue 28 (the production simulation, seed 468 of the first long run): a follower that
+    /// restarted lost a tail it had reported (flush `os`), and the MetaServer took it out of
+    /// the ISR; its report from before the restart must not bring it back in, or it can be
+    /// elected without records that were acknowledged.
+    #[test]
+    fn a_report_from_before_a_follower_registered_again_does_not_bring_it_back() {
+        let mut l = LeaderState::new(1, 5, 0, &[1, 2], 100, 0);
+        l.on_fetch(2, 100, 100, 1, Some(7));
+        // Broker 2 restarts (registration 8) and leaves the ISR before fetching again.
+        l.set_isr(&[1], 1, 2);
+        let registered_again = |id: u32| (id == 2).then_some(8);
+        assert_eq!(
+            l.wanted_isr(&[1, 2], 100, 100, LAG_MS, 3, registered_again),
+            None
+        );
+        // Once it has fetched as its new registration and caught up, it rejoins.
+        l.on_fetch(2, 60, 100, 4, Some(8));
+        assert_eq!(
+            l.wanted_isr(&[1, 2], 100, 100, LAG_MS, 5, registered_again),
+            None
+        );
+        l.on_fetch(2, 100, 100, 6, Some(8));
+        assert_eq!(
+            l.wanted_isr(&[1, 2], 100, 100, LAG_MS, 7, registered_again),
+            Some(vec![1, 2])
+        );
     }
 }

@@ -12,6 +12,30 @@ pub type Graph = BTreeMap<String, BTreeSet<String>>;
 pub fn module_graph(src: &Path) -> Graph {
     let mut files = BTreeMap::new();
     collect(src, src, &mut files);
+    // Modules declared under `#[cfg(test)]` (`#[cfg(test)] mod sim;`) are test code, with
+    // everything under them.
+    let test_only: Vec<String> = files
+        .iter()
+        .flat_map(|(module, path)| {
+            let text = std::fs::read_to_string(path).expect("readable source");
+            test_modules(&strip(&text))
+                .into_iter()
+                .map(|child| {
+                    if module.is_empty() {
+                        child
+                    } else {
+                        format!("{module}::{child}")
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let is_test = |m: &str| {
+        test_only
+            .iter()
+            .any(|t| m == t || m.starts_with(&format!("{t}::")))
+    };
+    files.retain(|module, _| !is_test(module));
     let modules: BTreeSet<String> = files.keys().cloned().collect();
     files
         .iter()
@@ -138,6 +162,30 @@ fn is_char_literal(chars: &[char], i: usize) -> bool {
         (chars.get(i + 1), chars.get(i + 2)),
         (Some('\\'), _) | (Some(_), Some('\''))
     )
+}
+
+/// The modules `code` declares under `#[cfg(test)]` with a file of their own (`mod x;`).
+fn test_modules(code: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("#[cfg(test)]") {
+        rest = &rest[at + "#[cfg(test)]".len()..];
+        let item = rest.trim_start();
+        let item = item
+            .strip_prefix("pub(crate) ")
+            .or_else(|| item.strip_prefix("pub "))
+            .unwrap_or(item);
+        if let Some(after) = item.strip_prefix("mod ") {
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if after[name.len()..].trim_start().starts_with(';') {
+                found.push(name);
+            }
+        }
+    }
+    found
 }
 
 /// The code without the items under `#[cfg(test)]` (a `mod … { … }`, a `mod …;`, a `fn`, an
