@@ -214,7 +214,7 @@ impl Broker {
             opening.reconcile(&image);
         })
         .await?;
-        state.fetchers.sync(&state);
+        crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
@@ -348,7 +348,7 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         if let Err(e) = tokio::task::spawn_blocking(move || s.reconcile(&image)).await {
             tracing::error!(error = %e, "reconciling partitions failed");
         }
-        state.fetchers.sync(&state);
+        crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
     }
 }

@@ -48,7 +48,7 @@ pub struct BrokerState {
     /// Removes the data of deleted partitions in the background.
     pub(crate) deleter: Deleter,
     /// The follower fetch tasks, by leader.
-    pub(crate) fetchers: crate::replica::fetcher::Fetchers,
+    pub(crate) fetchers: crate::replica::fetchers::Fetchers,
     /// The native port's connection counts, for metrics.
     pub connections: Arc<tinymq_net::ConnectionStats>,
     /// Per-principal throttling, with the rates of the metadata image.

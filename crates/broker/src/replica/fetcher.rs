@@ -3,7 +3,6 @@
 //! (or truncates where the leader says the logs diverge). Each request reports how far this
 //! replica's log is durable, which is what moves the leader's high watermark.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use tinymq_replication::EpochEnd;
 use tokio_util::sync::CancellationToken;
 
 use crate::partition::Partition;
+use crate::replica::fetchers::Followed;
 use crate::replica::Role;
 use crate::state::BrokerState;
 
@@ -29,75 +29,15 @@ const REPLICA_FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// A partition followed from one leader, in one leader epoch.
-#[derive(Debug, Clone)]
-struct Followed {
-    partition: Arc<Partition>,
-    leader_epoch: u32,
-}
-
-#[derive(Debug)]
-struct FetcherHandle {
-    followed: Arc<Mutex<Vec<Followed>>>,
-    stop: CancellationToken,
-}
-
-/// The follower fetch tasks of this broker, by leader.
-#[derive(Debug, Default)]
-pub struct Fetchers {
-    by_leader: Mutex<HashMap<u32, FetcherHandle>>,
-    stop: CancellationToken,
-}
-
-impl Fetchers {
-    /// Starts, updates and stops fetch tasks so that each partition followed here is fetched
-    /// from its current leader. Call after every reconciliation, on the runtime.
-    pub fn sync(&self, state: &Arc<BrokerState>) {
-        let mut wanted: HashMap<u32, Vec<Followed>> = HashMap::new();
-        for partition in state.all_partitions() {
-            let role = partition.role.lock().clone();
-            if let Role::Follower {
-                leader: Some(leader),
-                leader_epoch,
-            } = role
-            {
-                wanted.entry(leader).or_default().push(Followed {
-                    partition,
-                    leader_epoch,
-                });
-            }
-        }
-        let mut by_leader = self.by_leader.lock();
-        by_leader.retain(|leader, handle| {
-            let keep = wanted.contains_key(leader);
-            if !keep {
-                handle.stop.cancel();
-            }
-            keep
+/// Starts, updates and stops the fetch tasks (`state.fetchers`) so that each partition
+/// followed here is fetched from its current leader. Call after every reconciliation, on the
+/// runtime.
+pub fn sync(state: &Arc<BrokerState>) {
+    state
+        .fetchers
+        .sync(state.all_partitions(), |leader, followed, stop| {
+            tokio::spawn(fetch_loop(state.clone(), leader, followed, stop));
         });
-        for (leader, followed) in wanted {
-            if let Some(handle) = by_leader.get(&leader) {
-                *handle.followed.lock() = followed;
-                continue;
-            }
-            let handle = FetcherHandle {
-                followed: Arc::new(Mutex::new(followed)),
-                stop: self.stop.child_token(),
-            };
-            tokio::spawn(fetch_loop(
-                state.clone(),
-                leader,
-                handle.followed.clone(),
-                handle.stop.clone(),
-            ));
-            by_leader.insert(leader, handle);
-        }
-    }
-
-    /// Stops every fetch task (the broker is shutting down).
-    pub fn stop(&self) {
-        self.stop.cancel();
-    }
 }
 
 /// Fetches from `leader` until stopped.

@@ -6,6 +6,7 @@
 //! comes only from the metadata image (leader and leader epoch).
 
 pub mod fetcher;
+pub mod fetchers;
 pub mod isr;
 
 pub mod serve;

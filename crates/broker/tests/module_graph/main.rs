@@ -18,11 +18,6 @@ const CYCLE_FILES_MAX: usize = 2;
 /// The two-file cycles there are, each with why; any other cycle fails the test.
 const CYCLES_ALLOWED: &[(&str, &str, &str)] = &[
     (
-        "replica::fetcher",
-        "state",
-        "the fetch tasks' registry (Fetchers) is kept with the fetch loop it starts",
-    ),
-    (
         "route::progress",
         "route::runner",
         "a runner and its checkpoint and recovery scan",
@@ -63,6 +58,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "filtered_fetch",
             "replica::serve",
             "replica::isr",
+            "replica::fetcher",
         ],
     ),
     // The partition service layer sits below the request handlers and every feature.
