@@ -444,11 +444,21 @@ async function main() {
 
     log("in and out are both visible when equal: out dashed over a wider in");
     await page.click('nav a[data-section="overview"]');
-    await page.waitForSelector("#chart-records polyline.out");
-    const styles = await page.$eval("#chart-records", (chart) => {
-      const of = (cls) => getComputedStyle(chart.querySelector(`polyline.${cls}`));
-      return { inWidth: parseFloat(of("in").strokeWidth), outWidth: parseFloat(of("out").strokeWidth), dash: of("out").strokeDasharray };
+    // Polled until both lines are in the page and styled: the chart redraws on every refresh,
+    // and a line read just as it is replaced has no computed style yet.
+    const drawn = await page.waitForFunction(() => {
+      const line = (cls) => document.querySelector(`#chart-records polyline.${cls}`);
+      const [lineIn, lineOut] = [line("in"), line("out")];
+      if (!lineIn || !lineOut || !lineIn.isConnected || !lineOut.isConnected) return null;
+      const [styleIn, styleOut] = [getComputedStyle(lineIn), getComputedStyle(lineOut)];
+      const found = {
+        inWidth: parseFloat(styleIn.strokeWidth),
+        outWidth: parseFloat(styleOut.strokeWidth),
+        dash: styleOut.strokeDasharray,
+      };
+      return Number.isFinite(found.inWidth) && Number.isFinite(found.outWidth) ? found : null;
     });
+    const styles = await drawn.jsonValue();
     if (!(styles.inWidth > styles.outWidth) || styles.dash === "none") {
       throw new Error(`equal lines would hide one another: ${JSON.stringify(styles)}`);
     }
