@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use tinymq_protocol::{messages as m, ErrorCode};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 
+use super::blocking;
 use super::read::PartitionRead;
-use super::{blocking, too_many_partitions};
 use crate::partition::Partition;
 use crate::state::BrokerState;
 use crate::topic::TOPIC_MESSAGE_BYTES_MAX;
@@ -105,6 +105,9 @@ pub(crate) fn refused(error: m::Error) -> (FetchAnswer, Option<FetchHold>) {
 /// while a long poll waits) and covers the budget plus one whole batch, the most a read
 /// returns; it is cut to the bytes actually read.
 ///
+/// The caller has refused a request naming more than `REQUEST_PARTITIONS_MAX` partitions
+/// (`handlers::fetch`, the one entry, does so before anything else).
+///
 /// `turns` is the connection's one-at-a-time permit for fetch responses (see
 /// `connection.rs`): taken before each read, given back while a long poll waits, and returned
 /// in the [`FetchHold`], to be held until the response is written.
@@ -115,9 +118,6 @@ pub(crate) async fn long_poll<R: PartitionReader>(
     mut reader: R,
     stats: Arc<tinymq_net::ConnectionStats>,
 ) -> (FetchAnswer, Option<FetchHold>) {
-    if let Some(refusal) = too_many_partitions(req.partitions.len()) {
-        return refused(refusal);
-    }
     let wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(state.config.fetch_wait_max);
     let deadline = tokio::time::Instant::from_std(Instant::now() + wait);
     let min_bytes = req.min_bytes.max(1) as usize;
