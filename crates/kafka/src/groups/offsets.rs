@@ -1,8 +1,8 @@
 //! OffsetCommit and OffsetFetch: a group's committed offsets are the native group's, one set
 //! whichever protocol its members speak. A Kafka commit is checked against the Kafka group
-//! (member and generation, Kafka's rules) and then written natively as an administrative
-//! commit (member "", generation 0: the native group has no members of its own, the Kafka
-//! group holding its id).
+//! (member and generation, Kafka's rules, by the coordinator's classic mode) and then written
+//! natively as an administrative commit (member "", generation 0: the group has no native
+//! members, its classic ones holding its id).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use tinymq_protocol::{messages as m, OpCode};
 
 use super::{admit_group, group_code, group_name};
 use crate::context::Ctx;
-use crate::errors::{kafka_code_for, Resource};
+use crate::errors::{classic_code, kafka_code_for, Resource};
 
 /// (topic, partition) → Kafka error code of one partition's commit.
 type Outcomes = HashMap<(String, i32), i16>;
@@ -70,28 +70,22 @@ pub(crate) async fn offset_commit(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-/// Kafka's rules for who may commit: see [`super::state::Group::check_commit`]; a group
-/// unknown here is an empty one.
+/// Kafka's rules for who may commit, kept by the coordinator's classic mode
+/// ([`tinymq_broker::group::GroupCoordinator::classic_check_commit`]; a group without
+/// classic members is an empty one).
 async fn check_committer(
     ctx: &Arc<Ctx>,
     group_id: &str,
     r: &OffsetCommitRequest,
 ) -> Result<(), i16> {
     admit_group(ctx, group_id).await?;
-    let member_id = r.member_id.as_str();
-    let generation = r.generation_id_or_member_epoch;
-    ctx.shared
-        .groups
-        .with_group(&ctx.state().groups, group_id, |g| {
-            let instance = r.group_instance_id.as_ref().map(|s| s.as_str());
-            g.check_instance(instance, member_id)?;
-            g.check_commit(member_id, generation)
-        })
-        .unwrap_or(if generation < 0 {
-            Ok(())
-        } else {
-            Err(K::UnknownMemberId.code())
-        })
+    let checked = ctx.state().groups.classic_check_commit(
+        group_id,
+        r.member_id.as_str(),
+        r.group_instance_id.as_ref().map(|s| s.as_str()),
+        r.generation_id_or_member_epoch,
+    );
+    checked.map_err(|e| classic_code(Some(e)))
 }
 
 /// Commits the partitions that pass the checks, natively, in requests of at most the
