@@ -1,5 +1,6 @@
 //! OffsetCommit and OffsetFetch: a group's committed offsets are the native group's, one set
-//! whichever protocol its members speak. A Kafka commit is checked against the Kafka group
+//! whichever protocol its members speak. A Kafka commit refuses the partitions of unknown
+//! topics first (as Kafka), then the rest is checked against the Kafka group
 //! (member and generation, Kafka's rules, by the coordinator's classic mode) and then written
 //! natively as an administrative commit (member "", generation 0: the group has no native
 //! members, its classic ones holding its id).
@@ -34,15 +35,20 @@ pub(crate) async fn offset_commit(
 ) -> OffsetCommitResponse {
     let group_id = group_name(&r.group_id);
     let mut outcomes = Outcomes::new();
-    match check_committer(&ctx, &group_id, &r).await {
-        Err(code) => {
-            for t in &r.topics {
-                for p in &t.partitions {
-                    outcomes.insert((t.name.0.to_string(), p.partition_index), code);
+    match admit_group(&ctx, &group_id).await {
+        Err(code) => refuse_rest(&r, code, &mut outcomes),
+        Ok(()) => {
+            // Kafka's order (KafkaApis.handleOffsetCommitRequest): a partition of an unknown
+            // topic is refused before the group coordinator checks the committer, and only
+            // the known partitions go on to that check.
+            refuse_unknown_partitions(&ctx, &r, &mut outcomes);
+            if keys(&r).any(|key| !outcomes.contains_key(&key)) {
+                match check_committer(&ctx, &group_id, &r) {
+                    Err(code) => refuse_rest(&r, code, &mut outcomes),
+                    Ok(()) => commit(&ctx, &group_id, &r, &mut outcomes).await,
                 }
             }
         }
-        Ok(()) => commit(&ctx, &group_id, &r, &mut outcomes).await,
     }
     let topics = r
         .topics
@@ -70,15 +76,44 @@ pub(crate) async fn offset_commit(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// Every (topic, partition) the commit names.
+fn keys(r: &OffsetCommitRequest) -> impl Iterator<Item = (String, i32)> + '_ {
+    r.topics.iter().flat_map(|t| {
+        let topic = t.name.0.to_string();
+        t.partitions
+            .iter()
+            .map(move |p| (topic.clone(), p.partition_index))
+    })
+}
+
+/// Gives `code` to every partition without an outcome yet.
+fn refuse_rest(r: &OffsetCommitRequest, code: i16, outcomes: &mut Outcomes) {
+    for key in keys(r) {
+        outcomes.entry(key).or_insert(code);
+    }
+}
+
+/// Refuses the partitions of topics that do not exist, or past their topic's partitions,
+/// with UNKNOWN_TOPIC_OR_PARTITION.
+fn refuse_unknown_partitions(ctx: &Ctx, r: &OffsetCommitRequest, outcomes: &mut Outcomes) {
+    for t in &r.topics {
+        let topic = t.name.0.to_string();
+        let count = ctx.state().partition_count(&topic);
+        for p in &t.partitions {
+            let known = u32::try_from(p.partition_index)
+                .is_ok_and(|partition| count.is_some_and(|n| partition < n));
+            if !known {
+                let key = (topic.clone(), p.partition_index);
+                outcomes.insert(key, K::UnknownTopicOrPartition.code());
+            }
+        }
+    }
+}
+
 /// Kafka's rules for who may commit, kept by the coordinator's classic mode
 /// ([`tinymq_broker::group::GroupCoordinator::classic_check_commit`]; a group without
 /// classic members is an empty one).
-async fn check_committer(
-    ctx: &Arc<Ctx>,
-    group_id: &str,
-    r: &OffsetCommitRequest,
-) -> Result<(), i16> {
-    admit_group(ctx, group_id).await?;
+fn check_committer(ctx: &Ctx, group_id: &str, r: &OffsetCommitRequest) -> Result<(), i16> {
     let checked = ctx.state().groups.classic_check_commit(
         group_id,
         r.member_id.as_str(),
@@ -88,31 +123,32 @@ async fn check_committer(
     checked.map_err(|e| classic_code(Some(e)))
 }
 
-/// Commits the partitions that pass the checks, natively, in requests of at most the
-/// native limit; records every partition's outcome.
+/// Commits the partitions without an outcome yet that pass the checks, natively, in
+/// requests of at most the native limit; records every partition's outcome.
 async fn commit(ctx: &Arc<Ctx>, group_id: &str, r: &OffsetCommitRequest, outcomes: &mut Outcomes) {
     let mut offsets = Vec::new();
     for t in &r.topics {
         let topic = t.name.0.to_string();
-        let count = ctx.state().partition_count(&topic);
         for p in &t.partitions {
             let key = (topic.clone(), p.partition_index);
-            let partition = u32::try_from(p.partition_index).ok();
-            let metadata = p.committed_metadata.as_ref().map_or("", |s| s.as_str());
-            let refusal = match partition {
-                Some(partition) if count.is_some_and(|n| partition < n) => None,
-                _ => Some(K::UnknownTopicOrPartition.code()),
+            if outcomes.contains_key(&key) {
+                continue;
             }
-            .or((metadata.len() > OFFSET_METADATA_BYTES_MAX)
-                .then_some(K::OffsetMetadataTooLarge.code()))
-            .or((p.committed_offset < -1).then_some(K::InvalidRequest.code()));
+            // Known partitions only are left: their index is a u32.
+            let Ok(partition) = u32::try_from(p.partition_index) else {
+                continue;
+            };
+            let metadata = p.committed_metadata.as_ref().map_or("", |s| s.as_str());
+            let refusal = (metadata.len() > OFFSET_METADATA_BYTES_MAX)
+                .then_some(K::OffsetMetadataTooLarge.code())
+                .or((p.committed_offset < -1).then_some(K::InvalidRequest.code()));
             if let Some(code) = refusal {
                 outcomes.insert(key, code);
                 continue;
             }
             offsets.push(m::CommittedOffset {
                 topic: topic.clone(),
-                partition: partition.unwrap_or_default(),
+                partition,
                 offset: p.committed_offset,
                 metadata: metadata.to_string(),
                 error: None,
