@@ -9,7 +9,7 @@ use tinymq_meta::Command;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::group::offsets::OFFSETS_PARTITIONS;
-use crate::group::validate_group_id;
+use crate::group::{validate_group_id, GROUP_TYPE_CONSUMER, GROUP_TYPE_KAFKA, GROUP_TYPE_SHARE};
 use crate::state::BrokerState;
 
 fn wire((code, message): (ErrorCode, String)) -> Option<m::Error> {
@@ -181,7 +181,7 @@ pub fn fetch_offsets(state: &BrokerState, req: m::OffsetFetchRequest) -> m::Offs
 
 /// The groups this broker coordinates (a tool asks every broker for the whole list):
 /// `group_ids` as before, and `groups` with each one's type, state and members — the
-/// consumer groups, the Kafka-protocol groups its Kafka listener keeps, and the share groups
+/// consumer groups, the groups of Kafka's classic protocol, and the share groups
 /// with state on the partitions it leads.
 pub async fn list(state: Arc<BrokerState>) -> m::ListGroupsResponse {
     let mut group_ids = state.groups.list();
@@ -199,16 +199,17 @@ pub async fn list(state: Arc<BrokerState>) -> m::ListGroupsResponse {
             listing(group_id, GROUP_TYPE_CONSUMER, group_state, members),
         );
     }
-    // A Kafka group's committed offsets are native: while the Kafka listener knows the
+    // A classic group's committed offsets are the group's: while the coordinator keeps the
     // group it is listed as a Kafka group, not as a consumer group too.
-    for g in state.groups.other_protocol_groups() {
+    for g in state.groups.classic_groups() {
         if state.check_coordinator(&g.group_id).is_err() {
             continue;
         }
         listed.remove(&(g.group_id.clone(), GROUP_TYPE_CONSUMER));
+        let group_state = g.phase.native_name().to_string();
         listed.insert(
             (g.group_id.clone(), GROUP_TYPE_KAFKA),
-            listing(&g.group_id, GROUP_TYPE_KAFKA, g.state, g.members),
+            listing(&g.group_id, GROUP_TYPE_KAFKA, group_state, g.members),
         );
     }
     // Listing share state reads partition directories: on the blocking pool.
@@ -237,11 +238,6 @@ pub async fn list(state: Arc<BrokerState>) -> m::ListGroupsResponse {
         groups: listed.into_values().collect(),
     }
 }
-
-/// `GroupListing.group_type`'s values (docs/protocol.md).
-pub const GROUP_TYPE_CONSUMER: &str = "consumer";
-pub const GROUP_TYPE_KAFKA: &str = "kafka";
-pub const GROUP_TYPE_SHARE: &str = "share";
 
 fn listing(group_id: &str, group_type: &str, state: String, members: u32) -> m::GroupListing {
     m::GroupListing {

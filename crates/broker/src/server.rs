@@ -24,10 +24,14 @@ use crate::state::BrokerState;
 
 /// How often partitions with an `interval:<ms>` flush policy are checked.
 const FLUSH_TICK: Duration = Duration::from_millis(10);
-/// How often group sessions are checked.
-const GROUP_TICK: Duration = Duration::from_millis(500);
+/// How often group sessions are checked: the precision of classic (Kafka) sessions and join
+/// phases, whose tick walks the classic groups only.
+const GROUP_TICK: Duration = Duration::from_millis(100);
+/// Native sessions are checked every this many group ticks (500 ms): a native expiry walks
+/// every group, and native members learn of changes by heartbeats anyway.
+const NATIVE_EXPIRY_EVERY_TICKS: u64 = 5;
 /// Offsets of long-empty groups are looked for every this many group ticks (10 minutes).
-const OFFSETS_EXPIRY_EVERY_TICKS: u64 = 1200;
+const OFFSETS_EXPIRY_EVERY_TICKS: u64 = 6000;
 /// Directory under the data directory that holds the embedded MetaServer of the standalone
 /// server.
 pub const META_DIR: &str = "__meta";
@@ -400,8 +404,9 @@ async fn retention_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
     }
 }
 
-/// Expires group members whose session ended (so their partitions move even when nobody else
-/// heartbeats), and, less often, the offsets of long-empty groups.
+/// The broker's one group timer: expires group members whose session ended (so their
+/// partitions move even when nobody else heartbeats) and ends classic join phases past their
+/// deadline, and, less often, the offsets of long-empty groups.
 async fn group_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(GROUP_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -411,8 +416,11 @@ async fn group_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => return,
         }
-        state.groups.expire(&|t| state.partition_count(t));
+        state.groups.classic_tick(std::time::Instant::now());
         ticks += 1;
+        if ticks.is_multiple_of(NATIVE_EXPIRY_EVERY_TICKS) {
+            state.groups.expire(&|t| state.partition_count(t));
+        }
         if ticks.is_multiple_of(OFFSETS_EXPIRY_EVERY_TICKS) {
             let expired = state
                 .groups

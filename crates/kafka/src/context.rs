@@ -57,8 +57,6 @@ pub(crate) type Hold = Option<Box<dyn std::any::Any + Send>>;
 pub(crate) struct Shared {
     pub config: KafkaConfig,
     pub front: BrokerFront,
-    /// Kafka's classic consumer groups coordinated by this broker.
-    pub groups: crate::groups::Coordinator,
     /// The listener's connections, and the native operations its requests became, for
     /// metrics (`kafka_*` series).
     pub stats: Arc<tinymq_net::ConnectionStats>,
@@ -72,7 +70,6 @@ impl Shared {
         Shared {
             config,
             front,
-            groups: crate::groups::Coordinator::default(),
             stats: Arc::default(),
             message_ids: AtomicU32::new(1),
         }

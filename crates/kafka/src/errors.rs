@@ -3,9 +3,11 @@
 //! native `OUT_OF_ORDER_SEQUENCE` Kafka's `OUT_OF_ORDER_SEQUENCE_NUMBER`, and so on. Codes
 //! with no Kafka counterpart become `UNKNOWN_SERVER_ERROR` (-1) or, for bad input,
 //! `INVALID_REQUEST`; the native message goes in the response's error message where the
-//! Kafka response has one.
+//! Kafka response has one. The broker's classic group refusals ([`ClassicError`]) are
+//! Kafka's by [`classic_code`].
 
 use kafka_protocol::error::ResponseError as K;
+use tinymq_broker::group::classic::ClassicError;
 use tinymq_protocol::{messages as m, ErrorCode as N};
 
 /// Kafka's "no error".
@@ -103,6 +105,32 @@ pub fn kafka_code_for(error: Option<&m::Error>, resource: Resource) -> i16 {
     }
 }
 
+/// The Kafka error code of a classic group answer (`None`: no error).
+pub fn classic_code(error: Option<ClassicError>) -> i16 {
+    let Some(error) = error else {
+        return NONE;
+    };
+    let kafka = match error {
+        ClassicError::InconsistentGroupProtocol => K::InconsistentGroupProtocol,
+        ClassicError::InvalidRequest => K::InvalidRequest,
+        ClassicError::InvalidSessionTimeout => K::InvalidSessionTimeout,
+        ClassicError::GroupMaxSizeReached => K::GroupMaxSizeReached,
+        ClassicError::MemberIdRequired => K::MemberIdRequired,
+        ClassicError::UnknownMemberId => K::UnknownMemberId,
+        ClassicError::RebalanceInProgress => K::RebalanceInProgress,
+        ClassicError::IllegalGeneration => K::IllegalGeneration,
+        ClassicError::FencedInstanceId => K::FencedInstanceId,
+        ClassicError::InvalidGroupId => K::InvalidGroupId,
+        ClassicError::NotCoordinator => K::NotCoordinator,
+    };
+    kafka.code()
+}
+
+/// The Kafka error code of a classic group operation's outcome.
+pub fn classic_result_code(outcome: Result<(), ClassicError>) -> i16 {
+    classic_code(outcome.err())
+}
+
 /// The native error's message, for Kafka responses that carry one.
 pub fn message_of(error: Option<&m::Error>) -> Option<String> {
     error
@@ -152,5 +180,32 @@ mod tests {
             K::TopicAuthorizationFailed.code()
         );
         assert_eq!(kafka_code_of(None), NONE);
+    }
+
+    #[test]
+    fn every_classic_group_error_has_its_kafka_code() {
+        use ClassicError as E;
+        let expected = |e: E| match e {
+            E::InconsistentGroupProtocol => 23,
+            E::InvalidRequest => 42,
+            E::InvalidSessionTimeout => 26,
+            E::GroupMaxSizeReached => 81,
+            E::MemberIdRequired => 79,
+            E::UnknownMemberId => 25,
+            E::RebalanceInProgress => 27,
+            E::IllegalGeneration => 22,
+            E::FencedInstanceId => 82,
+            E::InvalidGroupId => 24,
+            E::NotCoordinator => 16,
+        };
+        for e in ClassicError::ALL {
+            assert_eq!(classic_code(Some(e)), expected(e), "{e:?}");
+        }
+        assert_eq!(classic_code(None), NONE);
+        assert_eq!(classic_result_code(Ok(())), NONE);
+        assert_eq!(
+            classic_result_code(Err(E::UnknownMemberId)),
+            K::UnknownMemberId.code()
+        );
     }
 }

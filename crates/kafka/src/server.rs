@@ -52,7 +52,6 @@ impl KafkaListener {
         let shutdown_grace = config.limits.shutdown_grace;
         let shared = Arc::new(Shared::new(config, front));
         let stats = shared.stats.clone();
-        crate::groups::register_native_listing(&shared);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(accept_loop(

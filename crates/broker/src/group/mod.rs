@@ -1,13 +1,25 @@
-//! Consumer groups: the coordinator (membership, server-side assignment, generations) and the
-//! committed offsets, behind one thread-safe [`GroupCoordinator`]. It does no I/O: commits
-//! are appended to the replicated offsets partitions by `crate::offsets_partitions`, which
-//! also loads and drops the groups of each offsets partition as its leadership moves.
+//! Consumer groups: the one coordinator of this broker's groups and their committed
+//! offsets, behind one thread-safe [`GroupCoordinator`]. A group's members speak one of two
+//! protocols, and the coordinator has a mode for each over one map of groups
+//! (`table`): native groups (membership, server-side assignment, generations; in
+//! `coordinator` and this module) and Kafka's classic groups (client-side assignment; the
+//! state machine in `classic`, the coordinator's `classic_*` operations in `classic_mode`).
+//! So one set of limits bounds both: [`GROUPS_MAX`], the members per group and the session
+//! timeouts of `coordinator`. It does no I/O: commits are appended to the replicated offsets
+//! partitions by `crate::offsets_partitions`, which also loads and drops the groups of each
+//! offsets partition as its leadership moves; the broker's group timer
+//! (`crate::server`) calls [`GroupCoordinator::expire`] and
+//! [`GroupCoordinator::classic_tick`].
 
 pub mod assignment;
+pub mod classic;
+mod classic_mode;
 pub mod coordinator;
+mod member_ids;
 pub mod offsets;
+mod table;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -15,7 +27,9 @@ use tinymq_protocol::{messages as m, ErrorCode};
 
 use assignment::{Strategy, Tp};
 use coordinator::{Group, GroupError};
+use member_ids::MemberIds;
 use offsets::{partition_for_group, Change, Committed, OffsetStore};
+use table::{Entry, Groups};
 
 pub use tinymq_protocol::names::GROUP_ID_BYTES_MAX;
 /// Offsets of a group without members are deleted this long after its last commit.
@@ -41,10 +55,11 @@ fn heartbeat_interval_ms(session: Duration, moving: bool) -> u32 {
 /// first joiner asks for, up to this (the longest native session before sessions reached
 /// Kafka's 30 minutes).
 pub const HOLD_AFTER_LOAD_MAX: Duration = Duration::from_secs(300);
-/// Groups with members one broker coordinates at most, over both group protocols (native
-/// groups with members, and the groups Kafka's classic protocol holds here); a join that would
-/// start another is refused with `LIMIT_EXCEEDED`. (A group without members takes no memory
-/// here: it is dropped, and only its committed offsets stay.)
+/// Groups one broker coordinates at most, over both group protocols (native groups with
+/// members, and classic groups with members or vacant for up to
+/// [`classic::VACANT_GROUP_FORGET_AFTER`]): a join that would start another is refused
+/// (native: `LIMIT_EXCEEDED`; classic: GROUP_MAX_SIZE_REACHED). (A native group without
+/// members takes no memory here: it is dropped, and only its committed offsets stay.)
 pub const GROUPS_MAX: usize = 100_000;
 /// Most topics one member may subscribe to.
 pub const MEMBER_TOPICS_MAX: usize = 10_000;
@@ -55,6 +70,11 @@ pub const COMMIT_OFFSETS_MAX: usize = 1_000;
 /// take more is refused with `LIMIT_EXCEEDED` (offsets of groups empty for 7 days expire and
 /// make room). About a million offsets with short metadata.
 pub const COMMITTED_OFFSETS_BYTES_MAX: usize = 256 << 20;
+/// `GroupListing.group_type`'s values in the native ListGroups (docs/protocol.md): native
+/// consumer groups, classic (Kafka-protocol) groups, share groups.
+pub const GROUP_TYPE_CONSUMER: &str = "consumer";
+pub const GROUP_TYPE_KAFKA: &str = "kafka";
+pub const GROUP_TYPE_SHARE: &str = "share";
 /// Longest metadata string stored with a committed offset (Kafka's
 /// `offset.metadata.max.bytes`).
 pub const OFFSET_METADATA_BYTES_MAX: usize = 4096;
@@ -138,112 +158,44 @@ fn check_commit_offsets(
 /// Every group this broker coordinates and their offsets.
 #[derive(Debug, Default)]
 pub struct GroupCoordinator {
-    groups: Mutex<HashMap<String, Group>>,
-    /// The committed offsets of the offsets partitions led here. A group with committed
-    /// offsets that gets its first member within a session of its partition's load grants
-    /// nothing until that session has passed ([`Group::hold_until`]): members of the previous
-    /// coordinator may still be reading.
+    /// Native and classic groups, one namespace of ids.
+    groups: Mutex<Groups>,
+    /// The committed offsets of the offsets partitions led here, one set per group whatever
+    /// protocol its members speak. A group with committed offsets that gets its first
+    /// native member within a session of its partition's load grants nothing until that
+    /// session has passed ([`Group::hold_until`]): members of the previous coordinator may
+    /// still be reading.
     pub offsets: OffsetStore,
-    /// Groups whose members speak another protocol (Kafka's classic group protocol, whose
-    /// membership tinymq-kafka keeps): one namespace of group ids, so a native join of one of
-    /// these is refused, and so is its native deletion, while the other protocol holds it.
-    /// Claimed and released by that protocol ([`GroupCoordinator::claim_for_other_protocol`]);
-    /// at most [`GROUPS_MAX`] entries.
-    held_by_other_protocol: Mutex<HashSet<String>>,
-    /// Lists the groups that other protocol keeps here (set by its listener), for ListGroups.
-    other_protocol_lister: OtherProtocolLister,
+    /// The ids new classic members get.
+    member_ids: MemberIds,
 }
 
-/// A group another protocol's coordinator keeps on this broker, as ListGroups shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OtherProtocolGroup {
-    pub group_id: String,
-    /// "empty", "stable" or "rebalancing" (the native names).
-    pub state: String,
-    pub members: u32,
-}
-
-/// What lists another protocol's groups: a closure the listener registers (it keeps only a
-/// weak reference to its own state, so a stopped listener lists nothing).
-pub type ListOtherProtocolGroups = dyn Fn() -> Vec<OtherProtocolGroup> + Send + Sync;
-
-#[derive(Default)]
-struct OtherProtocolLister(Mutex<Option<std::sync::Arc<ListOtherProtocolGroups>>>);
-
-impl std::fmt::Debug for OtherProtocolLister {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let set = self.0.lock().is_some();
-        f.debug_struct("OtherProtocolLister")
-            .field("set", &set)
-            .finish()
-    }
+/// Why a native request is refused while a group's members speak Kafka's protocol.
+fn held_by_classic(group: &str) -> GroupError {
+    (
+        ErrorCode::GROUP_NOT_EMPTY,
+        format!(
+            "group {group} has members speaking Kafka's group protocol; a group's members \
+             must all speak one protocol"
+        ),
+    )
 }
 
 impl GroupCoordinator {
-    /// Marks `group` as held by another protocol's members (the caller has members of its
-    /// own for it): refused while the group has native members. Lock order: groups, then
-    /// the held set (as [`GroupCoordinator::join`]), so a native join and a claim cannot both
-    /// succeed.
-    pub fn claim_for_other_protocol(&self, group: &str) -> Result<(), GroupError> {
-        let groups = self.groups.lock();
-        if groups.get(group).is_some_and(|g| !g.is_empty()) {
-            return Err((
-                ErrorCode::GROUP_NOT_EMPTY,
-                format!("group {group} has native members"),
-            ));
-        }
-        let mut held = self.held_by_other_protocol.lock();
-        if !held.contains(group) && groups.len() + held.len() >= GROUPS_MAX {
-            return Err((
-                ErrorCode::LIMIT_EXCEEDED,
-                format!("this broker coordinates {GROUPS_MAX} groups with members already"),
-            ));
-        }
-        held.insert(group.to_string());
-        Ok(())
-    }
-
-    /// The other protocol has no members left in `group`.
-    pub fn release_other_protocol(&self, group: &str) {
-        self.held_by_other_protocol.lock().remove(group);
-    }
-
-    /// Registers what lists the other protocol's groups (a later listener replaces it).
-    pub fn set_other_protocol_lister(&self, lister: std::sync::Arc<ListOtherProtocolGroups>) {
-        *self.other_protocol_lister.0.lock() = Some(lister);
-    }
-
-    /// The groups the other protocol keeps here (none when no listener registered). The
-    /// lister runs outside this coordinator's locks.
-    pub fn other_protocol_groups(&self) -> Vec<OtherProtocolGroup> {
-        let lister = self.other_protocol_lister.0.lock().clone();
-        lister.map_or_else(Vec::new, |list| list())
-    }
-
-    /// Whether another protocol's members hold `group`.
-    pub fn is_held_by_other_protocol(&self, group: &str) -> bool {
-        self.held_by_other_protocol.lock().contains(group)
-    }
-
-    fn refuse_if_held(&self, group: &str) -> Result<(), GroupError> {
-        if self.is_held_by_other_protocol(group) {
-            return Err((
-                ErrorCode::GROUP_NOT_EMPTY,
-                format!(
-                    "group {group} has members speaking Kafka's group protocol; a group's \
-                     members must all speak one protocol"
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// This broker no longer coordinates the groups of offsets partition `partition` (or
-    /// starts over with them in a new leader epoch): drops their members and offsets.
+    /// starts over with them in a new leader epoch): drops their members and offsets. The
+    /// requests classic members park are answered NOT_COORDINATOR, so that they look for
+    /// the new coordinator.
     pub fn drop_partition(&self, partition: u32) {
-        self.groups
-            .lock()
-            .retain(|name, _| partition_for_group(name) != partition);
+        let mut out = Vec::new();
+        self.groups.lock().retain(|name, entry| {
+            let keep = partition_for_group(name) != partition;
+            if let (false, Entry::Classic(group)) = (keep, entry) {
+                out.extend(group.abandon(classic::ClassicError::NotCoordinator));
+            }
+            keep
+        });
+        table::deliver(out);
         self.offsets.drop_partition(partition);
     }
 
@@ -282,28 +234,9 @@ impl GroupCoordinator {
             ));
         }
         let session = Duration::from_millis(u64::from(req.session_timeout_ms));
-        let mut groups = self.groups.lock();
-        self.refuse_if_held(&req.group_id)?;
-        let held = self.held_by_other_protocol.lock().len();
-        if !groups.contains_key(&req.group_id) && groups.len() + held >= GROUPS_MAX {
-            return Err((
-                ErrorCode::LIMIT_EXCEEDED,
-                format!("this broker coordinates {GROUPS_MAX} groups with members already"),
-            ));
-        }
         let now = Instant::now();
-        let group = groups.entry(req.group_id.clone()).or_insert_with(|| {
-            let mut group = Group::new(strategy);
-            // Members of the previous coordinator may still read for a session (at most
-            // HOLD_AFTER_LOAD_MAX: a joiner asking for a 30-minute session does not stall
-            // its group that long after a coordinator moves).
-            let loaded = self.offsets.loaded_at(partition_for_group(&req.group_id));
-            let hold = loaded.unwrap_or(now) + session.min(HOLD_AFTER_LOAD_MAX);
-            if now < hold && self.offsets.has_offsets(&req.group_id) {
-                group.hold_until(hold);
-            }
-            group
-        });
+        let mut groups = self.groups.lock();
+        let group = self.native_for_join(&mut groups, &req.group_id, strategy, session, now)?;
         let topics = req.topics.iter().cloned().collect();
         let (member_id, grant) =
             group.join(&req.member_id, &req.client_id, topics, session, now, count)?;
@@ -317,13 +250,59 @@ impl GroupCoordinator {
         })
     }
 
+    /// The native group `group_id` a join goes to, created (bounded by [`GROUPS_MAX`]) if
+    /// need be. A classic group with members refuses it; a vacant one (kept only to be
+    /// listed a while) gives way.
+    fn native_for_join<'g>(
+        &self,
+        groups: &'g mut Groups,
+        group_id: &str,
+        strategy: Strategy,
+        session: Duration,
+        now: Instant,
+    ) -> Result<&'g mut Group, GroupError> {
+        match groups.classic(group_id) {
+            Some(classic) if !classic.is_vacant() => return Err(held_by_classic(group_id)),
+            Some(_) => {
+                groups.remove(group_id);
+            }
+            None => {}
+        }
+        if !groups.contains(group_id) {
+            if groups.len() >= GROUPS_MAX {
+                return Err((
+                    ErrorCode::LIMIT_EXCEEDED,
+                    format!("this broker coordinates {GROUPS_MAX} groups already"),
+                ));
+            }
+            let mut group = Group::new(strategy);
+            // Members of the previous coordinator may still read for a session (at most
+            // HOLD_AFTER_LOAD_MAX: a joiner asking for a 30-minute session does not stall
+            // its group that long after a coordinator moves).
+            let loaded = self.offsets.loaded_at(partition_for_group(group_id));
+            let hold = loaded.unwrap_or(now) + session.min(HOLD_AFTER_LOAD_MAX);
+            if now < hold && self.offsets.has_offsets(group_id) {
+                group.hold_until(hold);
+            }
+            groups.insert(group_id.to_string(), Entry::Native(group));
+        }
+        groups.native_mut(group_id).ok_or_else(|| {
+            // Not reached: the entry is native, or was just made so.
+            (
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                format!("group {group_id} vanished"),
+            )
+        })
+    }
+
     pub fn heartbeat(
         &self,
         req: &m::HeartbeatRequest,
         count: &dyn Fn(&str) -> Option<u32>,
     ) -> Result<m::HeartbeatResponse, GroupError> {
         let mut groups = self.groups.lock();
-        let group = groups.get_mut(&req.group_id).ok_or_else(|| {
+        // A classic group's id too: no native member there.
+        let group = groups.native_mut(&req.group_id).ok_or_else(|| {
             (
                 ErrorCode::UNKNOWN_MEMBER_ID,
                 format!("group {} has no members; join again", req.group_id),
@@ -347,7 +326,7 @@ impl GroupCoordinator {
     ) -> Result<(), GroupError> {
         let mut groups = self.groups.lock();
         let group = groups
-            .get_mut(&req.group_id)
+            .native_mut(&req.group_id)
             .ok_or_else(|| (ErrorCode::UNKNOWN_MEMBER_ID, "no such group".to_string()))?;
         group.leave(&req.member_id, count)?;
         if group.is_empty() {
@@ -357,17 +336,18 @@ impl GroupCoordinator {
         Ok(())
     }
 
-    /// Removes members whose sessions expired, in every group (called on a timer), and drops
-    /// groups left without members (their committed offsets stay).
+    /// Removes native members whose sessions expired, in every native group (called on a
+    /// timer), and drops native groups left without members (their committed offsets stay).
+    /// Classic groups have their own tick ([`GroupCoordinator::classic_tick`]).
     pub fn expire(&self, count: &dyn Fn(&str) -> Option<u32>) {
         let now = Instant::now();
         let mut groups = self.groups.lock();
-        for (name, group) in groups.iter_mut() {
+        for (name, group) in groups.natives_mut() {
             for member in group.expire(now, count) {
                 tracing::info!(group = %name, %member, "member session expired");
             }
         }
-        groups.retain(|_, group| !group.is_empty());
+        groups.retain(|_, entry| !matches!(entry, Entry::Native(group) if group.is_empty()));
     }
 
     /// Checks the committer and the offsets (existing partitions, bounded metadata, the
@@ -379,7 +359,10 @@ impl GroupCoordinator {
     ) -> Result<Vec<Change>, GroupError> {
         validate_group_id(&req.group_id)?;
         check_commit_offsets(&req.offsets, count)?;
-        if let Some(group) = self.groups.lock().get(&req.group_id) {
+        // A classic group's members commit through the Kafka listener, which checks them
+        // ([`GroupCoordinator::classic_check_commit`]) and commits as an administrator
+        // (member "", as for a group without members).
+        if let Some(group) = self.groups.lock().native(&req.group_id) {
             group.check_commit(&req.member_id, req.generation)?;
         } else if !req.member_id.is_empty() {
             return Err((
@@ -418,10 +401,12 @@ impl GroupCoordinator {
     }
 
     pub fn list(&self) -> Vec<String> {
+        // Classic groups are listed apart ([`GroupCoordinator::classic_groups`]), and here
+        // by their offsets only.
         let mut names: BTreeSet<String> = self
             .groups
             .lock()
-            .iter()
+            .natives()
             .filter(|(_, g)| !g.is_empty())
             .map(|(n, _)| n.clone())
             .collect();
@@ -429,9 +414,11 @@ impl GroupCoordinator {
         names.into_iter().collect()
     }
 
+    /// The native view of a group: a classic group's members are not shown (Kafka's
+    /// DescribeGroups shows them: [`GroupCoordinator::classic_describe`]), its offsets are.
     pub fn describe(&self, group_id: &str) -> Option<m::DescribeGroupResponse> {
         let groups = self.groups.lock();
-        let group = groups.get(group_id).filter(|g| !g.is_empty());
+        let group = groups.native(group_id).filter(|g| !g.is_empty());
         let offsets = self.offsets.all(group_id);
         if group.is_none() && offsets.is_empty() {
             return None;
@@ -458,15 +445,19 @@ impl GroupCoordinator {
         })
     }
 
-    /// Deletes a group without members, returning the tombstones of its offsets to append.
+    /// Deletes a group without members (of either protocol), returning the tombstones of
+    /// its offsets to append.
     pub fn prepare_delete(&self, group_id: &str) -> Result<Vec<Change>, GroupError> {
         let mut groups = self.groups.lock();
-        self.refuse_if_held(group_id)?;
-        if groups.get(group_id).is_some_and(|g| !g.is_empty()) {
-            return Err((
-                ErrorCode::GROUP_NOT_EMPTY,
-                format!("group {group_id} has active members"),
-            ));
+        match groups.get(group_id) {
+            Some(Entry::Classic(g)) if !g.is_vacant() => return Err(held_by_classic(group_id)),
+            Some(Entry::Native(g)) if !g.is_empty() => {
+                return Err((
+                    ErrorCode::GROUP_NOT_EMPTY,
+                    format!("group {group_id} has active members"),
+                ))
+            }
+            _ => {}
         }
         let had_group = groups.remove(group_id).is_some();
         drop(groups);
@@ -494,8 +485,13 @@ impl GroupCoordinator {
         self.offsets
             .idle_groups(retention)
             .into_iter()
-            .filter(|group| self.groups.lock().get(group).is_none_or(Group::is_empty))
-            .filter(|group| !self.is_held_by_other_protocol(group))
+            .filter(|group| {
+                !self
+                    .groups
+                    .lock()
+                    .get(group)
+                    .is_some_and(Entry::has_members)
+            })
             .map(|group| {
                 let tombstones = self.tombstones(&group);
                 (group, tombstones)
@@ -506,208 +502,4 @@ impl GroupCoordinator {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn none(_: &str) -> Option<u32> {
-        None
-    }
-
-    /// A coordinator leading (in epoch 1, loaded, empty) every offsets partition.
-    fn leading_everything() -> GroupCoordinator {
-        let coordinator = GroupCoordinator::default();
-        for p in 0..offsets::OFFSETS_PARTITIONS {
-            coordinator.offsets.begin_load(p, 1);
-            coordinator
-                .offsets
-                .finish_load(p, 1, offsets::LoadedOffsets::new());
-        }
-        coordinator
-    }
-
-    /// Appends `changes` as if written at the next offset and replicated at once.
-    fn append_replicated(coordinator: &GroupCoordinator, group: &str, changes: Vec<Change>) {
-        static END: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-        let end = END.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-        coordinator
-            .offsets
-            .append(group, 1, changes, || Ok(((), end)))
-            .unwrap();
-        coordinator
-            .offsets
-            .apply_up_to(partition_for_group(group), 1, end);
-    }
-
-    #[test]
-    fn offsets_of_empty_groups_expire_but_not_of_groups_with_members() {
-        let coordinator = leading_everything();
-        let commit = |group: &str, member: &str, generation: u32| m::OffsetCommitRequest {
-            group_id: group.into(),
-            member_id: member.into(),
-            generation,
-            offsets: vec![m::CommittedOffset {
-                topic: "t".into(),
-                partition: 0,
-                offset: 3,
-                metadata: String::new(),
-                error: None,
-            }],
-        };
-        let topic_t = |t: &str| (t == "t").then_some(1);
-        let changes = coordinator
-            .prepare_commit(&commit("idle", "", 0), &topic_t)
-            .unwrap();
-        append_replicated(&coordinator, "idle", changes);
-        let join = coordinator
-            .join(
-                &m::JoinGroupRequest {
-                    group_id: "busy".into(),
-                    topics: vec!["t".into()],
-                    session_timeout_ms: 10_000,
-                    client_id: "c".into(),
-                    ..Default::default()
-                },
-                &none,
-            )
-            .unwrap();
-        let changes = coordinator
-            .prepare_commit(&commit("busy", &join.member_id, join.generation), &topic_t)
-            .unwrap();
-        append_replicated(&coordinator, "busy", changes);
-        std::thread::sleep(Duration::from_millis(5));
-        let expired = coordinator.expired_offsets(Duration::ZERO);
-        assert_eq!(
-            expired,
-            vec![("idle".to_string(), vec![(("t".to_string(), 0), None)])],
-            "an empty group's offsets expire, a group with members keeps them"
-        );
-        for (group, tombstones) in expired {
-            append_replicated(&coordinator, &group, tombstones);
-        }
-        assert!(coordinator.committed("idle").is_empty());
-        assert_eq!(coordinator.committed("busy").len(), 1);
-        assert_eq!(coordinator.list(), vec!["busy".to_string()]);
-        assert_eq!(
-            validate_group_id("bad/id").unwrap_err().0,
-            ErrorCode::INVALID_GROUP_ID
-        );
-    }
-
-    #[test]
-    fn losing_an_offsets_partition_drops_its_groups_members_and_offsets() {
-        let coordinator = leading_everything();
-        let join = |group: &str| {
-            coordinator
-                .join(
-                    &m::JoinGroupRequest {
-                        group_id: group.into(),
-                        topics: vec!["t".into()],
-                        session_timeout_ms: 10_000,
-                        client_id: "c".into(),
-                        ..Default::default()
-                    },
-                    &none,
-                )
-                .unwrap()
-        };
-        let a = "a";
-        let b = ["b", "c", "d", "e", "f", "g"]
-            .into_iter()
-            .find(|b| partition_for_group(b) != partition_for_group(a))
-            .unwrap();
-        join(a);
-        join(b);
-        let committed = Some(Committed {
-            offset: 1,
-            metadata: String::new(),
-        });
-        append_replicated(&coordinator, a, vec![(("t".into(), 0), committed)]);
-        coordinator.drop_partition(partition_for_group(a));
-        assert!(
-            coordinator.describe(a).is_none(),
-            "members and offsets are gone"
-        );
-        assert!(coordinator.describe(b).is_some());
-        assert_eq!(coordinator.list(), vec![b.to_string()]);
-    }
-
-    #[test]
-    fn a_group_held_by_another_protocol_refuses_native_joins_and_deletion() {
-        let coordinator = leading_everything();
-        let join = |group: &str| {
-            coordinator.join(
-                &m::JoinGroupRequest {
-                    group_id: group.into(),
-                    topics: vec!["t".into()],
-                    session_timeout_ms: 10_000,
-                    client_id: "c".into(),
-                    ..Default::default()
-                },
-                &none,
-            )
-        };
-        coordinator.claim_for_other_protocol("k").unwrap();
-        assert_eq!(join("k").unwrap_err().0, ErrorCode::GROUP_NOT_EMPTY);
-        assert_eq!(
-            coordinator.prepare_delete("k").unwrap_err().0,
-            ErrorCode::GROUP_NOT_EMPTY
-        );
-        coordinator.release_other_protocol("k");
-        join("k").unwrap();
-        assert_eq!(
-            coordinator.claim_for_other_protocol("k").unwrap_err().0,
-            ErrorCode::GROUP_NOT_EMPTY,
-            "a group with native members cannot be claimed"
-        );
-    }
-
-    #[test]
-    fn groups_of_both_protocols_count_against_one_bound() {
-        let coordinator = leading_everything();
-        let join = |group: &str| {
-            let request = m::JoinGroupRequest {
-                group_id: group.into(),
-                topics: vec!["t".into()],
-                session_timeout_ms: 10_000,
-                client_id: "c".into(),
-                ..Default::default()
-            };
-            coordinator.join(&request, &none)
-        };
-        join("native").unwrap();
-        for i in 0..GROUPS_MAX - 1 {
-            coordinator
-                .claim_for_other_protocol(&format!("kafka-{i}"))
-                .unwrap();
-        }
-        let refused = join("one-more-native").unwrap_err();
-        assert_eq!(refused.0, ErrorCode::LIMIT_EXCEEDED, "{}", refused.1);
-        let refused = coordinator
-            .claim_for_other_protocol("one-more-kafka")
-            .unwrap_err();
-        assert_eq!(refused.0, ErrorCode::LIMIT_EXCEEDED, "{}", refused.1);
-        // Groups already counted keep working.
-        join("native").unwrap();
-        coordinator.claim_for_other_protocol("kafka-0").unwrap();
-        coordinator.release_other_protocol("kafka-0");
-        join("one-more-native").unwrap();
-    }
-
-    #[test]
-    fn session_timeouts_up_to_kafkas_maximum_are_taken_natively() {
-        let coordinator = leading_everything();
-        let join = |session_timeout_ms: u32| {
-            let request = m::JoinGroupRequest {
-                group_id: "g".into(),
-                topics: vec!["t".into()],
-                session_timeout_ms,
-                client_id: "c".into(),
-                ..Default::default()
-            };
-            coordinator.join(&request, &none)
-        };
-        join(30 * 60 * 1000).unwrap();
-        let refused = join(30 * 60 * 1000 + 1).unwrap_err();
-        assert_eq!(refused.0, ErrorCode::INVALID_REQUEST, "{}", refused.1);
-    }
-}
+mod tests;

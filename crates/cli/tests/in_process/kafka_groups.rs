@@ -540,3 +540,60 @@ fn a_restarted_static_member_gets_its_assignment_back_and_fences_its_old_self() 
         .as_deref()
         == Some("instance-b")));
 }
+
+/// Kafka's OffsetCommit refuses a partition of an unknown topic (or past its topic's
+/// partitions) before the coordinator checks the committer, and only the known partitions
+/// meet that check (librdkafka's test 0030, `do_nonexist_commit`, commits for a topic that
+/// does not exist as a member that is not in the group).
+#[test]
+fn a_commit_of_unknown_partitions_is_refused_for_them_before_the_member_check() {
+    let server = KafkaNode::start();
+    create(&mut RawClient::handshaken(&server.native), "t", 2);
+    let mut kafka = Kafka::connect(&server.kafka);
+    let partition = |index: i32| {
+        OffsetCommitRequestPartition::default()
+            .with_partition_index(index)
+            .with_committed_offset(1)
+    };
+    let topic = |name: &str, partitions: Vec<OffsetCommitRequestPartition>| {
+        OffsetCommitRequestTopic::default()
+            .with_name(TopicName(s(name)))
+            .with_partitions(partitions)
+    };
+    let commit = |topics: Vec<OffsetCommitRequestTopic>| {
+        OffsetCommitRequest::default()
+            .with_group_id(group("nonexist-commit"))
+            .with_generation_id_or_member_epoch(3)
+            .with_member_id(s("not-a-member"))
+            .with_topics(topics)
+    };
+    let codes = |response: OffsetCommitResponse| -> Vec<(String, i32, i16)> {
+        response
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.0.to_string(), p.partition_index, p.error_code))
+            })
+            .collect()
+    };
+    let unknown = K::UnknownTopicOrPartition.code();
+    let only_unknown = kafka.call(8, &commit(vec![topic("no-such-topic", vec![partition(0)])]));
+    assert_eq!(codes(only_unknown), [("no-such-topic".into(), 0, unknown)]);
+    // Mixed: the unknown ones are refused for themselves, the known one meets the member
+    // check (a stranger with a positive generation).
+    let mixed = commit(vec![
+        topic("no-such-topic", vec![partition(0)]),
+        topic("t", vec![partition(0), partition(7)]),
+    ]);
+    assert_eq!(
+        codes(kafka.call(8, &mixed)),
+        [
+            ("no-such-topic".into(), 0, unknown),
+            ("t".into(), 0, K::UnknownMemberId.code()),
+            ("t".into(), 7, unknown),
+        ]
+    );
+    assert!(fetch_offsets(&mut kafka, "nonexist-commit").is_empty());
+}

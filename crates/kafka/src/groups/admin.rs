@@ -2,7 +2,7 @@
 //! groups, one namespace. The coordinator is the broker native FindCoordinator names, told
 //! by its Kafka address.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError as K;
@@ -12,6 +12,8 @@ use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use tinymq_broker::group::classic::ClassicSummary;
+use tinymq_broker::group::GROUP_TYPE_KAFKA;
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
 use super::{consumer_protocol, group_code, group_name};
@@ -139,17 +141,11 @@ pub(crate) async fn list_groups(
         let protocol_type = if state == "Empty" { "" } else { "consumer" };
         listed.insert(group_id, (state, protocol_type.to_string()));
     }
-    // The native answer lists only the groups the principal may DESCRIBE; the Kafka groups
-    // are filtered by the same rule.
-    let access = ctx.shared.groups.access(ctx.state());
-    let kafka_groups = ctx
-        .shared
-        .groups
-        .list_describable(&access, &ctx.peer.principal);
-    for (group_id, state, protocol_type) in kafka_groups {
-        if ctx.state().check_coordinator(&group_id).is_err() {
-            continue;
-        }
+    // The native answer lists only the groups the principal may DESCRIBE (its `groups`
+    // include the classic ones, type "kafka"): those are the classic groups shown, with
+    // Kafka's names for their states.
+    let classic = ctx.state().groups.classic_groups();
+    for (group_id, state, protocol_type) in visible_classic(&native.groups, classic) {
         if state != "Empty" || !listed.contains_key(&group_id) {
             listed.insert(group_id, (state, protocol_type));
         }
@@ -171,6 +167,24 @@ pub(crate) async fn list_groups(
         })
         .collect();
     ListGroupsResponse::default().with_groups(groups)
+}
+
+/// The classic groups `listing` (the native ListGroups' answer, filtered for the principal)
+/// shows as Kafka groups: (id, Kafka state, protocol type).
+fn visible_classic(
+    listing: &[m::GroupListing],
+    classic: Vec<ClassicSummary>,
+) -> Vec<(String, &'static str, String)> {
+    let shown: HashSet<&str> = listing
+        .iter()
+        .filter(|g| g.group_type == GROUP_TYPE_KAFKA)
+        .map(|g| g.group_id.as_str())
+        .collect();
+    classic
+        .into_iter()
+        .filter(|g| shown.contains(g.group_id.as_str()))
+        .map(|g| (g.group_id, g.phase.kafka_name(), g.protocol_type))
+        .collect()
 }
 
 /// The native description of a group; `None` if it is unknown natively.
@@ -260,31 +274,23 @@ async fn describe_one(ctx: &Arc<Ctx>, group: GroupId) -> DescribedGroup {
         Ok(native) => native,
         Err(code) => return described.with_error_code(code),
     };
-    let kafka = ctx
-        .shared
-        .groups
-        .with_group(&ctx.state().groups, &group_id, |g| {
-            let protocol = g.protocol_name.clone().unwrap_or_default();
-            let members: Vec<DescribedGroupMember> = g
-                .members
-                .iter()
-                .map(|(id, m)| {
-                    DescribedGroupMember::default()
-                        .with_member_id(text(id.clone()))
-                        .with_group_instance_id(m.instance_id.clone().map(text))
-                        .with_client_id(text(m.client_id.clone()))
-                        .with_client_host(text(m.client_host.clone()))
-                        .with_member_metadata(m.metadata(&protocol))
-                        .with_member_assignment(m.assignment.clone())
-                })
-                .collect();
-            (
-                g.phase.kafka_name(),
-                g.protocol_type.clone().unwrap_or_default(),
-                protocol,
-                members,
-            )
-        });
+    let kafka = ctx.state().groups.classic_describe(&group_id).map(|g| {
+        let members: Vec<DescribedGroupMember> = g
+            .members
+            .into_iter()
+            .map(|m| {
+                DescribedGroupMember::default()
+                    .with_member_id(text(m.member_id))
+                    .with_group_instance_id(m.instance_id.map(text))
+                    .with_client_id(text(m.client_id))
+                    .with_client_host(text(m.client_host))
+                    .with_member_metadata(m.metadata)
+                    .with_member_assignment(m.assignment)
+            })
+            .collect();
+        let state = g.phase.kafka_name();
+        (state, g.protocol_type, g.protocol_name, members)
+    });
     match (kafka, native) {
         (Some((state, protocol_type, protocol, members)), native)
             if !members.is_empty() || native.is_none() =>
@@ -337,34 +343,18 @@ pub(crate) async fn delete_groups(
     DeleteGroupsResponse::default().with_results(results)
 }
 
-/// Deletes a group natively: the native coordinator checks the principal's access, refuses
-/// a group with native members, and one with Kafka members (held by this module: so
-/// NON_EMPTY_GROUP), and deletes its offsets. Then the vacant group is forgotten here; a
-/// group known only here (vacant, no offsets) is deleted by forgetting it.
+/// Deletes a group natively: the coordinator checks the principal's access, refuses a group
+/// with members of either protocol (NON_EMPTY_GROUP), and deletes its offsets and a vacant
+/// classic group.
 async fn delete_one(ctx: &Arc<Ctx>, group_id: &str) -> i16 {
     let request = m::DeleteGroupRequest {
         group_id: group_id.to_string(),
     };
     let answer: Result<m::DeleteGroupResponse, m::Error> =
         ctx.call(OpCode::DeleteGroup, &request).await;
-    let error = match answer {
-        Ok(response) => response.error,
-        Err(e) => Some(e),
-    };
-    let native = &ctx.state().groups;
-    match error {
-        Some(e) if e.code == u32::from(ErrorCode::GROUP_ID_NOT_FOUND.code()) => {
-            if ctx.shared.groups.forget_if_vacant(native, group_id) {
-                0
-            } else {
-                group_code(Some(&e))
-            }
-        }
-        Some(e) if e.code != 0 => group_code(Some(&e)),
-        _ => {
-            ctx.shared.groups.forget_if_vacant(native, group_id);
-            0
-        }
+    match answer {
+        Ok(response) => group_code(response.error.as_ref()),
+        Err(e) => group_code(Some(&e)),
     }
 }
 
@@ -381,6 +371,39 @@ mod tests {
         DescribedGroup::default()
             .with_group_id(GroupId(text(name)))
             .with_members(vec![member])
+    }
+
+    #[test]
+    fn only_the_classic_groups_the_native_listing_shows_are_listed() {
+        use tinymq_broker::group::classic::Phase;
+        // The native ListGroups answer, already filtered for the principal (it may
+        // DESCRIBE "visible" and a native group of the same name as a hidden one's).
+        let listing = |id: &str, group_type: &str| m::GroupListing {
+            group_id: id.into(),
+            group_type: group_type.into(),
+            state: "stable".into(),
+            members: 1,
+            member_ids: vec![],
+        };
+        let native = [listing("visible", "kafka"), listing("hidden", "consumer")];
+        let summary = |id: &str, phase| ClassicSummary {
+            group_id: id.into(),
+            phase,
+            protocol_type: "consumer".into(),
+            members: 1,
+        };
+        let classic = vec![
+            summary("visible", Phase::CompletingRebalance),
+            summary("hidden", Phase::Stable),
+        ];
+        assert_eq!(
+            visible_classic(&native, classic),
+            [(
+                "visible".to_string(),
+                "CompletingRebalance",
+                "consumer".to_string()
+            )]
+        );
     }
 
     #[test]

@@ -1,20 +1,19 @@
-//! JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Kafka requests in and out of the group
-//! state machine ([`super::state`]); a JoinGroup or SyncGroup that must wait parks a oneshot
-//! sender there and awaits it (no lock is held while waiting).
+//! JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Kafka requests in and out of the broker
+//! coordinator's classic mode. A JoinGroup or SyncGroup that must wait is awaited there
+//! (no lock is held while waiting).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kafka_protocol::error::ResponseError as K;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use tokio::sync::oneshot;
+use tinymq_broker::group::classic::{ClassicError, Join, Joined, Protocol, SyncRequest, Synced};
 
-use super::state::{Join, Joined, Protocol, Reply, Synced};
-use super::{admit_group, deliver, group_name};
+use super::{admit_group, group_name};
 use crate::context::Ctx;
+use crate::errors::{classic_code, classic_result_code};
 
 fn millis(ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
@@ -31,15 +30,12 @@ pub(crate) async fn join_group(
 ) -> JoinGroupResponse {
     let group_id = group_name(&r.group_id);
     let member_id = r.member_id.to_string();
-    let fail = |code: i16| join_response(version, Joined::error(code, &member_id));
     if let Err(code) = admit_group(&ctx, &group_id).await {
-        return fail(code);
+        return join_response(version, Joined::default(), code).with_member_id(r.member_id);
     }
     let session_timeout = millis(r.session_timeout_ms);
-    let coordinator = &ctx.shared.groups;
     let join = Join {
-        member_id: member_id.clone(),
-        fresh_member_id: coordinator.fresh_member_id(&ctx.peer.client_id),
+        member_id,
         require_known_member_id: version >= 4,
         client_id: ctx.peer.client_id.clone(),
         client_host: format!("/{}", ctx.peer.addr.ip()),
@@ -63,17 +59,14 @@ pub(crate) async fn join_group(
             .collect(),
         group_instance_id: r.group_instance_id.map(|i| i.to_string()),
     };
-    let (waiter, answer) = oneshot::channel();
-    let native = &ctx.state().groups;
-    deliver(coordinator.join(native, &group_id, join, waiter, Instant::now()));
-    match answer.await {
-        Ok(Reply::Join(joined)) => join_response(version, joined),
-        // Replaced by a newer join of the same member: that one gets the answer.
-        _ => fail(K::RebalanceInProgress.code()),
-    }
+    let groups = &ctx.state().groups;
+    let joined = groups.classic_join(&group_id, join, Instant::now()).await;
+    let code = classic_code(joined.error);
+    join_response(version, joined, code)
 }
 
-fn join_response(version: i16, j: Joined) -> JoinGroupResponse {
+/// Kafka's JoinGroup answer of `j`, with error `code`.
+fn join_response(version: i16, j: Joined, code: i16) -> JoinGroupResponse {
     let members = j
         .members
         .into_iter()
@@ -89,9 +82,10 @@ fn join_response(version: i16, j: Joined) -> JoinGroupResponse {
         None if version < 7 => Some(StrBytes::default()),
         other => other.map(text),
     };
+    let generation = if code == 0 { j.generation } else { -1 };
     JoinGroupResponse::default()
-        .with_error_code(j.error)
-        .with_generation_id(j.generation)
+        .with_error_code(code)
+        .with_generation_id(generation)
         .with_protocol_type(j.protocol_type.map(text))
         .with_protocol_name(protocol_name)
         .with_leader(text(j.leader))
@@ -105,55 +99,30 @@ pub(crate) async fn sync_group(
     r: SyncGroupRequest,
 ) -> SyncGroupResponse {
     let group_id = group_name(&r.group_id);
-    let fail = |code: i16| {
-        sync_response(Synced {
-            error: code,
-            ..Synced::default()
-        })
-    };
     if let Err(code) = admit_group(&ctx, &group_id).await {
-        return fail(code);
+        return sync_response(Synced::default(), code);
     }
-    let assignments = r
-        .assignments
-        .into_iter()
-        .map(|a| (a.member_id.to_string(), a.assignment))
-        .collect();
-    let (waiter, answer) = oneshot::channel();
-    let member_id = r.member_id.to_string();
-    let protocol_type = r.protocol_type.as_ref().map(|s| s.as_str());
-    let protocol_name = r.protocol_name.as_ref().map(|s| s.as_str());
-    let instance = r.group_instance_id.as_ref().map(|s| s.as_str());
-    let out = ctx
-        .shared
-        .groups
-        .with_group_budgeted(&ctx.state().groups, &group_id, |g| {
-            g.check_instance(instance, &member_id)?;
-            Ok(g.sync(
-                &member_id,
-                r.generation_id,
-                protocol_type,
-                protocol_name,
-                assignments,
-                waiter,
-                Instant::now(),
-            ))
-        });
-    let out = match out {
-        None => return fail(K::UnknownMemberId.code()),
-        Some(Err(code)) => return fail(code),
-        Some(Ok(out)) => out,
+    let sync = SyncRequest {
+        member_id: r.member_id.to_string(),
+        group_instance_id: r.group_instance_id.map(|s| s.to_string()),
+        generation: r.generation_id,
+        protocol_type: r.protocol_type.map(|s| s.to_string()),
+        protocol_name: r.protocol_name.map(|s| s.to_string()),
+        assignments: r
+            .assignments
+            .into_iter()
+            .map(|a| (a.member_id.to_string(), a.assignment))
+            .collect(),
     };
-    deliver(out);
-    match answer.await {
-        Ok(Reply::Sync(synced)) => sync_response(synced),
-        _ => fail(K::RebalanceInProgress.code()),
-    }
+    let groups = &ctx.state().groups;
+    let synced = groups.classic_sync(&group_id, sync, Instant::now()).await;
+    let code = classic_code(synced.error);
+    sync_response(synced, code)
 }
 
-fn sync_response(s: Synced) -> SyncGroupResponse {
+fn sync_response(s: Synced, code: i16) -> SyncGroupResponse {
     SyncGroupResponse::default()
-        .with_error_code(s.error)
+        .with_error_code(code)
         .with_protocol_type(s.protocol_type.map(text))
         .with_protocol_name(s.protocol_name.map(text))
         .with_assignment(s.assignment)
@@ -167,17 +136,13 @@ pub(crate) async fn heartbeat(
     let group_id = group_name(&r.group_id);
     let code = match admit_group(&ctx, &group_id).await {
         Err(code) => code,
-        Ok(()) => ctx
-            .shared
-            .groups
-            .with_group(&ctx.state().groups, &group_id, |g| {
-                let instance = r.group_instance_id.as_ref().map(|s| s.as_str());
-                match g.check_instance(instance, r.member_id.as_str()) {
-                    Err(code) => code,
-                    Ok(()) => g.heartbeat(r.member_id.as_str(), r.generation_id, Instant::now()),
-                }
-            })
-            .unwrap_or(K::UnknownMemberId.code()),
+        Ok(()) => classic_result_code(ctx.state().groups.classic_heartbeat(
+            &group_id,
+            r.member_id.as_str(),
+            r.group_instance_id.as_ref().map(|s| s.as_str()),
+            r.generation_id,
+            Instant::now(),
+        )),
     };
     HeartbeatResponse::default().with_error_code(code)
 }
@@ -192,39 +157,20 @@ pub(crate) async fn leave_group(
         return LeaveGroupResponse::default().with_error_code(code);
     }
     // A static member may leave by instance id alone.
-    let leave = |member_id: &str, instance: Option<&str>| {
-        let outcome = ctx
-            .shared
-            .groups
-            .with_group(&ctx.state().groups, &group_id, |g| {
-                let member_id = match (member_id, instance) {
-                    ("", Some(instance)) => g.member_of_instance(instance).cloned(),
-                    _ => Some(member_id.to_string()),
-                };
-                let Some(member_id) = member_id else {
-                    return (K::UnknownMemberId.code(), Vec::new());
-                };
-                if let Err(code) = g.check_instance(instance, &member_id) {
-                    return (code, Vec::new());
-                }
-                g.leave(&member_id, Instant::now())
-            });
-        let (code, out) = outcome.unwrap_or((K::UnknownMemberId.code(), Vec::new()));
-        deliver(out);
-        if code == 0 {
-            tracing::info!(group = %group_id, member = %member_id, "kafka group member left");
-        }
-        code
+    let leave = |member_id: &str, instance: Option<&str>| -> Result<(), ClassicError> {
+        let groups = &ctx.state().groups;
+        groups.classic_leave(&group_id, member_id, instance, Instant::now())
     };
     if version < 3 {
-        return LeaveGroupResponse::default().with_error_code(leave(r.member_id.as_str(), None));
+        let code = classic_result_code(leave(r.member_id.as_str(), None));
+        return LeaveGroupResponse::default().with_error_code(code);
     }
     let members = r
         .members
         .into_iter()
         .map(|m| {
             let instance = m.group_instance_id.as_ref().map(|s| s.as_str());
-            let code = leave(m.member_id.as_str(), instance);
+            let code = classic_result_code(leave(m.member_id.as_str(), instance));
             MemberResponse::default()
                 .with_member_id(m.member_id)
                 .with_group_instance_id(m.group_instance_id)

@@ -1,8 +1,9 @@
 //! OffsetCommit and OffsetFetch: a group's committed offsets are the native group's, one set
-//! whichever protocol its members speak. A Kafka commit is checked against the Kafka group
-//! (member and generation, Kafka's rules) and then written natively as an administrative
-//! commit (member "", generation 0: the native group has no members of its own, the Kafka
-//! group holding its id).
+//! whichever protocol its members speak. A Kafka commit refuses the partitions of unknown
+//! topics first (as Kafka), then the rest is checked against the Kafka group
+//! (member and generation, Kafka's rules, by the coordinator's classic mode) and then written
+//! natively as an administrative commit (member "", generation 0: the group has no native
+//! members, its classic ones holding its id).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use tinymq_protocol::{messages as m, OpCode};
 
 use super::{admit_group, group_code, group_name};
 use crate::context::Ctx;
-use crate::errors::{kafka_code_for, Resource};
+use crate::errors::{classic_code, kafka_code_for, Resource};
 
 /// (topic, partition) → Kafka error code of one partition's commit.
 type Outcomes = HashMap<(String, i32), i16>;
@@ -34,15 +35,20 @@ pub(crate) async fn offset_commit(
 ) -> OffsetCommitResponse {
     let group_id = group_name(&r.group_id);
     let mut outcomes = Outcomes::new();
-    match check_committer(&ctx, &group_id, &r).await {
-        Err(code) => {
-            for t in &r.topics {
-                for p in &t.partitions {
-                    outcomes.insert((t.name.0.to_string(), p.partition_index), code);
+    match admit_group(&ctx, &group_id).await {
+        Err(code) => refuse_rest(&r, code, &mut outcomes),
+        Ok(()) => {
+            // Kafka's order (KafkaApis.handleOffsetCommitRequest): a partition of an unknown
+            // topic is refused before the group coordinator checks the committer, and only
+            // the known partitions go on to that check.
+            refuse_unknown_partitions(&ctx, &r, &mut outcomes);
+            if keys(&r).any(|key| !outcomes.contains_key(&key)) {
+                match check_committer(&ctx, &group_id, &r) {
+                    Err(code) => refuse_rest(&r, code, &mut outcomes),
+                    Ok(()) => commit(&ctx, &group_id, &r, &mut outcomes).await,
                 }
             }
         }
-        Ok(()) => commit(&ctx, &group_id, &r, &mut outcomes).await,
     }
     let topics = r
         .topics
@@ -70,55 +76,79 @@ pub(crate) async fn offset_commit(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-/// Kafka's rules for who may commit: see [`super::state::Group::check_commit`]; a group
-/// unknown here is an empty one.
-async fn check_committer(
-    ctx: &Arc<Ctx>,
-    group_id: &str,
-    r: &OffsetCommitRequest,
-) -> Result<(), i16> {
-    admit_group(ctx, group_id).await?;
-    let member_id = r.member_id.as_str();
-    let generation = r.generation_id_or_member_epoch;
-    ctx.shared
-        .groups
-        .with_group(&ctx.state().groups, group_id, |g| {
-            let instance = r.group_instance_id.as_ref().map(|s| s.as_str());
-            g.check_instance(instance, member_id)?;
-            g.check_commit(member_id, generation)
-        })
-        .unwrap_or(if generation < 0 {
-            Ok(())
-        } else {
-            Err(K::UnknownMemberId.code())
-        })
+/// Every (topic, partition) the commit names.
+fn keys(r: &OffsetCommitRequest) -> impl Iterator<Item = (String, i32)> + '_ {
+    r.topics.iter().flat_map(|t| {
+        let topic = t.name.0.to_string();
+        t.partitions
+            .iter()
+            .map(move |p| (topic.clone(), p.partition_index))
+    })
 }
 
-/// Commits the partitions that pass the checks, natively, in requests of at most the
-/// native limit; records every partition's outcome.
-async fn commit(ctx: &Arc<Ctx>, group_id: &str, r: &OffsetCommitRequest, outcomes: &mut Outcomes) {
-    let mut offsets = Vec::new();
+/// Gives `code` to every partition without an outcome yet.
+fn refuse_rest(r: &OffsetCommitRequest, code: i16, outcomes: &mut Outcomes) {
+    for key in keys(r) {
+        outcomes.entry(key).or_insert(code);
+    }
+}
+
+/// Refuses the partitions of topics that do not exist, or past their topic's partitions,
+/// with UNKNOWN_TOPIC_OR_PARTITION.
+fn refuse_unknown_partitions(ctx: &Ctx, r: &OffsetCommitRequest, outcomes: &mut Outcomes) {
     for t in &r.topics {
         let topic = t.name.0.to_string();
         let count = ctx.state().partition_count(&topic);
         for p in &t.partitions {
-            let key = (topic.clone(), p.partition_index);
-            let partition = u32::try_from(p.partition_index).ok();
-            let metadata = p.committed_metadata.as_ref().map_or("", |s| s.as_str());
-            let refusal = match partition {
-                Some(partition) if count.is_some_and(|n| partition < n) => None,
-                _ => Some(K::UnknownTopicOrPartition.code()),
+            let known = u32::try_from(p.partition_index)
+                .is_ok_and(|partition| count.is_some_and(|n| partition < n));
+            if !known {
+                let key = (topic.clone(), p.partition_index);
+                outcomes.insert(key, K::UnknownTopicOrPartition.code());
             }
-            .or((metadata.len() > OFFSET_METADATA_BYTES_MAX)
-                .then_some(K::OffsetMetadataTooLarge.code()))
-            .or((p.committed_offset < -1).then_some(K::InvalidRequest.code()));
+        }
+    }
+}
+
+/// Kafka's rules for who may commit, kept by the coordinator's classic mode
+/// ([`tinymq_broker::group::GroupCoordinator::classic_check_commit`]; a group without
+/// classic members is an empty one).
+fn check_committer(ctx: &Ctx, group_id: &str, r: &OffsetCommitRequest) -> Result<(), i16> {
+    let checked = ctx.state().groups.classic_check_commit(
+        group_id,
+        r.member_id.as_str(),
+        r.group_instance_id.as_ref().map(|s| s.as_str()),
+        r.generation_id_or_member_epoch,
+    );
+    checked.map_err(|e| classic_code(Some(e)))
+}
+
+/// Commits the partitions without an outcome yet that pass the checks, natively, in
+/// requests of at most the native limit; records every partition's outcome.
+async fn commit(ctx: &Arc<Ctx>, group_id: &str, r: &OffsetCommitRequest, outcomes: &mut Outcomes) {
+    let mut offsets = Vec::new();
+    for t in &r.topics {
+        let topic = t.name.0.to_string();
+        for p in &t.partitions {
+            let key = (topic.clone(), p.partition_index);
+            if outcomes.contains_key(&key) {
+                continue;
+            }
+            // Known partitions only are left: their index is a u32.
+            let Ok(partition) = u32::try_from(p.partition_index) else {
+                continue;
+            };
+            let metadata = p.committed_metadata.as_ref().map_or("", |s| s.as_str());
+            let refusal = (metadata.len() > OFFSET_METADATA_BYTES_MAX)
+                .then_some(K::OffsetMetadataTooLarge.code())
+                .or((p.committed_offset < -1).then_some(K::InvalidRequest.code()));
             if let Some(code) = refusal {
                 outcomes.insert(key, code);
                 continue;
             }
             offsets.push(m::CommittedOffset {
                 topic: topic.clone(),
-                partition: partition.unwrap_or_default(),
+                partition,
                 offset: p.committed_offset,
                 metadata: metadata.to_string(),
                 error: None,

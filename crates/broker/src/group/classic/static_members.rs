@@ -11,14 +11,18 @@ use super::*;
 impl<W> Group<W> {
     /// Whether `member_id`, claiming instance `instance` (`None`: a dynamic member), is that
     /// instance's current member.
-    pub fn check_instance(&self, instance: Option<&str>, member_id: &str) -> Result<(), i16> {
+    pub fn check_instance(
+        &self,
+        instance: Option<&str>,
+        member_id: &str,
+    ) -> Result<(), ClassicError> {
         let Some(instance) = instance else {
             return Ok(());
         };
         match self.static_members.get(instance) {
             Some(id) if id == member_id => Ok(()),
-            Some(_) => Err(code(K::FencedInstanceId)),
-            None => Err(code(K::UnknownMemberId)),
+            Some(_) => Err(ClassicError::FencedInstanceId),
+            None => Err(ClassicError::UnknownMemberId),
         }
     }
 
@@ -31,31 +35,31 @@ impl<W> Group<W> {
         &mut self,
         instance: String,
         join: Join,
+        new_id: String,
         waiter: W,
         now: Instant,
     ) -> Deliveries<W> {
-        let refuse = |error: K, waiter: W, member_id: &str| {
-            let answer = Joined::error(code(error), member_id);
+        let refuse = |error: ClassicError, waiter: W, member_id: &str| {
+            let answer = Joined::error(error, member_id);
             vec![(waiter, Reply::Join(answer))]
         };
         let current = self.static_members.get(&instance).cloned();
         if !join.member_id.is_empty() {
             return match current {
                 Some(id) if id == join.member_id => self.rejoin(join, waiter, now),
-                Some(_) => refuse(K::FencedInstanceId, waiter, &join.member_id),
-                None => refuse(K::UnknownMemberId, waiter, &join.member_id),
+                Some(_) => refuse(ClassicError::FencedInstanceId, waiter, &join.member_id),
+                None => refuse(ClassicError::UnknownMemberId, waiter, &join.member_id),
             };
         }
-        let new_id = join.fresh_member_id.clone();
         let old = current.and_then(|id| self.members.remove(&id).map(|m| (id, m)));
         let Some((old_id, mut member)) = old else {
             // A new instance: its instance id names it, so no MEMBER_ID_REQUIRED.
             if self.members.len() + self.pending.len() >= GROUP_MEMBERS_MAX {
-                return refuse(K::GroupMaxSizeReached, waiter, "");
+                return refuse(ClassicError::GroupMaxSizeReached, waiter, "");
             }
             return self.add_member(new_id, join, waiter, now);
         };
-        let mut out = answer_waiters(&mut member, &old_id, code(K::FencedInstanceId));
+        let mut out = answer_waiters(&mut member, &old_id, ClassicError::FencedInstanceId);
         // Known by another id now: its bytes are counted anew.
         self.restate_bytes(member.stored_bytes(&old_id), member.stored_bytes(&new_id));
         self.members.insert(new_id.clone(), member);

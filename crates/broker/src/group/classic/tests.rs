@@ -1,6 +1,7 @@
 //! The group state machine, driven by hand: waiters are names, time is an `Instant` moved
 //! forward explicitly.
 
+use super::ClassicError as E;
 use super::*;
 
 const SESSION: Duration = Duration::from_secs(10);
@@ -16,10 +17,9 @@ fn protocols(names: &[&str]) -> Vec<Protocol> {
         .collect()
 }
 
-fn join(member_id: &str, fresh: &str, names: &[&str]) -> Join {
-    Join {
+fn join(member_id: &str, fresh: &str, names: &[&str]) -> Joining {
+    let join = Join {
         member_id: member_id.into(),
-        fresh_member_id: fresh.into(),
         require_known_member_id: false,
         client_id: "c".into(),
         client_host: "/127.0.0.1".into(),
@@ -28,6 +28,10 @@ fn join(member_id: &str, fresh: &str, names: &[&str]) -> Join {
         protocol_type: "consumer".into(),
         protocols: protocols(names),
         group_instance_id: None,
+    };
+    Joining {
+        join,
+        fresh_member_id: fresh.into(),
     }
 }
 
@@ -81,10 +85,10 @@ fn a_first_join_at_v4_is_told_its_member_id_then_joins_with_it() {
     let now = Instant::now();
     let mut g = Group::new(now);
     let mut first = join("", "m-1", &["range"]);
-    first.require_known_member_id = true;
+    first.join.require_known_member_id = true;
     let d = g.join(first, "x", now);
     let answer = joined(&d, "x");
-    assert_eq!(answer.error, K::MemberIdRequired.code());
+    assert_eq!(answer.error, Some(E::MemberIdRequired));
     assert_eq!(answer.member_id, "m-1");
     assert!(!g.is_vacant(), "the id is reserved");
     assert!(g.members.is_empty());
@@ -95,12 +99,12 @@ fn a_first_join_at_v4_is_told_its_member_id_then_joins_with_it() {
     assert!(g.tick(now).1.is_empty());
     let (_, d) = g.tick(now + INITIAL_REBALANCE_DELAY);
     let answer = joined(&d, "x");
-    assert_eq!((answer.error, answer.generation), (0, 1));
+    assert_eq!((answer.error, answer.generation), (None, 1));
     assert_eq!(answer.leader, "m-1");
     assert_eq!(answer.protocol_name.as_deref(), Some("range"));
     // An unknown id is refused.
     let d = g.join(join("nobody", "unused", &["range"]), "y", now);
-    assert_eq!(joined(&d, "y").error, K::UnknownMemberId.code());
+    assert_eq!(joined(&d, "y").error, Some(E::UnknownMemberId));
 }
 
 #[test]
@@ -108,21 +112,18 @@ fn a_join_phase_waits_for_known_members_and_heartbeats_say_rebalancing() {
     let now = Instant::now();
     let mut g = Group::new(now);
     let generation = stable_pair(&mut g, now);
-    assert_eq!(g.heartbeat("a", generation, now), 0);
+    assert_eq!(g.heartbeat("a", generation, now), Ok(()));
     assert_eq!(
         g.heartbeat("b", generation - 1, now),
-        K::IllegalGeneration.code()
+        Err(E::IllegalGeneration)
     );
-    assert_eq!(
-        g.heartbeat("zz", generation, now),
-        K::UnknownMemberId.code()
-    );
+    assert_eq!(g.heartbeat("zz", generation, now), Err(E::UnknownMemberId));
     // c joins: a and b must rejoin; until then the phase waits.
     assert!(g.join(join("", "c", &["range"]), "c", now).is_empty());
     assert_eq!(g.phase, Phase::PreparingRebalance);
     assert_eq!(
         g.heartbeat("a", generation, now),
-        K::RebalanceInProgress.code()
+        Err(E::RebalanceInProgress)
     );
     assert!(
         g.check_commit("a", generation).is_ok(),
@@ -137,7 +138,7 @@ fn a_join_phase_waits_for_known_members_and_heartbeats_say_rebalancing() {
     assert_eq!(a.leader, "a", "the leader stays the leader");
     assert_eq!(
         g.check_commit("a", a.generation).unwrap_err(),
-        K::RebalanceInProgress.code(),
+        E::RebalanceInProgress,
         "no commits while the assignment is awaited"
     );
 }
@@ -152,7 +153,7 @@ fn a_member_that_does_not_rejoin_in_time_is_dropped() {
     let mid = now + REBALANCE / 2;
     assert_eq!(
         g.heartbeat("b", generation, mid),
-        K::RebalanceInProgress.code()
+        Err(E::RebalanceInProgress)
     );
     let (_, d) = g.tick(now + REBALANCE);
     let a = joined(&d, "a");
@@ -165,9 +166,9 @@ fn leaving_and_expiry_rebalance_the_rest_and_an_empty_group_is_forgettable() {
     let now = Instant::now();
     let mut g = Group::new(now);
     let generation = stable_pair(&mut g, now);
-    assert_eq!(g.leave("zz", now).0, K::UnknownMemberId.code());
+    assert_eq!(g.leave("zz", now).0, Err(E::UnknownMemberId));
     let (error, d) = g.leave("b", now);
-    assert_eq!(error, 0);
+    assert_eq!(error, Ok(()));
     assert!(d.is_empty());
     assert_eq!(g.phase, Phase::PreparingRebalance);
     let d = g.join(join("a", "", &["range"]), "a", now);
@@ -202,7 +203,7 @@ fn followers_waiting_for_an_assignment_are_told_when_a_rebalance_starts() {
         .sync("b", generation, None, None, vec![], "b", now)
         .is_empty());
     let (_, d) = g.leave("c", now);
-    assert_eq!(synced(&d, "b").error, K::RebalanceInProgress.code());
+    assert_eq!(synced(&d, "b").error, Some(E::RebalanceInProgress));
 }
 
 #[test]
@@ -212,11 +213,11 @@ fn the_protocol_is_one_every_member_supports() {
     let d = g.join(join("", "a", &["cooperative-sticky", "range"]), "a", now);
     assert!(d.is_empty());
     let d = g.join(join("", "b", &["roundrobin"]), "b", now);
-    assert_eq!(joined(&d, "b").error, K::InconsistentGroupProtocol.code());
+    assert_eq!(joined(&d, "b").error, Some(E::InconsistentGroupProtocol));
     let mut other_type = join("", "b", &["range"]);
-    other_type.protocol_type = "connect".into();
+    other_type.join.protocol_type = "connect".into();
     let d = g.join(other_type, "b", now);
-    assert_eq!(joined(&d, "b").error, K::InconsistentGroupProtocol.code());
+    assert_eq!(joined(&d, "b").error, Some(E::InconsistentGroupProtocol));
     assert!(g
         .join(join("", "b", &["range", "cooperative-sticky"]), "b", now)
         .is_empty());
@@ -229,10 +230,10 @@ fn the_protocol_is_one_every_member_supports() {
         .iter()
         .all(|m| m == &Bytes::from_static(b"meta-range")));
     let mut bad = join("", "d", &["range"]);
-    bad.session_timeout = Duration::from_millis(1);
+    bad.join.session_timeout = Duration::from_millis(1);
     assert_eq!(
         joined(&g.join(bad, "d", now), "d").error,
-        K::InvalidSessionTimeout.code()
+        Some(E::InvalidSessionTimeout)
     );
 }
 
@@ -242,9 +243,9 @@ fn a_sync_from_the_wrong_generation_or_member_is_refused() {
     let mut g = Group::new(now);
     let generation = stable_pair(&mut g, now);
     let d = g.sync("a", generation + 5, None, None, vec![], "a", now);
-    assert_eq!(synced(&d, "a").error, K::IllegalGeneration.code());
+    assert_eq!(synced(&d, "a").error, Some(E::IllegalGeneration));
     let d = g.sync("zz", generation, None, None, vec![], "z", now);
-    assert_eq!(synced(&d, "z").error, K::UnknownMemberId.code());
+    assert_eq!(synced(&d, "z").error, Some(E::UnknownMemberId));
     let d = g.sync(
         "b",
         generation,
@@ -254,7 +255,7 @@ fn a_sync_from_the_wrong_generation_or_member_is_refused() {
         "b",
         now,
     );
-    assert_eq!(synced(&d, "b").error, K::InconsistentGroupProtocol.code());
+    assert_eq!(synced(&d, "b").error, Some(E::InconsistentGroupProtocol));
     // Stable: the member's assignment again.
     let d = g.sync(
         "b",
@@ -268,11 +269,10 @@ fn a_sync_from_the_wrong_generation_or_member_is_refused() {
     assert_eq!(synced(&d, "b").assignment, Bytes::from_static(b"for-b"));
 }
 
-fn static_join(member_id: &str, fresh: &str, instance: &str) -> Join {
-    Join {
-        group_instance_id: Some(instance.into()),
-        ..join(member_id, fresh, &["range"])
-    }
+fn static_join(member_id: &str, fresh: &str, instance: &str) -> Joining {
+    let mut joining = join(member_id, fresh, &["range"]);
+    joining.join.group_instance_id = Some(instance.into());
+    joining
 }
 
 #[test]
@@ -281,7 +281,7 @@ fn a_restarted_static_member_takes_its_place_back_and_its_old_id_is_fenced() {
     let mut g = Group::new(now);
     // Static members skip MEMBER_ID_REQUIRED even when the client could handle it.
     let mut first = static_join("", "s-1", "instance-a");
-    first.require_known_member_id = true;
+    first.join.require_known_member_id = true;
     assert!(g.join(first, "a", now).is_empty());
     assert!(g.join(join("", "b", &["range"]), "b", now).is_empty());
     let (_, d) = g.tick(now + INITIAL_REBALANCE_DELAY);
@@ -302,7 +302,7 @@ fn a_restarted_static_member_takes_its_place_back_and_its_old_id_is_fenced() {
     let d = g.join(static_join("", "s-2", "instance-a"), "a2", now);
     assert_eq!(
         g.check_instance(Some("instance-a"), "s-1"),
-        Err(K::FencedInstanceId.code())
+        Err(E::FencedInstanceId)
     );
     assert_eq!(
         g.member_of_instance("instance-a").map(String::as_str),
@@ -311,7 +311,7 @@ fn a_restarted_static_member_takes_its_place_back_and_its_old_id_is_fenced() {
     if leader == "b" {
         // A follower comes back without a rebalance, with its assignment.
         let again = joined(&d, "a2");
-        assert_eq!((again.error, again.generation), (0, generation));
+        assert_eq!((again.error, again.generation), (None, generation));
         assert_eq!(g.phase, Phase::Stable);
         let d = g.sync("s-2", generation, None, None, vec![], "a2", now);
         assert_eq!(synced(&d, "a2").assignment, Bytes::from_static(b"for-a"));
@@ -323,9 +323,9 @@ fn a_restarted_static_member_takes_its_place_back_and_its_old_id_is_fenced() {
         );
     }
     let d = g.join(static_join("s-1", "", "instance-a"), "old", now);
-    assert_eq!(joined(&d, "old").error, K::FencedInstanceId.code());
+    assert_eq!(joined(&d, "old").error, Some(E::FencedInstanceId));
     // Leaving by instance id.
     let (error, _) = g.leave("s-2", now);
-    assert_eq!(error, 0);
+    assert_eq!(error, Ok(()));
     assert_eq!(g.member_of_instance("instance-a"), None);
 }

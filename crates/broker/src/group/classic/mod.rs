@@ -1,7 +1,10 @@
-//! One Kafka classic consumer group's state machine, without I/O or clocks: time is passed
-//! in and the requests that wait (JoinGroup until the join phase ends, SyncGroup until the
-//! leader's assignment arrives) are parked as opaque waiters `W`, handed back with their
-//! [`Reply`] when it is due. So it is tested without sockets or sleeping.
+//! Kafka's classic consumer group protocol, as a mode of the broker's one group coordinator
+//! ([`super::GroupCoordinator`]'s `classic_*` operations, in `super::classic_mode`): here is
+//! one classic group's state machine, without I/O or clocks. Time is passed in and the
+//! requests that wait (JoinGroup until the join phase ends, SyncGroup until the leader's
+//! assignment arrives) are parked as opaque waiters `W`, handed back with their [`Reply`]
+//! when it is due. So it is tested without sockets or sleeping. Its refusals are
+//! [`ClassicError`]s, which the Kafka listener turns into Kafka's error codes.
 //!
 //! Phases, as Kafka's: `Empty` → (a join) `PreparingRebalance`, which waits for every known
 //! member to rejoin (up to the longest rebalance timeout; a new group also waits
@@ -9,32 +12,38 @@
 //! is bumped, a protocol all members support is chosen, the leader gets every member's
 //! metadata and computes the assignment client-side → (the leader's SyncGroup) `Stable`.
 //! A new member, a leaving or expired one, or the leader rejoining, starts over.
+//!
+//! - `messages`: the requests, the answers and the views of a group;
+//! - this module: one group's state and its join phase;
+//! - `sync`: SyncGroup, heartbeats, leaving, sessions running out, commit checks;
+//! - `static_members`: static membership (`group.instance.id`);
+//! - `error`: [`ClassicError`].
+
+mod error;
+mod messages;
+mod static_members;
+mod sync;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kafka_protocol::error::ResponseError as K;
+
+use super::coordinator::GROUP_MEMBERS_MAX;
+pub use error::ClassicError;
+use messages::protocol_bytes;
+pub use messages::{
+    ClassicDescription, ClassicMember, ClassicSummary, Deliveries, Join, Joined, JoinedMember,
+    Joining, Phase, Protocol, Reply, SyncRequest, Synced, MEMBER_METADATA_BYTES_MAX,
+    MEMBER_PROTOCOLS_MAX,
+};
 
 /// How long a new group's join phase waits for more members after the first, so that a
 /// group whose members start together forms in one rebalance (Kafka's
 /// `group.initial.rebalance.delay.ms`, shorter).
 pub const INITIAL_REBALANCE_DELAY: Duration = Duration::from_millis(500);
-/// Session timeouts a member may ask for, and members per group: the broker's one set, for
-/// both group protocols.
-pub use tinymq_broker::group::coordinator::{
-    GROUP_MEMBERS_MAX, SESSION_TIMEOUT_MAX, SESSION_TIMEOUT_MIN,
-};
 /// Longest join phase a member may ask for (its rebalance timeout is capped to this).
 pub const REBALANCE_TIMEOUT_MAX: Duration = Duration::from_secs(30 * 60);
-/// Most protocols (assignors) one member may offer.
-pub const MEMBER_PROTOCOLS_MAX: usize = 32;
-/// Most bytes of protocol names and metadata one member may offer in a JoinGroup, all its
-/// protocols together (a larger one is refused with INVALID_REQUEST). A consumer subscribed
-/// to 1000 topics of 100-byte names sends about 100 KB of subscription per protocol, plus as
-/// much again for the partitions it owns (cooperative-sticky) or its previous assignment
-/// (sticky's user data): three assignors offered together stay under 700 KB.
-pub const MEMBER_METADATA_BYTES_MAX: usize = 1 << 20;
 /// Most bytes of one member's assignment in the leader's SyncGroup (a larger one is refused
 /// with INVALID_REQUEST): 1000 topics of 100-byte names with 100 partitions each take
 /// about 500 KB.
@@ -45,11 +54,15 @@ pub const ASSIGNMENT_BYTES_MAX: usize = 1 << 20;
 /// for one group stay under the default `frame_bytes_max` (16 MiB). Kafka keeps a group
 /// as one record bounded by `message.max.bytes` (1 MiB by default): this is generous.
 pub const GROUP_BYTES_MAX: usize = 16 << 20;
-
-/// Kafka's error codes used here.
-fn code(e: K) -> i16 {
-    e.code()
-}
+/// Most bytes all classic groups of one broker keep together (what [`GROUP_BYTES_MAX`]
+/// counts, over every classic group): a join or assignment beyond it is refused with
+/// GROUP_MAX_SIZE_REACHED. 32 groups at their own limit, or 500 groups of 100 members
+/// subscribed to 1000 topics each, fit. The coordinator keeps a running total, so checking
+/// it walks no group.
+pub const CLASSIC_GROUPS_BYTES_MAX: usize = 512 << 20;
+/// A classic group without members is forgotten after this (its offsets stay); until then
+/// Kafka's ListGroups shows it as Empty, and a native join may take its id over.
+pub const VACANT_GROUP_FORGET_AFTER: Duration = Duration::from_secs(60);
 
 /// The bytes a group may keep at most now, and the limit that says so (for the log).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,163 +79,6 @@ impl Default for Budget {
         }
     }
 }
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Empty,
-    PreparingRebalance,
-    CompletingRebalance,
-    Stable,
-}
-
-impl Phase {
-    /// The state's name in ListGroups and DescribeGroups.
-    pub fn kafka_name(self) -> &'static str {
-        match self {
-            Phase::Empty => "Empty",
-            Phase::PreparingRebalance => "PreparingRebalance",
-            Phase::CompletingRebalance => "CompletingRebalance",
-            Phase::Stable => "Stable",
-        }
-    }
-}
-
-/// One assignor a member offers, with its subscription metadata (opaque here).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Protocol {
-    pub name: String,
-    pub metadata: Bytes,
-}
-
-impl Protocol {
-    /// The same protocol owning its metadata: a request's `Bytes` are slices of its whole
-    /// frame, which a kept slice would pin for the member's life.
-    fn detached(self) -> Protocol {
-        Protocol {
-            metadata: Bytes::copy_from_slice(&self.metadata),
-            ..self
-        }
-    }
-}
-
-/// The bytes of `protocols`' names and metadata.
-fn protocol_bytes(protocols: &[Protocol]) -> usize {
-    protocols
-        .iter()
-        .map(|p| p.name.len().saturating_add(p.metadata.len()))
-        .fold(0, usize::saturating_add)
-}
-
-/// A JoinGroup, as the state machine needs it.
-#[derive(Debug, Clone)]
-pub struct Join {
-    pub member_id: String,
-    /// The id a new member gets (unique: the caller makes it).
-    pub fresh_member_id: String,
-    /// JoinGroup v4+: a new member is first told MEMBER_ID_REQUIRED with its id.
-    pub require_known_member_id: bool,
-    pub client_id: String,
-    pub client_host: String,
-    pub session_timeout: Duration,
-    pub rebalance_timeout: Duration,
-    pub protocol_type: String,
-    pub protocols: Vec<Protocol>,
-    /// A static member's `group.instance.id` (see `static_members`).
-    pub group_instance_id: Option<String>,
-}
-
-impl Join {
-    /// The refusals that depend on the request alone, checked before any state is touched
-    /// (so a refused join creates no group): the error and why.
-    pub fn check(&self) -> Result<(), (K, String)> {
-        if self.protocol_type.is_empty() || self.protocols.is_empty() {
-            let why = "a join needs a protocol type and at least one protocol";
-            return Err((K::InconsistentGroupProtocol, why.into()));
-        }
-        if self.protocols.len() > MEMBER_PROTOCOLS_MAX {
-            let why = format!(
-                "{} protocols offered, over MEMBER_PROTOCOLS_MAX ({MEMBER_PROTOCOLS_MAX})",
-                self.protocols.len()
-            );
-            return Err((K::InconsistentGroupProtocol, why));
-        }
-        let bytes = protocol_bytes(&self.protocols);
-        if bytes > MEMBER_METADATA_BYTES_MAX {
-            let why = format!(
-                "{bytes} bytes of protocol metadata, over MEMBER_METADATA_BYTES_MAX \
-                 ({MEMBER_METADATA_BYTES_MAX})"
-            );
-            return Err((K::InvalidRequest, why));
-        }
-        if !(SESSION_TIMEOUT_MIN..=SESSION_TIMEOUT_MAX).contains(&self.session_timeout) {
-            let why = format!(
-                "session timeout {:?} outside {SESSION_TIMEOUT_MIN:?}..={SESSION_TIMEOUT_MAX:?}",
-                self.session_timeout
-            );
-            return Err((K::InvalidSessionTimeout, why));
-        }
-        Ok(())
-    }
-
-    /// The bytes a member made of this join keeps, but its assignment: an upper bound, as
-    /// its id is either id the join carries.
-    fn member_bytes(&self) -> usize {
-        [
-            self.member_id.len().max(self.fresh_member_id.len()),
-            self.client_id.len(),
-            self.client_host.len(),
-            self.group_instance_id.as_ref().map_or(0, String::len),
-            protocol_bytes(&self.protocols),
-        ]
-        .into_iter()
-        .fold(0, usize::saturating_add)
-    }
-}
-
-/// One member as the leader learns it: id, instance id, metadata for the chosen protocol.
-pub type JoinedMember = (String, Option<String>, Bytes);
-
-/// The answer to a JoinGroup.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Joined {
-    pub error: i16,
-    pub generation: i32,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub leader: String,
-    pub member_id: String,
-    /// The leader's answer only: every member and its metadata for the chosen protocol.
-    pub members: Vec<JoinedMember>,
-}
-
-impl Joined {
-    pub fn error(error: i16, member_id: &str) -> Joined {
-        Joined {
-            error,
-            generation: -1,
-            member_id: member_id.to_string(),
-            ..Joined::default()
-        }
-    }
-}
-
-/// The answer to a SyncGroup.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Synced {
-    pub error: i16,
-    pub protocol_type: Option<String>,
-    pub protocol_name: Option<String>,
-    pub assignment: Bytes,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Reply {
-    Join(Joined),
-    Sync(Synced),
-}
-
-/// Replies due now, each to the request that waits for it.
-pub type Deliveries<W> = Vec<(W, Reply)>;
 
 #[derive(Debug)]
 pub struct Member<W> {
@@ -331,7 +187,7 @@ impl<W> Group<W> {
 
     /// The bytes the group would keep after `join` (an upper bound): the member it names,
     /// if any, replaced by the join's.
-    fn bytes_after_join(&self, join: &Join) -> usize {
+    fn bytes_after_join(&self, join: &Join, fresh_member_id: &str) -> usize {
         let existing_id = if join.member_id.is_empty() {
             join.group_instance_id
                 .as_ref()
@@ -344,7 +200,7 @@ impl<W> Group<W> {
             existing.map_or((0, 0), |(id, m)| (m.stored_bytes(id), m.assignment.len()));
         self.stored_bytes
             .saturating_sub(before)
-            .saturating_add(join.member_bytes())
+            .saturating_add(join.member_bytes(fresh_member_id))
             .saturating_add(assignment)
     }
 
@@ -375,40 +231,41 @@ impl<W> Group<W> {
         })
     }
 
-    pub fn join(&mut self, join: Join, waiter: W, now: Instant) -> Deliveries<W> {
-        let refuse = |error: K, waiter: W| {
-            vec![(
-                waiter,
-                Reply::Join(Joined::error(code(error), &join.member_id)),
-            )]
+    pub fn join(&mut self, joining: Joining, waiter: W, now: Instant) -> Deliveries<W> {
+        let Joining {
+            join,
+            fresh_member_id,
+        } = joining;
+        let refuse = |error: ClassicError, waiter: W| {
+            vec![(waiter, Reply::Join(Joined::error(error, &join.member_id)))]
         };
         if let Err((error, why)) = join.check() {
             tracing::info!("kafka join refused: {why}");
             return refuse(error, waiter);
         }
         if !self.supports(&join.protocol_type, &join.protocols, &join.member_id) {
-            return refuse(K::InconsistentGroupProtocol, waiter);
+            return refuse(ClassicError::InconsistentGroupProtocol, waiter);
         }
-        let bytes = self.bytes_after_join(&join);
+        let bytes = self.bytes_after_join(&join, &fresh_member_id);
         if bytes > self.budget.bytes_max {
             let Budget { bytes_max, limit } = self.budget;
             tracing::info!(
                 "kafka join refused: the group would keep {bytes} bytes, over {limit} \
                  ({bytes_max} bytes now)"
             );
-            return refuse(K::GroupMaxSizeReached, waiter);
+            return refuse(ClassicError::GroupMaxSizeReached, waiter);
         }
         if let Some(instance) = join.group_instance_id.clone() {
-            return self.join_static(instance, join, waiter, now);
+            return self.join_static(instance, join, fresh_member_id, waiter, now);
         }
         if join.member_id.is_empty() {
             if self.members.len() + self.pending.len() >= GROUP_MEMBERS_MAX {
-                return refuse(K::GroupMaxSizeReached, waiter);
+                return refuse(ClassicError::GroupMaxSizeReached, waiter);
             }
-            let id = join.fresh_member_id.clone();
+            let id = fresh_member_id;
             if join.require_known_member_id {
                 self.pending.insert(id.clone(), now + join.session_timeout);
-                let answer = Joined::error(code(K::MemberIdRequired), &id);
+                let answer = Joined::error(ClassicError::MemberIdRequired, &id);
                 return vec![(waiter, Reply::Join(answer))];
             }
             return self.add_member(id, join, waiter, now);
@@ -418,7 +275,7 @@ impl<W> Group<W> {
             return self.add_member(id, join, waiter, now);
         }
         if !self.members.contains_key(&join.member_id) {
-            return refuse(K::UnknownMemberId, waiter);
+            return refuse(ClassicError::UnknownMemberId, waiter);
         }
         self.rejoin(join, waiter, now)
     }
@@ -508,10 +365,7 @@ impl<W> Group<W> {
         let mut freed = 0usize;
         for member in self.members.values_mut() {
             if let Some(waiter) = member.sync_waiter.take() {
-                let answer = Synced {
-                    error: code(K::RebalanceInProgress),
-                    ..Synced::default()
-                };
+                let answer = Synced::error(ClassicError::RebalanceInProgress);
                 out.push((waiter, Reply::Sync(answer)));
             }
             freed = freed.saturating_add(member.assignment.len());
@@ -642,7 +496,7 @@ impl<W> Group<W> {
             Vec::new()
         };
         Joined {
-            error: 0,
+            error: None,
             generation: self.generation,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol_name.clone(),
@@ -651,249 +505,55 @@ impl<W> Group<W> {
             members,
         }
     }
+}
 
-    /// `UNKNOWN_MEMBER_ID` or `ILLEGAL_GENERATION` unless `member_id` is a member of
-    /// `generation`.
-    fn check_member(&self, member_id: &str, generation: i32) -> Result<(), i16> {
-        if self.phase == Phase::Empty || !self.members.contains_key(member_id) {
-            return Err(code(K::UnknownMemberId));
-        }
-        if generation != self.generation {
-            return Err(code(K::IllegalGeneration));
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub fn sync(
-        &mut self,
-        member_id: &str,
-        generation: i32,
-        protocol_type: Option<&str>,
-        protocol_name: Option<&str>,
-        assignments: Vec<(String, Bytes)>,
-        waiter: W,
-        now: Instant,
-    ) -> Deliveries<W> {
-        let refuse = |error: i16, waiter: W| {
-            let answer = Synced {
-                error,
-                ..Synced::default()
-            };
-            vec![(waiter, Reply::Sync(answer))]
-        };
-        if let Err(error) = self.check_member(member_id, generation) {
-            return refuse(error, waiter);
-        }
-        let mismatch = |asked: Option<&str>, ours: &Option<String>| {
-            asked.is_some_and(|a| ours.as_deref() != Some(a))
-        };
-        if mismatch(protocol_type, &self.protocol_type)
-            || mismatch(protocol_name, &self.protocol_name)
-        {
-            return refuse(code(K::InconsistentGroupProtocol), waiter);
-        }
-        let is_leader = self.leader.as_deref() == Some(member_id);
-        match self.phase {
-            Phase::Empty | Phase::PreparingRebalance => {
-                refuse(code(K::RebalanceInProgress), waiter)
-            }
-            Phase::Stable => {
-                let answer = self.synced(member_id);
-                vec![(waiter, Reply::Sync(answer))]
-            }
-            Phase::CompletingRebalance => {
-                let assignments = if is_leader {
-                    match self.check_assignments(assignments) {
-                        Ok(assignments) => Some(assignments),
-                        Err(error) => return refuse(error, waiter),
-                    }
-                } else {
-                    None
-                };
-                if let Some(member) = self.members.get_mut(member_id) {
-                    member.deadline = now + member.session_timeout;
-                    member.sync_waiter = Some(waiter);
-                }
-                let Some(assignments) = assignments else {
-                    return Vec::new();
-                };
-                self.assign(assignments);
-                self.phase = Phase::Stable;
-                let ids: Vec<String> = self.members.keys().cloned().collect();
-                let mut out = Vec::new();
-                for id in ids {
-                    let answer = self.synced(&id);
-                    if let Some(waiter) =
-                        self.members.get_mut(&id).and_then(|m| m.sync_waiter.take())
-                    {
-                        out.push((waiter, Reply::Sync(answer)));
-                    }
-                }
-                out
-            }
+impl<W> Group<W> {
+    /// The group as ListGroups shows it, known by `id`.
+    pub fn summary(&self, id: &str) -> ClassicSummary {
+        ClassicSummary {
+            group_id: id.to_string(),
+            phase: self.phase,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            members: u32::try_from(self.members.len()).unwrap_or(u32::MAX),
         }
     }
 
-    /// The leader's assignments of current members (an id given twice: the last), unless
-    /// one is over [`ASSIGNMENT_BYTES_MAX`] (INVALID_REQUEST) or they would take the group
-    /// over its budget (GROUP_MAX_SIZE_REACHED).
-    fn check_assignments(
-        &self,
-        assignments: Vec<(String, Bytes)>,
-    ) -> Result<BTreeMap<String, Bytes>, i16> {
-        if let Some((id, a)) = assignments
-            .iter()
-            .find(|(_, a)| a.len() > ASSIGNMENT_BYTES_MAX)
-        {
-            tracing::info!(
-                member = %id,
-                "kafka sync refused: an assignment of {} bytes, over ASSIGNMENT_BYTES_MAX \
-                 ({ASSIGNMENT_BYTES_MAX})",
-                a.len()
-            );
-            return Err(code(K::InvalidRequest));
-        }
-        let mut assignments: BTreeMap<String, Bytes> = assignments.into_iter().collect();
-        assignments.retain(|id, _| self.members.contains_key(id));
-        let sum = |lens: &mut dyn Iterator<Item = usize>| lens.fold(0, usize::saturating_add);
-        let current = sum(&mut self.members.values().map(|m| m.assignment.len()));
-        let incoming = sum(&mut assignments.values().map(Bytes::len));
-        let bytes = self
-            .stored_bytes
-            .saturating_sub(current)
-            .saturating_add(incoming);
-        if bytes > self.budget.bytes_max {
-            let Budget { bytes_max, limit } = self.budget;
-            tracing::info!(
-                "kafka sync refused: the group would keep {bytes} bytes, over {limit} \
-                 ({bytes_max} bytes now)"
-            );
-            return Err(code(K::GroupMaxSizeReached));
-        }
-        Ok(assignments)
-    }
-
-    /// Gives every member its part of `assignments` (copied: the request's bytes are
-    /// slices of its whole frame), nothing for a member left out.
-    fn assign(&mut self, mut assignments: BTreeMap<String, Bytes>) {
-        let (mut before, mut after) = (0usize, 0usize);
-        for (id, member) in self.members.iter_mut() {
-            let assignment = assignments.remove(id).unwrap_or_default();
-            before = before.saturating_add(member.assignment.len());
-            after = after.saturating_add(assignment.len());
-            member.assignment = Bytes::copy_from_slice(&assignment);
-        }
-        self.restate_bytes(before, after);
-    }
-
-    fn synced(&self, member_id: &str) -> Synced {
-        Synced {
-            error: 0,
-            protocol_type: self.protocol_type.clone(),
-            protocol_name: self.protocol_name.clone(),
-            assignment: self
-                .members
-                .get(member_id)
-                .map(|m| m.assignment.clone())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// A heartbeat's error code (0: carry on).
-    pub fn heartbeat(&mut self, member_id: &str, generation: i32, now: Instant) -> i16 {
-        if let Err(error) = self.check_member(member_id, generation) {
-            return error;
-        }
-        if let Some(member) = self.members.get_mut(member_id) {
-            member.deadline = now + member.session_timeout;
-        }
-        if self.phase == Phase::PreparingRebalance {
-            code(K::RebalanceInProgress)
-        } else {
-            0
-        }
-    }
-
-    /// Removes `member_id` (a LeaveGroup); the others rebalance.
-    pub fn leave(&mut self, member_id: &str, now: Instant) -> (i16, Deliveries<W>) {
-        if self.pending.remove(member_id).is_some() {
-            return (0, Vec::new());
-        }
-        match self.remove_member(member_id, now) {
-            Some(out) => (0, out),
-            None => (code(K::UnknownMemberId), Vec::new()),
-        }
-    }
-
-    /// Removes a member, answering its waiting requests with UNKNOWN_MEMBER_ID, and starts
-    /// a rebalance of the others; `None` if it is not a member.
-    fn remove_member(&mut self, member_id: &str, now: Instant) -> Option<Deliveries<W>> {
-        let mut member = self.members.remove(member_id)?;
-        self.restate_bytes(member.stored_bytes(member_id), 0);
-        if let Some(instance) = &member.instance_id {
-            if self
-                .static_members
-                .get(instance)
-                .is_some_and(|id| id == member_id)
-            {
-                self.static_members.remove(instance);
-            }
-        }
-        let mut out = answer_waiters(&mut member, member_id, code(K::UnknownMemberId));
-        if self.phase != Phase::PreparingRebalance {
-            out.extend(self.prepare_rebalance(now));
-        }
-        out.extend(self.try_complete_join(now));
-        Some(out)
-    }
-
-    /// Time passes: members whose session ran out (and that wait for no answer) are
-    /// removed, unused MEMBER_ID_REQUIRED ids expire, a join phase past its deadline ends.
-    pub fn tick(&mut self, now: Instant) -> (Vec<String>, Deliveries<W>) {
-        self.pending.retain(|_, deadline| *deadline > now);
-        let expired: Vec<String> = self
+    /// The group as DescribeGroups shows it.
+    pub fn describe(&self) -> ClassicDescription {
+        let protocol = self.protocol_name.clone().unwrap_or_default();
+        let members = self
             .members
             .iter()
-            .filter(|(_, m)| !m.waits() && m.deadline <= now)
-            .map(|(id, _)| id.clone())
+            .map(|(id, m)| ClassicMember {
+                member_id: id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                metadata: m.metadata(&protocol),
+                assignment: m.assignment.clone(),
+            })
             .collect();
-        let mut out = Vec::new();
-        for id in &expired {
-            out.extend(self.remove_member(id, now).unwrap_or_default());
+        ClassicDescription {
+            phase: self.phase,
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol_name: protocol,
+            members,
         }
-        out.extend(self.try_complete_join(now));
-        (expired, out)
-    }
-
-    /// Whether an OffsetCommit from `member_id` at `generation` is accepted (Kafka's rules:
-    /// a negative generation on an empty group is a consumer that assigns partitions
-    /// itself; otherwise a current member of the current generation, not while the leader's
-    /// assignment is awaited).
-    pub fn check_commit(&self, member_id: &str, generation: i32) -> Result<(), i16> {
-        if generation < 0 && self.phase == Phase::Empty {
-            return Ok(());
-        }
-        self.check_member(member_id, generation)?;
-        if self.phase == Phase::CompletingRebalance {
-            return Err(code(K::RebalanceInProgress));
-        }
-        Ok(())
     }
 }
 
 /// Answers a departing member's waiting requests with `error`.
-fn answer_waiters<W>(member: &mut Member<W>, member_id: &str, error: i16) -> Deliveries<W> {
+fn answer_waiters<W>(
+    member: &mut Member<W>,
+    member_id: &str,
+    error: ClassicError,
+) -> Deliveries<W> {
     let mut out = Vec::new();
     if let Some(waiter) = member.join_waiter.take() {
         out.push((waiter, Reply::Join(Joined::error(error, member_id))));
     }
     if let Some(waiter) = member.sync_waiter.take() {
-        let answer = Synced {
-            error,
-            ..Synced::default()
-        };
-        out.push((waiter, Reply::Sync(answer)));
+        out.push((waiter, Reply::Sync(Synced::error(error))));
     }
     out
 }
@@ -908,6 +568,5 @@ impl<W> Group<W> {
 
 #[cfg(test)]
 mod bytes_tests;
-mod static_members;
 #[cfg(test)]
 mod tests;

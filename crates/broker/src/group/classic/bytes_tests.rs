@@ -7,10 +7,9 @@ use super::*;
 const SESSION: Duration = Duration::from_secs(10);
 
 /// A join whose protocol metadata is `metadata`.
-fn join_with(member_id: &str, fresh: &str, metadata: Bytes) -> Join {
-    Join {
+fn join_with(member_id: &str, fresh: &str, metadata: Bytes) -> Joining {
+    let join = Join {
         member_id: member_id.into(),
-        fresh_member_id: fresh.into(),
         require_known_member_id: false,
         client_id: "client".into(),
         client_host: "/127.0.0.1".into(),
@@ -22,6 +21,10 @@ fn join_with(member_id: &str, fresh: &str, metadata: Bytes) -> Join {
             metadata,
         }],
         group_instance_id: None,
+    };
+    Joining {
+        join,
+        fresh_member_id: fresh.into(),
     }
 }
 
@@ -63,7 +66,7 @@ fn metadata_over_its_limit_is_refused_before_anything_is_kept() {
     let now = Instant::now();
     let big = Bytes::from(vec![0u8; MEMBER_METADATA_BYTES_MAX + 1]);
     let d = g.join(join_with("", "a", big), "a", now);
-    assert_eq!(joined(&d, "a").error, K::InvalidRequest.code());
+    assert_eq!(joined(&d, "a").error, Some(ClassicError::InvalidRequest));
     assert!(g.is_vacant());
     assert_eq!(g.stored_bytes(), 0);
     // Just under: fine.
@@ -87,7 +90,10 @@ fn a_join_over_the_groups_budget_is_refused_and_a_rejoin_counts_its_old_bytes_ou
         limit: "TEST_BYTES_MAX",
     };
     let d = g.join(join_with("", "b", metadata.clone()), "b", now);
-    assert_eq!(joined(&d, "b").error, K::GroupMaxSizeReached.code());
+    assert_eq!(
+        joined(&d, "b").error,
+        Some(ClassicError::GroupMaxSizeReached)
+    );
     assert_eq!(g.members.len(), 1);
     // The member itself may rejoin with as much: its old metadata is replaced.
     assert!(g.join(join_with("a", "", metadata), "a", now).is_empty());
@@ -95,7 +101,10 @@ fn a_join_over_the_groups_budget_is_refused_and_a_rejoin_counts_its_old_bytes_ou
     // ...but not with more than the budget allows.
     let more = Bytes::from(vec![1u8; 2000]);
     let d = g.join(join_with("a", "", more), "a2", now);
-    assert_eq!(joined(&d, "a2").error, K::GroupMaxSizeReached.code());
+    assert_eq!(
+        joined(&d, "a2").error,
+        Some(ClassicError::GroupMaxSizeReached)
+    );
     assert_eq!(g.stored_bytes(), g.recount_bytes());
 }
 
@@ -113,7 +122,7 @@ fn assignments_over_their_limits_are_refused_and_the_group_waits_for_a_good_one(
         Bytes::from(vec![0u8; ASSIGNMENT_BYTES_MAX + 1]),
     )];
     let d = g.sync("a", generation, None, None, huge, "a", now);
-    assert_eq!(synced(&d, "a").error, K::InvalidRequest.code());
+    assert_eq!(synced(&d, "a").error, Some(ClassicError::InvalidRequest));
     assert_eq!(g.phase, Phase::CompletingRebalance);
 
     g.budget = Budget {
@@ -122,14 +131,17 @@ fn assignments_over_their_limits_are_refused_and_the_group_waits_for_a_good_one(
     };
     let over = vec![("a".to_string(), Bytes::from(vec![0u8; 11]))];
     let d = g.sync("a", generation, None, None, over, "a", now);
-    assert_eq!(synced(&d, "a").error, K::GroupMaxSizeReached.code());
+    assert_eq!(
+        synced(&d, "a").error,
+        Some(ClassicError::GroupMaxSizeReached)
+    );
     // Assignments of members that are not in the group are not kept, nor counted.
     let fits = vec![
         ("a".to_string(), Bytes::from(vec![0u8; 10])),
         ("stranger".to_string(), Bytes::from(vec![0u8; 100])),
     ];
     let d = g.sync("a", generation, None, None, fits, "a", now);
-    assert_eq!(synced(&d, "a").error, 0);
+    assert_eq!(synced(&d, "a").error, None);
     assert_eq!(g.phase, Phase::Stable);
     assert_eq!(g.stored_bytes(), g.recount_bytes());
 }
@@ -138,10 +150,8 @@ fn assignments_over_their_limits_are_refused_and_the_group_waits_for_a_good_one(
 fn the_count_follows_rebalances_leaves_expiries_and_static_replacements() {
     let mut g: Group<&'static str> = Group::new(Instant::now());
     let now = Instant::now();
-    let static_join = Join {
-        group_instance_id: Some("instance".into()),
-        ..join_with("", "s-1", Bytes::from_static(b"static"))
-    };
+    let mut static_join = join_with("", "s-1", Bytes::from_static(b"static"));
+    static_join.join.group_instance_id = Some("instance".into());
     assert!(g.join(static_join.clone(), "s", now).is_empty());
     assert!(g
         .join(join_with("", "b", Bytes::from_static(b"dynamic")), "b", now)
@@ -156,7 +166,7 @@ fn the_count_follows_rebalances_leaves_expiries_and_static_replacements() {
     g.sync("s-1", generation, None, None, assignments, "s", now);
     assert_eq!(g.stored_bytes(), g.recount_bytes());
     // A restarted static member: a new, longer id.
-    let restarted = Join {
+    let restarted = Joining {
         fresh_member_id: "s-2-much-longer".into(),
         ..static_join
     };
@@ -165,7 +175,7 @@ fn the_count_follows_rebalances_leaves_expiries_and_static_replacements() {
     // A rebalance clears assignments; a leave and an expiry remove members.
     g.join(join_with("", "c", Bytes::from_static(b"c")), "c", now);
     assert_eq!(g.stored_bytes(), g.recount_bytes());
-    g.leave("b", now);
+    assert_eq!(g.leave("b", now).0, Ok(()));
     assert_eq!(g.stored_bytes(), g.recount_bytes());
     // The join phase ends (who did not rejoin is dropped), then sessions run out.
     let later = now + Duration::from_secs(3600);
