@@ -1,5 +1,5 @@
 //! The broker process: joins the cluster, serves the client port through the shared front end
-//! ([`tinymq_net::serve`], up to `connections_max` connections), runs the background tasks
+//! ([`tinymq_net::serve_secure`], up to `connections_max` connections), runs the background tasks
 //! (interval flushes, retention, group sessions, heartbeats, watching the metadata and opening
 //! or closing partitions as it changes), and shuts down gracefully: stop accepting, let
 //! requests in flight finish, flush and close every partition. Disk work at start (the legacy

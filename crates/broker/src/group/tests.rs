@@ -87,23 +87,25 @@ fn offsets_of_empty_groups_expire_but_not_of_groups_with_members() {
     );
 }
 
+/// A native join of `group` (one topic, a 10 s session).
+fn native_join(
+    coordinator: &GroupCoordinator,
+    group: &str,
+) -> Result<m::JoinGroupResponse, GroupError> {
+    let request = m::JoinGroupRequest {
+        group_id: group.into(),
+        topics: vec!["t".into()],
+        session_timeout_ms: 10_000,
+        client_id: "c".into(),
+        ..Default::default()
+    };
+    coordinator.join(&request, &none)
+}
+
 #[test]
 fn losing_an_offsets_partition_drops_its_groups_members_and_offsets() {
     let coordinator = leading_everything();
-    let join = |group: &str| {
-        coordinator
-            .join(
-                &m::JoinGroupRequest {
-                    group_id: group.into(),
-                    topics: vec!["t".into()],
-                    session_timeout_ms: 10_000,
-                    client_id: "c".into(),
-                    ..Default::default()
-                },
-                &none,
-            )
-            .unwrap()
-    };
+    let join = |group: &str| native_join(&coordinator, group).unwrap();
     let a = "a";
     let b = ["b", "c", "d", "e", "f", "g"]
         .into_iter()
@@ -164,18 +166,7 @@ fn classic_refusal(
 #[test]
 fn a_group_with_classic_members_refuses_native_joins_and_deletion() {
     let coordinator = leading_everything();
-    let join = |group: &str| {
-        coordinator.join(
-            &m::JoinGroupRequest {
-                group_id: group.into(),
-                topics: vec!["t".into()],
-                session_timeout_ms: 10_000,
-                client_id: "c".into(),
-                ..Default::default()
-            },
-            &none,
-        )
-    };
+    let join = |group: &str| native_join(&coordinator, group);
     let now = Instant::now();
     let mut waiting = classic_join(&coordinator, "k", now);
     assert_eq!(classic_refusal(&mut waiting), None);
@@ -199,16 +190,7 @@ fn a_group_with_classic_members_refuses_native_joins_and_deletion() {
 #[test]
 fn groups_of_both_protocols_count_against_one_bound() {
     let coordinator = leading_everything();
-    let join = |group: &str| {
-        let request = m::JoinGroupRequest {
-            group_id: group.into(),
-            topics: vec!["t".into()],
-            session_timeout_ms: 10_000,
-            client_id: "c".into(),
-            ..Default::default()
-        };
-        coordinator.join(&request, &none)
-    };
+    let join = |group: &str| native_join(&coordinator, group);
     let now = Instant::now();
     join("native").unwrap();
     let mut answer = classic_join(&coordinator, "kafka-0", now);
