@@ -133,10 +133,12 @@ def run(job, logs_dir, print_lock):
         status = "ok    " if code == 0 else "FAILED"
         print("%s %7.1f s  %s" % (status, job["seconds"], "::".join(job["key"])), flush=True)
         if code != 0:
+            # In full, with its own `test result:` lines (counted once by .ci/run).
             print("---- output of %s (also in %s)" % ("::".join(job["key"]), log_path))
             print(output, flush=True)
-        for line in results:
-            print("    " + line, flush=True)
+        else:
+            for line in results:
+                print("    " + line, flush=True)
     return job
 
 

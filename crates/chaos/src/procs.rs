@@ -79,7 +79,25 @@ fn join(addrs: &[SocketAddr]) -> String {
         .join(",")
 }
 
+/// A loopback address free now, for a process restarted on it. Below the kernel's
+/// ephemeral range (32768 and up by default): a released `bind(0)` port is in that range,
+/// where any `connect()` on the machine (a test run alongside, or this run's own proxies) may
+/// take it as its local port before the process meant to listen on it starts. Each run starts
+/// at its own place in 22000–32767.
 fn free_addr() -> Result<SocketAddr> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 22_000;
+    const SPAN: u32 = 32_768 - LOW;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
+    let _ = NEXT.compare_exchange(u32::MAX, start, Ordering::Relaxed, Ordering::Relaxed);
+    for _ in 0..SPAN {
+        let port = LOW + NEXT.fetch_add(1, Ordering::Relaxed) % SPAN;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port as u16));
+        if std::net::TcpListener::bind(addr).is_ok() {
+            return Ok(addr);
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 

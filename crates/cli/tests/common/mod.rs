@@ -266,7 +266,35 @@ pub fn retry<T>(
     None
 }
 
+/// A port free now, for a process a test starts (and may restart) on a known address. Taken
+/// below the kernel's ephemeral range (`ip_local_port_range`, 32768–60999 by default): a port
+/// from `bind(0)` is in that range, and once released, any `connect()` on the machine (another
+/// test binary's, run alongside by scripts/run-tests.py) may take it as its local port before
+/// the server it was meant for binds it. Each test process starts at its own place in the
+/// range and moves on, so two processes rarely try the same port.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral_low.min(32_768).saturating_sub(LOW);
+    if span > 0 {
+        let _ = NEXT.compare_exchange(
+            u32::MAX,
+            std::process::id().wrapping_mul(2_654_435_761) % span,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+        for _ in 0..span {
+            let port = LOW + NEXT.fetch_add(1, Ordering::Relaxed) % span;
+            if std::net::TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+                return port as u16;
+            }
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
