@@ -143,6 +143,15 @@ async fn named_topics(
                     route.error = Some(refusal.1.clone());
                 } else if let Some(fresh) = again.iter().find(|t| t.name == route.name) {
                     *route = fresh.clone();
+                    if is_unknown_topic(route.error.as_ref()) {
+                        // Created, but this broker's image does not show it yet: retriable,
+                        // as Kafka answers a topic it is auto-creating (a client told
+                        // UNKNOWN_TOPIC_OR_PARTITION may fail its messages at once).
+                        route.error = Some(ErrorCode::LEADER_NOT_AVAILABLE.with_message(format!(
+                            "topic {} was just created; its partitions are being placed",
+                            route.name
+                        )));
+                    }
                 }
             }
         }
