@@ -137,8 +137,9 @@ def run(job, logs_dir, print_lock):
             print("---- output of %s (also in %s)" % ("::".join(job["key"]), log_path))
             print(output, flush=True)
         else:
+            # Unindented: .ci/run adds up the lines that start with `test result:`.
             for line in results:
-                print("    " + line, flush=True)
+                print(line, flush=True)
     return job
 
 
