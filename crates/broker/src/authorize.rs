@@ -159,6 +159,42 @@ pub(crate) fn offset_commit(
     )
 }
 
+/// TxnOffsetCommit (the transactional id's WRITE and the group's READ are checked up front):
+/// the offsets of topics `p` may not READ, refused.
+pub(crate) fn txn_offset_commit(
+    access: &Access,
+    p: &Principal,
+    request: &mut m::TxnOffsetCommitRequest,
+) -> Vec<m::CommittedOffset> {
+    split(
+        access,
+        p,
+        AclOperation::Read,
+        &mut request.offsets,
+        |c| &c.topic,
+        |c, error| m::CommittedOffset {
+            error: Some(error),
+            ..c
+        },
+    )
+}
+
+/// DescribeProducers: the answers for topics `p` may not READ, replaced by refusals.
+pub(crate) fn describe_producers(
+    access: &Access,
+    p: &Principal,
+    mut response: m::DescribeProducersResponse,
+) -> m::DescribeProducersResponse {
+    let mut last = None;
+    for result in &mut response.partitions {
+        if let Err(error) = access.check_topic_cached(p, &result.topic, AclOperation::Read, &mut last) {
+            result.error = Some(error);
+            result.producers.clear();
+        }
+    }
+    response
+}
+
 /// ListOffsets: the answers for topics `p` may not DESCRIBE, replaced by refusals (finding
 /// an offset has no effect, so the answer is filtered rather than the request).
 pub(crate) fn list_offsets(

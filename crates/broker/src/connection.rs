@@ -14,7 +14,7 @@ use tinymq_protocol::{messages as m, ErrorCode, Frame, OpCode};
 use tinymq_meta::link::MetaLink;
 
 use crate::state::BrokerState;
-use crate::{authorize, group_handlers, handlers, security_admin, topic_handlers};
+use crate::{authorize, group_handlers, handlers, security_admin, topic_handlers, txn_handlers};
 
 /// The front end's view of a broker: every native request goes through
 /// [`tinymq_net::Service::admit`] here, whichever listener it came from (the Kafka listener
@@ -321,6 +321,39 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             )
             .await)
         }
+        OpCode::AddPartitionsToTxn => handle!(m::AddPartitionsToTxnRequest, |r| {
+            txn_handlers::add_partitions(&state, &access, principal, r).await
+        }),
+        OpCode::AddOffsetsToTxn => handle!(m::AddOffsetsToTxnRequest, |r| {
+            txn_handlers::add_offsets(&state, r).await
+        }),
+        OpCode::EndTxn => handle!(m::EndTxnRequest, |r| txn_handlers::end_txn(&state, r).await),
+        OpCode::TxnOffsetCommit => handle!(m::TxnOffsetCommitRequest, |r| {
+            let mut r = r;
+            let refused = authorize::txn_offset_commit(&access, principal, &mut r);
+            let mut response = if r.offsets.is_empty() && !refused.is_empty() {
+                m::TxnOffsetCommitResponse::default()
+            } else {
+                txn_handlers::txn_offset_commit(&state, r).await
+            };
+            if response.error.is_none() {
+                response.offsets.extend(refused);
+            }
+            response
+        }),
+        OpCode::WriteTxnMarkers => handle!(m::WriteTxnMarkersRequest, |r| {
+            txn_handlers::write_markers(&state, r).await
+        }),
+        OpCode::DescribeTransactions => handle!(m::DescribeTransactionsRequest, |r| {
+            txn_handlers::describe(&state, &access, principal, r)
+        }),
+        OpCode::ListTransactions => handle!(m::ListTransactionsRequest, |r| {
+            txn_handlers::list(&state, &access, principal, r)
+        }),
+        OpCode::DescribeProducers => handle!(m::DescribeProducersRequest, |r| {
+            let response = txn_handlers::describe_producers(&state, r);
+            authorize::describe_producers(&access, principal, response)
+        }),
         OpCode::PutUser => handle!(m::PutUserRequest, |r| security_admin::put_user(state, r)
             .await),
         OpCode::DeleteUser => handle!(m::DeleteUserRequest, |r| {

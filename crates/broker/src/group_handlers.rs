@@ -22,6 +22,23 @@ const OFFSETS_TOPIC_WAIT: Duration = Duration::from_secs(10);
 /// The coordinator of a group is the leader of its partition of `__consumer_offsets`
 /// (`murmur2(group) % 4`), which the MetaServer places like any topic; it is created on the
 /// first FindCoordinator of the cluster.
+/// Creates `__consumer_offsets` unless it exists (the first FindCoordinator of a cluster).
+pub(crate) async fn ensure_offsets_topic(state: &BrokerState) -> Result<(), m::Error> {
+    if !state.cluster.image().topics.contains_key(OFFSETS_TOPIC) {
+        let ensure = Command::EnsureOffsetsTopic {
+            partitions: OFFSETS_PARTITIONS,
+        };
+        state.cluster.write(ensure).await?;
+        state
+            .cluster
+            .wait_until(OFFSETS_TOPIC_WAIT, |image| {
+                image.topics.contains_key(OFFSETS_TOPIC)
+            })
+            .await;
+    }
+    Ok(())
+}
+
 pub async fn find_coordinator(
     state: Arc<BrokerState>,
     req: m::FindCoordinatorRequest,
@@ -30,22 +47,20 @@ pub async fn find_coordinator(
         error: Some(error),
         ..Default::default()
     };
+    match req.key_type {
+        0 => {}
+        1 => return crate::txn_handlers::find_coordinator(&state, &req.group_id).await,
+        other => {
+            return fail(ErrorCode::INVALID_REQUEST.with_message(format!(
+                "key_type {other}: 0 is a group, 1 a transactional id"
+            )))
+        }
+    }
     if let Err(e) = validate_group_id(&req.group_id) {
         return fail(e.0.with_message(e.1));
     }
-    if !state.cluster.image().topics.contains_key(OFFSETS_TOPIC) {
-        let ensure = Command::EnsureOffsetsTopic {
-            partitions: OFFSETS_PARTITIONS,
-        };
-        if let Err(e) = state.cluster.write(ensure).await {
-            return fail(e);
-        }
-        state
-            .cluster
-            .wait_until(OFFSETS_TOPIC_WAIT, |image| {
-                image.topics.contains_key(OFFSETS_TOPIC)
-            })
-            .await;
+    if let Err(e) = ensure_offsets_topic(&state).await {
+        return fail(e);
     }
     match state.coordinator_of(&req.group_id) {
         Ok(broker) => m::FindCoordinatorResponse {

@@ -297,14 +297,7 @@ pub async fn init_producer_id(
     req: m::InitProducerIdRequest,
 ) -> m::InitProducerIdResponse {
     if !req.transactional_id.is_empty() {
-        return m::InitProducerIdResponse {
-            error: err(
-                ErrorCode::INVALID_REQUEST,
-                "transactions are not supported yet",
-            ),
-            producer_id: -1,
-            producer_epoch: -1,
-        };
+        return crate::txn_handlers::init_producer_id(&state, &req).await;
     }
     match state.cluster.allocate_producer_id().await {
         Ok(producer_id) => m::InitProducerIdResponse {

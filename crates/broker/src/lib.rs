@@ -42,6 +42,8 @@ pub mod state;
 pub mod stats;
 pub mod topic;
 mod topic_handlers;
+pub mod txn;
+mod txn_handlers;
 
 pub use config::{Advertised, BrokerConfig, DEFAULT_PORT};
 pub use connection::BrokerFront;

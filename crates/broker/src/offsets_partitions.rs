@@ -11,13 +11,76 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tinymq_protocol::batch::control::MarkerType;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::group::offsets::{
-    encode_batch, partition_for_group, read_log, Change, OFFSETS_PARTITIONS, OFFSETS_TOPIC,
+    encode_commit, partition_for_group, read_log_with_pending, Change, OFFSETS_PARTITIONS,
+    OFFSETS_TOPIC,
 };
 use crate::partition::{now_ms, Partition, PendingAppend, ProduceContext};
 use crate::state::BrokerState;
+
+/// The partition `index` of the internal topic `topic` (offsets or transaction states) and the
+/// leader epoch in which this broker leads it, for a coordinator's write: `NOT_COORDINATOR`
+/// unless it leads it by the image and its own role with its MetaServer session confirmed,
+/// `NOT_ENOUGH_REPLICAS` while fewer than `min_insync_replicas` are in sync.
+pub(crate) fn led_for_coordination(
+    state: &BrokerState,
+    topic: &str,
+    index: u32,
+) -> Result<(Arc<Partition>, u32), m::Error> {
+    let (partition, epoch) = state.led_partition_any(topic, index).map_err(|e| {
+        ErrorCode::NOT_COORDINATOR.with_message(format!("{topic}/{index} is not led here: {}", e.message))
+    })?;
+    if !state.cluster.session_current() || partition.leading_epoch() != Some(epoch) {
+        return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
+            "{topic}/{index}: this broker cannot confirm its MetaServer session or does not lead it yet; retry"
+        )));
+    }
+    if !state.enough_in_sync(&partition) {
+        return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+            "{topic}/{index}: fewer in-sync replicas than min_insync_replicas; retry"
+        )));
+    }
+    Ok((partition, epoch))
+}
+
+/// Writes a coordinator's `batch` to `partition` as its leader in `epoch` (no wait). Blocks.
+pub(crate) fn write_as_leader(
+    state: &BrokerState,
+    partition: &Partition,
+    epoch: u32,
+    batch: bytes::Bytes,
+) -> Result<PendingAppend, m::Error> {
+    let context = ProduceContext {
+        leader_epoch: epoch,
+        producer_id_end: state.cluster.image().next_producer_id,
+        now_ms: now_ms(),
+    };
+    crate::service::append::write_partition(partition, batch, context)
+}
+
+/// Waits until every in-sync replica of a coordinator's internal `partition` holds the write
+/// ending at `end` (taken in leader `epoch`), at most [`OFFSET_COMMIT_TIMEOUT`].
+pub(crate) async fn await_coordination_replicas(
+    partition: &Arc<Partition>,
+    end: i64,
+    epoch: u32,
+) -> Result<(), m::Error> {
+    let name = || format!("{}/{}", partition.topic, partition.index);
+    let replicated = crate::service::append::await_replicas(partition, end, epoch);
+    match tokio::time::timeout(OFFSET_COMMIT_TIMEOUT, replicated).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ErrorCode::NOT_COORDINATOR
+            .with_message(format!("{} is not led here: {}", name(), e.message))),
+        Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+            "the in-sync replicas of {} did not confirm the write within {} ms; retry",
+            name(),
+            OFFSET_COMMIT_TIMEOUT.as_millis()
+        ))),
+    }
+}
 
 /// How long a commit waits for the in-sync replicas before it is answered
 /// `REQUEST_TIMED_OUT` (Kafka's `offsets.commit.timeout.ms`); the client retries it.
@@ -60,10 +123,10 @@ pub fn sync(state: &Arc<BrokerState>) {
 /// leader's log counts: it is the log the followers will converge to. Blocks.
 fn load(state: &BrokerState, partition: &Partition, index: u32, epoch: u32) {
     let end = partition.log.log_end_offset();
-    match read_log(&partition.log) {
-        Ok(loaded) => {
+    match read_log_with_pending(&partition.log, index) {
+        Ok((loaded, pending)) => {
             let groups = loaded.len();
-            if state.groups.offsets.finish_load(index, epoch, loaded) {
+            if state.groups.offsets.finish_load_with(index, epoch, loaded, pending) {
                 tracing::info!(
                     partition = index,
                     leader_epoch = epoch,
@@ -90,59 +153,90 @@ pub async fn append(
     group: &str,
     changes: Vec<Change>,
 ) -> Result<(), m::Error> {
+    append_commit(state, group, changes, None).await
+}
+
+/// [`append`] for a TxnOffsetCommit of a producer (id, epoch: `Some`): the offsets are written now and
+/// count once the transaction's COMMIT marker follows them ([`write_marker`]).
+pub async fn append_commit(
+    state: &Arc<BrokerState>,
+    group: &str,
+    changes: Vec<Change>,
+    producer: Option<(i64, i16)>,
+) -> Result<(), m::Error> {
     if changes.is_empty() {
         return Ok(());
     }
     let index = partition_for_group(group);
-    let not_coordinator = |e: m::Error| {
-        ErrorCode::NOT_COORDINATOR.with_message(format!(
-            "{OFFSETS_TOPIC}/{index} is not led here: {}",
-            e.message
-        ))
-    };
-    let (partition, epoch) = state
-        .led_partition_any(OFFSETS_TOPIC, index)
-        .map_err(not_coordinator)?;
-    if !state.cluster.session_current() || partition.leading_epoch() != Some(epoch) {
-        return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
-            "{OFFSETS_TOPIC}/{index}: this broker cannot confirm its MetaServer session or does not lead it yet; retry"
-        )));
-    }
-    if !state.enough_in_sync(&partition) {
-        return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
-            "{OFFSETS_TOPIC}/{index}: fewer in-sync replicas than min_insync_replicas; retry"
-        )));
-    }
-    let batch = encode_batch(group, &changes, now_ms())
+    let batch = encode_commit(group, &changes, producer, now_ms())
         .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))?;
-    let (s, p, g) = (state.clone(), partition.clone(), group.to_string());
-    let written = tokio::task::spawn_blocking(move || -> Result<PendingAppend, m::Error> {
-        let pending = s.groups.offsets.append(&g, epoch, changes, || {
-            let context = ProduceContext {
-                leader_epoch: epoch,
-                producer_id_end: s.cluster.image().next_producer_id,
-                now_ms: now_ms(),
-            };
-            let written = crate::service::append::write_partition(&p, batch, context)?;
+    let g = group.to_string();
+    write_staged(state, index, move |s, p, epoch| {
+        let write = || {
+            let written = write_as_leader(s, p, epoch, batch)?;
             Ok((written, written.end_offset))
-        })?;
+        };
+        match producer {
+            None => s.groups.offsets.append(&g, epoch, changes, write),
+            Some(p) => s.groups.offsets.append_txn(&g, epoch, p, changes, write),
+        }
+    })
+    .await
+}
+
+/// Writes a transaction marker to offsets partition `index` as its leader: once every
+/// in-sync replica holds it, the producer's offsets pending there are committed (or dropped).
+pub async fn write_marker(
+    state: &Arc<BrokerState>,
+    index: u32,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Result<(), m::Error> {
+    write_staged(state, index, move |s, p, epoch| {
+        let producer = (producer_id, producer_epoch);
+        s.groups.offsets.append_marker(index, epoch, producer, commit, || {
+            let marker = crate::partition::txn::MarkerWrite {
+                producer_id,
+                producer_epoch,
+                marker: if commit {
+                    MarkerType::Commit
+                } else {
+                    MarkerType::Abort
+                },
+                coordinator_epoch,
+            };
+            let written = p
+                .append_marker(&marker, epoch)
+                .map_err(|e| e.code.with_message(e.message))?;
+            Ok((written, written.end_offset))
+        })
+    })
+    .await
+}
+
+/// Runs `write` (a write to offsets partition `index` staged in the offsets store) on the
+/// blocking pool as the partition's leader, waits for the flush policy and every in-sync
+/// replica, then applies what the high watermark passed.
+async fn write_staged(
+    state: &Arc<BrokerState>,
+    index: u32,
+    write: impl FnOnce(&BrokerState, &Partition, u32) -> Result<PendingAppend, m::Error>
+        + Send
+        + 'static,
+) -> Result<(), m::Error> {
+    let (partition, epoch) = led_for_coordination(state, OFFSETS_TOPIC, index)?;
+    let (s, p) = (state.clone(), partition.clone());
+    let written = tokio::task::spawn_blocking(move || -> Result<PendingAppend, m::Error> {
+        let pending = write(&s, &p, epoch)?;
         p.finish(pending)
             .map_err(|e| e.code.with_message(e.message))?;
         Ok(pending)
     })
     .await
     .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    let replicated = crate::service::append::await_replicas(&partition, written.end_offset, epoch);
-    match tokio::time::timeout(OFFSET_COMMIT_TIMEOUT, replicated).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return Err(not_coordinator(e)),
-        Err(_) => {
-            return Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
-                "the in-sync replicas of {OFFSETS_TOPIC}/{index} did not confirm the commit within {} ms; retry",
-                OFFSET_COMMIT_TIMEOUT.as_millis()
-            )))
-        }
-    }
+    await_coordination_replicas(&partition, written.end_offset, epoch).await?;
     state
         .groups
         .offsets

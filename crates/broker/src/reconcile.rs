@@ -103,7 +103,9 @@ impl BrokerState {
             // Settings this broker cannot take leave its open partitions as they are:
             // `settings_of`'s fall-back to the defaults is for opening a partition, and pushed
             // into a live one it could shrink retention and delete segments.
-            let settings = if name == tinymq_meta::command::OFFSETS_TOPIC {
+            let settings = if name == tinymq_meta::command::OFFSETS_TOPIC
+                || name == tinymq_meta::command::TRANSACTION_TOPIC
+            {
                 self.settings_of(&name, topic)
             } else {
                 match crate::topic::TopicSettings::from_record(topic, &self.config.topic_defaults) {

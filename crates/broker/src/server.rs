@@ -220,6 +220,7 @@ impl Broker {
         .await?;
         crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
+        crate::txn::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(tinymq_net::serve_secure(
@@ -234,6 +235,7 @@ impl Broker {
         tasks.spawn(flush_loop(state.clone(), shutdown.clone()));
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));
         tasks.spawn(group_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(txn_loop(state.clone(), shutdown.clone()));
         tasks.spawn(crate::share::run(state.clone(), shutdown.clone()));
         tasks.spawn(crate::delay::run(state.clone(), shutdown.clone()));
         tasks.spawn(crate::route::run(state.clone(), shutdown.clone()));
@@ -354,6 +356,7 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         }
         crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
+        crate::txn::sync(&state);
     }
 }
 
@@ -401,6 +404,22 @@ async fn retention_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
             }
         })
         .await;
+    }
+}
+
+/// How often the transaction coordinator looks for transactions past their timeout.
+const TXN_TICK: Duration = Duration::from_secs(1);
+
+/// The transaction coordinator's timer (`txn::ops::tick`).
+async fn txn_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(TXN_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        crate::txn::ops::tick(&state).await;
     }
 }
 

@@ -38,6 +38,10 @@ pub struct BrokerState {
     pub advertised: crate::config::Advertised,
     pub cluster: Arc<ClusterView>,
     pub groups: GroupCoordinator,
+    /// The transactional ids coordinated here (`crate::txn`).
+    pub txns: crate::txn::TxnStore,
+    /// Connections to the other brokers for transaction markers.
+    pub(crate) txn_links: crate::txn::links::MarkerLinks,
     /// The partitions held here, by topic and index; changed only by `reconcile`.
     pub(crate) partitions: RwLock<PartitionMap>,
     /// Partitions placed here whose last open failed, with the reason; they answer
@@ -103,6 +107,8 @@ impl BrokerState {
             advertised,
             cluster,
             groups,
+            txns: Default::default(),
+            txn_links: Default::default(),
             partitions: RwLock::new(HashMap::new()),
             open_failures: RwLock::new(HashMap::new()),
             deleter,
@@ -135,9 +141,9 @@ impl BrokerState {
     }
 
     /// A topic's settings: its stored config over this broker's defaults (the offsets
-    /// topic's are fixed: [`crate::group::offsets::topic_settings`]).
+    /// topic's and the transaction states' are fixed: [`crate::group::offsets::topic_settings`]).
     pub fn settings_of(&self, name: &str, topic: &TopicRecord) -> TopicSettings {
-        if name == OFFSETS_TOPIC {
+        if name == OFFSETS_TOPIC || name == tinymq_meta::command::TRANSACTION_TOPIC {
             let partitions = topic.partitions.len() as u32;
             return crate::group::offsets::topic_settings(partitions, topic.replication_factor());
         }

@@ -26,6 +26,7 @@ mod share_consume;
 mod tls;
 mod top;
 mod topic;
+mod transaction;
 mod user;
 
 use clap::{Parser, Subcommand};
@@ -104,6 +105,9 @@ enum Command {
     /// another, exactly once.
     #[command(subcommand)]
     Route(route::RouteCommand),
+    /// List and describe transactions; abort one left hanging on a partition.
+    #[command(subcommand)]
+    Transaction(transaction::TransactionCommand),
     /// Dead-letter topics: move dead-lettered records back to where they came from.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
@@ -188,6 +192,7 @@ fn main() -> std::process::ExitCode {
             Command::Group(cmd) => group::run(cmd).await,
             Command::User(cmd) => user::run(cmd).await,
             Command::Acl(cmd) => acl::run(cmd).await,
+            Command::Transaction(cmd) => transaction::run(cmd).await,
             Command::Quota(cmd) => quota::run(cmd).await,
             Command::Route(cmd) => route::run(cmd).await,
             Command::Dlq(cmd) => dlq::run(cmd).await,

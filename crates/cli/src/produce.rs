@@ -87,6 +87,15 @@ pub struct ProduceArgs {
     /// records (it is given at delivery), and both are `-` for a record not produced.
     #[arg(long)]
     print_offsets: bool,
+    /// Produce the whole input as one transaction of this transactional id: it commits only
+    /// if every record is acknowledged, else it is aborted (read-committed consumers then see
+    /// none of it). A second producer with the same id fences this one.
+    #[arg(long, conflicts_with_all = ["deliver_at", "delay"])]
+    transactional_id: Option<String>,
+    /// With --transactional-id: abort the transaction instead of committing it (for trying
+    /// out read-committed consumers).
+    #[arg(long, requires = "transactional_id")]
+    abort: bool,
     #[command(flatten)]
     bootstrap: Bootstrap,
 }
@@ -274,6 +283,8 @@ struct Sender {
     first_error: Option<String>,
     /// `--print-offsets`: a line on stdout per settled record.
     print_offsets: bool,
+    /// `--transactional-id`: the transaction is open; `--abort`: end it by aborting.
+    transaction: Option<bool>,
 }
 
 impl Sender {
@@ -361,6 +372,20 @@ impl Sender {
 
     async fn finish(mut self) -> anyhow::Result<()> {
         while self.settle_oldest().await {}
+        if let Some(abort) = self.transaction {
+            if abort || self.first_error.is_some() {
+                self.producer
+                    .abort_transaction()
+                    .await
+                    .context("aborting the transaction")?;
+                eprintln!("transaction aborted: none of its {} records is visible to read-committed consumers", self.records);
+            } else {
+                self.producer
+                    .commit_transaction()
+                    .await
+                    .context("committing the transaction")?;
+            }
+        }
         self.producer.close().await;
         match self.first_error {
             None => Ok(()),
@@ -423,8 +448,17 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         (None, Some(ms)) => Timing::After(ms),
         (None, None) => Timing::Now,
     };
+    config.transactional_id = args.transactional_id.clone();
+    let producer = Producer::new(config)?;
+    if args.transactional_id.is_some() {
+        producer
+            .init_transactions()
+            .await
+            .context("initializing the transactional id")?;
+        producer.begin_transaction()?;
+    }
     let mut sender = Sender {
-        producer: Producer::new(config)?,
+        producer,
         topic: args.topic.clone(),
         partition: args.partition,
         timing,
@@ -433,6 +467,7 @@ pub async fn run(args: ProduceArgs) -> anyhow::Result<()> {
         failed: 0,
         first_error: None,
         print_offsets: args.print_offsets,
+        transaction: args.transactional_id.as_ref().map(|_| args.abort),
     };
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin());
     if args.input_format == InputFormat::Binary {

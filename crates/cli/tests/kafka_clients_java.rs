@@ -69,3 +69,29 @@ fn java_consumer_reads_what_tinymq_produce_wrote() {
         );
     }
 }
+
+/// KIP-98/447 with the Java client, unchanged: a consume-transform-produce loop in
+/// transactions (offsets sent with the consumer's group metadata), one in three aborted; a
+/// read_committed reader sees every copied record exactly once and no aborted one, a
+/// read_uncommitted one sees the aborted records, and the group's offsets are at the ends.
+#[test]
+fn java_consume_transform_produce_in_transactions() {
+    let server = KafkaServer::start();
+    server.create_topic("txin", 3);
+    server.create_topic("txout", 2);
+    let lines = json_lines(&run_ok(
+        java(&["txn-ctp", &server.kafka, "txin", "txout", "txg", "tx-java", "300"]),
+        b"",
+    ));
+    let summary = lines.last().expect("summary");
+    assert_eq!(summary["done"], "txn-ctp", "{lines:?}");
+    assert_eq!(summary["read_committed"], 300, "{summary}");
+    assert!(
+        summary["aborted_seen_uncommitted"].as_u64().unwrap_or(0) > 0,
+        "no aborted transaction was written: {lines:?}"
+    );
+    assert_eq!(summary["group_committed"], 300, "{summary}");
+    let stats = lines.iter().find(|l| l.get("transactions").is_some());
+    let aborted = stats.and_then(|s| s["aborted"].as_u64()).unwrap_or(0);
+    assert!(aborted > 0, "{stats:?}");
+}

@@ -11,6 +11,7 @@ use crate::error::{check, ClientError};
 use crate::retry::{admin_retriable, retrying};
 
 mod group_list;
+mod transactions;
 pub use group_list::{GroupType, ListedGroup};
 
 pub use tinymq_protocol::messages::{
@@ -416,6 +417,7 @@ impl Admin {
             .cluster
             .request(&m::FindCoordinatorRequest {
                 group_id: group.into(),
+                key_type: 0,
             })
             .await?;
         check(found.error.as_ref())?;

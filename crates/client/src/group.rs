@@ -151,17 +151,7 @@ impl Membership {
         if let Some(c) = self.coordinator.as_ref().filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let found = cluster
-            .request(&m::FindCoordinatorRequest {
-                group_id: self.group.clone(),
-            })
-            .await
-            .and_then(|found| check(found.error.as_ref()).map(|()| found))
-            // Joining needs READ on the group, which implies the DESCRIBE of this lookup.
-            .map_err(|e| crate::cluster::refused_as(e, tinymq_auth::AclOperation::Read))?;
-        let c = cluster
-            .connection(&format!("{}:{}", found.host, found.port))
-            .await?;
+        let c = coordinator_for(cluster, &self.group).await?;
         self.coordinator = Some(c.clone());
         Ok(c)
     }
@@ -297,4 +287,23 @@ impl Membership {
         self.generation = 0;
         self.coordinator = None;
     }
+}
+
+/// A connection to the coordinator of `group` (FindCoordinator, key type 0).
+pub(crate) async fn coordinator_for(
+    cluster: &Cluster,
+    group: &str,
+) -> Result<Arc<Connection>, ClientError> {
+    let found = cluster
+        .request(&m::FindCoordinatorRequest {
+            group_id: group.to_string(),
+            key_type: 0,
+        })
+        .await
+        .and_then(|found| check(found.error.as_ref()).map(|()| found))
+        // Joining needs READ on the group, which implies the DESCRIBE of this lookup.
+        .map_err(|e| crate::cluster::refused_as(e, tinymq_auth::AclOperation::Read))?;
+    cluster
+        .connection(&format!("{}:{}", found.host, found.port))
+        .await
 }

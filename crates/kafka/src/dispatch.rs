@@ -13,7 +13,9 @@ use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use crate::context::{Ctx, Pending, Reply};
 use crate::frame::Request;
 use crate::sasl::Session;
-use crate::{admin, api_versions, fetch, groups, list_offsets, metadata, produce, producer_id};
+use crate::{
+    admin, api_versions, fetch, groups, list_offsets, metadata, produce, producer_id, txn,
+};
 
 /// Why a connection is closed instead of answered: logged, as Kafka's protocol has no way
 /// to answer a request whose body cannot be parsed.
@@ -168,6 +170,26 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
         R::ListGroups(r) => serve!(ctx, version, r, ListGroups, groups::list_groups),
         R::DescribeGroups(r) => serve!(ctx, version, r, DescribeGroups, groups::describe_groups),
         R::DeleteGroups(r) => serve!(ctx, version, r, DeleteGroups, groups::delete_groups),
+        R::AddPartitionsToTxn(r) => {
+            serve!(ctx, version, r, AddPartitionsToTxn, txn::add_partitions)
+        }
+        R::AddOffsetsToTxn(r) => serve!(ctx, version, r, AddOffsetsToTxn, txn::add_offsets),
+        R::EndTxn(r) => serve!(ctx, version, r, EndTxn, txn::end_txn),
+        // Before the next request, as OffsetCommit: a client's commits apply in order.
+        R::TxnOffsetCommit(r) => {
+            let response = txn::txn_offset_commit(Arc::clone(ctx), version, r).await;
+            ready(ResponseKind::TxnOffsetCommit(response))
+        }
+        R::WriteTxnMarkers(r) => serve!(ctx, version, r, WriteTxnMarkers, txn::write_markers),
+        R::DescribeTransactions(r) => {
+            serve!(ctx, version, r, DescribeTransactions, txn::describe_transactions)
+        }
+        R::ListTransactions(r) => {
+            serve!(ctx, version, r, ListTransactions, txn::list_transactions)
+        }
+        R::DescribeProducers(r) => {
+            serve!(ctx, version, r, DescribeProducers, txn::describe_producers)
+        }
         other => {
             // `is_supported` let through only the APIs above.
             return Err(format!(

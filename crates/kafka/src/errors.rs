@@ -70,6 +70,13 @@ pub fn kafka_code(native: N) -> i16 {
         // Queue features (share groups, filters, delays) have no Kafka request here.
         N::INVALID_FILTER | N::INVALID_DELIVERY_TIME => K::InvalidRequest,
         N::INVALID_RECORD_STATE => K::InvalidRecordState,
+        N::CONCURRENT_TRANSACTIONS => K::ConcurrentTransactions,
+        N::INVALID_TXN_STATE => K::InvalidTxnState,
+        N::PRODUCER_FENCED => K::ProducerFenced,
+        N::INVALID_PRODUCER_ID_MAPPING => K::InvalidProducerIdMapping,
+        N::INVALID_TRANSACTION_TIMEOUT => K::InvalidTransactionTimeout,
+        N::TRANSACTIONAL_ID_NOT_FOUND => K::TransactionalIdNotFound,
+        N::UNSTABLE_OFFSET_COMMIT => K::UnstableOffsetCommit,
     };
     kafka.code()
 }
@@ -90,6 +97,7 @@ pub enum Resource {
     Topic,
     Group,
     Cluster,
+    TransactionalId,
 }
 
 /// [`kafka_code_of`], with `AUTHORIZATION_FAILED` as the named resource's Kafka code.
@@ -102,6 +110,7 @@ pub fn kafka_code_for(error: Option<&m::Error>, resource: Resource) -> i16 {
         Resource::Topic => K::TopicAuthorizationFailed.code(),
         Resource::Group => K::GroupAuthorizationFailed.code(),
         Resource::Cluster => K::ClusterAuthorizationFailed.code(),
+        Resource::TransactionalId => K::TransactionalIdAuthorizationFailed.code(),
     }
 }
 

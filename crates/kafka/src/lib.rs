@@ -10,9 +10,9 @@
 //! [`context::Ctx`], which calls the broker's own [`tinymq_broker::BrokerFront`] in process:
 //! admission order, authorization, quotas and handlers are the native port's.
 //!
-//! Kafka's classic consumer-group protocol (client-side assignors) has no native counterpart,
-//! so `groups` keeps those groups' membership here; their committed offsets are the native
-//! group's offsets.
+//! Kafka's classic consumer-group protocol (client-side assignors) is the group coordinator's
+//! classic mode, which `groups` calls; transactions (`txn`) are the broker's transaction
+//! coordinator's, reached through the native transaction requests.
 
 mod admin;
 mod answers;
@@ -32,6 +32,7 @@ mod producer_id;
 mod sasl;
 mod server;
 mod tls;
+mod txn;
 mod unsupported;
 
 pub use config::{KafkaConfig, KAFKA_PRE_AUTH_FRAME_BYTES_MAX};

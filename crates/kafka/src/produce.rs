@@ -6,7 +6,8 @@
 //! and writes entries naming the same partition in request order). The batches are stored as
 //! they came: Kafka's RecordBatch v2 is tinymq's batch format.
 //!
-//! Transactions do not exist yet: a request with a `transactional_id` is refused per partition.
+//! A transactional producer's batches (attribute bit 4) pass as they are: the partition keeps
+//! their transaction open until the coordinator's marker (see `tinymq_broker::txn`).
 
 mod split;
 
@@ -98,10 +99,6 @@ fn unacknowledged(response: &ProduceResponse) -> Reply {
 
 /// Splits the request into native partitions, refusing here what the broker need not see.
 fn plan(request: ProduceRequest) -> Plan {
-    let transactional = request
-        .transactional_id
-        .as_ref()
-        .is_some_and(|id| !id.is_empty());
     let mut native = m::ProduceRequest {
         // acks = 0 is sent as 1: the broker then answers (it waits for the flush policy
         // either way), so a failure is seen and the connection closed (see `unacknowledged`).
@@ -118,14 +115,7 @@ fn plan(request: ProduceRequest) -> Plan {
         let name = topic.name.as_str().to_owned();
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
-            let slot = if transactional {
-                refused(
-                    K::TransactionalIdAuthorizationFailed,
-                    "transactions are not supported by tinymq yet: produce without a transactional.id (idempotence works)",
-                )
-            } else {
-                slot(&name, data.index, data.records, &mut native.partitions)
-            };
+            let slot = slot(&name, data.index, data.records, &mut native.partitions);
             partitions.push((data.index, slot));
         }
         topics.push((topic.name, partitions));

@@ -5,7 +5,11 @@
 //! A v3+ request naming the producer's current id and epoch asks for an epoch bump (KIP-360,
 //! after a sequence error): the native side hands out a fresh id with epoch 0 instead, which
 //! Kafka clients accept the same way (they take whatever id and epoch come back and restart
-//! their sequences at 0). Transactions do not exist yet: a `transactional_id` is refused.
+//! their sequences at 0).
+//!
+//! With a `transactional_id` the request goes to the id's transaction coordinator, which
+//! bumps the id's epoch (fencing older instances) after aborting any transaction it left
+//! open (answering CONCURRENT_TRANSACTIONS meanwhile, which clients retry).
 
 use std::sync::Arc;
 
@@ -21,18 +25,38 @@ pub(crate) async fn handle(
     _version: i16,
     request: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
-    if is_transactional(&request) {
-        return refusal(K::TransactionalIdAuthorizationFailed.code());
-    }
+    let transactional = is_transactional(&request);
     let native = m::InitProducerIdRequest {
-        transactional_id: String::new(),
+        transactional_id: request
+            .transactional_id
+            .as_ref()
+            .map_or(String::new(), |id| id.0.to_string()),
         producer_id: request.producer_id.0,
         producer_epoch: i32::from(request.producer_epoch),
+        transaction_timeout_ms: u32::try_from(request.transaction_timeout_ms).unwrap_or(0),
     };
     let answer = ctx
         .call::<_, m::InitProducerIdResponse>(OpCode::InitProducerId, &native)
         .await;
+    if transactional {
+        return respond_transactional(answer);
+    }
     respond(answer)
+}
+
+/// A transaction coordinator's answer: its refusals are the transactional id's.
+fn respond_transactional(
+    answer: Result<m::InitProducerIdResponse, m::Error>,
+) -> InitProducerIdResponse {
+    let error = match &answer {
+        Ok(response) => response.error.clone().filter(|e| !e.is_ok()),
+        Err(e) => Some(e.clone()),
+    };
+    match (error, answer) {
+        (None, Ok(response)) => respond(Ok(response)),
+        (Some(e), _) => refusal(crate::txn::txn_code(Some(&e))),
+        (None, Err(_)) => refusal(K::UnknownServerError.code()),
+    }
 }
 
 fn is_transactional(request: &InitProducerIdRequest) -> bool {

@@ -275,7 +275,7 @@ mod tests {
     fn an_api_with_an_error_field_is_answered_with_unsupported_version() {
         let unsupported = ResponseError::UnsupportedVersion.code();
         for (api, version) in [
-            (ApiKey::EndTxn, 0),
+            (ApiKey::EndTxn, 4),
             (ApiKey::Metadata, 13),
             (ApiKey::ConsumerGroupHeartbeat, 0),
         ] {

@@ -54,6 +54,14 @@ impl<'a> Permission<'a> {
         }
     }
 
+    pub fn transactional_id(name: &'a str, operation: AclOperation) -> Permission<'a> {
+        Permission {
+            resource: ResourceType::TransactionalId,
+            name,
+            operation,
+        }
+    }
+
     pub fn cluster(operation: AclOperation) -> Permission<'static> {
         Permission {
             resource: ResourceType::Cluster,
@@ -133,8 +141,35 @@ required! {
         Requirement::PerTopic { operation: Read, group: None }
     };
     ListOffsetsRequest => |r| Requirement::PerTopic { operation: Describe, group: None };
-    InitProducerIdRequest => |r| Requirement::WriteSomewhere;
-    FindCoordinatorRequest => |r| Requirement::One(Permission::group(&r.group_id, Describe));
+    InitProducerIdRequest => |r| if r.transactional_id.is_empty() {
+        Requirement::WriteSomewhere
+    } else {
+        Requirement::One(Permission::transactional_id(&r.transactional_id, Write))
+    };
+    FindCoordinatorRequest => |r| if r.key_type == 1 {
+        Requirement::One(Permission::transactional_id(&r.group_id, Describe))
+    } else {
+        Requirement::One(Permission::group(&r.group_id, Describe))
+    };
+    // The topics' WRITE is checked per topic by the dispatcher.
+    AddPartitionsToTxnRequest => |r| Requirement::One(
+        Permission::transactional_id(&r.transactional_id, Write),
+    );
+    AddOffsetsToTxnRequest => |r| Requirement::Both(
+        Permission::transactional_id(&r.transactional_id, Write),
+        Permission::group(&r.group_id, Read),
+    );
+    EndTxnRequest => |r| Requirement::One(Permission::transactional_id(&r.transactional_id, Write));
+    // The topics' READ is checked per topic by the dispatcher.
+    TxnOffsetCommitRequest => |r| Requirement::Both(
+        Permission::transactional_id(&r.transactional_id, Write),
+        Permission::group(&r.group_id, Read),
+    );
+    // Brokers' markers, and an operator's abort of a hung transaction (KIP-664).
+    WriteTxnMarkersRequest => |r| Requirement::One(Permission::cluster(Alter));
+    DescribeTransactionsRequest => |r| Requirement::Filtered;
+    ListTransactionsRequest => |r| Requirement::Filtered;
+    DescribeProducersRequest => |r| Requirement::PerTopic { operation: Read, group: None };
     JoinGroupRequest => |r| Requirement::One(Permission::group(&r.group_id, Read));
     HeartbeatRequest => |r| Requirement::One(Permission::group(&r.group_id, Read));
     LeaveGroupRequest => |r| Requirement::One(Permission::group(&r.group_id, Read));

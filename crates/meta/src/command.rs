@@ -99,6 +99,12 @@ pub enum Command {
     EnsureOffsetsTopic {
         partitions: u32,
     },
+    /// Creates the internal topic [`TRANSACTION_TOPIC`] if it does not exist yet, placed as
+    /// [`Command::EnsureOffsetsTopic`] places the offsets topic; its partition leaders
+    /// coordinate transactional ids and store their transactions' states.
+    EnsureTransactionTopic {
+        partitions: u32,
+    },
     /// Sent by a partition's leader to change its ISR: refused unless `broker_id` leads the
     /// partition under `broker_epoch` (its current, unfenced registration) and `leader_epoch`
     /// and `partition_epoch` are the partition's current ones, so a proposal from a deposed
@@ -195,6 +201,8 @@ fn yes() -> bool {
 /// The internal topic whose partition leaders coordinate consumer groups and store their
 /// committed offsets.
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The internal topic whose partition leaders coordinate transactions and store their states.
+pub const TRANSACTION_TOPIC: &str = "__transaction_state";
 /// Most replicas of each offsets partition (Kafka's `offsets.topic.replication.factor`): with
 /// three, committed offsets survive losing any one broker and commits go on meanwhile.
 pub const OFFSETS_REPLICATION_FACTOR_MAX: u32 = 3;
@@ -408,30 +416,10 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             move_partitions,
         } => decommission_broker(image, *id, *move_partitions),
         Command::EnsureOffsetsTopic { partitions } => {
-            if image.topics.contains_key(OFFSETS_TOPIC) {
-                return Ok((vec![], Reply::Done));
-            }
-            if !(TOPIC_PARTITIONS_MIN..=TOPIC_PARTITIONS_MAX).contains(partitions) {
-                return Err(MetaError::InvalidPartitions(partitions.to_string()));
-            }
-            let replication_factor = default_replication_factor(
-                image.live_brokers().len(),
-                OFFSETS_REPLICATION_FACTOR_MAX,
-            );
-            // Commits are fsynced on every in-sync replica before they are acknowledged.
-            let config = [(crate::image::FLUSH.to_string(), "always".to_string())].into();
-            let topic = TopicRecord {
-                id: image.new_topic_id(),
-                partitions: new_partitions(image, *partitions, replication_factor)?,
-                config: replication_config(&config, replication_factor)?,
-            };
-            Ok((
-                vec![MetadataRecord::CreateTopic {
-                    name: OFFSETS_TOPIC.into(),
-                    topic,
-                }],
-                Reply::Done,
-            ))
+            ensure_internal_topic(image, OFFSETS_TOPIC, *partitions)
+        }
+        Command::EnsureTransactionTopic { partitions } => {
+            ensure_internal_topic(image, TRANSACTION_TOPIC, *partitions)
         }
         Command::AlterPartition {
             topic,
@@ -683,6 +671,33 @@ fn create_topic(
         id: image.new_topic_id(),
         partitions: placed,
         config: replication_config(config, replication_factor)?,
+    };
+    Ok((
+        vec![MetadataRecord::CreateTopic {
+            name: name.into(),
+            topic,
+        }],
+        Reply::Done,
+    ))
+}
+
+/// Creates the internal topic `name` (offsets or transaction states) unless it exists: placed
+/// like any topic with `min(OFFSETS_REPLICATION_FACTOR_MAX, live brokers)` replicas, flush
+/// `always` (what it holds is acknowledged once fsynced on every in-sync replica).
+fn ensure_internal_topic(image: &MetadataImage, name: &str, partitions: u32) -> Outcome {
+    if image.topics.contains_key(name) {
+        return Ok((vec![], Reply::Done));
+    }
+    if !(TOPIC_PARTITIONS_MIN..=TOPIC_PARTITIONS_MAX).contains(&partitions) {
+        return Err(MetaError::InvalidPartitions(partitions.to_string()));
+    }
+    let replication_factor =
+        default_replication_factor(image.live_brokers().len(), OFFSETS_REPLICATION_FACTOR_MAX);
+    let config = [(crate::image::FLUSH.to_string(), "always".to_string())].into();
+    let topic = TopicRecord {
+        id: image.new_topic_id(),
+        partitions: new_partitions(image, partitions, replication_factor)?,
+        config: replication_config(&config, replication_factor)?,
     };
     Ok((
         vec![MetadataRecord::CreateTopic {

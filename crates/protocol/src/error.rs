@@ -160,6 +160,23 @@ error_codes! {
     INVALID_DELIVERY_TIME = 52, false, "deliver-at time out of range";
     ROUTE_ALREADY_EXISTS = 53, false, "route already exists";
     ROUTE_NOT_FOUND = 54, false, "unknown route";
+    /// The transactional id is between states (its markers are being written, or another
+    /// request for it is being made durable); retry after a short backoff.
+    CONCURRENT_TRANSACTIONS = 55, true, "another transaction operation is in progress";
+    /// The request does not fit the transaction's state (EndTxn with no transaction, a
+    /// commit after an abort was decided, ...).
+    INVALID_TXN_STATE = 56, false, "invalid transaction state";
+    /// A newer instance of this transactional id has initialized (its epoch is higher): this
+    /// producer is a zombie and must stop.
+    PRODUCER_FENCED = 57, false, "producer fenced by a newer instance";
+    /// The producer id is not the one the transactional id holds.
+    INVALID_PRODUCER_ID_MAPPING = 58, false, "producer id does not belong to this transactional id";
+    /// A transaction timeout of 0 or above `transaction_timeout_ms_max`.
+    INVALID_TRANSACTION_TIMEOUT = 59, false, "invalid transaction timeout";
+    TRANSACTIONAL_ID_NOT_FOUND = 60, false, "unknown transactional id";
+    /// Offsets of a transaction still open touch this partition (OffsetFetch with
+    /// `require_stable`); retry.
+    UNSTABLE_OFFSET_COMMIT = 61, true, "a transaction holding offsets for this partition is open";
 }
 
 impl ErrorCode {

@@ -121,6 +121,9 @@ pub const GROUP_ID_BYTES_MAX: usize = 249;
 pub const MEMBER_ID_BYTES_MAX: usize = 255;
 /// Most bytes of a route name (like a topic name).
 pub const ROUTE_NAME_BYTES_MAX: usize = 249;
+/// Most bytes of a transactional id (Kafka allows any string; Kafka Streams builds its ids from
+/// the application id and a UUID).
+pub const TRANSACTIONAL_ID_BYTES_MAX: usize = 1024;
 /// Most bytes of a user name (the characters are `tinymq_auth::validate_user_name`'s rule).
 pub const USER_NAME_BYTES_MAX: usize = 255;
 /// Most bytes of an ACL resource name.
@@ -178,6 +181,28 @@ pub fn validate_user_topic_name(name: &str) -> Result<(), NameError> {
 /// `..` are valid (a group's files carry a suffix, `<id>.state`).
 pub fn validate_group_id(id: &str) -> Result<(), NameError> {
     check_chars(NameKind::Group, id)
+}
+
+/// A transactional id: 1 to [`TRANSACTIONAL_ID_BYTES_MAX`] bytes of any characters but control
+/// characters (Kafka allows any string; ids from Kafka clients pass unchanged). Refused with
+/// `INVALID_REQUEST`; the message says why.
+pub fn validate_transactional_id(id: &str) -> Result<(), String> {
+    if id.is_empty() {
+        return Err("the transactional id is empty".into());
+    }
+    if id.len() > TRANSACTIONAL_ID_BYTES_MAX {
+        return Err(format!(
+            "transactional id of {} bytes exceeds TRANSACTIONAL_ID_BYTES_MAX {TRANSACTIONAL_ID_BYTES_MAX}",
+            id.len()
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(format!(
+            "transactional id {:?} contains a control character",
+            shown(id)
+        ));
+    }
+    Ok(())
 }
 
 /// A share-group member id: 1 to [`MEMBER_ID_BYTES_MAX`] bytes of `[A-Za-z0-9._-]`.

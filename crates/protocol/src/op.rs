@@ -123,6 +123,22 @@ operations! {
     DeleteRoute = 55 => DeleteRouteRequest, DeleteRouteResponse;
     /// Every route with its progress and lag.
     ListRoutes = 56 => ListRoutesRequest, ListRoutesResponse;
+    /// Transactions: register partitions in the open transaction (to the coordinator).
+    AddPartitionsToTxn = 60 => AddPartitionsToTxnRequest, AddPartitionsToTxnResponse;
+    /// Transactions: register a group's offsets in the open transaction.
+    AddOffsetsToTxn = 61 => AddOffsetsToTxnRequest, AddOffsetsToTxnResponse;
+    /// Transactions: commit or abort the open transaction.
+    EndTxn = 62 => EndTxnRequest, EndTxnResponse;
+    /// Transactions: offsets committed if the transaction commits (to the group coordinator).
+    TxnOffsetCommit = 63 => TxnOffsetCommitRequest, TxnOffsetCommitResponse;
+    /// Transactions: the coordinator's COMMIT/ABORT markers to a partition leader (nodes only).
+    WriteTxnMarkers = 64 => WriteTxnMarkersRequest, WriteTxnMarkersResponse;
+    /// Transactions: the state of named transactional ids (from their coordinator).
+    DescribeTransactions = 65 => DescribeTransactionsRequest, DescribeTransactionsResponse;
+    /// Transactions: the transactional ids the answering broker coordinates.
+    ListTransactions = 66 => ListTransactionsRequest, ListTransactionsResponse;
+    /// Transactions: the producers of partitions led by the answering broker.
+    DescribeProducers = 67 => DescribeProducersRequest, DescribeProducersResponse;
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod classic_mode;
 pub mod coordinator;
 mod member_ids;
 pub mod offsets;
+pub mod txn_offsets;
 mod table;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -26,6 +26,7 @@ use tinymq_protocol::batch::{BatchBuilder, BatchIter, Compression, ProducerStamp
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use super::assignment::Tp;
+use super::txn_offsets::{PendingCommit, PendingTxnOffsets, PENDING_TXN_OFFSETS_MAX};
 use crate::topic::TopicSettings;
 
 /// Name of the internal topic (user topics may not start with `__`).
@@ -71,6 +72,13 @@ struct Key {
 struct Value {
     o: i64,
     m: String,
+    /// The producer id of the transaction this offset was committed in (TxnOffsetCommit): it
+    /// counts only once that producer's COMMIT marker follows in this partition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    x: Option<i64>,
+    /// That producer's epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    e: Option<i16>,
 }
 
 /// A committed offset and its metadata string.
@@ -139,9 +147,19 @@ enum Load {
     Loaded(Instant),
 }
 
-/// Writes staged until the high watermark passes them: per write, its group, changes and
-/// time, by the log end after the write.
-type Staged = BTreeMap<i64, (String, Vec<Change>, i64)>;
+/// A write staged until the high watermark passes it.
+#[derive(Debug)]
+enum Staging {
+    /// A commit: its group, changes and time.
+    Commit(String, Vec<Change>, i64),
+    /// A TxnOffsetCommit of producer `0`: pending until its marker.
+    Txn(i64, PendingCommit),
+    /// A transaction marker of producer `0` in epoch `1`: COMMIT (`true`) or ABORT.
+    Marker(i64, i16, bool),
+}
+
+/// Writes staged until the high watermark passes them, by the log end after the write.
+type Staged = BTreeMap<i64, Staging>;
 
 /// An offsets partition this broker leads, in one leader epoch.
 #[derive(Debug)]
@@ -157,6 +175,8 @@ struct Inner {
     led: BTreeMap<u32, Led>,
     /// Bytes the offsets in `groups` take by [`entry_bytes`], kept with every change.
     stored_bytes: usize,
+    /// Offsets committed in transactions not resolved yet.
+    pending: PendingTxnOffsets,
 }
 
 impl Inner {
@@ -182,8 +202,26 @@ impl Inner {
         self.stored_bytes = bytes;
     }
 
+    /// Applies one staged write that the high watermark passed.
+    fn apply_staged(&mut self, partition: u32, staged: Staging) {
+        match staged {
+            Staging::Commit(group, changes, timestamp_ms) => {
+                self.apply(&group, changes, timestamp_ms)
+            }
+            Staging::Txn(producer_id, commit) => self.pending.add(producer_id, commit),
+            Staging::Marker(producer_id, epoch, commit) => {
+                for c in self.pending.take(producer_id, partition) {
+                    if commit && c.producer_epoch == epoch {
+                        self.apply(&c.group, c.changes, c.timestamp_ms);
+                    }
+                }
+            }
+        }
+    }
+
     /// Forgets the groups of offsets partition `partition`.
     fn drop_groups(&mut self, partition: u32) {
+        self.pending.drop_partition(partition);
         let mut freed = 0;
         self.groups.retain(|name, g| {
             let keep = partition_for_group(name) != partition;
@@ -267,6 +305,17 @@ impl OffsetStore {
     /// `leader_epoch` (leadership may have moved while the log was read). Returns whether it
     /// was taken.
     pub fn finish_load(&self, partition: u32, leader_epoch: u32, loaded: LoadedOffsets) -> bool {
+        self.finish_load_with(partition, leader_epoch, loaded, PendingTxnOffsets::default())
+    }
+
+    /// [`OffsetStore::finish_load`] with the transactional offsets the log still holds pending.
+    pub fn finish_load_with(
+        &self,
+        partition: u32,
+        leader_epoch: u32,
+        loaded: LoadedOffsets,
+        pending: PendingTxnOffsets,
+    ) -> bool {
         let mut inner = self.inner.lock();
         match inner.led.get_mut(&partition) {
             Some(led) if led.leader_epoch == leader_epoch && led.load == Load::Loading => {
@@ -277,6 +326,7 @@ impl OffsetStore {
         let bytes: usize = loaded.iter().map(|(n, g)| group_bytes(n, g)).sum();
         inner.stored_bytes += bytes;
         inner.groups.extend(loaded);
+        inner.pending.extend(pending);
         true
     }
 
@@ -307,9 +357,80 @@ impl OffsetStore {
             .filter(|l| l.leader_epoch == leader_epoch && matches!(l.load, Load::Loaded(_)))
             .ok_or_else(|| moved(partition))?;
         let (outcome, end) = write()?;
-        led.staged
-            .insert(end, (group.to_string(), changes, now_ms()));
+        led.staged.insert(
+            end,
+            Staging::Commit(group.to_string(), changes, now_ms()),
+        );
         Ok(outcome)
+    }
+
+    /// [`OffsetStore::append`] for a TxnOffsetCommit of `producer_id`: the changes wait for
+    /// its transaction's marker. Refused with `LIMIT_EXCEEDED` past
+    /// [`PENDING_TXN_OFFSETS_MAX`] offsets waiting.
+    pub fn append_txn<T>(
+        &self,
+        group: &str,
+        leader_epoch: u32,
+        (producer_id, producer_epoch): (i64, i16),
+        changes: Vec<Change>,
+        write: impl FnOnce() -> Result<(T, i64), m::Error>,
+    ) -> Result<T, m::Error> {
+        let partition = partition_for_group(group);
+        let mut inner = self.inner.lock();
+        if inner.pending.room() < changes.len() {
+            return Err(ErrorCode::LIMIT_EXCEEDED.with_message(format!(
+                "{PENDING_TXN_OFFSETS_MAX} offsets committed in open transactions wait on this                  broker (pending_txn_offsets_max); retry once transactions end"
+            )));
+        }
+        let led = inner
+            .led
+            .get_mut(&partition)
+            .filter(|l| l.leader_epoch == leader_epoch && matches!(l.load, Load::Loaded(_)))
+            .ok_or_else(|| moved(partition))?;
+        let (outcome, end) = write()?;
+        let commit = PendingCommit {
+            partition,
+            producer_epoch,
+            group: group.to_string(),
+            changes,
+            timestamp_ms: now_ms(),
+        };
+        led.staged.insert(end, Staging::Txn(producer_id, commit));
+        Ok(outcome)
+    }
+
+    /// Runs `write` (a marker of `producer_id` to offsets partition `partition`, returning
+    /// its outcome and the log end after it) under this store's lock and stages it: once the
+    /// high watermark passes it, the producer's pending offsets there are committed or
+    /// dropped. Refused with `COORDINATOR_LOAD_IN_PROGRESS` while the partition loads (its
+    /// coordinator retries), `NOT_COORDINATOR` unless it is led here in `leader_epoch`.
+    pub fn append_marker<T>(
+        &self,
+        partition: u32,
+        leader_epoch: u32,
+        (producer_id, producer_epoch): (i64, i16),
+        commit: bool,
+        write: impl FnOnce() -> Result<(T, i64), m::Error>,
+    ) -> Result<T, m::Error> {
+        let mut inner = self.inner.lock();
+        let led = match inner.led.get_mut(&partition) {
+            Some(l) if l.leader_epoch == leader_epoch && matches!(l.load, Load::Loaded(_)) => l,
+            Some(l) if l.leader_epoch == leader_epoch => {
+                return Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.with_message(format!(
+                    "{OFFSETS_TOPIC}/{partition} is loading; retry the marker"
+                )))
+            }
+            _ => return Err(moved(partition)),
+        };
+        let (outcome, end) = write()?;
+        led.staged
+            .insert(end, Staging::Marker(producer_id, producer_epoch, commit));
+        Ok(outcome)
+    }
+
+    /// Whether an open transaction holds an offset of `group` for `tp`.
+    pub fn unstable(&self, group: &str, tp: &Tp) -> bool {
+        self.inner.lock().pending.holds(group, tp)
     }
 
     /// Applies, in log order, every staged write of `partition` in `leader_epoch` that ends
@@ -325,8 +446,8 @@ impl OffsetStore {
         };
         let later = led.staged.split_off(&hw.saturating_add(1));
         let due = std::mem::replace(&mut led.staged, later);
-        for (_, (group, changes, timestamp_ms)) in due {
-            inner.apply(&group, changes, timestamp_ms);
+        for (_, staged) in due {
+            inner.apply_staged(partition, staged);
         }
     }
 
@@ -398,6 +519,17 @@ pub fn encode_batch(
     changes: &[Change],
     now_ms: i64,
 ) -> Result<Bytes, tinymq_protocol::batch::BatchError> {
+    encode_commit(group, changes, None, now_ms)
+}
+
+/// [`encode_batch`] for offsets committed in the transaction of a producer (id, epoch), when
+/// given.
+pub fn encode_commit(
+    group: &str,
+    changes: &[Change],
+    producer: Option<(i64, i16)>,
+    now_ms: i64,
+) -> Result<Bytes, tinymq_protocol::batch::BatchError> {
     let records: Vec<(Vec<u8>, Option<Vec<u8>>)> = changes
         .iter()
         .map(|((t, p), c)| {
@@ -405,6 +537,8 @@ pub fn encode_batch(
                 serde_json::to_vec(&Value {
                     o: c.offset,
                     m: c.metadata.clone(),
+                    x: producer.map(|p| p.0),
+                    e: producer.map(|p| p.1),
                 })
                 .expect("a struct of strings and integers serializes")
             });
@@ -426,7 +560,18 @@ pub fn encode_batch(
 /// Replays one offsets partition's log, from its start to its end, into the offsets of its
 /// groups (the last record per key wins). Blocks.
 pub fn read_log(log: &PartitionLog) -> Result<LoadedOffsets, LogError> {
+    read_log_with_pending(log, 0).map(|(groups, _)| groups)
+}
+
+/// [`read_log`] of offsets partition `partition`, with transactional offsets: a
+/// TxnOffsetCommit counts once its producer's COMMIT marker follows, and what no marker
+/// resolved yet is returned pending.
+pub fn read_log_with_pending(
+    log: &PartitionLog,
+    partition: u32,
+) -> Result<(LoadedOffsets, PendingTxnOffsets), LogError> {
     let mut groups = LoadedOffsets::new();
+    let mut pending = PendingTxnOffsets::default();
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();
     while offset < end {
@@ -438,8 +583,23 @@ pub fn read_log(log: &PartitionLog) -> Result<LoadedOffsets, LogError> {
         for batch in BatchIter::new(read.records) {
             let batch = batch?;
             offset = batch.next_offset().max(offset);
+            if let Some(commit) = super::txn_offsets::marker_commits(&batch) {
+                for c in pending.take(batch.producer_id(), partition) {
+                    if commit && c.producer_epoch == batch.producer_epoch() {
+                        apply_loaded(&mut groups, c);
+                    }
+                }
+                continue;
+            }
             for record in batch.records(LOAD_READ_BYTES)? {
-                replay(&mut groups, record.key, record.value, record.timestamp_ms);
+                replay(
+                    &mut groups,
+                    &mut pending,
+                    partition,
+                    record.key,
+                    record.value,
+                    record.timestamp_ms,
+                );
             }
         }
         if offset <= started_at {
@@ -447,16 +607,55 @@ pub fn read_log(log: &PartitionLog) -> Result<LoadedOffsets, LogError> {
             break;
         }
     }
-    Ok(groups)
+    Ok((groups, pending))
 }
 
-fn replay(groups: &mut LoadedOffsets, key: Option<Bytes>, value: Option<Bytes>, timestamp_ms: i64) {
+/// A resolved transactional commit into the loaded offsets.
+fn apply_loaded(groups: &mut LoadedOffsets, c: PendingCommit) {
+    for (tp, value) in c.changes {
+        let g = groups.entry(c.group.clone()).or_default();
+        match value {
+            Some(v) => {
+                g.offsets.insert(tp, v);
+            }
+            None => {
+                g.offsets.remove(&tp);
+            }
+        }
+        g.last_commit_ms = g.last_commit_ms.max(c.timestamp_ms);
+    }
+    groups.retain(|_, g| !g.offsets.is_empty());
+}
+
+fn replay(
+    groups: &mut LoadedOffsets,
+    pending: &mut PendingTxnOffsets,
+    partition: u32,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+    timestamp_ms: i64,
+) {
     let Some(Ok(key)) = key.map(|k| serde_json::from_slice::<Key>(&k)) else {
         tracing::warn!("skipping an unreadable offsets record");
         return;
     };
     let tp = (key.t, key.p);
     match value.map(|v| serde_json::from_slice::<Value>(&v)) {
+        Some(Ok(Value {
+            o,
+            m,
+            x: Some(producer_id),
+            e,
+        })) => {
+            let commit = PendingCommit {
+                partition,
+                producer_epoch: e.unwrap_or(-1),
+                group: key.g,
+                changes: vec![(tp, Some(Committed { offset: o, metadata: m }))],
+                timestamp_ms,
+            };
+            pending.add(producer_id, commit);
+        }
         Some(Ok(v)) => {
             let g = groups.entry(key.g).or_default();
             g.offsets.insert(

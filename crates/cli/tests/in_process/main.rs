@@ -46,3 +46,4 @@ mod protocol_conformance;
 mod rest_api;
 mod send_batch;
 mod share_protocol;
+mod transactions;

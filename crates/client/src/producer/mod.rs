@@ -21,6 +21,7 @@
 mod delayed;
 mod partitioner;
 mod queue;
+mod txn;
 mod wire;
 mod worker;
 
@@ -95,6 +96,12 @@ pub struct ProducerConfig {
     /// Batches of one partition sent and not yet acknowledged, at most (with idempotence;
     /// without it, 1, so that a resent batch cannot land after a later one).
     pub batches_in_flight_max: usize,
+    /// Makes the producer transactional (`init_transactions`, `begin_transaction`, ...;
+    /// implies idempotence). One live producer per id: a new one fences the old.
+    pub transactional_id: Option<String>,
+    /// A transaction open longer than this is aborted by its coordinator (and this producer
+    /// fenced); at most the cluster's `transaction_timeout_ms_max` (15 min).
+    pub transaction_timeout: Duration,
 }
 
 impl ProducerConfig {
@@ -111,6 +118,8 @@ impl ProducerConfig {
             retry_backoff_max: Duration::from_secs(1),
             queue_records_max: 10_000,
             batches_in_flight_max: 5,
+            transactional_id: None,
+            transaction_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -217,6 +226,8 @@ struct Inner {
     config: ProducerConfig,
     cluster: Arc<Cluster>,
     identity: Arc<ProducerIdentity>,
+    /// With a transactional id.
+    transactions: Option<Arc<txn::Transactions>>,
     topics: Mutex<Topics>,
     /// The sequence of the next delayed send (`send_at`), across partitions.
     delayed_sequence: AtomicI32,
@@ -282,7 +293,13 @@ impl Producer {
         let cluster = Cluster::new_for(config.client.clone(), tinymq_auth::AclOperation::Write)?;
         Ok(Producer {
             inner: Arc::new(Inner {
-                identity: Arc::new(ProducerIdentity::new(config.idempotence)),
+                identity: Arc::new(ProducerIdentity::new(
+                    config.idempotence,
+                    config.transactional_id.is_some(),
+                )),
+                transactions: config.transactional_id.clone().map(|id| {
+                    Arc::new(txn::Transactions::new(id, config.transaction_timeout))
+                }),
                 config,
                 cluster,
                 topics: Mutex::new(Topics::default()),
@@ -323,6 +340,11 @@ impl Producer {
             };
             self.queue(&state, &mut parts, partition)
         };
+        if let Some(txns) = &self.inner.transactions {
+            if txns.needs_registering(&state.name, queue.partition())? {
+                Box::pin(self.register_partition(&state.name, queue.partition())).await?;
+            }
+        }
         match queue.try_push(&record)? {
             Some(delivery) => Ok(delivery),
             None => Box::pin(queue.push(&record)).await,
@@ -382,6 +404,11 @@ impl Producer {
                     limit,
                 },
             ));
+        }
+        if let Some(txns) = &self.inner.transactions {
+            if txns.needs_registering(&state.name, partition)? {
+                self.register_partition(&state.name, partition).await?;
+            }
         }
         let queue = self.queue(&state, &mut state.parts.lock(), partition);
         queue.push_sealed(batch).await

@@ -324,6 +324,10 @@ pub(crate) struct PartitionQueue {
 }
 
 impl PartitionQueue {
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
     pub fn new(topic: Arc<str>, partition: u32, limits: QueueLimits) -> PartitionQueue {
         PartitionQueue {
             topic,

@@ -50,6 +50,12 @@ pub(crate) struct Identity {
 #[derive(Debug)]
 pub(crate) struct ProducerIdentity {
     enabled: bool,
+    /// A transactional producer: its id and epoch come from `init_transactions` only, its
+    /// batches carry the transactional bit, and a failed batch fails the open transaction
+    /// (`failed`) instead of bumping the partition's epoch.
+    pub(super) transactional: bool,
+    /// A batch of the open transaction failed for good.
+    pub(super) failed: std::sync::atomic::AtomicBool,
     current: tokio::sync::Mutex<Option<Identity>>,
     /// The generation the next id taken will have: generations are never reused, so a
     /// partition always notices that the id changed.
@@ -57,9 +63,11 @@ pub(crate) struct ProducerIdentity {
 }
 
 impl ProducerIdentity {
-    pub fn new(enabled: bool) -> ProducerIdentity {
+    pub fn new(enabled: bool, transactional: bool) -> ProducerIdentity {
         ProducerIdentity {
-            enabled,
+            enabled: enabled || transactional,
+            transactional,
+            failed: std::sync::atomic::AtomicBool::new(false),
             current: tokio::sync::Mutex::new(None),
             next_generation: std::sync::atomic::AtomicU64::new(0),
         }
@@ -73,11 +81,17 @@ impl ProducerIdentity {
         if let Some(identity) = *current {
             return Ok(Some(identity));
         }
+        if self.transactional {
+            return Err(ClientError::Config(
+                "a transactional producer needs init_transactions before it sends".into(),
+            ));
+        }
         let response = cluster
             .request(&m::InitProducerIdRequest {
                 transactional_id: String::new(),
                 producer_id: -1,
                 producer_epoch: -1,
+                transaction_timeout_ms: 0,
             })
             .await?;
         check(response.error.as_ref())?;
@@ -91,6 +105,27 @@ impl ProducerIdentity {
         };
         *current = Some(identity);
         Ok(Some(identity))
+    }
+
+    /// Takes `producer_id` and `epoch` (from the transaction coordinator) as the identity:
+    /// every partition restarts its sequence at 0.
+    pub(super) async fn set(&self, producer_id: i64, producer_epoch: i16) {
+        let generation = self
+            .next_generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *self.current.lock().await = Some(Identity {
+            producer_id,
+            producer_epoch,
+            generation,
+        });
+    }
+
+    pub(super) fn is_set(&self) -> bool {
+        self.current.try_lock().map_or(true, |c| c.is_some())
+    }
+
+    pub(super) async fn current_identity(&self) -> Option<Identity> {
+        *self.current.lock().await
     }
 
     /// The epoch of the identity of `generation`, if it is still the current one.
@@ -428,6 +463,14 @@ impl PartitionWorker {
         let Some(generation) = self.generation else {
             return;
         };
+        if self.identity.transactional {
+            // The epoch is the coordinator's: the transaction fails, and its abort restarts
+            // every partition under a bumped epoch.
+            self.identity
+                .failed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
         let epoch = self.identity.current_epoch(generation).await;
         match epoch.and_then(|e| e.checked_add(self.epoch_bump + 1)) {
             Some(_) => {
@@ -472,11 +515,17 @@ impl PartitionWorker {
             base_timestamp: batch.sealed.base_timestamp,
             max_timestamp: batch.sealed.max_timestamp,
             producer: stamp,
+            transactional: self.identity.transactional,
         };
         Ok(encode_batch_header(&fields, &payload)?)
     }
 
     fn finish(&mut self, batch: Batch, outcome: Result<i64, ClientError>, queue: &PartitionQueue) {
+        if outcome.is_err() && self.identity.transactional {
+            self.identity
+                .failed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         batch.sealed.completion.complete(outcome);
         drop(batch);
         queue.finished_one();

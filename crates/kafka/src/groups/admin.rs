@@ -59,41 +59,38 @@ async fn find_one(ctx: &Arc<Ctx>, key_type: i8, key: StrBytes) -> Coordinator {
             .with_error_code(code)
             .with_error_message(Some(text(why)))
     };
-    match key_type {
-        KEY_TYPE_GROUP => {}
-        // The code InitProducerId and Produce refuse transactional ids with: librdkafka
-        // retries every other FindCoordinator error until its timeout, but fails this one at
-        // once, with our message.
-        KEY_TYPE_TRANSACTION => {
-            return refuse(
-                K::TransactionalIdAuthorizationFailed.code(),
-                "transactions are not supported by tinymq: no transaction coordinator".into(),
-            )
-        }
+    let key_type = match key_type {
+        KEY_TYPE_GROUP => 0,
+        KEY_TYPE_TRANSACTION => 1,
         other => {
             return refuse(
                 K::InvalidRequest.code(),
                 format!("unknown key type {other}"),
             )
         }
-    }
+    };
+    let code_of = |e: Option<&m::Error>| match key_type {
+        0 => group_code(e),
+        _ => crate::txn::txn_code(e),
+    };
     let request = m::FindCoordinatorRequest {
         group_id: key.to_string(),
+        key_type,
     };
     let found: m::FindCoordinatorResponse = match ctx.call(OpCode::FindCoordinator, &request).await
     {
         Ok(found) => found,
-        Err(e) => return refuse(group_code(Some(&e)), e.message),
+        Err(e) => return refuse(code_of(Some(&e)), e.message),
     };
     if found.error.as_ref().is_some_and(|e| e.code != 0) {
         let why = message_of(found.error.as_ref()).unwrap_or_default();
-        return refuse(group_code(found.error.as_ref()), why);
+        return refuse(code_of(found.error.as_ref()), why);
     }
     let Some((host, port)) = kafka_broker(ctx, found.node_id) else {
         return refuse(
             K::CoordinatorNotAvailable.code(),
             format!(
-                "the group's coordinator, broker {}, has no Kafka listener",
+                "the coordinator, broker {}, has no Kafka listener",
                 found.node_id
             ),
         );

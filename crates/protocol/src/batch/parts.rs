@@ -21,6 +21,8 @@ pub struct BatchHeaderFields {
     pub base_timestamp: i64,
     pub max_timestamp: i64,
     pub producer: ProducerStamp,
+    /// Sets the transactional attribute bit (a transactional producer's data batch).
+    pub transactional: bool,
 }
 
 /// The header of a batch whose records section (compressed as `fields.compression` says) is
@@ -42,7 +44,12 @@ pub fn encode_batch_header(
     out.put_i32(-1); // partition leader epoch: stamped by the leader
     out.put_i8(BATCH_MAGIC);
     out.put_u32(0); // CRC: filled in below
-    out.put_i16(fields.compression.attribute_bits());
+    let transactional = if fields.transactional {
+        super::ATTR_TRANSACTIONAL
+    } else {
+        0
+    };
+    out.put_i16(fields.compression.attribute_bits() | transactional);
     out.put_i32(fields.record_count - 1);
     out.put_i64(fields.base_timestamp);
     out.put_i64(fields.max_timestamp);
@@ -91,6 +98,7 @@ mod tests {
             base_timestamp: 1_000,
             max_timestamp: 1_003,
             producer: stamp,
+            transactional: false,
         };
         let header = encode_batch_header(&fields, &records).unwrap();
         let mut joined = header.to_vec();

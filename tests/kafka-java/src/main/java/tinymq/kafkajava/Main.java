@@ -45,6 +45,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *                                            line in tinymq bench's report form
  * perf-consume  BOOTSTRAP TOPIC COUNT BYTES  throughput: COUNT records from every partition's
  *                                            beginning, no group, the client's fetch defaults
+ * txn-ctp       BOOTSTRAP IN OUT GROUP TXID COUNT  consume-transform-produce in transactions
+ *                                            (see {@link Txn})
  * </pre>
  */
 public final class Main {
@@ -94,6 +96,11 @@ public final class Main {
             case "perf-consume" -> {
                 need(args, 5);
                 Perf.consume(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            }
+            case "txn-ctp" -> {
+                need(args, 7);
+                Txn.consumeTransformProduce(
+                    args[1], args[2], args[3], args[4], args[5], Integer.parseInt(args[6]));
             }
             default -> throw new IllegalArgumentException(
                 "usage: produce|consume|consume-group|roundtrip BOOTSTRAP TOPIC [GROUP] COUNT");
