@@ -141,7 +141,7 @@ fn hostile_cases(allocated_id: i64) -> Vec<Case> {
             code: ErrorCode::INVALID_RECORD,
         },
         Case {
-            name: "transactional bit",
+            name: "transactional bit without idempotence",
             batch: with(&|b| b.attributes = ATTR_TRANSACTIONAL),
             code: ErrorCode::INVALID_RECORD,
         },
