@@ -43,6 +43,7 @@ fn log_end(c: &mut RawClient) -> i64 {
             partition: 0,
             timestamp: -1,
         }],
+        isolation_level: 0,
     });
     let p = &response.partitions[0];
     assert!(p.error.is_none(), "{:?}", p.error);

@@ -118,8 +118,15 @@ impl Partition {
     /// The last stable offset: the high watermark, or the first offset of the oldest open
     /// transaction if lower. A read-committed consumer reads below it.
     pub fn last_stable_offset(&self) -> i64 {
-        let hw = self.high_watermark();
-        self.producers.lock().txns().last_stable_offset(hw)
+        self.last_stable_offset_at(self.high_watermark())
+    }
+
+    /// The last stable offset given a high watermark read before (so the two agree).
+    pub fn last_stable_offset_at(&self, high_watermark: i64) -> i64 {
+        self.producers
+            .lock()
+            .txns()
+            .last_stable_offset(high_watermark)
     }
 
     /// The aborted transactions (producer id, first offset) a read-committed fetch returning

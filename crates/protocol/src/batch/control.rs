@@ -149,6 +149,52 @@ pub fn parse_marker(batch: &RecordBatch) -> Result<Marker, BatchError> {
     })
 }
 
+/// Kafka's read-committed rule for a run of batches in offset order, given the aborted
+/// transactions (producer id, first offset) of their range: a transactional batch of a
+/// producer whose aborted transaction has begun at or before it is dropped, until that
+/// producer's ABORT marker; control batches are never shown. The consumers of both
+/// protocols (the native client, the broker's filtered fetch) drop records with it.
+#[derive(Debug, Clone, Default)]
+pub struct AbortedFilter {
+    /// Aborted transactions not reached yet, the latest first offset first (popped from
+    /// the end).
+    pending: Vec<(i64, i64)>,
+    /// Producers inside an aborted transaction at the current batch.
+    active: std::collections::HashSet<i64>,
+}
+
+impl AbortedFilter {
+    pub fn new(aborted: impl IntoIterator<Item = (i64, i64)>) -> AbortedFilter {
+        let mut pending: Vec<(i64, i64)> = aborted.into_iter().collect();
+        pending.sort_by_key(|&(_, first)| std::cmp::Reverse(first));
+        AbortedFilter {
+            pending,
+            active: Default::default(),
+        }
+    }
+
+    /// Whether a read-committed reader sees `batch`'s records (call it for every batch, in
+    /// order, control batches included: an ABORT marker ends its producer's dropping).
+    pub fn keep(&mut self, batch: &RecordBatch) -> bool {
+        while let Some(&(producer_id, first)) = self.pending.last() {
+            if first > batch.last_offset() {
+                break;
+            }
+            self.active.insert(producer_id);
+            self.pending.pop();
+        }
+        if batch.is_control() {
+            if let Ok(m) = parse_marker(batch) {
+                if m.marker == MarkerType::Abort {
+                    self.active.remove(&m.producer_id);
+                }
+            }
+            return false;
+        }
+        !(batch.is_transactional() && self.active.contains(&batch.producer_id()))
+    }
+}
+
 /// Most bytes a marker's records section may decompress to when parsed.
 const MARKER_DECOMPRESSED_BYTES_MAX: usize = 4096;
 
@@ -228,6 +274,40 @@ mod tests {
         two.attributes = CONTROL_ATTRIBUTES;
         let two = RecordBatch::parse(two.encode()).unwrap();
         assert!(parse_marker(&two).is_err(), "two records");
+    }
+
+    #[test]
+    fn the_aborted_filter_drops_aborted_transactions_and_every_marker() {
+        use crate::batch::{stamp_base_offset, ATTR_TRANSACTIONAL};
+        let at = |bytes: Bytes, offset: i64| {
+            let mut b = bytes.to_vec();
+            stamp_base_offset(&mut b, offset);
+            RecordBatch::parse(Bytes::from(b)).unwrap()
+        };
+        let data = |producer: i64, transactional: bool| {
+            let mut b = CraftedBatch::honest(5, &[b"x"]);
+            (b.producer_id, b.producer_epoch, b.base_sequence) = (producer, 0, 0);
+            if transactional {
+                b.attributes = ATTR_TRANSACTIONAL;
+            }
+            b.encode()
+        };
+        // 0 p1 (aborted), 1 p2 (committed), 2 plain, 3 p1 ABORT, 4 p2 COMMIT, 5 p1 (new, kept).
+        let log = [
+            at(data(1, true), 0),
+            at(data(2, true), 1),
+            at(data(-1, false), 2),
+            at(encode_marker(1, 0, MarkerType::Abort, 0, 5), 3),
+            at(encode_marker(2, 0, MarkerType::Commit, 0, 5), 4),
+            at(data(1, true), 5),
+        ];
+        let mut filter = AbortedFilter::new([(1, 0)]);
+        let kept: Vec<i64> = log
+            .iter()
+            .filter(|b| filter.keep(b))
+            .map(|b| b.base_offset())
+            .collect();
+        assert_eq!(kept, vec![1, 2, 5]);
     }
 
     fn marker_type() -> impl Strategy<Value = MarkerType> {
