@@ -44,6 +44,25 @@ impl Records {
         }
     }
 
+    /// The offset after the last batch (`None` when there is none): every record from the
+    /// requested offset up to it is in the records.
+    pub(crate) fn end_offset(&self) -> Option<i64> {
+        match self {
+            Records::File(range) => Some(range.slice.next_offset),
+            Records::Bytes(bytes) => {
+                let (mut rest, mut end) = (&bytes[..], None);
+                while let Some(header) = tinymq_protocol::batch::BatchHeader::new(rest) {
+                    end = Some(header.last_offset().saturating_add(1));
+                    match tinymq_protocol::batch::batch_size(rest) {
+                        Ok(Some(size)) if size <= rest.len() => rest = &rest[size..],
+                        _ => break,
+                    }
+                }
+                end
+            }
+        }
+    }
+
     /// Records in the batches (the offsets they span), for metrics: from the slice for a file
     /// range, from the batch headers (no record is decoded) for bytes read into memory.
     pub(crate) fn record_count(&self) -> u64 {
@@ -170,12 +189,14 @@ pub(crate) fn encode(
     .expect("BytesMut grows");
     for (mut head, records) in results {
         head.records = Bytes::new();
-        // Fields after `records` (7, 8, 9, 10) are encoded after them.
+        // Fields after `records` (7 to 12) are encoded after them.
         let tail = m::FetchPartitionResult {
             current_leader: std::mem::take(&mut head.current_leader),
             diverging_epoch: head.diverging_epoch.take(),
             log_end_offset: std::mem::take(&mut head.log_end_offset),
             next_offset: std::mem::take(&mut head.next_offset),
+            last_stable_offset: std::mem::take(&mut head.last_stable_offset),
+            aborted_transactions: std::mem::take(&mut head.aborted_transactions),
             ..Default::default()
         };
         let records_len = records.len() as u64;
@@ -232,6 +253,13 @@ mod tests {
             log_end_offset: i64::from(n % 3) * 300,
             // Filtered fetches only; a large value takes a 9-byte varint.
             next_offset: [0, 5, 1 << 40][n as usize % 3],
+            last_stable_offset: [0, -1, 1 << 33][n as usize % 3],
+            aborted_transactions: (0..n % 3)
+                .map(|i| m::AbortedTransaction {
+                    producer_id: i64::from(i) + 7,
+                    first_offset: i64::from(n) * 100,
+                })
+                .collect(),
         }
     }
 

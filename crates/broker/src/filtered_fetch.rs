@@ -12,19 +12,25 @@
 //! matched (its `min_bytes` counts as one byte: matched records cannot be held back for more
 //! without being scanned again), when a scan stopped before the high watermark (more is
 //! there to scan), or when the wait ends, then with `next_offset` past everything scanned.
+//!
+//! Under read committed the scan stops at the last stable offset, and the records of aborted
+//! transactions and every control batch are dropped before the filter sees them (the
+//! consumer gets no aborted list to apply: what it gets is what it may show).
 
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use tinymq_filter::{select, Filter, RecordFields, SelectOptions};
+use tinymq_protocol::batch::control::AbortedFilter;
 use tinymq_protocol::batch::{
-    BatchHeader, ATTR_COMPRESSION_MASK, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
+    BatchHeader, BatchIter, ATTR_COMPRESSION_MASK, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT,
 };
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use crate::fetch_frame::Records;
+use crate::partition::Partition;
 use crate::service::fetch::{read_each, PartitionReader};
-use crate::service::read::{consumer_partition, read_partition, PartitionRead};
+use crate::service::read::{consumer_partition, read_partition_below, Isolation, PartitionRead};
 use crate::state::BrokerState;
 
 /// Most bytes of log one filtered fetch reads, over all its partitions (32 MiB: about 10 ms
@@ -38,11 +44,15 @@ pub(crate) const FILTERED_READ_CHUNK_BYTES: usize = 1 << 20;
 pub(crate) struct FilterScan {
     pub filter: Arc<Filter>,
     pub positions: Vec<i64>,
+    pub isolation: Isolation,
 }
 
 /// The filter of a fetch request: `None` without one; refused on a replica fetch, and when it
 /// does not parse (INVALID_FILTER with the parser's message, column included).
-pub(crate) fn request_filter(req: &m::FetchRequest) -> Result<Option<FilterScan>, m::Error> {
+pub(crate) fn request_filter(
+    req: &m::FetchRequest,
+    isolation: Isolation,
+) -> Result<Option<FilterScan>, m::Error> {
     if req.filter.is_empty() {
         return Ok(None);
     }
@@ -55,6 +65,7 @@ pub(crate) fn request_filter(req: &m::FetchRequest) -> Result<Option<FilterScan>
     Ok(Some(FilterScan {
         filter: Arc::new(filter),
         positions: req.partitions.iter().map(|p| p.offset).collect(),
+        isolation,
     }))
 }
 
@@ -79,7 +90,11 @@ impl PartitionReader for FilterScan {
         let mut scan_left = FILTERED_FETCH_SCAN_BYTES_MAX;
         read_each(req, budget, |i, fp, left| {
             let position = self.positions.get(i).copied().unwrap_or(fp.offset);
-            read_filtered(state, fp, position, left, &self.filter, &mut scan_left)
+            let scan = Scan {
+                filter: &self.filter,
+                isolation: self.isolation,
+            };
+            read_filtered(state, fp, position, left, scan, &mut scan_left)
         })
     }
 
@@ -90,7 +105,7 @@ impl PartitionReader for FilterScan {
 
     fn answer_now(&mut self, results: &[PartitionRead]) -> bool {
         self.advance(results);
-        answer_now(results)
+        answer_now(results, self.isolation)
     }
 
     fn answered(
@@ -105,10 +120,21 @@ impl PartitionReader for FilterScan {
 
 /// Whether a filtered fetch should answer now rather than wait for new data: something
 /// matched, or a scan stopped before the high watermark (the scan budget ran out).
-fn answer_now(results: &[PartitionRead]) -> bool {
+/// (Under read committed, before the last stable offset: records at and past it wait for
+/// their transactions to end, as an unfiltered read-committed fetch waits.)
+fn answer_now(results: &[PartitionRead], isolation: Isolation) -> bool {
     results.iter().any(|(result, records)| {
-        records.len() > 0 || (result.error.is_none() && result.next_offset < result.high_watermark)
+        records.len() > 0
+            || (result.error.is_none() && result.next_offset < isolation.limit(result))
     })
+}
+
+/// What a filtered read keeps: the filter's records, and under read committed only those of
+/// decided, not aborted, transactions.
+#[derive(Clone, Copy)]
+pub(crate) struct Scan<'a> {
+    pub filter: &'a Filter,
+    pub isolation: Isolation,
 }
 
 /// One partition of a filtered fetch from `position`: the matching records of whole batches
@@ -119,7 +145,7 @@ pub(crate) fn read_filtered(
     fp: &m::FetchPartition,
     position: i64,
     budget: usize,
-    filter: &Filter,
+    scan: Scan<'_>,
     scan_left: &mut usize,
 ) -> PartitionRead {
     let (mut result, partition) = match consumer_partition(state, fp) {
@@ -135,11 +161,12 @@ pub(crate) fn read_filtered(
     let mut kept: Vec<Bytes> = Vec::new();
     let mut kept_bytes = 0usize;
     let mut next = position;
-    while next < result.high_watermark && kept_bytes < limit && *scan_left > 0 {
+    let below = scan.isolation.limit(&result);
+    while next < below && kept_bytes < limit && *scan_left > 0 {
         let chunk_max = FILTERED_READ_CHUNK_BYTES
             .min(limit - kept_bytes)
             .min(*scan_left);
-        let chunk = match read_partition(&partition, next, chunk_max) {
+        let chunk = match read_partition_below(&partition, next, chunk_max, below) {
             Ok(chunk) if !chunk.is_empty() => chunk,
             Ok(_) => break,
             Err(e) => {
@@ -152,7 +179,13 @@ pub(crate) fn read_filtered(
             }
         };
         *scan_left = scan_left.saturating_sub(chunk.len());
-        let selection = match select_chunk(&chunk, next, filter) {
+        let chunk_end = chunk_end_offset(&chunk, next);
+        let selected = match scan.isolation {
+            Isolation::ReadUncommitted => Ok(chunk),
+            Isolation::ReadCommitted => committed_only(&partition, chunk, next, chunk_end),
+        }
+        .and_then(|chunk| select_chunk(&chunk, next, scan.filter));
+        let selection = match selected {
             Ok(selection) => selection,
             Err(e) => {
                 if next == position {
@@ -161,10 +194,12 @@ pub(crate) fn read_filtered(
                 break;
             }
         };
-        if selection.next_offset <= next {
+        // Batches dropped as aborted (or control) still count as read.
+        let read_to = selection.next_offset.max(chunk_end);
+        if read_to <= next {
             break; // no whole batch in the chunk: nothing more to read here
         }
-        next = selection.next_offset;
+        next = read_to;
         if !selection.records.is_empty() {
             kept_bytes += selection.records.len();
             kept.push(selection.records);
@@ -172,6 +207,44 @@ pub(crate) fn read_filtered(
     }
     result.next_offset = next;
     (result, Records::Bytes(join(kept, kept_bytes)))
+}
+
+/// The offset after the last whole batch of `chunk` (`from` when there is none).
+fn chunk_end_offset(chunk: &[u8], from: i64) -> i64 {
+    let (mut rest, mut end) = (chunk, from);
+    while let Some(header) = BatchHeader::new(rest) {
+        match tinymq_protocol::batch::batch_size(rest) {
+            Ok(Some(size)) if size <= rest.len() => {
+                end = end.max(header.last_offset().saturating_add(1));
+                rest = &rest[size..];
+            }
+            _ => break,
+        }
+    }
+    end
+}
+
+/// The batches of `chunk` (read from `from`, ending at `end`) a read-committed consumer may
+/// see: no control batch, no batch of an aborted transaction (the partition's aborted list for
+/// the range, applied by Kafka's rule). Copied only when something is dropped.
+fn committed_only(
+    partition: &Partition,
+    chunk: Bytes,
+    from: i64,
+    end: i64,
+) -> Result<Bytes, m::Error> {
+    let mut aborted = AbortedFilter::new(partition.aborted_in_range(from, end));
+    let mut kept = BytesMut::new();
+    let mut dropped = false;
+    for batch in BatchIter::new(chunk.clone()) {
+        let batch = batch.map_err(|e| ErrorCode::CORRUPT_MESSAGE.with_message(e.to_string()))?;
+        if aborted.keep(&batch) {
+            kept.extend_from_slice(batch.as_bytes());
+        } else {
+            dropped = true;
+        }
+    }
+    Ok(if dropped { kept.freeze() } else { chunk })
 }
 
 /// The parts back to back, copied only when there are several.

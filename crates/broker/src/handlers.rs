@@ -15,7 +15,7 @@ use crate::service::fetch::{
     long_poll, read_each, refused, FetchAnswer, FetchHold, PartitionReader,
 };
 use crate::service::read::{
-    count_consumed, list_partition_offset, read_for_consumer, PartitionRead,
+    count_consumed, list_partition_offset, read_for_consumer, Isolation, PartitionRead,
 };
 use crate::service::{blocking, leader_hint, too_many_partitions};
 use crate::state::BrokerState;
@@ -193,9 +193,11 @@ async fn await_producer_ids(state: &BrokerState, req: &m::ProduceRequest) {
         .await;
 }
 
-/// A consumer's reads: below the high watermark, waking when it moves.
+/// A consumer's reads: below the high watermark (the last stable offset under read
+/// committed), waking when it moves (a marker moving the last stable offset wakes the same
+/// watch).
 #[derive(Clone)]
-struct ConsumerReads;
+struct ConsumerReads(Isolation);
 
 impl PartitionReader for ConsumerReads {
     fn read(
@@ -205,7 +207,7 @@ impl PartitionReader for ConsumerReads {
         budget: usize,
     ) -> Vec<PartitionRead> {
         read_each(req, budget, |_, fp, left| {
-            read_for_consumer(state, fp, left)
+            read_for_consumer(state, fp, left, self.0)
         })
     }
 
@@ -231,13 +233,19 @@ pub(crate) async fn fetch(
     if let Some(refusal) = too_many_partitions(req.partitions.len()) {
         return refused(refusal);
     }
-    match crate::filtered_fetch::request_filter(&req) {
+    // Followers read every batch whatever the level they send.
+    let isolation = match Isolation::of(req.isolation_level) {
+        Ok(isolation) => isolation,
+        Err(_) if req.replica_id != 0 => Isolation::ReadUncommitted,
+        Err(refusal) => return refused(refusal),
+    };
+    match crate::filtered_fetch::request_filter(&req, isolation) {
         Err(refusal) => refused(refusal),
         Ok(Some(scan)) => long_poll(state, req, turns, scan, stats).await,
         Ok(None) if req.replica_id != 0 => {
             crate::replica::serve::fetch(state, req, turns, stats).await
         }
-        Ok(None) => long_poll(state, req, turns, ConsumerReads, stats).await,
+        Ok(None) => long_poll(state, req, turns, ConsumerReads(isolation), stats).await,
     }
 }
 
@@ -251,6 +259,15 @@ pub async fn list_offsets(
             partitions: vec![],
         };
     }
+    let isolation = match Isolation::of(req.isolation_level) {
+        Ok(isolation) => isolation,
+        Err(refusal) => {
+            return m::ListOffsetsResponse {
+                error: Some(refusal),
+                partitions: vec![],
+            }
+        }
+    };
     let result = blocking(move || {
         req.partitions
             .into_iter()
@@ -271,7 +288,7 @@ pub async fn list_offsets(
                         return out;
                     }
                 };
-                match list_partition_offset(&p, lp.timestamp) {
+                match list_partition_offset(&p, lp.timestamp, isolation) {
                     Ok((offset, timestamp)) => (out.offset, out.timestamp) = (offset, timestamp),
                     Err(e) => out.error = Some(e),
                 }

@@ -28,6 +28,7 @@ mod join;
 mod legacy;
 mod offsets_partitions;
 pub mod partition;
+pub mod partition_txns;
 pub mod producer_state;
 pub mod quota;
 mod reconcile;

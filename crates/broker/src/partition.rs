@@ -1,6 +1,7 @@
-//! A partition on this broker: its log, its idempotent-producer state, and the high watermark
-//! that consumers wait on. Methods that touch the disk block (call them from blocking threads),
-//! except [`Partition::try_append`] and the async ones, which are for async tasks.
+//! A partition on this broker: its log, its idempotent-producer and transaction state, and
+//! the high watermark that consumers wait on. Methods that touch the disk block (call them
+//! from blocking threads), except [`Partition::try_append`] and the async ones, which are for
+//! async tasks. Transaction markers and read-committed bounds are in [`txn`].
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,8 +19,12 @@ use tinymq_protocol::ErrorCode;
 use tinymq_storage::{OsStorage, Storage};
 use tokio::sync::watch;
 
+use crate::partition_txns::TxnError;
 use crate::producer_state::{BatchIdentity, ProducerStateTable, SequenceCheck, SequenceError};
 use crate::topic::TopicSettings;
+
+pub mod txn;
+pub use txn::MarkerWrite;
 
 /// File beside the segments holding the producer state as of a clean close.
 const PRODUCER_STATE_FILE: &str = "producer-state.json";
@@ -57,6 +62,12 @@ impl From<SequenceError> for PartitionError {
             SequenceError::UnknownProducer { .. } => ErrorCode::UNKNOWN_PRODUCER_ID,
         };
         PartitionError::new(code, e.to_string())
+    }
+}
+
+impl From<TxnError> for PartitionError {
+    fn from(e: TxnError) -> PartitionError {
+        PartitionError::new(ErrorCode::LIMIT_EXCEEDED, e.to_string())
     }
 }
 
@@ -235,9 +246,18 @@ impl Partition {
         if (was.retention_age, was.retention_bytes)
             != (wanted.retention_age, wanted.retention_bytes)
         {
-            self.log.apply_retention()?;
+            self.apply_retention()?;
         }
         Ok(())
+    }
+
+    /// Deletes segments past the retention limits, and forgets the aborted transactions whose
+    /// markers went with them. Blocks on disk I/O.
+    pub fn apply_retention(&self) -> Result<tinymq_log::RetentionReport, LogError> {
+        let report = self.log.apply_retention()?;
+        let start = self.log.log_start_offset();
+        self.producers.lock().trim_txns_below(start);
+        Ok(report)
     }
 
     /// The end of what consumers may read: under `always`, what is fsynced; otherwise what is
@@ -356,6 +376,10 @@ impl Partition {
                 leader_epoch: context.leader_epoch,
             }));
         }
+        let transactional = checked.batch.is_transactional();
+        if transactional {
+            producers.txns().check_data(identity.producer_id)?;
+        }
         let epoch = context.leader_epoch as i32;
         let info = if may_block {
             self.log.write_batch(&checked.batch, epoch)?
@@ -365,7 +389,13 @@ impl Partition {
                 None => return Ok(None),
             }
         };
-        producers.record(identity, info.base_offset, info.last_offset, context.now_ms);
+        producers.record_batch(
+            identity,
+            transactional,
+            info.base_offset,
+            info.last_offset,
+            context.now_ms,
+        );
         drop(producers);
         // Commits written to the offsets topic are not produced records.
         if !tinymq_meta::image::is_internal_topic(&self.topic) {
@@ -677,7 +707,7 @@ pub(crate) fn identity_of(batch: &RecordBatch) -> BatchIdentity {
 }
 
 /// The producer fields of a batch header read from the log, with its base and last offsets.
-fn identity_of_header(header: BatchHeader<'_>) -> (BatchIdentity, i64, i64) {
+pub(crate) fn identity_of_header(header: BatchHeader<'_>) -> (BatchIdentity, i64, i64) {
     let identity = BatchIdentity {
         producer_id: header.producer_id(),
         producer_epoch: header.producer_epoch(),
@@ -688,7 +718,8 @@ fn identity_of_header(header: BatchHeader<'_>) -> (BatchIdentity, i64, i64) {
 }
 
 /// Loads the snapshot saved at the last clean close (if it still matches the log) and replays
-/// the batch headers written after it.
+/// the batch headers written after it: producers' sequences and epochs, and the transactions
+/// their transactional batches open and their markers close.
 pub(crate) fn rebuild_producer_state(
     storage: &dyn Storage,
     log: &PartitionLog,
@@ -710,15 +741,16 @@ pub(crate) fn rebuild_producer_state(
     let now = now_ms();
     if offset < end {
         // Headers only: the producer fields are all there, and reading (and CRC-checking)
-        // every record of a large log after a crash would make it slow to serve again.
+        // every record of a large log after a crash would make it slow to serve again. A
+        // marker's type is in its one record: that batch (a few dozen bytes) is read.
         log.for_each_batch_header(offset, |header| {
-            let (identity, base, last) = identity_of_header(header);
             // The time of the write is not in the log (record timestamps are the
             // producer's): a producer found here counts as having written at the restart,
             // so a crash never shortens how long its retries are recognised.
-            table.record(&identity, base, last, now);
+            txn::replay_header(&mut table, log, header, now);
         })?;
     }
+    table.trim_txns_below(start);
     table.expire(now);
     Ok(table)
 }

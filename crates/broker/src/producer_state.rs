@@ -13,13 +13,31 @@
 //!   and is answered with the offsets it got the first time;
 //! - otherwise its first sequence must follow the last one written (`OUT_OF_ORDER_SEQUENCE`).
 //!
+//! - a transaction marker carries the producer's epoch: one below the known epoch is fenced
+//!   (`INVALID_PRODUCER_EPOCH`); a higher one replaces it, as a batch in that epoch would, so
+//!   the producer's next batch starts at sequence 0.
+//!
 //! The table is bounded: a producer not heard from for [`PRODUCER_ID_EXPIRATION_MS`] is
 //! forgotten (Kafka's `producer.id.expiration.ms`), and past [`PRODUCERS_PER_PARTITION_MAX`]
-//! the producer whose last batch is earliest in the log is forgotten to make room.
+//! the producer whose last batch is earliest in the log is forgotten to make room. A producer
+//! with an open transaction here is never forgotten (as in Kafka): its marker must find it.
+//! When every remembered producer has one, the table takes one producer more than the bound
+//! (the next new one replaces it); open transactions are themselves bounded
+//! (`partition_txns`).
+//!
+//! The table also holds the partition's transactions ([`PartitionTxns`]), kept with the
+//! producers because both are applied from the same batches, snapshotted together and rebuilt
+//! together from the log.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
+use tinymq_protocol::batch::control::MarkerType;
+
+use crate::partition_txns::{PartitionTxns, OPEN_TXNS_PER_PARTITION_MAX};
+
+// Every open transaction pins its producer here, so the two bounds are one.
+const _: () = assert!(OPEN_TXNS_PER_PARTITION_MAX == PRODUCERS_PER_PARTITION_MAX);
 
 /// How many recent batches are remembered per producer: as many as a client may have in
 /// flight, so any retry of an in-flight batch is recognised.
@@ -101,6 +119,9 @@ pub enum SequenceError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open and aborted transactions (absent from snapshots written before transactions).
+    #[serde(default)]
+    txns: PartitionTxns,
     /// (last offset written, producer id) of every producer: the least recent writer first,
     /// so that eviction never scans the table. Derived from `producers`; rebuilt after a
     /// snapshot is loaded.
@@ -129,6 +150,98 @@ impl ProducerStateTable {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// The partition's transactions.
+    pub fn txns(&self) -> &PartitionTxns {
+        &self.txns
+    }
+
+    /// Forgets aborted transactions below the log start (after retention moved it).
+    pub fn trim_txns_below(&mut self, log_start_offset: i64) {
+        self.txns.trim_below(log_start_offset);
+    }
+
+    /// The producer's epoch here, if it is remembered.
+    pub fn epoch(&self, producer_id: i64) -> Option<i16> {
+        self.producers.get(&producer_id).map(|e| e.epoch)
+    }
+
+    /// Whether a marker of `producer_id` in `producer_epoch` may be written: not below the
+    /// epoch this partition knows (that producer has been fenced by a newer instance).
+    pub fn check_marker(&self, producer_id: i64, producer_epoch: i16) -> Result<(), SequenceError> {
+        match self.producers.get(&producer_id) {
+            Some(entry) if producer_epoch < entry.epoch => Err(SequenceError::StaleEpoch {
+                producer_id,
+                got: producer_epoch,
+                current: entry.epoch,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a marker written at `offset`: the producer takes its epoch (a higher one
+    /// restarts its sequences, as a batch in a new epoch does; a lower one, which the leader
+    /// refuses, changes nothing), and its open transaction here is closed.
+    pub fn record_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        offset: i64,
+        marker: MarkerType,
+        now_ms: i64,
+    ) {
+        if producer_id < 0 {
+            return;
+        }
+        self.txns.apply_marker(producer_id, offset, marker);
+        self.make_room(producer_id, now_ms);
+        let is_new = !self.producers.contains_key(&producer_id);
+        let entry = self.producers.entry(producer_id).or_default();
+        self.by_recency.remove(&recency_key(producer_id, entry));
+        if is_new || producer_epoch > entry.epoch {
+            entry.epoch = producer_epoch;
+            entry.batches.clear();
+        }
+        entry.last_write_ms = entry.last_write_ms.max(now_ms);
+        self.by_recency.insert(recency_key(producer_id, entry));
+    }
+
+    /// [`ProducerStateTable::record`] for a batch that may be transactional: a transactional
+    /// one also opens (or extends) its producer's transaction here.
+    pub fn record_batch(
+        &mut self,
+        batch: &BatchIdentity,
+        transactional: bool,
+        base_offset: i64,
+        last_offset: i64,
+        now_ms: i64,
+    ) {
+        if transactional && batch.producer_id >= 0 {
+            self.txns.apply_data(
+                batch.producer_id,
+                batch.producer_epoch,
+                base_offset,
+                last_offset,
+            );
+        }
+        self.record(batch, base_offset, last_offset, now_ms);
+    }
+
+    /// Expires producers (at most once a minute) and, when the table is full and
+    /// `producer_id` is not in it, forgets the least recent writer.
+    fn make_room(&mut self, producer_id: i64, now_ms: i64) {
+        if self.by_recency.len() != self.producers.len() {
+            self.reindex();
+        }
+        if now_ms.saturating_sub(self.last_expiry_check_ms) >= EXPIRY_CHECK_INTERVAL_MS {
+            self.expire(now_ms);
+        }
+        if !self.producers.contains_key(&producer_id)
+            && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
+        {
+            self.evict_least_recent();
+        }
     }
 
     pub fn check(&self, batch: &BatchIdentity) -> Result<SequenceCheck, SequenceError> {
@@ -182,17 +295,7 @@ impl ProducerStateTable {
         if batch.producer_id < 0 {
             return;
         }
-        if self.by_recency.len() != self.producers.len() {
-            self.reindex();
-        }
-        if now_ms.saturating_sub(self.last_expiry_check_ms) >= EXPIRY_CHECK_INTERVAL_MS {
-            self.expire(now_ms);
-        }
-        if !self.producers.contains_key(&batch.producer_id)
-            && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
-        {
-            self.evict_least_recent();
-        }
+        self.make_room(batch.producer_id, now_ms);
         let entry = self.producers.entry(batch.producer_id).or_default();
         self.by_recency
             .remove(&recency_key(batch.producer_id, entry));
@@ -222,13 +325,15 @@ impl ProducerStateTable {
             .collect();
     }
 
-    /// Forgets every producer that has not written for [`PRODUCER_ID_EXPIRATION_MS`].
+    /// Forgets every producer that has not written for [`PRODUCER_ID_EXPIRATION_MS`] and has
+    /// no open transaction here.
     pub fn expire(&mut self, now_ms: i64) {
         self.last_expiry_check_ms = now_ms;
         let before = self.producers.len();
-        let by_recency = &mut self.by_recency;
+        let (by_recency, txns) = (&mut self.by_recency, &self.txns);
         self.producers.retain(|id, e| {
-            let keep = now_ms.saturating_sub(e.last_write_ms) < PRODUCER_ID_EXPIRATION_MS;
+            let keep = now_ms.saturating_sub(e.last_write_ms) < PRODUCER_ID_EXPIRATION_MS
+                || txns.is_open(*id);
             if !keep {
                 by_recency.remove(&recency_key(*id, e));
             }
@@ -241,13 +346,21 @@ impl ProducerStateTable {
     }
 
     /// Forgets the producer whose last batch is earliest in the log: the least recent writer,
-    /// known without a clock (so the order is the same after a rebuild from the log).
+    /// known without a clock (so the order is the same after a rebuild from the log). Producers
+    /// with an open transaction are passed over (there are at most
+    /// [`PRODUCERS_PER_PARTITION_MAX`] of them); when every one has one, nobody is forgotten.
     fn evict_least_recent(&mut self) {
-        if let Some((_, id)) = self.by_recency.pop_first() {
+        let victim = self
+            .by_recency
+            .iter()
+            .find(|(_, id)| !self.txns.is_open(*id))
+            .copied();
+        if let Some(key @ (_, id)) = victim {
             tracing::debug!(
                 producer = id,
                 "producer table full; forgetting the least recent"
             );
+            self.by_recency.remove(&key);
             self.producers.remove(&id);
         }
     }
@@ -360,6 +473,70 @@ mod tests {
         let mut table = ProducerStateTable::default();
         table.record(&id(0, i32::MAX - 1, i32::MAX), 0, 1, NOW);
         assert_eq!(table.check(&id(0, 0, 3)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn markers_fence_lower_epochs_and_a_higher_one_restarts_sequences() {
+        let mut table = ProducerStateTable::default();
+        table.record_batch(&id(2, 0, 4), true, 0, 4, NOW);
+        assert!(table.txns().is_open(7));
+        assert!(matches!(
+            table.check_marker(7, 1),
+            Err(SequenceError::StaleEpoch { current: 2, .. })
+        ));
+        assert!(table.check_marker(7, 2).is_ok());
+        assert!(table.check_marker(99, 0).is_ok(), "unknown producers pass");
+        // Same epoch: the sequence continues after the marker.
+        table.record_marker(7, 2, 5, MarkerType::Commit, NOW);
+        assert!(!table.txns().is_open(7));
+        assert_eq!(table.check(&id(2, 5, 5)), Ok(SequenceCheck::Append));
+        // A bumped epoch (the coordinator's abort after a timeout): the old epoch is fenced
+        // and the next batch starts at 0.
+        table.record_batch(&id(2, 5, 5), true, 6, 6, NOW);
+        table.record_marker(7, 3, 7, MarkerType::Abort, NOW);
+        assert_eq!(table.epoch(7), Some(3));
+        assert!(matches!(
+            table.check(&id(2, 6, 6)),
+            Err(SequenceError::StaleEpoch { .. })
+        ));
+        assert!(matches!(
+            table.check(&id(3, 6, 6)),
+            Err(SequenceError::OutOfOrder { expected: 0, .. })
+        ));
+        assert_eq!(table.check(&id(3, 0, 0)), Ok(SequenceCheck::Append));
+        assert_eq!(table.txns().aborted_in_range(0, 10), vec![(7, 6)]);
+    }
+
+    #[test]
+    fn a_producer_with_an_open_transaction_is_neither_expired_nor_evicted() {
+        let mut table = ProducerStateTable::default();
+        table.record_batch(&of(1), true, 0, 0, NOW);
+        table.record(&of(2), 1, 1, NOW);
+        table.expire(NOW + 2 * PRODUCER_ID_EXPIRATION_MS);
+        assert_eq!(table.len(), 1);
+        assert_eq!(
+            table.epoch(1),
+            Some(0),
+            "kept while its transaction is open"
+        );
+        let mut full = ProducerStateTable::default();
+        full.record_batch(&of(0), true, 0, 0, NOW);
+        for p in 1..PRODUCERS_PER_PARTITION_MAX as i64 {
+            full.record(&of(p), p, p, NOW);
+        }
+        full.record(&of(100_000), 20_000, 20_000, NOW);
+        assert_eq!(full.len(), PRODUCERS_PER_PARTITION_MAX);
+        assert!(
+            full.epoch(0).is_some(),
+            "the least recent, but in a transaction"
+        );
+        assert!(full.epoch(1).is_none(), "the least recent without one");
+        full.record_marker(0, 0, 20_001, MarkerType::Commit, NOW);
+        full.record(&of(100_001), 20_002, 20_002, NOW);
+        assert!(
+            full.epoch(0).is_none(),
+            "evictable once its transaction ended"
+        );
     }
 
     fn of(producer_id: i64) -> BatchIdentity {

@@ -398,7 +398,7 @@ async fn retention_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         let partitions = state.all_partitions();
         let _ = tokio::task::spawn_blocking(move || {
             for p in partitions {
-                if let Err(e) = p.log.apply_retention() {
+                if let Err(e) = p.apply_retention() {
                     tracing::error!(topic = %p.topic, partition = p.index, error = %e, "retention failed");
                 }
             }

@@ -15,7 +15,16 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tinymq_client::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
+use tinymq_client::{
+    Consumer, ConsumerConfig, ConsumerRecord, Isolation, StartFrom, UnavailablePartition,
+};
+
+/// `--isolation`: Kafka's `isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum IsolationArg {
+    ReadUncommitted,
+    ReadCommitted,
+}
 
 use crate::codec::{self, Encoding};
 use crate::Bootstrap;
@@ -74,6 +83,12 @@ pub struct ConsumeArgs {
     /// skips the others; positions still move past them.
     #[arg(long)]
     pub(crate) filter: Option<String>,
+    /// read-uncommitted: every record (open and aborted transactions' too); read-committed:
+    /// only records of committed transactions (and outside any), up to the last stable offset.
+    /// Transaction markers are never printed.
+    #[arg(long, value_enum, default_value = "read-uncommitted",
+          conflicts_with_all = ["share_group"])]
+    pub(crate) isolation: IsolationArg,
     /// Consume as a member of this share group (queue semantics, docs/queues.md): records are
     /// handed out one by one under a lock, and each printed record is accepted.
     #[arg(long, conflicts_with_all = ["group", "offset", "partition", "from_beginning"])]
@@ -248,6 +263,10 @@ pub async fn run(args: ConsumeArgs) -> anyhow::Result<()> {
     // Broker-side: the consumer checks it (a refusal names the column) and sends it with
     // every fetch; positions and group commits move past the records it skips.
     config.filter = args.filter.clone();
+    config.isolation = match args.isolation {
+        IsolationArg::ReadUncommitted => Isolation::ReadUncommitted,
+        IsolationArg::ReadCommitted => Isolation::ReadCommitted,
+    };
     let mut consumer = Consumer::new(config)?;
     match &args.group {
         Some(group) => consumer.subscribe(group, &[&args.topic]).await?,

@@ -346,6 +346,7 @@ fn rows() -> Vec<Row> {
                             partition: 0,
                             timestamp: -1,
                         }],
+                        isolation_level: 0,
                     }
                 )
                 .await,

@@ -201,6 +201,7 @@ fn three_metaservers_and_three_brokers_place_route_fail_over_and_grow() {
             partition: index,
             timestamp: -1,
         }],
+        isolation_level: 0,
     });
     let result = &answer.partitions[0];
     assert_eq!(

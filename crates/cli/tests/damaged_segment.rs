@@ -335,6 +335,7 @@ fn an_unopenable_partition_answers_storage_error_and_the_others_are_served() {
                 partition: 1,
                 timestamp: -1,
             }],
+            isolation_level: 0,
         })
         .partitions
         .remove(0);

@@ -43,6 +43,7 @@ fn log_end(c: &mut RawClient) -> i64 {
             partition: 0,
             timestamp: -1,
         }],
+        isolation_level: 0,
     });
     let p = &response.partitions[0];
     assert!(p.error.is_none(), "{:?}", p.error);
@@ -141,7 +142,7 @@ fn hostile_cases(allocated_id: i64) -> Vec<Case> {
             code: ErrorCode::INVALID_RECORD,
         },
         Case {
-            name: "transactional bit",
+            name: "transactional bit without idempotence",
             batch: with(&|b| b.attributes = ATTR_TRANSACTIONAL),
             code: ErrorCode::INVALID_RECORD,
         },

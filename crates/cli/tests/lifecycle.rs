@@ -146,6 +146,7 @@ fn latest_offsets(addr: &str, topic: &str, partitions: u32) -> Result<Vec<i64>, 
                 timestamp: -1,
             })
             .collect(),
+        isolation_level: 0,
     });
     answer
         .partitions

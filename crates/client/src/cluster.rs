@@ -322,6 +322,19 @@ impl Cluster {
         partition: u32,
         timestamp: i64,
     ) -> Result<i64, ClientError> {
+        self.list_offset_isolated(topic, partition, timestamp, 0)
+            .await
+    }
+
+    /// [`Cluster::list_offset`] under `isolation_level` (1 = read committed: latest is the
+    /// last stable offset).
+    pub async fn list_offset_isolated(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp: i64,
+        isolation_level: u32,
+    ) -> Result<i64, ClientError> {
         let connection = self.leader(topic, partition).await?;
         let request = m::ListOffsetsRequest {
             partitions: vec![m::ListOffsetsPartition {
@@ -329,6 +342,7 @@ impl Cluster {
                 partition,
                 timestamp,
             }],
+            isolation_level,
         };
         // A read: giving it up when the leader moved is always safe.
         let watched = [(topic.to_string(), partition)];

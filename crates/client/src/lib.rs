@@ -25,7 +25,9 @@ pub use admin::{
 };
 pub use cluster::{ClientConfig, Cluster};
 pub use connection::{Connection, SplitBody};
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, StartFrom, UnavailablePartition};
+pub use consumer::{
+    Consumer, ConsumerConfig, ConsumerRecord, Isolation, StartFrom, UnavailablePartition,
+};
 pub use error::ClientError;
 pub use group::GroupEvent;
 pub use producer::{

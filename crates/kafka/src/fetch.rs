@@ -6,15 +6,18 @@
 //! No fetch sessions (KIP-227): every answer says session 0, which tells a client that no
 //! session was created, so it keeps sending full fetches; a request naming a session we never
 //! handed out gets FETCH_SESSION_ID_NOT_FOUND. Kafka's byte bounds are applied to the native
-//! answer (see [`bounds`]). No transactions either: `isolation_level` is accepted, the last
-//! stable offset is the high watermark and no transaction is aborted.
+//! answer (see [`bounds`]). Transactions (KIP-98): `isolation_level` is passed through (1,
+//! read committed, reads below the last stable offset), and the native answer's last stable
+//! offset and aborted transactions are Kafka's (aborted transactions from v4, the oldest
+//! version served).
 
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError as K;
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, PartitionData,
 };
+use kafka_protocol::messages::ProducerId;
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use tinymq_protocol::{messages as m, OpCode};
 
@@ -91,6 +94,8 @@ fn plan(request: &FetchRequest) -> (Vec<(TopicName, Asked)>, m::FetchRequest) {
         max_bytes: u32::try_from(request.max_bytes).unwrap_or(0),
         partitions: Vec::new(),
         replica_id: 0,
+        // Kafka's 0 and 1 are the native ones; anything else the broker refuses.
+        isolation_level: u32::try_from(request.isolation_level).unwrap_or(u32::MAX),
     };
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
@@ -167,12 +172,21 @@ fn partition_data(
         }
     };
     let code = kafka_code_for(result.error.as_ref(), Resource::Topic);
+    let aborted = result
+        .aborted_transactions
+        .iter()
+        .map(|a| {
+            AbortedTransaction::default()
+                .with_producer_id(ProducerId(a.producer_id))
+                .with_first_offset(a.first_offset)
+        })
+        .collect();
     let mut data = data
         .with_error_code(code)
         .with_high_watermark(result.high_watermark)
-        // No transactions: every record below the high watermark is stable.
-        .with_last_stable_offset(result.high_watermark)
+        .with_last_stable_offset(result.last_stable_offset)
         .with_log_start_offset(result.log_start_offset)
+        .with_aborted_transactions(Some(aborted))
         .with_records(Some(result.records));
     if version >= 12 && code == K::NotLeaderOrFollower.code() {
         let named = u32::try_from(index)

@@ -1,6 +1,7 @@
-//! ListOffsets (v1..=7): latest (-1, the high watermark: with no transactions it is also the
-//! last stable offset), earliest (-2, the log start) and by timestamp (the first record at or
-//! after it), as native ListOffsets. -3 (the record with the largest timestamp, KIP-734) has
+//! ListOffsets (v1..=7): latest (-1: the high watermark, or under `isolation_level` 1, read
+//! committed, the last stable offset), earliest (-2, the log start) and by timestamp (the
+//! first record at or after it), as native ListOffsets with the isolation level passed
+//! through. -3 (the record with the largest timestamp, KIP-734) has
 //! no native counterpart: it is answered UNSUPPORTED_VERSION, as a Kafka broker too old for it
 //! would, so clients report it as unsupported.
 
@@ -94,7 +95,11 @@ pub(crate) async fn handle(
 fn plan(
     request: &ListOffsetsRequest,
 ) -> (Vec<(TopicName, Vec<(i32, Ask)>)>, m::ListOffsetsRequest) {
-    let mut native = m::ListOffsetsRequest::default();
+    let mut native = m::ListOffsetsRequest {
+        // Kafka's 0 and 1 are the native ones; anything else the broker refuses.
+        isolation_level: u32::try_from(request.isolation_level).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in &request.topics {
         let mut asks = Vec::with_capacity(topic.partitions.len());

@@ -47,6 +47,9 @@ pub struct FileSlice {
     pub len: u64,
     /// Records in the slice's batches (offsets they span), for metrics.
     pub records: u64,
+    /// The offset after the slice's last batch: its reader holds every record below it
+    /// from the requested offset on (read-committed fetches bound aborted transactions so).
+    pub next_offset: i64,
     /// The log's truncation count when the slice was taken.
     truncations: u64,
 }
@@ -176,7 +179,7 @@ impl PartitionLog {
                 .locate_once(offset, bytes_max, offset_limit, &mut truncations)
                 .and_then(|(found, log_start_offset, log_end_offset)| {
                     let records = match found {
-                        Some((snapshot, position, len, _)) => snapshot.read(position, len)?,
+                        Some((snapshot, position, len, _, _)) => snapshot.read(position, len)?,
                         None => Bytes::new(),
                     };
                     Ok(ReadResult {
@@ -206,13 +209,16 @@ impl PartitionLog {
             let outcome = self
                 .locate_once(offset, bytes_max, offset_limit, &mut truncations)
                 .map(|(found, log_start_offset, log_end_offset)| SliceRead {
-                    slice: found.map(|(snapshot, position, len, records)| FileSlice {
-                        file: snapshot.file,
-                        position,
-                        len,
-                        records,
-                        truncations,
-                    }),
+                    slice: found.map(
+                        |(snapshot, position, len, records, next_offset)| FileSlice {
+                            file: snapshot.file,
+                            position,
+                            len,
+                            records,
+                            next_offset,
+                            truncations,
+                        },
+                    ),
                     log_start_offset,
                     log_end_offset,
                 });
@@ -235,7 +241,7 @@ impl PartitionLog {
         bytes_max: usize,
         offset_limit: Option<i64>,
         truncations: &mut u64,
-    ) -> Result<(Option<(SegmentSnapshot, u64, u64, u64)>, i64, i64), LogError> {
+    ) -> Result<(Option<(SegmentSnapshot, u64, u64, u64, i64)>, i64, i64), LogError> {
         let (snapshot, log_start_offset, log_end_offset) = {
             let state = self.state.read();
             *truncations = state.truncations;
@@ -263,6 +269,7 @@ impl PartitionLog {
         let mut first_position = None;
         let mut total: u64 = 0;
         let mut records: u64 = 0;
+        let mut next_offset = offset;
         snapshot.walk(|meta| {
             if meta.last_offset < offset {
                 return true;
@@ -281,9 +288,11 @@ impl PartitionLog {
                 .saturating_sub(meta.base_offset)
                 .saturating_add(1);
             records = records.saturating_add(u64::try_from(spanned).unwrap_or(0));
+            next_offset = meta.last_offset.saturating_add(1);
             true
         })?;
-        let found = first_position.map(|position| (snapshot, position, total, records));
+        let found =
+            first_position.map(|position| (snapshot, position, total, records, next_offset));
         Ok((found, log_start_offset, log_end_offset))
     }
 

@@ -19,7 +19,7 @@ use tinymq_protocol::batch::{BatchIter, Compression, BATCH_MAGIC};
 
 use crate::partition::{now_ms, Partition, ProduceContext};
 use crate::service::append::write_partition;
-use crate::service::read::{list_partition_offset, read_partition};
+use crate::service::read::{list_partition_offset, read_partition, Isolation};
 use crate::topic::TopicSettings;
 
 mod seed;
@@ -178,7 +178,9 @@ impl Harness {
             Op::Fetch { offset, bytes_max } => self.fetch(offset, bytes_max),
             Op::ListOffsets(timestamp) => {
                 let p = self.partition();
-                if let Ok((offset, _)) = list_partition_offset(p, timestamp) {
+                if let Ok((offset, _)) =
+                    list_partition_offset(p, timestamp, Isolation::ReadUncommitted)
+                {
                     assert!(
                         offset <= p.high_watermark(),
                         "listed offset past the watermark"

@@ -159,6 +159,7 @@ pub(crate) fn replica_fetch_request(
         max_bytes: REPLICA_FETCH_BYTES_MAX,
         replica_id: me,
         partitions,
+        isolation_level: 0,
     }
 }
 

@@ -18,9 +18,8 @@ pub use crate::role::{leader, Role};
 
 use bytes::Bytes;
 use tinymq_log::LogError;
-use tinymq_protocol::batch::BatchIter;
 
-use crate::partition::{identity_of, now_ms, visible_end, Partition, PartitionError};
+use crate::partition::{now_ms, visible_end, Partition, PartitionError};
 use crate::role::leader::LeaderState;
 
 /// What a follower fetch needs to know about the follower's side of a partition.
@@ -101,24 +100,16 @@ impl Partition {
         }
     }
 
-    /// Appends batches fetched from the leader as they are, records their producers (so
-    /// retries stay exactly-once if this replica leads later), waits for the flush policy,
+    /// Appends batches fetched from the leader as they are, records their producers and
+    /// transactions (so retries stay exactly-once and read-committed fetches bounded if this
+    /// replica leads later), waits for the flush policy,
     /// and takes the leader's high watermark as far as this log reaches. Blocks.
     pub fn append_from_leader(&self, records: Bytes, leader_hw: i64) -> Result<(), PartitionError> {
         if !records.is_empty() {
             let info = self.log.append_replicated(&records)?;
-            let now = now_ms();
-            let mut producers = self.producers.lock();
-            for batch in BatchIter::new(records) {
-                let batch = batch?;
-                producers.record(
-                    &identity_of(&batch),
-                    batch.base_offset(),
-                    batch.last_offset(),
-                    now,
-                );
-            }
-            drop(producers);
+            // Producers and transactions as the leader had them, so retries stay exactly-once
+            // and read-committed bounds stay right if this replica leads later.
+            self.record_replicated(records)?;
             self.log_end.send_replace(info.log_end_offset);
             self.log.await_flush_policy(info.log_end_offset)?;
         }
@@ -128,7 +119,7 @@ impl Partition {
     }
 
     /// Cuts the log to `offset` (a follower whose tail diverged from the leader's), rebuilds
-    /// the producer state from what is left, and lowers the high watermark to the new end if
+    /// the producer and transaction state from what is left, and lowers the high watermark to the new end if
     /// it was past it. Blocks.
     pub fn truncate_for_leader(&self, offset: i64) -> Result<(), LogError> {
         let before = self.log.log_end_offset();

@@ -1,7 +1,8 @@
 //! Writing to a partition: the produce checks (led here in the image's epoch, the MetaServer
 //! session confirmed, enough in-sync replicas for `acks = -1`), the write itself, and the wait
 //! for the flush policy and the in-sync replicas. A produce request, a delayed batch coming
-//! due, a dead letter and a group's offset commit all write through here.
+//! due, a dead letter, a group's offset commit and a transaction marker all write through
+//! here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +11,9 @@ use bytes::Bytes;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use super::blocking;
-use crate::partition::{Partition, PartitionError, PendingAppend, ProduceContext};
+use crate::partition::{MarkerWrite, Partition, PartitionError, PendingAppend, ProduceContext};
 use crate::state::BrokerState;
+use tinymq_protocol::batch::control::MarkerType;
 
 /// How long a produce waits for its flush policy when its `timeout_ms` is 0: like Kafka's
 /// `request.timeout.ms`.
@@ -74,6 +76,81 @@ async fn write_partition_async(
     blocking(move || p.append(&checked, context))
         .await?
         .map_err(to_wire)
+}
+
+/// How long a marker write waits for its flush policy and every in-sync replica: as long as
+/// a produce's default wait (the coordinator retries a marker that timed out).
+pub const MARKER_TIMEOUT: Duration = PRODUCE_TIMEOUT_DEFAULT;
+
+/// Writes the marker ending `producer_id`'s transaction on `topic/partition` (COMMIT when
+/// `commit`, else ABORT), as the transaction coordinator does for every partition of a
+/// transaction, internal topics (`__consumer_offsets`) included. The checks are a produce's
+/// with `acks = -1`: led here in the image's epoch with the MetaServer session confirmed, and
+/// enough replicas in sync; then the marker is written and answered once the flush policy and
+/// every in-sync replica hold it, within [`MARKER_TIMEOUT`] (and the broker's
+/// `produce_timeout_max`). Returns the marker's offset.
+///
+/// Errors: `NOT_LEADER` (its message names the leader), `NOT_ENOUGH_REPLICAS`,
+/// `REQUEST_TIMED_OUT` (the marker may still become durable; writing it again is harmless),
+/// `INVALID_PRODUCER_EPOCH` (the partition knows a newer epoch of the producer: fenced).
+// Called by the transaction coordinator (`crate::txn`, written beside this) and the tests.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) async fn write_marker(
+    state: &Arc<BrokerState>,
+    topic: &str,
+    partition: u32,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    coordinator_epoch: i32,
+) -> Result<i64, m::Error> {
+    let named = |e: m::Error| named_leader(state, topic, partition, e);
+    let (p, leader_epoch) = state.led_partition_any(topic, partition).map_err(named)?;
+    if !state.cluster.session_current() || p.leading_epoch() != Some(leader_epoch) {
+        return Err(named(session_lost(topic, partition)));
+    }
+    if !state.enough_in_sync(&p) {
+        return Err(ErrorCode::NOT_ENOUGH_REPLICAS.with_message(format!(
+            "{topic}/{partition}: fewer in-sync replicas than min_insync_replicas"
+        )));
+    }
+    let marker = MarkerWrite {
+        producer_id,
+        producer_epoch,
+        marker: if commit {
+            MarkerType::Commit
+        } else {
+            MarkerType::Abort
+        },
+        coordinator_epoch,
+    };
+    let pending = match p
+        .try_append_marker(&marker, leader_epoch)
+        .map_err(to_wire)?
+    {
+        Some(pending) => pending,
+        None => {
+            let q = p.clone();
+            blocking(move || q.append_marker(&marker, leader_epoch))
+                .await?
+                .map_err(to_wire)?
+        }
+    };
+    let timeout = MARKER_TIMEOUT.min(state.config.produce_timeout_max);
+    let written = Ok((p, pending));
+    await_append(state.clone(), -1, timeout, written)
+        .await
+        .map(|(offset, _)| offset)
+        .map_err(named)
+}
+
+/// `error`, with the current leader named in its message when it is `NOT_LEADER`.
+fn named_leader(state: &BrokerState, topic: &str, partition: u32, mut error: m::Error) -> m::Error {
+    let leader = super::leader_hint(state, topic, partition, &error);
+    if leader != 0 {
+        error.message = format!("{} (the leader is broker {leader})", error.message);
+    }
+    error
 }
 
 fn to_wire(PartitionError { code, message }: PartitionError) -> m::Error {

@@ -53,3 +53,6 @@ pub(crate) fn leader_hint(
         0
     }
 }
+
+#[cfg(test)]
+mod marker_tests;

@@ -1,5 +1,7 @@
-//! Reading a partition: whole batches from an offset below the high watermark (or, for a
-//! follower, below the log end: `crate::replica::serve`), and the offset for a timestamp.
+//! Reading a partition: whole batches from an offset below the high watermark (below the last
+//! stable offset for a read-committed consumer, with the aborted transactions of what was
+//! read; below the log end for a follower: `crate::replica::serve`), and the offset for a
+//! timestamp.
 //! Batches are located by walking headers from the nearest index entry; no per-record work
 //! (a filtered read, `crate::filtered_fetch`, is the one that looks at every record).
 
@@ -16,6 +18,36 @@ use crate::state::BrokerState;
 /// One partition's answer to a fetch and its records (`records` of the result stays empty).
 pub(crate) type PartitionRead = (m::FetchPartitionResult, Records);
 
+/// Which records a consumer may read (KIP-98's isolation level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isolation {
+    /// Below the high watermark, undecided and aborted transactions included.
+    ReadUncommitted,
+    /// Below the last stable offset, with the aborted transactions of the range.
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// The isolation a request's `isolation_level` names: 0 or 1, else `INVALID_REQUEST`.
+    pub(crate) fn of(level: u32) -> Result<Isolation, m::Error> {
+        match level {
+            0 => Ok(Isolation::ReadUncommitted),
+            1 => Ok(Isolation::ReadCommitted),
+            other => Err(ErrorCode::INVALID_REQUEST.with_message(format!(
+                "isolation_level {other}: 0 (read uncommitted) or 1 (read committed)"
+            ))),
+        }
+    }
+
+    /// The offset a consumer of this isolation reads below, from a result's head.
+    pub(crate) fn limit(self, result: &m::FetchPartitionResult) -> i64 {
+        match self {
+            Isolation::ReadUncommitted => result.high_watermark,
+            Isolation::ReadCommitted => result.last_stable_offset,
+        }
+    }
+}
+
 /// The fetch path of one partition once its leadership is checked: whole batches from
 /// `offset` below the high watermark, within `bytes_max` (one batch at least).
 pub(crate) fn read_partition(
@@ -23,9 +55,19 @@ pub(crate) fn read_partition(
     offset: i64,
     bytes_max: usize,
 ) -> Result<Bytes, m::Error> {
+    read_partition_below(partition, offset, bytes_max, partition.high_watermark())
+}
+
+/// [`read_partition`] below `limit` (the high watermark, or a last stable offset below it).
+pub(crate) fn read_partition_below(
+    partition: &Partition,
+    offset: i64,
+    bytes_max: usize,
+    limit: i64,
+) -> Result<Bytes, m::Error> {
     // The fetch path's own read (`fetch_frame::read_records`) without its `sendfile` form,
     // which needs the partition shared.
-    let limit = Some(partition.high_watermark());
+    let limit = Some(limit.min(partition.high_watermark()));
     let read = partition
         .log
         .read_slice(offset, bytes_max, limit)
@@ -36,15 +78,21 @@ pub(crate) fn read_partition(
     }
 }
 
-/// The list-offsets path of one partition: `-1` latest (the high watermark), `-2` earliest,
-/// otherwise the first record at or after the timestamp, with its timestamp (`-1, -1` when
-/// none is visible). Other negative timestamps are refused.
+/// The list-offsets path of one partition: `-1` latest (the high watermark; the last stable
+/// offset under read committed), `-2` earliest, otherwise the first record at or after the
+/// timestamp, with its timestamp (`-1, -1` when none is visible). Other negative timestamps
+/// are refused.
 pub(crate) fn list_partition_offset(
     partition: &Partition,
     timestamp: i64,
+    isolation: Isolation,
 ) -> Result<(i64, i64), m::Error> {
+    let visible = || match isolation {
+        Isolation::ReadUncommitted => partition.high_watermark(),
+        Isolation::ReadCommitted => partition.last_stable_offset(),
+    };
     match timestamp {
-        -1 => Ok((partition.high_watermark(), -1)),
+        -1 => Ok((visible(), -1)),
         -2 => Ok((partition.log.log_start_offset(), -1)),
         // Kafka gives other negative values meanings tinymq does not have (-3: the record with
         // the largest timestamp, …): refused rather than searched for as times.
@@ -55,17 +103,16 @@ pub(crate) fn list_partition_offset(
         ts => match crate::partition::with_decompression_slot(|| {
             partition.log.offset_for_timestamp(ts)
         }) {
-            Ok(Some((offset, timestamp))) if offset < partition.high_watermark() => {
-                Ok((offset, timestamp))
-            }
+            Ok(Some((offset, timestamp))) if offset < visible() => Ok((offset, timestamp)),
             Ok(_) => Ok((-1, -1)),
             Err(e) => Err(e.error_code().with_message(e.to_string())),
         },
     }
 }
 
-/// The head of a consumer's fetch result (high watermark, log start) and the led partition it
-/// names; no partition (and the result finished with the error) when it is not led here.
+/// The head of a consumer's fetch result (high watermark, last stable offset, log start) and
+/// the led partition it names; no partition (and the result finished with the error) when it
+/// is not led here.
 pub(crate) fn consumer_partition(
     state: &BrokerState,
     fp: &m::FetchPartition,
@@ -75,6 +122,7 @@ pub(crate) fn consumer_partition(
         partition: fp.partition,
         error: None,
         high_watermark: -1,
+        last_stable_offset: -1,
         log_start_offset: -1,
         records: Bytes::new(),
         current_leader: 0,
@@ -89,16 +137,19 @@ pub(crate) fn consumer_partition(
         }
     };
     result.high_watermark = partition.high_watermark();
+    result.last_stable_offset = partition.last_stable_offset_at(result.high_watermark);
     result.log_start_offset = partition.log.log_start_offset();
     (result, Some(partition))
 }
 
-/// One partition of a consumer's fetch: batches below the high watermark, within `budget`
-/// and the partition's own bound.
+/// One partition of a consumer's fetch: batches below the high watermark (the last stable
+/// offset under read committed, with the aborted transactions of what was read), within
+/// `budget` and the partition's own bound.
 pub(crate) fn read_for_consumer(
     state: &BrokerState,
     fp: &m::FetchPartition,
     budget: usize,
+    isolation: Isolation,
 ) -> PartitionRead {
     let empty = Records::Bytes(Bytes::new());
     let (mut result, partition) = match consumer_partition(state, fp) {
@@ -112,13 +163,38 @@ pub(crate) fn read_for_consumer(
         0 => budget,
         asked => (asked as usize).min(budget),
     };
-    match read_records(&partition, fp.offset, limit, Some(result.high_watermark)) {
-        Ok(records) => (result, records),
+    let below = isolation.limit(&result);
+    match read_records(&partition, fp.offset, limit, Some(below)) {
+        Ok(records) => {
+            if isolation == Isolation::ReadCommitted {
+                result.aborted_transactions = aborted_in(&partition, fp.offset, &records);
+            }
+            (result, records)
+        }
         Err(e) => {
             result.error = Some(e);
             (result, empty)
         }
     }
+}
+
+/// The aborted transactions a read-committed answer of `records` read from `offset` carries.
+pub(crate) fn aborted_in(
+    partition: &Partition,
+    offset: i64,
+    records: &Records,
+) -> Vec<m::AbortedTransaction> {
+    let Some(end) = records.end_offset() else {
+        return Vec::new();
+    };
+    partition
+        .aborted_in_range(offset, end)
+        .into_iter()
+        .map(|(producer_id, first_offset)| m::AbortedTransaction {
+            producer_id,
+            first_offset,
+        })
+        .collect()
 }
 
 /// A consumer's fetch answer, for metrics: records and bytes out, and each partition's error.

@@ -28,6 +28,11 @@ const CYCLES_ALLOWED: &[(&str, &str, &str)] = &[
         "ShareFetch's piggy-backed acknowledgements and ShareAcknowledge share their checks",
     ),
     (
+        "partition",
+        "partition::txn",
+        "the partition and its transaction half share the producer-state lock and the write path",
+    ),
+    (
         "fuzzing",
         "fuzzing::seed",
         "the harness and the seeds written from its scenarios",

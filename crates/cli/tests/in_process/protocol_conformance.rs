@@ -549,6 +549,7 @@ fn headers_timestamps_list_offsets_and_metadata_as_documented() {
                 partition: 0,
                 timestamp,
             }],
+            isolation_level: 0,
         });
         let p = &r.partitions[0];
         assert_eq!(error_of(&p.error), 0);
@@ -562,6 +563,7 @@ fn headers_timestamps_list_offsets_and_metadata_as_documented() {
                 partition: 0,
                 timestamp,
             }],
+            isolation_level: 0,
         });
         let p = &r.partitions[0];
         assert_eq!(

@@ -67,12 +67,12 @@ impl Consumer {
 
     /// Looks up the start offset of every partition without a position (by `start_from`).
     fn start_lookups(&mut self) {
-        let start_from = self.config.start_from;
+        let (start_from, isolation) = (self.config.start_from, self.config.isolation);
         for key in self.parts.unresolved(std::time::Instant::now()) {
             self.parts.set_busy(&key, true);
             let cluster = self.cluster.clone();
             self.in_flight.spawn(async move {
-                let result = start_from.offset(&cluster, &key.0, key.1).await;
+                let result = start_from.offset(&cluster, &key.0, key.1, isolation).await;
                 Answer::Resolved { key, result }
             });
         }
@@ -111,6 +111,7 @@ impl Consumer {
                     })
                     .collect(),
                 filter: self.config.filter.clone().unwrap_or_default(),
+                isolation_level: self.config.isolation.level(),
                 ..Default::default()
             };
             for (key, _) in &requested {
@@ -175,7 +176,8 @@ impl Consumer {
                         continue; // not asked for
                     };
                     let sparse = self.config.filter.is_some();
-                    match self.parts.buffer(p, requested, sparse) {
+                    let committed = self.config.isolation == super::Isolation::ReadCommitted;
+                    match self.parts.buffer(p, requested, sparse, committed) {
                         Ok(()) => self.now_available(&key),
                         Err(e) => self.partition_failed(&key, e)?,
                     }

@@ -4,6 +4,11 @@
 //! (`ConsumerConfig::filter`) the broker returns only matching records, in batches with offset
 //! gaps, and the position moves to the fetch's `next_offset`, past the records skipped.
 //!
+//! Transactions (KIP-98): control batches (transaction markers) are never returned, whatever
+//! the isolation; under [`Isolation::ReadCommitted`] fetches stop at the last stable offset
+//! and the records of aborted transactions are dropped, by Kafka's consumer rule
+//! (`tinymq_protocol::batch::control::AbortedFilter`). The position moves past both.
+//!
 //! A partition whose leader cannot be reached does not stop the others: it is skipped, retried
 //! with a growing backoff, and listed by [`Consumer::unavailable`] (with a WARN line when it
 //! goes away and an INFO line when it is back).
@@ -53,13 +58,39 @@ impl StartFrom {
         cluster: &Cluster,
         topic: &str,
         partition: u32,
+        isolation: Isolation,
     ) -> Result<i64, ClientError> {
+        let level = isolation.level();
         let found = cluster
-            .list_offset(topic, partition, self.timestamp())
+            .list_offset_isolated(topic, partition, self.timestamp(), level)
             .await?;
         match self {
-            StartFrom::Timestamp(_) if found < 0 => cluster.list_offset(topic, partition, -1).await,
+            StartFrom::Timestamp(_) if found < 0 => {
+                cluster
+                    .list_offset_isolated(topic, partition, -1, level)
+                    .await
+            }
             _ => Ok(found),
+        }
+    }
+}
+
+/// Which records a consumer reads (Kafka's `isolation.level`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Every record below the high watermark, open and aborted transactions' included.
+    #[default]
+    ReadUncommitted,
+    /// Records below the last stable offset, without those of aborted transactions.
+    ReadCommitted,
+}
+
+impl Isolation {
+    /// The protocol's `isolation_level`.
+    pub fn level(self) -> u32 {
+        match self {
+            Isolation::ReadUncommitted => 0,
+            Isolation::ReadCommitted => 1,
         }
     }
 }
@@ -89,6 +120,9 @@ pub struct ConsumerConfig {
     /// matching records, and positions (and group commits) move past the others. Checked by
     /// `Consumer::new`.
     pub filter: Option<String>,
+    /// Read uncommitted (default) or read committed; "latest" is the last stable offset
+    /// under read committed.
+    pub isolation: Isolation,
 }
 
 impl ConsumerConfig {
@@ -105,6 +139,7 @@ impl ConsumerConfig {
             strategy: "sticky".into(),
             max_poll_records: 500,
             filter: None,
+            isolation: Isolation::ReadUncommitted,
         }
     }
 }
@@ -342,7 +377,11 @@ impl Consumer {
     pub async fn resolve_positions(&mut self) -> Result<(), ClientError> {
         let start_from = self.config.start_from;
         for key in self.parts.unresolved(Instant::now()) {
-            match start_from.offset(&self.cluster, &key.0, key.1).await {
+            let isolation = self.config.isolation;
+            match start_from
+                .offset(&self.cluster, &key.0, key.1, isolation)
+                .await
+            {
                 Ok(offset) => {
                     self.parts.resolve(&key, offset);
                     self.now_available(&key);

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use tinymq_filter::decode_sparse;
+use tinymq_protocol::batch::control::AbortedFilter;
 use tinymq_protocol::batch::{BatchIter, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
 use tinymq_protocol::messages as m;
 
@@ -270,12 +271,15 @@ impl Partitions {
     /// before its records are read. A filtered fetch (`sparse`) brings batches with offset
     /// gaps and a `next_offset` past the records the broker skipped: the position moves there
     /// once what was buffered is returned, or at once when nothing matched (so the next fetch
-    /// and a commit are past the skipped records).
+    /// and a commit are past the skipped records). Control batches are never buffered; under
+    /// read committed (`committed`) neither are the batches of the aborted transactions the
+    /// result lists (Kafka's consumer rule); the position moves past both.
     pub fn buffer(
         &mut self,
         p: m::FetchPartitionResult,
         requested: i64,
         sparse: bool,
+        committed: bool,
     ) -> Result<(), ClientError> {
         check(p.error.as_ref())?;
         let key = (p.topic.clone(), p.partition);
@@ -290,10 +294,16 @@ impl Partitions {
         } else {
             requested
         };
+        let mut aborted = committed.then(|| {
+            let listed = p.aborted_transactions.iter();
+            AbortedFilter::new(listed.map(|a| (a.producer_id, a.first_offset)))
+        });
         for batch in BatchIter::new(p.records) {
             let batch = batch?;
             end = end.max(batch.next_offset());
-            if batch.is_control() {
+            // Called for every batch, markers included: an ABORT ends its producer's drop.
+            let shown = aborted.as_mut().is_none_or(|a| a.keep(&batch));
+            if batch.is_control() || !shown {
                 continue;
             }
             let records = if sparse {
@@ -457,7 +467,9 @@ mod tests {
     fn a_filtered_fetch_returns_records_with_gaps_and_moves_past_skipped_ones() {
         let mut parts = Partitions::default();
         parts.add(key(), Some(0));
-        parts.buffer(filtered_result("red"), 0, true).unwrap();
+        parts
+            .buffer(filtered_result("red"), 0, true, false)
+            .unwrap();
         let none = BTreeSet::new();
         let offsets: Vec<i64> = parts.drain(100, &none).iter().map(|r| r.offset).collect();
         assert_eq!(offsets, vec![0, 2, 4]);
@@ -469,7 +481,9 @@ mod tests {
     fn a_filtered_fetch_with_no_match_moves_the_position_at_once() {
         let mut parts = Partitions::default();
         parts.add(key(), Some(0));
-        parts.buffer(filtered_result("green"), 0, true).unwrap();
+        parts
+            .buffer(filtered_result("green"), 0, true, false)
+            .unwrap();
         assert_eq!(parts.position(&key()), Some(6));
         assert_eq!(
             parts.fetchable(&BTreeSet::new(), Instant::now()),

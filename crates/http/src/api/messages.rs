@@ -191,6 +191,7 @@ async fn fetch(
             ..Default::default()
         }],
         replica_id: 0,
+        isolation_level: 0,
     };
     let mut last = None;
     for _ in 0..FETCH_ATTEMPTS {

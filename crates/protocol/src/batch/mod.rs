@@ -9,7 +9,7 @@
 //!     16    1 magic                 2
 //!     17    4 crc                   CRC-32C (Castagnoli) of bytes 21..end, unsigned
 //!     21    2 attributes            bits 0-2 compression, 3 timestamp type (1 = log append
-//!                                   time), 4 transactional, 5 control
+//!                                   time), 4 transactional, 5 control (see [`control`])
 //!     23    4 lastOffsetDelta       offset of the last record - baseOffset
 //!     27    8 baseTimestamp         timestamp of the first record (ms since the Unix epoch)
 //!     35    8 maxTimestamp          largest timestamp in the batch
@@ -22,8 +22,14 @@
 //!
 //! All integers are big-endian. The CRC starts at `attributes`, so the leader can stamp
 //! `baseOffset` and `partitionLeaderEpoch` in place without recomputing it.
+//!
+//! Transactions (KIP-98): a transactional producer sets bit 4 on its data batches, always
+//! together with its idempotent producer fields; the partition's leader closes the
+//! transaction with a control batch (bits 4 and 5, one marker record: [`control`]), which
+//! only brokers write.
 
 mod compression;
+pub mod control;
 pub mod craft;
 mod parts;
 mod record;
@@ -69,14 +75,17 @@ const _: () = assert!(field::CRC + 4 == field::ATTRIBUTES);
 pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
 /// Attribute bit: timestamps were set by the broker at append time.
 pub const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
+/// Attribute bit: the batch belongs to a transaction (KIP-98) of its producer.
 pub const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+/// Attribute bit: a control batch (a transaction marker, [`control`]), written by brokers.
 pub const ATTR_CONTROL: i16 = 1 << 5;
 /// Attribute bit (Kafka's compaction): the batch's base timestamp is a delete horizon.
 pub const ATTR_DELETE_HORIZON: i16 = 1 << 6;
-/// The attribute bits a producer may set: compression only. Timestamp type, transactional,
+/// The attribute bits a producer may set: compression, and transactional together with
+/// idempotent producer fields ([`RecordBatch::check_producer_fields`]). Timestamp type,
 /// control and delete-horizon batches are written by brokers (or by features tinymq does not
 /// have yet); any higher bit is unknown.
-pub const ATTR_PRODUCER_BITS: i16 = ATTR_COMPRESSION_MASK;
+pub const ATTR_PRODUCER_BITS: i16 = ATTR_COMPRESSION_MASK | ATTR_TRANSACTIONAL;
 
 /// `producerId`, `producerEpoch` and `baseSequence` of a batch without idempotence.
 pub const NO_PRODUCER_ID: i64 = -1;
@@ -154,6 +163,12 @@ impl<'a> BatchHeader<'a> {
     }
     pub fn attributes(&self) -> i16 {
         read_i16(self.0, field::ATTRIBUTES)
+    }
+    pub fn is_control(&self) -> bool {
+        self.attributes() & ATTR_CONTROL != 0
+    }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes() & ATTR_TRANSACTIONAL != 0
     }
     pub fn last_offset_delta(&self) -> i32 {
         read_i32(self.0, field::LAST_OFFSET_DELTA)
@@ -350,6 +365,9 @@ impl RecordBatch {
     pub fn is_control(&self) -> bool {
         self.attributes() & ATTR_CONTROL != 0
     }
+    pub fn is_transactional(&self) -> bool {
+        self.attributes() & ATTR_TRANSACTIONAL != 0
+    }
 
     /// Decodes every record, decompressing at most `decompressed_bytes_max` bytes, and checks
     /// that the count and offset deltas agree with the header.
@@ -512,14 +530,15 @@ impl RecordBatch {
     }
 
     /// The rules for a batch as a producer sends it, before [`RecordBatch::verify`]: only
-    /// compression attribute bits; producer id, epoch and base sequence either all "none"
-    /// (-1) or all non-negative.
+    /// compression and transactional attribute bits; producer id, epoch and base sequence
+    /// either all "none" (-1) or all non-negative, and all non-negative on a transactional
+    /// batch (a transaction belongs to an idempotent producer).
     pub fn check_producer_fields(&self) -> Result<(), BatchError> {
         let attributes = self.attributes();
         if attributes & !ATTR_PRODUCER_BITS != 0 {
             return Err(BatchError::InvalidHeader(format!(
-                "attributes 0x{attributes:04X}: a producer may set only the compression bits \
-                 (log-append time, transactional, control and higher bits are refused)"
+                "attributes 0x{attributes:04X}: a producer may set only the compression and \
+                 transactional bits (log-append time, control and higher bits are refused)"
             )));
         }
         let (id, epoch, sequence) = (
@@ -534,6 +553,13 @@ impl RecordBatch {
                 "producer id {id}, epoch {epoch}, base sequence {sequence}: either all -1 \
                  (no idempotence) or all non-negative"
             )));
+        }
+        if self.is_transactional() && !idempotent {
+            return Err(BatchError::InvalidHeader(
+                "a transactional batch needs a producer id, epoch and base sequence (all -1 \
+                 here): transactions belong to idempotent producers"
+                    .into(),
+            ));
         }
         Ok(())
     }
@@ -600,6 +626,8 @@ impl ProducerStamp {
 #[derive(Debug)]
 pub struct BatchBuilder {
     compression: Compression,
+    /// Attribute bits besides the codec's: transactional, or control for a marker.
+    attributes: i16,
     producer: ProducerStamp,
     base_timestamp: Option<i64>,
     max_timestamp: i64,
@@ -611,12 +639,21 @@ impl BatchBuilder {
     pub fn new(compression: Compression, producer: ProducerStamp) -> BatchBuilder {
         BatchBuilder {
             compression,
+            attributes: 0,
             producer,
             base_timestamp: None,
             max_timestamp: i64::MIN,
             record_count: 0,
             records: BytesMut::new(),
         }
+    }
+
+    /// Sets the attribute bits besides the codec's ([`ATTR_TRANSACTIONAL`] for a
+    /// transaction's batch; brokers add [`ATTR_CONTROL`] for a marker). Codec bits in `bits`
+    /// are ignored.
+    pub fn with_attributes(mut self, bits: i16) -> BatchBuilder {
+        self.attributes = bits & !ATTR_COMPRESSION_MASK;
+        self
     }
 
     pub fn record_count(&self) -> i32 {
@@ -663,7 +700,7 @@ impl BatchBuilder {
         out.put_i32(-1); // partition leader epoch: stamped by the leader
         out.put_i8(BATCH_MAGIC);
         out.put_u32(0); // CRC: filled in below
-        out.put_i16(self.compression.attribute_bits());
+        out.put_i16(self.compression.attribute_bits() | self.attributes);
         out.put_i32(self.record_count - 1);
         out.put_i64(self.base_timestamp.expect("at least one record"));
         out.put_i64(self.max_timestamp);

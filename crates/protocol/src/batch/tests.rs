@@ -252,6 +252,7 @@ fn producers_may_set_only_compression_bits_and_consistent_producer_fields() {
         ATTR_LOG_APPEND_TIME,
         ATTR_TRANSACTIONAL,
         ATTR_CONTROL,
+        ATTR_CONTROL | ATTR_TRANSACTIONAL,
         ATTR_DELETE_HORIZON,
         1 << 7,
         i16::MIN,
@@ -273,6 +274,17 @@ fn producers_may_set_only_compression_bits_and_consistent_producer_fields() {
         idempotent.base_sequence,
     ) = (7, 0, 0);
     assert!(verify(&idempotent).is_ok());
+    let mut transactional = idempotent.clone();
+    transactional.attributes = ATTR_TRANSACTIONAL | 1; // with gzip
+    assert!(
+        verify(&transactional).is_ok(),
+        "transactional with idempotence"
+    );
+    transactional.attributes = ATTR_TRANSACTIONAL | ATTR_CONTROL;
+    assert!(
+        invalid_header(verify(&transactional)),
+        "control: brokers only"
+    );
     for (id, epoch, sequence) in [
         (7, -1, 0),
         (7, 0, -1),
