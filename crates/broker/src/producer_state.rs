@@ -153,6 +153,23 @@ impl ProducerStateTable {
     }
 
     /// The partition's transactions.
+    /// Every producer known here (DescribeProducers): id, epoch, last sequence written
+    /// (-1 before any batch in its epoch), time of its last write, and where its open
+    /// transaction starts, if it has one.
+    pub fn describe(&self) -> Vec<(i64, i16, i32, i64, Option<i64>)> {
+        let mut all: Vec<_> = self
+            .producers
+            .iter()
+            .map(|(&id, e)| {
+                let last_sequence = e.batches.back().map_or(-1, |b| b.last_sequence);
+                let open = self.txns.ongoing(id).map(|t| t.first_offset);
+                (id, e.epoch, last_sequence, e.last_write_ms, open)
+            })
+            .collect();
+        all.sort_unstable_by_key(|p| p.0);
+        all
+    }
+
     pub fn txns(&self) -> &PartitionTxns {
         &self.txns
     }

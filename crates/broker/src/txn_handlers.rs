@@ -253,7 +253,10 @@ pub fn describe(
             };
         }
     }
-    m::DescribeTransactionsResponse { transactions }
+    m::DescribeTransactionsResponse {
+        error: None,
+        transactions,
+    }
 }
 
 /// ListTransactions: only the ids the principal may DESCRIBE.
@@ -329,11 +332,30 @@ pub fn describe_producers(
                 ..Default::default()
             };
             match state.led_partition_any(&t.topic, index) {
-                Ok((partition, _)) => result.producers = partition.describe_producers(),
+                Ok((partition, _)) => {
+                    let producers = partition.producers.lock().describe();
+                    result.producers = producers
+                        .into_iter()
+                        .map(|(producer_id, epoch, last_sequence, last_ms, open)| {
+                            m::ProducerDescription {
+                                producer_id,
+                                producer_epoch: i32::from(epoch),
+                                last_sequence,
+                                last_timestamp_ms: last_ms,
+                                // Markers are not checked against coordinator epochs here.
+                                coordinator_epoch: -1,
+                                current_txn_start_offset: open.unwrap_or(-1),
+                            }
+                        })
+                        .collect();
+                }
                 Err(e) => result.error = Some(e),
             }
             partitions.push(result);
         }
     }
-    m::DescribeProducersResponse { partitions }
+    m::DescribeProducersResponse {
+        error: None,
+        partitions,
+    }
 }

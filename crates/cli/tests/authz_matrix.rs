@@ -53,6 +53,10 @@ enum Resource {
     Cluster,
     /// Node-only: refused to every user.
     Node,
+    /// A transactional id.
+    Txn,
+    /// A transactional id (WRITE) and a group (READ) of the same name.
+    TxnAndGroup,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -372,7 +376,8 @@ fn rows() -> Vec<Row> {
             call: call!(|c, t| top(ask(
                 c,
                 m::FindCoordinatorRequest {
-                    group_id: group_name(t)
+                    group_id: group_name(t),
+                    key_type: 0,
                 }
             )
             .await)),
@@ -817,6 +822,183 @@ fn rows() -> Vec<Row> {
             call: call!(|c, _t| top(ask(c, m::ListRoutesRequest {}).await)),
         },
         Row {
+            op: OpCode::InitProducerId,
+            key: "inittxn",
+            resource: Txn,
+            acl: WRITE,
+            setup: false,
+            check: OK,
+            call: call!(|c, t| top(ask(c, init_txn(t.name)).await)),
+        },
+        Row {
+            op: OpCode::FindCoordinator,
+            key: "findtxn",
+            resource: Txn,
+            acl: DESCRIBE,
+            setup: false,
+            check: OK,
+            call: call!(|c, t| top(ask(
+                c,
+                m::FindCoordinatorRequest {
+                    group_id: t.name.into(),
+                    key_type: 1,
+                }
+            )
+            .await)),
+        },
+        Row {
+            op: OpCode::AddPartitionsToTxn,
+            key: "addparts",
+            resource: Txn,
+            acl: WRITE,
+            setup: false,
+            // No producer was initialized for the id: authorized, then refused on its merits.
+            check: Check::Runs(&[ErrorCode::INVALID_PRODUCER_ID_MAPPING]),
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::AddPartitionsToTxnRequest {
+                        transactional_id: t.name.into(),
+                        producer_id: 1,
+                        producer_epoch: 0,
+                        topics: vec![],
+                    }
+                )
+                .await,
+                |a| vec![err(&a.error)]
+            )),
+        },
+        Row {
+            op: OpCode::AddOffsetsToTxn,
+            key: "addoffsets",
+            resource: TxnAndGroup,
+            acl: WRITE,
+            setup: false,
+            check: Check::Runs(&[ErrorCode::INVALID_PRODUCER_ID_MAPPING]),
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::AddOffsetsToTxnRequest {
+                        transactional_id: t.name.into(),
+                        producer_id: 1,
+                        producer_epoch: 0,
+                        group_id: t.name.into(),
+                    }
+                )
+                .await,
+                |a| vec![err(&a.error)]
+            )),
+        },
+        Row {
+            op: OpCode::EndTxn,
+            key: "endtxn",
+            resource: Txn,
+            acl: WRITE,
+            setup: false,
+            check: Check::Runs(&[ErrorCode::INVALID_PRODUCER_ID_MAPPING]),
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::EndTxnRequest {
+                        transactional_id: t.name.into(),
+                        producer_id: 1,
+                        producer_epoch: 0,
+                        commit: true,
+                    }
+                )
+                .await,
+                |a| vec![err(&a.error)]
+            )),
+        },
+        Row {
+            op: OpCode::TxnOffsetCommit,
+            key: "txncommit",
+            resource: TxnAndGroup,
+            acl: WRITE,
+            setup: false,
+            check: OK,
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::TxnOffsetCommitRequest {
+                        transactional_id: t.name.into(),
+                        group_id: t.name.into(),
+                        producer_id: 1,
+                        producer_epoch: 0,
+                        member_id: String::new(),
+                        generation: -1,
+                        offsets: vec![],
+                    }
+                )
+                .await,
+                |a| vec![err(&a.error)]
+            )),
+        },
+        Row {
+            op: OpCode::WriteTxnMarkers,
+            key: "writemarkers",
+            resource: Cluster,
+            acl: ALTER,
+            setup: false,
+            check: OK,
+            call: call!(|c, _t| top(ask(c, m::WriteTxnMarkersRequest::default()).await)),
+        },
+        Row {
+            op: OpCode::DescribeTransactions,
+            key: "describetxn",
+            resource: Txn,
+            acl: DESCRIBE,
+            setup: true,
+            check: OK,
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::DescribeTransactionsRequest {
+                        transactional_ids: vec![t.name.into()],
+                    }
+                )
+                .await,
+                |a| a.transactions.iter().map(|t| err(&t.error)).collect()
+            )),
+        },
+        Row {
+            op: OpCode::ListTransactions,
+            key: "listtxn",
+            resource: Txn,
+            acl: DESCRIBE,
+            setup: true,
+            check: Check::Lists,
+            call: call!(|c, _t| listed(
+                ask(c, m::ListTransactionsRequest::default()).await,
+                |a| a
+                    .transactions
+                    .into_iter()
+                    .map(|t| t.transactional_id)
+                    .collect()
+            )),
+        },
+        Row {
+            op: OpCode::DescribeProducers,
+            key: "describeproducers",
+            resource: Topic,
+            acl: READ,
+            setup: true,
+            check: OK,
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::DescribeProducersRequest {
+                        topics: vec![m::TxnTopic {
+                            topic: t.name.into(),
+                            partitions: vec![0],
+                        }],
+                    }
+                )
+                .await,
+                |a| a.partitions.iter().map(|p| err(&p.error)).collect()
+            )),
+        },
+        Row {
             op: OpCode::MetaRead,
             key: "metaread",
             resource: Cluster,
@@ -894,6 +1076,40 @@ fn commit(name: &str) -> m::OffsetCommitRequest {
     }
 }
 
+/// InitProducerId for transactional id `name`.
+fn init_txn(name: &str) -> m::InitProducerIdRequest {
+    m::InitProducerIdRequest {
+        transactional_id: name.into(),
+        producer_id: -1,
+        producer_epoch: -1,
+        transaction_timeout_ms: 0,
+    }
+}
+
+/// Initializes transactional id `name` as a client does: finds its coordinator (creating
+/// `__transaction_state` the first time), then retries while the coordinator loads.
+async fn init_txn_retrying(admin: &Connection, name: &str) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let find = m::FindCoordinatorRequest {
+            group_id: name.into(),
+            key_type: 1,
+        };
+        let found = ask(admin, find).await.map(|f| f.error);
+        let initialized = match found {
+            Ok(None) => ask(admin, init_txn(name)).await.map(|r| r.error),
+            other => other,
+        };
+        match initialized {
+            Ok(None) => return,
+            other if std::time::Instant::now() > deadline => {
+                panic!("initializing {name}: {other:?}")
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 fn put_user(name: &str) -> m::PutUserRequest {
     let credential =
         StoredCredential::derive(ScramMechanism::Sha256, "pw-of-a-user", SCRAM_ITERATIONS_MIN);
@@ -958,6 +1174,8 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
         Resource::GroupAndTopic => &[R::Group, R::Topic],
         Resource::Cluster => &[R::Cluster],
         Resource::Node => &[R::Cluster, R::Topic],
+        Resource::Txn => &[R::TransactionalId],
+        Resource::TxnAndGroup => &[R::TransactionalId, R::Group],
     };
     let mut acls = vec![];
     for &t in types {
@@ -979,6 +1197,13 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
             acls.push(denied);
             continue;
         }
+        // A transaction's offsets need the group's READ beside the id's WRITE.
+        let op = if row.resource == Resource::TxnAndGroup && t == R::Group {
+            READ
+        } else {
+            row.acl
+        };
+        let row = &Row { acl: op, ..*row };
         let (lit, pre, miss, deny_prefix) = if t == R::Cluster {
             (
                 "cluster".to_string(),
@@ -1085,6 +1310,9 @@ async fn set_up(admin: &Connection, row: &Row) {
         if matches!(row.resource, Resource::Group | Resource::GroupAndTopic) {
             let committed = ask(admin, commit(&name)).await;
             assert!(committed.is_ok(), "committing to {name}: {committed:?}");
+        }
+        if row.resource == Resource::Txn {
+            init_txn_retrying(admin, &name).await;
         }
     }
 }

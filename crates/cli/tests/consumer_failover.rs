@@ -217,6 +217,7 @@ impl Cluster {
             .find(|g| {
                 let found = raw.call(&m::FindCoordinatorRequest {
                     group_id: g.clone(),
+                    key_type: 0,
                 });
                 found.error.is_none() && found.node_id == 1
             })

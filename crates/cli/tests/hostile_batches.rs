@@ -227,6 +227,7 @@ fn allocate_producer_id(c: &mut RawClient) -> i64 {
         transactional_id: String::new(),
         producer_id: -1,
         producer_epoch: -1,
+        transaction_timeout_ms: 0,
     });
     assert!(response.error.is_none(), "{:?}", response.error);
     response.producer_id

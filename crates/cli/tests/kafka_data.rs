@@ -1,7 +1,8 @@
 //! The Kafka listener's data path against a real `tinymq server --kafka-listen`: Produce
 //! (acks 1, -1, 0; several batches in one partition; every compression codec), Fetch (whole
 //! batches, from the middle of one, long poll), ListOffsets, InitProducerId with idempotent
-//! retries and out-of-order sequences, and records crossing between the Kafka and native
+//! retries and out-of-order sequences, a transaction committed and one aborted (read_committed
+//! fetches and ListOffsets), and records crossing between the Kafka and native
 //! protocols unchanged. Requests are kafka-protocol's own types over a TcpStream.
 
 #[path = "kafka_data/batches.rs"]
@@ -233,38 +234,154 @@ fn an_idempotent_producer_is_deduplicated_and_kept_in_order() {
     assert_eq!((after_bump.error_code, after_bump.base_offset), (0, 5));
 }
 
+/// `call` until the answer's error code (read by `code`) is no longer one a client retries
+/// while a transaction coordinator is created, loads or writes markers.
+fn until_settled<R: kafka_protocol::protocol::Request>(
+    k: &mut common::kafka::Kafka,
+    version: i16,
+    request: &R,
+    code: impl Fn(&R::Response) -> i16,
+) -> R::Response {
+    let retriable = [
+        K::CoordinatorNotAvailable.code(),
+        K::CoordinatorLoadInProgress.code(),
+        K::NotCoordinator.code(),
+        K::ConcurrentTransactions.code(),
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let response = k.call(version, request);
+        if !retriable.contains(&code(&response)) || std::time::Instant::now() > deadline {
+            return response;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 #[test]
-fn transactions_are_refused_clearly() {
+fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::{
+        AddPartitionsToTxnRequest, EndTxnRequest, FindCoordinatorRequest, ProducerId, TopicName,
+    };
     let server = KafkaServer::start();
     server.create_topic("tx", 1);
     let mut k = server.connect();
-    let tx = Some(TransactionalId(StrBytes::from_static_str("my-tx")));
-    let init = k.call(
+    let id = TransactionalId(StrBytes::from_static_str("my-tx"));
+    let found = until_settled(
+        &mut k,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_static_str("my-tx"))
+            .with_key_type(1),
+        |r| r.error_code,
+    );
+    assert_eq!(found.error_code, 0, "{found:?}");
+    let init = until_settled(
+        &mut k,
         4,
-        &InitProducerIdRequest::default().with_transactional_id(tx.clone()),
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(id.clone()))
+            .with_transaction_timeout_ms(60_000),
+        |r| r.error_code,
     );
+    assert_eq!((init.error_code, init.producer_epoch), (0, 0), "{init:?}");
+    let (pid, epoch) = (init.producer_id, init.producer_epoch);
+    let stamp = |sequence| ProducerStamp {
+        producer_id: pid.0,
+        producer_epoch: epoch,
+        base_sequence: sequence,
+    };
+    let transactional = |recs: &[Rec], sequence| {
+        batches::transactional_batch(recs, stamp(sequence))
+    };
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(id.clone())
+        .with_v3_and_below_producer_id(pid)
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("tx")))
+            .with_partitions(vec![0])]);
+    let end = |commit: bool| {
+        EndTxnRequest::default()
+            .with_transactional_id(id.clone())
+            .with_producer_id(ProducerId(pid.0))
+            .with_producer_epoch(epoch)
+            .with_committed(commit)
+    };
+    let added_code = |r: &kafka_protocol::messages::AddPartitionsToTxnResponse| {
+        r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+    };
+
+    // A committed transaction of 3 records.
+    let added = until_settled(&mut k, 3, &add, added_code);
+    assert_eq!(added_code(&added), 0, "{added:?}");
+    let request = produce_request("tx", transactional(&records("c", 3, T0), 0), -1)
+        .with_transactional_id(Some(id.clone()));
+    let answer = &k.call(11, &request).responses[0].partition_responses[0].clone();
+    assert_eq!((answer.error_code, answer.base_offset), (0, 0), "{answer:?}");
+    let read_committed = |k: &mut common::kafka::Kafka| {
+        let request = fetch_request("tx", 0, 0).with_isolation_level(1);
+        k.call(11, &request).responses[0].partitions[0].clone()
+    };
+    let open = read_committed(&mut k);
+    assert_eq!((open.high_watermark, open.last_stable_offset), (3, 0), "the transaction is open");
+    assert!(open.records.as_ref().is_none_or(|r| r.is_empty()), "nothing below the LSO");
+    let ended = until_settled(&mut k, 3, &end(true), |r| r.error_code);
+    assert_eq!(ended.error_code, 0);
+
+    // Then an aborted one of 2 records.
+    let added = until_settled(&mut k, 3, &add, added_code);
+    assert_eq!(added_code(&added), 0, "{added:?}");
+    let request = produce_request("tx", transactional(&records("a", 2, T0), 3), -1)
+        .with_transactional_id(Some(id.clone()));
+    let answer = &k.call(11, &request).responses[0].partition_responses[0].clone();
+    assert_eq!(answer.error_code, 0, "{answer:?}");
+    let ended = until_settled(&mut k, 3, &end(false), |r| r.error_code);
+    assert_eq!(ended.error_code, 0);
+
+    // Both markers are written once EndTxn of the next attempt stops being concurrent.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let done = loop {
+        let p = read_committed(&mut k);
+        // c0..c2 at 0..=2, COMMIT at 3, a0, a1 at 4..=5, ABORT at 6.
+        if p.last_stable_offset == 7 {
+            break p;
+        }
+        assert!(std::time::Instant::now() < deadline, "{p:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(done.high_watermark, 7);
+    let aborted = done.aborted_transactions.unwrap_or_default();
+    assert_eq!(aborted.len(), 1, "{aborted:?}");
+    assert_eq!((aborted[0].producer_id.0, aborted[0].first_offset), (pid.0, 4));
+    let (stored, _) = read_records(&done.records.unwrap());
+    let keys: Vec<_> = stored.iter().map(|(o, r)| (*o, r.key.clone())).collect();
+    // The batches as stored: the markers are control records (key: version 0, type), which
+    // clients skip.
+    assert_eq!(keys.len(), 7, "{keys:?}");
+    assert_eq!(keys[3], (3, Some(vec![0, 0, 0, 1].into())), "COMMIT: {keys:?}");
+    assert_eq!(keys[6], (6, Some(vec![0, 0, 0, 0].into())), "ABORT: {keys:?}");
     assert_eq!(
-        init.error_code,
-        K::TransactionalIdAuthorizationFailed.code()
+        list_offset_isolated(&mut k, "tx", 1),
+        7,
+        "ListOffsets latest under read_committed is the LSO"
     );
-    assert_eq!(init.producer_id.0, -1);
-    let request = produce_request("tx", plain(&records("x", 1, T0)), -1).with_transactional_id(tx);
-    let response = k.call(11, &request);
-    let answer = &response.responses[0].partition_responses[0];
-    assert_eq!(
-        answer.error_code,
-        K::TransactionalIdAuthorizationFailed.code()
-    );
-    let message = answer.error_message.as_deref().unwrap_or_default();
-    assert!(
-        message.contains("transactions are not supported"),
-        "{message}"
-    );
-    assert_eq!(
-        list_offset(&mut k, 7, "tx", -1).offset,
-        0,
-        "nothing written"
-    );
+}
+
+fn list_offset_isolated(k: &mut common::kafka::Kafka, topic: &str, isolation: i8) -> i64 {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{ListOffsetsRequest, TopicName};
+    let request = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_isolation_level(isolation)
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(-1)])]);
+    let response = k.call(7, &request);
+    response.topics[0].partitions[0].offset
 }
 
 #[test]

@@ -16,6 +16,7 @@ fn coordinator(bootstrap: &str, group: &str) -> Option<u32> {
     let mut client = RawClient::handshaken(bootstrap);
     let found = client.call(&m::FindCoordinatorRequest {
         group_id: group.into(),
+        key_type: 0,
     });
     found.error.is_none().then_some(found.node_id)
 }

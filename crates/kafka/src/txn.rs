@@ -330,7 +330,7 @@ pub(crate) async fn describe_transactions(
     };
     let answer: Result<m::DescribeTransactionsResponse, m::Error> =
         ctx.call(OpCode::DescribeTransactions, &native).await;
-    let whole = error_of(&answer, |_| None);
+    let whole = error_of(&answer, |a| a.error.as_ref());
     let found = answer.map(|a| a.transactions).unwrap_or_default();
     let states = r
         .transactional_ids
@@ -422,7 +422,7 @@ pub(crate) async fn describe_producers(
     };
     let answer: Result<m::DescribeProducersResponse, m::Error> =
         ctx.call(OpCode::DescribeProducers, &native).await;
-    let whole = error_of(&answer, |_| None);
+    let whole = error_of(&answer, |a| a.error.as_ref());
     let found = answer.map(|a| a.partitions).unwrap_or_default();
     let topics = r
         .topics

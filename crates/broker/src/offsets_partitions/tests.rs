@@ -8,7 +8,7 @@ use tinymq_meta::{BrokerRecord, MetadataImage, PartitionRecord, TopicRecord};
 use super::*;
 use crate::cluster::ClusterView;
 use crate::config::BrokerConfig;
-use crate::group::offsets::Committed;
+use crate::group::offsets::{encode_batch, Committed};
 
 /// An image with brokers 1 and 2 and the offsets topic, every partition led by `leader` in
 /// `leader_epoch` with one replica.

@@ -117,6 +117,7 @@ pub fn init_producer_id(c: &mut RawClient) -> m::InitProducerIdResponse {
         transactional_id: String::new(),
         producer_id: -1,
         producer_epoch: -1,
+        transaction_timeout_ms: 0,
     });
     assert!(id.error.is_none(), "{:?}", id.error);
     id

@@ -439,6 +439,7 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
             transactional_id: String::new(),
             producer_id,
             producer_epoch,
+            transaction_timeout_ms: 0,
         });
         assert!(r.error.is_none());
         assert!(r.producer_id >= 1, "producer id 0 is never handed out");

@@ -41,7 +41,17 @@ impl Rec {
 
 /// One RecordBatch v2 holding `records`.
 pub fn batch(records: &[Rec], compression: Compression, producer: ProducerStamp) -> Bytes {
-    let mut builder = BatchBuilder::new(compression, producer);
+    build(records, BatchBuilder::new(compression, producer))
+}
+
+/// A transactional producer's batch (attribute bit 4) of `records`, uncompressed.
+pub fn transactional_batch(records: &[Rec], producer: ProducerStamp) -> Bytes {
+    let builder = BatchBuilder::new(Compression::None, producer)
+        .with_attributes(tinymq_protocol::batch::ATTR_TRANSACTIONAL);
+    build(records, builder)
+}
+
+fn build(records: &[Rec], mut builder: BatchBuilder) -> Bytes {
     for r in records {
         let headers: Vec<(&str, Option<&[u8]>)> = r
             .headers

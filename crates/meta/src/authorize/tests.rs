@@ -108,6 +108,28 @@ fn every_operation_has_a_requirement() {
             OpCode::CreateRoute => format!("{:?}", m::CreateRouteRequest::default().required()),
             OpCode::DeleteRoute => format!("{:?}", m::DeleteRouteRequest::default().required()),
             OpCode::ListRoutes => format!("{:?}", m::ListRoutesRequest::default().required()),
+            OpCode::AddPartitionsToTxn => {
+                format!("{:?}", m::AddPartitionsToTxnRequest::default().required())
+            }
+            OpCode::AddOffsetsToTxn => {
+                format!("{:?}", m::AddOffsetsToTxnRequest::default().required())
+            }
+            OpCode::EndTxn => format!("{:?}", m::EndTxnRequest::default().required()),
+            OpCode::TxnOffsetCommit => {
+                format!("{:?}", m::TxnOffsetCommitRequest::default().required())
+            }
+            OpCode::WriteTxnMarkers => {
+                format!("{:?}", m::WriteTxnMarkersRequest::default().required())
+            }
+            OpCode::DescribeTransactions => {
+                format!("{:?}", m::DescribeTransactionsRequest::default().required())
+            }
+            OpCode::ListTransactions => {
+                format!("{:?}", m::ListTransactionsRequest::default().required())
+            }
+            OpCode::DescribeProducers => {
+                format!("{:?}", m::DescribeProducersRequest::default().required())
+            }
         };
         let open = matches!(op, OpCode::Handshake | OpCode::Authenticate);
         assert_eq!(required == "Nothing", open, "{}: {required}", op.name());

@@ -28,7 +28,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * <pre>
  * txn-ctp BOOTSTRAP IN OUT GROUP TXID COUNT
  *   writes values 0..COUNT-1 to IN (idempotent), then copies each as "t<value>" to OUT in
- *   transactions of up to 10 records, committing the consumed offsets in the transaction;
+ *   transactions of up to 10 records (max.poll.records), committing the consumed offsets in the transaction;
  *   every third transaction also writes "ABORTED" records and is aborted (the consumer then
  *   rewinds to the group's committed offsets and does it again). Last, a read_committed
  *   reader must see each "t<value>" exactly once and no "ABORTED", a read_uncommitted one
@@ -123,6 +123,7 @@ final class Txn {
             props.put(ConsumerConfig.GROUP_ID_CONFIG, group);
         }
         props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+        props.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "10");
         props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
         props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
         props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
