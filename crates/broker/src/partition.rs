@@ -140,6 +140,10 @@ pub struct Partition {
     /// Behind a lock: a topic's settings change while it is open ([`Partition::apply_settings`]).
     timestamps: Mutex<TimestampBounds>,
     pub(crate) producers: Mutex<ProducerStateTable>,
+    /// The first offset of the oldest open transaction (`i64::MAX` when none), published
+    /// under the producer-state lock after every change, so that fetches compute the last
+    /// stable offset without taking that lock (a writer holds it across its log write).
+    pub(crate) first_unstable: std::sync::atomic::AtomicI64,
     pub(crate) high_watermark: watch::Sender<i64>,
     /// The log end, published after every write: what followers' long polls wait on.
     pub(crate) log_end: watch::Sender<i64>,
@@ -220,6 +224,9 @@ impl Partition {
             storage,
             flush,
             timestamps: Mutex::new(TimestampBounds::of(settings)),
+            first_unstable: std::sync::atomic::AtomicI64::new(
+                producers.txns().last_stable_offset(i64::MAX),
+            ),
             producers: Mutex::new(producers),
             high_watermark: watch::Sender::new(hw),
             log_end: watch::Sender::new(log_end),
@@ -396,6 +403,9 @@ impl Partition {
             info.last_offset,
             context.now_ms,
         );
+        if transactional {
+            self.publish_unstable(&producers);
+        }
         drop(producers);
         // Commits written to the offsets topic are not produced records.
         if !tinymq_meta::image::is_internal_topic(&self.topic) {

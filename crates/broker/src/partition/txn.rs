@@ -4,6 +4,8 @@
 //! moves the producer and transaction state. The state itself is `crate::partition_txns`,
 //! held in the producer table under the partition's producer-state lock.
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 use tinymq_log::PartitionLog;
 use tinymq_protocol::batch::control::{encode_marker, parse_marker, MarkerType};
@@ -105,6 +107,7 @@ impl Partition {
             marker.marker,
             now,
         );
+        self.publish_unstable(&producers);
         drop(producers);
         self.log_end.send_replace(info.log_end_offset);
         self.stable_offset_moved();
@@ -121,12 +124,17 @@ impl Partition {
         self.last_stable_offset_at(self.high_watermark())
     }
 
-    /// The last stable offset given a high watermark read before (so the two agree).
+    /// The last stable offset given a high watermark read before (so the two agree). Takes
+    /// no lock.
     pub fn last_stable_offset_at(&self, high_watermark: i64) -> i64 {
-        self.producers
-            .lock()
-            .txns()
-            .last_stable_offset(high_watermark)
+        high_watermark.min(self.first_unstable.load(Ordering::Acquire))
+    }
+
+    /// Publishes the oldest open transaction's first offset of `table` (this partition's,
+    /// whose lock the caller holds) for [`Partition::last_stable_offset_at`].
+    pub(crate) fn publish_unstable(&self, table: &ProducerStateTable) {
+        let first = table.txns().last_stable_offset(i64::MAX);
+        self.first_unstable.store(first, Ordering::Release);
     }
 
     /// The aborted transactions (producer id, first offset) a read-committed fetch returning
@@ -151,13 +159,23 @@ impl Partition {
     pub(crate) fn record_replicated(&self, records: Bytes) -> Result<bool, PartitionError> {
         let now = now_ms();
         let mut producers = self.producers.lock();
-        let mut markers = false;
+        let mut outcome = Ok(false);
         for batch in BatchIter::new(records) {
-            let batch = batch?;
-            markers |= batch.is_control();
-            apply_logged_batch(&mut producers, &batch, now);
+            match batch {
+                Ok(batch) => {
+                    if batch.is_control() {
+                        outcome = Ok(true);
+                    }
+                    apply_logged_batch(&mut producers, &batch, now);
+                }
+                Err(e) => {
+                    outcome = Err(e.into());
+                    break;
+                }
+            }
         }
-        Ok(markers)
+        self.publish_unstable(&producers);
+        outcome
     }
 }
 

@@ -126,8 +126,12 @@ impl Partition {
         self.log.truncate_to(offset)?;
         let after = self.log.log_end_offset();
         tracing::warn!(topic = %self.topic, partition = self.index, from = before, to = after, "truncated a tail that diverged from the leader's log");
-        *self.producers.lock() =
+        let rebuilt =
             crate::partition::rebuild_producer_state(&*self.storage, &self.log, &self.dir)?;
+        let mut producers = self.producers.lock();
+        *producers = rebuilt;
+        self.publish_unstable(&producers);
+        drop(producers);
         self.high_watermark.send_if_modified(|hw| {
             let lower = *hw > after;
             *hw = (*hw).min(after);
@@ -141,8 +145,12 @@ impl Partition {
     /// next offset (its log start moved past it). Blocks.
     pub fn restart_at(&self, offset: i64) -> Result<(), LogError> {
         self.log.truncate_fully_and_start_at(offset)?;
-        *self.producers.lock() =
+        let rebuilt =
             crate::partition::rebuild_producer_state(&*self.storage, &self.log, &self.dir)?;
+        let mut producers = self.producers.lock();
+        *producers = rebuilt;
+        self.publish_unstable(&producers);
+        drop(producers);
         self.high_watermark.send_replace(offset);
         self.log_end.send_replace(offset);
         Ok(())

@@ -491,4 +491,68 @@ mod tests {
             "the next fetch starts past the skipped records"
         );
     }
+
+    /// Offsets 0 p1 (aborted), 1 p2 (committed), 2 p1 ABORT, 3 p2 COMMIT.
+    fn transactional_result() -> m::FetchPartitionResult {
+        use tinymq_protocol::batch::control::{encode_marker, MarkerType};
+        use tinymq_protocol::batch::{
+            stamp_base_offset, BatchBuilder, Compression, ProducerStamp, RecordInput,
+            ATTR_TRANSACTIONAL,
+        };
+        let data = |producer: i64| {
+            let stamp = ProducerStamp {
+                producer_id: producer,
+                producer_epoch: 0,
+                base_sequence: 0,
+            };
+            let mut b =
+                BatchBuilder::new(Compression::None, stamp).with_attributes(ATTR_TRANSACTIONAL);
+            b.push(&RecordInput {
+                timestamp_ms: 7,
+                key: None,
+                value: Some(b"v"),
+                headers: &[],
+            });
+            b.build().unwrap()
+        };
+        let batches = [
+            data(1),
+            data(2),
+            encode_marker(1, 0, MarkerType::Abort, 0, 7),
+            encode_marker(2, 0, MarkerType::Commit, 0, 7),
+        ];
+        let mut records = Vec::new();
+        for (offset, batch) in batches.iter().enumerate() {
+            let mut b = batch.to_vec();
+            stamp_base_offset(&mut b, offset as i64);
+            records.extend_from_slice(&b);
+        }
+        m::FetchPartitionResult {
+            topic: "t".into(),
+            partition: 0,
+            records: records.into(),
+            high_watermark: 4,
+            last_stable_offset: 4,
+            aborted_transactions: vec![m::AbortedTransaction {
+                producer_id: 1,
+                first_offset: 0,
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn markers_are_never_returned_and_read_committed_drops_aborted_records() {
+        let none = BTreeSet::new();
+        for (committed, expected) in [(false, vec![0, 1]), (true, vec![1])] {
+            let mut parts = Partitions::default();
+            parts.add(key(), Some(0));
+            parts
+                .buffer(transactional_result(), 0, false, committed)
+                .unwrap();
+            let offsets: Vec<i64> = parts.drain(100, &none).iter().map(|r| r.offset).collect();
+            assert_eq!(offsets, expected, "read committed: {committed}");
+            assert_eq!(parts.position(&key()), Some(4), "past the markers");
+        }
+    }
 }
