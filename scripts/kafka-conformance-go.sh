@@ -63,15 +63,13 @@ cd "$module"
 "$go_bin" test -count=1 -run '^$' "$package" ./... >/dev/null
 [ "$mode" = build ] && exit 0
 
-# kgo's tests that need a broker: the ones that create clients, topics or groups. Not
-# TestTxnEtl: tinymq has no transactions, and the transactional producer retries until the
-# suite's timeout.
+# kgo's tests that need a broker: the ones that create clients, topics or groups.
 broker_tests() {
   local dir
   dir="$("$go_bin" list -f '{{.Dir}}' "$package")"
   awk '/^func Test/ { name = $2; sub(/\(.*/, "", name) }
        /newTestClient|tmpTopic|tmpGroup|getSeedBrokers\(\)/ { if (name != "" && !seen[name]++) print name }' \
-    "$dir"/*_test.go | grep -vx TestTxnEtl
+    "$dir"/*_test.go
   grep -ohE '^func TestTinymq[A-Za-z0-9_]+' "$module"/*_test.go | cut -d' ' -f2
 }
 allow_listed() {

@@ -187,7 +187,9 @@ pub(crate) fn describe_producers(
 ) -> m::DescribeProducersResponse {
     let mut last = None;
     for result in &mut response.partitions {
-        if let Err(error) = access.check_topic_cached(p, &result.topic, AclOperation::Read, &mut last) {
+        if let Err(error) =
+            access.check_topic_cached(p, &result.topic, AclOperation::Read, &mut last)
+        {
             result.error = Some(error);
             result.producers.clear();
         }

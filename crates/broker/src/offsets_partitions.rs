@@ -31,7 +31,8 @@ pub(crate) fn led_for_coordination(
     index: u32,
 ) -> Result<(Arc<Partition>, u32), m::Error> {
     let (partition, epoch) = state.led_partition_any(topic, index).map_err(|e| {
-        ErrorCode::NOT_COORDINATOR.with_message(format!("{topic}/{index} is not led here: {}", e.message))
+        ErrorCode::NOT_COORDINATOR
+            .with_message(format!("{topic}/{index} is not led here: {}", e.message))
     })?;
     if !state.cluster.session_current() || partition.leading_epoch() != Some(epoch) {
         return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
@@ -72,8 +73,11 @@ pub(crate) async fn await_coordination_replicas(
     let replicated = crate::service::append::await_replicas(partition, end, epoch);
     match tokio::time::timeout(OFFSET_COMMIT_TIMEOUT, replicated).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(ErrorCode::NOT_COORDINATOR
-            .with_message(format!("{} is not led here: {}", name(), e.message))),
+        Ok(Err(e)) => Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
+            "{} is not led here: {}",
+            name(),
+            e.message
+        ))),
         Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
             "the in-sync replicas of {} did not confirm the write within {} ms; retry",
             name(),
@@ -126,7 +130,11 @@ fn load(state: &BrokerState, partition: &Partition, index: u32, epoch: u32) {
     match read_log_with_pending(&partition.log, index) {
         Ok((loaded, pending)) => {
             let groups = loaded.len();
-            if state.groups.offsets.finish_load_with(index, epoch, loaded, pending) {
+            if state
+                .groups
+                .offsets
+                .finish_load_with(index, epoch, loaded, pending)
+            {
                 tracing::info!(
                     partition = index,
                     leader_epoch = epoch,
@@ -196,22 +204,24 @@ pub async fn write_marker(
 ) -> Result<(), m::Error> {
     write_staged(state, index, move |s, p, epoch| {
         let producer = (producer_id, producer_epoch);
-        s.groups.offsets.append_marker(index, epoch, producer, commit, || {
-            let marker = crate::partition::txn::MarkerWrite {
-                producer_id,
-                producer_epoch,
-                marker: if commit {
-                    MarkerType::Commit
-                } else {
-                    MarkerType::Abort
-                },
-                coordinator_epoch,
-            };
-            let written = p
-                .append_marker(&marker, epoch)
-                .map_err(|e| e.code.with_message(e.message))?;
-            Ok((written, written.end_offset))
-        })
+        s.groups
+            .offsets
+            .append_marker(index, epoch, producer, commit, || {
+                let marker = crate::partition::txn::MarkerWrite {
+                    producer_id,
+                    producer_epoch,
+                    marker: if commit {
+                        MarkerType::Commit
+                    } else {
+                        MarkerType::Abort
+                    },
+                    coordinator_epoch,
+                };
+                let written = p
+                    .append_marker(&marker, epoch)
+                    .map_err(|e| e.code.with_message(e.message))?;
+                Ok((written, written.end_offset))
+            })
     })
     .await
 }

@@ -124,7 +124,10 @@ pub async fn add_partitions(
         .iter()
         .map(|r| (r.topic.clone(), r.partition))
         .collect();
-    let outcome = match (check_id(&request.transactional_id), epoch16(request.producer_epoch)) {
+    let outcome = match (
+        check_id(&request.transactional_id),
+        epoch16(request.producer_epoch),
+    ) {
         (Err(e), _) | (_, Err(e)) => Err(e),
         (Ok(()), Ok(epoch)) => {
             ops::add_partitions(
@@ -156,7 +159,10 @@ pub async fn add_offsets(
         let epoch = epoch16(request.producer_epoch)?;
         // The group's coordinator must exist to take TxnOffsetCommit, as for OffsetCommit.
         crate::group_handlers::ensure_offsets_topic(state).await?;
-        let partition = (OFFSETS_TOPIC.to_string(), partition_for_group(&request.group_id));
+        let partition = (
+            OFFSETS_TOPIC.to_string(),
+            partition_for_group(&request.group_id),
+        );
         ops::add_partitions(
             state,
             &request.transactional_id,

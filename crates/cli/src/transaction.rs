@@ -114,7 +114,11 @@ pub async fn run(command: TransactionCommand) -> anyhow::Result<()> {
             }
             outln!("transactional id: {}", t.transactional_id)?;
             outln!("state:            {}", t.state)?;
-            outln!("producer:         {} epoch {}", t.producer_id, t.producer_epoch)?;
+            outln!(
+                "producer:         {} epoch {}",
+                t.producer_id,
+                t.producer_epoch
+            )?;
             outln!("timeout:          {} ms", t.timeout_ms)?;
             outln!("coordinator:      broker {}", t.coordinator)?;
             outln!("started (ms):     {}", t.start_ms)?;

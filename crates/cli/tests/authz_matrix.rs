@@ -968,14 +968,13 @@ fn rows() -> Vec<Row> {
             acl: DESCRIBE,
             setup: true,
             check: Check::Lists,
-            call: call!(|c, _t| listed(
-                ask(c, m::ListTransactionsRequest::default()).await,
-                |a| a
+            call: call!(
+                |c, _t| listed(ask(c, m::ListTransactionsRequest::default()).await, |a| a
                     .transactions
                     .into_iter()
                     .map(|t| t.transactional_id)
-                    .collect()
-            )),
+                    .collect())
+            ),
         },
         Row {
             op: OpCode::DescribeProducers,

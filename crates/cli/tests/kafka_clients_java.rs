@@ -80,7 +80,15 @@ fn java_consume_transform_produce_in_transactions() {
     server.create_topic("txin", 3);
     server.create_topic("txout", 2);
     let lines = json_lines(&run_ok(
-        java(&["txn-ctp", &server.kafka, "txin", "txout", "txg", "tx-java", "300"]),
+        java(&[
+            "txn-ctp",
+            &server.kafka,
+            "txin",
+            "txout",
+            "txg",
+            "tx-java",
+            "300",
+        ]),
         b"",
     ));
     let summary = lines.last().expect("summary");

@@ -292,9 +292,8 @@ fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
         producer_epoch: epoch,
         base_sequence: sequence,
     };
-    let transactional = |recs: &[Rec], sequence| {
-        batches::transactional_batch(recs, stamp(sequence))
-    };
+    let transactional =
+        |recs: &[Rec], sequence| batches::transactional_batch(recs, stamp(sequence));
     let add = AddPartitionsToTxnRequest::default()
         .with_v3_and_below_transactional_id(id.clone())
         .with_v3_and_below_producer_id(pid)
@@ -319,14 +318,25 @@ fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
     let request = produce_request("tx", transactional(&records("c", 3, T0), 0), -1)
         .with_transactional_id(Some(id.clone()));
     let answer = &k.call(11, &request).responses[0].partition_responses[0].clone();
-    assert_eq!((answer.error_code, answer.base_offset), (0, 0), "{answer:?}");
+    assert_eq!(
+        (answer.error_code, answer.base_offset),
+        (0, 0),
+        "{answer:?}"
+    );
     let read_committed = |k: &mut common::kafka::Kafka| {
         let request = fetch_request("tx", 0, 0).with_isolation_level(1);
         k.call(11, &request).responses[0].partitions[0].clone()
     };
     let open = read_committed(&mut k);
-    assert_eq!((open.high_watermark, open.last_stable_offset), (3, 0), "the transaction is open");
-    assert!(open.records.as_ref().is_none_or(|r| r.is_empty()), "nothing below the LSO");
+    assert_eq!(
+        (open.high_watermark, open.last_stable_offset),
+        (3, 0),
+        "the transaction is open"
+    );
+    assert!(
+        open.records.as_ref().is_none_or(|r| r.is_empty()),
+        "nothing below the LSO"
+    );
     let ended = until_settled(&mut k, 3, &end(true), |r| r.error_code);
     assert_eq!(ended.error_code, 0);
 
@@ -354,14 +364,25 @@ fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
     assert_eq!(done.high_watermark, 7);
     let aborted = done.aborted_transactions.unwrap_or_default();
     assert_eq!(aborted.len(), 1, "{aborted:?}");
-    assert_eq!((aborted[0].producer_id.0, aborted[0].first_offset), (pid.0, 4));
+    assert_eq!(
+        (aborted[0].producer_id.0, aborted[0].first_offset),
+        (pid.0, 4)
+    );
     let (stored, _) = read_records(&done.records.unwrap());
     let keys: Vec<_> = stored.iter().map(|(o, r)| (*o, r.key.clone())).collect();
     // The batches as stored: the markers are control records (key: version 0, type), which
     // clients skip.
     assert_eq!(keys.len(), 7, "{keys:?}");
-    assert_eq!(keys[3], (3, Some(vec![0, 0, 0, 1].into())), "COMMIT: {keys:?}");
-    assert_eq!(keys[6], (6, Some(vec![0, 0, 0, 0].into())), "ABORT: {keys:?}");
+    assert_eq!(
+        keys[3],
+        (3, Some(vec![0, 0, 0, 1].into())),
+        "COMMIT: {keys:?}"
+    );
+    assert_eq!(
+        keys[6],
+        (6, Some(vec![0, 0, 0, 0].into())),
+        "ABORT: {keys:?}"
+    );
     assert_eq!(
         list_offset_isolated(&mut k, "tx", 1),
         7,

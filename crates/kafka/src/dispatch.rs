@@ -182,7 +182,13 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
         }
         R::WriteTxnMarkers(r) => serve!(ctx, version, r, WriteTxnMarkers, txn::write_markers),
         R::DescribeTransactions(r) => {
-            serve!(ctx, version, r, DescribeTransactions, txn::describe_transactions)
+            serve!(
+                ctx,
+                version,
+                r,
+                DescribeTransactions,
+                txn::describe_transactions
+            )
         }
         R::ListTransactions(r) => {
             serve!(ctx, version, r, ListTransactions, txn::list_transactions)

@@ -32,7 +32,10 @@ pub(crate) fn txn_code(error: Option<&m::Error>) -> i16 {
 }
 
 /// The error of a native answer: its top-level one, or the call's failure.
-fn error_of<T>(answer: &Result<T, m::Error>, top: impl Fn(&T) -> Option<&m::Error>) -> Option<m::Error> {
+fn error_of<T>(
+    answer: &Result<T, m::Error>,
+    top: impl Fn(&T) -> Option<&m::Error>,
+) -> Option<m::Error> {
     match answer {
         Ok(response) => top(response).filter(|e| !e.is_ok()).cloned(),
         Err(e) => Some(e.clone()),
@@ -53,7 +56,11 @@ pub(crate) async fn add_partitions(
         .iter()
         .map(|t| m::TxnTopic {
             topic: t.name.0.to_string(),
-            partitions: t.partitions.iter().filter_map(|&p| u32::try_from(p).ok()).collect(),
+            partitions: t
+                .partitions
+                .iter()
+                .filter_map(|&p| u32::try_from(p).ok())
+                .collect(),
         })
         .collect();
     let native = m::AddPartitionsToTxnRequest {
@@ -121,8 +128,8 @@ pub(crate) async fn add_offsets(
         ctx.call(OpCode::AddOffsetsToTxn, &native).await;
     let error = error_of(&answer, |a| a.error.as_ref());
     let code = match &error {
-        Some(e) if e.error_code() == ErrorCode::AUTHORIZATION_FAILED
-            && e.message.contains("group") =>
+        Some(e)
+            if e.error_code() == ErrorCode::AUTHORIZATION_FAILED && e.message.contains("group") =>
         {
             K::GroupAuthorizationFailed.code()
         }
@@ -276,7 +283,9 @@ pub(crate) async fn write_markers(
         .markers
         .iter()
         .map(|marker| {
-            let found = results.iter().find(|x| x.producer_id == marker.producer_id.0);
+            let found = results
+                .iter()
+                .find(|x| x.producer_id == marker.producer_id.0);
             let topics = marker
                 .topics
                 .iter()
@@ -293,10 +302,8 @@ pub(crate) async fn write_markers(
                                     })
                                 })
                                 .and_then(|x| x.error.clone());
-                            let code = kafka_code_for(
-                                whole.as_ref().or(own.as_ref()),
-                                Resource::Cluster,
-                            );
+                            let code =
+                                kafka_code_for(whole.as_ref().or(own.as_ref()), Resource::Cluster);
                             WritableTxnMarkerPartitionResult::default()
                                 .with_partition_index(p)
                                 .with_error_code(code)
@@ -326,7 +333,11 @@ pub(crate) async fn describe_transactions(
 ) -> DescribeTransactionsResponse {
     use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
     let native = m::DescribeTransactionsRequest {
-        transactional_ids: r.transactional_ids.iter().map(|t| t.0.to_string()).collect(),
+        transactional_ids: r
+            .transactional_ids
+            .iter()
+            .map(|t| t.0.to_string())
+            .collect(),
     };
     let answer: Result<m::DescribeTransactionsResponse, m::Error> =
         ctx.call(OpCode::DescribeTransactions, &native).await;
@@ -457,7 +468,9 @@ pub(crate) async fn describe_producers(
                     PartitionResponse::default()
                         .with_partition_index(p)
                         .with_error_code(code)
-                        .with_error_message(error.as_ref().and_then(|e| message_of(Some(e))).map(text))
+                        .with_error_message(
+                            error.as_ref().and_then(|e| message_of(Some(e))).map(text),
+                        )
                         .with_active_producers(producers)
                 })
                 .collect();

@@ -17,8 +17,8 @@ mod classic_mode;
 pub mod coordinator;
 mod member_ids;
 pub mod offsets;
-pub mod txn_offsets;
 mod table;
+pub mod txn_offsets;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

@@ -305,7 +305,12 @@ impl OffsetStore {
     /// `leader_epoch` (leadership may have moved while the log was read). Returns whether it
     /// was taken.
     pub fn finish_load(&self, partition: u32, leader_epoch: u32, loaded: LoadedOffsets) -> bool {
-        self.finish_load_with(partition, leader_epoch, loaded, PendingTxnOffsets::default())
+        self.finish_load_with(
+            partition,
+            leader_epoch,
+            loaded,
+            PendingTxnOffsets::default(),
+        )
     }
 
     /// [`OffsetStore::finish_load`] with the transactional offsets the log still holds pending.
@@ -357,10 +362,8 @@ impl OffsetStore {
             .filter(|l| l.leader_epoch == leader_epoch && matches!(l.load, Load::Loaded(_)))
             .ok_or_else(|| moved(partition))?;
         let (outcome, end) = write()?;
-        led.staged.insert(
-            end,
-            Staging::Commit(group.to_string(), changes, now_ms()),
-        );
+        led.staged
+            .insert(end, Staging::Commit(group.to_string(), changes, now_ms()));
         Ok(outcome)
     }
 
@@ -416,9 +419,11 @@ impl OffsetStore {
         let led = match inner.led.get_mut(&partition) {
             Some(l) if l.leader_epoch == leader_epoch && matches!(l.load, Load::Loaded(_)) => l,
             Some(l) if l.leader_epoch == leader_epoch => {
-                return Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.with_message(format!(
-                    "{OFFSETS_TOPIC}/{partition} is loading; retry the marker"
-                )))
+                return Err(
+                    ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.with_message(format!(
+                        "{OFFSETS_TOPIC}/{partition} is loading; retry the marker"
+                    )),
+                )
             }
             _ => return Err(moved(partition)),
         };
@@ -651,7 +656,13 @@ fn replay(
                 partition,
                 producer_epoch: e.unwrap_or(-1),
                 group: key.g,
-                changes: vec![(tp, Some(Committed { offset: o, metadata: m }))],
+                changes: vec![(
+                    tp,
+                    Some(Committed {
+                        offset: o,
+                        metadata: m,
+                    }),
+                )],
                 timestamp_ms,
             };
             pending.add(producer_id, commit);

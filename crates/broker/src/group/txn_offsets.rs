@@ -37,7 +37,10 @@ impl PendingTxnOffsets {
 
     pub fn add(&mut self, producer_id: i64, commit: PendingCommit) {
         self.offsets += commit.changes.len();
-        self.by_producer.entry(producer_id).or_default().push(commit);
+        self.by_producer
+            .entry(producer_id)
+            .or_default()
+            .push(commit);
     }
 
     /// The commits of `producer_id` on offsets partition `partition`, in the order written,
@@ -75,9 +78,10 @@ impl PendingTxnOffsets {
     /// Whether an open transaction holds an offset of `group` for `tp` (OffsetFetch's
     /// `require_stable`).
     pub fn holds(&self, group: &str, tp: &super::assignment::Tp) -> bool {
-        self.by_producer.values().flatten().any(|c| {
-            c.group == group && c.changes.iter().any(|(t, _)| t == tp)
-        })
+        self.by_producer
+            .values()
+            .flatten()
+            .any(|c| c.group == group && c.changes.iter().any(|(t, _)| t == tp))
     }
 }
 

@@ -203,11 +203,10 @@ impl TxnStore {
 fn check_loaded(inner: &Inner, partition: u32, epoch: u32) -> Result<(), m::Error> {
     match inner.led.get(&partition) {
         Some((e, Load::Loaded)) if *e == epoch => Ok(()),
-        Some((e, Load::Loading)) if *e == epoch => {
-            Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.with_message(format!(
+        Some((e, Load::Loading)) if *e == epoch => Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+            .with_message(format!(
                 "loading the transactions of {TRANSACTION_TOPIC}/{partition}; retry"
-            )))
-        }
+            ))),
         _ => Err(not_coordinator(partition)),
     }
 }

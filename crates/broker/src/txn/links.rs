@@ -45,4 +45,3 @@ impl MarkerLinks {
         Ok(connection)
     }
 }
-

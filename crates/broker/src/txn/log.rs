@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{LogError, PartitionLog};
-use tinymq_protocol::batch::{BatchBuilder, BatchError, BatchIter, Compression, ProducerStamp};
 use tinymq_protocol::batch::RecordInput;
+use tinymq_protocol::batch::{BatchBuilder, BatchError, BatchIter, Compression, ProducerStamp};
 
 use super::state::TxnMetadata;
 

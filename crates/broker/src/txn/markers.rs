@@ -63,7 +63,9 @@ pub async fn complete(state: Arc<BrokerState>, id: String, ticket: Ticket, decid
 
 fn still_coordinating(state: &BrokerState, id: &str, ticket: Ticket) -> bool {
     super::coordinator_epoch(state, id).ok() == Some(ticket.coordinator_epoch)
-        && state.txns.is_loaded(ticket.partition, ticket.coordinator_epoch)
+        && state
+            .txns
+            .is_loaded(ticket.partition, ticket.coordinator_epoch)
 }
 
 /// One round: each partition's marker once, grouped by leader. Returns those to try again.

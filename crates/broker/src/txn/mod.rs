@@ -86,7 +86,10 @@ pub async fn coordinator_of(
 
 /// The leader epoch of `transactional_id`'s partition if this broker leads it (by the image),
 /// else `NOT_COORDINATOR`: the coordinator epoch every change of the id is made in.
-pub(crate) fn coordinator_epoch(state: &BrokerState, transactional_id: &str) -> Result<u32, m::Error> {
+pub(crate) fn coordinator_epoch(
+    state: &BrokerState,
+    transactional_id: &str,
+) -> Result<u32, m::Error> {
     let index = partition_for_txn(transactional_id);
     state
         .led_partition_any(TRANSACTION_TOPIC, index)
@@ -113,7 +116,10 @@ pub fn sync(state: &Arc<BrokerState>) {
             .filter(|(p, epoch)| p.leading_epoch() == Some(*epoch));
         let Some((partition, epoch)) = led else {
             if store.led().contains_key(&index) {
-                tracing::info!(partition = index, "no longer leading this transaction state partition");
+                tracing::info!(
+                    partition = index,
+                    "no longer leading this transaction state partition"
+                );
                 store.drop_partition(index);
             }
             continue;
@@ -127,11 +133,18 @@ pub fn sync(state: &Arc<BrokerState>) {
             Ok(loaded) => {
                 let ids = loaded.len();
                 if s.txns.finish_load(index, epoch, loaded) {
-                    tracing::info!(partition = index, leader_epoch = epoch, ids, "loaded a transaction state partition; coordinating its transactional ids");
+                    tracing::info!(
+                        partition = index,
+                        leader_epoch = epoch,
+                        ids,
+                        "loaded a transaction state partition; coordinating its transactional ids"
+                    );
                     runtime.spawn(markers::resume(s.clone(), index));
                 }
             }
-            Err(e) => tracing::error!(partition = index, error = %e, "cannot read a transaction state partition; its ids stay unavailable here"),
+            Err(e) => {
+                tracing::error!(partition = index, error = %e, "cannot read a transaction state partition; its ids stay unavailable here")
+            }
         });
     }
 }
@@ -144,8 +157,11 @@ pub(crate) async fn persist(
     ticket: coordinator::Ticket,
     metadata: Option<&state::TxnMetadata>,
 ) -> Result<(), m::Error> {
-    let (partition, epoch) =
-        crate::offsets_partitions::led_for_coordination(state, TRANSACTION_TOPIC, ticket.partition)?;
+    let (partition, epoch) = crate::offsets_partitions::led_for_coordination(
+        state,
+        TRANSACTION_TOPIC,
+        ticket.partition,
+    )?;
     if epoch != ticket.coordinator_epoch {
         return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
             "{TRANSACTION_TOPIC}/{} is led in a new epoch; find the coordinator again",
@@ -173,7 +189,9 @@ pub(crate) async fn persist(
 pub(crate) async fn change<T>(
     state: &Arc<BrokerState>,
     id: &str,
-    decide: impl FnOnce(Option<&state::TxnMetadata>) -> Result<(Option<state::TxnMetadata>, T), m::Error>,
+    decide: impl FnOnce(
+        Option<&state::TxnMetadata>,
+    ) -> Result<(Option<state::TxnMetadata>, T), m::Error>,
 ) -> Result<(Option<(coordinator::Ticket, state::TxnMetadata)>, T), m::Error> {
     let epoch = coordinator_epoch(state, id)?;
     let (begun, answer) = state.txns.begin(id, epoch, decide)?;

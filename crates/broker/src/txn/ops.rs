@@ -77,10 +77,7 @@ pub async fn add_partitions(
 
 /// EndTxn: decides the transaction (durably) and starts writing its markers; the answer does
 /// not wait for them (a next AddPartitionsToTxn meanwhile is CONCURRENT_TRANSACTIONS).
-pub async fn end_txn(
-    state: &Arc<BrokerState>,
-    request: &m::EndTxnRequest,
-) -> Result<(), m::Error> {
+pub async fn end_txn(state: &Arc<BrokerState>, request: &m::EndTxnRequest) -> Result<(), m::Error> {
     let id = request.transactional_id.as_str();
     let epoch = i16::try_from(request.producer_epoch).map_err(|_| bad_epoch())?;
     let (changed, _) = change(state, id, |current| {
@@ -162,7 +159,10 @@ pub fn describe(state: &Arc<BrokerState>, ids: &[String]) -> Vec<m::TransactionS
 }
 
 /// ListTransactions: the ids coordinated here that pass the request's filters.
-pub fn list(state: &Arc<BrokerState>, request: &m::ListTransactionsRequest) -> Vec<m::TransactionState> {
+pub fn list(
+    state: &Arc<BrokerState>,
+    request: &m::ListTransactionsRequest,
+) -> Vec<m::TransactionState> {
     let now = now_ms();
     state
         .txns
@@ -205,11 +205,18 @@ async fn abort_timed_out(state: &Arc<BrokerState>, id: &str) {
     .await;
     match changed {
         Ok((Some((ticket, m)), ())) => {
-            tracing::info!(transactional_id = id, producer_id = m.producer_id, epoch = m.producer_epoch, "aborting a transaction that passed its timeout");
+            tracing::info!(
+                transactional_id = id,
+                producer_id = m.producer_id,
+                epoch = m.producer_epoch,
+                "aborting a transaction that passed its timeout"
+            );
             markers::complete(state.clone(), id.to_string(), ticket, m).await;
         }
         Ok((None, ())) => {}
-        Err(e) => tracing::debug!(transactional_id = id, error = %e, "could not abort a timed-out transaction yet"),
+        Err(e) => {
+            tracing::debug!(transactional_id = id, error = %e, "could not abort a timed-out transaction yet")
+        }
     }
 }
 

@@ -13,7 +13,9 @@ fn tp(topic: &str, p: u32) -> TxnPartition {
 
 fn ongoing() -> TxnMetadata {
     let m = ready(init_producer_id(None, 1000, None, Some(7), 10).unwrap());
-    add_partitions(&m, 7, 0, &[tp("a", 0)], 20).unwrap().unwrap()
+    add_partitions(&m, 7, 0, &[tp("a", 0)], 20)
+        .unwrap()
+        .unwrap()
 }
 
 #[test]
@@ -71,7 +73,10 @@ fn a_wrong_expected_epoch_is_fenced_and_a_timeout_out_of_bounds_is_refused() {
     assert_eq!(err.code, ErrorCode::PRODUCER_FENCED);
     assert!(init_producer_id(Some(&m), 1000, Some((5, 0)), None, 2).is_ok());
     let err = init_producer_id(None, TRANSACTION_TIMEOUT_MS_MAX + 1, None, Some(1), 1);
-    assert_eq!(err.unwrap_err().code, ErrorCode::INVALID_TRANSACTION_TIMEOUT);
+    assert_eq!(
+        err.unwrap_err().code,
+        ErrorCode::INVALID_TRANSACTION_TIMEOUT
+    );
 }
 
 #[test]
@@ -79,9 +84,14 @@ fn partitions_are_added_once_and_checked_against_the_producer() {
     let m = ongoing();
     assert_eq!(m.start_ms, 20);
     assert_eq!(add_partitions(&m, 7, 0, &[tp("a", 0)], 25).unwrap(), None);
-    let more = add_partitions(&m, 7, 0, &[tp("b", 1)], 25).unwrap().unwrap();
+    let more = add_partitions(&m, 7, 0, &[tp("b", 1)], 25)
+        .unwrap()
+        .unwrap();
     assert_eq!(more.partitions.len(), 2);
-    assert_eq!(more.start_ms, 20, "the transaction began at its first partition");
+    assert_eq!(
+        more.start_ms, 20,
+        "the transaction began at its first partition"
+    );
     let wrong_id = add_partitions(&m, 8, 0, &[tp("b", 1)], 25).unwrap_err();
     assert_eq!(wrong_id.code, ErrorCode::INVALID_PRODUCER_ID_MAPPING);
     let old_epoch = TxnMetadata {
@@ -118,9 +128,15 @@ fn end_txn_prepares_once_and_a_retry_after_completion_succeeds() {
         end_txn(&done, 7, 0, false, 43).unwrap_err().code,
         ErrorCode::INVALID_TXN_STATE
     );
-    let next = add_partitions(&done, 7, 0, &[tp("c", 0)], 50).unwrap().unwrap();
+    let next = add_partitions(&done, 7, 0, &[tp("c", 0)], 50)
+        .unwrap()
+        .unwrap();
     assert_eq!(next.state, TxnState::Ongoing);
-    assert_eq!(next.partitions.len(), 1, "the last transaction's partitions are gone");
+    assert_eq!(
+        next.partitions.len(),
+        1,
+        "the last transaction's partitions are gone"
+    );
     assert_eq!(next.start_ms, 50);
 }
 

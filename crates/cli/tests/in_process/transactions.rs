@@ -94,7 +94,11 @@ async fn read_committed_sees_committed_transactions_whole_and_never_aborted_ones
     assert_eq!(count_prefix(&committed, "o"), 0, "{committed:?}");
     assert!(committed.values().all(|n| *n == 1), "{committed:?}");
     let everything = read(&server.addr, "tx", Isolation::ReadUncommitted).await;
-    assert_eq!(everything.len(), 60, "every record, none twice: {everything:?}");
+    assert_eq!(
+        everything.len(),
+        60,
+        "every record, none twice: {everything:?}"
+    );
 
     let open = admin.describe_transaction("t1").await.unwrap();
     assert_eq!(open.state, "Ongoing");
@@ -130,7 +134,11 @@ async fn a_new_instance_fences_the_old_one_and_aborts_its_open_transaction() {
     new.commit_transaction().await.unwrap();
 
     let refused = old.commit_transaction().await.unwrap_err();
-    assert_eq!(refused.code(), Some(ErrorCode::PRODUCER_FENCED), "{refused}");
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::PRODUCER_FENCED),
+        "{refused}"
+    );
     let committed = read(&server.addr, "fenced", Isolation::ReadCommitted).await;
     assert_eq!(count_prefix(&committed, "fresh"), 8, "{committed:?}");
     assert_eq!(count_prefix(&committed, "zombie"), 0, "{committed:?}");
@@ -152,7 +160,10 @@ async fn an_abandoned_transaction_is_aborted_at_its_timeout() {
     loop {
         let state = admin.describe_transaction("gone").await.unwrap();
         if state.state == "CompleteAbort" {
-            assert_eq!(state.producer_epoch, 1, "the abort bumped the epoch: {state:?}");
+            assert_eq!(
+                state.producer_epoch, 1,
+                "the abort bumped the epoch: {state:?}"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "still {state:?}");
@@ -188,11 +199,18 @@ async fn offsets_sent_to_a_transaction_count_only_when_it_commits() {
     producer.abort_transaction().await.unwrap();
     let group = admin.describe_group("copiers").await;
     let committed = |g: &Result<tinymq_client::DescribeGroupResponse, ClientError>| {
-        g.as_ref()
-            .ok()
-            .and_then(|g| g.offsets.iter().find(|o| o.topic == "src").map(|o| o.offset))
+        g.as_ref().ok().and_then(|g| {
+            g.offsets
+                .iter()
+                .find(|o| o.topic == "src")
+                .map(|o| o.offset)
+        })
     };
-    assert_eq!(committed(&group), None, "an aborted transaction's offsets: {group:?}");
+    assert_eq!(
+        committed(&group),
+        None,
+        "an aborted transaction's offsets: {group:?}"
+    );
 
     producer.begin_transaction().unwrap();
     send(&producer, "dst", "y", 2).await;

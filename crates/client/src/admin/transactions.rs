@@ -36,31 +36,34 @@ impl Admin {
         &self,
         transactional_id: &str,
     ) -> Result<m::TransactionState, ClientError> {
-        self.retry(&format!("describe transaction {transactional_id}"), || async {
-            let found = self
-                .cluster
-                .request(&m::FindCoordinatorRequest {
-                    group_id: transactional_id.into(),
-                    key_type: 1,
-                })
-                .await?;
-            check(found.error.as_ref())?;
-            let connection = self
-                .cluster
-                .connection(&format!("{}:{}", found.host, found.port))
-                .await?;
-            let request = m::DescribeTransactionsRequest {
-                transactional_ids: vec![transactional_id.to_string()],
-            };
-            let response = connection
-                .request(&request, self.cluster.config.request_timeout)
-                .await?;
-            let state = response.transactions.into_iter().next().ok_or_else(|| {
-                ClientError::Protocol("DescribeTransactions answered no id".into())
-            })?;
-            check(state.error.as_ref())?;
-            Ok(state)
-        })
+        self.retry(
+            &format!("describe transaction {transactional_id}"),
+            || async {
+                let found = self
+                    .cluster
+                    .request(&m::FindCoordinatorRequest {
+                        group_id: transactional_id.into(),
+                        key_type: 1,
+                    })
+                    .await?;
+                check(found.error.as_ref())?;
+                let connection = self
+                    .cluster
+                    .connection(&format!("{}:{}", found.host, found.port))
+                    .await?;
+                let request = m::DescribeTransactionsRequest {
+                    transactional_ids: vec![transactional_id.to_string()],
+                };
+                let response = connection
+                    .request(&request, self.cluster.config.request_timeout)
+                    .await?;
+                let state = response.transactions.into_iter().next().ok_or_else(|| {
+                    ClientError::Protocol("DescribeTransactions answered no id".into())
+                })?;
+                check(state.error.as_ref())?;
+                Ok(state)
+            },
+        )
         .await
     }
 
@@ -70,23 +73,26 @@ impl Admin {
         topic: &str,
         partition: u32,
     ) -> Result<Vec<m::ProducerDescription>, ClientError> {
-        self.retry(&format!("describe producers of {topic}/{partition}"), || async {
-            let leader = self.cluster.leader(topic, partition).await?;
-            let request = m::DescribeProducersRequest {
-                topics: vec![m::TxnTopic {
-                    topic: topic.to_string(),
-                    partitions: vec![partition],
-                }],
-            };
-            let response = leader
-                .request(&request, self.cluster.config.request_timeout)
-                .await?;
-            let result = response.partitions.into_iter().next().ok_or_else(|| {
-                ClientError::Protocol("DescribeProducers answered no partition".into())
-            })?;
-            check(result.error.as_ref())?;
-            Ok(result.producers)
-        })
+        self.retry(
+            &format!("describe producers of {topic}/{partition}"),
+            || async {
+                let leader = self.cluster.leader(topic, partition).await?;
+                let request = m::DescribeProducersRequest {
+                    topics: vec![m::TxnTopic {
+                        topic: topic.to_string(),
+                        partitions: vec![partition],
+                    }],
+                };
+                let response = leader
+                    .request(&request, self.cluster.config.request_timeout)
+                    .await?;
+                let result = response.partitions.into_iter().next().ok_or_else(|| {
+                    ClientError::Protocol("DescribeProducers answered no partition".into())
+                })?;
+                check(result.error.as_ref())?;
+                Ok(result.producers)
+            },
+        )
         .await
     }
 
@@ -122,19 +128,22 @@ impl Admin {
                 }],
             }],
         };
-        self.retry(&format!("abort {producer_id}'s transaction on {topic}/{partition}"), || async {
-            let leader = self.cluster.leader(topic, partition).await?;
-            let response = leader
-                .request(&request, self.cluster.config.request_timeout)
-                .await?;
-            check(response.error.as_ref())?;
-            for marker in &response.markers {
-                for p in &marker.partitions {
-                    check(p.error.as_ref())?;
+        self.retry(
+            &format!("abort {producer_id}'s transaction on {topic}/{partition}"),
+            || async {
+                let leader = self.cluster.leader(topic, partition).await?;
+                let response = leader
+                    .request(&request, self.cluster.config.request_timeout)
+                    .await?;
+                check(response.error.as_ref())?;
+                for marker in &response.markers {
+                    for p in &marker.partitions {
+                        check(p.error.as_ref())?;
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
         .await
     }
 }

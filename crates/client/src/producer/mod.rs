@@ -297,9 +297,10 @@ impl Producer {
                     config.idempotence,
                     config.transactional_id.is_some(),
                 )),
-                transactions: config.transactional_id.clone().map(|id| {
-                    Arc::new(txn::Transactions::new(id, config.transaction_timeout))
-                }),
+                transactions: config
+                    .transactional_id
+                    .clone()
+                    .map(|id| Arc::new(txn::Transactions::new(id, config.transaction_timeout))),
                 config,
                 cluster,
                 topics: Mutex::new(Topics::default()),

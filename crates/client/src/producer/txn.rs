@@ -67,14 +67,19 @@ impl Transactions {
     }
 
     /// Whether `send` may add `(topic, partition)` now, and whether it must register it first.
-    pub(super) fn needs_registering(&self, topic: &str, partition: u32) -> Result<bool, ClientError> {
+    pub(super) fn needs_registering(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<bool, ClientError> {
         if self.fenced.load(Ordering::Relaxed) {
             return Err(fenced(&self.id));
         }
         let open = self.open.lock();
         if !open.active {
             return Err(ClientError::Config(
-                "a transactional producer sends inside a transaction: call begin_transaction".into(),
+                "a transactional producer sends inside a transaction: call begin_transaction"
+                    .into(),
             ));
         }
         Ok(!open.partitions.contains(&(topic.to_string(), partition)))
@@ -208,7 +213,11 @@ impl Producer {
 
     /// Registers `(topic, partition)` in the open transaction (`send` calls it before the
     /// partition's first record of the transaction).
-    pub(super) async fn register_partition(&self, topic: &str, partition: u32) -> Result<(), ClientError> {
+    pub(super) async fn register_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<(), ClientError> {
         let txns = self.transactions()?;
         let (producer_id, producer_epoch) = self.inner.identity.held().await?;
         let request = m::AddPartitionsToTxnRequest {
@@ -228,7 +237,10 @@ impl Producer {
             })
             .await?;
         drop(response);
-        txns.open.lock().partitions.insert((topic.to_string(), partition));
+        txns.open
+            .lock()
+            .partitions
+            .insert((topic.to_string(), partition));
         Ok(())
     }
 
