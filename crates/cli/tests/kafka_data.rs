@@ -375,12 +375,12 @@ fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
     assert_eq!(keys.len(), 7, "{keys:?}");
     assert_eq!(
         keys[3],
-        (3, Some(vec![0, 0, 0, 1].into())),
+        (3, Some(vec![0, 0, 0, 1])),
         "COMMIT: {keys:?}"
     );
     assert_eq!(
         keys[6],
-        (6, Some(vec![0, 0, 0, 0].into())),
+        (6, Some(vec![0, 0, 0, 0])),
         "ABORT: {keys:?}"
     );
     assert_eq!(

@@ -24,8 +24,12 @@ pub async fn init_producer_id(
     request: &m::InitProducerIdRequest,
 ) -> Result<(i64, i16), m::Error> {
     let id = request.transactional_id.as_str();
-    let expected = (request.producer_id >= 0 && request.producer_epoch >= 0)
-        .then(|| (request.producer_id, request.producer_epoch as i16));
+    let expected = if request.producer_id >= 0 && request.producer_epoch >= 0 {
+        let epoch = i16::try_from(request.producer_epoch).map_err(|_| bad_epoch())?;
+        Some((request.producer_id, epoch))
+    } else {
+        None
+    };
     let timeout = request.transaction_timeout_ms;
     let mut fresh = None;
     // At most twice: once to learn that a producer id is needed, once with it.
