@@ -2,13 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use tinymq_meta::command::OFFSETS_TOPIC;
-use tinymq_meta::Command;
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use crate::group::offsets::OFFSETS_PARTITIONS;
 use crate::group::{validate_group_id, GROUP_TYPE_CONSUMER, GROUP_TYPE_KAFKA, GROUP_TYPE_SHARE};
 use crate::state::BrokerState;
 
@@ -16,29 +12,9 @@ fn wire((code, message): (ErrorCode, String)) -> Option<m::Error> {
     Some(code.with_message(message))
 }
 
-/// How long FindCoordinator waits for the offsets topic to appear after asking for it.
-const OFFSETS_TOPIC_WAIT: Duration = Duration::from_secs(10);
-
 /// The coordinator of a group is the leader of its partition of `__consumer_offsets`
 /// (`murmur2(group) % 4`), which the MetaServer places like any topic; it is created on the
 /// first FindCoordinator of the cluster.
-/// Creates `__consumer_offsets` unless it exists (the first FindCoordinator of a cluster).
-pub(crate) async fn ensure_offsets_topic(state: &BrokerState) -> Result<(), m::Error> {
-    if !state.cluster.image().topics.contains_key(OFFSETS_TOPIC) {
-        let ensure = Command::EnsureOffsetsTopic {
-            partitions: OFFSETS_PARTITIONS,
-        };
-        state.cluster.write(ensure).await?;
-        state
-            .cluster
-            .wait_until(OFFSETS_TOPIC_WAIT, |image| {
-                image.topics.contains_key(OFFSETS_TOPIC)
-            })
-            .await;
-    }
-    Ok(())
-}
-
 pub async fn find_coordinator(
     state: Arc<BrokerState>,
     req: m::FindCoordinatorRequest,
@@ -59,7 +35,7 @@ pub async fn find_coordinator(
     if let Err(e) = validate_group_id(&req.group_id) {
         return fail(e.0.with_message(e.1));
     }
-    if let Err(e) = ensure_offsets_topic(&state).await {
+    if let Err(e) = crate::offsets_partitions::ensure_offsets_topic(&state).await {
         return fail(e);
     }
     match state.coordinator_of(&req.group_id) {

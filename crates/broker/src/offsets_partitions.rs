@@ -86,9 +86,28 @@ pub(crate) async fn await_coordination_replicas(
     }
 }
 
+/// Creates `__consumer_offsets` unless it exists (the first FindCoordinator of a cluster).
+pub(crate) async fn ensure_offsets_topic(state: &BrokerState) -> Result<(), m::Error> {
+    if !state.cluster.image().topics.contains_key(OFFSETS_TOPIC) {
+        let ensure = tinymq_meta::Command::EnsureOffsetsTopic {
+            partitions: OFFSETS_PARTITIONS,
+        };
+        state.cluster.write(ensure).await?;
+        state
+            .cluster
+            .wait_until(OFFSETS_TOPIC_WAIT, |image| {
+                image.topics.contains_key(OFFSETS_TOPIC)
+            })
+            .await;
+    }
+    Ok(())
+}
+
 /// How long a commit waits for the in-sync replicas before it is answered
 /// `REQUEST_TIMED_OUT` (Kafka's `offsets.commit.timeout.ms`); the client retries it.
 pub const OFFSET_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the first FindCoordinator waits for a new `__consumer_offsets` to appear.
+const OFFSETS_TOPIC_WAIT: Duration = Duration::from_secs(10);
 
 /// The leader epoch in which this broker leads offsets partition `index` now, by both the
 /// image and the partition's own role, with the partition.

@@ -39,7 +39,7 @@ pub struct BrokerState {
     pub cluster: Arc<ClusterView>,
     pub groups: GroupCoordinator,
     /// The transactional ids coordinated here (`crate::txn`).
-    pub txns: crate::txn::TxnStore,
+    pub txns: crate::txn::coordinator::TxnStore,
     /// Connections to the other brokers for transaction markers.
     pub(crate) txn_links: crate::txn::links::MarkerLinks,
     /// The partitions held here, by topic and index; changed only by `reconcile`.

@@ -158,7 +158,7 @@ pub async fn add_offsets(
             .map_err(|(code, why)| code.with_message(why))?;
         let epoch = epoch16(request.producer_epoch)?;
         // The group's coordinator must exist to take TxnOffsetCommit, as for OffsetCommit.
-        crate::group_handlers::ensure_offsets_topic(state).await?;
+        crate::offsets_partitions::ensure_offsets_topic(state).await?;
         let partition = (
             OFFSETS_TOPIC.to_string(),
             partition_for_group(&request.group_id),

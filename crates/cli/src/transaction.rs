@@ -21,6 +21,7 @@ pub enum TransactionCommand {
     /// One transactional id: state, producer id and epoch, timeout, the open transaction's
     /// start and partitions.
     Describe {
+        /// The transactional id.
         transactional_id: String,
         /// Print JSON.
         #[arg(long)]
@@ -30,8 +31,10 @@ pub enum TransactionCommand {
     },
     /// The producers of a partition, with where their open transaction starts.
     Producers {
+        /// The topic of the partition.
         #[arg(long)]
         topic: String,
+        /// The partition.
         #[arg(long)]
         partition: u32,
         #[command(flatten)]
@@ -41,10 +44,13 @@ pub enum TransactionCommand {
     /// last stable offset back, so read-committed consumers wait): the partition's leader
     /// writes an ABORT marker for it. Find the producer with `transaction producers`.
     Abort {
+        /// The topic of the partition the transaction hangs on.
         #[arg(long)]
         topic: String,
+        /// The partition.
         #[arg(long)]
         partition: u32,
+        /// The producer whose open transaction to abort (see `transaction producers`).
         #[arg(long)]
         producer_id: i64,
         #[command(flatten)]

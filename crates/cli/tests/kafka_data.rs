@@ -373,16 +373,8 @@ fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
     // The batches as stored: the markers are control records (key: version 0, type), which
     // clients skip.
     assert_eq!(keys.len(), 7, "{keys:?}");
-    assert_eq!(
-        keys[3],
-        (3, Some(vec![0, 0, 0, 1])),
-        "COMMIT: {keys:?}"
-    );
-    assert_eq!(
-        keys[6],
-        (6, Some(vec![0, 0, 0, 0])),
-        "ABORT: {keys:?}"
-    );
+    assert_eq!(keys[3], (3, Some(vec![0, 0, 0, 1])), "COMMIT: {keys:?}");
+    assert_eq!(keys[6], (6, Some(vec![0, 0, 0, 0])), "ABORT: {keys:?}");
     assert_eq!(
         list_offset_isolated(&mut k, "tx", 1),
         7,

@@ -12,7 +12,16 @@ use parking_lot::Mutex;
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use super::state::TxnMetadata;
-use super::{partition_for_txn, TRANSACTION_TOPIC};
+use tinymq_meta::command::TRANSACTION_TOPIC;
+
+/// Partitions of `__transaction_state` (Kafka's `transaction.state.log.num.partitions` is 50;
+/// four spread the coordinators of a small cluster and keep each replay short).
+pub const TRANSACTION_PARTITIONS: u32 = 4;
+
+/// The partition of `__transaction_state` holding `transactional_id`, and so its coordinator.
+pub fn partition_for_txn(transactional_id: &str) -> u32 {
+    tinymq_protocol::hash::murmur2_positive(transactional_id.as_bytes()) % TRANSACTION_PARTITIONS
+}
 
 /// Most transactional ids one broker coordinates (about 1 KiB each with their partitions).
 pub const TRANSACTIONAL_IDS_MAX: usize = 100_000;

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tinymq_client::Connection;
+use tinymq_client::Security;
+use tinymq_meta::MetadataImage;
 use tinymq_protocol::messages::NodeRole;
 use tinymq_protocol::{messages as m, ErrorCode};
-
-use crate::state::BrokerState;
 
 /// Connections to the other brokers, for markers; one per broker, reopened when closed.
 #[derive(Debug, Default)]
@@ -18,11 +18,17 @@ pub struct MarkerLinks {
 }
 
 impl MarkerLinks {
-    pub async fn to(&self, state: &BrokerState, broker: u32) -> Result<Arc<Connection>, m::Error> {
+    /// A connection to `broker` (by `image`) as node `node_id` with the cluster's `links`.
+    pub async fn to(
+        &self,
+        image: &MetadataImage,
+        node_id: u32,
+        links: &Security,
+        broker: u32,
+    ) -> Result<Arc<Connection>, m::Error> {
         if let Some(c) = self.links.lock().get(&broker).filter(|c| !c.is_closed()) {
             return Ok(c.clone());
         }
-        let image = state.cluster.image();
         let record = image
             .brokers
             .get(&broker)
@@ -32,11 +38,11 @@ impl MarkerLinks {
             })?;
         let connection = Connection::connect_secure(
             &format!("{}:{}", record.host, record.port),
-            &format!("tinymq-txn-{}", state.node_id()),
+            &format!("tinymq-txn-{node_id}"),
             &image.cluster_id,
             NodeRole::Broker,
-            u64::from(state.node_id()),
-            &state.config.links,
+            u64::from(node_id),
+            links,
         )
         .await
         .map_err(|e| ErrorCode::LEADER_NOT_AVAILABLE.with_message(e.to_string()))?;

@@ -41,7 +41,7 @@ pub async fn complete(state: Arc<BrokerState>, id: String, ticket: Ticket, decid
             backoff = (backoff * 2).min(MARKER_RETRY_BACKOFF_MAX);
         }
     }
-    let done = super::change(&state, &id, |current| {
+    let done = super::durable::change(&state, &id, |current| {
         // Only the very state the markers were written for completes.
         let next = current
             .filter(|m| **m == decided)
@@ -62,7 +62,7 @@ pub async fn complete(state: Arc<BrokerState>, id: String, ticket: Ticket, decid
 }
 
 fn still_coordinating(state: &BrokerState, id: &str, ticket: Ticket) -> bool {
-    super::coordinator_epoch(state, id).ok() == Some(ticket.coordinator_epoch)
+    super::durable::coordinator_epoch(state, id).ok() == Some(ticket.coordinator_epoch)
         && state
             .txns
             .is_loaded(ticket.partition, ticket.coordinator_epoch)
@@ -150,7 +150,11 @@ async fn send(
     leader: u32,
     request: &m::WriteTxnMarkersRequest,
 ) -> Result<m::WriteTxnMarkersResponse, m::Error> {
-    let connection = state.txn_links.to(state, leader).await?;
+    let image = state.cluster.image();
+    let connection = state
+        .txn_links
+        .to(&image, state.node_id(), &state.config.links, leader)
+        .await?;
     connection
         .request(request, MARKER_REQUEST_TIMEOUT)
         .await
@@ -221,7 +225,7 @@ pub async fn write_here(
 /// again and they complete.
 pub async fn resume(state: Arc<BrokerState>, partition: u32) {
     for (id, m, epoch) in state.txns.all() {
-        if super::partition_for_txn(&id) != partition || !m.state.is_preparing() {
+        if super::coordinator::partition_for_txn(&id) != partition || !m.state.is_preparing() {
             continue;
         }
         let ticket = Ticket {

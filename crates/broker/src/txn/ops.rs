@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use tinymq_protocol::{messages as m, ErrorCode};
 
+use super::durable::{change, wire};
+use super::markers;
 use super::state::{self, EndStep, InitStep, TxnMetadata, TxnPartition, TxnState};
-use super::{change, markers, wire};
 use crate::partition::now_ms;
 use crate::state::BrokerState;
 
@@ -139,7 +140,7 @@ pub fn describe(state: &Arc<BrokerState>, ids: &[String]) -> Vec<m::TransactionS
     ids.iter()
         .take(DESCRIBE_TRANSACTIONS_IDS_MAX)
         .map(|id| {
-            let found = super::coordinator_epoch(state, id)
+            let found = super::durable::coordinator_epoch(state, id)
                 .and_then(|epoch| state.txns.get(id, epoch))
                 .and_then(|m| {
                     m.ok_or_else(|| {
@@ -226,7 +227,7 @@ async fn abort_timed_out(state: &Arc<BrokerState>, id: &str) {
 
 /// Writes the tombstone of `id` if it is still idle since `update_ms`.
 async fn expire(state: &Arc<BrokerState>, id: &str, update_ms: i64) {
-    let Ok(epoch) = super::coordinator_epoch(state, id) else {
+    let Ok(epoch) = super::durable::coordinator_epoch(state, id) else {
         return;
     };
     let begun = state.txns.begin(id, epoch, |current| {
@@ -236,7 +237,7 @@ async fn expire(state: &Arc<BrokerState>, id: &str, update_ms: i64) {
     let Ok((Some((ticket, m)), ())) = begun else {
         return;
     };
-    match super::persist(state, id, ticket, None).await {
+    match super::durable::persist(state, id, ticket, None).await {
         Ok(()) => state.txns.forget(id, ticket),
         Err(_) => state.txns.finish(id, ticket, Some(m)),
     }

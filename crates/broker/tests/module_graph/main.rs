@@ -33,6 +33,11 @@ const CYCLES_ALLOWED: &[(&str, &str, &str)] = &[
         "the partition and its transaction half share the producer-state lock and the write path",
     ),
     (
+        "group::offsets",
+        "group::txn_offsets",
+        "the offsets store and the commits it holds pending for a transaction's marker share the commit types",
+    ),
+    (
         "fuzzing",
         "fuzzing::seed",
         "the harness and the seeds written from its scenarios",
@@ -86,6 +91,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("filtered_fetch", &["handlers", "connection"]),
     ("replica", &["handlers", "connection"]),
     ("authorize", &["handlers", "connection"]),
+    ("txn", &["handlers", "connection"]),
 ];
 
 fn graph() -> Graph {

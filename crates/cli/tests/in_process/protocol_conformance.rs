@@ -342,7 +342,7 @@ fn errors_that_keep_the_connection_and_the_handshake_rules() {
     // After it: unknown operation, a response frame, a malformed body, a second handshake,
     // a node-only operation from a client: each answered and the connection kept.
     let post: Vec<(u8, Vec<u8>, Answer)> = vec![
-        (0x3F, vec![], keep(0xBF, 11, ErrorCode::UNKNOWN_OPERATION)),
+        (0x4F, vec![], keep(0xCF, 11, ErrorCode::UNKNOWN_OPERATION)),
         (0x85, vec![], keep(0x85, 12, ErrorCode::UNKNOWN_OPERATION)),
         (
             0x02,

@@ -114,6 +114,11 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         E::ROUTE_NOT_FOUND => StatusCode::NOT_FOUND,
         E::INVALID_FILTER | E::INVALID_DELIVERY_TIME => StatusCode::BAD_REQUEST,
         E::INVALID_RECORD_STATE => StatusCode::CONFLICT,
+        E::INVALID_TXN_STATE | E::PRODUCER_FENCED | E::INVALID_PRODUCER_ID_MAPPING => {
+            StatusCode::CONFLICT
+        }
+        E::INVALID_TRANSACTION_TIMEOUT => StatusCode::BAD_REQUEST,
+        E::TRANSACTIONAL_ID_NOT_FOUND => StatusCode::NOT_FOUND,
         E::UNSUPPORTED_SASL_MECHANISM => StatusCode::BAD_REQUEST,
         E::NOT_LEADER
         | E::LEADER_NOT_AVAILABLE
@@ -122,6 +127,8 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         | E::SHUTTING_DOWN
         | E::NOT_COORDINATOR
         | E::COORDINATOR_LOAD_IN_PROGRESS
+        | E::CONCURRENT_TRANSACTIONS
+        | E::UNSTABLE_OFFSET_COMMIT
         | E::STORAGE_ERROR
         | E::FENCED_LEADER_EPOCH => StatusCode::SERVICE_UNAVAILABLE,
         // The node answered something this API cannot explain to the caller.
