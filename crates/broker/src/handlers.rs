@@ -51,6 +51,43 @@ impl PreparedProduce {
 /// The first half of a produce: checks and writes every partition's batches, in request order.
 /// The connection runs this before reading its next frame, so the produce requests of one
 /// connection are stored in the order they were sent, whatever their `acks`.
+/// KIP-890's verification: a transactional batch that would open its producer's transaction
+/// on a partition led here is written only once the producer's coordinator confirms that the
+/// partition is in that transaction (see `txn::verify`). Anything else passes untouched: the
+/// partition checks the batch itself.
+async fn verify_transactional(
+    state: &Arc<BrokerState>,
+    transactional_id: &str,
+    topic: &str,
+    partition: u32,
+    records: &bytes::Bytes,
+) -> Result<(), m::Error> {
+    let Some(header) = tinymq_protocol::batch::BatchHeader::new(records) else {
+        return Ok(());
+    };
+    if !header.is_transactional() || header.is_control() || header.producer_id() < 0 {
+        return Ok(());
+    }
+    let (producer_id, epoch) = (header.producer_id(), header.producer_epoch());
+    let Ok((led, _)) = state.led_partition(topic, partition) else {
+        return Ok(());
+    };
+    if !led.needs_txn_verification(producer_id, epoch) {
+        return Ok(());
+    }
+    crate::txn::verify::verify(
+        state,
+        transactional_id,
+        topic,
+        partition,
+        producer_id,
+        epoch,
+    )
+    .await?;
+    led.txn_verified(producer_id, epoch)
+        .map_err(|e| e.code.with_message(e.message))
+}
+
 pub async fn produce_write(
     state: Arc<BrokerState>,
     req: m::ProduceRequest,
@@ -82,15 +119,28 @@ pub async fn produce_write(
     let producer_id_end = state.cluster.image().next_producer_id;
     let mut partitions = Vec::with_capacity(req.partitions.len());
     for p in req.partitions {
-        let outcome = append(
+        let verified = verify_transactional(
             &state,
+            &req.transactional_id,
             &p.topic,
             p.partition,
-            p.records,
-            acks,
-            producer_id_end,
+            &p.records,
         )
         .await;
+        let outcome = match verified {
+            Ok(()) => {
+                append(
+                    &state,
+                    &p.topic,
+                    p.partition,
+                    p.records,
+                    acks,
+                    producer_id_end,
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
         let hint = match &outcome {
             Err(e) => leader_hint(&state, &p.topic, p.partition, e),
             Ok(_) => 0,

@@ -67,7 +67,13 @@ impl From<SequenceError> for PartitionError {
 
 impl From<TxnError> for PartitionError {
     fn from(e: TxnError) -> PartitionError {
-        PartitionError::new(ErrorCode::LIMIT_EXCEEDED, e.to_string())
+        let code = match e {
+            TxnError::NotVerified { .. } => ErrorCode::INVALID_TXN_STATE,
+            TxnError::TooManyOpen { .. } | TxnError::AbortedListFull { .. } => {
+                ErrorCode::LIMIT_EXCEEDED
+            }
+        };
+        PartitionError::new(code, e.to_string())
     }
 }
 
@@ -385,7 +391,9 @@ impl Partition {
         }
         let transactional = checked.batch.is_transactional();
         if transactional {
-            producers.txns().check_data(identity.producer_id)?;
+            producers
+                .txns()
+                .check_leader_data(identity.producer_id, identity.producer_epoch)?;
         }
         let epoch = context.leader_epoch as i32;
         let info = if may_block {

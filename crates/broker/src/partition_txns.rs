@@ -75,6 +75,15 @@ pub enum TxnError {
         aborted: usize,
         open: usize,
     },
+    #[error(
+        "producer {producer_id} epoch {producer_epoch} has no open transaction on this partition \
+         and its coordinator did not confirm the partition is in one (AddPartitionsToTxn comes \
+         first; or the transaction ended meanwhile)"
+    )]
+    NotVerified {
+        producer_id: i64,
+        producer_epoch: i16,
+    },
 }
 
 /// What a snapshot stores; the indexes are rebuilt from it.
@@ -96,6 +105,10 @@ pub struct PartitionTxns {
     /// In marker (`last_offset`) order.
     aborted: Vec<AbortedTxn>,
     index: FirstOffsetIndex,
+    /// Producers whose coordinator confirmed, for the epoch given, that this partition is in
+    /// their open transaction (KIP-890's verification), until their next batch here opens it
+    /// or a marker for them arrives. Only the leader fills it; it is not saved.
+    verified: HashMap<i64, i16>,
 }
 
 impl PartialEq for PartitionTxns {
@@ -116,6 +129,7 @@ impl From<TxnsOnDisk> for PartitionTxns {
             ongoing: disk.ongoing,
             aborted: disk.aborted,
             index: FirstOffsetIndex::default(),
+            verified: HashMap::new(),
         };
         // A hand-edited or damaged snapshot must not break the binary search.
         txns.aborted.sort_by_key(|a| a.last_offset);
@@ -163,6 +177,48 @@ impl PartitionTxns {
         if self.is_open(producer_id) {
             return Ok(());
         }
+        self.check_room(producer_id)
+    }
+
+    /// [`PartitionTxns::check_data`] for a leader's write: a batch that would open a
+    /// transaction must also have been verified with its coordinator in `producer_epoch`
+    /// ([`PartitionTxns::verified`]), so a late or stray transactional batch cannot open a
+    /// transaction nobody will end.
+    pub fn check_leader_data(&self, producer_id: i64, producer_epoch: i16) -> Result<(), TxnError> {
+        if self.is_open(producer_id) {
+            return Ok(());
+        }
+        if self.verified.get(&producer_id) != Some(&producer_epoch) {
+            return Err(TxnError::NotVerified {
+                producer_id,
+                producer_epoch,
+            });
+        }
+        self.check_room(producer_id)
+    }
+
+    /// Whether `producer_id` needs a verification before its batch of `producer_epoch`: it
+    /// has no open transaction here and none verified in that epoch.
+    pub fn needs_verification(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        !self.is_open(producer_id) && self.verified.get(&producer_id) != Some(&producer_epoch)
+    }
+
+    /// The coordinator confirmed that this partition is in `producer_id`'s open transaction
+    /// of `producer_epoch`. Bounded like the open transactions.
+    pub fn verified(&mut self, producer_id: i64, producer_epoch: i16) -> Result<(), TxnError> {
+        if !self.verified.contains_key(&producer_id)
+            && self.verified.len() >= OPEN_TXNS_PER_PARTITION_MAX
+        {
+            return Err(TxnError::TooManyOpen {
+                producer_id,
+                open: self.verified.len(),
+            });
+        }
+        self.verified.insert(producer_id, producer_epoch);
+        Ok(())
+    }
+
+    fn check_room(&self, producer_id: i64) -> Result<(), TxnError> {
         let open = self.ongoing.len();
         if open >= OPEN_TXNS_PER_PARTITION_MAX {
             return Err(TxnError::TooManyOpen { producer_id, open });
@@ -187,6 +243,7 @@ impl PartitionTxns {
         base_offset: i64,
         last_offset: i64,
     ) {
+        self.verified.remove(&producer_id);
         match self.ongoing.get_mut(&producer_id) {
             Some(txn) => {
                 txn.last_offset = txn.last_offset.max(last_offset);
@@ -209,6 +266,8 @@ impl PartitionTxns {
     /// A marker of `producer_id` written at `offset`: closes its open transaction, and an
     /// ABORT remembers it. An ABORT with nothing open here hides no record and is not kept.
     pub fn apply_marker(&mut self, producer_id: i64, offset: i64, marker: MarkerType) {
+        // A verification from before the marker is for a transaction that just ended.
+        self.verified.remove(&producer_id);
         let Some(open) = self.ongoing.remove(&producer_id) else {
             return;
         };

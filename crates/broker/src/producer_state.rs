@@ -170,6 +170,16 @@ impl ProducerStateTable {
         all
     }
 
+    /// The coordinator confirmed `producer_id`'s transaction of `producer_epoch` holds this
+    /// partition (see [`PartitionTxns::verified`]).
+    pub fn txn_verified(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<(), crate::partition_txns::TxnError> {
+        self.txns.verified(producer_id, producer_epoch)
+    }
+
     pub fn txns(&self) -> &PartitionTxns {
         &self.txns
     }

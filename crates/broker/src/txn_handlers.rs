@@ -90,6 +90,9 @@ pub async fn add_partitions(
     principal: &Principal,
     request: m::AddPartitionsToTxnRequest,
 ) -> m::AddPartitionsToTxnResponse {
+    if request.verify_only {
+        return verify_partitions(state, &request);
+    }
     let image = state.cluster.image();
     let refusal = |topic: &str, partition: u32| -> Option<m::Error> {
         if let Err(e) = access.check(principal, Permission::topic(topic, AclOperation::Write)) {
@@ -144,6 +147,43 @@ pub async fn add_partitions(
     m::AddPartitionsToTxnResponse {
         partitions: partition_results(&request.topics, |_, _| error.clone()),
         error,
+    }
+}
+
+/// AddPartitionsToTxn with `verify_only` (a partition leader asking, KIP-890): each partition
+/// NONE if it is in the producer's open transaction of that epoch, else INVALID_TXN_STATE.
+fn verify_partitions(
+    state: &Arc<BrokerState>,
+    request: &m::AddPartitionsToTxnRequest,
+) -> m::AddPartitionsToTxnResponse {
+    let id = &request.transactional_id;
+    let known = check_id(id)
+        .and_then(|()| txn::coordinator_epoch(state, id))
+        .and_then(|epoch| state.txns.get(id, epoch));
+    let (known, epoch) = match (known, epoch16(request.producer_epoch)) {
+        (Ok(known), Ok(epoch)) => (known, epoch),
+        (Err(error), _) | (_, Err(error)) => {
+            return m::AddPartitionsToTxnResponse {
+                error: Some(error),
+                partitions: vec![],
+            }
+        }
+    };
+    let partitions = partition_results(&request.topics, |topic, partition| {
+        let held = known
+            .as_ref()
+            .is_some_and(|m| txn::verify::holds(m, request.producer_id, epoch, topic, partition));
+        (!held).then(|| {
+            ErrorCode::INVALID_TXN_STATE.with_message(format!(
+                "{topic}/{partition} is not in the open transaction of {id:?} for producer {} \
+                 epoch {epoch}",
+                request.producer_id
+            ))
+        })
+    });
+    m::AddPartitionsToTxnResponse {
+        error: None,
+        partitions,
     }
 }
 

@@ -278,6 +278,7 @@ fn rows() -> Vec<Row> {
                             partition: 0,
                             records: batch(),
                         }],
+                        transactional_id: String::new(),
                     }
                 )
                 .await,
@@ -862,6 +863,7 @@ fn rows() -> Vec<Row> {
                         producer_id: 1,
                         producer_epoch: 0,
                         topics: vec![],
+                        verify_only: false,
                     }
                 )
                 .await,
@@ -1539,6 +1541,7 @@ async fn every_operation_is_allowed_exactly_to_principals_with_its_permission() 
                 records: batch(),
             })
             .to_vec(),
+        transactional_id: String::new(),
     };
     let answer = ask(lit, produce).await.expect("a produce answer");
     let by_topic = |t: &str| answer.partitions.iter().find(|p| p.topic == t).cloned();

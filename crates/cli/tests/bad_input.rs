@@ -52,6 +52,7 @@ impl GoodClient {
                 partition: 0,
                 records: builder.build().unwrap(),
             }],
+            transactional_id: String::new(),
         });
         let result = &response.partitions[0];
         assert!(result.error.is_none(), "{:?}", result.error);
@@ -151,6 +152,7 @@ fn every_kind_of_bad_input_gets_a_clear_answer_and_the_good_client_keeps_working
             partition: 0,
             records: vec![0u8; 80].into(),
         }],
+        transactional_id: String::new(),
     });
     assert_eq!(
         response.partitions[0].error.as_ref().unwrap().code,
@@ -239,6 +241,7 @@ fn unread_fetch_responses_stay_within_the_fetch_memory() {
                 partition: 0,
                 records: batch.encode(),
             }],
+            transactional_id: String::new(),
         });
         assert!(response.partitions[0].error.is_none());
     }
@@ -315,6 +318,7 @@ fn internal_topics_are_refused_to_clients_and_a_zero_produce_timeout_is_the_defa
             partition: 0,
             records: batch.clone(),
         }],
+        transactional_id: String::new(),
     });
     let error = produced.partitions[0].error.clone().expect("refused");
     assert_eq!(
@@ -348,6 +352,7 @@ fn internal_topics_are_refused_to_clients_and_a_zero_produce_timeout_is_the_defa
                 partition: 0,
                 records: batch.clone(),
             }],
+            transactional_id: String::new(),
         });
         assert!(
             response.partitions[0].error.is_none(),

@@ -145,6 +145,7 @@ fn produce_bytes(
             partition,
             records,
         }],
+        transactional_id: String::new(),
     })
     .partitions
     .remove(0)

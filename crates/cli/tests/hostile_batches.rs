@@ -31,6 +31,7 @@ fn produce(c: &mut RawClient, records: Bytes) -> m::ProducePartitionResult {
             partition: 0,
             records,
         }],
+        transactional_id: String::new(),
     });
     assert!(response.error.is_none(), "{:?}", response.error);
     response.partitions.into_iter().next().expect("one result")

@@ -84,6 +84,7 @@ fn produce_raw(c: &mut RawClient, topic: &str, value: &[u8], acks: i32) -> Optio
             partition: 0,
             records,
         }],
+        transactional_id: String::new(),
     });
     assert!(r.error.is_none(), "{:?}", r.error);
     r.partitions[0].error.as_ref().map(|e| e.code)

@@ -109,6 +109,11 @@ fn plan(request: ProduceRequest) -> Plan {
         // Kafka's timeout is at least 0; the native 0 means the default wait (30 s).
         timeout_ms: u32::try_from(request.timeout_ms).unwrap_or(0),
         partitions: Vec::new(),
+        // The broker verifies a transaction's first batch to a partition with its coordinator.
+        transactional_id: request
+            .transactional_id
+            .as_ref()
+            .map_or(String::new(), |id| id.0.to_string()),
     };
     let mut topics = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {

@@ -68,6 +68,7 @@ pub(crate) async fn add_partitions(
         producer_id: r.v3_and_below_producer_id.0,
         producer_epoch: i32::from(r.v3_and_below_producer_epoch),
         topics,
+        verify_only: false,
     };
     let answer: Result<m::AddPartitionsToTxnResponse, m::Error> =
         ctx.call(OpCode::AddPartitionsToTxn, &native).await;

@@ -77,6 +77,7 @@ fn main() -> std::io::Result<()> {
             partition: 0,
             records: batch(Compression::None, 3).into(),
         }],
+        transactional_id: String::new(),
     };
     // The decoder's first byte of input picks the chunk size the stream is fed in.
     let mut stream = vec![5u8];

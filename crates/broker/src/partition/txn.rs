@@ -120,6 +120,29 @@ impl Partition {
 
     /// The last stable offset: the high watermark, or the first offset of the oldest open
     /// transaction if lower. A read-committed consumer reads below it.
+    /// Whether a transactional batch of `producer_id` in `producer_epoch` must first be
+    /// verified with its coordinator: it would open a transaction here.
+    pub fn needs_txn_verification(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        self.producers
+            .lock()
+            .txns()
+            .needs_verification(producer_id, producer_epoch)
+    }
+
+    /// Records the coordinator's confirmation that this partition is in `producer_id`'s open
+    /// transaction of `producer_epoch`: its next batch may open the transaction here, unless
+    /// a marker for it comes first.
+    pub fn txn_verified(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+    ) -> Result<(), PartitionError> {
+        Ok(self
+            .producers
+            .lock()
+            .txn_verified(producer_id, producer_epoch)?)
+    }
+
     pub fn last_stable_offset(&self) -> i64 {
         self.last_stable_offset_at(self.high_watermark())
     }

@@ -29,8 +29,17 @@ fn context() -> ProduceContext {
     }
 }
 
-/// Writes and finishes a batch; its base offset.
+/// Writes and finishes a batch; its base offset. A transactional batch that would open a
+/// transaction is marked verified first, as its coordinator's confirmation would.
 fn write(p: &Partition, records: Bytes) -> Result<i64, PartitionError> {
+    let header = tinymq_protocol::batch::BatchHeader::new(&records).unwrap();
+    if header.is_transactional() {
+        p.txn_verified(header.producer_id(), header.producer_epoch())?;
+    }
+    write_unverified(p, records)
+}
+
+fn write_unverified(p: &Partition, records: Bytes) -> Result<i64, PartitionError> {
     let pending = p.write(records, 1 << 20, context())?;
     p.finish(pending)
 }
@@ -282,4 +291,29 @@ fn retention_forgets_aborted_transactions_below_the_log_start() {
         (1..=20).filter(|i| 3 * i > start).count(),
         "exactly those whose marker is still in the log"
     );
+}
+
+#[test]
+fn a_transaction_opens_only_once_verified_and_a_marker_revokes_the_verification() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = open(tmp.path());
+    let refused = write_unverified(&p, data(1, 0, 0, true)).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::INVALID_TXN_STATE, "{refused:?}");
+    assert_eq!(p.log.log_end_offset(), 0, "nothing written");
+    // Verified, then the transaction ends (say, aborted at its timeout) before the batch
+    // arrives: the late batch must not open a transaction nobody will end.
+    p.txn_verified(1, 0).unwrap();
+    assert!(!p.needs_txn_verification(1, 0));
+    mark(&p, 1, 0, MarkerType::Abort).unwrap();
+    assert!(p.needs_txn_verification(1, 0));
+    let late = write_unverified(&p, data(1, 0, 0, true)).unwrap_err();
+    assert_eq!(late.code, ErrorCode::INVALID_TXN_STATE);
+    // Verified in another epoch does not count either.
+    p.txn_verified(1, 0).unwrap();
+    assert!(p.needs_txn_verification(1, 1));
+    // Verified and written: the open transaction lets its next batches through.
+    assert_eq!(write_unverified(&p, data(1, 0, 0, true)).unwrap(), 1);
+    assert!(!p.needs_txn_verification(1, 0));
+    assert_eq!(write_unverified(&p, data(1, 0, 2, true)).unwrap(), 3);
+    assert_eq!(p.last_stable_offset(), 1);
 }

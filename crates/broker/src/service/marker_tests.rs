@@ -61,7 +61,17 @@ fn batch(producer: i64, sequence: i32, transactional: bool, values: &[&str]) -> 
     builder.build().unwrap()
 }
 
-async fn produce(c: &Connection, records: Bytes) -> i64 {
+/// Produces `records`; a transactional batch that would open a transaction is first marked
+/// verified on the partition, as its coordinator's confirmation would (these tests drive the
+/// partition side alone; crates/cli/tests/in_process/transactions.rs the whole protocol).
+async fn produce(c: &Connection, state: &crate::state::BrokerState, records: Bytes) -> i64 {
+    let header = tinymq_protocol::batch::BatchHeader::new(&records).unwrap();
+    if header.is_transactional() {
+        let (partition, _) = state.led_partition(TOPIC, 0).unwrap();
+        partition
+            .txn_verified(header.producer_id(), header.producer_epoch())
+            .unwrap();
+    }
     let request = m::ProduceRequest {
         acks: -1,
         timeout_ms: 10_000,
@@ -70,6 +80,7 @@ async fn produce(c: &Connection, records: Bytes) -> i64 {
             partition: 0,
             records,
         }],
+        transactional_id: String::new(),
     };
     let answer = c.request(&request, WAIT).await.unwrap();
     let p = &answer.partitions[0];
@@ -132,9 +143,9 @@ async fn read_committed_stops_at_open_transactions_and_drops_aborted_ones() {
         state.cluster.allocate_producer_id().await.unwrap(),
     );
     // 0-1 p1 (to commit), 2 plain, 3-4 p2 (to abort).
-    assert_eq!(produce(&c, batch(p1, 0, true, &["c1", "c2"])).await, 0);
-    assert_eq!(produce(&c, batch(-1, -1, false, &["plain"])).await, 2);
-    assert_eq!(produce(&c, batch(p2, 0, true, &["a1", "a2"])).await, 3);
+    assert_eq!(produce(&c, &state, batch(p1, 0, true, &["c1", "c2"])).await, 0);
+    assert_eq!(produce(&c, &state, batch(-1, -1, false, &["plain"])).await, 2);
+    assert_eq!(produce(&c, &state, batch(p2, 0, true, &["a1", "a2"])).await, 3);
 
     let uncommitted = fetch(&c, 0).await;
     assert_eq!(
@@ -165,7 +176,7 @@ async fn read_committed_stops_at_open_transactions_and_drops_aborted_ones() {
         .await
         .unwrap();
     assert_eq!(abort, 6);
-    assert_eq!(produce(&c, batch(p2, 2, true, &["after"])).await, 7);
+    assert_eq!(produce(&c, &state, batch(p2, 2, true, &["after"])).await, 7);
     let commit = write_marker(&state, TOPIC, 0, p2, 0, true, 0)
         .await
         .unwrap();
@@ -255,7 +266,7 @@ async fn a_marker_wakes_a_read_committed_long_poll() {
     let state = broker.state().clone();
     let c = Connection::connect(&addr, "test", "").await.unwrap();
     let p1 = state.cluster.allocate_producer_id().await.unwrap();
-    produce(&c, batch(p1, 0, true, &["x"])).await;
+    produce(&c, &state, batch(p1, 0, true, &["x"])).await;
     let waiting = {
         let request = m::FetchRequest {
             max_wait_ms: 60_000,

@@ -11,6 +11,8 @@
 //! - [`ops`]: the requests (InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 //!   DescribeTransactions, ListTransactions) and the timer.
 //! - [`links`]: connections to the other brokers, for markers.
+//! - [`verify`]: a partition leader's check with the coordinator before a transaction's
+//!   first batch there (KIP-890 part 1).
 //! - [`markers`]: writing the COMMIT or ABORT markers to every partition of a transaction,
 //!   then completing it.
 //!
@@ -24,8 +26,10 @@ pub mod log;
 pub mod markers;
 pub mod ops;
 pub mod state;
+pub mod verify;
 
 pub use coordinator::{partition_for_txn, TxnStore, TRANSACTION_PARTITIONS};
+pub(crate) use durable::coordinator_epoch;
 pub use durable::coordinator_of;
 pub use load::sync;
 pub use tinymq_meta::command::TRANSACTION_TOPIC;

@@ -49,6 +49,7 @@ pub fn produce_to(
             partition,
             records,
         }],
+        transactional_id: String::new(),
     };
     if acks == 0 {
         c.send_frame(OpCode::Produce.code(), &request.encode_to_vec());

@@ -73,6 +73,7 @@ fn sendfile_and_copied_fetches_return_the_same_batches() {
                 partition: 0,
                 records: batch(n),
             }],
+            transactional_id: String::new(),
         });
         assert!(produced.partitions[0].error.is_none());
     }

@@ -403,6 +403,7 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
             partition: 0,
             records: batch("v", ProducerStamp::NONE),
         }],
+        transactional_id: String::new(),
     });
     assert!(r.error.is_none());
     assert_eq!(error_of(&r.partitions[0].error), 0, "{:?}", r.partitions);

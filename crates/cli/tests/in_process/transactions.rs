@@ -230,3 +230,84 @@ async fn offsets_sent_to_a_transaction_count_only_when_it_commits() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// KIP-890's defence: a transactional batch to a partition not added to the producer's
+/// transaction is refused and holds nothing back; once added, it opens the transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_batch_to_a_partition_not_in_the_transaction_is_refused() {
+    use tinymq_protocol::batch::{BatchBuilder, Compression, ProducerStamp, RecordInput};
+    use tinymq_protocol::messages as m;
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let admin = Admin::new(ClientConfig::new(&server.addr)).unwrap();
+    topic(&admin, "guarded", 1).await;
+    let c = tinymq_client::Connection::connect(&server.addr, "raw", "")
+        .await
+        .unwrap();
+    let wait = Duration::from_secs(10);
+    // The id's producer id and epoch, as a client gets them (retrying while the coordinator's
+    // partition is created and loaded).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let init = loop {
+        let find = m::FindCoordinatorRequest {
+            group_id: "guard".into(),
+            key_type: 1,
+        };
+        let _ = c.request(&find, wait).await;
+        let init = m::InitProducerIdRequest {
+            transactional_id: "guard".into(),
+            producer_id: -1,
+            producer_epoch: -1,
+            transaction_timeout_ms: 60_000,
+        };
+        match c.request(&init, wait).await {
+            Ok(r) if r.error.is_none() => break r,
+            other => assert!(Instant::now() < deadline, "{other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let stamp = ProducerStamp {
+        producer_id: init.producer_id,
+        producer_epoch: init.producer_epoch as i16,
+        base_sequence: 0,
+    };
+    let mut builder = BatchBuilder::new(Compression::None, stamp)
+        .with_attributes(tinymq_protocol::batch::ATTR_TRANSACTIONAL);
+    builder.push(&RecordInput {
+        timestamp_ms: 1,
+        key: None,
+        value: Some(b"v"),
+        headers: &[],
+    });
+    let produce = m::ProduceRequest {
+        acks: -1,
+        timeout_ms: 10_000,
+        partitions: vec![m::ProducePartition {
+            topic: "guarded".into(),
+            partition: 0,
+            records: builder.build().unwrap(),
+        }],
+        transactional_id: "guard".into(),
+    };
+    let refused = c.request(&produce, wait).await.unwrap();
+    let error = refused.partitions[0].error.clone().expect("refused");
+    assert_eq!(error.error_code(), ErrorCode::INVALID_TXN_STATE, "{error:?}");
+
+    let add = m::AddPartitionsToTxnRequest {
+        transactional_id: "guard".into(),
+        producer_id: init.producer_id,
+        producer_epoch: init.producer_epoch,
+        topics: vec![m::TxnTopic {
+            topic: "guarded".into(),
+            partitions: vec![0],
+        }],
+        verify_only: false,
+    };
+    let added = c.request(&add, wait).await.unwrap();
+    assert!(added.error.is_none(), "{added:?}");
+    let written = c.request(&produce, wait).await.unwrap();
+    assert!(written.partitions[0].error.is_none(), "{written:?}");
+    let open = admin.describe_producers("guarded", 0).await.unwrap();
+    assert_eq!(open.len(), 1);
+    assert_eq!(open[0].current_txn_start_offset, 0, "{open:?}");
+}

@@ -228,6 +228,7 @@ impl Producer {
                 topic: topic.to_string(),
                 partitions: vec![partition],
             }],
+            verify_only: false,
         };
         let response = txns
             .call(&self.inner.cluster, &request, |r| {

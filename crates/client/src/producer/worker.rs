@@ -211,6 +211,7 @@ async fn start_send(
         timeout_ms: config.client.request_timeout.as_millis() as u32,
         topic,
         partition,
+        transactional_id: config.transactional_id.as_deref().unwrap_or(""),
     };
     let body = produce_body(&target, header, payload);
     let connection = cluster.leader(topic, partition).await?;

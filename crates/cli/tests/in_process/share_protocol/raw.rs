@@ -85,6 +85,7 @@ pub fn produce_tagged(
                 partition: 0,
                 records: b.build().unwrap(),
             }],
+            transactional_id: String::new(),
         });
         assert_eq!(
             error_of(&r.partitions[0].error),

@@ -76,6 +76,8 @@ final class Txn {
                 transactions++;
                 if (transactions % 3 == 0) {
                     producer.send(new ProducerRecord<>(out, "x", "ABORTED"));
+                    // Written first: an abort drops what is not sent yet.
+                    producer.flush();
                     producer.abortTransaction();
                     aborted++;
                     rewind(consumer);
