@@ -311,3 +311,42 @@ async fn a_transactional_batch_to_a_partition_not_in_the_transaction_is_refused(
     assert_eq!(open.len(), 1);
     assert_eq!(open[0].current_txn_start_offset, 0, "{open:?}");
 }
+
+/// KIP-664: an operator aborts a producer's open transaction on a partition by hand; the
+/// partition's last stable offset moves past it and its records stay hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_aborts_a_transaction_left_open_on_a_partition() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let admin = Admin::new(ClientConfig::new(&server.addr)).unwrap();
+    topic(&admin, "hung", 1).await;
+    let producer = transactional(&server.addr, "hanging", Duration::from_secs(600));
+    producer.init_transactions().await.unwrap();
+    producer.begin_transaction().unwrap();
+    send(&producer, "hung", "h", 4).await;
+    let producers = admin.describe_producers("hung", 0).await.unwrap();
+    let open = producers
+        .iter()
+        .find(|p| p.current_txn_start_offset == 0)
+        .expect("the open transaction is listed");
+    let refused = admin
+        .abort_transaction("hung", 0, open.producer_id + 1000)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Some(ErrorCode::INVALID_TXN_STATE), "{refused}");
+    admin
+        .abort_transaction("hung", 0, open.producer_id)
+        .await
+        .unwrap();
+    let after = admin.describe_producers("hung", 0).await.unwrap();
+    assert!(after.iter().all(|p| p.current_txn_start_offset < 0), "{after:?}");
+    // A later transaction of another producer is readable: nothing holds the partition back.
+    let other = transactional(&server.addr, "other", Duration::from_secs(60));
+    other.init_transactions().await.unwrap();
+    other.begin_transaction().unwrap();
+    send(&other, "hung", "ok", 2).await;
+    other.commit_transaction().await.unwrap();
+    let committed = read(&server.addr, "hung", Isolation::ReadCommitted).await;
+    assert_eq!(count_prefix(&committed, "ok"), 2, "{committed:?}");
+    assert_eq!(count_prefix(&committed, "h"), 0, "{committed:?}");
+}
