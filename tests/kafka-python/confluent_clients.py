@@ -344,7 +344,87 @@ def consume(bootstrap, topic, count):
         out(**r)
 
 
+def read_isolated(bootstrap, topic, isolation):
+    """Every value of TOPIC under ISOLATION, reading each partition to its end (the LSO
+    under read_committed)."""
+    c = consumer(bootstrap, "unused", **{"isolation.level": isolation,
+                                         "enable.partition.eof": True})
+    try:
+        partitions = c.list_topics(topic, timeout=WAIT_S).topics[topic].partitions
+        c.assign([TopicPartition(topic, p, 0) for p in partitions])
+        values, ended = [], set()
+        deadline = time.monotonic() + WAIT_S
+        while len(ended) < len(partitions):
+            if time.monotonic() > deadline:
+                raise Failed(f"reading {topic} ({isolation}) stalled after {len(values)}")
+            msg = c.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    ended.add(msg.partition())
+                    continue
+                raise Failed(f"consume: {msg.error()}")
+            values.append(text(msg.value()))
+        return values
+    finally:
+        c.close()
+
+
+def txn_ctp(bootstrap, source, sink, group, txid, count):
+    """Consume-transform-produce in transactions: COUNT values copied from SOURCE to SINK as
+    "t<value>", the consumed offsets sent to each transaction with the consumer's group
+    metadata; every third transaction also writes "ABORTED" and is aborted, and the consumer
+    rewinds to the group's committed offsets. Then read_committed sees each copy once and no
+    aborted record, read_uncommitted sees the aborted records too."""
+    count = int(count)
+    produce_all(producer(bootstrap, **{"enable.idempotence": True}), source,
+                [(str(i), str(i), []) for i in range(count)])
+    c = consumer(bootstrap, group, **{"isolation.level": "read_committed"})
+    p = producer(bootstrap, **{"transactional.id": txid, "linger.ms": 5})
+    p.init_transactions(WAIT_S)
+    c.subscribe([source])
+    copied, transactions, aborted = 0, 0, 0
+    deadline = time.monotonic() + 2 * WAIT_S
+    while copied < count:
+        if time.monotonic() > deadline:
+            raise Failed(f"copied {copied} of {count}")
+        msgs = c.consume(num_messages=10, timeout=0.5)
+        msgs = [m for m in msgs if not m.error()]
+        if not msgs:
+            continue
+        p.begin_transaction()
+        for m in msgs:
+            p.produce(sink, key=m.key(), value=b"t" + m.value())
+        p.send_offsets_to_transaction(c.position(c.assignment()), c.consumer_group_metadata(),
+                                      WAIT_S)
+        transactions += 1
+        if transactions % 3 == 0:
+            p.produce(sink, key=b"x", value=b"ABORTED")
+            p.flush(WAIT_S)
+            p.abort_transaction(WAIT_S)
+            aborted += 1
+            committed = c.committed(c.assignment(), timeout=WAIT_S)
+            for tp in committed:
+                c.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
+        else:
+            p.commit_transaction(WAIT_S)
+            copied += len(msgs)
+    c.close()
+    out(transactions=transactions, aborted=aborted, copied=copied)
+    seen = read_isolated(bootstrap, sink, "read_committed")
+    wanted = sorted(f"t{i}" for i in range(count))
+    if sorted(seen) != wanted:
+        extra = [v for v in seen if v not in wanted][:5]
+        raise Failed(f"read_committed saw {len(seen)} values, not {count} copies once; "
+                     f"extra {extra}")
+    everything = read_isolated(bootstrap, sink, "read_uncommitted")
+    out(done="txn-ctp", read_committed=len(seen), read_uncommitted=len(everything),
+        aborted_seen_uncommitted=everything.count("ABORTED"))
+
+
 MODES = {
+    "txn-ctp": txn_ctp,
     "idempotent": idempotent,
     "group-rebalance": group_rebalance,
     "commit-resume": commit_resume,
