@@ -2,7 +2,8 @@
 //! Kafka listener, through tests/kafka-python/confluent_clients.py: an idempotent producer with
 //! lz4, zstd, snappy and gzip batches read back in order (and by `tinymq consume`), a consumer
 //! group of three members rebalancing on join and leave (range and cooperative-sticky), commit
-//! and resume, and the AdminClient creating, describing and deleting topics and groups.
+//! and resume, the AdminClient creating, describing and deleting topics and groups, and a
+//! consume-transform-produce loop in transactions (read_committed checks the output).
 
 mod common;
 mod kafka_clients;

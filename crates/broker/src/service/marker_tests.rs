@@ -143,9 +143,18 @@ async fn read_committed_stops_at_open_transactions_and_drops_aborted_ones() {
         state.cluster.allocate_producer_id().await.unwrap(),
     );
     // 0-1 p1 (to commit), 2 plain, 3-4 p2 (to abort).
-    assert_eq!(produce(&c, &state, batch(p1, 0, true, &["c1", "c2"])).await, 0);
-    assert_eq!(produce(&c, &state, batch(-1, -1, false, &["plain"])).await, 2);
-    assert_eq!(produce(&c, &state, batch(p2, 0, true, &["a1", "a2"])).await, 3);
+    assert_eq!(
+        produce(&c, &state, batch(p1, 0, true, &["c1", "c2"])).await,
+        0
+    );
+    assert_eq!(
+        produce(&c, &state, batch(-1, -1, false, &["plain"])).await,
+        2
+    );
+    assert_eq!(
+        produce(&c, &state, batch(p2, 0, true, &["a1", "a2"])).await,
+        3
+    );
 
     let uncommitted = fetch(&c, 0).await;
     assert_eq!(

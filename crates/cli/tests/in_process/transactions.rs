@@ -291,7 +291,11 @@ async fn a_transactional_batch_to_a_partition_not_in_the_transaction_is_refused(
     };
     let refused = c.request(&produce, wait).await.unwrap();
     let error = refused.partitions[0].error.clone().expect("refused");
-    assert_eq!(error.error_code(), ErrorCode::INVALID_TXN_STATE, "{error:?}");
+    assert_eq!(
+        error.error_code(),
+        ErrorCode::INVALID_TXN_STATE,
+        "{error:?}"
+    );
 
     let add = m::AddPartitionsToTxnRequest {
         transactional_id: "guard".into(),
@@ -333,13 +337,20 @@ async fn an_operator_aborts_a_transaction_left_open_on_a_partition() {
         .abort_transaction("hung", 0, open.producer_id + 1000)
         .await
         .unwrap_err();
-    assert_eq!(refused.code(), Some(ErrorCode::INVALID_TXN_STATE), "{refused}");
+    assert_eq!(
+        refused.code(),
+        Some(ErrorCode::INVALID_TXN_STATE),
+        "{refused}"
+    );
     admin
         .abort_transaction("hung", 0, open.producer_id)
         .await
         .unwrap();
     let after = admin.describe_producers("hung", 0).await.unwrap();
-    assert!(after.iter().all(|p| p.current_txn_start_offset < 0), "{after:?}");
+    assert!(
+        after.iter().all(|p| p.current_txn_start_offset < 0),
+        "{after:?}"
+    );
     // A later transaction of another producer is readable: nothing holds the partition back.
     let other = transactional(&server.addr, "other", Duration::from_secs(60));
     other.init_transactions().await.unwrap();
