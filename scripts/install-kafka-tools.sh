@@ -4,7 +4,8 @@
 # - kcat, from Debian (librdkafka's command-line client);
 # - confluent-kafka (librdkafka inside its wheel) and kafka-python, pinned, into the venv
 #   .tools/venv that scripts/install-python-tools.sh makes (made first when missing);
-# - the Java client: tests/kafka-java, a small Maven program on org.apache.kafka:kafka-clients,
+# - the Java client: tests/kafka-java, a small Maven program on org.apache.kafka:kafka-clients
+#   (and kafka-streams, for an exactly_once_v2 application),
 #   built into tests/kafka-java/target/kafka-java.jar with its dependencies in target/lib
 #   (run as `java -cp 'target/kafka-java.jar:target/lib/*' tinymq.kafkajava.Main`); a JDK and
 #   Maven come from Debian when missing.

@@ -1,7 +1,9 @@
 //! The Java client (org.apache.kafka:kafka-clients from Maven Central; tests/kafka-java,
 //! built by `scripts/install-kafka-tools.sh`) against tinymq's Kafka listener: an idempotent
 //! acks=all producer, a group member that reads each acknowledged record exactly once and
-//! commits, a plain (group-less) consumer, and the records as `tinymq consume` sees them.
+//! commits, a plain (group-less) consumer, the records as `tinymq consume` sees them, a
+//! consume-transform-produce loop in transactions, and a Kafka Streams `exactly_once_v2`
+//! application (kafka-streams from Maven Central) through a `kill -9` of its instance.
 
 mod common;
 mod kafka_clients;
@@ -102,4 +104,86 @@ fn java_consume_transform_produce_in_transactions() {
     let stats = lines.iter().find(|l| l.get("transactions").is_some());
     let aborted = stats.and_then(|s| s["aborted"].as_u64()).unwrap_or(0);
     assert!(aborted > 0, "{stats:?}");
+}
+
+/// The values of `topic` a read-committed consumer reads now (`tinymq consume --isolation
+/// read-committed`), with how often each appears.
+fn committed_values(server: &KafkaServer, topic: &str) -> std::collections::BTreeMap<String, u32> {
+    let args = ["consume", topic, "--from-beginning", "--timeout-ms", "0"];
+    let mut command = server.tool(&args);
+    command.args(["--isolation", "read-committed"]);
+    let out = run_ok(command, b"");
+    let mut values = std::collections::BTreeMap::new();
+    for line in out.lines() {
+        *values.entry(line.to_string()).or_default() += 1;
+    }
+    values
+}
+
+/// Polls `committed_values` until `done` holds of it, at most `limit`.
+fn wait_for_output(
+    server: &KafkaServer,
+    topic: &str,
+    limit: std::time::Duration,
+    done: impl Fn(&std::collections::BTreeMap<String, u32>) -> bool,
+) -> std::collections::BTreeMap<String, u32> {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let values = committed_values(server, topic);
+        if done(&values) || std::time::Instant::now() > deadline {
+            return values;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A Kafka Streams application with `processing.guarantee=exactly_once_v2` (kafka-streams
+/// 4.1.2 from Maven Central, unchanged) copies a topic through a `kill -9` of its instance and
+/// a restart: read_committed output holds every input exactly once.
+#[test]
+fn kafka_streams_exactly_once_v2_survives_a_kill_9_of_its_instance() {
+    let server = KafkaServer::start();
+    server.create_topic("streams-in", 2);
+    server.create_topic("streams-out", 2);
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().to_str().unwrap().to_string();
+    let produce = |from: usize, to: usize| {
+        let input: String = (from..to).map(|i| format!("k{i}:{i}\n")).collect();
+        let args = ["produce", "streams-in", "--key-separator", ":"];
+        server.run_tool(&args, input.as_bytes());
+    };
+    let start = || {
+        let args = [
+            "streams-eos",
+            &server.kafka,
+            "streams-in",
+            "streams-out",
+            "eos-app",
+            &state_dir,
+        ];
+        java(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the Streams application")
+    };
+    let limit = std::time::Duration::from_secs(120);
+    produce(0, 300);
+    let mut first = start();
+    let some = wait_for_output(&server, "streams-out", limit, |v| !v.is_empty());
+    assert!(!some.is_empty(), "the first instance copied nothing");
+    // kill -9, mid-stream: its open transaction is aborted by its timeout or fenced.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    produce(300, 600);
+    let mut second = start();
+    let out = wait_for_output(&server, "streams-out", limit, |v| v.len() >= 600);
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let expected: std::collections::BTreeMap<String, u32> =
+        (0..600).map(|i| (format!("s{i}"), 1)).collect();
+    assert_eq!(out.len(), 600, "values seen: {}", out.len());
+    let repeated: Vec<_> = out.iter().filter(|(_, n)| **n != 1).collect();
+    assert!(repeated.is_empty(), "repeated: {repeated:?}");
+    assert_eq!(out, expected);
 }

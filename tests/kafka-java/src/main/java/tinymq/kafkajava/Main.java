@@ -47,6 +47,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *                                            beginning, no group, the client's fetch defaults
  * txn-ctp       BOOTSTRAP IN OUT GROUP TXID COUNT  consume-transform-produce in transactions
  *                                            (see {@link Txn})
+ * streams-eos   BOOTSTRAP IN OUT APP STATE   a Kafka Streams exactly_once_v2 copy, until killed
+ *                                            (see {@link Streams})
  * </pre>
  */
 public final class Main {
@@ -96,6 +98,10 @@ public final class Main {
             case "perf-consume" -> {
                 need(args, 5);
                 Perf.consume(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+            }
+            case "streams-eos" -> {
+                need(args, 6);
+                Streams.eos(args[1], args[2], args[3], args[4], args[5]);
             }
             case "txn-ctp" -> {
                 need(args, 7);
