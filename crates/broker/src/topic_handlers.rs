@@ -299,11 +299,14 @@ fn partition_state(
         size_bytes: 0,
         adding_replicas: p.adding_replicas.clone(),
         removing_replicas: p.removing_replicas.clone(),
+        last_stable_offset: -1,
     };
     if let Ok((local, _)) = state.led_partition(topic, index) {
         out.log_start_offset = local.log.log_start_offset();
         out.log_end_offset = local.log.log_end_offset();
-        out.high_watermark = local.high_watermark();
+        let high_watermark = local.high_watermark();
+        out.high_watermark = high_watermark;
+        out.last_stable_offset = local.last_stable_offset_at(high_watermark);
         out.size_bytes = local.log.size_bytes();
     }
     out

@@ -37,6 +37,10 @@ pub enum GroupCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+        /// Lag of a group that reads read-committed: up to each partition's last stable
+        /// offset (open transactions are not counted), instead of the high watermark.
+        #[arg(long)]
+        read_committed: bool,
         #[command(flatten)]
         bootstrap: Bootstrap,
     },
@@ -94,8 +98,9 @@ pub async fn run(command: GroupCommand) -> anyhow::Result<()> {
         GroupCommand::Describe {
             group,
             json,
+            read_committed,
             bootstrap,
-        } => describe(&group, json, &bootstrap).await?,
+        } => describe(&group, json, read_committed, &bootstrap).await?,
         GroupCommand::ResetOffsets {
             group,
             topic,
@@ -139,7 +144,12 @@ fn parse_datetime(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("{text}: expected an RFC 3339 time such as 2026-12-01T18:30:00Z"))
 }
 
-async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Result<()> {
+async fn describe(
+    group: &str,
+    json: bool,
+    read_committed: bool,
+    bootstrap: &Bootstrap,
+) -> anyhow::Result<()> {
     // A share group has state on the partition leaders; a group without any is described as
     // a regular group (as before share groups existed).
     let shared =
@@ -175,7 +185,12 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
                 .iter()
                 .map(|p| {
                     let known = crate::topic::offsets_known(p);
-                    (p.partition, known.then_some(p.high_watermark))
+                    // A broker from before transactions says -1: its high watermark is it.
+                    let end = match (read_committed, p.last_stable_offset) {
+                        (true, lso) if lso >= 0 => lso,
+                        _ => p.high_watermark,
+                    };
+                    (p.partition, known.then_some(end))
                 })
                 .collect(),
             Err(e) => {
@@ -229,6 +244,8 @@ async fn describe(group: &str, json: bool, bootstrap: &Bootstrap) -> anyhow::Res
         let out = serde_json::json!({
             "group": d.group_id, "state": d.state, "generation": d.generation, "strategy": d.strategy,
             "members": members, "partitions": rows,
+            // What "high_watermark" and "lag" are measured against.
+            "lag_to": if read_committed { "last_stable_offset" } else { "high_watermark" },
             "lag_total": lag_total, "lag_unknown_partitions": lag_unknown,
         });
         return outln!("{}", serde_json::to_string_pretty(&out)?);
