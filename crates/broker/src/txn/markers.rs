@@ -26,38 +26,38 @@ const MARKER_RETRY_BACKOFF_MAX: Duration = Duration::from_secs(1);
 const MARKER_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Writes the markers of `decided` (a `Prepare*` state made durable under `ticket`), then
-/// its `Complete*` state. Gives up silently when this broker stops coordinating the id.
+/// its `Complete*` state, retrying each until it is done. Gives up silently only when this
+/// broker stops coordinating the id (the next coordinator finds the `Prepare*` state when it
+/// loads and starts over).
 pub async fn complete(state: Arc<BrokerState>, id: String, ticket: Ticket, decided: TxnMetadata) {
     let commit = decided.state == TxnState::PrepareCommit;
     let mut left: Vec<(String, u32)> = decided.partitions.iter().cloned().collect();
     let mut backoff = MARKER_RETRY_BACKOFF;
-    while !left.is_empty() {
+    loop {
         if !still_coordinating(&state, &id, ticket) {
             return;
         }
-        left = write_all(&state, &decided, commit, ticket, left).await;
         if !left.is_empty() {
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MARKER_RETRY_BACKOFF_MAX);
+            left = write_all(&state, &decided, commit, ticket, left).await;
         }
-    }
-    let done = super::durable::change(&state, &id, |current| {
-        // Only the very state the markers were written for completes.
-        let next = current
-            .filter(|m| **m == decided)
-            .and_then(|m| state::complete(m, now_ms()));
-        Ok((next, ()))
-    })
-    .await;
-    if let Err(e) = done {
-        // Markers are all written; the next load or a retry of this id completes it.
-        tracing::warn!(transactional_id = %id, error = %e, "could not record a transaction's completion; it is completed again later");
-        if e.error_code() == ErrorCode::CONCURRENT_TRANSACTIONS
-            || e.error_code() == ErrorCode::REQUEST_TIMED_OUT
-        {
-            tokio::time::sleep(MARKER_RETRY_BACKOFF_MAX).await;
-            Box::pin(complete(state, id, ticket, decided)).await;
+        if left.is_empty() {
+            let done = super::durable::change(&state, &id, |current| {
+                // Only the very state the markers were written for completes.
+                let next = current
+                    .filter(|m| **m == decided)
+                    .and_then(|m| state::complete(m, now_ms()));
+                Ok((next, ()))
+            })
+            .await;
+            match done {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::debug!(transactional_id = %id, error = %e, "could not record a transaction's completion yet; retrying")
+                }
+            }
         }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(MARKER_RETRY_BACKOFF_MAX);
     }
 }
 

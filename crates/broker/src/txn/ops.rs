@@ -216,7 +216,7 @@ async fn abort_timed_out(state: &Arc<BrokerState>, id: &str) {
                 epoch = m.producer_epoch,
                 "aborting a transaction that passed its timeout"
             );
-            markers::complete(state.clone(), id.to_string(), ticket, m).await;
+            tokio::spawn(markers::complete(state.clone(), id.to_string(), ticket, m));
         }
         Ok((None, ())) => {}
         Err(e) => {
