@@ -118,7 +118,9 @@ impl Drop for Killed {
 /// Runs schemathesis on `target` (the document and how to reach the API) with every check
 /// but "valid data is accepted": the cluster refuses some inputs the document cannot
 /// describe (more replicas than brokers, a timestamp past message_timestamp_after_max_ms,
-/// both `offset` and `timestamp_ms`), with 4xx.
+/// both `offset` and `timestamp_ms`), with 4xx; and but "deleted resource still available"
+/// (ST301): a deleted group comes back as soon as offsets are committed for it (`POST
+/// /groups/{g}/offsets`), which its stateful phase may do between the DELETE and the GET.
 fn run_schemathesis(schemathesis: &std::path::Path, work: &std::path::Path, target: &[&str]) {
     std::fs::create_dir_all(work).unwrap();
     let out = Command::new(schemathesis)
@@ -129,7 +131,7 @@ fn run_schemathesis(schemathesis: &std::path::Path, work: &std::path::Path, targ
             "--checks",
             "all",
             "--exclude-checks",
-            "positive_data_acceptance",
+            "positive_data_acceptance,use_after_free",
             "--max-examples",
             EXAMPLES_PER_OPERATION,
             "--workers",
