@@ -196,7 +196,7 @@ fn judge(
             }
             if !found.is_empty() {
                 v.aborted_visible
-                    .push(format!("{:?} {}", t.outcome, describe()));
+                    .push(format!("{} {}", t.outcome.name(), describe()));
             }
             false
         }
@@ -243,7 +243,7 @@ fn group_offset(
         offset
             .and_then(|o| u64::try_from(o - 1).ok())
             .map(|t| match txns.get(&(producer, t)) {
-                Some(x) => format!("p{producer}-t{t} ({:?})", x.outcome),
+                Some(x) => format!("p{producer}-t{t} ({})", x.outcome.name()),
                 None => format!("p{producer}-t{t} (never begun)"),
             });
     v.group_offsets.push(format!(

@@ -50,6 +50,19 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The outcome's name, for violation reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Outcome::Open => "open at stop",
+            Outcome::Committed { .. } => "committed",
+            Outcome::Aborted => "aborted",
+            Outcome::Uncertain { .. } => "uncertain",
+            Outcome::Abandoned { .. } => "abandoned",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Txn {
     pub k: u32,

@@ -99,7 +99,7 @@ fn each_kind_of_violation_is_named_with_its_transaction() {
     assert_eq!(v.uncommitted_missing.len(), 2);
     // p0's offset names the aborted t1; p1's the abandoned t0.
     assert_eq!(v.group_offsets.len(), 2, "{v:?}");
-    assert!(v.group_offsets[0].contains("names p0-t1 (Aborted)"));
+    assert!(v.group_offsets[0].contains("names p0-t1 (aborted)"));
 }
 
 #[test]
