@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use tinymq_client::{Consumer, ConsumerConfig, StartFrom};
+use tinymq_client::{ClientConfig, Cluster, Consumer, ConsumerConfig, Isolation, StartFrom};
 
 use crate::workload::{parse_value, value_of, Ledger, Outcome};
 
@@ -18,23 +18,27 @@ pub struct Stored {
     pub value: Vec<u8>,
 }
 
-/// Reads `topic` from the beginning to each partition's end offset (taken when the read
+/// Reads `topic` from the beginning to each partition's end offset under `isolation` (the
+/// high watermark, or the last stable offset under read committed; taken when the read
 /// starts, after the producers stopped), within `limit`.
 pub async fn read_all(
     bootstrap: &str,
     topic: &str,
     partitions: u32,
+    isolation: Isolation,
     limit: Duration,
 ) -> Result<Vec<Stored>> {
     let mut config = ConsumerConfig::new(bootstrap);
     config.start_from = StartFrom::Earliest;
     config.auto_commit_interval = None;
+    config.isolation = isolation;
     let mut consumer = Consumer::new(config)?;
     consumer.assign(topic, None).await?;
     let deadline = Instant::now() + limit;
+    let cluster = Cluster::new(ClientConfig::new(bootstrap))?;
     let mut ends = Vec::new();
     for p in 0..partitions {
-        ends.push(end_offset(&consumer, topic, p, deadline).await?);
+        ends.push(end_offset(&cluster, topic, p, isolation, deadline).await?);
     }
     let mut out = Vec::new();
     loop {
@@ -64,9 +68,19 @@ pub async fn read_all(
     }
 }
 
-async fn end_offset(c: &Consumer, topic: &str, p: u32, deadline: Instant) -> Result<i64> {
+/// `topic`/`p`'s end under `isolation`, retried until `deadline`.
+pub async fn end_offset(
+    c: &Cluster,
+    topic: &str,
+    p: u32,
+    isolation: Isolation,
+    deadline: Instant,
+) -> Result<i64> {
     loop {
-        match c.list_offset(topic, p, -1).await {
+        match c
+            .list_offset_isolated(topic, p, -1, isolation.level())
+            .await
+        {
             Ok(end) => return Ok(end),
             Err(e) if Instant::now() > deadline => bail!("end offset of {topic}/{p}: {e}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,

@@ -1,8 +1,11 @@
 //! `tinymq-chaos`: starts three MetaServer nodes and three brokers from the `tinymq` binary
-//! behind fault proxies, creates a topic with three replicas, runs idempotent `acks=all`
-//! producers for the whole run, applies a seeded schedule of faults (leader kills, zombie
-//! pauses, network cuts, MetaServer leader kills), heals, reads everything back and checks
-//! that no acknowledged value was lost, duplicated, invented or reordered.
+//! behind fault proxies, creates a topic with three replicas, runs producers for the whole
+//! run, applies a seeded schedule of faults (leader kills, zombie pauses, network cuts,
+//! MetaServer leader kills; with transactions also coordinator kills and producer kills),
+//! heals, reads everything back and checks it. The `idempotent` workload (`acks=all`) checks
+//! that no acknowledged value was lost, duplicated, invented or reordered; the `txn` workload
+//! (`txn/`) that committed transactions are whole, aborted ones invisible, abandoned ones
+//! aborted by the coordinator in time and committed offsets those of committed transactions.
 //!
 //! Exit status: 0 when the checker finds nothing, 1 when it finds a violation (or a process
 //! exits by itself), 2 when the run itself fails. The run directory (logs, data) is kept on
@@ -14,6 +17,7 @@ mod proxy;
 mod report;
 mod rng;
 mod schedule;
+mod txn;
 mod view;
 mod workload;
 
@@ -27,6 +31,15 @@ use clap::Parser;
 
 use procs::{Layout, Procs, NODES};
 use schedule::{Bounds, Durations};
+
+/// What the producers do.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum WorkloadKind {
+    /// Idempotent `acks=all` producers of unique values.
+    Idempotent,
+    /// Transactional producers (KIP-98): transactions committed, aborted and abandoned.
+    Txn,
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -57,10 +70,28 @@ struct Args {
     topic: String,
     #[arg(long, default_value_t = 3)]
     partitions: u32,
-    /// Producers (each idempotent, acks=all, its own producer id).
+    /// What the producers do: `idempotent` values, or `txn` transactions (which also allows
+    /// the fault kinds coordinator-kill and producer-kill).
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Idempotent)]
+    workload: WorkloadKind,
+    /// Producers (each idempotent, acks=all, its own producer id; with `txn`, each its own
+    /// transactional id).
     #[arg(long, default_value_t = 2)]
     producers: u32,
-    /// Values per second per producer.
+    /// txn: most records in one transaction (each has 1..=this, seeded).
+    #[arg(long, default_value_t = 10)]
+    txn_records_max: u32,
+    /// txn: the share of transactions aborted on purpose, percent.
+    #[arg(long, default_value_t = 20)]
+    abort_percent: u32,
+    /// txn: every producer's transaction timeout, ms.
+    #[arg(long, default_value_t = 5000)]
+    transaction_timeout_ms: u64,
+    /// txn: how long past its timeout an abandoned transaction may take to be aborted by its
+    /// coordinator, ms (the coordinator's timer runs every second; markers are fsynced).
+    #[arg(long, default_value_t = 5000)]
+    abandon_slack_ms: u64,
+    /// Values per second per producer (idempotent).
     #[arg(long, default_value_t = 100)]
     rate: u32,
     /// How long a leader kill or MetaServer kill keeps the process down, ms (min..max).
@@ -156,6 +187,10 @@ async fn run(args: Args) -> Result<bool> {
     println!("seed {seed}");
     let bin = tinymq_binary(&args)?;
     let kinds = schedule::parse_kinds(&args.kinds)?;
+    let txn_only = kinds.iter().find(|(k, w)| *w > 0 && k.needs_transactions());
+    if let (Some((kind, _)), WorkloadKind::Idempotent) = (txn_only, args.workload) {
+        bail!("fault kind {kind} needs --workload txn");
+    }
     let durations = Durations {
         down: Bounds {
             min_ms: args.down_min_ms,
@@ -254,6 +289,21 @@ async fn drive(
         "cluster up: meta {:?}, brokers via proxies {bootstrap}; topic {} ({} partitions, 3 replicas)",
         procs.layout.meta, args.topic, args.partitions
     );
+    match args.workload {
+        WorkloadKind::Idempotent => idempotent(args, seed, plan, procs, net, started).await,
+        WorkloadKind::Txn => txn::drive(args, seed, plan, procs, net, started).await,
+    }
+}
+
+async fn idempotent(
+    args: &Args,
+    seed: u64,
+    plan: &[schedule::Planned],
+    procs: &mut Procs,
+    net: &Arc<proxy::Net>,
+    started: Instant,
+) -> Result<bool> {
+    let bootstrap = procs.layout.bootstrap();
     let workload = workload::Workload::start(&workload::WorkloadConfig {
         bootstrap: bootstrap.clone(),
         topic: args.topic.clone(),
@@ -264,39 +314,73 @@ async fn drive(
     })?;
     let ledger = workload.ledger.clone();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut applied = Vec::new();
-    let mut crashes = Vec::new();
-    {
-        let mut runner = schedule::Runner {
-            procs: &mut *procs,
-            net,
-            topic: &args.topic,
-            partitions: args.partitions,
-            settle_limit,
-            started,
-        };
-        for (i, p) in plan.iter().enumerate() {
-            applied.push(runner.apply(i, p).await?);
-            let exited = runner.procs.crashed();
-            if !exited.is_empty() {
-                println!("  {}", exited.join("; "));
-                crashes.extend(exited);
-                runner.procs.heal().await?;
-            }
-        }
-    }
+    let (applied, crashes) = run_schedule(args, plan, procs, net, started, None).await?;
     println!("schedule done; stopping the producers");
     workload
         .stop(Duration::from_millis(args.delivery_timeout_ms) + Duration::from_secs(5))
         .await;
+    heal_and_settle(args, procs, net).await?;
+    let stored = check::read_all(
+        &bootstrap,
+        &args.topic,
+        args.partitions,
+        tinymq_client::Isolation::ReadUncommitted,
+        Duration::from_secs(180),
+    )
+    .await?;
+    let verdict = check::check(&ledger, &stored);
+    let gaps = report::unavailability(&applied, report::ack_times(&ledger));
+    let header = header(seed, procs, started);
+    print!(
+        "{}",
+        report::summary(&header, &applied, &gaps, &verdict, &crashes)
+    );
+    Ok(verdict.violations() == 0 && crashes.is_empty())
+}
+
+/// Applies the plan; returns the faults as applied and the processes that exited by
+/// themselves (each restarted).
+async fn run_schedule(
+    args: &Args,
+    plan: &[schedule::Planned],
+    procs: &mut Procs,
+    net: &Arc<proxy::Net>,
+    started: Instant,
+    txn: Option<&txn::Hooks>,
+) -> Result<(Vec<schedule::Applied>, Vec<String>)> {
+    let mut applied = Vec::new();
+    let mut crashes = Vec::new();
+    let mut runner = schedule::Runner {
+        procs,
+        net,
+        topic: &args.topic,
+        partitions: args.partitions,
+        settle_limit: Duration::from_millis(args.settle_timeout_ms),
+        started,
+        txn,
+    };
+    for (i, p) in plan.iter().enumerate() {
+        applied.push(runner.apply(i, p).await?);
+        let exited = runner.procs.crashed();
+        if !exited.is_empty() {
+            println!("  {}", exited.join("; "));
+            crashes.extend(exited);
+            runner.procs.heal().await?;
+        }
+    }
+    Ok((applied, crashes))
+}
+
+/// Ends every fault, starts what is down and waits for the topic to settle.
+async fn heal_and_settle(args: &Args, procs: &mut Procs, net: &proxy::Net) -> Result<()> {
     net.heal_all();
     procs.heal().await?;
     let (settled, took) = view::settle(
-        &fronts,
+        &procs.layout.broker_front,
         &args.topic,
         args.partitions,
         NODES as usize,
-        settle_limit,
+        Duration::from_millis(args.settle_timeout_ms),
     )
     .await;
     println!(
@@ -304,26 +388,16 @@ async fn drive(
         if settled { "settled" } else { "NOT settled" },
         took.as_millis()
     );
-    let stored = check::read_all(
-        &bootstrap,
-        &args.topic,
-        args.partitions,
-        Duration::from_secs(180),
-    )
-    .await?;
-    let verdict = check::check(&ledger, &stored);
-    let gaps = report::unavailability(&applied, &ledger);
-    let header = report::Header {
+    Ok(())
+}
+
+fn header(seed: u64, procs: &Procs, started: Instant) -> report::Header {
+    report::Header {
         seed,
         command: replay_command(seed),
         elapsed: started.elapsed(),
         dir: procs.layout.dir.display().to_string(),
-    };
-    print!(
-        "{}",
-        report::summary(&header, &applied, &gaps, &verdict, &crashes)
-    );
-    Ok(verdict.violations() == 0 && crashes.is_empty())
+    }
 }
 
 /// `tinymq topic create`, retried while the brokers register.

@@ -1,7 +1,9 @@
 //! The summary printed at the end of a run, plain text meant to be pasted into a note:
 //! the run's parameters, faults by kind, unavailability per fault (from the fault to the next
-//! acknowledged write on a partition it affected, the slowest such partition) as
-//! p50/p99/max, and the checker's verdict with examples of each violation.
+//! acknowledged write on a partition it affected, the slowest such partition; for the `txn`
+//! workload, the next committed transaction touching it) as p50/p99/max, and the checker's
+//! verdict with examples of each violation. The fault and crash sections are shared by both
+//! workloads; `txn::report` prints the transactional verdict.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -11,17 +13,26 @@ use crate::check::Verdict;
 use crate::schedule::{Applied, Kind};
 use crate::workload::{Ledger, Outcome};
 
-const EXAMPLES_MAX: usize = 10;
+pub const EXAMPLES_MAX: usize = 10;
 
-/// For each applied fault, the time to the next acknowledged write on every affected
-/// partition (the largest); `None` when some affected partition never got one.
-pub fn unavailability(faults: &[Applied], ledger: &Ledger) -> Vec<Option<Duration>> {
+/// When each partition had a write acknowledged, from the idempotent workload's ledger.
+pub fn ack_times(ledger: &Ledger) -> BTreeMap<u32, Vec<Instant>> {
     let mut acks: BTreeMap<u32, Vec<Instant>> = BTreeMap::new();
     for o in ledger.values.lock().values() {
         if let Outcome::Acked { partition, at, .. } = o {
             acks.entry(*partition).or_default().push(*at);
         }
     }
+    acks
+}
+
+/// For each applied fault, the time to the next acknowledged write (`acks`: when, per
+/// partition) on every affected partition (the largest); `None` when some affected
+/// partition never got one.
+pub fn unavailability(
+    faults: &[Applied],
+    mut acks: BTreeMap<u32, Vec<Instant>>,
+) -> Vec<Option<Duration>> {
     for list in acks.values_mut() {
         list.sort_unstable();
     }
@@ -47,7 +58,7 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
     sorted[rank - 1]
 }
 
-fn ms(d: Duration) -> String {
+pub fn ms(d: Duration) -> String {
     format!("{} ms", d.as_millis())
 }
 
@@ -58,13 +69,8 @@ pub struct Header {
     pub dir: String,
 }
 
-pub fn summary(
-    h: &Header,
-    faults: &[Applied],
-    gaps: &[Option<Duration>],
-    v: &Verdict,
-    crashes: &[String],
-) -> String {
+/// The run's parameters and its faults by kind, with their unavailability.
+pub fn faults_section(h: &Header, faults: &[Applied], gaps: &[Option<Duration>]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "== tinymq-chaos summary ==");
     let _ = writeln!(s, "seed {}  (replay: {})", h.seed, h.command);
@@ -79,6 +85,9 @@ pub fn summary(
         let of_kind: Vec<usize> = (0..faults.len())
             .filter(|i| faults[*i].planned.kind == kind)
             .collect();
+        if of_kind.is_empty() && kind.needs_transactions() {
+            continue;
+        }
         let applied = of_kind
             .iter()
             .filter(|i| faults[**i].target.is_some())
@@ -92,7 +101,7 @@ pub fn summary(
             .count();
         let _ = writeln!(
             s,
-            "  {:<12} {:>4} applied ({} skipped, {} not settled after)   unavailability p50 {}  p99 {}  max {}{}",
+            "  {:<16} {:>4} applied ({} skipped, {} not settled after)   unavailability p50 {}  p99 {}  max {}{}",
             kind.to_string(),
             applied,
             of_kind.len() - applied,
@@ -107,12 +116,40 @@ pub fn summary(
     all.sort_unstable();
     let _ = writeln!(
         s,
-        "  all          {:>4} applied   unavailability p50 {}  p99 {}  max {}",
+        "  all              {:>4} applied   unavailability p50 {}  p99 {}  max {}",
         faults.iter().filter(|f| f.target.is_some()).count(),
         ms(percentile(&all, 0.50)),
         ms(percentile(&all, 0.99)),
         ms(all.last().copied().unwrap_or_default()),
     );
+    s
+}
+
+/// The processes that exited by themselves (each a violation) and the verdict line.
+pub fn crashes_and_verdict(crashes: &[String], violations: usize) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "  processes that exited by themselves: {}",
+        crashes.len()
+    );
+    for c in crashes.iter().take(EXAMPLES_MAX) {
+        let _ = writeln!(s, "      {c}");
+    }
+    let ok = violations == 0 && crashes.is_empty();
+    let _ = writeln!(s, "verdict: {}", if ok { "PASS" } else { "FAIL" });
+    s
+}
+
+/// The idempotent workload's summary.
+pub fn summary(
+    h: &Header,
+    faults: &[Applied],
+    gaps: &[Option<Duration>],
+    v: &Verdict,
+    crashes: &[String],
+) -> String {
+    let mut s = faults_section(h, faults, gaps);
     let _ = writeln!(
         s,
         "values: {} sent, {} acknowledged, {} failed, {} never answered; {} read back ({} unacknowledged ones stored, allowed)",
@@ -134,16 +171,7 @@ pub fn summary(
             let _ = writeln!(s, "      {e}");
         }
     }
-    let _ = writeln!(
-        s,
-        "  processes that exited by themselves: {}",
-        crashes.len()
-    );
-    for c in crashes.iter().take(EXAMPLES_MAX) {
-        let _ = writeln!(s, "      {c}");
-    }
-    let ok = v.violations() == 0 && crashes.is_empty();
-    let _ = writeln!(s, "verdict: {}", if ok { "PASS" } else { "FAIL" });
+    s.push_str(&crashes_and_verdict(crashes, v.violations()));
     s
 }
 

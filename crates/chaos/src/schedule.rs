@@ -1,7 +1,9 @@
 //! The fault schedule: planned from the seed (kinds in a shuffled order with exact counts,
 //! the partition each fault aims at, how long it lasts, the gap after it), then applied to the
-//! running cluster. Which broker a fault hits is the leader of its partition at that moment,
-//! so a replay repeats the plan exactly and the targets as far as leadership repeats.
+//! running cluster. Which broker a fault hits is the leader of its partition at that moment
+//! (for `coordinator-kill`, the transaction coordinator of one producer's transactional id),
+//! so a replay repeats the plan exactly and the targets as far as leadership repeats. The two
+//! transactional kinds need the `txn` workload's [`Hooks`].
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -11,6 +13,7 @@ use anyhow::{bail, Result};
 use crate::procs::Procs;
 use crate::proxy::Net;
 use crate::rng::Rng;
+use crate::txn::Hooks;
 use crate::view;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -24,10 +27,28 @@ pub enum Kind {
     Cut,
     /// SIGKILL of the MetaServer Raft leader, restarted after the hold.
     MetaKill,
+    /// SIGKILL of the broker coordinating one producer's transactional id, restarted after
+    /// the hold (`txn` workload).
+    CoordinatorKill,
+    /// One transactional producer dropped mid-transaction, started again only after its
+    /// transaction timeout and a slack (`txn` workload): the coordinator's timer must abort it.
+    ProducerKill,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::LeaderKill, Kind::Zombie, Kind::Cut, Kind::MetaKill];
+    pub const ALL: [Kind; 6] = [
+        Kind::LeaderKill,
+        Kind::Zombie,
+        Kind::Cut,
+        Kind::MetaKill,
+        Kind::CoordinatorKill,
+        Kind::ProducerKill,
+    ];
+
+    /// Kinds that only the `txn` workload can apply.
+    pub fn needs_transactions(self) -> bool {
+        matches!(self, Kind::CoordinatorKill | Kind::ProducerKill)
+    }
 
     fn parse(s: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|k| k.to_string() == s)
@@ -41,6 +62,8 @@ impl fmt::Display for Kind {
             Kind::Zombie => "zombie",
             Kind::Cut => "cut",
             Kind::MetaKill => "meta-kill",
+            Kind::CoordinatorKill => "coordinator-kill",
+            Kind::ProducerKill => "producer-kill",
         })
     }
 }
@@ -54,7 +77,7 @@ pub fn parse_kinds(s: &str) -> Result<Vec<(Kind, u32)>> {
             None => (part, 1),
         };
         let Some(kind) = Kind::parse(name) else {
-            bail!("unknown fault kind {name:?} (leader-kill, zombie, cut, meta-kill)");
+            bail!("unknown fault kind {name:?} (leader-kill, zombie, cut, meta-kill, coordinator-kill, producer-kill)");
         };
         out.push((kind, weight));
     }
@@ -81,6 +104,8 @@ pub struct Durations {
 #[derive(Debug, Clone)]
 pub struct Planned {
     pub kind: Kind,
+    /// The partition whose leader it hits; for the transactional kinds, the producer is this
+    /// modulo the number of producers.
     pub partition: u32,
     pub hold_ms: u64,
     pub gap_ms: u64,
@@ -117,9 +142,14 @@ pub fn plan(
         .into_iter()
         .map(|kind| {
             let hold = match kind {
-                Kind::LeaderKill | Kind::MetaKill => d.down,
+                Kind::LeaderKill | Kind::MetaKill | Kind::CoordinatorKill => d.down,
                 Kind::Zombie => d.zombie,
                 Kind::Cut => d.cut,
+                // Held for the transaction timeout and its slack, decided at run time.
+                Kind::ProducerKill => Bounds {
+                    min_ms: 0,
+                    max_ms: 0,
+                },
             };
             Planned {
                 kind,
@@ -135,7 +165,8 @@ pub fn plan(
 #[derive(Debug, Clone)]
 pub struct Applied {
     pub planned: Planned,
-    /// The broker (or MetaServer node, for meta-kill) hit; `None`: skipped (no leader found).
+    /// The broker (MetaServer node for meta-kill, producer for producer-kill) hit; `None`:
+    /// skipped (no leader or coordinator found, or the producer never took the kill).
     pub target: Option<u32>,
     /// When the fault began.
     pub at: Instant,
@@ -152,41 +183,46 @@ pub struct Runner<'a> {
     pub partitions: u32,
     pub settle_limit: Duration,
     pub started: Instant,
+    /// The transactional producers, for `coordinator-kill` and `producer-kill`.
+    pub txn: Option<&'a Hooks>,
 }
 
 impl Runner<'_> {
     pub async fn apply(&mut self, index: usize, p: &Planned) -> Result<Applied> {
         let fronts = self.procs.layout.broker_front.clone();
         let hold = Duration::from_millis(p.hold_ms);
-        let target = match p.kind {
-            Kind::MetaKill => view::meta_leader(&self.procs.layout.meta).await,
-            _ => view::leader_of(&fronts, self.topic, p.partition).await,
-        };
+        let target = self.target(p).await?;
         let affected = match (p.kind, target) {
-            (_, None) => vec![],
+            (_, None) | (Kind::ProducerKill, _) => vec![],
             (Kind::MetaKill, _) => (0..self.partitions).collect(),
             (_, Some(b)) => view::led_by(&fronts, self.topic, b).await,
         };
         let at = Instant::now();
-        let run_ms = at.duration_since(self.started).as_millis() as u64;
+        let run_s = at.duration_since(self.started).as_secs_f64();
+        let mut hit = target;
         if let Some(t) = target {
+            let what = match p.kind {
+                Kind::MetaKill => "meta",
+                Kind::ProducerKill => "producer",
+                Kind::CoordinatorKill => "coordinator broker",
+                _ => "broker",
+            };
+            let hold_ms = match (p.kind, self.txn) {
+                (Kind::ProducerKill, Some(h)) => h.restart_after().as_millis() as u64,
+                _ => p.hold_ms,
+            };
             println!(
-                "[{:>7.1}s] fault {:>3}: {} of {} {t} (leads {:?}) for {} ms",
-                run_ms as f64 / 1000.0,
+                "[{run_s:>7.1}s] fault {:>3}: {} of {what} {t} (leads {affected:?}) for {hold_ms} ms",
                 index + 1,
                 p.kind,
-                if p.kind == Kind::MetaKill {
-                    "meta"
-                } else {
-                    "broker"
-                },
-                affected,
-                p.hold_ms
             );
-            self.inject(p.kind, t, hold).await?;
+            if !self.inject(p.kind, t, hold).await? {
+                println!("  {} skipped: producer {t} never took it", p.kind);
+                hit = None;
+            }
         } else {
             println!(
-                "fault {:>3}: {} skipped: no leader found",
+                "fault {:>3}: {} skipped: no target found",
                 index + 1,
                 p.kind
             );
@@ -208,16 +244,35 @@ impl Runner<'_> {
         tokio::time::sleep(Duration::from_millis(p.gap_ms)).await;
         Ok(Applied {
             planned: p.clone(),
-            target,
+            target: hit,
             at,
             affected,
             settled,
         })
     }
 
-    async fn inject(&mut self, kind: Kind, target: u32, hold: Duration) -> Result<()> {
+    /// Whom the fault hits now: a broker, MetaServer node or producer.
+    async fn target(&self, p: &Planned) -> Result<Option<u32>> {
+        let fronts = &self.procs.layout.broker_front;
+        Ok(match p.kind {
+            Kind::MetaKill => view::meta_leader(&self.procs.layout.meta).await,
+            Kind::CoordinatorKill => self.hooks()?.coordinator_of(p.partition).await,
+            Kind::ProducerKill => Some(self.hooks()?.producer_of(p.partition)),
+            _ => view::leader_of(fronts, self.topic, p.partition).await,
+        })
+    }
+
+    fn hooks(&self) -> Result<&Hooks> {
+        match self.txn {
+            Some(h) => Ok(h),
+            None => bail!("coordinator-kill and producer-kill need --workload txn"),
+        }
+    }
+
+    /// Applies the fault and heals it; false when it could not be applied.
+    async fn inject(&mut self, kind: Kind, target: u32, hold: Duration) -> Result<bool> {
         match kind {
-            Kind::LeaderKill => {
+            Kind::LeaderKill | Kind::CoordinatorKill => {
                 self.procs.kill_broker(target).await;
                 tokio::time::sleep(hold).await;
                 self.procs.start_broker(target).await?;
@@ -240,8 +295,9 @@ impl Runner<'_> {
                 tokio::time::sleep(hold).await;
                 self.procs.start_meta(target).await?;
             }
+            Kind::ProducerKill => return Ok(self.hooks()?.kill_producer(target).await),
         }
-        Ok(())
+        Ok(true)
     }
 }
 
