@@ -577,6 +577,38 @@ pub fn read_log_with_pending(
 ) -> Result<(LoadedOffsets, PendingTxnOffsets), LogError> {
     let mut groups = LoadedOffsets::new();
     let mut pending = PendingTxnOffsets::default();
+    for_each_batch(log, "offsets", |batch| {
+        if let Some(commit) = super::txn_offsets::marker_commits(&batch) {
+            for c in pending.take(batch.producer_id(), partition) {
+                if commit && c.producer_epoch == batch.producer_epoch() {
+                    apply_loaded(&mut groups, c);
+                }
+            }
+            return Ok(());
+        }
+        for record in batch.records(LOAD_READ_BYTES)? {
+            replay(
+                &mut groups,
+                &mut pending,
+                partition,
+                record.key,
+                record.value,
+                record.timestamp_ms,
+            );
+        }
+        Ok(())
+    })?;
+    Ok((groups, pending))
+}
+
+/// Calls `each` with every batch of `log`, from its start to its end, read in chunks of
+/// [`LOAD_READ_BYTES`]: the replay of an internal partition (offsets or transaction states,
+/// named by `what` in a log line) when its leader loads it. Blocks.
+pub(crate) fn for_each_batch(
+    log: &PartitionLog,
+    what: &str,
+    mut each: impl FnMut(tinymq_protocol::batch::RecordBatch) -> Result<(), LogError>,
+) -> Result<(), LogError> {
     let mut offset = log.log_start_offset();
     let end = log.log_end_offset();
     while offset < end {
@@ -588,31 +620,14 @@ pub fn read_log_with_pending(
         for batch in BatchIter::new(read.records) {
             let batch = batch?;
             offset = batch.next_offset().max(offset);
-            if let Some(commit) = super::txn_offsets::marker_commits(&batch) {
-                for c in pending.take(batch.producer_id(), partition) {
-                    if commit && c.producer_epoch == batch.producer_epoch() {
-                        apply_loaded(&mut groups, c);
-                    }
-                }
-                continue;
-            }
-            for record in batch.records(LOAD_READ_BYTES)? {
-                replay(
-                    &mut groups,
-                    &mut pending,
-                    partition,
-                    record.key,
-                    record.value,
-                    record.timestamp_ms,
-                );
-            }
+            each(batch)?;
         }
         if offset <= started_at {
-            tracing::warn!(offset, "offsets load made no progress; stopping");
+            tracing::warn!(offset, what, "load made no progress; stopping");
             break;
         }
     }
-    Ok((groups, pending))
+    Ok(())
 }
 
 /// A resolved transactional commit into the loaded offsets.

@@ -9,12 +9,13 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tinymq_log::{LogError, PartitionLog};
 use tinymq_protocol::batch::RecordInput;
-use tinymq_protocol::batch::{BatchBuilder, BatchError, BatchIter, Compression, ProducerStamp};
+use tinymq_protocol::batch::{BatchBuilder, BatchError, Compression, ProducerStamp};
 
 use super::state::TxnMetadata;
 
-/// Bytes read at a time when loading a partition.
-const LOAD_READ_BYTES: usize = 8 << 20;
+/// Most decompressed bytes of one batch when loading a partition (a state record is small;
+/// the partition's batches are at most 8 MiB).
+const RECORD_BYTES_MAX: usize = 8 << 20;
 
 #[derive(Serialize, Deserialize)]
 struct Key {
@@ -48,26 +49,12 @@ pub fn encode_batch(
 /// Replays one partition of `__transaction_state` into the state of its ids. Blocks.
 pub fn read_log(log: &PartitionLog) -> Result<HashMap<String, TxnMetadata>, LogError> {
     let mut ids = HashMap::new();
-    let mut offset = log.log_start_offset();
-    let end = log.log_end_offset();
-    while offset < end {
-        let read = log.read(offset, LOAD_READ_BYTES, None)?;
-        if read.records.is_empty() {
-            break;
+    crate::group::offsets::for_each_batch(log, "transaction state", |batch| {
+        for record in batch.records(RECORD_BYTES_MAX)? {
+            replay(&mut ids, record.key, record.value);
         }
-        let started_at = offset;
-        for batch in BatchIter::new(read.records) {
-            let batch = batch?;
-            offset = batch.next_offset().max(offset);
-            for record in batch.records(LOAD_READ_BYTES)? {
-                replay(&mut ids, record.key, record.value);
-            }
-        }
-        if offset <= started_at {
-            tracing::warn!(offset, "transaction state load made no progress; stopping");
-            break;
-        }
-    }
+        Ok(())
+    })?;
     Ok(ids)
 }
 
