@@ -42,6 +42,18 @@ fn error_of<T>(
     }
 }
 
+/// A Kafka topic's name and partition indexes as a native `TxnTopic` (negative indexes,
+/// which name no partition, left out).
+fn txn_topic(name: &str, partitions: &[i32]) -> m::TxnTopic {
+    m::TxnTopic {
+        topic: name.to_string(),
+        partitions: partitions
+            .iter()
+            .filter_map(|&p| u32::try_from(p).ok())
+            .collect(),
+    }
+}
+
 fn text(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
@@ -54,14 +66,7 @@ pub(crate) async fn add_partitions(
     let topics = r
         .v3_and_below_topics
         .iter()
-        .map(|t| m::TxnTopic {
-            topic: t.name.0.to_string(),
-            partitions: t
-                .partitions
-                .iter()
-                .filter_map(|&p| u32::try_from(p).ok())
-                .collect(),
-        })
+        .map(|t| txn_topic(t.name.0.as_str(), &t.partitions))
         .collect();
     let native = m::AddPartitionsToTxnRequest {
         transactional_id: r.v3_and_below_transactional_id.0.to_string(),
@@ -264,14 +269,7 @@ pub(crate) async fn write_markers(
             topics: marker
                 .topics
                 .iter()
-                .map(|t| m::TxnTopic {
-                    topic: t.name.0.to_string(),
-                    partitions: t
-                        .partition_indexes
-                        .iter()
-                        .filter_map(|&p| u32::try_from(p).ok())
-                        .collect(),
-                })
+                .map(|t| txn_topic(t.name.0.as_str(), &t.partition_indexes))
                 .collect(),
         })
         .collect();
@@ -422,14 +420,7 @@ pub(crate) async fn describe_producers(
         topics: r
             .topics
             .iter()
-            .map(|t| m::TxnTopic {
-                topic: t.name.0.to_string(),
-                partitions: t
-                    .partition_indexes
-                    .iter()
-                    .filter_map(|&p| u32::try_from(p).ok())
-                    .collect(),
-            })
+            .map(|t| txn_topic(t.name.0.as_str(), &t.partition_indexes))
             .collect(),
     };
     let answer: Result<m::DescribeProducersResponse, m::Error> =
