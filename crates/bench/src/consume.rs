@@ -43,6 +43,7 @@ async fn assigned_consumer(
     // Counting a record is all the processing here: take each fetch whole.
     c.max_poll_records = usize::MAX;
     c.filter = config.filter.clone();
+    c.isolation = config.isolation;
     let mut consumer = Consumer::new(c)?;
     consumer.assign(&config.topic, Some(mine)).await?;
     // Resolves the start positions now, before any producer starts.

@@ -10,6 +10,10 @@
 //!   if it holds fewer; throughput only. With `filter`, the broker returns only matching
 //!   messages: the run ends when the consumers' positions have moved past `count` source
 //!   messages, and reports both the messages received and the source messages scanned.
+//! - `produce --transactional`: each producer has its own transactional id and sends
+//!   `records_per_txn` records per transaction (begin, `Producer::send` each, commit); latency
+//!   per record is from send to the commit's return, and is also reported per transaction.
+//!   Consumers read with `isolation` (read-uncommitted by default).
 //! - `e2e`: producers and consumers at once; latency is from the producer's send time (written
 //!   into the first 8 bytes of each message) to the consumer's receipt.
 //!
@@ -20,12 +24,13 @@ mod consume;
 mod produce;
 mod report;
 mod share;
+mod txn;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tinymq_client::{Acks, Admin, ClientConfig, ClientError, Compression, TopicConfig};
+use tinymq_client::{Acks, Admin, ClientConfig, ClientError, Compression, Isolation, TopicConfig};
 
 pub use report::{BenchResult, Latency};
 
@@ -69,6 +74,23 @@ impl Mode {
             Mode::Consume => "consume",
             Mode::E2e => "e2e",
         }
+    }
+}
+
+/// `read-committed` or `read-uncommitted` (Kafka's `isolation.level`, with dashes).
+pub fn isolation_name(isolation: Isolation) -> &'static str {
+    match isolation {
+        Isolation::ReadCommitted => "read-committed",
+        Isolation::ReadUncommitted => "read-uncommitted",
+    }
+}
+
+/// The isolation named by [`isolation_name`] (Kafka's underscores are taken too).
+pub fn parse_isolation(s: &str) -> Option<Isolation> {
+    match s.replace('_', "-").as_str() {
+        "read-committed" => Some(Isolation::ReadCommitted),
+        "read-uncommitted" => Some(Isolation::ReadUncommitted),
+        _ => None,
     }
 }
 
@@ -118,6 +140,11 @@ pub struct BenchConfig {
     /// Consumers are members of this share group, accepting every record, instead of
     /// readers of assigned partitions.
     pub share_group: Option<String>,
+    /// Producers send in transactions of this many records, each producer with its own
+    /// transactional id (`None`: plain idempotent sends).
+    pub records_per_txn: Option<usize>,
+    /// What the consumers read (consume and e2e).
+    pub isolation: Isolation,
 }
 
 impl BenchConfig {
@@ -192,6 +219,20 @@ impl BenchConfig {
         }
         if i32::try_from(self.batch_records).is_err() {
             return bad("--batch-records is too large for one batch");
+        }
+        if let Some(per_txn) = self.records_per_txn {
+            if per_txn == 0 {
+                return bad("--records-per-txn must be at least 1");
+            }
+            if self.api != Api::Record || self.in_flight.is_some() || self.rate.is_some() {
+                return bad("--transactional sends with --api record, without --in-flight or --rate (one transaction at a time per producer)");
+            }
+            if self.tag_every.is_some() {
+                return bad("--transactional does not tag messages (--tag-every)");
+            }
+        }
+        if self.share_group.is_some() && self.isolation == Isolation::ReadCommitted {
+            return bad("--isolation read-committed is for regular consumers, not --share-group");
         }
         Ok(())
     }
@@ -279,9 +320,13 @@ pub async fn run(mode: Mode, config: BenchConfig) -> Result<BenchResult, BenchEr
         Mode::Produce => produce::run_producers(&config, progress.clone(), false)
             .await
             .map(|p| {
-                BenchResult::new(
+                let result = BenchResult::new(
                     mode, &config, partitions, p.messages, p.failed, p.elapsed, p.latency,
-                )
+                );
+                match p.txn {
+                    Some(t) => result.with_txn(t.transactions, &t.latency),
+                    None => result,
+                }
             }),
         Mode::Consume if config.share_group.is_some() => {
             share::run_share_consume(&config, partitions, progress.clone()).await
@@ -333,4 +378,81 @@ pub async fn hold_idle_connections(
     );
     tokio::time::sleep(hold).await;
     Ok(connections.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> BenchConfig {
+        BenchConfig {
+            bootstrap: "127.0.0.1:1".into(),
+            security: tinymq_client::Security::default(),
+            topic: "t".into(),
+            partitions: 1,
+            flush: String::new(),
+            producers: 1,
+            consumers: 1,
+            message_bytes: 16,
+            batch_bytes: 1 << 20,
+            linger: Duration::from_millis(5),
+            acks: Acks::All,
+            compression: Compression::None,
+            limit: Limit::Count(10),
+            api: Api::Record,
+            batch_records: 1,
+            in_flight: None,
+            rate: None,
+            progress: false,
+            keep_topic: false,
+            filter: None,
+            tag_every: None,
+            share_group: None,
+            records_per_txn: None,
+            isolation: Isolation::ReadUncommitted,
+        }
+    }
+
+    #[test]
+    fn isolation_names_round_trip_and_kafka_spellings_are_taken() {
+        for i in [Isolation::ReadCommitted, Isolation::ReadUncommitted] {
+            assert_eq!(parse_isolation(isolation_name(i)), Some(i));
+        }
+        assert_eq!(
+            parse_isolation("read_committed"),
+            Some(Isolation::ReadCommitted)
+        );
+        assert_eq!(parse_isolation("committed"), None);
+    }
+
+    #[test]
+    fn transactional_runs_refuse_what_they_cannot_honour() {
+        let mut c = config();
+        c.records_per_txn = Some(10);
+        assert!(c.validate(Mode::Produce).is_ok());
+        assert!(c.validate(Mode::E2e).is_ok());
+        for change in [
+            (|c: &mut BenchConfig| c.records_per_txn = Some(0)) as fn(&mut BenchConfig),
+            |c| c.api = Api::Batch,
+            |c| c.in_flight = Some(1),
+            |c| c.rate = Some(100.0),
+            |c| c.tag_every = Some(2),
+        ] {
+            let mut bad = c.clone();
+            change(&mut bad);
+            assert!(
+                matches!(bad.validate(Mode::Produce), Err(BenchError::Config(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn share_groups_do_not_read_committed() {
+        let mut c = config();
+        c.share_group = Some("g".into());
+        assert!(c.validate(Mode::Consume).is_ok());
+        c.isolation = Isolation::ReadCommitted;
+        assert!(c.validate(Mode::Consume).is_err());
+    }
 }

@@ -31,6 +31,14 @@ pub(crate) struct ProduceOutcome {
     pub messages: u64,
     pub failed: u64,
     pub elapsed: Duration,
+    /// Per message (or per batch with the batch API).
+    pub latency: Histogram<u64>,
+    /// Transactional runs: transactions committed and their latency.
+    pub txn: Option<TxnFigures>,
+}
+
+pub(crate) struct TxnFigures {
+    pub transactions: u64,
     pub latency: Histogram<u64>,
 }
 
@@ -132,7 +140,7 @@ async fn collect(mut rx: mpsc::Receiver<Sent>, progress: Arc<Progress>) -> Colle
     out
 }
 
-fn producer_config(config: &BenchConfig) -> ProducerConfig {
+pub(crate) fn producer_config(config: &BenchConfig) -> ProducerConfig {
     let mut p = ProducerConfig::new(&config.bootstrap);
     p.client = config.client_config();
     p.acks = config.acks;
@@ -148,7 +156,7 @@ const OTHER_TAG: &[u8] = b"other";
 
 /// The value of one message: for end-to-end runs the first 8 bytes carry the (intended) send
 /// time in ns since the Unix epoch.
-fn payload(template: &Bytes, stamp_ns: Option<u64>) -> Bytes {
+pub(crate) fn payload(template: &Bytes, stamp_ns: Option<u64>) -> Bytes {
     match stamp_ns {
         None => template.clone(),
         Some(ns) => {
@@ -285,12 +293,16 @@ impl Sender {
     }
 }
 
-/// Runs the producers until the limit; `stamp_time` writes send times for e2e.
+/// Runs the producers until the limit; `stamp_time` writes send times for e2e. With
+/// `records_per_txn` they send in transactions ([`crate::txn`]).
 pub(crate) async fn run_producers(
     config: &BenchConfig,
     progress: Arc<Progress>,
     stamp_time: bool,
 ) -> Result<ProduceOutcome, BenchError> {
+    if let Some(per_txn) = config.records_per_txn {
+        return crate::txn::run_txn_producers(config, per_txn, progress, stamp_time).await;
+    }
     let start = Instant::now();
     let start_ns = now_ns();
     let template = Bytes::from(vec![b'x'; config.message_bytes]);
@@ -330,6 +342,7 @@ pub(crate) async fn run_producers(
         failed: 0,
         elapsed: Duration::ZERO,
         latency: new_histogram(),
+        txn: None,
     };
     let mut last = start;
     for (sender, collector) in tasks {

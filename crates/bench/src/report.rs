@@ -68,6 +68,15 @@ pub struct BenchResult {
     pub scanned: Option<u64>,
     pub scanned_msg_per_s: Option<f64>,
     pub scanned_mb_per_s: Option<f64>,
+    /// Consume and e2e: the consumers' isolation (`read-committed` or `read-uncommitted`).
+    pub isolation: Option<&'static str>,
+    /// Transactional produce: records per transaction, transactions committed, and their
+    /// rate; `latency` is then per record from send to the commit's return, `txn_latency`
+    /// per transaction from begin to the commit's return.
+    pub records_per_txn: Option<usize>,
+    pub transactions: Option<u64>,
+    pub txn_per_s: Option<f64>,
+    pub txn_latency: Option<Latency>,
 }
 
 impl BenchResult {
@@ -119,7 +128,20 @@ impl BenchResult {
             scanned: None,
             scanned_msg_per_s: None,
             scanned_mb_per_s: None,
+            isolation: (mode != Mode::Produce).then(|| crate::isolation_name(config.isolation)),
+            records_per_txn: config.records_per_txn,
+            transactions: None,
+            txn_per_s: None,
+            txn_latency: None,
         }
+    }
+
+    /// Adds a transactional run's figures: `transactions` committed, their latencies.
+    pub(crate) fn with_txn(mut self, transactions: u64, latency: &Histogram<u64>) -> BenchResult {
+        self.transactions = Some(transactions);
+        self.txn_per_s = Some(transactions as f64 / self.elapsed_s.max(1e-9));
+        self.txn_latency = Latency::from(latency);
+        self
     }
 
     /// Adds a filtered run's scan: `scanned` source messages of `message_bytes` each.
@@ -150,6 +172,12 @@ impl BenchResult {
         if let Some(rate) = self.rate_msg_per_s {
             s.push_str(&format!(", rate {rate:.0} msg/s"));
         }
+        if let Some(isolation) = self.isolation {
+            s.push_str(&format!(", {isolation}"));
+        }
+        if let Some(n) = self.records_per_txn {
+            s.push_str(&format!(", transactional: {n} records per transaction"));
+        }
         if let (Some(filter), Some(scanned)) = (&self.filter, self.scanned) {
             s.push_str(&format!(
                 "\n  filter {filter}: received {} of {scanned} source messages scanned: {:.0} msg/s, {:.1} MB/s scanned",
@@ -162,6 +190,17 @@ impl BenchResult {
             s.push_str(&format!(
                 "\n  latency µs per {}: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.0}, {} samples)",
                 self.latency_per, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us, l.samples
+            ));
+        }
+        if let (Some(t), Some(rate)) = (self.transactions, self.txn_per_s) {
+            s.push_str(&format!(
+                "\n  {t} transactions committed: {rate:.0} transactions/s"
+            ));
+        }
+        if let Some(l) = &self.txn_latency {
+            s.push_str(&format!(
+                "\n  latency µs per transaction (begin to commit): p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.0})",
+                l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us
             ));
         }
         s

@@ -96,6 +96,19 @@ pub struct BenchArgs {
     /// per request with one request in flight [default: no bound but the producer's queue].
     #[arg(long, value_parser = crate::args::positive_usize)]
     in_flight: Option<usize>,
+    /// Producers send in transactions (KIP-98), each with its own transactional id: begin,
+    /// --records-per-txn sends, commit. Latency is per record from send to the commit's
+    /// return, and per transaction from begin to the commit's return. With --api record only,
+    /// without --rate or --in-flight (a producer has one transaction open at a time).
+    #[arg(long)]
+    transactional: bool,
+    /// Records per transaction (with --transactional).
+    #[arg(long, default_value_t = 10, requires = "transactional", value_parser = crate::args::positive_usize)]
+    records_per_txn: usize,
+    /// consume, e2e: read-uncommitted (every record, open transactions' too) or
+    /// read-committed (up to the last stable offset, aborted transactions' records skipped).
+    #[arg(long, default_value = "read-uncommitted")]
+    isolation: String,
     /// Print one JSON object instead of text (and no progress on stderr).
     #[arg(long)]
     json: bool,
@@ -176,6 +189,13 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         filter: args.filter,
         tag_every: args.tag_every,
         share_group: args.share_group,
+        records_per_txn: args.transactional.then_some(args.records_per_txn),
+        isolation: tinymq_bench::parse_isolation(&args.isolation).with_context(|| {
+            format!(
+                "--isolation {}: expected read-committed or read-uncommitted",
+                args.isolation
+            )
+        })?,
     };
     let result = tinymq_bench::run(mode, config).await;
     if let Some(broker) = embedded {

@@ -43,8 +43,16 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *                                            acks=all, linger.ms=5, batch.size=1 MiB, no
  *                                            compression (tinymq bench's defaults); one JSON
  *                                            line in tinymq bench's report form
- * perf-consume  BOOTSTRAP TOPIC COUNT BYTES  throughput: COUNT records from every partition's
- *                                            beginning, no group, the client's fetch defaults
+ * perf-consume  BOOTSTRAP TOPIC COUNT BYTES [ISOLATION]  throughput: COUNT records from every
+ *                                            partition's beginning, no group, the client's fetch
+ *                                            defaults; ISOLATION read_uncommitted (default) or
+ *                                            read_committed
+ * perf-txn-produce BOOTSTRAP TOPIC COUNT BYTES RECORDS_PER_TXN  perf-produce's settings inside
+ *                                            transactions of RECORDS_PER_TXN records (one
+ *                                            transactional.id, begin/send/commit); latency per
+ *                                            transaction, record_latency per record (send to
+ *                                            its commit's return)
+ * create-topic  BOOTSTRAP TOPIC PARTITIONS   through the Admin client, replication factor 1
  * txn-ctp       BOOTSTRAP IN OUT GROUP TXID COUNT  consume-transform-produce in transactions
  *                                            (see {@link Txn})
  * streams-eos   BOOTSTRAP IN OUT APP STATE   a Kafka Streams exactly_once_v2 copy, until killed
@@ -96,8 +104,20 @@ public final class Main {
                 Perf.produce(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
             }
             case "perf-consume" -> {
-                need(args, 5);
-                Perf.consume(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]));
+                if (args.length != 6) {
+                    need(args, 5);
+                }
+                Perf.consume(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]),
+                    args.length == 6 ? args[5] : "read_uncommitted");
+            }
+            case "perf-txn-produce" -> {
+                need(args, 6);
+                Perf.txnProduce(args[1], args[2], Integer.parseInt(args[3]),
+                    Integer.parseInt(args[4]), Integer.parseInt(args[5]));
+            }
+            case "create-topic" -> {
+                need(args, 4);
+                Perf.createTopic(args[1], args[2], Integer.parseInt(args[3]));
             }
             case "streams-eos" -> {
                 need(args, 6);
