@@ -57,6 +57,9 @@ pub struct Ticket {
 #[derive(Debug, Default)]
 pub struct TxnStore {
     inner: Mutex<Inner>,
+    /// Woken after every change made durable: requests that found their id between states
+    /// wait on it instead of being refused at once.
+    changed: tokio::sync::Notify,
 }
 
 fn not_coordinator(partition: u32) -> m::Error {
@@ -170,6 +173,17 @@ impl TxnStore {
     /// in-sync replica) or, when the write failed, only clears the busy mark. Does nothing
     /// when the partition moved meanwhile (its ids were dropped with it).
     pub fn finish(&self, id: &str, ticket: Ticket, durable: Option<TxnMetadata>) {
+        self.finish_locked(id, ticket, durable);
+        self.changed.notify_waiters();
+    }
+
+    /// A future that completes at the next [`TxnStore::finish`] (create it before looking at
+    /// the state it waits to change, so no change is missed).
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
+    }
+
+    fn finish_locked(&self, id: &str, ticket: Ticket, durable: Option<TxnMetadata>) {
         let mut inner = self.inner.lock();
         if inner.led.get(&ticket.partition) != Some(&(ticket.coordinator_epoch, Load::Loaded)) {
             return;

@@ -24,6 +24,14 @@ pub async fn init_producer_id(
     state: &Arc<BrokerState>,
     request: &m::InitProducerIdRequest,
 ) -> Result<(i64, i16), m::Error> {
+    // An open transaction of an earlier instance is aborted first: wait for that too.
+    settled(state, || init_once(state, request)).await
+}
+
+async fn init_once(
+    state: &Arc<BrokerState>,
+    request: &m::InitProducerIdRequest,
+) -> Result<(i64, i16), m::Error> {
     let id = request.transactional_id.as_str();
     let expected = if request.producer_id >= 0 && request.producer_epoch >= 0 {
         let epoch = i16::try_from(request.producer_epoch).map_err(|_| bad_epoch())?;
@@ -62,6 +70,37 @@ pub async fn init_producer_id(
         .with_message("the transactional id changed while a producer id was allocated; retry"))
 }
 
+/// How long a request that finds its id between states (the last transaction's markers
+/// being written) waits for it to settle before it is answered CONCURRENT_TRANSACTIONS: the
+/// next transaction's first AddPartitionsToTxn usually arrives while the markers of the one
+/// just ended are written, and a refusal would cost the client its retry backoff.
+const SETTLE_WAIT_MAX: Duration = Duration::from_secs(2);
+
+/// Runs `attempt` again after each durable change while it fails with
+/// CONCURRENT_TRANSACTIONS, for at most [`SETTLE_WAIT_MAX`].
+async fn settled<T, F, Fut>(state: &Arc<BrokerState>, mut attempt: F) -> Result<T, m::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, m::Error>>,
+{
+    let deadline = tokio::time::Instant::now() + SETTLE_WAIT_MAX;
+    loop {
+        let changed = state.txns.changed();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        match attempt().await {
+            Err(e)
+                if e.error_code() == ErrorCode::CONCURRENT_TRANSACTIONS
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                // A change made durable meanwhile, or the deadline, ends the wait.
+                let _ = tokio::time::timeout_at(deadline, changed).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// AddPartitionsToTxn and AddOffsetsToTxn (whose partition is the group's offsets partition).
 pub async fn add_partitions(
     state: &Arc<BrokerState>,
@@ -70,19 +109,26 @@ pub async fn add_partitions(
     producer_epoch: i16,
     partitions: &[TxnPartition],
 ) -> Result<(), m::Error> {
-    change(state, id, |current| {
-        let m = current.ok_or_else(unknown_id)?;
-        let next = state::add_partitions(m, producer_id, producer_epoch, partitions, now_ms())
-            .map_err(wire)?;
-        Ok((next, ()))
+    settled(state, || async {
+        change(state, id, |current| {
+            let m = current.ok_or_else(unknown_id)?;
+            let next = state::add_partitions(m, producer_id, producer_epoch, partitions, now_ms())
+                .map_err(wire)?;
+            Ok((next, ()))
+        })
+        .await
+        .map(|_| ())
     })
     .await
-    .map(|_| ())
 }
 
 /// EndTxn: decides the transaction (durably) and starts writing its markers; the answer does
 /// not wait for them (a next AddPartitionsToTxn meanwhile is CONCURRENT_TRANSACTIONS).
 pub async fn end_txn(state: &Arc<BrokerState>, request: &m::EndTxnRequest) -> Result<(), m::Error> {
+    settled(state, || end_once(state, request)).await
+}
+
+async fn end_once(state: &Arc<BrokerState>, request: &m::EndTxnRequest) -> Result<(), m::Error> {
     let id = request.transactional_id.as_str();
     let epoch = i16::try_from(request.producer_epoch).map_err(|_| bad_epoch())?;
     let (changed, _) = change(state, id, |current| {
