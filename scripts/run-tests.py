@@ -7,7 +7,7 @@ than on the CPU, and a few binaries (the Kafka suites, the chaos run) take minut
 two tests each, so one after another leaves the machine idle for most of the run. This
 script builds the tests once (`cargo test --no-run`), then runs the binaries in a pool of
 `TINYMQ_TEST_JOBS` (default: cores + 1), longest first, each in its package's folder with
-the environment cargo would give it, plus the doc tests as one more job.
+the environment cargo would give it, plus the doc tests, run first on their own.
 
     scripts/run-tests.py [CARGO_ARGS...] [-- TEST_ARGS...]
 
@@ -173,10 +173,13 @@ def main():
                 "env": env,
             }
         )
-    # Doc tests only for a whole-workspace run without a filter on packages or targets.
+    # Doc tests only for a whole-workspace run without a filter on packages or targets. They
+    # run first, alone: `cargo test --doc` reads the dependencies' rlibs in target/, which a
+    # test binary's own `cargo build` (the chaos tests build `tinymq`) may be rewriting.
+    first = []
     if not any(a.startswith(("-p", "--package", "--test", "--lib", "--bin", "--exclude")) for a in cargo_args):
         doc_args = [a for a in cargo_args if a not in ("--no-fail-fast", "--workspace")]
-        jobs.append(
+        first.append(
             {
                 "key": DOC_TESTS,
                 "command": [cargo, "test", "--workspace", "--doc"] + doc_args + ["--"] + test_args,
@@ -186,11 +189,12 @@ def main():
         )
 
     workers = int(os.environ.get("TINYMQ_TEST_JOBS", str((os.cpu_count() or 2) + 1)))
-    print("== %d test binaries, %d at a time (TINYMQ_TEST_JOBS)" % (len(jobs), workers), flush=True)
+    print("== %d test binaries, %d at a time (TINYMQ_TEST_JOBS), after the doc tests" % (len(jobs), workers), flush=True)
     started = time.monotonic()
     print_lock = threading.Lock()
+    done = [run(job, logs_dir, print_lock) for job in first]
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        done = list(pool.map(lambda job: run(job, logs_dir, print_lock), order(jobs, durations)))
+        done += list(pool.map(lambda job: run(job, logs_dir, print_lock), order(jobs, durations)))
     wall = time.monotonic() - started
 
     for job in done:
