@@ -312,6 +312,24 @@ fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
         r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
     };
 
+    // A partition index that cannot exist refuses the whole request, as in Kafka.
+    let bad = add.clone().with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+        .with_name(TopicName(StrBytes::from_static_str("tx")))
+        .with_partitions(vec![0, -1])]);
+    let refused = k.call(3, &bad);
+    let codes: Vec<i16> = refused.results_by_topic_v3_and_below[0]
+        .results_by_partition
+        .iter()
+        .map(|r| r.partition_error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            K::OperationNotAttempted.code(),
+            K::UnknownTopicOrPartition.code()
+        ]
+    );
+
     // A committed transaction of 3 records.
     let added = until_settled(&mut k, 3, &add, added_code);
     assert_eq!(added_code(&added), 0, "{added:?}");

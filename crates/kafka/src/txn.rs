@@ -54,6 +54,12 @@ fn txn_topic(name: &str, partitions: &[i32]) -> m::TxnTopic {
     }
 }
 
+/// A negative partition index names no partition: it is never sent natively (see
+/// [`txn_topic`]), so its answer is said here rather than read from a native one.
+fn unknown_partition(partition: i32) -> Option<i16> {
+    (partition < 0).then_some(K::UnknownTopicOrPartition.code())
+}
+
 fn text(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
@@ -75,11 +81,22 @@ pub(crate) async fn add_partitions(
         topics,
         verify_only: false,
     };
-    let answer: Result<m::AddPartitionsToTxnResponse, m::Error> =
-        ctx.call(OpCode::AddPartitionsToTxn, &native).await;
+    // All or nothing, as Kafka: a partition that cannot exist keeps the others out.
+    let any_unknown = r
+        .v3_and_below_topics
+        .iter()
+        .any(|t| t.partitions.iter().any(|&p| p < 0));
+    let answer: Result<m::AddPartitionsToTxnResponse, m::Error> = if any_unknown {
+        Ok(m::AddPartitionsToTxnResponse::default())
+    } else {
+        ctx.call(OpCode::AddPartitionsToTxn, &native).await
+    };
     let whole = error_of(&answer, |a| a.error.as_ref());
     let each = answer.map(|a| a.partitions).unwrap_or_default();
     let code = |topic: &str, p: i32| -> i16 {
+        if any_unknown {
+            return K::OperationNotAttempted.code();
+        }
         let own = each
             .iter()
             .find(|x| x.topic == topic && i64::from(x.partition) == i64::from(p))
@@ -108,7 +125,9 @@ pub(crate) async fn add_partitions(
                 .map(|&p| {
                     AddPartitionsToTxnPartitionResult::default()
                         .with_partition_index(p)
-                        .with_partition_error_code(code(t.name.0.as_str(), p))
+                        .with_partition_error_code(
+                            unknown_partition(p).unwrap_or_else(|| code(t.name.0.as_str(), p)),
+                        )
                 })
                 .collect();
             AddPartitionsToTxnTopicResult::default()
@@ -239,7 +258,12 @@ pub(crate) async fn txn_offset_commit(
                         .map(|e| kafka_code_for(Some(e), Resource::Topic));
                     TxnOffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)
-                        .with_error_code(whole.or(own).unwrap_or(0))
+                        .with_error_code(
+                            unknown_partition(p.partition_index)
+                                .or(whole)
+                                .or(own)
+                                .unwrap_or(0),
+                        )
                 })
                 .collect();
             TxnOffsetCommitResponseTopic::default()
@@ -301,8 +325,9 @@ pub(crate) async fn write_markers(
                                     })
                                 })
                                 .and_then(|x| x.error.clone());
-                            let code =
-                                kafka_code_for(whole.as_ref().or(own.as_ref()), Resource::Cluster);
+                            let code = unknown_partition(p).unwrap_or_else(|| {
+                                kafka_code_for(whole.as_ref().or(own.as_ref()), Resource::Cluster)
+                            });
                             WritableTxnMarkerPartitionResult::default()
                                 .with_partition_index(p)
                                 .with_error_code(code)
@@ -439,7 +464,8 @@ pub(crate) async fn describe_producers(
                         x.topic == t.name.0.as_str() && i64::from(x.partition) == i64::from(p)
                     });
                     let error = whole.clone().or_else(|| f.and_then(|f| f.error.clone()));
-                    let code = kafka_code_for(error.as_ref(), Resource::Topic);
+                    let code = unknown_partition(p)
+                        .unwrap_or_else(|| kafka_code_for(error.as_ref(), Resource::Topic));
                     let producers = f
                         .filter(|_| error.is_none())
                         .map(|f| {
