@@ -82,8 +82,8 @@ fn partition_results(
 }
 
 /// AddPartitionsToTxn: every partition must exist and be writable by the principal, else
-/// none is added (the refused ones say why, the others `OPERATION_NOT_ATTEMPTED` as
-/// INVALID_TXN_STATE... Kafka's clients only look at the refused ones).
+/// none is added: the refused ones say why, the others INVALID_TXN_STATE ("not attempted";
+/// the Kafka listener answers Kafka's OPERATION_NOT_ATTEMPTED for them).
 pub async fn add_partitions(
     state: &Arc<BrokerState>,
     access: &Access,

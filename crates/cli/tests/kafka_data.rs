@@ -313,9 +313,11 @@ fn a_transaction_commits_and_aborts_as_kafka_clients_see_it() {
     };
 
     // A partition index that cannot exist refuses the whole request, as in Kafka.
-    let bad = add.clone().with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-        .with_name(TopicName(StrBytes::from_static_str("tx")))
-        .with_partitions(vec![0, -1])]);
+    let bad = add
+        .clone()
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("tx")))
+            .with_partitions(vec![0, -1])]);
     let refused = k.call(3, &bad);
     let codes: Vec<i16> = refused.results_by_topic_v3_and_below[0]
         .results_by_partition

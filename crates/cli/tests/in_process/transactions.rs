@@ -76,6 +76,8 @@ async fn read_committed_sees_committed_transactions_whole_and_never_aborted_ones
     let admin = Admin::new(ClientConfig::new(&server.addr)).unwrap();
     topic(&admin, "tx", 3).await;
     let producer = transactional(&server.addr, "t1", Duration::from_secs(60));
+    let early = producer.begin_transaction().unwrap_err();
+    assert!(early.to_string().contains("init_transactions"), "{early}");
     producer.init_transactions().await.unwrap();
 
     producer.begin_transaction().unwrap();

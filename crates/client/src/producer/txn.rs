@@ -53,6 +53,8 @@ pub(crate) struct Transactions {
     coordinator: tokio::sync::Mutex<Option<Arc<Connection>>>,
     open: Mutex<Open>,
     fenced: AtomicBool,
+    /// `init_transactions` succeeded.
+    initialized: AtomicBool,
 }
 
 impl Transactions {
@@ -62,6 +64,7 @@ impl Transactions {
             timeout,
             coordinator: tokio::sync::Mutex::new(None),
             open: Mutex::new(Open::default()),
+            initialized: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
         }
     }
@@ -187,6 +190,7 @@ impl Producer {
         let txns = self.transactions()?;
         let (id, epoch) = txns.init(&self.inner.cluster, None).await?;
         self.inner.identity.set(id, epoch).await;
+        txns.initialized.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -196,7 +200,7 @@ impl Producer {
         if txns.fenced.load(Ordering::Relaxed) {
             return Err(fenced(&txns.id));
         }
-        if !self.inner.identity.is_set() {
+        if !txns.initialized.load(Ordering::Acquire) {
             return Err(ClientError::Config("call init_transactions first".into()));
         }
         let mut open = txns.open.lock();

@@ -120,10 +120,6 @@ impl ProducerIdentity {
         });
     }
 
-    pub(super) fn is_set(&self) -> bool {
-        self.current.try_lock().map_or(true, |c| c.is_some())
-    }
-
     pub(super) async fn current_identity(&self) -> Option<Identity> {
         *self.current.lock().await
     }
