@@ -69,6 +69,10 @@ pub struct BrokerConfig {
     /// start of the standalone server before its port accepts anyone, so a login right after
     /// the start succeeds; ignored once the cluster has users, and by a cluster broker.
     pub admin_bootstrap: Option<Vec<tinymq_auth::StoredCredential>>,
+    /// How long after a half message's check its next one comes (`half_check_interval_ms`).
+    pub half_check_interval: Duration,
+    /// Checks of a half message before it is rolled back by default (`half_checks_max`).
+    pub half_checks_max: u32,
 }
 
 /// Where clients and other nodes reach a broker: a host (a DNS name or an IP address, never
@@ -135,6 +139,11 @@ pub const FETCH_MEMORY_BYTES_MAX_DEFAULT: u32 = 256 << 20;
 /// Default of `fetch_bytes_max`: 50 MiB.
 pub const FETCH_BYTES_MAX_DEFAULT: u32 = 50 << 20;
 
+/// Default of `half_check_interval_ms`: 10 s.
+pub const HALF_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
+/// Default of `half_checks_max` (RocketMQ's `transactionCheckMax`).
+pub const HALF_CHECKS_MAX_DEFAULT: u32 = 15;
+
 impl Default for BrokerConfig {
     fn default() -> BrokerConfig {
         BrokerConfig {
@@ -158,6 +167,8 @@ impl Default for BrokerConfig {
             authorization: Default::default(),
             kafka_advertised: None,
             admin_bootstrap: None,
+            half_check_interval: HALF_CHECK_INTERVAL_DEFAULT,
+            half_checks_max: HALF_CHECKS_MAX_DEFAULT,
         }
     }
 }

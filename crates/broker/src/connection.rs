@@ -354,6 +354,33 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             let response = txn_handlers::describe_producers(&state, r);
             authorize::describe_producers(&access, principal, response)
         }),
+        OpCode::HalfSend => handle!(m::HalfSendRequest, |r| crate::half::ops::send(&state, r)
+            .await),
+        OpCode::HalfEnd => handle!(m::HalfEndRequest, |r| crate::half::ops::end(&state, r).await),
+        OpCode::HalfCheckPoll => handle!(m::HalfCheckPollRequest, |r| {
+            let may = |topic: &str| {
+                access.allows(
+                    principal,
+                    tinymq_meta::authorize::Permission::topic(
+                        topic,
+                        tinymq_auth::AclOperation::Write,
+                    ),
+                )
+            };
+            crate::half::ops::check_poll(&state, r, may).await
+        }),
+        OpCode::HalfList => handle!(m::HalfListRequest, |r| {
+            let may = |group: &str| {
+                access.allows(
+                    principal,
+                    tinymq_meta::authorize::Permission::group(
+                        group,
+                        tinymq_auth::AclOperation::Describe,
+                    ),
+                )
+            };
+            crate::half::ops::list(&state, &r, may)
+        }),
         OpCode::PutUser => handle!(m::PutUserRequest, |r| security_admin::put_user(state, r)
             .await),
         OpCode::DeleteUser => handle!(m::DeleteUserRequest, |r| {

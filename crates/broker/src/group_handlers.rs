@@ -26,9 +26,20 @@ pub async fn find_coordinator(
     match req.key_type {
         0 => {}
         1 => return crate::txn_handlers::find_coordinator(&state, &req.group_id).await,
+        2 => {
+            return match crate::half::ops::coordinator_of(&state, &req.group_id).await {
+                Ok(broker) => m::FindCoordinatorResponse {
+                    error: None,
+                    node_id: broker.id,
+                    host: broker.host,
+                    port: u32::from(broker.port),
+                },
+                Err(e) => fail(e),
+            }
+        }
         other => {
             return fail(ErrorCode::INVALID_REQUEST.with_message(format!(
-                "key_type {other}: 0 is a group, 1 a transactional id"
+                "key_type {other}: 0 is a group, 1 a transactional id, 2 a producer group's half messages"
             )))
         }
     }

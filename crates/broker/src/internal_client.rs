@@ -10,10 +10,16 @@ use crate::config::Advertised;
 use parking_lot::Mutex;
 use tinymq_client::{Admin, ClientConfig, ClientError, Producer, ProducerConfig, Security};
 
+/// How long the half-message producer tries to append one committed half.
+pub const HALF_DELIVERY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The half-message producer's request timeout (within the delivery timeout).
+pub const HALF_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Created on first use (inside the runtime), kept for the broker's life.
 pub struct InternalClient {
     config: ClientConfig,
     producer: Mutex<Option<Arc<Producer>>>,
+    half_producer: Mutex<Option<Arc<Producer>>>,
     admin: Mutex<Option<Arc<Admin>>>,
 }
 
@@ -27,6 +33,7 @@ impl InternalClient {
         InternalClient {
             config,
             producer: Mutex::new(None),
+            half_producer: Mutex::new(None),
             admin: Mutex::new(None),
         }
     }
@@ -44,6 +51,23 @@ impl InternalClient {
         }
         let mut config = ProducerConfig::new("");
         config.client = self.config.clone();
+        let producer = Arc::new(Producer::new(config)?);
+        *slot = Some(producer.clone());
+        Ok(producer)
+    }
+
+    /// The producer of committed half messages: idempotent, acks = all, and giving up on a
+    /// batch after [`HALF_DELIVERY_TIMEOUT`] so that a coordinator taking over knows when an
+    /// append in flight elsewhere has landed or failed.
+    pub fn half_producer(&self) -> Result<Arc<Producer>, ClientError> {
+        let mut slot = self.half_producer.lock();
+        if let Some(producer) = slot.as_ref() {
+            return Ok(producer.clone());
+        }
+        let mut config = ProducerConfig::new("");
+        config.client = self.config.clone();
+        config.client.request_timeout = HALF_REQUEST_TIMEOUT;
+        config.delivery_timeout = HALF_DELIVERY_TIMEOUT;
         let producer = Arc::new(Producer::new(config)?);
         *slot = Some(producer.clone());
         Ok(producer)

@@ -22,6 +22,7 @@ mod filtered_fetch;
 pub mod fuzzing;
 pub mod group;
 mod group_handlers;
+mod half;
 mod handlers;
 pub mod internal_client;
 mod join;

@@ -103,6 +103,43 @@ pub(crate) async fn ensure_offsets_topic(state: &BrokerState) -> Result<(), m::E
     Ok(())
 }
 
+/// The broker coordinating a key of internal topic `topic` (transaction states, half
+/// messages): the live leader of partition `index`, creating the topic with `ensure` first
+/// (waiting up to `wait` for it to appear). `what` names the key in errors.
+pub(crate) async fn coordinator_in(
+    state: &BrokerState,
+    (topic, ensure, wait): (&str, tinymq_meta::Command, Duration),
+    index: u32,
+    what: &str,
+) -> Result<tinymq_meta::image::BrokerRecord, m::Error> {
+    if !state.cluster.image().topics.contains_key(topic) {
+        state.cluster.write(ensure).await?;
+        state
+            .cluster
+            .wait_until(wait, |image| image.topics.contains_key(topic))
+            .await;
+    }
+    let image = state.cluster.image();
+    let partition = image
+        .topics
+        .get(topic)
+        .and_then(|t| t.partitions.get(index as usize))
+        .ok_or_else(|| {
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
+                .with_message(format!("{topic} is being created; retry"))
+        })?;
+    partition
+        .leader
+        .and_then(|leader| image.brokers.get(&leader))
+        .filter(|b| !b.fenced)
+        .cloned()
+        .ok_or_else(|| {
+            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.with_message(format!(
+                "the coordinator of {what} ({topic}/{index}) is offline; retry"
+            ))
+        })
+}
+
 /// How long a commit waits for the in-sync replicas before it is answered
 /// `REQUEST_TIMED_OUT` (Kafka's `offsets.commit.timeout.ms`); the client retries it.
 pub const OFFSET_COMMIT_TIMEOUT: Duration = Duration::from_secs(5);

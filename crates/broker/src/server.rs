@@ -221,6 +221,7 @@ impl Broker {
         crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
         crate::txn::sync(&state);
+        crate::half::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(tinymq_net::serve_secure(
@@ -236,6 +237,7 @@ impl Broker {
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));
         tasks.spawn(group_loop(state.clone(), shutdown.clone()));
         tasks.spawn(txn_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(half_loop(state.clone(), shutdown.clone()));
         tasks.spawn(crate::share::run(state.clone(), shutdown.clone()));
         tasks.spawn(crate::delay::run(state.clone(), shutdown.clone()));
         tasks.spawn(crate::route::run(state.clone(), shutdown.clone()));
@@ -357,6 +359,7 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
         crate::txn::sync(&state);
+        crate::half::sync(&state);
     }
 }
 
@@ -409,6 +412,22 @@ async fn retention_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
 
 /// How often the transaction coordinator looks for transactions past their timeout.
 const TXN_TICK: Duration = Duration::from_secs(1);
+
+/// How often the half-message coordinator looks for halves to roll back or finish.
+const HALF_TICK: Duration = Duration::from_millis(250);
+
+/// The half-message coordinator's timer (`half::tick`).
+async fn half_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(HALF_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => return,
+        }
+        crate::half::tick(&state).await;
+    }
+}
 
 /// The transaction coordinator's timer (`txn::ops::tick`).
 async fn txn_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {

@@ -40,6 +40,8 @@ pub struct BrokerState {
     pub groups: GroupCoordinator,
     /// The transactional ids coordinated here (`crate::txn`).
     pub txns: crate::txn::coordinator::TxnStore,
+    /// The half messages coordinated here (`crate::half`).
+    pub halves: crate::half::HalfStore,
     /// Connections to the other brokers for transaction markers.
     pub(crate) txn_links: crate::txn::links::MarkerLinks,
     /// The partitions held here, by topic and index; changed only by `reconcile`.
@@ -108,6 +110,7 @@ impl BrokerState {
             cluster,
             groups,
             txns: Default::default(),
+            halves: Default::default(),
             txn_links: Default::default(),
             partitions: RwLock::new(HashMap::new()),
             open_failures: RwLock::new(HashMap::new()),
@@ -146,6 +149,10 @@ impl BrokerState {
         if name == OFFSETS_TOPIC || name == tinymq_meta::command::TRANSACTION_TOPIC {
             let partitions = topic.partitions.len() as u32;
             return crate::group::offsets::topic_settings(partitions, topic.replication_factor());
+        }
+        if name == tinymq_meta::command::HALF_TOPIC {
+            let partitions = topic.partitions.len() as u32;
+            return crate::half::topic_settings(partitions, topic.replication_factor());
         }
         TopicSettings::from_record(topic, &self.config.topic_defaults).unwrap_or_else(|(_, why)| {
             tracing::error!(topic = %name, error = %why, "stored topic settings are invalid; using the defaults");

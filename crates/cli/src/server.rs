@@ -79,6 +79,13 @@ pub struct ServerArgs {
     /// TINYMQ_ADMIN_PASSWORD); ignored once the cluster has users (`tinymq server` only).
     #[arg(long)]
     admin_password_file: Option<PathBuf>,
+    /// How long after a half message's check (ms) its next one comes (docs/transactions.md,
+    /// "Half messages") [default: 10000].
+    #[arg(long, env = "TINYMQ_HALF_CHECK_INTERVAL_MS")]
+    half_check_interval_ms: Option<u64>,
+    /// Checks of a half message before it is rolled back by default [default: 15].
+    #[arg(long, env = "TINYMQ_HALF_CHECKS_MAX")]
+    half_checks_max: Option<u32>,
     /// Also serve Kafka clients on HOST:PORT (docs/kafka.md) [default: off].
     #[arg(long, env = "TINYMQ_KAFKA_LISTEN", value_parser = crate::args::socket_addr)]
     kafka_listen: Option<SocketAddr>,
@@ -121,6 +128,8 @@ struct FileConfig {
     kafka_listen: Option<String>,
     kafka_advertise: Option<String>,
     kafka_auto_create_topics: Option<bool>,
+    half_check_interval_ms: Option<u64>,
+    half_checks_max: Option<u32>,
 }
 
 /// The file's security settings: the flags' keys, and `admin_password_file`.
@@ -187,6 +196,18 @@ fn build_config(
         );
         c.replica_lag_time_max = std::time::Duration::from_millis(ms);
     }
+    if let Some(ms) = pick!(half_check_interval_ms) {
+        anyhow::ensure!(
+            (100..=600_000).contains(&ms),
+            "half_check_interval_ms must be from 100 to 600000 (ten minutes)"
+        );
+        c.half_check_interval = std::time::Duration::from_millis(ms);
+    }
+    c.half_checks_max = pick!(half_checks_max).unwrap_or(c.half_checks_max);
+    anyhow::ensure!(
+        (1..=100).contains(&c.half_checks_max),
+        "half_checks_max must be from 1 to 100"
+    );
     c.open_segment_files_max = pick!(open_segment_files_max).unwrap_or(c.open_segment_files_max);
     anyhow::ensure!(
         c.open_segment_files_max >= 1,

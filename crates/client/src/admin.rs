@@ -11,6 +11,7 @@ use crate::error::{check, ClientError};
 use crate::retry::{admin_retriable, retrying};
 
 mod group_list;
+mod halves;
 mod transactions;
 pub use group_list::{GroupType, ListedGroup};
 

@@ -10,6 +10,7 @@ mod authenticate;
 mod cluster;
 mod connection;
 mod consumer;
+mod coordinator;
 mod error;
 mod group;
 mod producer;
@@ -32,7 +33,8 @@ pub use error::ClientError;
 pub use group::GroupEvent;
 pub use producer::{
     murmur2, partition_for_key, Acks, BatchDelivery, BatchMetadata, DelayedDelivery,
-    DelayedMetadata, DeliveryFuture, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    DelayedMetadata, DeliveryFuture, HalfCheck, HalfChecker, HalfDecision, HalfMessage, Producer,
+    ProducerConfig, ProducerRecord, RecordMetadata,
 };
 pub use security::{ClientTls, Login, ScramMechanism, Security};
 pub use security_admin::{AclFilter, PutUserMode, Quota, UserInfo, SCRAM_MECHANISMS_DEFAULT};

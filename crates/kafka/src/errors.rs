@@ -66,7 +66,9 @@ pub fn kafka_code(native: N) -> i16 {
         | N::USER_NOT_FOUND
         | N::USER_ALREADY_EXISTS
         | N::ROUTE_ALREADY_EXISTS
-        | N::ROUTE_NOT_FOUND => K::UnknownServerError,
+        | N::ROUTE_NOT_FOUND
+        | N::HALF_MESSAGE_NOT_FOUND
+        | N::HALF_MESSAGE_RESOLVED => K::UnknownServerError,
         // Queue features (share groups, filters, delays) have no Kafka request here.
         N::INVALID_FILTER | N::INVALID_DELIVERY_TIME => K::InvalidRequest,
         N::INVALID_RECORD_STATE => K::InvalidRecordState,

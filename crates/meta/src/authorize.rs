@@ -211,6 +211,19 @@ required! {
     CreateRouteRequest => |r| Requirement::One(Permission::cluster(Alter));
     DeleteRouteRequest => |r| Requirement::One(Permission::cluster(Alter));
     ListRoutesRequest => |r| Requirement::One(Permission::cluster(Describe));
+    // Half messages: a producer group is a group resource; the half's topic needs WRITE.
+    HalfSendRequest => |r| Requirement::Both(
+        Permission::topic(&r.topic, Write),
+        Permission::group(&r.group, Read),
+    );
+    HalfEndRequest => |r| Requirement::Both(
+        Permission::topic(&r.topic, Write),
+        Permission::group(&r.group, Read),
+    );
+    // The halves offered are those whose topic the member may WRITE (checked per half).
+    HalfCheckPollRequest => |r| Requirement::One(Permission::group(&r.group, Read));
+    // Only the groups the principal may DESCRIBE are listed.
+    HalfListRequest => |r| Requirement::Filtered;
 }
 
 /// The ACLs of one image version, applied to one request's principal.

@@ -105,6 +105,12 @@ pub enum Command {
     EnsureTransactionTopic {
         partitions: u32,
     },
+    /// Creates the internal topic [`HALF_TOPIC`] if it does not exist yet, placed as
+    /// [`Command::EnsureOffsetsTopic`] places the offsets topic; its partition leaders
+    /// coordinate producer groups' half messages and store them until they are resolved.
+    EnsureHalfTopic {
+        partitions: u32,
+    },
     /// Sent by a partition's leader to change its ISR: refused unless `broker_id` leads the
     /// partition under `broker_epoch` (its current, unfenced registration) and `leader_epoch`
     /// and `partition_epoch` are the partition's current ones, so a proposal from a deposed
@@ -203,6 +209,9 @@ fn yes() -> bool {
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The internal topic whose partition leaders coordinate transactions and store their states.
 pub const TRANSACTION_TOPIC: &str = "__transaction_state";
+/// The internal topic whose partition leaders coordinate half messages (transactional
+/// messages with check-back) and store them until they are committed or rolled back.
+pub const HALF_TOPIC: &str = "__half_messages";
 /// Most replicas of each offsets partition (Kafka's `offsets.topic.replication.factor`): with
 /// three, committed offsets survive losing any one broker and commits go on meanwhile.
 pub const OFFSETS_REPLICATION_FACTOR_MAX: u32 = 3;
@@ -420,6 +429,9 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
         }
         Command::EnsureTransactionTopic { partitions } => {
             ensure_internal_topic(image, TRANSACTION_TOPIC, *partitions)
+        }
+        Command::EnsureHalfTopic { partitions } => {
+            ensure_internal_topic(image, HALF_TOPIC, *partitions)
         }
         Command::AlterPartition {
             topic,

@@ -177,6 +177,10 @@ error_codes! {
     /// Offsets of a transaction still open touch this partition (OffsetFetch with
     /// `require_stable`); retry.
     UNSTABLE_OFFSET_COMMIT = 61, true, "a transaction holding offsets for this partition is open";
+    /// No unresolved half message with this id in the group (or it was resolved long ago).
+    HALF_MESSAGE_NOT_FOUND = 62, false, "unknown half message";
+    /// The half message was already resolved the other way (the message says how and why).
+    HALF_MESSAGE_RESOLVED = 63, false, "half message already resolved";
 }
 
 impl ErrorCode {

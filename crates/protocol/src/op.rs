@@ -139,6 +139,15 @@ operations! {
     ListTransactions = 66 => ListTransactionsRequest, ListTransactionsResponse;
     /// Transactions: the producers of partitions led by the answering broker.
     DescribeProducers = 67 => DescribeProducersRequest, DescribeProducersResponse;
+    /// Half messages: store a batch no consumer sees until it is committed (to the group's
+    /// half-message coordinator).
+    HalfSend = 68 => HalfSendRequest, HalfSendResponse;
+    /// Half messages: commit (append) or roll back a half.
+    HalfEnd = 69 => HalfEndRequest, HalfEndResponse;
+    /// Half messages: a live member of the group long-polls for the halves to check.
+    HalfCheckPoll = 70 => HalfCheckPollRequest, HalfCheckPollResponse;
+    /// Half messages: the unresolved halves the answering broker coordinates.
+    HalfList = 71 => HalfListRequest, HalfListResponse;
 }
 
 #[cfg(test)]

@@ -23,39 +23,16 @@ pub async fn coordinator_of(
     state: &Arc<BrokerState>,
     transactional_id: &str,
 ) -> Result<tinymq_meta::image::BrokerRecord, m::Error> {
-    if !state.cluster.image().topics.contains_key(TRANSACTION_TOPIC) {
-        let ensure = tinymq_meta::Command::EnsureTransactionTopic {
-            partitions: TRANSACTION_PARTITIONS,
-        };
-        state.cluster.write(ensure).await?;
-        state
-            .cluster
-            .wait_until(TRANSACTION_TOPIC_WAIT, |image| {
-                image.topics.contains_key(TRANSACTION_TOPIC)
-            })
-            .await;
-    }
-    let image = state.cluster.image();
-    let index = partition_for_txn(transactional_id);
-    let partition = image
-        .topics
-        .get(TRANSACTION_TOPIC)
-        .and_then(|t| t.partitions.get(index as usize))
-        .ok_or_else(|| {
-            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS
-                .with_message(format!("{TRANSACTION_TOPIC} is being created; retry"))
-        })?;
-    partition
-        .leader
-        .and_then(|leader| image.brokers.get(&leader))
-        .filter(|b| !b.fenced)
-        .cloned()
-        .ok_or_else(|| {
-            ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.with_message(format!(
-                "the coordinator of transactional id {transactional_id} \
-                 ({TRANSACTION_TOPIC}/{index}) is offline; retry"
-            ))
-        })
+    let ensure = tinymq_meta::Command::EnsureTransactionTopic {
+        partitions: TRANSACTION_PARTITIONS,
+    };
+    crate::offsets_partitions::coordinator_in(
+        state,
+        (TRANSACTION_TOPIC, ensure, TRANSACTION_TOPIC_WAIT),
+        partition_for_txn(transactional_id),
+        &format!("transactional id {transactional_id}"),
+    )
+    .await
 }
 
 /// The leader epoch of `transactional_id`'s partition if this broker leads it (by the image),

@@ -37,6 +37,7 @@ mod failover;
 mod fetch_paths;
 mod filters;
 mod groups;
+mod half_messages;
 mod http_endpoints;
 mod idempotence;
 mod kafka_groups;

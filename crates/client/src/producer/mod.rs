@@ -19,6 +19,7 @@
 //! `send` itself reads no clock and makes no request once a topic is known.
 
 mod delayed;
+mod half;
 mod partitioner;
 mod queue;
 mod txn;
@@ -38,6 +39,7 @@ use tinymq_protocol::messages as m;
 use crate::cluster::{ClientConfig, Cluster};
 use crate::error::ClientError;
 pub use delayed::{DelayedDelivery, DelayedMetadata};
+pub use half::{HalfCheck, HalfChecker, HalfDecision, HalfMessage};
 use partitioner::Sticky;
 pub use partitioner::{murmur2, partition_for_key};
 pub use queue::{BatchDelivery, DeliveryFuture};
@@ -231,6 +233,8 @@ struct Inner {
     topics: Mutex<Topics>,
     /// The sequence of the next delayed send (`send_at`), across partitions.
     delayed_sequence: AtomicI32,
+    /// Coordinators of the producer groups whose half messages this producer sent.
+    halves: half::HalfLinks,
 }
 
 #[derive(Default)]
@@ -305,6 +309,7 @@ impl Producer {
                 cluster,
                 topics: Mutex::new(Topics::default()),
                 delayed_sequence: AtomicI32::new(0),
+                halves: Default::default(),
             }),
         })
     }

@@ -28,14 +28,12 @@ use tinymq_protocol::{messages as m, ErrorCode};
 use super::worker::ProducerIdentity;
 use super::Producer;
 use crate::cluster::Cluster;
-use crate::connection::Connection;
+use crate::coordinator::CoordinatorLink;
 use crate::error::{check, ClientError};
 
 /// How long one coordinator operation retries retriable refusals (a coordinator moving or
 /// loading, markers of the last transaction still being written).
 const TXN_OPERATION_DEADLINE: Duration = Duration::from_secs(60);
-const TXN_RETRY_BACKOFF: Duration = Duration::from_millis(20);
-const TXN_RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Default)]
 struct Open {
@@ -50,7 +48,7 @@ struct Open {
 pub(crate) struct Transactions {
     pub(super) id: String,
     timeout: Duration,
-    coordinator: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    coordinator: CoordinatorLink,
     open: Mutex<Open>,
     fenced: AtomicBool,
     /// `init_transactions` succeeded.
@@ -60,9 +58,9 @@ pub(crate) struct Transactions {
 impl Transactions {
     pub(crate) fn new(id: String, timeout: Duration) -> Transactions {
         Transactions {
+            coordinator: CoordinatorLink::new(id.clone(), 1),
             id,
             timeout,
-            coordinator: tokio::sync::Mutex::new(None),
             open: Mutex::new(Open::default()),
             initialized: AtomicBool::new(false),
             fenced: AtomicBool::new(false),
@@ -88,25 +86,6 @@ impl Transactions {
         Ok(!open.partitions.contains(&(topic.to_string(), partition)))
     }
 
-    async fn coordinator(&self, cluster: &Cluster) -> Result<Arc<Connection>, ClientError> {
-        let mut slot = self.coordinator.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
-        let found = cluster
-            .request(&m::FindCoordinatorRequest {
-                group_id: self.id.clone(),
-                key_type: 1,
-            })
-            .await?;
-        check(found.error.as_ref())?;
-        let connection = cluster
-            .connection(&format!("{}:{}", found.host, found.port))
-            .await?;
-        *slot = Some(connection.clone());
-        Ok(connection)
-    }
-
     /// Sends `request` to the coordinator, retrying what is retriable until
     /// [`TXN_OPERATION_DEADLINE`]; `top` reads the answer's error.
     async fn call<R: tinymq_protocol::Request>(
@@ -115,35 +94,18 @@ impl Transactions {
         request: &R,
         top: impl Fn(&R::Response) -> Option<&m::Error>,
     ) -> Result<R::Response, ClientError> {
-        let deadline = Instant::now() + TXN_OPERATION_DEADLINE;
-        let mut backoff = TXN_RETRY_BACKOFF;
-        loop {
-            let attempt = async {
-                let c = self.coordinator(cluster).await?;
-                let response = c.request(request, cluster.config.request_timeout).await?;
-                check(top(&response))?;
-                Ok::<_, ClientError>(response)
-            }
-            .await;
-            let error = match attempt {
-                Ok(response) => return Ok(response),
-                Err(e) => e,
-            };
+        let times = (
+            cluster.config.request_timeout,
+            Instant::now() + TXN_OPERATION_DEADLINE,
+        );
+        let seen = |error: &ClientError| {
             if error.code() == Some(ErrorCode::PRODUCER_FENCED) {
                 self.fenced.store(true, Ordering::Relaxed);
             }
-            if !error.is_retriable() || Instant::now() > deadline {
-                return Err(error);
-            }
-            if matches!(
-                error.code(),
-                Some(ErrorCode::NOT_COORDINATOR) | Some(ErrorCode::LEADER_NOT_AVAILABLE) | None
-            ) {
-                *self.coordinator.lock().await = None;
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(TXN_RETRY_BACKOFF_MAX);
-        }
+        };
+        self.coordinator
+            .call(cluster, request, times, top, seen)
+            .await
     }
 
     /// InitProducerId for this id: its producer id and (bumped) epoch, given the identity

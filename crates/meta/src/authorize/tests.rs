@@ -130,6 +130,12 @@ fn every_operation_has_a_requirement() {
             OpCode::DescribeProducers => {
                 format!("{:?}", m::DescribeProducersRequest::default().required())
             }
+            OpCode::HalfSend => format!("{:?}", m::HalfSendRequest::default().required()),
+            OpCode::HalfEnd => format!("{:?}", m::HalfEndRequest::default().required()),
+            OpCode::HalfCheckPoll => {
+                format!("{:?}", m::HalfCheckPollRequest::default().required())
+            }
+            OpCode::HalfList => format!("{:?}", m::HalfListRequest::default().required()),
         };
         let open = matches!(op, OpCode::Handshake | OpCode::Authenticate);
         assert_eq!(required == "Nothing", open, "{}: {required}", op.name());

@@ -1,0 +1,612 @@
+//! The half-message requests (HalfSend, HalfEnd, HalfCheckPoll, HalfList), taking over the
+//! partitions of `__half_messages` as leadership moves ([`sync`]), and the timer ([`tick`])
+//! that rolls back halves nobody resolved and finishes commits left half done.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tinymq_protocol::batch::RecordBatch;
+use tinymq_protocol::{messages as m, ErrorCode};
+
+use super::store::{CheckRules, Half, HalfPhase, Outcome};
+use super::{deliver, log, partition_for_group, HALF_PARTITIONS, HALF_TOPIC};
+use crate::partition::now_ms;
+use crate::state::BrokerState;
+
+/// Default wait before a half's first check (RocketMQ's transaction check immunity).
+pub const CHECK_AFTER_DEFAULT_MS: u32 = 6_000;
+/// Longest wait before a half's first check (`half_check_after_ms_max`).
+pub const CHECK_AFTER_MAX_MS: u32 = 3_600_000;
+/// Most records of one half (`half_records_max`).
+pub const HALF_RECORDS_MAX: i32 = 1_000;
+/// Most bytes of one half's batch (`half_batch_bytes_max`), within the topic's
+/// `message_bytes_max`.
+pub const HALF_BATCH_BYTES_MAX: usize = 4 << 20;
+/// Longest HalfCheckPoll wait (`half_poll_wait_max`).
+pub const POLL_WAIT_MAX: Duration = Duration::from_secs(30);
+/// Most checks one poll returns (`half_poll_checks_max`), and the default.
+pub const POLL_CHECKS_MAX: u32 = 1_000;
+const POLL_CHECKS_DEFAULT: u32 = 100;
+/// How often a waiting poll or HalfEnd looks again without a wake-up.
+const RECHECK: Duration = Duration::from_millis(100);
+/// How long a HalfEnd waits for another resolution of the same half to finish.
+const END_WAIT_MAX: Duration = Duration::from_secs(30);
+/// How long HalfSend waits for a new `__half_messages` to appear.
+const HALF_TOPIC_WAIT: Duration = Duration::from_secs(10);
+
+fn bad(message: impl Into<String>) -> m::Error {
+    ErrorCode::INVALID_REQUEST.with_message(message)
+}
+
+/// The check rules of this broker's configuration.
+pub fn rules(state: &BrokerState) -> CheckRules {
+    CheckRules {
+        interval_ms: state.config.half_check_interval.as_millis() as i64,
+        checks_max: state.config.half_checks_max,
+    }
+}
+
+/// The broker coordinating `group`'s halves, creating `__half_messages` on first use.
+pub async fn coordinator_of(
+    state: &Arc<BrokerState>,
+    group: &str,
+) -> Result<tinymq_meta::image::BrokerRecord, m::Error> {
+    check_group(group)?;
+    let ensure = tinymq_meta::Command::EnsureHalfTopic {
+        partitions: HALF_PARTITIONS,
+    };
+    crate::offsets_partitions::coordinator_in(
+        state,
+        (HALF_TOPIC, ensure, HALF_TOPIC_WAIT),
+        partition_for_group(group),
+        &format!("producer group {group}"),
+    )
+    .await
+}
+
+fn check_group(group: &str) -> Result<(), m::Error> {
+    crate::group::validate_group_id(group).map_err(|(code, why)| code.with_message(why))
+}
+
+/// The leader epoch of `group`'s partition, led here with its session confirmed.
+fn led(state: &BrokerState, group: &str) -> Result<(u32, u32), m::Error> {
+    let index = partition_for_group(group);
+    let (_, epoch) = crate::offsets_partitions::led_for_coordination(state, HALF_TOPIC, index)?;
+    Ok((index, epoch))
+}
+
+/// Writes `entry` to partition `index` as its leader in `epoch` and waits until every
+/// in-sync replica holds it; returns its offset.
+pub(super) async fn persist(
+    state: &Arc<BrokerState>,
+    (index, epoch): (u32, u32),
+    group: &str,
+    entry: m::half_log_record::Entry,
+) -> Result<i64, m::Error> {
+    let (partition, led_epoch) =
+        crate::offsets_partitions::led_for_coordination(state, HALF_TOPIC, index)?;
+    if led_epoch != epoch {
+        return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
+            "{HALF_TOPIC}/{index} is led in a new epoch; find the coordinator again"
+        )));
+    }
+    let batch = log::encode_batch(group, entry, now_ms())
+        .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))?;
+    let (s, p) = (state.clone(), partition.clone());
+    let written = tokio::task::spawn_blocking(move || -> Result<_, m::Error> {
+        let pending = crate::offsets_partitions::write_as_leader(&s, &p, epoch, batch)?;
+        p.finish(pending)
+            .map_err(|e| e.code.with_message(e.message))?;
+        Ok(pending)
+    })
+    .await
+    .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
+    crate::offsets_partitions::await_coordination_replicas(&partition, written.end_offset, epoch)
+        .await?;
+    Ok(written.base_offset)
+}
+
+/// What HalfSend stores, checked against the topic it names.
+struct Checked {
+    partition: u32,
+    record_count: u32,
+}
+
+fn check_send(state: &BrokerState, r: &m::HalfSendRequest) -> Result<Checked, m::Error> {
+    check_group(&r.group)?;
+    if tinymq_protocol::names::is_internal_topic(&r.topic) {
+        return Err(ErrorCode::INVALID_TOPIC.with_message(format!(
+            "{}: half messages go to user topics only",
+            r.topic
+        )));
+    }
+    let image = state.cluster.image();
+    let topic = image.topics.get(&r.topic).ok_or_else(|| {
+        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message(format!("no topic {}", r.topic))
+    })?;
+    let count = topic.partitions.len() as u32;
+    let bytes_max = (state.settings_of(&r.topic, topic).message_bytes_max as usize)
+        .min(HALF_BATCH_BYTES_MAX);
+    if r.records.len() > bytes_max {
+        return Err(ErrorCode::MESSAGE_TOO_LARGE.with_message(format!(
+            "a half of {} bytes; at most {bytes_max} (the topic's message_bytes_max, and 4 MiB)",
+            r.records.len()
+        )));
+    }
+    let batch = RecordBatch::parse(r.records.clone())
+        .map_err(|e| ErrorCode::INVALID_RECORD.with_message(e.to_string()))?;
+    batch
+        .check_producer_fields()
+        .map_err(|e| ErrorCode::INVALID_RECORD.with_message(e.to_string()))?;
+    if batch.is_transactional() {
+        return Err(ErrorCode::INVALID_RECORD
+            .with_message("a half is not part of a Kafka transaction: clear attribute bit 4"));
+    }
+    let records = batch
+        .records(tinymq_protocol::batch::BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)
+        .map_err(|e| ErrorCode::INVALID_RECORD.with_message(e.to_string()))?;
+    if records.is_empty() || records.len() > HALF_RECORDS_MAX as usize {
+        return Err(ErrorCode::INVALID_RECORD.with_message(format!(
+            "a half holds 1 to {HALF_RECORDS_MAX} records, not {}",
+            records.len()
+        )));
+    }
+    let partition = match r.partition {
+        -1 => match records[0].key.as_deref() {
+            Some(key) => tinymq_protocol::hash::murmur2_positive(key) % count,
+            None => (now_ms() as u64 % u64::from(count)) as u32,
+        },
+        p if p >= 0 && (p as u32) < count => p as u32,
+        p => {
+            return Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message(format!(
+                "{} has {count} partitions; no partition {p}",
+                r.topic
+            )))
+        }
+    };
+    Ok(Checked {
+        partition,
+        record_count: records.len() as u32,
+    })
+}
+
+/// HalfSend: once the half is held by every in-sync replica.
+pub async fn send(state: &Arc<BrokerState>, r: m::HalfSendRequest) -> m::HalfSendResponse {
+    let timeout = match r.timeout_ms {
+        0 => crate::service::append::PRODUCE_TIMEOUT_DEFAULT,
+        ms => Duration::from_millis(u64::from(ms)),
+    }
+    .min(state.config.produce_timeout_max);
+    let outcome = match tokio::time::timeout(timeout, store_half(state, r)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+            "not stored within {} ms; it may still be (then it is checked back)",
+            timeout.as_millis()
+        ))),
+    };
+    match outcome {
+        Ok((half_id, partition)) => m::HalfSendResponse {
+            error: None,
+            half_id,
+            partition,
+        },
+        Err(e) => m::HalfSendResponse {
+            error: Some(e),
+            half_id: -1,
+            partition: 0,
+        },
+    }
+}
+
+async fn store_half(
+    state: &Arc<BrokerState>,
+    r: m::HalfSendRequest,
+) -> Result<(i64, u32), m::Error> {
+    let checked = check_send(state, &r)?;
+    let check_after = match r.check_after_ms {
+        0 => CHECK_AFTER_DEFAULT_MS,
+        ms if ms <= CHECK_AFTER_MAX_MS => ms,
+        ms => {
+            return Err(bad(format!(
+                "check_after_ms {ms}: at most {CHECK_AFTER_MAX_MS} (one hour)"
+            )))
+        }
+    };
+    let at = led(state, &r.group)?;
+    let (count, bytes) = state.halves.usage();
+    let limit = |what: String| Err(ErrorCode::LIMIT_EXCEEDED.with_message(what));
+    if count >= super::store::HALF_PENDING_MAX {
+        return limit(format!(
+            "this broker coordinates {count} unresolved halves (half_pending_max); resolve some first"
+        ));
+    }
+    if bytes + r.records.len() > super::store::HALF_PENDING_BYTES_MAX {
+        return limit(format!(
+            "unresolved halves hold {bytes} bytes here (half_pending_bytes_max {}); resolve some first",
+            super::store::HALF_PENDING_BYTES_MAX
+        ));
+    }
+    state.halves.with(at.0, Some(at.1), |_| ())?;
+    let stored_ms = now_ms();
+    let stored = m::HalfStored {
+        group: r.group.clone(),
+        topic: r.topic.clone(),
+        partition: checked.partition,
+        records: r.records.clone(),
+        stored_ms,
+        first_check_ms: stored_ms + i64::from(check_after),
+    };
+    let id = persist(
+        state,
+        at,
+        &r.group,
+        m::half_log_record::Entry::Stored(stored.clone()),
+    )
+    .await?;
+    let mut half = Half::stored(r.group, stored);
+    half.record_count = checked.record_count;
+    state
+        .halves
+        .with(at.0, Some(at.1), |p| p.halves.insert(id, half))?;
+    state.halves.changed.notify_waiters();
+    Ok((id, checked.partition))
+}
+
+/// What HalfEnd found.
+enum Found {
+    /// Marked busy: this request resolves it.
+    Resolve(Half),
+    /// Being resolved by someone else: wait and look again.
+    Wait,
+    Answer(Result<i64, m::Error>),
+}
+
+fn find(
+    p: &mut super::store::PartitionHalves,
+    r: &m::HalfEndRequest,
+) -> Found {
+    let id = r.half_id;
+    if let Some(half) = p.halves.get_mut(&id).filter(|h| h.group == r.group) {
+        if half.topic != r.topic {
+            return Found::Answer(Err(bad(format!(
+                "half {id} of group {} goes to topic {}, not {}",
+                r.group, half.topic, r.topic
+            ))));
+        }
+        return match (&half.phase, half.busy) {
+            (_, true) => Found::Wait,
+            (HalfPhase::Pending, false) => {
+                half.busy = true;
+                Found::Resolve(half.clone())
+            }
+            (HalfPhase::Committing { .. }, false) if r.commit => Found::Wait,
+            (HalfPhase::Committing { .. }, false) => Found::Answer(Err(resolved_other(
+                id,
+                &Outcome::Committed { base_offset: -1 },
+            ))),
+        };
+    }
+    Found::Answer(match p.outcome(id, &r.group) {
+        Some(Outcome::Committed { base_offset }) if r.commit => Ok(*base_offset),
+        Some(Outcome::RolledBack { .. }) if !r.commit => Ok(-1),
+        Some(other) => Err(resolved_other(id, other)),
+        None => Err(ErrorCode::HALF_MESSAGE_NOT_FOUND.with_message(format!(
+            "no unresolved half {id} in group {} (never stored, or resolved long ago)",
+            r.group
+        ))),
+    })
+}
+
+fn resolved_other(id: i64, outcome: &Outcome) -> m::Error {
+    let how = match outcome {
+        Outcome::Committed { .. } => "committed".to_string(),
+        Outcome::RolledBack { reason } => format!("rolled back ({reason})"),
+    };
+    ErrorCode::HALF_MESSAGE_RESOLVED.with_message(format!("half {id} was already {how}"))
+}
+
+/// HalfEnd: commit (append the records) or roll back.
+pub async fn end(state: &Arc<BrokerState>, r: m::HalfEndRequest) -> m::HalfEndResponse {
+    let answer = match end_half(state, &r).await {
+        Ok(base_offset) => m::HalfEndResponse {
+            error: None,
+            base_offset,
+        },
+        Err(e) => m::HalfEndResponse {
+            error: Some(e),
+            base_offset: -1,
+        },
+    };
+    answer
+}
+
+async fn end_half(state: &Arc<BrokerState>, r: &m::HalfEndRequest) -> Result<i64, m::Error> {
+    check_group(&r.group)?;
+    let at = led(state, &r.group)?;
+    let deadline = tokio::time::Instant::now() + END_WAIT_MAX;
+    loop {
+        let changed = state.halves.changed.notified();
+        match state.halves.with(at.0, Some(at.1), |p| find(p, r))? {
+            Found::Answer(answer) => return answer,
+            Found::Resolve(half) => {
+                let reason = "producer";
+                return resolve(state, at, r.half_id, half, r.commit, reason).await;
+            }
+            Found::Wait => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+                        "half {} is still being resolved; retry",
+                        r.half_id
+                    )));
+                }
+                let _ = tokio::time::timeout(RECHECK, changed).await;
+            }
+        }
+    }
+}
+
+/// Resolves half `id` (marked busy by the caller) durably: a rollback is one record; a
+/// commit is decided, appended, then recorded delivered. Returns the commit's base offset.
+pub(super) async fn resolve(
+    state: &Arc<BrokerState>,
+    at: (u32, u32),
+    id: i64,
+    half: Half,
+    commit: bool,
+    reason: &str,
+) -> Result<i64, m::Error> {
+    let release = |state: &BrokerState| {
+        let _ = state.halves.with(at.0, Some(at.1), |p| {
+            if let Some(h) = p.halves.get_mut(&id) {
+                h.busy = false;
+            }
+        });
+        state.halves.changed.notify_waiters();
+    };
+    if !commit {
+        let resolved = m::HalfResolved {
+            half_id: id,
+            commit: false,
+            reason: reason.to_string(),
+            ..Default::default()
+        };
+        let entry = m::half_log_record::Entry::Resolved(resolved);
+        if let Err(e) = persist(state, at, &half.group, entry).await {
+            release(state);
+            return Err(e);
+        }
+        finished(state, at, id, &half.group, Outcome::RolledBack { reason: reason.into() });
+        return Ok(-1);
+    }
+    let (scan_from, topic_id) = match deliver::prepare(state, &half).await {
+        Ok(found) => found,
+        Err(e) => {
+            release(state);
+            return Err(e);
+        }
+    };
+    let resolved = m::HalfResolved {
+        half_id: id,
+        commit: true,
+        reason: reason.to_string(),
+        scan_from,
+        topic_id,
+    };
+    let entry = m::half_log_record::Entry::Resolved(resolved);
+    if let Err(e) = persist(state, at, &half.group, entry).await {
+        release(state);
+        return Err(e);
+    }
+    let _ = state.halves.with(at.0, Some(at.1), |p| {
+        if let Some(h) = p.halves.get_mut(&id) {
+            h.phase = HalfPhase::Committing {
+                scan_from,
+                topic_id,
+            };
+        }
+    });
+    let base_offset = match deliver::append(state, at.0, id, &half, topic_id).await {
+        Ok(offset) => offset,
+        Err(e) => {
+            // In doubt: the timer's recovery looks for it before appending again.
+            release(state);
+            return Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+                "half {id} is committed; appending it failed ({}), it is appended again shortly",
+                e.message
+            )));
+        }
+    };
+    deliver::delivered(state, at, id, &half.group, base_offset).await;
+    Ok(base_offset)
+}
+
+/// Forgets resolved half `id`, remembering its outcome.
+pub(super) fn finished(
+    state: &BrokerState,
+    (index, epoch): (u32, u32),
+    id: i64,
+    group: &str,
+    outcome: Outcome,
+) {
+    let _ = state.halves.with(index, Some(epoch), |p| {
+        p.halves.remove(&id);
+        p.remember(id, group.to_string(), outcome);
+    });
+    state.halves.changed.notify_waiters();
+}
+
+/// HalfCheckPoll: the due checks of `r.group` that `may` allows (the principal may write
+/// their topic), waiting up to `max_wait_ms` for one.
+pub async fn check_poll(
+    state: &Arc<BrokerState>,
+    r: m::HalfCheckPollRequest,
+    may: impl Fn(&str) -> bool,
+) -> m::HalfCheckPollResponse {
+    match poll(state, &r, may).await {
+        Ok(checks) => m::HalfCheckPollResponse {
+            error: None,
+            checks,
+        },
+        Err(e) => m::HalfCheckPollResponse {
+            error: Some(e),
+            checks: vec![],
+        },
+    }
+}
+
+async fn poll(
+    state: &Arc<BrokerState>,
+    r: &m::HalfCheckPollRequest,
+    may: impl Fn(&str) -> bool,
+) -> Result<Vec<m::HalfCheck>, m::Error> {
+    check_group(&r.group)?;
+    let wait = Duration::from_millis(u64::from(r.max_wait_ms));
+    if wait > POLL_WAIT_MAX {
+        return Err(bad(format!(
+            "max_wait_ms {}: at most {}",
+            r.max_wait_ms,
+            POLL_WAIT_MAX.as_millis()
+        )));
+    }
+    let max = match r.max_checks {
+        0 => POLL_CHECKS_DEFAULT,
+        n => n.min(POLL_CHECKS_MAX),
+    } as usize;
+    let at = led(state, &r.group)?;
+    let rules = rules(state);
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let changed = state.halves.changed.notified();
+        let now = now_ms();
+        let (due, next) = state.halves.with(at.0, Some(at.1), |p| {
+            let due = p.take_due(&r.group, now, max, &rules, |h| may(&h.topic));
+            (due, p.next_due_ms(&r.group, &rules))
+        })?;
+        if !due.is_empty() {
+            return Ok(due.into_iter().map(|(id, h)| to_check(id, h)).collect());
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Ok(vec![]);
+        }
+        let until_due = next.map_or(RECHECK, |at| {
+            Duration::from_millis((at - now).max(1) as u64).min(RECHECK)
+        });
+        let _ = tokio::time::timeout(left.min(until_due), changed).await;
+    }
+}
+
+fn to_check(id: i64, h: Half) -> m::HalfCheck {
+    m::HalfCheck {
+        half_id: id,
+        topic: h.topic,
+        partition: h.partition,
+        records: h.records,
+        check_number: h.checks,
+        stored_ms: h.stored_ms,
+    }
+}
+
+/// HalfList: the unresolved halves coordinated here of the groups `may` allows.
+pub fn list(
+    state: &BrokerState,
+    r: &m::HalfListRequest,
+    may: impl Fn(&str) -> bool,
+) -> m::HalfListResponse {
+    let mut halves = Vec::new();
+    state.halves.each(|_, _, p| {
+        for (id, h) in &p.halves {
+            if (!r.group.is_empty() && h.group != r.group) || !may(&h.group) {
+                continue;
+            }
+            halves.push(m::HalfSummary {
+                group: h.group.clone(),
+                half_id: *id,
+                topic: h.topic.clone(),
+                partition: h.partition,
+                records: h.record_count,
+                stored_ms: h.stored_ms,
+                checks: h.checks,
+                next_check_ms: h.next_check_ms,
+                state: match h.phase {
+                    HalfPhase::Pending => "pending",
+                    HalfPhase::Committing { .. } => "committing",
+                }
+                .into(),
+            });
+        }
+    });
+    halves.sort_by(|a, b| (&a.group, a.half_id).cmp(&(&b.group, b.half_id)));
+    m::HalfListResponse {
+        error: None,
+        halves,
+    }
+}
+
+/// Brings the coordinated halves in line with the partitions of `__half_messages` led here:
+/// drops those no longer led (or led in a new epoch) and loads those newly led, on the
+/// blocking pool. Call after every reconciliation.
+pub fn sync(state: &Arc<BrokerState>) {
+    for index in 0..HALF_PARTITIONS {
+        let led = state
+            .led_partition_any(HALF_TOPIC, index)
+            .ok()
+            .filter(|(p, epoch)| p.leading_epoch() == Some(*epoch));
+        let Some((partition, epoch)) = led else {
+            if state.halves.led().contains_key(&index) {
+                tracing::info!(partition = index, "no longer leading this half-message partition");
+                state.halves.drop_partition(index);
+            }
+            continue;
+        };
+        if !state.halves.begin_load(index, epoch) {
+            continue;
+        }
+        let s = state.clone();
+        tokio::task::spawn_blocking(move || match log::read_log(&partition.log) {
+            Ok(loaded) => {
+                let halves = loaded.halves.len();
+                if s.halves.finish_load(index, epoch, loaded) {
+                    tracing::info!(partition = index, leader_epoch = epoch, halves, "loaded a half-message partition; coordinating its groups");
+                }
+            }
+            Err(e) => {
+                tracing::error!(partition = index, error = %e, "cannot read a half-message partition; its groups stay unavailable here")
+            }
+        });
+    }
+}
+
+/// The timer (about every 250 ms): rolls back halves past their checks or deadline, and
+/// finishes commits left in doubt (a coordinator that took over, an append that failed).
+pub async fn tick(state: &Arc<BrokerState>) {
+    let rules = rules(state);
+    let now = now_ms();
+    let mut expired = Vec::new();
+    let mut in_doubt = Vec::new();
+    state.halves.each(|index, epoch, p| {
+        for (id, reason) in p.expired(now, &rules) {
+            if let Some(h) = p.halves.get_mut(&id) {
+                h.busy = true;
+                expired.push(((index, epoch), id, h.clone(), reason));
+            }
+        }
+        for (id, h) in p.halves.iter_mut() {
+            if matches!(h.phase, HalfPhase::Committing { .. }) && !h.busy {
+                h.busy = true;
+                in_doubt.push(((index, epoch), *id, h.clone()));
+            }
+        }
+    });
+    for (at, id, half, reason) in expired {
+        let s = state.clone();
+        tokio::spawn(async move {
+            if let Err(e) = resolve(&s, at, id, half, false, reason).await {
+                tracing::warn!(half_id = id, error = %e.message, "rolling back an expired half failed; retrying");
+            }
+        });
+    }
+    for (at, id, half) in in_doubt {
+        tokio::spawn(deliver::recover(state.clone(), at, id, half));
+    }
+}
