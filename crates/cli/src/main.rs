@@ -11,6 +11,7 @@ mod codec;
 mod consume;
 mod dlq;
 mod group;
+mod half;
 mod http;
 mod limits;
 mod logging;
@@ -108,6 +109,10 @@ enum Command {
     /// List and describe transactions; abort one left hanging on a partition.
     #[command(subcommand)]
     Transaction(transaction::TransactionCommand),
+    /// Half messages (transactional messages with check-back): store, commit, roll back,
+    /// list, and answer a producer group's checks.
+    #[command(subcommand)]
+    Half(half::HalfCommand),
     /// Dead-letter topics: move dead-lettered records back to where they came from.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
@@ -193,6 +198,7 @@ fn main() -> std::process::ExitCode {
             Command::User(cmd) => user::run(cmd).await,
             Command::Acl(cmd) => acl::run(cmd).await,
             Command::Transaction(cmd) => transaction::run(cmd).await,
+            Command::Half(cmd) => half::run(cmd).await,
             Command::Quota(cmd) => quota::run(cmd).await,
             Command::Route(cmd) => route::run(cmd).await,
             Command::Dlq(cmd) => dlq::run(cmd).await,

@@ -43,17 +43,21 @@ pub async fn prepare(state: &BrokerState, half: &Half) -> Result<(i64, u64), m::
         .get(&half.topic)
         .map(|t| t.id)
         .ok_or_else(|| {
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                .with_message(format!("topic {} no longer exists; roll the half back", half.topic))
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message(format!(
+                "topic {} no longer exists; roll the half back",
+                half.topic
+            ))
         })?;
     let admin = state.internal.admin().map_err(failed)?;
     let end = admin
         .list_offset(&half.topic, half.partition, -1)
         .await
-        .map_err(|e| ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
-            "cannot read the end offset of {}/{}: {e}; retry",
-            half.topic, half.partition
-        )))?;
+        .map_err(|e| {
+            ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+                "cannot read the end offset of {}/{}: {e}; retry",
+                half.topic, half.partition
+            ))
+        })?;
     Ok((end, topic_id))
 }
 
@@ -161,8 +165,15 @@ pub async fn recover(state: Arc<BrokerState>, at: (u32, u32), id: i64, half: Hal
         }
         let marker = half_id_value(&state, at.0, id);
         match scan(&state, &half, scan_from, &marker).await? {
-            Some(offset) => Ok(offset),
-            None => append(&state, at.0, id, &half, topic_id).await,
+            Some(offset) => {
+                tracing::warn!(half_id = id, offset, "a committed half left in doubt was found appended");
+                Ok(offset)
+            }
+            None => {
+                let offset = append(&state, at.0, id, &half, topic_id).await?;
+                tracing::warn!(half_id = id, offset, "a committed half left in doubt was not appended; appended it");
+                Ok(offset)
+            }
         }
     }
     .await;
@@ -222,9 +233,9 @@ async fn scan(
         empty_polls = 0;
         let found = records.iter().find(|r| {
             r.offset < end
-                && r.headers.iter().any(|(k, v)| {
-                    k == HALF_ID_HEADER && v.as_deref() == Some(marker.as_bytes())
-                })
+                && r.headers
+                    .iter()
+                    .any(|(k, v)| k == HALF_ID_HEADER && v.as_deref() == Some(marker.as_bytes()))
         });
         if let Some(record) = found {
             return Ok(Some(record.offset));

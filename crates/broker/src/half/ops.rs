@@ -115,18 +115,16 @@ struct Checked {
 fn check_send(state: &BrokerState, r: &m::HalfSendRequest) -> Result<Checked, m::Error> {
     check_group(&r.group)?;
     if tinymq_protocol::names::is_internal_topic(&r.topic) {
-        return Err(ErrorCode::INVALID_TOPIC.with_message(format!(
-            "{}: half messages go to user topics only",
-            r.topic
-        )));
+        return Err(ErrorCode::INVALID_TOPIC
+            .with_message(format!("{}: half messages go to user topics only", r.topic)));
     }
     let image = state.cluster.image();
     let topic = image.topics.get(&r.topic).ok_or_else(|| {
         ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message(format!("no topic {}", r.topic))
     })?;
     let count = topic.partitions.len() as u32;
-    let bytes_max = (state.settings_of(&r.topic, topic).message_bytes_max as usize)
-        .min(HALF_BATCH_BYTES_MAX);
+    let bytes_max =
+        (state.settings_of(&r.topic, topic).message_bytes_max as usize).min(HALF_BATCH_BYTES_MAX);
     if r.records.len() > bytes_max {
         return Err(ErrorCode::MESSAGE_TOO_LARGE.with_message(format!(
             "a half of {} bytes; at most {bytes_max} (the topic's message_bytes_max, and 4 MiB)",
@@ -261,10 +259,7 @@ enum Found {
     Answer(Result<i64, m::Error>),
 }
 
-fn find(
-    p: &mut super::store::PartitionHalves,
-    r: &m::HalfEndRequest,
-) -> Found {
+fn find(p: &mut super::store::PartitionHalves, r: &m::HalfEndRequest) -> Found {
     let id = r.half_id;
     if let Some(half) = p.halves.get_mut(&id).filter(|h| h.group == r.group) {
         if half.topic != r.topic {
@@ -329,7 +324,7 @@ async fn end_half(state: &Arc<BrokerState>, r: &m::HalfEndRequest) -> Result<i64
         match state.halves.with(at.0, Some(at.1), |p| find(p, r))? {
             Found::Answer(answer) => return answer,
             Found::Resolve(half) => {
-                let reason = "producer";
+                let reason = if r.checked { "check" } else { "producer" };
                 return resolve(state, at, r.half_id, half, r.commit, reason).await;
             }
             Found::Wait => {
@@ -375,7 +370,15 @@ pub(super) async fn resolve(
             release(state);
             return Err(e);
         }
-        finished(state, at, id, &half.group, Outcome::RolledBack { reason: reason.into() });
+        finished(
+            state,
+            at,
+            id,
+            &half.group,
+            Outcome::RolledBack {
+                reason: reason.into(),
+            },
+        );
         return Ok(-1);
     }
     let (scan_from, topic_id) = match deliver::prepare(state, &half).await {
@@ -554,7 +557,10 @@ pub fn sync(state: &Arc<BrokerState>) {
             .filter(|(p, epoch)| p.leading_epoch() == Some(*epoch));
         let Some((partition, epoch)) = led else {
             if state.halves.led().contains_key(&index) {
-                tracing::info!(partition = index, "no longer leading this half-message partition");
+                tracing::info!(
+                    partition = index,
+                    "no longer leading this half-message partition"
+                );
                 state.halves.drop_partition(index);
             }
             continue;
@@ -567,7 +573,12 @@ pub fn sync(state: &Arc<BrokerState>) {
             Ok(loaded) => {
                 let halves = loaded.halves.len();
                 if s.halves.finish_load(index, epoch, loaded) {
-                    tracing::info!(partition = index, leader_epoch = epoch, halves, "loaded a half-message partition; coordinating its groups");
+                    tracing::info!(
+                        partition = index,
+                        leader_epoch = epoch,
+                        halves,
+                        "loaded a half-message partition; coordinating its groups"
+                    );
                 }
             }
             Err(e) => {

@@ -84,7 +84,10 @@ fn unanswered_checks_and_the_deadline_roll_a_half_back() {
 fn recent_outcomes_are_bounded_and_kept_per_group() {
     let mut p = PartitionHalves::default();
     p.remember(1, "a".into(), Outcome::Committed { base_offset: 5 });
-    assert_eq!(p.outcome(1, "a"), Some(&Outcome::Committed { base_offset: 5 }));
+    assert_eq!(
+        p.outcome(1, "a"),
+        Some(&Outcome::Committed { base_offset: 5 })
+    );
     assert_eq!(p.outcome(1, "b"), None);
     for id in 2..(super::store::HALF_RECENT_OUTCOMES_MAX as i64 + 2) {
         p.remember(id, "a".into(), Outcome::RolledBack { reason: "x".into() });
@@ -128,32 +131,50 @@ fn replay_keeps_what_is_unresolved() {
         })
     };
     let writes = [
-        Entry::Stored(stored("g", 10)),                                 // 0: rolled back
-        Entry::Stored(stored("g", 10)),                                 // 1: delivered
-        Entry::Stored(stored("g", 10)),                                 // 2: committing
-        Entry::Stored(stored("g", 10)),                                 // 3: pending
+        Entry::Stored(stored("g", 10)), // 0: rolled back
+        Entry::Stored(stored("g", 10)), // 1: delivered
+        Entry::Stored(stored("g", 10)), // 2: committing
+        Entry::Stored(stored("g", 10)), // 3: pending
         resolved(0, false),
         resolved(1, true),
         resolved(2, true),
-        Entry::Delivered(m::HalfDelivered { half_id: 1, base_offset: 77 }),
+        Entry::Delivered(m::HalfDelivered {
+            half_id: 1,
+            base_offset: 77,
+        }),
     ];
     for entry in writes {
         let batch = RecordBatch::parse(encode_batch("g", entry, 7).unwrap()).unwrap();
         log.write_batch(&batch, 0).unwrap();
     }
     let loaded = read_log(&log).unwrap();
-    assert_eq!(loaded.halves.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
+    assert_eq!(
+        loaded.halves.keys().copied().collect::<Vec<_>>(),
+        vec![2, 3]
+    );
     assert_eq!(
         loaded.halves[&2].phase,
-        HalfPhase::Committing { scan_from: 9, topic_id: 4 }
+        HalfPhase::Committing {
+            scan_from: 9,
+            topic_id: 4
+        }
     );
     assert_eq!(loaded.halves[&3].phase, HalfPhase::Pending);
     assert_eq!(loaded.halves[&3].record_count, 1);
-    let outcomes: Vec<_> = loaded.recent.iter().map(|(id, _, o)| (*id, o.clone())).collect();
+    let outcomes: Vec<_> = loaded
+        .recent
+        .iter()
+        .map(|(id, _, o)| (*id, o.clone()))
+        .collect();
     assert_eq!(
         outcomes,
         vec![
-            (0, Outcome::RolledBack { reason: "producer".into() }),
+            (
+                0,
+                Outcome::RolledBack {
+                    reason: "producer".into()
+                }
+            ),
             (1, Outcome::Committed { base_offset: 77 }),
         ]
     );

@@ -77,7 +77,12 @@ async fn a_half_appears_only_when_committed_and_a_retry_answers_as_the_first() {
     let producer = Producer::new(ProducerConfig::new(&server.addr)).unwrap();
     let hour = Duration::from_secs(3600);
     let kept = producer
-        .send_half("shop", "orders", vec![record("kept-1"), record("kept-2")], hour)
+        .send_half(
+            "shop",
+            "orders",
+            vec![record("kept-1"), record("kept-2")],
+            hour,
+        )
         .await
         .unwrap();
     let dropped = producer
@@ -148,7 +153,12 @@ async fn a_silent_producer_is_checked_back_by_another_member_of_its_group() {
         .unwrap();
     // Another group's half is never offered to this group's member.
     let other = gone
-        .send_half("other", "outbox", vec![record("other")], Duration::from_secs(3600))
+        .send_half(
+            "other",
+            "outbox",
+            vec![record("other")],
+            Duration::from_secs(3600),
+        )
         .await
         .unwrap();
     drop(gone);
@@ -160,7 +170,9 @@ async fn a_silent_producer_is_checked_back_by_another_member_of_its_group() {
         let s = s.clone();
         async move {
             let value = check.records[0].value.clone().unwrap();
-            s.lock().unwrap().push((check.id, check.check_number, value.clone()));
+            s.lock()
+                .unwrap()
+                .push((check.id, check.check_number, value.clone()));
             // The local transaction's outcome, as a database would tell it.
             if value.as_ref() == b"paid" {
                 HalfDecision::Commit
@@ -176,9 +188,15 @@ async fn a_silent_producer_is_checked_back_by_another_member_of_its_group() {
     checker.stop();
     let seen = seen.lock().unwrap().clone();
     let ids: Vec<i64> = seen.iter().map(|(id, _, _)| *id).collect();
-    assert!(ids.contains(&committed.id) && ids.contains(&rolled_back.id), "{seen:?}");
+    assert!(
+        ids.contains(&committed.id) && ids.contains(&rolled_back.id),
+        "{seen:?}"
+    );
     // (Ids are per group's partition: the other group's is told apart by its content.)
-    assert!(seen.iter().all(|(_, _, v)| v.as_ref() != b"other"), "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, _, v)| v.as_ref() != b"other"),
+        "{seen:?}"
+    );
     other.rollback().await.unwrap();
     assert!(seen.iter().all(|(_, n, _)| *n == 1), "{seen:?}");
     let values = read(&server.addr, "outbox").await;
@@ -240,7 +258,10 @@ async fn bad_half_requests_get_clear_errors() {
     topic(&admin, "t", 2).await;
     let producer = Producer::new(ProducerConfig::new(&server.addr)).unwrap();
     let hour = Duration::from_secs(3600);
-    let e = producer.send_half("g", "t", vec![], hour).await.unwrap_err();
+    let e = producer
+        .send_half("g", "t", vec![], hour)
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("at least one record"), "{e}");
     let e = producer
         .send_half("g", "t", vec![record("x")], Duration::from_secs(3601))
@@ -266,10 +287,16 @@ async fn bad_half_requests_get_clear_errors() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), Some(ErrorCode::INVALID_REQUEST), "{e}");
-    let e = producer.end_half("g", "t", half.id + 1000, true).await.unwrap_err();
+    let e = producer
+        .end_half("g", "t", half.id + 1000, true)
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), Some(ErrorCode::HALF_MESSAGE_NOT_FOUND), "{e}");
     // Another group cannot resolve it.
-    let e = producer.end_half("h", "t", half.id, true).await.unwrap_err();
+    let e = producer
+        .end_half("h", "t", half.id, true)
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), Some(ErrorCode::HALF_MESSAGE_NOT_FOUND), "{e}");
     half.rollback().await.unwrap();
 }

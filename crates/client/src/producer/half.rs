@@ -259,11 +259,22 @@ impl Producer {
         id: i64,
         commit: bool,
     ) -> Result<i64, ClientError> {
+        self.end_half_as(group, topic, (id, commit), false).await
+    }
+
+    async fn end_half_as(
+        &self,
+        group: &str,
+        topic: &str,
+        (id, commit): (i64, bool),
+        checked: bool,
+    ) -> Result<i64, ClientError> {
         let request = m::HalfEndRequest {
             group: group.to_string(),
             half_id: id,
             topic: topic.to_string(),
             commit,
+            checked,
         };
         // A commit waits for the append on the coordinator (up to 30 s there).
         let timeout = self.inner.cluster.config.request_timeout + Duration::from_secs(30);
@@ -332,7 +343,7 @@ impl Producer {
             HalfDecision::Rollback => false,
             HalfDecision::Unknown => return,
         };
-        if let Err(e) = self.end_half(group, &topic, id, commit).await {
+        if let Err(e) = self.end_half_as(group, &topic, (id, commit), true).await {
             tracing::warn!(group = %group, half_id = id, error = %e, "resolving a checked half failed; it is offered again");
         }
     }
