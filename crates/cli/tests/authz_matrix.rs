@@ -57,6 +57,8 @@ enum Resource {
     Txn,
     /// A transactional id (WRITE) and a group (READ) of the same name.
     TxnAndGroup,
+    /// A topic (the row's operation) and a group (READ) of the same name: half messages.
+    TopicAndGroup,
 }
 
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -979,6 +981,74 @@ fn rows() -> Vec<Row> {
             ),
         },
         Row {
+            op: OpCode::HalfSend,
+            key: "halfsend",
+            resource: TopicAndGroup,
+            acl: WRITE,
+            setup: true,
+            check: OK,
+            call: call!(|c, t| top(ask(c, half_send(t.name))
+                .await
+                .and_then(|r| r.error.map_or(Ok(()), |e| Err((e.error_code(), e.message)))))),
+        },
+        Row {
+            op: OpCode::HalfEnd,
+            key: "halfend",
+            resource: TopicAndGroup,
+            acl: WRITE,
+            setup: true,
+            check: Check::Runs(&[ErrorCode::HALF_MESSAGE_NOT_FOUND]),
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::HalfEndRequest {
+                        group: t.name.into(),
+                        half_id: 1 << 40,
+                        topic: t.name.into(),
+                        commit: true,
+                        checked: false,
+                    }
+                )
+                .await,
+                |a| vec![err(&a.error)]
+            )),
+        },
+        Row {
+            op: OpCode::HalfCheckPoll,
+            key: "halfpoll",
+            resource: Group,
+            acl: READ,
+            setup: false,
+            check: OK,
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::HalfCheckPollRequest {
+                        group: t.name.into(),
+                        max_wait_ms: 0,
+                        max_checks: 0,
+                    }
+                )
+                .await,
+                |a| vec![err(&a.error)]
+            )),
+        },
+        Row {
+            op: OpCode::HalfList,
+            key: "halflist",
+            resource: Group,
+            acl: DESCRIBE,
+            setup: true,
+            check: Check::Lists,
+            call: call!(
+                |c, _t| listed(ask(c, m::HalfListRequest::default()).await, |a| a
+                    .halves
+                    .into_iter()
+                    .map(|h| h.group)
+                    .collect())
+            ),
+        },
+        Row {
             op: OpCode::DescribeProducers,
             key: "describeproducers",
             resource: Topic,
@@ -1111,6 +1181,38 @@ async fn init_txn_retrying(admin: &Connection, name: &str) {
     }
 }
 
+fn half_send(name: &str) -> m::HalfSendRequest {
+    m::HalfSendRequest {
+        group: name.into(),
+        topic: name.into(),
+        partition: 0,
+        records: common::frames::batch("half", tinymq_protocol::batch::ProducerStamp::NONE),
+        check_after_ms: 3_600_000,
+        timeout_ms: 0,
+    }
+}
+
+/// Stores a half of group `name` for topic `name` (the first creates `__half_messages`).
+async fn half_send_retrying(admin: &Connection, name: &str) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        // As a client does: FindCoordinator first (it creates `__half_messages`).
+        let find = m::FindCoordinatorRequest {
+            group_id: name.into(),
+            key_type: 2,
+        };
+        let stored = match ask(admin, find).await.map(|f| f.error) {
+            Ok(None) => ask(admin, half_send(name)).await.map(|r| r.error),
+            other => other,
+        };
+        match stored {
+            Ok(None) => return,
+            other if std::time::Instant::now() > deadline => panic!("storing a half: {other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
 fn put_user(name: &str) -> m::PutUserRequest {
     let credential =
         StoredCredential::derive(ScramMechanism::Sha256, "pw-of-a-user", SCRAM_ITERATIONS_MIN);
@@ -1177,6 +1279,7 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
         Resource::Node => &[R::Cluster, R::Topic],
         Resource::Txn => &[R::TransactionalId],
         Resource::TxnAndGroup => &[R::TransactionalId, R::Group],
+        Resource::TopicAndGroup => &[R::Topic, R::Group],
     };
     let mut acls = vec![];
     for &t in types {
@@ -1199,7 +1302,11 @@ fn row_acls(row: &Row) -> Vec<m::Acl> {
             continue;
         }
         // A transaction's offsets need the group's READ beside the id's WRITE.
-        let op = if row.resource == Resource::TxnAndGroup && t == R::Group {
+        let with_group = matches!(
+            row.resource,
+            Resource::TxnAndGroup | Resource::TopicAndGroup
+        );
+        let op = if with_group && t == R::Group {
             READ
         } else {
             row.acl
@@ -1314,6 +1421,9 @@ async fn set_up(admin: &Connection, row: &Row) {
         }
         if row.resource == Resource::Txn {
             init_txn_retrying(admin, &name).await;
+        }
+        if row.op == OpCode::HalfList {
+            half_send_retrying(admin, &name).await;
         }
     }
 }
