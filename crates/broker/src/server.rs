@@ -221,7 +221,7 @@ impl Broker {
         crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
         crate::txn::sync(&state);
-        crate::half::sync(&state);
+        crate::half::ops::sync(&state);
         let shutdown = CancellationToken::new();
         let tasks = TaskTracker::new();
         tasks.spawn(tinymq_net::serve_secure(
@@ -359,7 +359,7 @@ async fn reconcile_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
         crate::replica::fetcher::sync(&state);
         crate::offsets_partitions::sync(&state);
         crate::txn::sync(&state);
-        crate::half::sync(&state);
+        crate::half::ops::sync(&state);
     }
 }
 
@@ -416,7 +416,7 @@ const TXN_TICK: Duration = Duration::from_secs(1);
 /// How often the half-message coordinator looks for halves to roll back or finish.
 const HALF_TICK: Duration = Duration::from_millis(250);
 
-/// The half-message coordinator's timer (`half::tick`).
+/// The half-message coordinator's timer (`half::ops::tick`).
 async fn half_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
     let mut tick = tokio::time::interval(HALF_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -425,7 +425,7 @@ async fn half_loop(state: Arc<BrokerState>, shutdown: CancellationToken) {
             _ = tick.tick() => {}
             _ = shutdown.cancelled() => return,
         }
-        crate::half::tick(&state).await;
+        crate::half::ops::tick(&state).await;
     }
 }
 

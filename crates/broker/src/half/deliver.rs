@@ -14,8 +14,9 @@ use tinymq_client::{Consumer, ConsumerConfig, ProducerRecord, StartFrom};
 use tinymq_protocol::batch::{RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
 use tinymq_protocol::{messages as m, ErrorCode};
 
+use super::durable::{finished, persist};
 use super::store::{Half, Outcome};
-use super::{ops, HALF_ID_HEADER, HALF_TOPIC};
+use super::{HALF_ID_HEADER, HALF_TOPIC};
 use crate::internal_client::{HALF_DELIVERY_TIMEOUT, HALF_REQUEST_TIMEOUT};
 use crate::state::BrokerState;
 
@@ -132,8 +133,8 @@ pub async fn delivered(
         half_id: id,
         base_offset,
     });
-    match ops::persist(state, at, group, entry).await {
-        Ok(_) => ops::finished(state, at, id, group, Outcome::Committed { base_offset }),
+    match persist(state, at, group, entry).await {
+        Ok(_) => finished(state, at, id, group, Outcome::Committed { base_offset }),
         Err(e) => {
             tracing::warn!(half_id = id, error = %e.message, "recording a delivered half failed; it is looked for again");
             let _ = state.halves.with(at.0, Some(at.1), |p| {

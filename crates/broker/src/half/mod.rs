@@ -11,18 +11,19 @@
 //!
 //! - [`store`]: the halves coordinated here, in memory, and the rules of checks, pure.
 //! - [`log`]: the records, and the replay of a partition.
-//! - [`ops`]: the requests and the timer; [`deliver`]: appending a commit exactly once.
+//! - [`ops`]: the requests and the timer; [`deliver`]: appending a commit exactly once;
+//!   `durable`: writing an event to the log and applying it.
 //!
 //! docs/transactions.md, "Half messages", says what this guarantees and what it costs.
 
 pub mod deliver;
+mod durable;
 pub mod log;
 pub mod ops;
 pub mod store;
 #[cfg(test)]
 mod tests;
 
-pub use ops::{sync, tick};
 pub use store::HalfStore;
 pub use tinymq_meta::command::HALF_TOPIC;
 

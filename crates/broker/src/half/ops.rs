@@ -8,6 +8,7 @@ use std::time::Duration;
 use tinymq_protocol::batch::RecordBatch;
 use tinymq_protocol::{messages as m, ErrorCode};
 
+use super::durable::{finished, persist};
 use super::store::{CheckRules, Half, HalfPhase, Outcome};
 use super::{deliver, log, partition_for_group, HALF_PARTITIONS, HALF_TOPIC};
 use crate::partition::now_ms;
@@ -73,37 +74,6 @@ fn led(state: &BrokerState, group: &str) -> Result<(u32, u32), m::Error> {
     let index = partition_for_group(group);
     let (_, epoch) = crate::offsets_partitions::led_for_coordination(state, HALF_TOPIC, index)?;
     Ok((index, epoch))
-}
-
-/// Writes `entry` to partition `index` as its leader in `epoch` and waits until every
-/// in-sync replica holds it; returns its offset.
-pub(super) async fn persist(
-    state: &Arc<BrokerState>,
-    (index, epoch): (u32, u32),
-    group: &str,
-    entry: m::half_log_record::Entry,
-) -> Result<i64, m::Error> {
-    let (partition, led_epoch) =
-        crate::offsets_partitions::led_for_coordination(state, HALF_TOPIC, index)?;
-    if led_epoch != epoch {
-        return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
-            "{HALF_TOPIC}/{index} is led in a new epoch; find the coordinator again"
-        )));
-    }
-    let batch = log::encode_batch(group, entry, now_ms())
-        .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))?;
-    let (s, p) = (state.clone(), partition.clone());
-    let written = tokio::task::spawn_blocking(move || -> Result<_, m::Error> {
-        let pending = crate::offsets_partitions::write_as_leader(&s, &p, epoch, batch)?;
-        p.finish(pending)
-            .map_err(|e| e.code.with_message(e.message))?;
-        Ok(pending)
-    })
-    .await
-    .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    crate::offsets_partitions::await_coordination_replicas(&partition, written.end_offset, epoch)
-        .await?;
-    Ok(written.base_offset)
 }
 
 /// What HalfSend stores, checked against the topic it names.
@@ -421,21 +391,6 @@ pub(super) async fn resolve(
     };
     deliver::delivered(state, at, id, &half.group, base_offset).await;
     Ok(base_offset)
-}
-
-/// Forgets resolved half `id`, remembering its outcome.
-pub(super) fn finished(
-    state: &BrokerState,
-    (index, epoch): (u32, u32),
-    id: i64,
-    group: &str,
-    outcome: Outcome,
-) {
-    let _ = state.halves.with(index, Some(epoch), |p| {
-        p.halves.remove(&id);
-        p.remember(id, group.to_string(), outcome);
-    });
-    state.halves.changed.notify_waiters();
 }
 
 /// HalfCheckPoll: the due checks of `r.group` that `may` allows (the principal may write

@@ -65,6 +65,8 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
             "delay::scheduler",
             "route::runner",
             "route::admin",
+            "half::ops",
+            "half::deliver",
             "filtered_fetch",
             "replica::serve",
             "replica::isr",
@@ -92,6 +94,7 @@ const FORBIDDEN: &[(&str, &[&str])] = &[
     ("replica", &["handlers", "connection"]),
     ("authorize", &["handlers", "connection"]),
     ("txn", &["handlers", "connection"]),
+    ("half", &["handlers", "connection"]),
 ];
 
 fn graph() -> Graph {
