@@ -658,17 +658,8 @@ async fn run_blocking<T: Send + 'static>(
 /// blocking thread (see [`Partition::try_append`]); as long as the log's own wait.
 const PRODUCERS_WAIT_INLINE_MAX: std::time::Duration = std::time::Duration::from_micros(500);
 
-/// Checks the one batch of a produce fully before anything is written: framing, magic, CRC
-/// (the only CRC pass on this broker: the log trusts a parsed [`RecordBatch`]), size, the
-/// producer's attribute and id fields, the header against the records (bounded
-/// decompression), timestamps, and that a producer id was handed out by the MetaServer.
-/// Returns the batch and its producer identity.
-fn validate_batch(
-    records: Bytes,
-    batch_bytes_max: u32,
-    timestamps: &TimestampBounds,
-    context: &ProduceContext,
-) -> Result<(RecordBatch, BatchIdentity), PartitionError> {
+/// The one batch of a produce's partition entry, framing, magic and CRC checked.
+pub(crate) fn one_batch(records: Bytes) -> Result<RecordBatch, PartitionError> {
     let mut batches = BatchIter::new(records);
     let batch: RecordBatch = match batches.next() {
         Some(batch) => batch?,
@@ -685,6 +676,21 @@ fn validate_batch(
             "a produce carries exactly one record batch per partition",
         ));
     }
+    Ok(batch)
+}
+
+/// Checks the one batch of a produce fully before anything is written: framing, magic, CRC
+/// (the only CRC pass on this broker: the log trusts a parsed [`RecordBatch`]), size, the
+/// producer's attribute and id fields, the header against the records (bounded
+/// decompression), timestamps, and that a producer id was handed out by the MetaServer.
+/// Returns the batch and its producer identity.
+fn validate_batch(
+    records: Bytes,
+    batch_bytes_max: u32,
+    timestamps: &TimestampBounds,
+    context: &ProduceContext,
+) -> Result<(RecordBatch, BatchIdentity), PartitionError> {
+    let batch = one_batch(records)?;
     if batch.size_bytes() > batch_bytes_max as usize {
         return Err(PartitionError::new(
             ErrorCode::MESSAGE_TOO_LARGE,

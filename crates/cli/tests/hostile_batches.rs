@@ -309,3 +309,119 @@ fn lying_batches_are_refused_and_the_partition_and_restarts_stay_healthy() {
     let ok = produce(&mut c, valid("last", (-1, -1, -1)).encode());
     assert_eq!(ok.base_offset, expected.len() as i64, "{:?}", ok.error);
 }
+
+/// Sends `batch` as a half of group `hostile` for the topic; the answer's error, if any, and
+/// the half's id.
+fn half_send(c: &mut RawClient, batch: Bytes) -> (Option<m::Error>, i64) {
+    let response = c.call(&m::HalfSendRequest {
+        group: "hostile".into(),
+        topic: TOPIC.into(),
+        partition: 0,
+        records: batch,
+        check_after_ms: 3_600_000,
+        timeout_ms: 10_000,
+    });
+    (response.error, response.half_id)
+}
+
+#[test]
+fn lying_batches_sent_as_half_messages_are_refused_or_never_appended() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let mut c = RawClient::handshaken(&server.addr);
+    let created = c.call(&m::CreateTopicRequest {
+        name: TOPIC.into(),
+        config: None,
+        validate_only: false,
+    });
+    assert!(created.error.is_none(), "{:?}", created.error);
+    let found = c.call(&m::FindCoordinatorRequest {
+        group_id: "hostile".into(),
+        key_type: 2,
+    });
+    assert!(found.error.is_none(), "{:?}", found.error);
+    let producer = allocate_producer_id(&mut c);
+    let mut expected = Vec::new();
+    for case in hostile_cases(producer) {
+        // The coordinator may still be loading its partition right after it was created.
+        let (error, id) = loop {
+            let (error, id) = half_send(&mut c, case.batch.clone());
+            match &error {
+                Some(e) if e.error_code() == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                _ => break (error, id),
+            }
+        };
+        match error {
+            Some(e) => {
+                assert_eq!(
+                    e.code,
+                    u32::from(case.code.code()),
+                    "{}: {}",
+                    case.name,
+                    e.message
+                );
+                assert!(!e.message.is_empty(), "{}", case.name);
+            }
+            None => {
+                // Only what the partition checks at append time (timestamps, producer ids,
+                // which a half's append replaces) passes the store; the commit then either
+                // appends or rolls the half back, saying why.
+                assert!(
+                    matches!(
+                        case.code,
+                        ErrorCode::INVALID_TIMESTAMP | ErrorCode::UNKNOWN_PRODUCER_ID
+                    ),
+                    "{} stored as a half",
+                    case.name
+                );
+                let end = c.call(&m::HalfEndRequest {
+                    group: "hostile".into(),
+                    half_id: id,
+                    topic: TOPIC.into(),
+                    commit: true,
+                    checked: false,
+                });
+                // A timestamp the topic refuses is refused at the append, which rolls the
+                // half back; new producer fields replace the lying ones.
+                let refused_at_append = case.code == ErrorCode::INVALID_TIMESTAMP;
+                assert_eq!(
+                    end.error.is_some(),
+                    refused_at_append,
+                    "{}: {:?}",
+                    case.name,
+                    end.error
+                );
+                match end.error {
+                    None => {
+                        let batch = tinymq_protocol::batch::RecordBatch::parse(case.batch.clone());
+                        expected.push(batch.unwrap().record_count() as usize);
+                    }
+                    Some(e) => {
+                        assert_eq!(
+                            e.error_code(),
+                            ErrorCode::HALF_MESSAGE_RESOLVED,
+                            "{}: {}",
+                            case.name,
+                            e.message
+                        );
+                        assert!(
+                            e.message.contains("refused by"),
+                            "{}: {}",
+                            case.name,
+                            e.message
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The partition holds the records of exactly the commits that succeeded, and takes more.
+    assert!(!expected.is_empty(), "no hostile case was committed");
+    assert_eq!(read_all(&mut c).len(), expected.iter().sum::<usize>());
+    let ok = produce(&mut c, valid("after", (-1, -1, -1)).encode());
+    assert!(ok.error.is_none(), "{:?}", ok.error);
+    let listed = c.call(&m::HalfListRequest::default());
+    assert!(listed.halves.is_empty(), "{:?}", listed.halves);
+}

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tinymq_client::{Consumer, ConsumerConfig, ProducerRecord, StartFrom};
-use tinymq_protocol::batch::{RecordBatch, BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT};
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use super::durable::{finished, persist};
@@ -32,6 +31,33 @@ const RETRY_PAUSE: Duration = Duration::from_secs(1);
 
 fn failed(e: impl std::fmt::Display) -> m::Error {
     ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())
+}
+
+/// Codes with which a partition refuses a batch and writes nothing: a commit refused so can
+/// never be appended, and is rolled back ([`refused`]).
+const REFUSALS: &[ErrorCode] = &[
+    ErrorCode::MESSAGE_TOO_LARGE,
+    ErrorCode::INVALID_RECORD,
+    ErrorCode::INVALID_TIMESTAMP,
+    ErrorCode::CORRUPT_MESSAGE,
+    ErrorCode::UNSUPPORTED_COMPRESSION,
+];
+
+/// Whether an append failed because the partition refused the records (nothing written), as
+/// opposed to an outcome in doubt.
+pub fn refused(e: &m::Error) -> bool {
+    REFUSALS.contains(&e.error_code())
+}
+
+/// An append's failure: the partition's refusal as it is, anything else in doubt.
+fn append_failed(e: tinymq_client::ClientError) -> m::Error {
+    match (&e, e.code()) {
+        (tinymq_client::ClientError::RecordTooLarge { .. }, _) => {
+            ErrorCode::MESSAGE_TOO_LARGE.with_message(e.to_string())
+        }
+        (_, Some(code)) if REFUSALS.contains(&code) => code.with_message(e.to_string()),
+        _ => ErrorCode::REQUEST_TIMED_OUT.with_message(e.to_string()),
+    }
 }
 
 /// The topic's id and the partition's end offset now, before the half's records are
@@ -88,11 +114,11 @@ pub async fn append(
             half.topic
         )));
     }
-    let batch = RecordBatch::parse(half.records.clone()).map_err(failed)?;
     let marker = half_id_value(state, index, id);
-    let records = batch
-        .records(BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)
-        .map_err(failed)?
+    let stored = half.records.clone();
+    let records = tokio::task::spawn_blocking(move || super::records::decode_half(stored))
+        .await
+        .map_err(failed)??
         .into_iter()
         .map(|r| {
             let mut headers: Vec<(String, Option<bytes::Bytes>)> = r
@@ -115,8 +141,8 @@ pub async fn append(
     let delivery = producer
         .send_batch(&half.topic, records)
         .await
-        .map_err(failed)?;
-    let landed = delivery.await.map_err(failed)?;
+        .map_err(append_failed)?;
+    let landed = delivery.await.map_err(append_failed)?;
     Ok(landed.base_offset)
 }
 
@@ -180,6 +206,9 @@ pub async fn recover(state: Arc<BrokerState>, at: (u32, u32), id: i64, half: Hal
     .await;
     match outcome {
         Ok(base_offset) => delivered(&state, at, id, &half.group, base_offset).await,
+        Err(e) if refused(&e) => {
+            let _ = super::durable::roll_back_refused(&state, at, id, &half, &e).await;
+        }
         Err(e) => {
             tracing::warn!(half_id = id, error = %e.message, "finishing a committed half failed; retrying");
             tokio::time::sleep(RETRY_PAUSE).await;

@@ -56,3 +56,43 @@ pub(super) fn finished(
     });
     state.halves.changed.notify_waiters();
 }
+
+/// The refusal of a HalfEnd asking for the other outcome than `outcome`.
+pub(super) fn resolved_other(id: i64, outcome: &Outcome) -> m::Error {
+    let how = match outcome {
+        Outcome::Committed { .. } => "committed".to_string(),
+        Outcome::RolledBack { reason } => format!("rolled back ({reason})"),
+    };
+    ErrorCode::HALF_MESSAGE_RESOLVED.with_message(format!("half {id} was already {how}"))
+}
+
+/// Rolls back committed half `id` whose records its partition refused (nothing was written:
+/// they can never be appended); returns the error that tells the producer so.
+pub(super) async fn roll_back_refused(
+    state: &Arc<BrokerState>,
+    at: (u32, u32),
+    id: i64,
+    half: &super::store::Half,
+    why: &m::Error,
+) -> m::Error {
+    let reason = format!("refused by {}: {}", half.topic, why.message);
+    tracing::warn!(half_id = id, topic = %half.topic, reason, "a committed half was refused by its partition; rolled back");
+    let entry = m::half_log_record::Entry::Resolved(m::HalfResolved {
+        half_id: id,
+        commit: false,
+        reason: reason.clone(),
+        ..Default::default()
+    });
+    if let Err(e) = persist(state, at, &half.group, entry).await {
+        let _ = state.halves.with(at.0, Some(at.1), |p| {
+            if let Some(h) = p.halves.get_mut(&id) {
+                h.busy = false;
+            }
+        });
+        return e;
+    }
+    let outcome = Outcome::RolledBack { reason };
+    let error = resolved_other(id, &outcome);
+    finished(state, at, id, &half.group, outcome);
+    error
+}

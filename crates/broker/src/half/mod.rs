@@ -20,6 +20,7 @@ pub mod deliver;
 mod durable;
 pub mod log;
 pub mod ops;
+mod records;
 pub mod store;
 #[cfg(test)]
 mod tests;

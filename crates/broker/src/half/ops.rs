@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tinymq_protocol::batch::RecordBatch;
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use super::durable::{finished, persist};
+use super::durable::{finished, persist, resolved_other, roll_back_refused};
 use super::store::{CheckRules, Half, HalfPhase, Outcome};
 use super::{deliver, log, partition_for_group, HALF_PARTITIONS, HALF_TOPIC};
 use crate::partition::now_ms;
@@ -18,8 +17,6 @@ use crate::state::BrokerState;
 pub const CHECK_AFTER_DEFAULT_MS: u32 = 6_000;
 /// Longest wait before a half's first check (`half_check_after_ms_max`).
 pub const CHECK_AFTER_MAX_MS: u32 = 3_600_000;
-/// Most records of one half (`half_records_max`).
-pub const HALF_RECORDS_MAX: i32 = 1_000;
 /// Most bytes of one half's batch (`half_batch_bytes_max`), within the topic's
 /// `message_bytes_max`.
 pub const HALF_BATCH_BYTES_MAX: usize = 4 << 20;
@@ -82,7 +79,7 @@ struct Checked {
     record_count: u32,
 }
 
-fn check_send(state: &BrokerState, r: &m::HalfSendRequest) -> Result<Checked, m::Error> {
+async fn check_send(state: &BrokerState, r: &m::HalfSendRequest) -> Result<Checked, m::Error> {
     check_group(&r.group)?;
     if tinymq_protocol::names::is_internal_topic(&r.topic) {
         return Err(ErrorCode::INVALID_TOPIC
@@ -95,32 +92,23 @@ fn check_send(state: &BrokerState, r: &m::HalfSendRequest) -> Result<Checked, m:
     let count = topic.partitions.len() as u32;
     let bytes_max =
         (state.settings_of(&r.topic, topic).message_bytes_max as usize).min(HALF_BATCH_BYTES_MAX);
+    drop(image);
     if r.records.len() > bytes_max {
         return Err(ErrorCode::MESSAGE_TOO_LARGE.with_message(format!(
             "a half of {} bytes; at most {bytes_max} (the topic's message_bytes_max, and 4 MiB)",
             r.records.len()
         )));
     }
-    let batch = RecordBatch::parse(r.records.clone())
-        .map_err(|e| ErrorCode::INVALID_RECORD.with_message(e.to_string()))?;
-    batch
-        .check_producer_fields()
-        .map_err(|e| ErrorCode::INVALID_RECORD.with_message(e.to_string()))?;
-    if batch.is_transactional() {
-        return Err(ErrorCode::INVALID_RECORD
-            .with_message("a half is not part of a Kafka transaction: clear attribute bit 4"));
-    }
-    let records = batch
-        .records(tinymq_protocol::batch::BATCH_DECOMPRESSED_BYTES_MAX_DEFAULT)
-        .map_err(|e| ErrorCode::INVALID_RECORD.with_message(e.to_string()))?;
-    if records.is_empty() || records.len() > HALF_RECORDS_MAX as usize {
-        return Err(ErrorCode::INVALID_RECORD.with_message(format!(
-            "a half holds 1 to {HALF_RECORDS_MAX} records, not {}",
-            records.len()
-        )));
-    }
+    let records = r.records.clone();
+    let decoded = tokio::task::spawn_blocking(move || super::records::decode_half(records))
+        .await
+        .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
+    let records = decoded;
+    let Some(first) = records.first() else {
+        return Err(ErrorCode::INVALID_RECORD.with_message("a half holds at least one record"));
+    };
     let partition = match r.partition {
-        -1 => match records[0].key.as_deref() {
+        -1 => match first.key.as_deref() {
             Some(key) => tinymq_protocol::hash::murmur2_positive(key) % count,
             None => (now_ms() as u64 % u64::from(count)) as u32,
         },
@@ -170,7 +158,7 @@ async fn store_half(
     state: &Arc<BrokerState>,
     r: m::HalfSendRequest,
 ) -> Result<(i64, u32), m::Error> {
-    let checked = check_send(state, &r)?;
+    let checked = check_send(state, &r).await?;
     let check_after = match r.check_after_ms {
         0 => CHECK_AFTER_DEFAULT_MS,
         ms if ms <= CHECK_AFTER_MAX_MS => ms,
@@ -262,14 +250,6 @@ fn find(p: &mut super::store::PartitionHalves, r: &m::HalfEndRequest) -> Found {
     })
 }
 
-fn resolved_other(id: i64, outcome: &Outcome) -> m::Error {
-    let how = match outcome {
-        Outcome::Committed { .. } => "committed".to_string(),
-        Outcome::RolledBack { reason } => format!("rolled back ({reason})"),
-    };
-    ErrorCode::HALF_MESSAGE_RESOLVED.with_message(format!("half {id} was already {how}"))
-}
-
 /// HalfEnd: commit (append the records) or roll back.
 pub async fn end(state: &Arc<BrokerState>, r: m::HalfEndRequest) -> m::HalfEndResponse {
     let answer = match end_half(state, &r).await {
@@ -328,6 +308,18 @@ pub(super) async fn resolve(
         });
         state.halves.changed.notify_waiters();
     };
+    let topic_gone = !state.cluster.image().topics.contains_key(&half.topic);
+    if commit && topic_gone {
+        // Nothing can be appended: the half is rolled back, and the producer told why.
+        let reason = "topic deleted";
+        Box::pin(resolve(state, at, id, half, false, reason)).await?;
+        return Err(resolved_other(
+            id,
+            &Outcome::RolledBack {
+                reason: reason.into(),
+            },
+        ));
+    }
     if !commit {
         let resolved = m::HalfResolved {
             half_id: id,
@@ -380,6 +372,9 @@ pub(super) async fn resolve(
     });
     let base_offset = match deliver::append(state, at.0, id, &half, topic_id).await {
         Ok(offset) => offset,
+        Err(e) if deliver::refused(&e) => {
+            return Err(roll_back_refused(state, at, id, &half, &e).await)
+        }
         Err(e) => {
             // In doubt: the timer's recovery looks for it before appending again.
             release(state);

@@ -299,4 +299,14 @@ async fn bad_half_requests_get_clear_errors() {
         .unwrap_err();
     assert_eq!(code(&e), Some(ErrorCode::HALF_MESSAGE_NOT_FOUND), "{e}");
     half.rollback().await.unwrap();
+    // A half whose topic is deleted before the commit is rolled back, saying why.
+    topic(&admin, "short-lived", 1).await;
+    let orphan = producer
+        .send_half("g", "short-lived", vec![record("x")], hour)
+        .await
+        .unwrap();
+    admin.delete_topic("short-lived").await.unwrap();
+    let e = orphan.commit().await.unwrap_err();
+    assert_eq!(code(&e), Some(ErrorCode::HALF_MESSAGE_RESOLVED), "{e}");
+    assert!(e.to_string().contains("topic deleted"), "{e}");
 }
