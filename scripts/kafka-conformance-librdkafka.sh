@@ -180,6 +180,19 @@ for t in "${tests[@]}"; do
 done
 wait
 
+# Several tests assert timings of a few hundred milliseconds (stats intervals, barriers) that
+# a loaded 2-core machine can miss while four runners and the server share it: a test that
+# failed is run once more on its own, and counts as passing only if that run passes (its
+# first log is kept as NNNN.first.log, and the summary names it).
+retried=()
+for t in "${tests[@]}"; do
+  if [ "$(cat "$logs/$t.result" 2>/dev/null)" != PASS ]; then
+    cp "$logs/$t.log" "$logs/$t.first.log" 2>/dev/null || true
+    run_one "$t"
+    retried+=("$t")
+  fi
+done
+
 passed=0
 failed=0
 failed_names=()
@@ -196,6 +209,7 @@ for t in "${tests[@]}"; do
 done
 
 echo "librdkafka tests: $passed passed, $failed failed of ${#tests[@]}"
+[ "${#retried[@]}" -gt 0 ] && echo "run again alone after failing under load: ${retried[*]}"
 [ "$failed" -gt 0 ] && echo "failed: ${failed_names[*]} (logs in $logs)"
 if [ "$mode" = allow ] && [ "$failed" -gt 0 ]; then
   exit 1

@@ -34,9 +34,11 @@ pub enum HalfCommand {
     },
     /// Commit a half: its records are appended to their partition; prints the first offset.
     Commit {
+        /// The topic the half's records go to.
         topic: String,
         /// The half's id, as `half send` printed it.
         id: i64,
+        /// The producer group that stored it.
         #[arg(long)]
         group: String,
         #[command(flatten)]
@@ -44,8 +46,11 @@ pub enum HalfCommand {
     },
     /// Roll a half back: its records never appear.
     Rollback {
+        /// The topic the half's records would have gone to.
         topic: String,
+        /// The half's id, as `half send` printed it.
         id: i64,
+        /// The producer group that stored it.
         #[arg(long)]
         group: String,
         #[command(flatten)]
@@ -53,6 +58,7 @@ pub enum HalfCommand {
     },
     /// The unresolved halves of the cluster (of one group with --group).
     List {
+        /// Only this producer group's halves.
         #[arg(long)]
         group: Option<String>,
         /// Print JSON.
@@ -66,6 +72,7 @@ pub enum HalfCommand {
     /// TINYMQ_HALF_PARTITION, TINYMQ_HALF_KEY (the first record's) and TINYMQ_HALF_CHECK (1 for
     /// the first check) set. Exit 0 commits, 1 rolls back, anything else answers "not known".
     Check {
+        /// The producer group whose checks to answer.
         #[arg(long)]
         group: String,
         /// The command that looks up the local transaction's outcome.
