@@ -21,6 +21,7 @@
 //! of every message that should have been sent during it (no coordinated omission).
 
 mod consume;
+mod half;
 mod produce;
 mod report;
 mod share;
@@ -143,6 +144,9 @@ pub struct BenchConfig {
     /// Producers send in transactions of this many records, each producer with its own
     /// transactional id (`None`: plain idempotent sends).
     pub records_per_txn: Option<usize>,
+    /// With `records_per_txn`: half messages of that many records (`send_half`, then commit),
+    /// each producer with its own producer group, instead of Kafka transactions.
+    pub half: bool,
     /// What the consumers read (consume and e2e).
     pub isolation: Isolation,
 }
@@ -219,6 +223,9 @@ impl BenchConfig {
         }
         if i32::try_from(self.batch_records).is_err() {
             return bad("--batch-records is too large for one batch");
+        }
+        if self.half && self.records_per_txn.is_none() {
+            return bad("--half needs --records-per-txn (records per half)");
         }
         if let Some(per_txn) = self.records_per_txn {
             if per_txn == 0 {
@@ -409,6 +416,7 @@ mod tests {
             tag_every: None,
             share_group: None,
             records_per_txn: None,
+            half: false,
             isolation: Isolation::ReadUncommitted,
         }
     }

@@ -300,6 +300,9 @@ pub(crate) async fn run_producers(
     progress: Arc<Progress>,
     stamp_time: bool,
 ) -> Result<ProduceOutcome, BenchError> {
+    if let (Some(per_half), true) = (config.records_per_txn, config.half) {
+        return crate::half::run_half_producers(config, per_half, progress, stamp_time).await;
+    }
     if let Some(per_txn) = config.records_per_txn {
         return crate::txn::run_txn_producers(config, per_txn, progress, stamp_time).await;
     }

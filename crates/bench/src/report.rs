@@ -74,6 +74,8 @@ pub struct BenchResult {
     /// rate; `latency` is then per record from send to the commit's return, `txn_latency`
     /// per transaction from begin to the commit's return.
     pub records_per_txn: Option<usize>,
+    /// `records_per_txn` counts records per half message, and the transaction figures halves.
+    pub half: bool,
     pub transactions: Option<u64>,
     pub txn_per_s: Option<f64>,
     pub txn_latency: Option<Latency>,
@@ -130,6 +132,7 @@ impl BenchResult {
             scanned_mb_per_s: None,
             isolation: (mode != Mode::Produce).then(|| crate::isolation_name(config.isolation)),
             records_per_txn: config.records_per_txn,
+            half: config.half,
             transactions: None,
             txn_per_s: None,
             txn_latency: None,
@@ -175,8 +178,12 @@ impl BenchResult {
         if let Some(isolation) = self.isolation {
             s.push_str(&format!(", {isolation}"));
         }
-        if let Some(n) = self.records_per_txn {
-            s.push_str(&format!(", transactional: {n} records per transaction"));
+        match (self.records_per_txn, self.half) {
+            (Some(n), false) => {
+                s.push_str(&format!(", transactional: {n} records per transaction"))
+            }
+            (Some(n), true) => s.push_str(&format!(", half messages: {n} records per half")),
+            (None, _) => {}
         }
         if let (Some(filter), Some(scanned)) = (&self.filter, self.scanned) {
             s.push_str(&format!(
@@ -192,14 +199,16 @@ impl BenchResult {
                 self.latency_per, l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us, l.samples
             ));
         }
+        let (unit, span) = match self.half {
+            true => ("halves", "half (send_half to commit)"),
+            false => ("transactions", "transaction (begin to commit)"),
+        };
         if let (Some(t), Some(rate)) = (self.transactions, self.txn_per_s) {
-            s.push_str(&format!(
-                "\n  {t} transactions committed: {rate:.0} transactions/s"
-            ));
+            s.push_str(&format!("\n  {t} {unit} committed: {rate:.0} {unit}/s"));
         }
         if let Some(l) = &self.txn_latency {
             s.push_str(&format!(
-                "\n  latency µs per transaction (begin to commit): p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.0})",
+                "\n  latency µs per {span}: p50 {} p90 {} p99 {} p99.9 {} max {} (mean {:.0})",
                 l.p50_us, l.p90_us, l.p99_us, l.p999_us, l.max_us, l.mean_us
             ));
         }

@@ -102,8 +102,13 @@ pub struct BenchArgs {
     /// without --rate or --in-flight (a producer has one transaction open at a time).
     #[arg(long)]
     transactional: bool,
-    /// Records per transaction (with --transactional).
-    #[arg(long, default_value_t = 10, requires = "transactional", value_parser = crate::args::positive_usize)]
+    /// Producers send half messages (transactional messages with check-back) instead, each
+    /// with its own producer group: `send_half` of --records-per-txn records, then commit.
+    /// Latency is per record and per half from `send_half` to the commit's return.
+    #[arg(long, conflicts_with = "transactional")]
+    half: bool,
+    /// Records per transaction (with --transactional) or per half (with --half).
+    #[arg(long, default_value_t = 10, value_parser = crate::args::positive_usize)]
     records_per_txn: usize,
     /// consume, e2e: read-uncommitted (every record, open transactions' too) or
     /// read-committed (up to the last stable offset, aborted transactions' records skipped).
@@ -189,7 +194,8 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         filter: args.filter,
         tag_every: args.tag_every,
         share_group: args.share_group,
-        records_per_txn: args.transactional.then_some(args.records_per_txn),
+        records_per_txn: (args.transactional || args.half).then_some(args.records_per_txn),
+        half: args.half,
         isolation: tinymq_bench::parse_isolation(&args.isolation).with_context(|| {
             format!(
                 "--isolation {}: expected read-committed or read-uncommitted",

@@ -186,3 +186,30 @@ fn the_batch_api_and_closed_loops_report_per_batch_latency() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--api bulk"));
 }
+
+#[test]
+fn half_messages_are_sent_and_committed_in_groups_of_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = Server::start(tmp.path());
+    let r = bench(&[
+        "produce",
+        "--bootstrap",
+        server.addr.as_str(),
+        "--topic",
+        "h",
+        "--half",
+        "--records-per-txn",
+        "5",
+        "--count",
+        "203",
+        "--producers",
+        "2",
+    ]);
+    assert_eq!(r["messages"], 203);
+    assert_eq!(r["failed"], 0);
+    assert_eq!(r["half"], true);
+    // 102 and 101 records: 21 halves each (the last ones of 2 and 1 records).
+    assert_eq!(r["transactions"], 42);
+    assert_eq!(r["txn_latency"]["samples"], 42);
+    assert_eq!(r["latency"]["samples"], 203);
+}
