@@ -10,12 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use hdrhistogram::Histogram;
 use tinymq_client::{Producer, ProducerRecord};
 
-use crate::produce::{payload, producer_config, ProduceOutcome, TxnFigures};
-use crate::txn::next_txn_len;
-use crate::{micros, new_histogram, now_ns, BenchConfig, BenchError, Limit, Progress};
+use crate::produce::{payload, producer_config, ProduceOutcome};
+use crate::txn::{gather, next_txn_len, share_of, TxnOutcome};
+use crate::{micros, now_ns, BenchConfig, BenchError, Progress};
 
 /// Long enough that no half of a run is checked: the producer commits each itself.
 const CHECK_AFTER: Duration = Duration::from_secs(3600);
@@ -30,22 +29,9 @@ struct HalfSender {
     progress: Arc<Progress>,
 }
 
-#[derive(Default)]
-struct HalfOutcome {
-    committed: u64,
-    failed: u64,
-    halves: u64,
-    last_commit: Option<Instant>,
-}
-
 impl HalfSender {
-    async fn run(
-        self,
-        share: Option<u64>,
-        deadline: Option<Instant>,
-    ) -> (HalfOutcome, Histogram<u64>, Histogram<u64>) {
-        let (mut out, mut records, mut halves) =
-            (HalfOutcome::default(), new_histogram(), new_histogram());
+    async fn run(self, share: Option<u64>, deadline: Option<Instant>) -> TxnOutcome {
+        let mut out = TxnOutcome::new();
         let mut sent = 0u64;
         loop {
             let n = next_txn_len(share.map(|s| s - sent), self.per_half);
@@ -73,11 +59,11 @@ impl HalfSender {
                 Ok(()) => {
                     let us = micros(begun, now);
                     for _ in 0..n {
-                        records.saturating_record(us);
+                        out.records.saturating_record(us);
                     }
-                    halves.saturating_record(us);
+                    out.txns.saturating_record(us);
                     out.committed += n;
-                    out.halves += 1;
+                    out.transactions += 1;
                     out.last_commit = Some(now);
                     self.progress.acked.fetch_add(n, Ordering::Relaxed);
                 }
@@ -91,7 +77,7 @@ impl HalfSender {
             }
         }
         self.producer.close().await;
-        (out, records, halves)
+        out
     }
 }
 
@@ -118,38 +104,8 @@ pub(crate) async fn run_half_producers(
             stamp_time,
             progress: progress.clone(),
         };
-        let share = match config.limit {
-            Limit::Count(c) => Some(c / n + u64::from(p < c % n)),
-            Limit::Duration(_) => None,
-        };
-        let deadline = match config.limit {
-            Limit::Duration(d) => Some(start + d),
-            Limit::Count(_) => None,
-        };
+        let (share, deadline) = share_of(config, p, n, start);
         tasks.push(tokio::spawn(sender.run(share, deadline)));
     }
-    let mut outcome = ProduceOutcome {
-        messages: 0,
-        failed: 0,
-        elapsed: Duration::ZERO,
-        latency: new_histogram(),
-        txn: Some(TxnFigures {
-            transactions: 0,
-            latency: new_histogram(),
-        }),
-    };
-    let mut last = start;
-    for task in tasks {
-        let (o, records, halves) = task.await.map_err(|e| BenchError::Config(e.to_string()))?;
-        outcome.messages += o.committed;
-        outcome.failed += o.failed;
-        last = last.max(o.last_commit.unwrap_or(start));
-        outcome.latency.add(&records).expect("same bounds");
-        if let Some(t) = outcome.txn.as_mut() {
-            t.transactions += o.halves;
-            t.latency.add(&halves).expect("same bounds");
-        }
-    }
-    outcome.elapsed = last - start;
-    Ok(outcome)
+    gather(tasks, start).await
 }

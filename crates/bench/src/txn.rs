@@ -40,25 +40,76 @@ struct TxnSender {
     progress: Arc<Progress>,
 }
 
-struct TxnOutcome {
-    committed: u64,
-    failed: u64,
-    transactions: u64,
-    last_commit: Option<Instant>,
-    records: Histogram<u64>,
-    txns: Histogram<u64>,
+/// What one sender of transactions (or half messages) did.
+pub(crate) struct TxnOutcome {
+    pub(crate) committed: u64,
+    pub(crate) failed: u64,
+    pub(crate) transactions: u64,
+    pub(crate) last_commit: Option<Instant>,
+    pub(crate) records: Histogram<u64>,
+    pub(crate) txns: Histogram<u64>,
 }
 
-impl TxnSender {
-    async fn run(self, share: Option<u64>, deadline: Option<Instant>) -> TxnOutcome {
-        let mut out = TxnOutcome {
+impl TxnOutcome {
+    pub(crate) fn new() -> TxnOutcome {
+        TxnOutcome {
             committed: 0,
             failed: 0,
             transactions: 0,
             last_commit: None,
             records: new_histogram(),
             txns: new_histogram(),
-        };
+        }
+    }
+}
+
+/// Sender `p`'s share of a count-limited run of `n` senders, and a timed run's deadline.
+pub(crate) fn share_of(
+    config: &BenchConfig,
+    p: u64,
+    n: u64,
+    start: Instant,
+) -> (Option<u64>, Option<Instant>) {
+    match config.limit {
+        Limit::Count(c) => (Some(c / n + u64::from(p < c % n)), None),
+        Limit::Duration(d) => (None, Some(start + d)),
+    }
+}
+
+/// The senders' outcomes together: records and latencies summed, elapsed to the last commit.
+pub(crate) async fn gather(
+    tasks: Vec<tokio::task::JoinHandle<TxnOutcome>>,
+    start: Instant,
+) -> Result<ProduceOutcome, BenchError> {
+    let mut outcome = ProduceOutcome {
+        messages: 0,
+        failed: 0,
+        elapsed: Duration::ZERO,
+        latency: new_histogram(),
+        txn: Some(TxnFigures {
+            transactions: 0,
+            latency: new_histogram(),
+        }),
+    };
+    let mut last = start;
+    for task in tasks {
+        let o = task.await.map_err(|e| BenchError::Config(e.to_string()))?;
+        outcome.messages += o.committed;
+        outcome.failed += o.failed;
+        last = last.max(o.last_commit.unwrap_or(start));
+        outcome.latency.add(&o.records).expect("same bounds");
+        if let Some(t) = outcome.txn.as_mut() {
+            t.transactions += o.transactions;
+            t.latency.add(&o.txns).expect("same bounds");
+        }
+    }
+    outcome.elapsed = last - start;
+    Ok(outcome)
+}
+
+impl TxnSender {
+    async fn run(self, share: Option<u64>, deadline: Option<Instant>) -> TxnOutcome {
+        let mut out = TxnOutcome::new();
         let mut sent = 0u64;
         let mut deliveries: Vec<(Instant, DeliveryFuture)> = Vec::with_capacity(self.per_txn);
         loop {
@@ -158,41 +209,10 @@ pub(crate) async fn run_txn_producers(
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (p, sender) in senders.into_iter().enumerate() {
-        let p = p as u64;
-        let share = match config.limit {
-            Limit::Count(c) => Some(c / n + u64::from(p < c % n)),
-            Limit::Duration(_) => None,
-        };
-        let deadline = match config.limit {
-            Limit::Duration(d) => Some(start + d),
-            Limit::Count(_) => None,
-        };
+        let (share, deadline) = share_of(config, p as u64, n, start);
         tasks.push(tokio::spawn(sender.run(share, deadline)));
     }
-    let mut outcome = ProduceOutcome {
-        messages: 0,
-        failed: 0,
-        elapsed: Duration::ZERO,
-        latency: new_histogram(),
-        txn: Some(TxnFigures {
-            transactions: 0,
-            latency: new_histogram(),
-        }),
-    };
-    let mut last = start;
-    for task in tasks {
-        let o = task.await.map_err(|e| BenchError::Config(e.to_string()))?;
-        outcome.messages += o.committed;
-        outcome.failed += o.failed;
-        last = last.max(o.last_commit.unwrap_or(start));
-        outcome.latency.add(&o.records).expect("same bounds");
-        if let Some(t) = outcome.txn.as_mut() {
-            t.transactions += o.transactions;
-            t.latency.add(&o.txns).expect("same bounds");
-        }
-    }
-    outcome.elapsed = last - start;
-    Ok(outcome)
+    gather(tasks, start).await
 }
 
 #[cfg(test)]

@@ -62,6 +62,27 @@ pub(crate) fn write_as_leader(
     crate::service::append::write_partition(partition, batch, context)
 }
 
+/// Writes a coordinator's `batch` to its internal `partition` as leader in `epoch`, meets the
+/// flush policy (on the blocking pool), and waits until every in-sync replica holds it.
+pub(crate) async fn write_replicated(
+    state: &Arc<BrokerState>,
+    partition: &Arc<Partition>,
+    epoch: u32,
+    batch: bytes::Bytes,
+) -> Result<PendingAppend, m::Error> {
+    let (s, p) = (state.clone(), partition.clone());
+    let written = tokio::task::spawn_blocking(move || -> Result<_, m::Error> {
+        let pending = write_as_leader(&s, &p, epoch, batch)?;
+        p.finish(pending)
+            .map_err(|e| e.code.with_message(e.message))?;
+        Ok(pending)
+    })
+    .await
+    .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
+    await_coordination_replicas(partition, written.end_offset, epoch).await?;
+    Ok(written)
+}
+
 /// Waits until every in-sync replica of a coordinator's internal `partition` holds the write
 /// ending at `end` (taken in leader `epoch`), at most [`OFFSET_COMMIT_TIMEOUT`].
 pub(crate) async fn await_coordination_replicas(

@@ -28,17 +28,8 @@ pub(super) async fn persist(
     }
     let batch = log::encode_batch(group, entry, now_ms())
         .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))?;
-    let (s, p) = (state.clone(), partition.clone());
-    let written = tokio::task::spawn_blocking(move || -> Result<_, m::Error> {
-        let pending = crate::offsets_partitions::write_as_leader(&s, &p, epoch, batch)?;
-        p.finish(pending)
-            .map_err(|e| e.code.with_message(e.message))?;
-        Ok(pending)
-    })
-    .await
-    .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    crate::offsets_partitions::await_coordination_replicas(&partition, written.end_offset, epoch)
-        .await?;
+    let written =
+        crate::offsets_partitions::write_replicated(state, &partition, epoch, batch).await?;
     Ok(written.base_offset)
 }
 

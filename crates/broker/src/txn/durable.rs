@@ -75,17 +75,9 @@ pub(crate) async fn persist(
     }
     let batch = log::encode_batch(id, metadata, now_ms())
         .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))?;
-    let (s, p) = (state.clone(), partition.clone());
-    let written = tokio::task::spawn_blocking(move || -> Result<_, m::Error> {
-        let pending = crate::offsets_partitions::write_as_leader(&s, &p, epoch, batch)?;
-        p.finish(pending)
-            .map_err(|e| e.code.with_message(e.message))?;
-        Ok(pending)
-    })
-    .await
-    .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    crate::offsets_partitions::await_coordination_replicas(&partition, written.end_offset, epoch)
+    crate::offsets_partitions::write_replicated(state, &partition, epoch, batch)
         .await
+        .map(drop)
 }
 
 /// Makes `id`'s change decided by `decide` durable and applies it: the one way the
