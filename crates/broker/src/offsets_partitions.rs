@@ -69,18 +69,37 @@ pub(crate) async fn write_replicated(
     partition: &Arc<Partition>,
     epoch: u32,
     batch: bytes::Bytes,
-) -> Result<PendingAppend, m::Error> {
+) -> Result<PendingAppend, WriteError> {
     let (s, p) = (state.clone(), partition.clone());
-    let written = tokio::task::spawn_blocking(move || -> Result<_, m::Error> {
-        let pending = write_as_leader(&s, &p, epoch, batch)?;
-        p.finish(pending)
-            .map_err(|e| e.code.with_message(e.message))?;
+    let not_written = |error| WriteError {
+        error,
+        written: None,
+    };
+    let written = tokio::task::spawn_blocking(move || -> Result<_, WriteError> {
+        let pending = write_as_leader(&s, &p, epoch, batch).map_err(not_written)?;
+        p.finish(pending).map_err(|e| WriteError {
+            error: e.code.with_message(e.message),
+            written: Some(pending),
+        })?;
         Ok(pending)
     })
     .await
-    .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    await_coordination_replicas(partition, written.end_offset, epoch).await?;
+    .map_err(|e| not_written(ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string())))??;
+    await_coordination_replicas(partition, written.end_offset, epoch)
+        .await
+        .map_err(|error| WriteError {
+            error,
+            written: Some(written),
+        })?;
     Ok(written)
+}
+
+/// Why [`write_replicated`] failed, and whether the batch is in the leader's log anyway
+/// (then it is there in this epoch, and counts once the high watermark passes it).
+#[derive(Debug)]
+pub(crate) struct WriteError {
+    pub error: m::Error,
+    pub written: Option<PendingAppend>,
 }
 
 /// Waits until every in-sync replica of a coordinator's internal `partition` holds the write

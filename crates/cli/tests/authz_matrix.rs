@@ -1189,6 +1189,7 @@ fn half_send(name: &str) -> m::HalfSendRequest {
         records: common::frames::batch("half", tinymq_protocol::batch::ProducerStamp::NONE),
         check_after_ms: 3_600_000,
         timeout_ms: 0,
+        request_id: String::new(),
     }
 }
 

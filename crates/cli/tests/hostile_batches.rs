@@ -320,6 +320,7 @@ fn half_send(c: &mut RawClient, batch: Bytes) -> (Option<m::Error>, i64) {
         records: batch,
         check_after_ms: 3_600_000,
         timeout_ms: 10_000,
+        request_id: String::new(),
     });
     (response.error, response.half_id)
 }
@@ -343,11 +344,24 @@ fn lying_batches_sent_as_half_messages_are_refused_or_never_appended() {
     let producer = allocate_producer_id(&mut c);
     let mut expected = Vec::new();
     for case in hostile_cases(producer) {
-        // The coordinator may still be loading its partition right after it was created.
+        // The coordinator may still be opening or loading its partition right after it was
+        // created (a client retries these).
+        let mut attempts = 0;
         let (error, id) = loop {
+            attempts += 1;
+            assert!(
+                attempts < 400,
+                "{}: the coordinator never came up",
+                case.name
+            );
             let (error, id) = half_send(&mut c, case.batch.clone());
             match &error {
-                Some(e) if e.error_code() == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS => {
+                Some(e)
+                    if matches!(
+                        e.error_code(),
+                        ErrorCode::COORDINATOR_LOAD_IN_PROGRESS | ErrorCode::NOT_COORDINATOR
+                    ) =>
+                {
                     std::thread::sleep(std::time::Duration::from_millis(50))
                 }
                 _ => break (error, id),
@@ -424,4 +438,23 @@ fn lying_batches_sent_as_half_messages_are_refused_or_never_appended() {
     assert!(ok.error.is_none(), "{:?}", ok.error);
     let listed = c.call(&m::HalfListRequest::default());
     assert!(listed.halves.is_empty(), "{:?}", listed.halves);
+    // A HalfSend retried with its request id is answered with the half the first stored.
+    let send = |c: &mut RawClient| {
+        c.call(&m::HalfSendRequest {
+            group: "hostile".into(),
+            topic: TOPIC.into(),
+            partition: 0,
+            records: valid("retried", (-1, -1, -1)).encode(),
+            check_after_ms: 3_600_000,
+            timeout_ms: 0,
+            request_id: "attempt-of-one-send".into(),
+        })
+    };
+    let (first, again) = (send(&mut c), send(&mut c));
+    assert!(
+        first.error.is_none() && again.error.is_none(),
+        "{first:?} {again:?}"
+    );
+    assert_eq!(first.half_id, again.half_id);
+    assert_eq!(c.call(&m::HalfListRequest::default()).halves.len(), 1);
 }

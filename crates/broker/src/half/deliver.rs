@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tinymq_client::{Consumer, ConsumerConfig, ProducerRecord, StartFrom};
+use tinymq_client::{BatchDelivery, Consumer, ConsumerConfig, ProducerRecord, StartFrom};
 use tinymq_protocol::{messages as m, ErrorCode};
 
 use super::durable::{finished, persist};
@@ -21,8 +21,14 @@ use crate::state::BrokerState;
 
 /// How long recovery waits before it looks: an append started by the coordinator before
 /// (here or on another broker) ends within the producer's delivery timeout plus one request.
-pub const RECOVERY_GRACE: Duration =
-    Duration::from_secs(HALF_DELIVERY_TIMEOUT.as_secs() + HALF_REQUEST_TIMEOUT.as_secs() + 5);
+pub const RECOVERY_GRACE: Duration = Duration::from_secs(
+    APPEND_START_MAX.as_secs()
+        + HALF_DELIVERY_TIMEOUT.as_secs()
+        + HALF_REQUEST_TIMEOUT.as_secs()
+        + 5,
+);
+/// Longest time from a commit's decision to its batch being handed to the half producer.
+pub const APPEND_START_MAX: Duration = Duration::from_secs(5);
 /// How long one poll of the recovery scan waits, and how many empty ones in a row end it.
 const SCAN_POLL: Duration = Duration::from_millis(500);
 const SCAN_EMPTY_POLLS_MAX: u32 = 20;
@@ -60,23 +66,10 @@ fn append_failed(e: tinymq_client::ClientError) -> m::Error {
     }
 }
 
-/// The topic's id and the partition's end offset now, before the half's records are
-/// appended.
-pub async fn prepare(state: &BrokerState, half: &Half) -> Result<(i64, u64), m::Error> {
-    let topic_id = state
-        .cluster
-        .image()
-        .topics
-        .get(&half.topic)
-        .map(|t| t.id)
-        .ok_or_else(|| {
-            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message(format!(
-                "topic {} no longer exists; roll the half back",
-                half.topic
-            ))
-        })?;
+/// The partition's end offset now, before the half's records are appended.
+pub async fn prepare(state: &BrokerState, half: &Half) -> Result<i64, m::Error> {
     let admin = state.internal.admin().map_err(failed)?;
-    let end = admin
+    admin
         .list_offset(&half.topic, half.partition, -1)
         .await
         .map_err(|e| {
@@ -84,37 +77,56 @@ pub async fn prepare(state: &BrokerState, half: &Half) -> Result<(i64, u64), m::
                 "cannot read the end offset of {}/{}: {e}; retry",
                 half.topic, half.partition
             ))
-        })?;
-    Ok((end, topic_id))
+        })
 }
 
-/// The value of [`HALF_ID_HEADER`] for half `id` of partition `index`.
-fn half_id_value(state: &BrokerState, index: u32, id: i64) -> String {
+/// A random number for a commit's header (the standard library's random hash keys).
+pub fn nonce() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(crate::partition::now_ms())
+}
+
+/// The value of [`HALF_ID_HEADER`] for half `id` of partition `index`, committed with
+/// `nonce`: `<topic id of __half_messages>.<partition>.<half id>.<nonce>`.
+fn half_id_value(state: &BrokerState, index: u32, id: i64, nonce: u64) -> String {
     let half_topic = state
         .cluster
         .image()
         .topics
         .get(HALF_TOPIC)
         .map_or(0, |t| t.id);
-    format!("{half_topic}.{index}.{id}")
+    format!("{half_topic}.{index}.{id}.{nonce}")
 }
 
 /// Appends the half's records to their partition as one batch; returns its base offset.
+/// Gives up before handing the batch to the producer unless this broker still coordinates
+/// the partition in the epoch of `at`, and unless the batch is handed over within
+/// [`APPEND_START_MAX`]: so an append starts at most that long after it was decided, and
+/// lands or fails within the producer's delivery timeout after ([`RECOVERY_GRACE`]).
 pub async fn append(
     state: &BrokerState,
-    index: u32,
+    at: (u32, u32),
     id: i64,
     half: &Half,
-    topic_id: u64,
-) -> Result<i64, m::Error> {
-    let current = state.cluster.image().topics.get(&half.topic).map(|t| t.id);
-    if current != Some(topic_id) {
-        return Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message(format!(
-            "topic {} was deleted after the commit was decided",
-            half.topic
-        )));
+    nonce: u64,
+) -> Result<BatchDelivery, m::Error> {
+    match tokio::time::timeout(APPEND_START_MAX, hand_over(state, at, id, half, nonce)).await {
+        Ok(handed) => handed,
+        Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+            "the append of half {id} did not start within {} ms",
+            APPEND_START_MAX.as_millis()
+        ))),
     }
-    let marker = half_id_value(state, index, id);
+}
+
+async fn hand_over(
+    state: &BrokerState,
+    at: (u32, u32),
+    id: i64,
+    half: &Half,
+    nonce: u64,
+) -> Result<BatchDelivery, m::Error> {
+    let marker = half_id_value(state, at.0, id, nonce);
     let stored = half.records.clone();
     let records = tokio::task::spawn_blocking(move || super::records::decode_half(stored))
         .await
@@ -138,12 +150,25 @@ pub async fn append(
         })
         .collect();
     let producer = state.internal.half_producer().map_err(failed)?;
-    let delivery = producer
+    // The last moment to find out that another broker coordinates the partition now.
+    let (_, epoch) = crate::offsets_partitions::led_for_coordination(state, HALF_TOPIC, at.0)?;
+    state.halves.with(at.0, Some(at.1), |_| ())?;
+    if epoch != at.1
+        || state.cluster.image().topics.get(&half.topic).map(|t| t.id) != Some(half.topic_id)
+    {
+        return Err(ErrorCode::NOT_COORDINATOR.with_message(format!(
+            "half {id}: the coordinator or the topic changed before its append"
+        )));
+    }
+    producer
         .send_batch(&half.topic, records)
         .await
-        .map_err(append_failed)?;
-    let landed = delivery.await.map_err(append_failed)?;
-    Ok(landed.base_offset)
+        .map_err(append_failed)
+}
+
+/// Waits for an append handed over by [`append`]; returns its base offset.
+pub async fn landed(delivery: BatchDelivery) -> Result<i64, m::Error> {
+    Ok(delivery.await.map_err(append_failed)?.base_offset)
 }
 
 /// Records that half `id`'s records are in their partition and forgets it. A failure to
@@ -164,7 +189,7 @@ pub async fn delivered(
         Err(e) => {
             tracing::warn!(half_id = id, error = %e.message, "recording a delivered half failed; it is looked for again");
             let _ = state.halves.with(at.0, Some(at.1), |p| {
-                if let Some(h) = p.halves.get_mut(&id) {
+                if let Some(h) = p.get_mut(id) {
                     h.busy = false;
                 }
             });
@@ -175,30 +200,39 @@ pub async fn delivered(
 /// Finishes committed half `id` (marked busy by the timer) whose append is in doubt.
 pub async fn recover(state: Arc<BrokerState>, at: (u32, u32), id: i64, half: Half) {
     let super::store::HalfPhase::Committing {
-        scan_from,
-        topic_id,
+        scan_from, nonce, ..
     } = half.phase
     else {
         return;
     };
     tokio::time::sleep(RECOVERY_GRACE).await;
+    // A few at a time: each reads its partition.
+    let Ok(_turn) = state.halves.recoveries.acquire().await else {
+        return;
+    };
     let outcome = async {
-        if state.halves.with(at.0, Some(at.1), |_| ()).is_err() {
-            return Err(ErrorCode::NOT_COORDINATOR.with_message("no longer coordinated here"));
+        state.halves.with(at.0, Some(at.1), |_| ())?;
+        confirm_log(&state, at).await?;
+        if state.cluster.image().topics.get(&half.topic).map(|t| t.id) != Some(half.topic_id) {
+            return Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message("topic deleted"));
         }
-        if state.cluster.image().topics.get(&half.topic).map(|t| t.id) != Some(topic_id) {
-            tracing::warn!(half_id = id, topic = %half.topic, "a committed half's topic was deleted; nothing to append");
-            return Ok(-1);
-        }
-        let marker = half_id_value(&state, at.0, id);
+        let marker = half_id_value(&state, at.0, id, nonce);
         match scan(&state, &half, scan_from, &marker).await? {
             Some(offset) => {
-                tracing::warn!(half_id = id, offset, "a committed half left in doubt was found appended");
+                tracing::warn!(
+                    half_id = id,
+                    offset,
+                    "a committed half left in doubt was found appended"
+                );
                 Ok(offset)
             }
             None => {
-                let offset = append(&state, at.0, id, &half, topic_id).await?;
-                tracing::warn!(half_id = id, offset, "a committed half left in doubt was not appended; appended it");
+                let offset = landed(append(&state, at, id, &half, nonce).await?).await?;
+                tracing::warn!(
+                    half_id = id,
+                    offset,
+                    "a committed half left in doubt was not appended; appended it"
+                );
                 Ok(offset)
             }
         }
@@ -209,16 +243,32 @@ pub async fn recover(state: Arc<BrokerState>, at: (u32, u32), id: i64, half: Hal
         Err(e) if refused(&e) => {
             let _ = super::durable::roll_back_refused(&state, at, id, &half, &e).await;
         }
+        Err(e) if e.error_code() == ErrorCode::UNKNOWN_TOPIC_OR_PARTITION => {
+            let reason = "topic deleted".to_string();
+            let _ = super::durable::roll_back_decided(&state, at, id, &half, reason).await;
+        }
         Err(e) => {
             tracing::warn!(half_id = id, error = %e.message, "finishing a committed half failed; retrying");
             tokio::time::sleep(RETRY_PAUSE).await;
             let _ = state.halves.with(at.0, Some(at.1), |p| {
-                if let Some(h) = p.halves.get_mut(&id) {
+                if let Some(h) = p.get_mut(id) {
                     h.busy = false;
                 }
             });
         }
     }
+}
+
+/// Waits until every in-sync replica holds this leader's whole `__half_messages` partition
+/// (the commit's decision included) before recovery acts on it.
+async fn confirm_log(state: &BrokerState, at: (u32, u32)) -> Result<(), m::Error> {
+    let (partition, epoch) =
+        crate::offsets_partitions::led_for_coordination(state, HALF_TOPIC, at.0)?;
+    if epoch != at.1 {
+        return Err(ErrorCode::NOT_COORDINATOR.with_message("led in a new epoch"));
+    }
+    let end = partition.log.log_end_offset();
+    crate::offsets_partitions::await_coordination_replicas(&partition, end, epoch).await
 }
 
 /// The offset of the first record in the half's partition, from `from` to its end now,

@@ -11,7 +11,7 @@ use tinymq_log::{LogError, PartitionLog};
 use tinymq_protocol::batch::{BatchBuilder, BatchError, Compression, ProducerStamp, RecordInput};
 use tinymq_protocol::messages as m;
 
-use super::store::{Half, HalfPhase, Loaded, Outcome};
+use super::store::{Half, HalfPhase, Outcome, PartitionHalves, Resolved};
 
 /// Most decompressed bytes of one batch when loading a partition.
 const RECORD_BYTES_MAX: usize = 16 << 20;
@@ -34,8 +34,8 @@ pub fn encode_batch(
 }
 
 /// Replays one partition of `__half_messages` into the halves it holds. Blocks.
-pub fn read_log(log: &PartitionLog) -> Result<Loaded, LogError> {
-    let mut loaded = Loaded::default();
+pub fn read_log(log: &PartitionLog) -> Result<PartitionHalves, LogError> {
+    let mut loaded = PartitionHalves::default();
     crate::group::offsets::for_each_batch(log, "half messages", |batch| {
         for record in batch.records(RECORD_BYTES_MAX)? {
             replay(&mut loaded, record.offset, record.key, record.value);
@@ -47,7 +47,7 @@ pub fn read_log(log: &PartitionLog) -> Result<Loaded, LogError> {
 
 /// Applies the record at `offset` to `loaded`. Unreadable records are skipped (logged): a
 /// record of a newer version this one does not know changes nothing it tracks.
-pub fn replay(loaded: &mut Loaded, offset: i64, key: Option<Bytes>, value: Option<Bytes>) {
+pub fn replay(loaded: &mut PartitionHalves, offset: i64, key: Option<Bytes>, value: Option<Bytes>) {
     let group = key.and_then(|k| String::from_utf8(k.to_vec()).ok());
     let entry = value.and_then(|v| m::HalfLogRecord::decode(v).ok());
     let (Some(group), Some(m::HalfLogRecord { entry: Some(entry) })) = (group, entry) else {
@@ -56,32 +56,38 @@ pub fn replay(loaded: &mut Loaded, offset: i64, key: Option<Bytes>, value: Optio
     };
     use m::half_log_record::Entry;
     match entry {
-        Entry::Stored(s) => {
-            let half = Half::stored(group, s);
-            loaded.halves.insert(offset, half);
+        Entry::Stored(s) => loaded.insert(offset, Half::stored(group, s)),
+        // A rollback after a commit was decided: its append was refused (nothing written).
+        Entry::Resolved(r) if !r.commit => {
+            if let Some(half) = loaded.remove(r.half_id) {
+                let outcome = Outcome::RolledBack { reason: r.reason };
+                loaded.remember(r.half_id, resolved(half, outcome));
+            }
         }
         Entry::Resolved(r) => {
-            if !r.commit {
-                loaded.halves.remove(&r.half_id);
-                loaded
-                    .recent
-                    .push((r.half_id, group, Outcome::RolledBack { reason: r.reason }));
-            } else if let Some(half) = loaded.halves.get_mut(&r.half_id) {
+            if let Some(half) = loaded.get_mut(r.half_id) {
                 half.phase = HalfPhase::Committing {
                     scan_from: r.scan_from,
                     topic_id: r.topic_id,
+                    nonce: r.nonce,
                 };
             }
         }
         Entry::Delivered(d) => {
-            loaded.halves.remove(&d.half_id);
-            loaded.recent.push((
-                d.half_id,
-                group,
-                Outcome::Committed {
+            if let Some(half) = loaded.remove(d.half_id) {
+                let outcome = Outcome::Committed {
                     base_offset: d.base_offset,
-                },
-            ));
+                };
+                loaded.remember(d.half_id, resolved(half, outcome));
+            }
         }
+    }
+}
+
+fn resolved(half: Half, outcome: Outcome) -> Resolved {
+    Resolved {
+        group: half.group,
+        topic: half.topic,
+        outcome,
     }
 }

@@ -2,12 +2,15 @@
 //! partitions of `__half_messages` as leadership moves ([`sync`]), and the timer ([`tick`])
 //! that rolls back halves nobody resolved and finishes commits left half done.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tinymq_protocol::{messages as m, ErrorCode};
 
-use super::durable::{finished, persist, resolved_other, roll_back_refused};
+use super::durable::{
+    finished, persist_or_written, resolved_other, roll_back_decided, roll_back_refused,
+};
 use super::store::{CheckRules, Half, HalfPhase, Outcome};
 use super::{deliver, log, partition_for_group, HALF_PARTITIONS, HALF_TOPIC};
 use crate::partition::now_ms;
@@ -25,6 +28,8 @@ pub const POLL_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Most checks one poll returns (`half_poll_checks_max`), and the default.
 pub const POLL_CHECKS_MAX: u32 = 1_000;
 const POLL_CHECKS_DEFAULT: u32 = 100;
+/// Most halves one HalfList answers (`half_list_max`).
+pub const HALF_LIST_MAX: usize = 10_000;
 /// How often a waiting poll or HalfEnd looks again without a wake-up.
 const RECHECK: Duration = Duration::from_millis(100);
 /// How long a HalfEnd waits for another resolution of the same half to finish.
@@ -76,41 +81,64 @@ fn led(state: &BrokerState, group: &str) -> Result<(u32, u32), m::Error> {
 /// What HalfSend stores, checked against the topic it names.
 struct Checked {
     partition: u32,
-    record_count: u32,
+    topic_id: u64,
 }
 
+/// Longest HalfSend request id (`half_request_id_bytes_max`).
+pub const REQUEST_ID_BYTES_MAX: usize = 64;
+
 async fn check_send(state: &BrokerState, r: &m::HalfSendRequest) -> Result<Checked, m::Error> {
-    check_group(&r.group)?;
     if tinymq_protocol::names::is_internal_topic(&r.topic) {
         return Err(ErrorCode::INVALID_TOPIC
             .with_message(format!("{}: half messages go to user topics only", r.topic)));
+    }
+    if r.request_id.len() > REQUEST_ID_BYTES_MAX {
+        return Err(bad(format!(
+            "request_id of {} bytes; at most {REQUEST_ID_BYTES_MAX}",
+            r.request_id.len()
+        )));
     }
     let image = state.cluster.image();
     let topic = image.topics.get(&r.topic).ok_or_else(|| {
         ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.with_message(format!("no topic {}", r.topic))
     })?;
-    let count = topic.partitions.len() as u32;
-    let bytes_max =
-        (state.settings_of(&r.topic, topic).message_bytes_max as usize).min(HALF_BATCH_BYTES_MAX);
+    let (count, topic_id) = (topic.partitions.len() as u32, topic.id);
+    let settings = state.settings_of(&r.topic, topic);
     drop(image);
-    if r.records.len() > bytes_max {
+    let message_max = settings.message_bytes_max as usize;
+    if r.records.len() > message_max.min(HALF_BATCH_BYTES_MAX) {
         return Err(ErrorCode::MESSAGE_TOO_LARGE.with_message(format!(
-            "a half of {} bytes; at most {bytes_max} (the topic's message_bytes_max, and 4 MiB)",
-            r.records.len()
+            "a half of {} bytes; at most {} (the topic's message_bytes_max, and 4 MiB)",
+            r.records.len(),
+            message_max.min(HALF_BATCH_BYTES_MAX)
         )));
     }
     let records = r.records.clone();
-    let decoded = tokio::task::spawn_blocking(move || super::records::decode_half(records))
-        .await
-        .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
-    let records = decoded;
+    let records = tokio::task::spawn_blocking(move || {
+        let records = super::records::decode_half(records)?;
+        let committed = super::records::committed_batch_bytes(&records);
+        Ok::<_, m::Error>((records, committed))
+    })
+    .await
+    .map_err(|e| ErrorCode::UNKNOWN_SERVER_ERROR.with_message(e.to_string()))??;
+    let (records, committed) = records;
+    if committed > message_max {
+        return Err(ErrorCode::MESSAGE_TOO_LARGE.with_message(format!(
+            "the batch a commit appends (uncompressed, a tinymq.half-id header on each record) \
+             would be {committed} bytes; the topic's message_bytes_max is {message_max}"
+        )));
+    }
+    check_timestamps(&records, &settings)?;
     let Some(first) = records.first() else {
         return Err(ErrorCode::INVALID_RECORD.with_message("a half holds at least one record"));
     };
     let partition = match r.partition {
         -1 => match first.key.as_deref() {
             Some(key) => tinymq_protocol::hash::murmur2_positive(key) % count,
-            None => (now_ms() as u64 % u64::from(count)) as u32,
+            None => {
+                let next = state.halves.next_partition.fetch_add(1, Ordering::Relaxed);
+                next % count
+            }
         },
         p if p >= 0 && (p as u32) < count => p as u32,
         p => {
@@ -122,25 +150,35 @@ async fn check_send(state: &BrokerState, r: &m::HalfSendRequest) -> Result<Check
     };
     Ok(Checked {
         partition,
-        record_count: records.len() as u32,
+        topic_id,
     })
+}
+
+/// The topic's bounds on record timestamps, against the broker's clock now (a commit later
+/// may still be refused by `message_timestamp_before_max_ms`: then it is rolled back).
+fn check_timestamps(
+    records: &[tinymq_protocol::batch::Record],
+    settings: &crate::topic::TopicSettings,
+) -> Result<(), m::Error> {
+    let now = now_ms();
+    for r in records {
+        let ahead = settings.message_timestamp_after_max_ms;
+        let behind = settings.message_timestamp_before_max_ms;
+        let too_late = ahead >= 0 && r.timestamp_ms > now.saturating_add(ahead);
+        let too_early = behind >= 0 && r.timestamp_ms < now.saturating_sub(behind);
+        if too_late || too_early {
+            return Err(ErrorCode::INVALID_TIMESTAMP.with_message(format!(
+                "record timestamp {} is outside the topic's bounds ({ahead} ms ahead, {behind} ms behind the broker's clock {now})",
+                r.timestamp_ms
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// HalfSend: once the half is held by every in-sync replica.
 pub async fn send(state: &Arc<BrokerState>, r: m::HalfSendRequest) -> m::HalfSendResponse {
-    let timeout = match r.timeout_ms {
-        0 => crate::service::append::PRODUCE_TIMEOUT_DEFAULT,
-        ms => Duration::from_millis(u64::from(ms)),
-    }
-    .min(state.config.produce_timeout_max);
-    let outcome = match tokio::time::timeout(timeout, store_half(state, r)).await {
-        Ok(outcome) => outcome,
-        Err(_) => Err(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
-            "not stored within {} ms; it may still be (then it is checked back)",
-            timeout.as_millis()
-        ))),
-    };
-    match outcome {
+    match store_half(state, r).await {
         Ok((half_id, partition)) => m::HalfSendResponse {
             error: None,
             half_id,
@@ -158,7 +196,7 @@ async fn store_half(
     state: &Arc<BrokerState>,
     r: m::HalfSendRequest,
 ) -> Result<(i64, u32), m::Error> {
-    let checked = check_send(state, &r).await?;
+    check_group(&r.group)?;
     let check_after = match r.check_after_ms {
         0 => CHECK_AFTER_DEFAULT_MS,
         ms if ms <= CHECK_AFTER_MAX_MS => ms,
@@ -168,21 +206,13 @@ async fn store_half(
             )))
         }
     };
+    // Leadership first: a broker that does not coordinate the group decodes nothing.
     let at = led(state, &r.group)?;
-    let (count, bytes) = state.halves.usage();
-    let limit = |what: String| Err(ErrorCode::LIMIT_EXCEEDED.with_message(what));
-    if count >= super::store::HALF_PENDING_MAX {
-        return limit(format!(
-            "this broker coordinates {count} unresolved halves (half_pending_max); resolve some first"
-        ));
+    if let Some(stored) = retried(state, at, &r).await? {
+        return Ok(stored);
     }
-    if bytes + r.records.len() > super::store::HALF_PENDING_BYTES_MAX {
-        return limit(format!(
-            "unresolved halves hold {bytes} bytes here (half_pending_bytes_max {}); resolve some first",
-            super::store::HALF_PENDING_BYTES_MAX
-        ));
-    }
-    state.halves.with(at.0, Some(at.1), |_| ())?;
+    let checked = check_send(state, &r).await?;
+    check_room(state, at, &r)?;
     let stored_ms = now_ms();
     let stored = m::HalfStored {
         group: r.group.clone(),
@@ -191,21 +221,89 @@ async fn store_half(
         records: r.records.clone(),
         stored_ms,
         first_check_ms: stored_ms + i64::from(check_after),
+        request_id: r.request_id.clone(),
+        topic_id: checked.topic_id,
     };
-    let id = persist(
-        state,
-        at,
-        &r.group,
-        m::half_log_record::Entry::Stored(stored.clone()),
-    )
-    .await?;
-    let mut half = Half::stored(r.group, stored);
-    half.record_count = checked.record_count;
+    let entry = m::half_log_record::Entry::Stored(stored.clone());
+    let (id, unconfirmed) = match persist_or_written(state, at, &r.group, entry).await {
+        Ok(id) => (id, None),
+        Err((e, Some(id))) => (id, Some(e)),
+        Err((e, None)) => return Err(e),
+    };
+    // In this leader's log either way: tracked from now on (a retry with the same request id
+    // is answered with it once it is replicated).
+    let half = Half::stored(r.group, stored);
     state
         .halves
-        .with(at.0, Some(at.1), |p| p.halves.insert(id, half))?;
+        .with(at.0, Some(at.1), |p| p.insert(id, half))?;
     state.halves.changed.notify_waiters();
-    Ok((id, checked.partition))
+    match unconfirmed {
+        None => Ok((id, checked.partition)),
+        Some(e) => Err(e),
+    }
+}
+
+/// A HalfSend retried with the request id of one that stored a half: that half (once every
+/// in-sync replica holds it).
+async fn retried(
+    state: &Arc<BrokerState>,
+    at: (u32, u32),
+    r: &m::HalfSendRequest,
+) -> Result<Option<(i64, u32)>, m::Error> {
+    let found = state.halves.with(at.0, Some(at.1), |p| {
+        let id = p.request(&r.group, &r.request_id)?;
+        Some((id, p.get(id).map(|h| (h.topic.clone(), h.partition))))
+    })?;
+    let Some((id, half)) = found else {
+        return Ok(None);
+    };
+    let Some((topic, partition)) = half else {
+        return Err(ErrorCode::HALF_MESSAGE_RESOLVED.with_message(format!(
+            "this HalfSend stored half {id}, which is resolved already"
+        )));
+    };
+    if topic != r.topic {
+        return Err(bad(format!(
+            "request id {} of group {} stored a half for topic {topic}, not {}",
+            r.request_id, r.group, r.topic
+        )));
+    }
+    let (partition_log, epoch) =
+        crate::offsets_partitions::led_for_coordination(state, HALF_TOPIC, at.0)?;
+    if epoch != at.1 {
+        return Err(ErrorCode::NOT_COORDINATOR.with_message("led in a new epoch; retry"));
+    }
+    crate::offsets_partitions::await_coordination_replicas(&partition_log, id + 1, epoch).await?;
+    Ok(Some((id, partition)))
+}
+
+/// LIMIT_EXCEEDED when one more half of `r.records.len()` bytes would pass the broker's or
+/// the group's bounds.
+fn check_room(state: &BrokerState, at: (u32, u32), r: &m::HalfSendRequest) -> Result<(), m::Error> {
+    use super::store::{
+        HALF_GROUP_PENDING_BYTES_MAX, HALF_GROUP_PENDING_MAX, HALF_PENDING_BYTES_MAX,
+        HALF_PENDING_MAX,
+    };
+    let limit = |what: String| Err(ErrorCode::LIMIT_EXCEEDED.with_message(what));
+    let (count, bytes) = state.halves.usage();
+    let size = r.records.len();
+    if count >= HALF_PENDING_MAX || bytes + size > HALF_PENDING_BYTES_MAX {
+        return limit(format!(
+            "this broker coordinates {count} unresolved halves of {bytes} bytes \
+             (half_pending_max {HALF_PENDING_MAX}, half_pending_bytes_max {HALF_PENDING_BYTES_MAX}); resolve some first"
+        ));
+    }
+    let (count, bytes) = state
+        .halves
+        .with(at.0, Some(at.1), |p| p.group_usage(&r.group))?;
+    if count >= HALF_GROUP_PENDING_MAX || bytes + size > HALF_GROUP_PENDING_BYTES_MAX {
+        return limit(format!(
+            "group {} has {count} unresolved halves of {bytes} bytes (half_group_pending_max \
+             {HALF_GROUP_PENDING_MAX}, half_group_pending_bytes_max {HALF_GROUP_PENDING_BYTES_MAX}); resolve some first",
+            r.group
+        ));
+    }
+    Ok(())
 }
 
 /// What HalfEnd found.
@@ -219,7 +317,7 @@ enum Found {
 
 fn find(p: &mut super::store::PartitionHalves, r: &m::HalfEndRequest) -> Found {
     let id = r.half_id;
-    if let Some(half) = p.halves.get_mut(&id).filter(|h| h.group == r.group) {
+    if let Some(half) = p.get_mut(id).filter(|h| h.group == r.group) {
         if half.topic != r.topic {
             return Found::Answer(Err(bad(format!(
                 "half {id} of group {} goes to topic {}, not {}",
@@ -239,7 +337,7 @@ fn find(p: &mut super::store::PartitionHalves, r: &m::HalfEndRequest) -> Found {
             ))),
         };
     }
-    Found::Answer(match p.outcome(id, &r.group) {
+    Found::Answer(match p.outcome(id, &r.group, &r.topic) {
         Some(Outcome::Committed { base_offset }) if r.commit => Ok(*base_offset),
         Some(Outcome::RolledBack { .. }) if !r.commit => Ok(-1),
         Some(other) => Err(resolved_other(id, other)),
@@ -302,75 +400,88 @@ pub(super) async fn resolve(
 ) -> Result<i64, m::Error> {
     let release = |state: &BrokerState| {
         let _ = state.halves.with(at.0, Some(at.1), |p| {
-            if let Some(h) = p.halves.get_mut(&id) {
+            if let Some(h) = p.get_mut(id) {
                 h.busy = false;
             }
         });
         state.halves.changed.notify_waiters();
     };
-    let topic_gone = !state.cluster.image().topics.contains_key(&half.topic);
-    if commit && topic_gone {
-        // Nothing can be appended: the half is rolled back, and the producer told why.
-        let reason = "topic deleted";
-        Box::pin(resolve(state, at, id, half, false, reason)).await?;
-        return Err(resolved_other(
-            id,
-            &Outcome::RolledBack {
-                reason: reason.into(),
-            },
-        ));
+    let topic_now = state.cluster.image().topics.get(&half.topic).map(|t| t.id);
+    if commit && topic_now != Some(half.topic_id) {
+        // Deleted (or deleted and made again): nothing can be appended. Rolled back, and the
+        // producer told why.
+        return Err(roll_back_decided(state, at, id, &half, "topic deleted".into()).await);
     }
     if !commit {
-        let resolved = m::HalfResolved {
+        let entry = m::half_log_record::Entry::Resolved(m::HalfResolved {
             half_id: id,
             commit: false,
             reason: reason.to_string(),
             ..Default::default()
+        });
+        let outcome = Outcome::RolledBack {
+            reason: reason.into(),
         };
-        let entry = m::half_log_record::Entry::Resolved(resolved);
-        if let Err(e) = persist(state, at, &half.group, entry).await {
-            release(state);
-            return Err(e);
-        }
-        finished(
-            state,
-            at,
-            id,
-            &half.group,
-            Outcome::RolledBack {
-                reason: reason.into(),
-            },
-        );
-        return Ok(-1);
+        return match persist_or_written(state, at, &half.group, entry).await {
+            Ok(_) => {
+                finished(state, at, id, &half.group, outcome);
+                Ok(-1)
+            }
+            // In this leader's log: the rollback counts in this epoch, whatever comes after.
+            Err((e, Some(_))) => {
+                finished(state, at, id, &half.group, outcome);
+                Err(e)
+            }
+            Err((e, None)) => {
+                release(state);
+                Err(e)
+            }
+        };
     }
-    let (scan_from, topic_id) = match deliver::prepare(state, &half).await {
-        Ok(found) => found,
+    let scan_from = match deliver::prepare(state, &half).await {
+        Ok(end) => end,
         Err(e) => {
             release(state);
             return Err(e);
         }
     };
-    let resolved = m::HalfResolved {
+    let nonce = deliver::nonce();
+    let entry = m::half_log_record::Entry::Resolved(m::HalfResolved {
         half_id: id,
         commit: true,
         reason: reason.to_string(),
         scan_from,
-        topic_id,
-    };
-    let entry = m::half_log_record::Entry::Resolved(resolved);
-    if let Err(e) = persist(state, at, &half.group, entry).await {
+        topic_id: half.topic_id,
+        nonce,
+    });
+    let decided = persist_or_written(state, at, &half.group, entry).await;
+    if let Err((_, None)) = &decided {
         release(state);
+    } else {
+        let _ = state.halves.with(at.0, Some(at.1), |p| {
+            if let Some(h) = p.get_mut(id) {
+                h.phase = HalfPhase::Committing {
+                    scan_from,
+                    topic_id: half.topic_id,
+                    nonce,
+                };
+            }
+        });
+    }
+    if let Err((e, written)) = decided {
+        if written.is_some() {
+            // Decided in this leader's log but not confirmed: the timer's recovery appends it
+            // once the log is replicated.
+            release(state);
+        }
         return Err(e);
     }
-    let _ = state.halves.with(at.0, Some(at.1), |p| {
-        if let Some(h) = p.halves.get_mut(&id) {
-            h.phase = HalfPhase::Committing {
-                scan_from,
-                topic_id,
-            };
-        }
-    });
-    let base_offset = match deliver::append(state, at.0, id, &half, topic_id).await {
+    let handed = deliver::append(state, at, id, &half, nonce).await;
+    let base_offset = match handed.map(deliver::landed) {
+        Ok(landing) => landing.await,
+        Err(e) => Err(e),
+    };
+    let base_offset = match base_offset {
         Ok(offset) => offset,
         Err(e) if deliver::refused(&e) => {
             return Err(roll_back_refused(state, at, id, &half, &e).await)
@@ -426,6 +537,7 @@ async fn poll(
         n => n.min(POLL_CHECKS_MAX),
     } as usize;
     let at = led(state, &r.group)?;
+    let _poll = PollSlot::take(&state.halves)?;
     let rules = rules(state);
     let deadline = tokio::time::Instant::now() + wait;
     loop {
@@ -449,6 +561,28 @@ async fn poll(
     }
 }
 
+/// One of the [`HALF_POLLS_MAX`] polls that may wait at once, given back when dropped.
+struct PollSlot<'a>(&'a super::store::HalfStore);
+
+impl<'a> PollSlot<'a> {
+    fn take(store: &'a super::store::HalfStore) -> Result<PollSlot<'a>, m::Error> {
+        use super::store::HALF_POLLS_MAX;
+        if store.polls.fetch_add(1, Ordering::AcqRel) >= HALF_POLLS_MAX {
+            store.polls.fetch_sub(1, Ordering::AcqRel);
+            return Err(ErrorCode::LIMIT_EXCEEDED.with_message(format!(
+                "{HALF_POLLS_MAX} half check polls wait on this broker (half_polls_max); retry later"
+            )));
+        }
+        Ok(PollSlot(store))
+    }
+}
+
+impl Drop for PollSlot<'_> {
+    fn drop(&mut self) {
+        self.0.polls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 fn to_check(id: i64, h: Half) -> m::HalfCheck {
     m::HalfCheck {
         half_id: id,
@@ -468,7 +602,7 @@ pub fn list(
 ) -> m::HalfListResponse {
     let mut halves = Vec::new();
     state.halves.each(|_, _, p| {
-        for (id, h) in &p.halves {
+        for (id, h) in p.iter() {
             if (!r.group.is_empty() && h.group != r.group) || !may(&h.group) {
                 continue;
             }
@@ -490,6 +624,7 @@ pub fn list(
         }
     });
     halves.sort_by(|a, b| (&a.group, a.half_id).cmp(&(&b.group, b.half_id)));
+    halves.truncate(HALF_LIST_MAX);
     m::HalfListResponse {
         error: None,
         halves,
@@ -521,7 +656,7 @@ pub fn sync(state: &Arc<BrokerState>) {
         let s = state.clone();
         tokio::task::spawn_blocking(move || match log::read_log(&partition.log) {
             Ok(loaded) => {
-                let halves = loaded.halves.len();
+                let halves = loaded.len();
                 if s.halves.finish_load(index, epoch, loaded) {
                     tracing::info!(
                         partition = index,
@@ -532,7 +667,8 @@ pub fn sync(state: &Arc<BrokerState>) {
                 }
             }
             Err(e) => {
-                tracing::error!(partition = index, error = %e, "cannot read a half-message partition; its groups stay unavailable here")
+                s.halves.fail_load(index, epoch);
+                tracing::error!(partition = index, error = %e, "cannot read a half-message partition; its groups are unavailable here until a load succeeds (tried again shortly)")
             }
         });
     }
@@ -541,18 +677,20 @@ pub fn sync(state: &Arc<BrokerState>) {
 /// The timer (about every 250 ms): rolls back halves past their checks or deadline, and
 /// finishes commits left in doubt (a coordinator that took over, an append that failed).
 pub async fn tick(state: &Arc<BrokerState>) {
+    // Also retries a load that failed.
+    sync(state);
     let rules = rules(state);
     let now = now_ms();
     let mut expired = Vec::new();
     let mut in_doubt = Vec::new();
     state.halves.each(|index, epoch, p| {
         for (id, reason) in p.expired(now, &rules) {
-            if let Some(h) = p.halves.get_mut(&id) {
+            if let Some(h) = p.get_mut(id) {
                 h.busy = true;
                 expired.push(((index, epoch), id, h.clone(), reason));
             }
         }
-        for (id, h) in p.halves.iter_mut() {
+        for (id, h) in p.iter_mut() {
             if matches!(h.phase, HalfPhase::Committing { .. }) && !h.busy {
                 h.busy = true;
                 in_doubt.push(((index, epoch), *id, h.clone()));

@@ -36,3 +36,33 @@ pub fn decode_half(records: bytes::Bytes) -> Result<Vec<Record>, m::Error> {
         crate::partition::with_decompression_slot(decode)
     }
 }
+
+/// The longest value of the `tinymq.half-id` header: three 20-digit numbers, a 20-digit
+/// nonce and their dots.
+pub const HALF_ID_VALUE_BYTES_MAX: usize = 4 * 20 + 3;
+
+/// Bytes of the batch a commit of `records` appends: uncompressed (the half producer's
+/// codec), each record with the longest `tinymq.half-id` header.
+pub fn committed_batch_bytes(records: &[Record]) -> usize {
+    let marker = [b'0'; HALF_ID_VALUE_BYTES_MAX];
+    let mut builder = tinymq_protocol::batch::BatchBuilder::new(
+        Compression::None,
+        tinymq_protocol::batch::ProducerStamp::NONE,
+    );
+    for r in records {
+        let mut headers: Vec<(&str, Option<&[u8]>)> = r
+            .headers
+            .iter()
+            .filter(|h| h.key != super::HALF_ID_HEADER)
+            .map(|h| (h.key.as_str(), h.value.as_deref()))
+            .collect();
+        headers.push((super::HALF_ID_HEADER, Some(&marker)));
+        builder.push(&tinymq_protocol::batch::RecordInput {
+            timestamp_ms: r.timestamp_ms,
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: &headers,
+        });
+    }
+    builder.build().map_or(usize::MAX, |b| b.len())
+}

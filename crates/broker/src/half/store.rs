@@ -18,9 +18,21 @@ pub const HALF_PENDING_MAX: usize = 100_000;
 /// Most record bytes of unresolved halves one broker holds in memory
 /// (`half_pending_bytes_max`, 64 MiB); HalfSend is refused with LIMIT_EXCEEDED past it.
 pub const HALF_PENDING_BYTES_MAX: usize = 64 << 20;
+/// Most unresolved halves of one producer group (`half_group_pending_max`), and most of
+/// their record bytes (`half_group_pending_bytes_max`, 16 MiB): one group cannot take a
+/// broker's whole room.
+pub const HALF_GROUP_PENDING_MAX: usize = 10_000;
+pub const HALF_GROUP_PENDING_BYTES_MAX: usize = 16 << 20;
 /// Resolved halves whose outcome each partition remembers for retried HalfEnds
 /// (`half_recent_outcomes_max`); older ones are answered HALF_MESSAGE_NOT_FOUND.
 pub const HALF_RECENT_OUTCOMES_MAX: usize = 10_000;
+/// HalfSend request ids each partition remembers, so that a retried HalfSend is answered
+/// with the half the first one stored (`half_request_ids_max`).
+pub const HALF_REQUEST_IDS_MAX: usize = 20_000;
+/// HalfCheckPolls waiting at once on one broker (`half_polls_max`); more get LIMIT_EXCEEDED.
+pub const HALF_POLLS_MAX: usize = 1_000;
+/// Commits left in doubt recovered at once on one broker (each reads its partition).
+pub const HALF_RECOVERIES_MAX: usize = 4;
 
 /// Where a half stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +41,19 @@ pub enum HalfPhase {
     Pending,
     /// Decided commit; its records are being appended (a new coordinator looks for them at
     /// or after `scan_from` in their partition before appending them again).
-    Committing { scan_from: i64, topic_id: u64 },
+    Committing {
+        scan_from: i64,
+        topic_id: u64,
+        nonce: u64,
+    },
+}
+
+/// A resolved half as remembered: whose it was, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub group: String,
+    pub topic: String,
+    pub outcome: Outcome,
 }
 
 /// How a resolved half ended.
@@ -44,6 +68,10 @@ pub enum Outcome {
 pub struct Half {
     pub group: String,
     pub topic: String,
+    /// The topic's id when the half was stored (a topic made again is not the same).
+    pub topic_id: u64,
+    /// The producer's id of its HalfSend (empty: none), for retries.
+    pub request_id: String,
     pub partition: u32,
     /// The record batch as the producer sent it.
     pub records: Bytes,
@@ -68,6 +96,8 @@ impl Half {
         Half {
             group,
             topic: s.topic,
+            topic_id: s.topic_id,
+            request_id: s.request_id,
             partition: s.partition,
             records: s.records,
             record_count,
@@ -96,37 +126,117 @@ pub struct CheckRules {
     pub checks_max: u32,
 }
 
-/// A partition's halves as its replay found them.
-#[derive(Debug, Default)]
-pub struct Loaded {
-    pub halves: BTreeMap<i64, Half>,
-    /// Outcomes in the order they were resolved: (half id, group, outcome).
-    pub recent: Vec<(i64, String, Outcome)>,
-}
-
-/// The halves of one led partition.
+/// The halves of one led partition, indexed by group, with their counts and bytes, the
+/// outcomes of recently resolved ones and the request ids of recent HalfSends.
 #[derive(Debug, Default)]
 pub struct PartitionHalves {
-    pub halves: BTreeMap<i64, Half>,
-    recent: HashMap<i64, (String, Outcome)>,
+    halves: BTreeMap<i64, Half>,
+    by_group: HashMap<String, GroupHalves>,
+    bytes: usize,
+    recent: HashMap<i64, Resolved>,
     recent_order: VecDeque<i64>,
+    requests: HashMap<(String, String), i64>,
+    request_order: VecDeque<(String, String)>,
+}
+
+/// One group's unresolved halves.
+#[derive(Debug, Default)]
+struct GroupHalves {
+    ids: std::collections::BTreeSet<i64>,
+    bytes: usize,
 }
 
 impl PartitionHalves {
-    fn from_loaded(loaded: Loaded) -> PartitionHalves {
-        let mut p = PartitionHalves {
-            halves: loaded.halves,
-            ..Default::default()
-        };
-        for (id, group, outcome) in loaded.recent {
-            p.remember(id, group, outcome);
+    /// Adds half `id` (and remembers its request id).
+    pub fn insert(&mut self, id: i64, half: Half) {
+        if !half.request_id.is_empty() {
+            let key = (half.group.clone(), half.request_id.clone());
+            if self.requests.insert(key.clone(), id).is_none() {
+                self.request_order.push_back(key);
+            }
+            while self.request_order.len() > HALF_REQUEST_IDS_MAX {
+                if let Some(old) = self.request_order.pop_front() {
+                    self.requests.remove(&old);
+                }
+            }
         }
-        p
+        let group = self.by_group.entry(half.group.clone()).or_default();
+        group.ids.insert(id);
+        group.bytes += half.records.len();
+        self.bytes += half.records.len();
+        if let Some(old) = self.halves.insert(id, half) {
+            self.forget_usage(id, &old);
+        }
+    }
+
+    /// Removes half `id`.
+    pub fn remove(&mut self, id: i64) -> Option<Half> {
+        let half = self.halves.remove(&id)?;
+        self.forget_usage(id, &half);
+        Some(half)
+    }
+
+    fn forget_usage(&mut self, id: i64, half: &Half) {
+        self.bytes -= half.records.len();
+        if let Some(group) = self.by_group.get_mut(&half.group) {
+            group.ids.remove(&id);
+            group.bytes -= half.records.len();
+            if group.ids.is_empty() {
+                self.by_group.remove(&half.group);
+            }
+        }
+    }
+
+    pub fn get(&self, id: i64) -> Option<&Half> {
+        self.halves.get(&id)
+    }
+
+    /// A half to change in place (its phase, checks, busy flag: never its group or records).
+    pub fn get_mut(&mut self, id: i64) -> Option<&mut Half> {
+        self.halves.get_mut(&id)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&i64, &Half)> {
+        self.halves.iter()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&i64, &mut Half)> {
+        self.halves.iter_mut()
+    }
+
+    pub fn len(&self) -> usize {
+        self.halves.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.halves.is_empty()
+    }
+
+    /// Record bytes of the unresolved halves.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Unresolved halves of `group` and their record bytes.
+    pub fn group_usage(&self, group: &str) -> (usize, usize) {
+        self.by_group
+            .get(group)
+            .map_or((0, 0), |g| (g.ids.len(), g.bytes))
+    }
+
+    /// The half a HalfSend of `group` with `request_id` stored, if remembered.
+    pub fn request(&self, group: &str, request_id: &str) -> Option<i64> {
+        if request_id.is_empty() {
+            return None;
+        }
+        self.requests
+            .get(&(group.to_string(), request_id.to_string()))
+            .copied()
     }
 
     /// Records how half `id` ended, forgetting the oldest past the bound.
-    pub fn remember(&mut self, id: i64, group: String, outcome: Outcome) {
-        if self.recent.insert(id, (group, outcome)).is_none() {
+    pub fn remember(&mut self, id: i64, resolved: Resolved) {
+        if self.recent.insert(id, resolved).is_none() {
             self.recent_order.push_back(id);
         }
         while self.recent_order.len() > HALF_RECENT_OUTCOMES_MAX {
@@ -136,12 +246,12 @@ impl PartitionHalves {
         }
     }
 
-    /// How half `id` of `group` ended, if it is remembered.
-    pub fn outcome(&self, id: i64, group: &str) -> Option<&Outcome> {
+    /// How half `id` of `group` for `topic` ended, if it is remembered.
+    pub fn outcome(&self, id: i64, group: &str, topic: &str) -> Option<&Outcome> {
         self.recent
             .get(&id)
-            .filter(|(g, _)| g == group)
-            .map(|(_, o)| o)
+            .filter(|r| r.group == group && r.topic == topic)
+            .map(|r| &r.outcome)
     }
 
     /// Hands out up to `max` of `group`'s halves whose check is due at `now` (and that `may`
@@ -155,13 +265,18 @@ impl PartitionHalves {
         may: impl Fn(&Half) -> bool,
     ) -> Vec<(i64, Half)> {
         let mut out = Vec::new();
-        for (id, half) in self.halves.iter_mut() {
+        let Some(ids) = self.by_group.get(group).map(|g| &g.ids) else {
+            return out;
+        };
+        for id in ids {
             if out.len() >= max {
                 break;
             }
+            let Some(half) = self.halves.get_mut(id) else {
+                continue;
+            };
             let due = half.phase == HalfPhase::Pending
                 && !half.busy
-                && half.group == group
                 && half.next_check_ms <= now
                 && half.checks < rules.checks_max
                 && now < half.deadline_ms(rules);
@@ -176,9 +291,12 @@ impl PartitionHalves {
 
     /// The earliest time one of `group`'s pending halves comes due for a check.
     pub fn next_due_ms(&self, group: &str, rules: &CheckRules) -> Option<i64> {
-        self.halves
-            .values()
-            .filter(|h| h.group == group && h.phase == HalfPhase::Pending && !h.busy)
+        self.by_group
+            .get(group)?
+            .ids
+            .iter()
+            .filter_map(|id| self.halves.get(id))
+            .filter(|h| h.phase == HalfPhase::Pending && !h.busy)
             .filter(|h| h.checks < rules.checks_max)
             .map(|h| h.next_check_ms)
             .min()
@@ -206,15 +324,33 @@ impl PartitionHalves {
 #[derive(Debug)]
 enum Led {
     Loading(u32),
-    Loaded(u32, PartitionHalves),
+    Loaded(u32, Box<PartitionHalves>),
 }
 
 /// The halves coordinated here, by partition of `__half_messages`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HalfStore {
     led: Mutex<HashMap<u32, Led>>,
     /// Woken when halves come or go (pollers and the timer wait on it).
     pub changed: Notify,
+    /// HalfCheckPolls waiting now ([`HALF_POLLS_MAX`]).
+    pub polls: std::sync::atomic::AtomicUsize,
+    /// Turns of commits in doubt being recovered ([`HALF_RECOVERIES_MAX`]).
+    pub recoveries: tokio::sync::Semaphore,
+    /// The next partition for a keyless half, in turn.
+    pub next_partition: std::sync::atomic::AtomicU32,
+}
+
+impl Default for HalfStore {
+    fn default() -> HalfStore {
+        HalfStore {
+            led: Mutex::default(),
+            changed: Notify::new(),
+            polls: Default::default(),
+            recoveries: tokio::sync::Semaphore::new(HALF_RECOVERIES_MAX),
+            next_partition: Default::default(),
+        }
+    }
 }
 
 impl HalfStore {
@@ -242,18 +378,23 @@ impl HalfStore {
     }
 
     /// Installs what the load of `index` in `epoch` found, unless leadership moved meanwhile.
-    pub fn finish_load(&self, index: u32, epoch: u32, loaded: Loaded) -> bool {
+    pub fn finish_load(&self, index: u32, epoch: u32, loaded: PartitionHalves) -> bool {
         let mut led = self.led.lock();
         if !matches!(led.get(&index), Some(Led::Loading(e)) if *e == epoch) {
             return false;
         }
-        led.insert(
-            index,
-            Led::Loaded(epoch, PartitionHalves::from_loaded(loaded)),
-        );
+        led.insert(index, Led::Loaded(epoch, Box::new(loaded)));
         drop(led);
         self.changed.notify_waiters();
         true
+    }
+
+    /// Forgets a load of `index` in `epoch` that failed, so that the next sync tries again.
+    pub fn fail_load(&self, index: u32, epoch: u32) {
+        let mut led = self.led.lock();
+        if matches!(led.get(&index), Some(Led::Loading(e)) if *e == epoch) {
+            led.remove(&index);
+        }
     }
 
     pub fn drop_partition(&self, index: u32) {
@@ -294,8 +435,8 @@ impl HalfStore {
     pub fn usage(&self) -> (usize, usize) {
         let mut usage = (0, 0);
         self.each(|_, _, p| {
-            usage.0 += p.halves.len();
-            usage.1 += p.halves.values().map(|h| h.records.len()).sum::<usize>();
+            usage.0 += p.len();
+            usage.1 += p.bytes();
         });
         usage
     }

@@ -9,7 +9,7 @@ use tinymq_protocol::messages as m;
 use tinymq_storage::OsStorage;
 
 use super::log::{encode_batch, read_log};
-use super::store::{CheckRules, Half, HalfPhase, HalfStore, Outcome, PartitionHalves};
+use super::store::{CheckRules, Half, HalfPhase, HalfStore, Outcome, PartitionHalves, Resolved};
 
 const RULES: CheckRules = CheckRules {
     interval_ms: 1_000,
@@ -35,14 +35,17 @@ fn stored(group: &str, first_check_ms: i64) -> m::HalfStored {
         records: records(),
         stored_ms: first_check_ms - 100,
         first_check_ms,
+        request_id: format!("r{first_check_ms}-{group}"),
+        topic_id: 4,
     }
 }
 
 fn halves(entries: &[(i64, &str, i64)]) -> PartitionHalves {
     let mut p = PartitionHalves::default();
     for (id, group, first) in entries {
-        p.halves
-            .insert(*id, Half::stored(group.to_string(), stored(group, *first)));
+        let mut s = stored(group, *first);
+        s.request_id = format!("req-{id}");
+        p.insert(*id, Half::stored(group.to_string(), s));
     }
     p
 }
@@ -67,7 +70,7 @@ fn a_half_is_offered_only_to_its_group_when_due_then_every_interval() {
 fn unanswered_checks_and_the_deadline_roll_a_half_back() {
     let mut p = halves(&[(1, "a", 1_000), (2, "a", 1_000)]);
     // Half 1 is offered three times; half 2 never (nobody polls for it... it is busy).
-    p.halves.get_mut(&2).unwrap().busy = true;
+    p.get_mut(2).unwrap().busy = true;
     for now in [1_000, 2_000, 3_000] {
         assert_eq!(p.take_due("a", now, 10, &RULES, |_| true).len(), 1);
     }
@@ -81,18 +84,46 @@ fn unanswered_checks_and_the_deadline_roll_a_half_back() {
 }
 
 #[test]
-fn recent_outcomes_are_bounded_and_kept_per_group() {
+fn recent_outcomes_are_bounded_and_kept_per_group_and_topic() {
     let mut p = PartitionHalves::default();
-    p.remember(1, "a".into(), Outcome::Committed { base_offset: 5 });
+    let resolved = |group: &str, outcome| Resolved {
+        group: group.into(),
+        topic: "t".into(),
+        outcome,
+    };
+    p.remember(1, resolved("a", Outcome::Committed { base_offset: 5 }));
     assert_eq!(
-        p.outcome(1, "a"),
+        p.outcome(1, "a", "t"),
         Some(&Outcome::Committed { base_offset: 5 })
     );
-    assert_eq!(p.outcome(1, "b"), None);
+    assert_eq!(p.outcome(1, "b", "t"), None);
+    assert_eq!(p.outcome(1, "a", "u"), None, "only to writers of its topic");
     for id in 2..(super::store::HALF_RECENT_OUTCOMES_MAX as i64 + 2) {
-        p.remember(id, "a".into(), Outcome::RolledBack { reason: "x".into() });
+        p.remember(
+            id,
+            resolved("a", Outcome::RolledBack { reason: "x".into() }),
+        );
     }
-    assert_eq!(p.outcome(1, "a"), None);
+    assert_eq!(p.outcome(1, "a", "t"), None);
+}
+
+#[test]
+fn counts_bytes_and_request_ids_follow_inserts_and_removes() {
+    let mut p = halves(&[(1, "a", 1_000), (2, "a", 1_000), (3, "b", 1_000)]);
+    let one = records().len();
+    assert_eq!((p.len(), p.bytes()), (3, 3 * one));
+    assert_eq!(p.group_usage("a"), (2, 2 * one));
+    assert_eq!(p.request("a", "req-2"), Some(2));
+    assert_eq!(p.request("b", "req-2"), None, "request ids are per group");
+    assert_eq!(p.request("a", ""), None, "an empty request id is none");
+    p.remove(2).unwrap();
+    assert_eq!(p.group_usage("a"), (1, one));
+    assert_eq!(p.group_usage("b"), (1, one));
+    // A retry after the half was resolved still finds which half it stored.
+    assert_eq!(p.request("a", "req-2"), Some(2));
+    p.remove(1);
+    p.remove(3);
+    assert_eq!((p.len(), p.bytes(), p.group_usage("a")), (0, 0, (0, 0)));
 }
 
 #[test]
@@ -128,6 +159,7 @@ fn replay_keeps_what_is_unresolved() {
             reason: "producer".into(),
             scan_from: 9,
             topic_id: 4,
+            nonce: 77,
         })
     };
     let writes = [
@@ -149,33 +181,33 @@ fn replay_keeps_what_is_unresolved() {
     }
     let loaded = read_log(&log).unwrap();
     assert_eq!(
-        loaded.halves.keys().copied().collect::<Vec<_>>(),
+        loaded.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
         vec![2, 3]
     );
     assert_eq!(
-        loaded.halves[&2].phase,
+        loaded.get(2).unwrap().phase,
         HalfPhase::Committing {
             scan_from: 9,
-            topic_id: 4
+            topic_id: 4,
+            nonce: 77
         }
     );
-    assert_eq!(loaded.halves[&3].phase, HalfPhase::Pending);
-    assert_eq!(loaded.halves[&3].record_count, 1);
-    let outcomes: Vec<_> = loaded
-        .recent
-        .iter()
-        .map(|(id, _, o)| (*id, o.clone()))
-        .collect();
+    assert_eq!(loaded.get(3).unwrap().phase, HalfPhase::Pending);
+    assert_eq!(loaded.get(3).unwrap().record_count, 1);
     assert_eq!(
-        outcomes,
-        vec![
-            (
-                0,
-                Outcome::RolledBack {
-                    reason: "producer".into()
-                }
-            ),
-            (1, Outcome::Committed { base_offset: 77 }),
-        ]
+        loaded.outcome(0, "g", "t"),
+        Some(&Outcome::RolledBack {
+            reason: "producer".into()
+        })
+    );
+    assert_eq!(
+        loaded.outcome(1, "g", "t"),
+        Some(&Outcome::Committed { base_offset: 77 })
+    );
+    // Every stored half's request id is known again (retries after a failover).
+    assert_eq!(
+        loaded.request("g", "r10-g"),
+        Some(3),
+        "the last with that id"
     );
 }

@@ -78,6 +78,7 @@ pub(crate) async fn persist(
     crate::offsets_partitions::write_replicated(state, &partition, epoch, batch)
         .await
         .map(drop)
+        .map_err(|e| e.error)
 }
 
 /// Makes `id`'s change decided by `decide` durable and applies it: the one way the

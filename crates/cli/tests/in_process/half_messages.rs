@@ -115,7 +115,10 @@ async fn a_half_appears_only_when_committed_and_a_retry_answers_as_the_first() {
     for (value, (count, header)) in &values {
         assert_eq!(*count, 1, "{value}");
         let header = header.as_deref().unwrap_or_default();
-        assert!(header.ends_with(&format!(".{}", kept.id)), "{header}");
+        // <topic id>.<partition>.<half id>.<nonce>
+        let parts: Vec<&str> = header.split('.').collect();
+        assert_eq!(parts.len(), 4, "{header}");
+        assert_eq!(parts[2], kept.id.to_string(), "{header}");
     }
     // Both records landed together, in the half's partition.
     let mut config = ConsumerConfig::new(&server.addr);

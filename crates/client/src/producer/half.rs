@@ -126,6 +126,20 @@ impl Drop for HalfChecker {
     }
 }
 
+/// A new HalfSend request id: unique in the process (a counter) and across processes (the
+/// process id, the clock, and the standard library's random hash keys).
+fn request_id() -> String {
+    use std::hash::BuildHasher;
+    static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SENT.fetch_add(1, Ordering::Relaxed);
+    let salt = std::collections::hash_map::RandomState::new().hash_one((
+        std::process::id(),
+        queue::now_ms(),
+        n,
+    ));
+    format!("{salt:016x}-{n:x}")
+}
+
 fn decode(group: &str, check: m::HalfCheck) -> Result<HalfCheck, ClientError> {
     let batch = RecordBatch::parse(check.records)
         .map_err(|e| ClientError::Protocol(format!("a half check's batch: {e}")))?;
@@ -190,7 +204,8 @@ impl Producer {
     /// offered for a check `check_after` after it is stored (at most an hour; zero: 6 s).
     /// Returns once the half is durable; commit or roll it back with what is returned.
     ///
-    /// A retry after a timeout may store a second half: each is checked back on its own.
+    /// Retries (after a timeout, a coordinator moving) carry the same request id, so the
+    /// coordinator answers them with the half the first attempt stored.
     pub async fn send_half(
         &self,
         group: &str,
@@ -236,6 +251,9 @@ impl Producer {
             records: batch,
             check_after_ms: u32::try_from(check_after.as_millis()).unwrap_or(u32::MAX),
             timeout_ms: timeout.as_millis() as u32,
+            // The same for every retry of this send: the coordinator answers a retry with the
+            // half the first attempt stored.
+            request_id: request_id(),
         };
         let response = self
             .half_call(group, &request, timeout, |r| r.error.as_ref())
