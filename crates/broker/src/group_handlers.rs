@@ -158,7 +158,7 @@ pub async fn commit(
 pub fn fetch_offsets(state: &BrokerState, req: m::OffsetFetchRequest) -> m::OffsetFetchResponse {
     coordinated_here!(state, &req.group_id, m::OffsetFetchResponse);
     let committed = state.groups.committed(&req.group_id);
-    let offsets = if req.partitions.is_empty() {
+    let mut offsets: Vec<m::CommittedOffset> = if req.partitions.is_empty() {
         committed.into_iter().map(|(tp, c)| c.to_wire(tp)).collect()
     } else {
         crate::group::from_wire(&req.partitions)
@@ -175,6 +175,19 @@ pub fn fetch_offsets(state: &BrokerState, req: m::OffsetFetchRequest) -> m::Offs
             })
             .collect()
     };
+    if req.require_stable {
+        for o in &mut offsets {
+            let tp: crate::group::assignment::Tp = (o.topic.clone(), o.partition);
+            if state.groups.offsets.unstable(&req.group_id, &tp) {
+                o.offset = -1;
+                o.metadata.clear();
+                o.error = Some(ErrorCode::UNSTABLE_OFFSET_COMMIT.with_message(format!(
+                    "an open transaction holds offsets of {}/{} for group {}; retry",
+                    o.topic, o.partition, req.group_id
+                )));
+            }
+        }
+    }
     m::OffsetFetchResponse {
         error: None,
         offsets,

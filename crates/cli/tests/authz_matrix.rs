@@ -459,6 +459,7 @@ fn rows() -> Vec<Row> {
                 ask(
                     c,
                     m::OffsetFetchRequest {
+                        require_stable: false,
                         group_id: group_name(t),
                         partitions: vec![m::TopicPartitions {
                             topic: t.name.into(),

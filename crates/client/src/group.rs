@@ -20,6 +20,11 @@ use crate::connection::Connection;
 use crate::error::{check, ClientError};
 use crate::retry::{RETRY_BACKOFF, RETRY_BACKOFF_MAX};
 
+/// How long fetching committed offsets waits for open transactions holding some of them to
+/// end (KIP-447's `require_stable`), and the pause between asks.
+const UNSTABLE_OFFSETS_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+const UNSTABLE_OFFSETS_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Shortest heartbeat interval taken from a coordinator, so that a bad answer cannot make a
 /// member heartbeat in a busy loop.
 const HEARTBEAT_INTERVAL_MIN: Duration = Duration::from_millis(50);
@@ -247,16 +252,30 @@ impl Membership {
         cluster: &Cluster,
         partitions: &BTreeSet<Tp>,
     ) -> Result<Vec<(Tp, i64)>, ClientError> {
-        let response = self
-            .call(
-                cluster,
-                &m::OffsetFetchRequest {
-                    group_id: self.group.clone(),
-                    partitions: to_wire(partitions),
-                },
-            )
-            .await?;
-        check(response.error.as_ref())?;
+        // KIP-447: offsets an open transaction may still commit are waited for, so that this
+        // member does not start before what its partitions' previous owner is committing.
+        let request = m::OffsetFetchRequest {
+            group_id: self.group.clone(),
+            partitions: to_wire(partitions),
+            require_stable: true,
+        };
+        let deadline = std::time::Instant::now() + UNSTABLE_OFFSETS_WAIT_MAX;
+        let response = loop {
+            let response = self.call(cluster, &request).await?;
+            check(response.error.as_ref())?;
+            let unstable = response.offsets.iter().find_map(|o| {
+                o.error
+                    .as_ref()
+                    .filter(|e| e.error_code() == ErrorCode::UNSTABLE_OFFSET_COMMIT)
+            });
+            match unstable {
+                Some(e) if std::time::Instant::now() >= deadline => {
+                    return check(Some(e)).map(|_| vec![])
+                }
+                Some(_) => tokio::time::sleep(UNSTABLE_OFFSETS_RETRY).await,
+                None => break response,
+            }
+        };
         Ok(response
             .offsets
             .into_iter()

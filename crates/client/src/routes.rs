@@ -89,6 +89,7 @@ impl Admin {
         group: &str,
     ) -> Result<Vec<m::CommittedOffset>, ClientError> {
         let request = &m::OffsetFetchRequest {
+            require_stable: false,
             group_id: group.into(),
             partitions: vec![],
         };

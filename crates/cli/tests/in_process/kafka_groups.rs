@@ -412,6 +412,7 @@ fn members_join_sync_rebalance_commit_and_resume() {
     assert_eq!(parts, vec![(0, 5), (1, -1)]);
     let mut native = RawClient::handshaken(&server.native);
     let fetched = native.call(&m::OffsetFetchRequest {
+        require_stable: false,
         group_id: "g1".into(),
         partitions: vec![],
     });

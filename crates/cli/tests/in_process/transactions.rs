@@ -220,6 +220,36 @@ async fn offsets_sent_to_a_transaction_count_only_when_it_commits() {
         .send_offsets_to_transaction("copiers", &[("src".into(), 0, 9)])
         .await
         .unwrap();
+    // KIP-447: while the transaction is open, a fetch that requires stable offsets is told to
+    // wait; one that does not sees what is committed now (nothing).
+    let addr = server.addr.clone();
+    let (stable, plain) = tokio::task::spawn_blocking(move || {
+        let mut c = crate::common::RawClient::handshaken(&addr);
+        let mut ask = |require_stable| {
+            c.call(&tinymq_protocol::messages::OffsetFetchRequest {
+                group_id: "copiers".into(),
+                partitions: vec![tinymq_protocol::messages::TopicPartitions {
+                    topic: "src".into(),
+                    partitions: vec![0],
+                }],
+                require_stable,
+            })
+        };
+        (ask(true), ask(false))
+    })
+    .await
+    .unwrap();
+    let unstable = stable.offsets[0].error.as_ref().map(|e| e.error_code());
+    assert_eq!(
+        unstable,
+        Some(ErrorCode::UNSTABLE_OFFSET_COMMIT),
+        "{stable:?}"
+    );
+    assert_eq!(stable.offsets[0].offset, -1);
+    assert_eq!(
+        (plain.offsets[0].offset, &plain.offsets[0].error),
+        (-1, &None)
+    );
     producer.commit_transaction().await.unwrap();
     // The marker on the offsets partition is written after EndTxn is answered.
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -203,7 +203,8 @@ pub(crate) async fn offset_fetch(
                     .map(|t| (t.name.0.to_string(), t.partition_indexes))
                     .collect()
             });
-            let (code, fetched) = match fetch_group(&ctx, &group_name(&g.group_id), asked).await {
+            let group = group_name(&g.group_id);
+            let (code, fetched) = match fetch_group(&ctx, &group, asked, r.require_stable).await {
                 Ok(fetched) => (0, fetched),
                 Err(code) => (code, Vec::new()),
             };
@@ -240,7 +241,8 @@ pub(crate) async fn offset_fetch(
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
             .collect()
     });
-    let (code, fetched) = match fetch_group(&ctx, &group_name(&r.group_id), asked.clone()).await {
+    let group = group_name(&r.group_id);
+    let (code, fetched) = match fetch_group(&ctx, &group, asked.clone(), r.require_stable).await {
         Ok(fetched) => (0, fetched),
         // v1 has no top-level error: each partition asked for carries it.
         Err(code) if version < 2 => (code, refused_each(asked, code)),
@@ -287,7 +289,14 @@ fn refused_each(asked: Asked, code: i16) -> Fetched {
 
 /// A group's committed offsets, natively (which checks the coordinator and the
 /// principal's access); -1 where nothing is committed.
-async fn fetch_group(ctx: &Arc<Ctx>, group_id: &str, asked: Asked) -> Result<Fetched, i16> {
+/// The group's committed offsets (`require_stable`, KIP-447: those an open transaction holds
+/// are answered UNSTABLE_OFFSET_COMMIT, per partition).
+async fn fetch_group(
+    ctx: &Arc<Ctx>,
+    group_id: &str,
+    asked: Asked,
+    require_stable: bool,
+) -> Result<Fetched, i16> {
     let partitions = asked
         .iter()
         .flatten()
@@ -303,6 +312,7 @@ async fn fetch_group(ctx: &Arc<Ctx>, group_id: &str, asked: Asked) -> Result<Fet
     let request = m::OffsetFetchRequest {
         group_id: group_id.to_string(),
         partitions,
+        require_stable,
     };
     let response: m::OffsetFetchResponse = ctx
         .call(OpCode::OffsetFetch, &request)
