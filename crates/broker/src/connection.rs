@@ -282,7 +282,10 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| {
             match authorize::delete_group(&access, principal, &r.group_id) {
                 Ok(()) => group_handlers::delete(state, r).await,
-                Err(error) => m::DeleteGroupResponse { error: Some(error) },
+                Err(error) => m::DeleteGroupResponse {
+                    error: Some(error),
+                    offsets: Vec::new(),
+                },
             }
         }),
         // The standalone server is also a single-node MetaServer: brokers may join it (the

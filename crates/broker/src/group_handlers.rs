@@ -280,6 +280,9 @@ pub fn describe(state: &BrokerState, req: m::DescribeGroupRequest) -> m::Describ
 
 pub async fn delete(state: Arc<BrokerState>, req: m::DeleteGroupRequest) -> m::DeleteGroupResponse {
     coordinated_here!(state, &req.group_id, m::DeleteGroupResponse);
+    if !req.offsets.is_empty() {
+        return delete_offsets(state, req).await;
+    }
     let outcome = match state.groups.prepare_delete(&req.group_id) {
         Ok(tombstones) => {
             crate::offsets_partitions::append(&state, &req.group_id, tombstones).await
@@ -288,5 +291,47 @@ pub async fn delete(state: Arc<BrokerState>, req: m::DeleteGroupRequest) -> m::D
     };
     m::DeleteGroupResponse {
         error: outcome.err(),
+        offsets: Vec::new(),
+    }
+}
+
+/// `DeleteGroup` with `offsets` (Kafka's OffsetDelete): the tombstones of the partitions
+/// asked (at most [`crate::group::COMMIT_OFFSETS_MAX`], as a commit), appended as a commit's.
+async fn delete_offsets(
+    state: Arc<BrokerState>,
+    req: m::DeleteGroupRequest,
+) -> m::DeleteGroupResponse {
+    let refuse = |error: m::Error| m::DeleteGroupResponse {
+        error: Some(error),
+        offsets: Vec::new(),
+    };
+    let asked = crate::group::from_wire(&req.offsets);
+    if asked.len() > crate::group::COMMIT_OFFSETS_MAX {
+        return refuse(ErrorCode::LIMIT_EXCEEDED.with_message(format!(
+            "{} partitions: at most {} per request",
+            asked.len(),
+            crate::group::COMMIT_OFFSETS_MAX
+        )));
+    }
+    let (tombstones, outcomes) = match state.groups.prepare_delete_offsets(&req.group_id, &asked) {
+        Ok(prepared) => prepared,
+        Err((code, message)) => return refuse(code.with_message(message)),
+    };
+    if let Err(e) = crate::offsets_partitions::append(&state, &req.group_id, tombstones).await {
+        return refuse(e);
+    }
+    let offsets = outcomes
+        .into_iter()
+        .map(|((topic, partition), refused)| m::CommittedOffset {
+            topic,
+            partition,
+            offset: -1,
+            metadata: String::new(),
+            error: refused.and_then(wire),
+        })
+        .collect();
+    m::DeleteGroupResponse {
+        error: None,
+        offsets,
     }
 }

@@ -327,6 +327,7 @@ impl Admin {
     pub async fn delete_group(&self, group: &str) -> Result<(), ClientError> {
         let request = &m::DeleteGroupRequest {
             group_id: group.into(),
+            offsets: Vec::new(),
         };
         self.retry_change(
             &format!("delete group {group}"),

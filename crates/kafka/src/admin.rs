@@ -1,9 +1,12 @@
 //! Topic administration and cluster description: CreateTopics, DeleteTopics,
-//! CreatePartitions, DescribeConfigs, DescribeCluster. Each topic is one native request
+//! CreatePartitions, DescribeConfigs, DescribeCluster (and in `alter_configs`, AlterConfigs and
+//! IncrementalAlterConfigs; in `acls`, CreateAcls, DescribeAcls and DeleteAcls). Each topic is one native request
 //! (CreateTopic, DeleteTopic, AlterPartitions, DescribeTopic), so the native authorization and
 //! validation apply; Kafka-only features (manual replica assignments, topic ids) are refused
 //! with an error naming them.
 
+mod acls;
+mod alter_configs;
 mod configs;
 
 use std::collections::HashSet;
@@ -29,6 +32,9 @@ use crate::context::Ctx;
 use crate::errors::{kafka_code_for, message_of, Resource};
 use crate::metadata::broker_id;
 use configs::Entry;
+
+pub(crate) use acls::{create_acls, delete_acls, describe_acls};
+pub(crate) use alter_configs::{alter_configs, incremental_alter_configs};
 
 /// DescribeConfigs resource types (Kafka's `ConfigResource.Type`).
 const RESOURCE_TOPIC: i8 = 2;
@@ -315,11 +321,7 @@ async fn describe_resource(
             format!("config resource type {other} is not served (topics 2 and brokers 4 are)"),
         )),
     };
-    let defaults = match resource.resource_type {
-        RESOURCE_TOPIC => configs::topic_entries(&ctx.state().config.topic_defaults.to_wire()),
-        _ => Vec::new(),
-    };
-    let (entries, source) = match described {
+    let (entries, source, defaults) = match described {
         Ok(found) => found,
         Err((code, message)) => {
             return result
@@ -365,7 +367,9 @@ fn config_result(version: i16, e: Entry, source: i8) -> DescribeConfigsResourceR
     out
 }
 
-type Described = Result<(Vec<Entry>, i8), (i16, String)>;
+/// A resource's entries, their source, and the defaults they are compared with (an entry equal
+/// to its default reads as the default).
+type Described = Result<(Vec<Entry>, i8, Vec<Entry>), (i16, String)>;
 
 async fn topic_configs(ctx: &Ctx, name: &str) -> Described {
     let request = m::DescribeTopicRequest { name: name.into() };
@@ -375,7 +379,17 @@ async fn topic_configs(ctx: &Ctx, name: &str) -> Described {
     match described {
         Ok(r) if r.error.is_none() => {
             let config = r.config.unwrap_or_default();
-            Ok((configs::topic_entries(&config), SOURCE_TOPIC))
+            // min.insync.replicas' default depends on the topic's replication factor.
+            let replication_factor = r.partitions.first().map_or(1, |p| p.replicas.len());
+            let mut defaults = ctx.state().config.topic_defaults.to_wire();
+            defaults.min_insync_replicas = tinymq_meta::default_min_insync_replicas(
+                u32::try_from(replication_factor).unwrap_or(u32::MAX),
+            );
+            Ok((
+                configs::topic_entries(&config),
+                SOURCE_TOPIC,
+                configs::topic_entries(&defaults),
+            ))
         }
         other => {
             let error = refusal(other, |r| r.error.clone());
@@ -444,7 +458,7 @@ fn broker_configs(ctx: &Ctx, name: &str) -> Described {
         ),
         entry("tinymq.flush", defaults.flush.clone(), T::String),
     ];
-    Ok((entries, SOURCE_STATIC_BROKER))
+    Ok((entries, SOURCE_STATIC_BROKER, Vec::new()))
 }
 
 pub(crate) async fn describe_cluster(

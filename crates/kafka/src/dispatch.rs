@@ -151,6 +151,17 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
             serve!(ctx, version, r, CreatePartitions, admin::create_partitions)
         }
         R::DescribeConfigs(r) => serve!(ctx, version, r, DescribeConfigs, admin::describe_configs),
+        R::IncrementalAlterConfigs(r) => serve!(
+            ctx,
+            version,
+            r,
+            IncrementalAlterConfigs,
+            admin::incremental_alter_configs
+        ),
+        R::CreateAcls(r) => serve!(ctx, version, r, CreateAcls, admin::create_acls),
+        R::DescribeAcls(r) => serve!(ctx, version, r, DescribeAcls, admin::describe_acls),
+        R::DeleteAcls(r) => serve!(ctx, version, r, DeleteAcls, admin::delete_acls),
+        R::AlterConfigs(r) => serve!(ctx, version, r, AlterConfigs, admin::alter_configs),
         R::DescribeCluster(r) => serve!(ctx, version, r, DescribeCluster, admin::describe_cluster),
         R::FindCoordinator(r) => {
             serve!(ctx, version, r, FindCoordinator, groups::find_coordinator)
@@ -170,6 +181,7 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
         R::ListGroups(r) => serve!(ctx, version, r, ListGroups, groups::list_groups),
         R::DescribeGroups(r) => serve!(ctx, version, r, DescribeGroups, groups::describe_groups),
         R::DeleteGroups(r) => serve!(ctx, version, r, DeleteGroups, groups::delete_groups),
+        R::OffsetDelete(r) => serve!(ctx, version, r, OffsetDelete, groups::offset_delete),
         R::AddPartitionsToTxn(r) => {
             serve!(ctx, version, r, AddPartitionsToTxn, txn::add_partitions)
         }

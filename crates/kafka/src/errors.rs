@@ -43,6 +43,7 @@ pub fn kafka_code(native: N) -> i16 {
         N::UNKNOWN_MEMBER_ID => K::UnknownMemberId,
         N::INVALID_GROUP_ID => K::InvalidGroupId,
         N::GROUP_NOT_EMPTY => K::NonEmptyGroup,
+        N::GROUP_SUBSCRIBED_TO_TOPIC => K::GroupSubscribedToTopic,
         N::NOT_COORDINATOR => K::NotCoordinator,
         N::GROUP_ID_NOT_FOUND => K::GroupIdNotFound,
         N::LEADER_NOT_AVAILABLE => K::LeaderNotAvailable,

@@ -1,9 +1,7 @@
 //! ListOffsets (v1..=7): latest (-1: the high watermark, or under `isolation_level` 1, read
 //! committed, the last stable offset), earliest (-2, the log start) and by timestamp (the
 //! first record at or after it), as native ListOffsets with the isolation level passed
-//! through. -3 (the record with the largest timestamp, KIP-734) has
-//! no native counterpart: it is answered UNSUPPORTED_VERSION, as a Kafka broker too old for it
-//! would, so clients report it as unsupported.
+//! through, and -3 (the first record with the largest timestamp, KIP-734) the same way.
 
 use std::sync::Arc;
 
@@ -21,8 +19,6 @@ use crate::leader;
 
 /// Kafka's "latest" timestamp.
 const LATEST: i64 = -1;
-/// Kafka's "the offset of the record with the largest timestamp" (v7+).
-const MAX_TIMESTAMP: i64 = -3;
 
 /// What a Kafka partition asks for, once checked here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +102,6 @@ fn plan(
         for p in &topic.partitions {
             let ask = match u32::try_from(p.partition_index) {
                 Err(_) => Ask::Refused(K::UnknownTopicOrPartition.code()),
-                Ok(_) if p.timestamp == MAX_TIMESTAMP => Ask::Refused(K::UnsupportedVersion.code()),
                 Ok(partition) => {
                     native.partitions.push(m::ListOffsetsPartition {
                         topic: topic.name.as_str().to_owned(),

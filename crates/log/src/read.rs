@@ -306,6 +306,24 @@ impl PartitionLog {
         })
     }
 
+    /// The offset of the first record with the log's largest timestamp, with that timestamp
+    /// (Kafka's ListOffsets `-3`, KIP-734); `None` when the log holds no record. The largest
+    /// is found from each segment's own maximum, and the record by a search for that time.
+    pub fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
+        let max = {
+            let state = self.state.read();
+            state
+                .segments
+                .values()
+                .filter_map(|s| s.max_timestamp)
+                .max()
+        };
+        match max {
+            Some(max) => self.offset_for_timestamp(max),
+            None => Ok(None),
+        }
+    }
+
     fn offset_for_timestamp_once(
         &self,
         timestamp_ms: i64,

@@ -462,6 +462,28 @@ fn offsets_are_found_by_timestamp_across_segments() {
 }
 
 #[test]
+fn the_record_with_the_largest_timestamp_is_found_in_whichever_segment_holds_it() {
+    let fs = FaultyStorage::new();
+    let (log, _) = open(&fs, small_segments());
+    assert_eq!(log.offset_of_max_timestamp().unwrap(), None);
+    // Batch 7 holds the largest timestamps (its records at T0 + 10_000 + 0..20); later
+    // batches are older, so the answer is in an earlier segment than the active one.
+    for id in 0..60u32 {
+        let base = if id == 7 {
+            T0 + 10_000
+        } else {
+            T0 + i64::from(id) * 100
+        };
+        log.append(&mut batch(id, 20, base), 0).unwrap();
+    }
+    assert!(log.segment_count() > 2, "{} segments", log.segment_count());
+    assert_eq!(
+        log.offset_of_max_timestamp().unwrap(),
+        Some((159, T0 + 10_019))
+    );
+}
+
+#[test]
 fn segments_roll_by_age() {
     let fs = FaultyStorage::new();
     let clock = Arc::new(ManualClock::new(T0));

@@ -14,7 +14,7 @@ use tinymq_protocol::{ErrorCode, OpCode};
 use crate::{Part, Response};
 
 /// Error codes with a slot of their own; a larger code (a future one) is not counted by code.
-const ERROR_SLOTS: usize = 64;
+const ERROR_SLOTS: usize = 128;
 const _: () = assert!(ErrorCode::ALL.len() <= ERROR_SLOTS);
 
 /// For each 7-bit operation code, its slot in [`RequestStats`], or `u8::MAX` when no

@@ -181,6 +181,9 @@ error_codes! {
     HALF_MESSAGE_NOT_FOUND = 62, false, "unknown half message";
     /// The half message was already resolved the other way (the message says how and why).
     HALF_MESSAGE_RESOLVED = 63, false, "half message already resolved";
+    /// Offsets of a topic a live member of the group consumes cannot be deleted
+    /// (`DeleteGroup` with `offsets`: Kafka's OffsetDelete).
+    GROUP_SUBSCRIBED_TO_TOPIC = 64, false, "the group consumes this topic";
 }
 
 impl ErrorCode {

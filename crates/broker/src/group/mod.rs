@@ -32,6 +32,9 @@ use member_ids::MemberIds;
 use offsets::{partition_for_group, Change, Committed, OffsetStore};
 use table::{Entry, Groups};
 
+/// One partition of a request and the error that refused it, if any.
+pub type PartitionOutcome = (Tp, Option<GroupError>);
+
 pub use tinymq_protocol::names::GROUP_ID_BYTES_MAX;
 /// Offsets of a group without members are deleted this long after its last commit.
 pub const OFFSETS_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -470,6 +473,60 @@ impl GroupCoordinator {
             ));
         }
         Ok(tombstones)
+    }
+
+    /// Deletes the committed offsets of `partitions` and keeps the group (Kafka's
+    /// OffsetDelete): the tombstones to append, and each partition asked with the error that
+    /// refused it. A partition is refused while a live member consumes its topic: a native
+    /// member subscribed to it, or any member of a classic group (whose subscriptions are the
+    /// clients' own bytes, not read here). A partition without an offset needs no tombstone.
+    pub fn prepare_delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: &BTreeSet<Tp>,
+    ) -> Result<(Vec<Change>, Vec<PartitionOutcome>), GroupError> {
+        let consumed: Option<BTreeSet<String>> = match self.groups.lock().get(group_id) {
+            Some(Entry::Native(g)) => Some(
+                g.members
+                    .values()
+                    .flat_map(|member| member.topics.iter().cloned())
+                    .collect(),
+            ),
+            Some(Entry::Classic(g)) if !g.is_vacant() => None,
+            _ => Some(BTreeSet::new()),
+        };
+        let committed = self.offsets.all(group_id);
+        if committed.is_empty() && !self.groups.lock().contains(group_id) {
+            return Err((
+                ErrorCode::GROUP_ID_NOT_FOUND,
+                format!("unknown group {group_id}"),
+            ));
+        }
+        let mut tombstones = Vec::new();
+        let mut outcomes = Vec::with_capacity(partitions.len());
+        for tp in partitions {
+            let subscribed = consumed
+                .as_ref()
+                .is_none_or(|topics| topics.contains(&tp.0));
+            if subscribed {
+                let why = match consumed {
+                    None => {
+                        format!("group {group_id} has live members of Kafka's classic protocol")
+                    }
+                    Some(_) => format!("a live member of group {group_id} consumes topic {}", tp.0),
+                };
+                outcomes.push((
+                    tp.clone(),
+                    Some((ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC, why)),
+                ));
+                continue;
+            }
+            if committed.contains_key(tp) {
+                tombstones.push((tp.clone(), None));
+            }
+            outcomes.push((tp.clone(), None));
+        }
+        Ok((tombstones, outcomes))
     }
 
     fn tombstones(&self, group_id: &str) -> Vec<Change> {

@@ -237,3 +237,66 @@ fn session_timeouts_up_to_kafkas_maximum_are_taken_natively() {
     let refused = join(30 * 60 * 1000 + 1).unwrap_err();
     assert_eq!(refused.0, ErrorCode::INVALID_REQUEST, "{}", refused.1);
 }
+
+#[test]
+fn offsets_are_deleted_per_partition_unless_a_live_member_consumes_the_topic() {
+    let coordinator = leading_everything();
+    let admin_commit = |group: &str, offsets: &[(&str, u32)]| m::OffsetCommitRequest {
+        group_id: group.into(),
+        offsets: offsets
+            .iter()
+            .map(|(topic, partition)| m::CommittedOffset {
+                topic: (*topic).into(),
+                partition: *partition,
+                offset: 7,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let two_partitions = |_: &str| Some(2);
+    let changes = coordinator
+        .prepare_commit(
+            &admin_commit("g", &[("a", 0), ("a", 1), ("b", 0)]),
+            &two_partitions,
+        )
+        .unwrap();
+    append_replicated(&coordinator, "g", changes);
+    let tp = |t: &str, p: u32| (t.to_string(), p);
+    let asked: BTreeSet<Tp> = [tp("a", 0), tp("b", 1)].into();
+    let (tombstones, outcomes) = coordinator.prepare_delete_offsets("g", &asked).unwrap();
+    assert_eq!(
+        tombstones,
+        vec![(tp("a", 0), None)],
+        "b-1 has no offset to delete"
+    );
+    assert_eq!(outcomes, vec![(tp("a", 0), None), (tp("b", 1), None)]);
+    append_replicated(&coordinator, "g", tombstones);
+    let left: Vec<Tp> = coordinator.committed("g").into_keys().collect();
+    assert_eq!(left, vec![tp("a", 1), tp("b", 0)]);
+
+    // A member subscribed to a: its offsets stay; b's may go.
+    coordinator
+        .join(
+            &m::JoinGroupRequest {
+                group_id: "g".into(),
+                topics: vec!["a".into()],
+                session_timeout_ms: 10_000,
+                client_id: "c".into(),
+                ..Default::default()
+            },
+            &two_partitions,
+        )
+        .unwrap();
+    let asked: BTreeSet<Tp> = [tp("a", 1), tp("b", 0)].into();
+    let (tombstones, outcomes) = coordinator.prepare_delete_offsets("g", &asked).unwrap();
+    assert_eq!(tombstones, vec![(tp("b", 0), None)]);
+    let refused = outcomes[0].1.as_ref().map(|(code, _)| *code);
+    assert_eq!(refused, Some(ErrorCode::GROUP_SUBSCRIBED_TO_TOPIC));
+    assert_eq!(outcomes[1], (tp("b", 0), None));
+
+    let unknown = coordinator
+        .prepare_delete_offsets("nobody", &asked)
+        .unwrap_err();
+    assert_eq!(unknown.0, ErrorCode::GROUP_ID_NOT_FOUND);
+}

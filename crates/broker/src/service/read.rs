@@ -91,24 +91,32 @@ pub(crate) fn list_partition_offset(
         Isolation::ReadUncommitted => partition.high_watermark(),
         Isolation::ReadCommitted => partition.last_stable_offset(),
     };
-    match timestamp {
-        -1 => Ok((visible(), -1)),
-        -2 => Ok((partition.log.log_start_offset(), -1)),
-        // Kafka gives other negative values meanings tinymq does not have (-3: the record with
-        // the largest timestamp, …): refused rather than searched for as times.
-        ts if ts < 0 => Err(ErrorCode::INVALID_REQUEST.with_message(format!(
-            "timestamp {ts}: the negative timestamps are -1 (latest) and -2 (earliest)"
-        ))),
-        // A lookup may decompress a batch: it takes one of the broker's decompression slots.
-        ts => match crate::partition::with_decompression_slot(|| {
-            partition.log.offset_for_timestamp(ts)
-        }) {
-            Ok(Some((offset, timestamp))) if offset < visible() => Ok((offset, timestamp)),
-            Ok(_) => Ok((-1, -1)),
-            Err(e) => Err(e.error_code().with_message(e.to_string())),
-        },
+    // A lookup may decompress a batch: it takes one of the broker's decompression slots.
+    let found = match timestamp {
+        -1 => return Ok((visible(), -1)),
+        -2 => return Ok((partition.log.log_start_offset(), -1)),
+        MAX_TIMESTAMP => crate::partition::with_decompression_slot(|| {
+            partition.log.offset_of_max_timestamp()
+        }),
+        // Kafka gives the other negative values meanings tinymq does not have (-4: the
+        // earliest local offset of tiered storage, …): refused rather than searched for.
+        ts if ts < 0 => {
+            return Err(ErrorCode::INVALID_REQUEST.with_message(format!(
+                "timestamp {ts}: the negative timestamps are -1 (latest), -2 (earliest) and -3 (the record with the largest timestamp)"
+            )))
+        }
+        ts => crate::partition::with_decompression_slot(|| partition.log.offset_for_timestamp(ts)),
+    };
+    match found {
+        // A record at or above what this isolation may see is not shown, as Kafka does.
+        Ok(Some((offset, timestamp))) if offset < visible() => Ok((offset, timestamp)),
+        Ok(_) => Ok((-1, -1)),
+        Err(e) => Err(e.error_code().with_message(e.to_string())),
     }
 }
+
+/// ListOffsets' "the record with the largest timestamp" (Kafka's `-3`, KIP-734).
+const MAX_TIMESTAMP: i64 = -3;
 
 /// The head of a consumer's fetch result (high watermark, last stable offset, log start) and
 /// the led partition it names; no partition (and the result finished with the error) when it

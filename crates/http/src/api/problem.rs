@@ -85,6 +85,7 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
         }
         E::TOPIC_ALREADY_EXISTS
         | E::GROUP_NOT_EMPTY
+        | E::GROUP_SUBSCRIBED_TO_TOPIC
         | E::BROKER_ID_IN_USE
         | E::ILLEGAL_GENERATION
         | E::INVALID_UPDATE_VERSION

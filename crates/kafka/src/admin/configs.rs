@@ -103,6 +103,74 @@ fn set(out: &mut m::TopicConfig, name: &str, value: &str) -> Result<(), String> 
     Ok(())
 }
 
+/// Kafka's topic config names with a tinymq setting, and that setting's key in
+/// `AlterTopicConfig` (the MetaServer's topic record).
+const NATIVE_KEYS: &[(&str, &str)] = &[
+    ("retention.ms", "retention_ms"),
+    ("retention.bytes", "retention_bytes"),
+    ("segment.bytes", "segment_bytes"),
+    ("segment.ms", "segment_ms"),
+    ("max.message.bytes", "message_bytes_max"),
+    (
+        "message.timestamp.after.max.ms",
+        "message_timestamp_after_max_ms",
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "message_timestamp_before_max_ms",
+    ),
+    ("min.insync.replicas", tinymq_meta::MIN_INSYNC_REPLICAS),
+    (
+        "unclean.leader.election.enable",
+        tinymq_meta::UNCLEAN_LEADER_ELECTION,
+    ),
+    ("tinymq.flush", tinymq_meta::image::FLUSH),
+];
+
+/// What setting one Kafka topic config to a value does to the native settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NativeChange {
+    /// Set this key to this value.
+    Set(&'static str, String),
+    /// A name that states what tinymq always does, given that value: nothing to change.
+    Nothing,
+}
+
+/// The native change for setting the Kafka topic config `name` to `value`, checked by the
+/// same rules as a create's configs (so a value refused at create is refused here too).
+pub(crate) fn native_change(name: &str, value: &str) -> Result<NativeChange, String> {
+    let mut parsed = m::TopicConfig::default();
+    set(&mut parsed, name, value)?;
+    let Some((_, key)) = NATIVE_KEYS.iter().find(|(kafka, _)| *kafka == name) else {
+        return Ok(NativeChange::Nothing);
+    };
+    let value = match name {
+        // Kafka's "never" is stored as tinymq's 0.
+        "segment.ms" => parsed.segment_ms.to_string(),
+        "unclean.leader.election.enable" => parsed.unclean_leader_election.to_string(),
+        _ => value.trim().to_string(),
+    };
+    Ok(NativeChange::Set(key, value))
+}
+
+/// The native key a Kafka topic config removes (back to the default): `None` for the names
+/// tinymq has one value of, which stay. Unknown names are refused.
+pub(crate) fn native_key(name: &str) -> Result<Option<&'static str>, String> {
+    if let Some((_, key)) = NATIVE_KEYS.iter().find(|(kafka, _)| *kafka == name) {
+        return Ok(Some(key));
+    }
+    if FIXED.iter().any(|(fixed, _)| *fixed == name) {
+        return Ok(None);
+    }
+    Err(format!("unknown config {name}"))
+}
+
+/// Every native key a Kafka name maps onto: what a whole-config replacement (AlterConfigs)
+/// resets when its request leaves the name out.
+pub(crate) fn native_keys() -> impl Iterator<Item = (&'static str, &'static str)> {
+    NATIVE_KEYS.iter().copied()
+}
+
 /// A topic's settings under Kafka's names (and `tinymq.*` for the rest).
 pub(crate) fn topic_entries(config: &m::TopicConfig) -> Vec<Entry> {
     use ConfigType as T;
@@ -211,6 +279,37 @@ mod tests {
             "retention.bytes",
         ] {
             assert!(err.contains(named), "{named} in {err}");
+        }
+    }
+
+    #[test]
+    fn alters_map_onto_native_keys_with_the_create_rules() {
+        assert_eq!(
+            native_change("retention.ms", " 60000 "),
+            Ok(NativeChange::Set("retention_ms", "60000".into()))
+        );
+        assert_eq!(
+            native_change("segment.ms", "9223372036854775807"),
+            Ok(NativeChange::Set("segment_ms", "0".into()))
+        );
+        assert_eq!(
+            native_change("cleanup.policy", "delete"),
+            Ok(NativeChange::Nothing)
+        );
+        assert!(native_change("cleanup.policy", "compact").is_err());
+        assert!(native_change("retention.bytes", "0").is_err());
+        assert!(native_change("max.message.bytes", "big").is_err());
+        assert!(native_change("flux.capacitor", "1").is_err());
+        assert_eq!(
+            native_key("min.insync.replicas"),
+            Ok(Some("min_insync_replicas"))
+        );
+        assert_eq!(native_key("compression.type"), Ok(None));
+        assert!(native_key("flux.capacitor").is_err());
+        // Every described entry of a name with a native key maps back onto that key.
+        for entry in topic_entries(&m::TopicConfig::default()) {
+            let mapped = native_keys().any(|(kafka, _)| kafka == entry.name);
+            assert_eq!(mapped, !entry.read_only, "{}", entry.name);
         }
     }
 

@@ -346,6 +346,7 @@ pub(crate) async fn delete_groups(
 async fn delete_one(ctx: &Arc<Ctx>, group_id: &str) -> i16 {
     let request = m::DeleteGroupRequest {
         group_id: group_id.to_string(),
+        offsets: Vec::new(),
     };
     let answer: Result<m::DeleteGroupResponse, m::Error> =
         ctx.call(OpCode::DeleteGroup, &request).await;

@@ -1,5 +1,6 @@
 //! Kafka's classic consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-//! LeaveGroup, OffsetCommit and OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, as
+//! LeaveGroup, OffsetCommit and OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
+//! OffsetDelete, as
 //! translations: a Kafka request becomes a call on the broker's one group coordinator
 //! ([`tinymq_broker::group::GroupCoordinator`]: its classic mode, `classic_join`,
 //! `classic_sync`, … for membership and client-side assignment) or a native request through
@@ -9,12 +10,13 @@
 //! nothing here keeps state of its own.
 //!
 //! - this module: the checks every group request makes natively first ([`admit_group`]);
-//! - `membership`, `offsets`, `admin`: the handlers; `consumer_protocol`: Kafka's encoding
+//! - `membership`, `offsets`, `offset_delete`, `admin`: the handlers; `consumer_protocol`: Kafka's encoding
 //!   of a native group's members for DescribeGroups.
 
 mod admin;
 mod consumer_protocol;
 mod membership;
+mod offset_delete;
 mod offsets;
 
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use crate::errors::{kafka_code_for, Resource};
 
 pub(crate) use admin::{delete_groups, describe_groups, find_coordinator, list_groups};
 pub(crate) use membership::{heartbeat, join_group, leave_group, sync_group};
+pub(crate) use offset_delete::offset_delete;
 pub(crate) use offsets::{offset_commit, offset_fetch};
 
 /// A native group error as Kafka's code for a group request.

@@ -21,7 +21,7 @@ fn request(partitions: &[(i32, i64)]) -> ListOffsetsRequest {
 }
 
 #[test]
-fn latest_earliest_and_times_go_to_the_broker_max_timestamp_does_not() {
+fn latest_earliest_times_and_max_timestamp_go_to_the_broker() {
     let (topics, native) = plan(&request(&[
         (0, -1),
         (1, -2),
@@ -34,9 +34,18 @@ fn latest_earliest_and_times_go_to_the_broker_max_timestamp_does_not() {
         .iter()
         .map(|p| (p.partition, p.timestamp))
         .collect();
-    assert_eq!(sent, vec![(0, -1), (1, -2), (2, 1_700_000_000_000)]);
+    assert_eq!(
+        sent,
+        vec![(0, -1), (1, -2), (2, 1_700_000_000_000), (3, -3)]
+    );
     let asks: Vec<_> = topics[0].1.iter().map(|(_, ask)| *ask).collect();
-    assert_eq!(asks[3], Ask::Refused(K::UnsupportedVersion.code()));
+    assert_eq!(
+        asks[3],
+        Ask::Native {
+            partition: 3,
+            timestamp: -3
+        }
+    );
     assert_eq!(asks[4], Ask::Refused(K::UnknownTopicOrPartition.code()));
 }
 

@@ -1,0 +1,313 @@
+//! IncrementalAlterConfigs and AlterConfigs for topics, as the native `AlterTopicConfig`: each
+//! Kafka name maps onto its tinymq setting ([`configs::native_change`]), so a change goes
+//! through the same checks as `tinymq topic alter` (the MetaServer's rules, this broker's
+//! storage limits) and the same `ALTER` permission on the topic.
+//!
+//! - IncrementalAlterConfigs sets (`SET`) or removes (`DELETE`, back to the default) the names
+//!   given and leaves the others. `APPEND` and `SUBTRACT` are for list-valued configs, which
+//!   tinymq's topics have none of: refused with `INVALID_CONFIG`.
+//! - AlterConfigs (the older API) replaces a topic's whole config: the names given are set,
+//!   every other Kafka-named setting goes back to its default. tinymq's settings with no Kafka
+//!   name (`max_delivery_attempts`, `dead_letter_topic`) and the flush policy, which cannot
+//!   change on an open topic, are kept when left out.
+//!
+//! Broker resources are refused: tinymq's broker settings are its server flags, fixed while it
+//! runs.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError as K;
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use tinymq_protocol::{messages as m, OpCode};
+
+use super::configs::{self, NativeChange};
+use super::{refusal, text, topic_error, RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::context::Ctx;
+
+/// IncrementalAlterConfigs' operations (Kafka's `AlterConfigOp.OpType`).
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+/// A refusal: a Kafka error code and its message.
+type Refused = (i16, String);
+
+/// One resource's change in native terms.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct NativeAlter {
+    set: BTreeMap<&'static str, String>,
+    unset: Vec<&'static str>,
+}
+
+impl NativeAlter {
+    fn set(&mut self, name: &str, value: Option<&str>) -> Result<(), Refused> {
+        let Some(value) = value else {
+            return Err(invalid(format!("{name}: a value is required to set it")));
+        };
+        match configs::native_change(name, value).map_err(invalid)? {
+            NativeChange::Set(key, value) => {
+                self.set.insert(key, value);
+            }
+            NativeChange::Nothing => {}
+        }
+        Ok(())
+    }
+
+    fn unset(&mut self, name: &str) -> Result<(), Refused> {
+        if let Some(key) = configs::native_key(name).map_err(invalid)? {
+            self.unset.push(key);
+        }
+        Ok(())
+    }
+}
+
+fn invalid(why: String) -> Refused {
+    (K::InvalidConfig.code(), why)
+}
+
+/// An incremental change's native form; a name given twice is refused, as Kafka does.
+fn incremental(
+    configs: &[incremental_alter_configs_request::AlterableConfig],
+) -> Result<NativeAlter, Refused> {
+    let mut alter = NativeAlter::default();
+    let mut seen = std::collections::HashSet::new();
+    for config in configs {
+        let name = config.name.as_str();
+        if !seen.insert(name) {
+            return Err((K::InvalidRequest.code(), format!("{name} is given twice")));
+        }
+        match config.config_operation {
+            OP_SET => alter.set(name, config.value.as_deref())?,
+            OP_DELETE => alter.unset(name)?,
+            OP_APPEND | OP_SUBTRACT => {
+                // The name must exist all the same, so a typo is named as one.
+                configs::native_key(name).map_err(invalid)?;
+                return Err(invalid(format!(
+                    "{name} is not a list: APPEND and SUBTRACT apply to none of tinymq's topic configs"
+                )));
+            }
+            other => {
+                return Err((
+                    K::InvalidRequest.code(),
+                    format!("{name}: unknown config operation {other} (0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT)"),
+                ))
+            }
+        }
+    }
+    Ok(alter)
+}
+
+/// A whole-config replacement's native form: the names given are set, every other Kafka-named
+/// setting (but the flush policy) is removed.
+fn replacement(configs: &[alter_configs_request::AlterableConfig]) -> Result<NativeAlter, Refused> {
+    let mut alter = NativeAlter::default();
+    let mut seen = std::collections::HashSet::new();
+    for config in configs {
+        let name = config.name.as_str();
+        if !seen.insert(name) {
+            return Err((K::InvalidRequest.code(), format!("{name} is given twice")));
+        }
+        alter.set(name, config.value.as_deref())?;
+    }
+    for (kafka, key) in configs::native_keys() {
+        if !seen.contains(kafka) && key != tinymq_meta::image::FLUSH {
+            alter.unset.push(key);
+        }
+    }
+    Ok(alter)
+}
+
+/// Applies (or with `validate_only`, checks) one topic's change.
+async fn alter_topic(
+    ctx: &Ctx,
+    name: &str,
+    alter: NativeAlter,
+    validate_only: bool,
+) -> Result<(), Refused> {
+    let request = m::AlterTopicConfigRequest {
+        name: name.to_string(),
+        set: alter
+            .set
+            .into_iter()
+            .map(|(key, value)| m::TopicSetting {
+                key: key.to_string(),
+                value,
+            })
+            .collect(),
+        unset: alter.unset.into_iter().map(str::to_string).collect(),
+        validate_only,
+    };
+    let answered = ctx
+        .call::<_, m::AlterTopicConfigResponse>(OpCode::AlterTopicConfig, &request)
+        .await;
+    match refusal(answered, |r| r.error.clone()) {
+        None => Ok(()),
+        Some(error) => {
+            let (code, message) = topic_error(Some(&error));
+            Err((code, message.map(|m| m.to_string()).unwrap_or_default()))
+        }
+    }
+}
+
+/// One resource's answer.
+async fn alter_resource(
+    ctx: &Ctx,
+    resource_type: i8,
+    name: &str,
+    change: Result<NativeAlter, Refused>,
+    validate_only: bool,
+) -> Result<(), Refused> {
+    match resource_type {
+        RESOURCE_TOPIC => alter_topic(ctx, name, change?, validate_only).await,
+        RESOURCE_BROKER => Err((
+            K::InvalidRequest.code(),
+            "tinymq's broker settings are its server flags, fixed while it runs (restart with the flag changed)".into(),
+        )),
+        other => Err((
+            K::InvalidRequest.code(),
+            format!("config resource type {other} is not served (topics 2 are)"),
+        )),
+    }
+}
+
+fn answer(
+    resource_type: i8,
+    name: StrBytes,
+    outcome: Result<(), Refused>,
+) -> AlterConfigsResourceResponse {
+    let (code, message) = match outcome {
+        Ok(()) => (0, None),
+        Err((code, message)) => (code, Some(text(message))),
+    };
+    AlterConfigsResourceResponse::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(name)
+        .with_error_code(code)
+        .with_error_message(message)
+}
+
+pub(crate) async fn incremental_alter_configs(
+    ctx: Arc<Ctx>,
+    _version: i16,
+    request: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for resource in request.resources {
+        let change = incremental(&resource.configs);
+        let outcome = alter_resource(
+            &ctx,
+            resource.resource_type,
+            resource.resource_name.as_str(),
+            change,
+            request.validate_only,
+        )
+        .await;
+        responses.push(answer(
+            resource.resource_type,
+            resource.resource_name,
+            outcome,
+        ));
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+pub(crate) async fn alter_configs(
+    ctx: Arc<Ctx>,
+    _version: i16,
+    request: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for resource in request.resources {
+        let change = replacement(&resource.configs);
+        let outcome = alter_resource(
+            &ctx,
+            resource.resource_type,
+            resource.resource_name.as_str(),
+            change,
+            request.validate_only,
+        )
+        .await;
+        let (code, message) = match outcome {
+            Ok(()) => (0, None),
+            Err((code, message)) => (code, Some(text(message))),
+        };
+        responses.push(
+            alter_configs_response::AlterConfigsResourceResponse::default()
+                .with_resource_type(resource.resource_type)
+                .with_resource_name(resource.resource_name)
+                .with_error_code(code)
+                .with_error_message(message),
+        );
+    }
+    AlterConfigsResponse::default().with_responses(responses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use incremental_alter_configs_request::AlterableConfig as Incremental;
+
+    fn op(name: &str, operation: i8, value: Option<&str>) -> Incremental {
+        Incremental::default()
+            .with_name(text(name))
+            .with_config_operation(operation)
+            .with_value(value.map(text))
+    }
+
+    #[test]
+    fn incremental_sets_and_removes_only_what_it_names() {
+        let alter = incremental(&[
+            op("retention.ms", OP_SET, Some("1000")),
+            op("max.message.bytes", OP_DELETE, None),
+            op("cleanup.policy", OP_SET, Some("delete")),
+            op("compression.type", OP_DELETE, None),
+        ])
+        .expect("accepted");
+        assert_eq!(
+            alter,
+            NativeAlter {
+                set: [("retention_ms", "1000".to_string())].into(),
+                unset: vec!["message_bytes_max"],
+            }
+        );
+    }
+
+    #[test]
+    fn incremental_refusals_name_the_config() {
+        let refused = |configs: &[Incremental]| incremental(configs).expect_err("refused");
+        let (code, why) = refused(&[op("cleanup.policy", OP_SET, Some("compact"))]);
+        assert_eq!(code, K::InvalidConfig.code());
+        assert!(why.contains("cleanup.policy"), "{why}");
+        let (code, why) = refused(&[op("retention.ms", OP_APPEND, Some("1"))]);
+        assert_eq!(code, K::InvalidConfig.code());
+        assert!(why.contains("not a list"), "{why}");
+        let (_, why) = refused(&[op("flux", OP_SUBTRACT, Some("1"))]);
+        assert!(why.contains("unknown config flux"), "{why}");
+        let (code, _) = refused(&[op("retention.ms", 9, Some("1"))]);
+        assert_eq!(code, K::InvalidRequest.code());
+        let (code, _) = refused(&[
+            op("retention.ms", OP_SET, Some("1")),
+            op("retention.ms", OP_DELETE, None),
+        ]);
+        assert_eq!(code, K::InvalidRequest.code());
+        let (_, why) = refused(&[op("retention.ms", OP_SET, None)]);
+        assert!(why.contains("value is required"), "{why}");
+    }
+
+    #[test]
+    fn a_replacement_resets_what_it_leaves_out_but_the_flush_policy() {
+        let config = alter_configs_request::AlterableConfig::default()
+            .with_name(text("retention.bytes"))
+            .with_value(Some(text("4096")));
+        let alter = replacement(&[config]).expect("accepted");
+        assert_eq!(alter.set, [("retention_bytes", "4096".to_string())].into());
+        assert!(alter.unset.contains(&"retention_ms"));
+        assert!(alter.unset.contains(&tinymq_meta::MIN_INSYNC_REPLICAS));
+        assert!(!alter.unset.contains(&"retention_bytes"));
+        assert!(!alter.unset.contains(&tinymq_meta::image::FLUSH));
+    }
+}
