@@ -9,6 +9,9 @@
 #   built into tests/kafka-java/target/kafka-java.jar with its dependencies in target/lib
 #   (run as `java -cp 'target/kafka-java.jar:target/lib/*' tinymq.kafkajava.Main`); a JDK and
 #   Maven come from Debian when missing.
+# - Apache Kafka's released server and tools (scripts/install-apache-kafka.sh, into
+#   .tools/apache-kafka/libs), whose command-line tools (kafka-topics, kafka-configs, …)
+#   crates/cli/tests/kafka_tools.rs runs against tinymq.
 # Idempotent, and quick when everything is already there: the jar is rebuilt only when the
 # program's sources or pom change (a stamp of their hash), offline first from ~/.m2.
 set -euo pipefail
@@ -91,3 +94,5 @@ install_java_client() {
 install_kcat
 install_python_clients
 install_java_client
+# Apache Kafka's released jars, whose command-line tools crates/cli/tests/kafka_tools.rs runs.
+"$root/scripts/install-apache-kafka.sh" install
