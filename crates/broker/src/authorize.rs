@@ -87,6 +87,29 @@ pub(crate) fn produce(
     )
 }
 
+/// DeleteRecords: the partitions of topics `p` may not DELETE, refused before anything is
+/// deleted.
+pub(crate) fn delete_records(
+    access: &Access,
+    p: &Principal,
+    request: &mut m::DeleteRecordsRequest,
+) -> Vec<m::DeleteRecordsPartitionResult> {
+    split(
+        access,
+        p,
+        AclOperation::Delete,
+        &mut request.partitions,
+        |dp| &dp.topic,
+        |dp, error| m::DeleteRecordsPartitionResult {
+            topic: dp.topic,
+            partition: dp.partition,
+            error: Some(error),
+            low_watermark: -1,
+            current_leader: 0,
+        },
+    )
+}
+
 /// A consumer's fetch: the partitions of topics `p` may not READ, refused.
 pub(crate) fn fetch(
     access: &Access,

@@ -318,6 +318,14 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
             let response = handlers::list_offsets(state.clone(), r).await;
             authorize::list_offsets(&access, principal, response)
         }),
+        OpCode::DeleteRecords => handle!(m::DeleteRecordsRequest, |r| {
+            let mut request = r;
+            let refused = authorize::delete_records(&access, principal, &mut request);
+            let mut response =
+                crate::service::delete_records::delete_records(state.clone(), request).await;
+            response.partitions.extend(refused);
+            response
+        }),
         OpCode::InitProducerId => {
             handle!(m::InitProducerIdRequest, |r| handlers::init_producer_id(
                 state, r

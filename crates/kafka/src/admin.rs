@@ -1,6 +1,6 @@
 //! Topic administration and cluster description: CreateTopics, DeleteTopics,
 //! CreatePartitions, DescribeConfigs, DescribeCluster (and in `alter_configs`, AlterConfigs and
-//! IncrementalAlterConfigs; in `acls`, CreateAcls, DescribeAcls and DeleteAcls). Each topic is one native request
+//! IncrementalAlterConfigs; in `acls`, CreateAcls, DescribeAcls and DeleteAcls; in `delete_records`, DeleteRecords). Each topic is one native request
 //! (CreateTopic, DeleteTopic, AlterPartitions, DescribeTopic), so the native authorization and
 //! validation apply; Kafka-only features (manual replica assignments, topic ids) are refused
 //! with an error naming them.
@@ -8,6 +8,7 @@
 mod acls;
 mod alter_configs;
 mod configs;
+mod delete_records;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use configs::Entry;
 
 pub(crate) use acls::{create_acls, delete_acls, describe_acls};
 pub(crate) use alter_configs::{alter_configs, incremental_alter_configs};
+pub(crate) use delete_records::delete_records;
 
 /// DescribeConfigs resource types (Kafka's `ConfigResource.Type`).
 const RESOURCE_TOPIC: i8 = 2;

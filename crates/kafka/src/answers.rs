@@ -33,6 +33,7 @@ macro_rules! per_partition {
 per_partition!(m::ProduceResponse, m::ProducePartitionResult);
 per_partition!(m::FetchResponse, m::FetchPartitionResult);
 per_partition!(m::ListOffsetsResponse, m::ListOffsetsPartitionResult);
+per_partition!(m::DeleteRecordsResponse, m::DeleteRecordsPartitionResult);
 
 /// A native response's results by partition, or the error that refused it whole.
 pub(crate) struct Answers<T> {

@@ -158,6 +158,7 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
             IncrementalAlterConfigs,
             admin::incremental_alter_configs
         ),
+        R::DeleteRecords(r) => serve!(ctx, version, r, DeleteRecords, admin::delete_records),
         R::CreateAcls(r) => serve!(ctx, version, r, CreateAcls, admin::create_acls),
         R::DescribeAcls(r) => serve!(ctx, version, r, DescribeAcls, admin::describe_acls),
         R::DeleteAcls(r) => serve!(ctx, version, r, DeleteAcls, admin::delete_acls),

@@ -21,6 +21,7 @@ mod epoch;
 mod error;
 mod index;
 mod log;
+mod log_start;
 mod maintenance;
 mod open_files;
 mod read;

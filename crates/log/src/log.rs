@@ -72,6 +72,9 @@ pub(crate) struct LogState {
     pub segments: BTreeMap<i64, Segment>,
     /// The leader epochs of the log, as in `leader-epoch-checkpoint` (see `epoch.rs`).
     pub epochs: LeaderEpochCache,
+    /// Records below this were deleted ([`PartitionLog::delete_records_before`], as in
+    /// `log-start-offset-checkpoint`, see `log_start.rs`); 0 when none were.
+    pub deleted_below: i64,
     /// Bumped (under this state's write lock) whenever bytes the log held are cut or
     /// unlinked by truncation. A reader that copied a segment's extent checks it is unchanged
     /// after reading the file, and reads again if not, so it never returns bytes a truncation
@@ -92,8 +95,12 @@ impl LogState {
     pub fn active_mut(&mut self) -> &mut Segment {
         self.segments.values_mut().next_back().expect(NEVER_EMPTY)
     }
+    /// The first segment's base, or the offset records were deleted below when that is
+    /// higher (never above the log end: records lost past the end in a crash were deleted
+    /// too, and the next append is at the end).
     pub fn log_start_offset(&self) -> i64 {
-        *self.segments.keys().next().expect(NEVER_EMPTY)
+        let first_base = *self.segments.keys().next().expect(NEVER_EMPTY);
+        first_base.max(self.deleted_below.min(self.log_end_offset()))
     }
     pub fn log_end_offset(&self) -> i64 {
         self.active().next_offset
@@ -166,6 +173,15 @@ impl PartitionLog {
         let (segments, mut report) = recover_segments(&files, dir, &config)?;
         let epochs = crate::epoch::recover(&*storage, dir, &segments, &mut report)
             .map_err(|e| LogError::io(crate::epoch::checkpoint_path(dir), e))?;
+        let deleted_below = match crate::log_start::load(&*storage, dir) {
+            Ok(found) => found.unwrap_or(0),
+            Err(why) => {
+                tracing::warn!(dir = %dir.display(), %why,
+                    "log-start checkpoint unreadable: the log starts at its first segment");
+                report.log_start_checkpoint_damaged = Some(why);
+                0
+            }
+        };
         let log = PartitionLog {
             dir: dir.to_path_buf(),
             storage,
@@ -176,6 +192,7 @@ impl PartitionLog {
             state: RwLock::new(LogState {
                 segments,
                 epochs,
+                deleted_below,
                 truncations: 0,
                 failed: None,
                 closed: false,

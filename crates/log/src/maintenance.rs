@@ -195,8 +195,9 @@ impl PartitionLog {
     }
 
     /// Deletes whole segments past the retention limits: those whose newest record is older
-    /// than `retention_age`, and the oldest ones while the rest still hold `retention_bytes`.
-    /// The active segment is never deleted.
+    /// than `retention_age`, the oldest ones while the rest still hold `retention_bytes`, and
+    /// those wholly below the offset records were deleted below. The active segment is never
+    /// deleted.
     pub fn apply_retention(&self) -> Result<RetentionReport, LogError> {
         let now_ms = self.clock.now_ms();
         let mut report = RetentionReport::default();
@@ -222,7 +223,8 @@ impl PartitionLog {
                 });
                 let oversized =
                     retention_bytes.is_some_and(|limit| total - oldest.size_bytes >= limit);
-                if !(expired || oversized) {
+                let deleted = oldest.next_offset <= state.deleted_below;
+                if !(expired || oversized || deleted) {
                     break;
                 }
                 let base = oldest.base_offset;
@@ -249,6 +251,40 @@ impl PartitionLog {
         report.segments_deleted = doomed.len();
         self.forget_epochs_below(report.log_start_offset);
         Ok(report)
+    }
+}
+
+impl PartitionLog {
+    /// Deletes the records below `offset` (Kafka's DeleteRecords): the log start moves up to
+    /// `offset` (never down), durably, before this returns; reads below it are refused with
+    /// `OffsetOutOfRange` from then on, and the segments wholly below it are removed at once
+    /// (the rest of the segment holding it stays until retention, unread). `offset` may be up
+    /// to the log end; the caller bounds it further (a leader: its high watermark). Returns
+    /// the log start after the call.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64, LogError> {
+        {
+            let _writer = self.writer.lock();
+            let (start, end) = {
+                let state = self.state.read();
+                state.check_writable()?;
+                (state.log_start_offset(), state.log_end_offset())
+            };
+            if offset < 0 || offset > end {
+                return Err(LogError::OffsetOutOfRange {
+                    offset,
+                    log_start: start,
+                    log_end: end,
+                });
+            }
+            if offset <= start {
+                return Ok(start);
+            }
+            crate::log_start::store(&*self.storage, &self.dir, offset)
+                .map_err(|e| LogError::io(crate::log_start::path(&self.dir), e))?;
+            self.state.write().deleted_below = offset;
+        }
+        // Outside the writer lock: retention takes it to trim the epoch checkpoint.
+        Ok(self.apply_retention()?.log_start_offset)
     }
 }
 

@@ -62,6 +62,9 @@ pub struct RecoveryReport {
     /// Why the leader-epoch checkpoint was rebuilt from the batch headers (missing while the
     /// log holds batches, damaged, or disagreeing with the log), if it was.
     pub leader_epochs_rebuilt: Option<String>,
+    /// Why `log-start-offset-checkpoint` could not be read, if it could not (the log then
+    /// starts at its first segment).
+    pub log_start_checkpoint_damaged: Option<String>,
 }
 
 impl RecoveryReport {

@@ -141,6 +141,7 @@ required! {
         Requirement::PerTopic { operation: Read, group: None }
     };
     ListOffsetsRequest => |r| Requirement::PerTopic { operation: Describe, group: None };
+    DeleteRecordsRequest => |r| Requirement::PerTopic { operation: Delete, group: None };
     InitProducerIdRequest => |r| if r.transactional_id.is_empty() {
         Requirement::WriteSomewhere
     } else {

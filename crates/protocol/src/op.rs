@@ -148,6 +148,8 @@ operations! {
     HalfCheckPoll = 70 => HalfCheckPollRequest, HalfCheckPollResponse;
     /// Half messages: the unresolved halves the answering broker coordinates.
     HalfList = 71 => HalfListRequest, HalfListResponse;
+    /// Deletes the records of partitions below an offset (to each partition's leader).
+    DeleteRecords = 72 => DeleteRecordsRequest, DeleteRecordsResponse;
 }
 
 #[cfg(test)]

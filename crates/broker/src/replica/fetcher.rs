@@ -263,6 +263,14 @@ fn apply_one(p: &Partition, result: m::FetchPartitionResult) -> Result<bool, Str
     let moved = !result.records.is_empty();
     p.append_from_leader(result.records, result.high_watermark)
         .map_err(|e| local(e.message))?;
+    // The leader's log start moves up with its deletions (DeleteRecords) and retention; this
+    // replica's follows, up to what it holds, so records deleted stay deleted if it leads.
+    let follow_to = result.log_start_offset.min(p.log.log_end_offset());
+    if follow_to > p.log.log_start_offset() {
+        p.log
+            .delete_records_before(follow_to)
+            .map_err(|e| local(e.to_string()))?;
+    }
     Ok(moved)
 }
 

@@ -2,7 +2,8 @@
 //! partition goes through, below the request handlers. [`append`] checks a write against the
 //! partition's leadership, session and in-sync replicas, writes it, and waits for its flush
 //! policy and replicas; [`read`] reads whole batches below the high watermark and lists
-//! offsets; [`fetch`] is the long poll a consumer's or a follower's fetch waits in. The native
+//! offsets; [`fetch`] is the long poll a consumer's or a follower's fetch waits in;
+//! [`delete_records`] moves a partition's log start up (DeleteRecords). The native
 //! handlers, the share groups, delays, routes, the group offsets and the fuzz harness all use
 //! these functions, so a rule added here holds for every writer and reader.
 //!
@@ -10,6 +11,7 @@
 //! the parts can use it without an import cycle.
 
 pub(crate) mod append;
+pub(crate) mod delete_records;
 pub(crate) mod fetch;
 pub(crate) mod read;
 
