@@ -50,4 +50,5 @@ mod txn_handlers;
 pub use config::{Advertised, BrokerConfig, DEFAULT_PORT};
 pub use connection::BrokerFront;
 pub use server::{Broker, StartError, META_DIR};
+pub use service::delete_records::DELETE_RECORDS_TIMEOUT_MAX;
 pub use tinymq_net::ListenerLimits;

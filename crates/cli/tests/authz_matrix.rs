@@ -361,6 +361,28 @@ fn rows() -> Vec<Row> {
             )),
         },
         Row {
+            op: OpCode::DeleteRecords,
+            key: "deleterecords",
+            resource: Topic,
+            acl: DELETE,
+            setup: true,
+            check: OK,
+            call: call!(|c, t| entries(
+                ask(
+                    c,
+                    m::DeleteRecordsRequest {
+                        partitions: vec![m::DeleteRecordsPartition {
+                            topic: t.name.into(),
+                            partition: 0,
+                            offset: -1,
+                        }],
+                    }
+                )
+                .await,
+                |a| a.partitions.iter().map(|p| err(&p.error)).collect()
+            )),
+        },
+        Row {
             op: OpCode::InitProducerId,
             key: "initproducerid",
             resource: Topic,
@@ -505,7 +527,8 @@ fn rows() -> Vec<Row> {
             call: call!(|c, t| top(ask(
                 c,
                 m::DeleteGroupRequest {
-                    group_id: group_name(t)
+                    group_id: group_name(t),
+                    offsets: Vec::new(),
                 }
             )
             .await)),

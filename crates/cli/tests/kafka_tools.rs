@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use common::http::workspace_root;
-use common::kafka::KafkaServer;
+use common::kafka::{KafkaServer, Launch};
 use kafka_clients::{native_records, run, run_ok, INSTALL};
 
 /// `java -cp .tools/apache-kafka/libs/* CLASS --bootstrap-server ADDR ARGS`.
@@ -529,10 +529,12 @@ fn kafka_acls_adds_lists_and_removes_acls() {
     );
 }
 
-/// kafka-delete-records: the log start moves, records below it are gone for every reader.
+/// kafka-delete-records: the log start moves, records below it are gone for every reader, and
+/// stay gone through a `kill -9` of the server.
 #[test]
-fn kafka_delete_records_moves_the_log_start() {
-    let server = KafkaServer::start();
+fn kafka_delete_records_moves_the_log_start_durably() {
+    let data = tempfile::tempdir().expect("data directory");
+    let mut server = Launch::server().data(data.path()).start();
     server.create_topic("trim", 2);
     produce_lines(&server, "trim", 0..50);
     let ends = offsets_at(&server, "trim", "-1");
@@ -569,7 +571,20 @@ fn kafka_delete_records_moves_the_log_start() {
     let starts = offsets_at(&server, "trim", "-2");
     let halves: BTreeMap<u32, i64> = ends.iter().map(|(p, end)| (*p, end / 2)).collect();
     assert_eq!(starts, halves);
-    let left = native_values(&server, "trim").len() as i64;
+    let left = native_values(&server, "trim");
     let kept: i64 = ends.values().map(|end| end - end / 2).sum();
-    assert_eq!(left, kept, "what is below the log start is read by no one");
+    assert_eq!(
+        left.len() as i64,
+        kept,
+        "what is below the log start is read by no one"
+    );
+
+    server.kill9();
+    let server = Launch::server().data(data.path()).start();
+    assert_eq!(
+        offsets_at(&server, "trim", "-2"),
+        halves,
+        "the deletion was durable when answered"
+    );
+    assert_eq!(native_values(&server, "trim"), left);
 }

@@ -400,6 +400,51 @@ impl Admin {
         .await
     }
 
+    /// Deletes the records of `topic`/`partition` below `before` (`-1`: every record up to
+    /// the high watermark), on its leader: the partition's log start after the call, once
+    /// every in-sync replica has deleted them. Retried like a change (a retry asks for the
+    /// same log start, which changes nothing the second time).
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: u32,
+        before: i64,
+    ) -> Result<i64, ClientError> {
+        // The broker's wait for its followers ends before this client's request times out.
+        let wait = self.cluster.config.request_timeout * 4 / 5;
+        let request = &m::DeleteRecordsRequest {
+            partitions: vec![m::DeleteRecordsPartition {
+                topic: topic.into(),
+                partition,
+                offset: before,
+            }],
+            timeout_ms: u32::try_from(wait.as_millis()).unwrap_or(u32::MAX).max(1),
+        };
+        self.retry(
+            &format!("delete records of {topic}/{partition}"),
+            || async move {
+                let connection = self.cluster.leader(topic, partition).await?;
+                let response = connection
+                    .request(request, self.cluster.config.request_timeout)
+                    .await?;
+                check(response.error.as_ref())?;
+                let result =
+                    response.partitions.into_iter().next().ok_or_else(|| {
+                        ClientError::Protocol("empty delete-records response".into())
+                    })?;
+                let checked = check(result.error.as_ref());
+                if checked
+                    .as_ref()
+                    .is_err_and(ClientError::needs_metadata_refresh)
+                {
+                    self.cluster.invalidate(topic);
+                }
+                checked.map(|()| result.low_watermark)
+            },
+        )
+        .await
+    }
+
     /// Sends `request` to the coordinator of `group` (found again for each call).
     pub(crate) async fn to_coordinator<R: tinymq_protocol::Request>(
         &self,

@@ -176,6 +176,7 @@ pub(crate) fn fetch_partition(p: &Partition, leader_epoch: u32) -> m::FetchParti
         current_leader_epoch: i32::try_from(leader_epoch).ok(),
         last_fetched_epoch: position.last_epoch,
         replica_durable_end: position.durable_end,
+        replica_log_start: p.log.log_start_offset(),
     }
 }
 

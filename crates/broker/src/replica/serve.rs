@@ -120,6 +120,7 @@ pub(crate) fn note_follower_of(
     if let Role::Leader(leader) = &mut *partition.role.lock() {
         let durable_end = fp.replica_durable_end.min(fp.offset);
         leader.on_fetch(replica, durable_end, leader_end, now_ms, registration);
+        leader.note_log_start(replica, fp.replica_log_start);
     }
     partition.publish_high_watermark();
 }

@@ -36,6 +36,9 @@ pub struct LeaderState {
     /// restarted, and may have lost a tail it had not fsynced), so it cannot bring the broker
     /// back into the ISR.
     fetched_as: BTreeMap<u32, Option<u64>>,
+    /// The log start each follower reported in its last fetch (DeleteRecords waits for the
+    /// in-sync ones to reach its offset).
+    log_starts: BTreeMap<u32, i64>,
 }
 
 fn ms(now_ms: i64) -> u64 {
@@ -68,6 +71,7 @@ impl LeaderState {
             proposed: None,
             followers,
             fetched_as: BTreeMap::new(),
+            log_starts: BTreeMap::new(),
         }
     }
 
@@ -143,6 +147,21 @@ impl LeaderState {
         if state.on_fetch(durable_end, ms(now_ms), leader_end).is_ok() {
             self.fetched_as.insert(id, broker_epoch);
         }
+    }
+
+    /// Follower `id` reported its log start at `log_start`.
+    pub fn note_log_start(&mut self, id: u32, log_start: i64) {
+        self.log_starts.insert(id, log_start);
+    }
+
+    /// The lowest log start the in-sync followers reported (a follower that has reported
+    /// none counts as 0); `None` without in-sync followers.
+    pub fn followers_log_start(&self) -> Option<i64> {
+        self.isr
+            .iter()
+            .filter(|&&id| id != self.me)
+            .map(|id| self.log_starts.get(id).copied().unwrap_or(0))
+            .min()
     }
 
     /// The high watermark the replicas support, never below `current_hw`: the lowest durable

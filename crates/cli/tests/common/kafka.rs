@@ -227,6 +227,12 @@ impl KafkaServer {
         stream
     }
 
+    /// Kills the process with SIGKILL (`kill -9`) and reaps it.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// How the process ended, if it has.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().expect("try_wait")

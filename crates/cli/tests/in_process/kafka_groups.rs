@@ -484,6 +484,7 @@ fn one_group_id_has_members_of_one_protocol() {
     );
     let refused = native.call(&m::DeleteGroupRequest {
         group_id: "kafka-g".into(),
+        offsets: Vec::new(),
     });
     assert_eq!(
         refused.error.as_ref().map(|e| e.code),

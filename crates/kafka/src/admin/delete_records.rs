@@ -1,6 +1,7 @@
 //! DeleteRecords (v0..=2) as the native `DeleteRecords`: each partition's records below its
 //! offset (`-1`: the high watermark) are deleted on its leader, which needs DELETE on the topic;
-//! the answer's low watermark is the partition's log start after the deletion. A client sends
+//! the answer's low watermark is the partition's log start after the deletion, once every
+//! in-sync follower has deleted them too (within the request's `timeout_ms`). A client sends
 //! each partition to its leader (from Metadata); a partition led elsewhere is answered
 //! NOT_LEADER_OR_FOLLOWER.
 
@@ -79,7 +80,15 @@ fn native_request(request: &DeleteRecordsRequest) -> m::DeleteRecordsRequest {
             })
         })
         .collect();
-    m::DeleteRecordsRequest { partitions }
+    // Kafka's timeout (the admin client's request timeout), within what the broker takes.
+    let timeout_max = tinymq_broker::DELETE_RECORDS_TIMEOUT_MAX;
+    let timeout_ms = u32::try_from(request.timeout_ms)
+        .unwrap_or(0)
+        .min(u32::try_from(timeout_max.as_millis()).unwrap_or(u32::MAX));
+    m::DeleteRecordsRequest {
+        partitions,
+        timeout_ms,
+    }
 }
 
 #[cfg(test)]
