@@ -376,6 +376,7 @@ fn rows() -> Vec<Row> {
                             partition: 0,
                             offset: -1,
                         }],
+                        timeout_ms: 0,
                     }
                 )
                 .await,

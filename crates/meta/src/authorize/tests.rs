@@ -51,6 +51,9 @@ fn every_operation_has_a_requirement() {
             OpCode::Produce => format!("{:?}", m::ProduceRequest::default().required()),
             OpCode::Fetch => format!("{:?}", m::FetchRequest::default().required()),
             OpCode::ListOffsets => format!("{:?}", m::ListOffsetsRequest::default().required()),
+            OpCode::DeleteRecords => {
+                format!("{:?}", m::DeleteRecordsRequest::default().required())
+            }
             OpCode::InitProducerId => {
                 format!("{:?}", m::InitProducerIdRequest::default().required())
             }
