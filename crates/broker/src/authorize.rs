@@ -110,6 +110,37 @@ pub(crate) fn delete_records(
     )
 }
 
+/// DeleteGroup with `offsets`: the partitions of topics `p` may not READ, refused (and left
+/// out of the request) before anything is deleted.
+pub(crate) fn delete_offsets(
+    access: &Access,
+    p: &Principal,
+    request: &mut m::DeleteGroupRequest,
+) -> Vec<m::CommittedOffset> {
+    let mut last = None;
+    let mut refused = Vec::new();
+    for topic in &mut request.offsets {
+        if let Err(error) =
+            access.check_topic_cached(p, &topic.topic, AclOperation::Read, &mut last)
+        {
+            refused.extend(
+                topic
+                    .partitions
+                    .drain(..)
+                    .map(|partition| m::CommittedOffset {
+                        topic: topic.topic.clone(),
+                        partition,
+                        offset: -1,
+                        metadata: String::new(),
+                        error: Some(error.clone()),
+                    }),
+            );
+        }
+    }
+    request.offsets.retain(|t| !t.partitions.is_empty());
+    refused
+}
+
 /// A consumer's fetch: the partitions of topics `p` may not READ, refused.
 pub(crate) fn fetch(
     access: &Access,

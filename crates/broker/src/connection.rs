@@ -281,7 +281,19 @@ async fn dispatch(state: Arc<BrokerState>, frame: Frame, peer: Peer) -> Option<B
         )),
         OpCode::DeleteGroup => handle!(m::DeleteGroupRequest, |r| {
             match authorize::delete_group(&access, principal, &r.group_id) {
-                Ok(()) => group_handlers::delete(state, r).await,
+                Ok(()) => {
+                    // Offsets deleted one by one need READ on their topics too (Kafka's
+                    // OffsetDelete); the refused ones are answered, not deleted.
+                    let mut request = r;
+                    let refused = authorize::delete_offsets(&access, principal, &mut request);
+                    let mut response = if request.offsets.is_empty() && !refused.is_empty() {
+                        m::DeleteGroupResponse::default()
+                    } else {
+                        group_handlers::delete(state, request).await
+                    };
+                    response.offsets.extend(refused);
+                    response
+                }
                 Err(error) => m::DeleteGroupResponse {
                     error: Some(error),
                     offsets: Vec::new(),

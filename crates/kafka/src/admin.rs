@@ -38,6 +38,21 @@ pub(crate) use acls::{create_acls, delete_acls, describe_acls};
 pub(crate) use alter_configs::{alter_configs, incremental_alter_configs};
 pub(crate) use delete_records::delete_records;
 
+/// Most entries (ACL creations or filters, config resources) one administrative request may
+/// carry: each is a MetaServer write or a pass over the ACL list. Past it every entry is
+/// answered INVALID_REQUEST and nothing is changed.
+pub(crate) const ADMIN_ENTRIES_MAX: usize = 1_000;
+
+/// The refusal of a request with `count` entries, when over [`ADMIN_ENTRIES_MAX`].
+fn too_many_entries(count: usize) -> Option<(i16, String)> {
+    (count > ADMIN_ENTRIES_MAX).then(|| {
+        (
+            K::InvalidRequest.code(),
+            format!("{count} entries in one request; at most {ADMIN_ENTRIES_MAX}"),
+        )
+    })
+}
+
 /// DescribeConfigs resource types (Kafka's `ConfigResource.Type`).
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;

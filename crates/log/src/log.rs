@@ -209,6 +209,13 @@ impl PartitionLog {
         let (files, base, end) = log.active_files();
         files.sync().map_err(|e| log.io_error(base, e))?;
         log.sync.lock().durable_offset = end;
+        // Records were deleted past what survived (a disk that lost synced writes): the log
+        // restarts at the checkpoint, as Kafka's does, so later appends stay readable.
+        if deleted_below > end {
+            tracing::warn!(dir = %dir.display(), log_end = end, log_start = deleted_below,
+                "the log ends below its log-start checkpoint: restarting it there");
+            log.truncate_fully_and_start_at(deleted_below)?;
+        }
         Ok((log, report))
     }
 

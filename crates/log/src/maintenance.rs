@@ -100,11 +100,18 @@ impl PartitionLog {
             .and_then(|()| {
                 let mut state = self.state.write();
                 state.truncations += 1;
+                // The log start may be inside the first segment (records deleted below it):
+                // every old segment goes, not only one based at the log start.
+                let old: Vec<i64> = state.segments.keys().copied().collect();
                 state.segments.clear();
                 state.segments.insert(offset, segment);
                 drop(state);
-                // A crash before this removal leaves two empty segments: no data either way.
-                remove_segment_files(&*self.storage, &self.dir, start)
+                // A crash before these removals leaves the old segments and an empty one past
+                // them; recovery drops the segment after the gap, and the follower restarts
+                // again.
+                old.iter()
+                    .filter(|&&base| base != offset)
+                    .try_for_each(|&base| remove_segment_files(&*self.storage, &self.dir, base))
             })
             .and_then(|()| self.sync_dir());
         if let Err(e) = outcome {
@@ -279,6 +286,9 @@ impl PartitionLog {
             if offset <= start {
                 return Ok(start);
             }
+            // Every record below the new log start durable first: a crash must not leave the
+            // checkpoint above the log end (the records written after it would be hidden).
+            self.sync_to(offset)?;
             crate::log_start::store(&*self.storage, &self.dir, offset)
                 .map_err(|e| LogError::io(crate::log_start::path(&self.dir), e))?;
             self.state.write().deleted_below = offset;

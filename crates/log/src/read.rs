@@ -308,7 +308,9 @@ impl PartitionLog {
 
     /// The offset of the first record with the log's largest timestamp, with that timestamp
     /// (Kafka's ListOffsets `-3`, KIP-734); `None` when the log holds no record. The largest
-    /// is found from each segment's own maximum, and the record by a search for that time.
+    /// is found from each segment's own maximum, and the record by a search for that time
+    /// from the log start. (A segment's maximum counts records deleted inside it: when the
+    /// largest timestamp was a deleted record's, the answer is `None`.)
     pub fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, LogError> {
         let max = {
             let state = self.state.read();
@@ -331,18 +333,21 @@ impl PartitionLog {
     ) -> Result<Option<(i64, i64)>, LogError> {
         // Segment handles, not open files: this may visit every segment of the log, and the
         // cache of open files must not be flooded (nor the lock held) while it opens them all.
-        let candidates: Vec<(LogFileHandle, i64, u64, u64)> = {
+        let (candidates, log_start): (Vec<(LogFileHandle, i64, u64, u64)>, i64) = {
             let state = self.state.read();
             *truncations = state.truncations;
-            state
+            let log_start = state.log_start_offset();
+            let candidates = state
                 .segments
                 .values()
+                .filter(|s| s.next_offset > log_start)
                 .filter(|s| s.max_timestamp.is_some_and(|max| max >= timestamp_ms))
                 .map(|s| {
                     let start = s.scan_start_for_timestamp(timestamp_ms);
                     (s.log.clone(), s.base_offset, start, s.size_bytes)
                 })
-                .collect()
+                .collect();
+            (candidates, log_start)
         };
         for (log, base_offset, scan_start, end) in candidates {
             let file = match log.open() {
@@ -366,7 +371,8 @@ impl PartitionLog {
             // (without keeping records: a batch may hold millions of tiny ones).
             let mut outcome: Result<Option<(i64, i64)>, LogError> = Ok(None);
             snapshot.walk(|meta| {
-                if meta.max_timestamp < timestamp_ms {
+                // Below the log start (records deleted inside this segment): never an answer.
+                if meta.max_timestamp < timestamp_ms || meta.last_offset < log_start {
                     return true;
                 }
                 outcome = snapshot
@@ -375,6 +381,7 @@ impl PartitionLog {
                         let batch = RecordBatch::parse(bytes)?;
                         Ok(batch.first_at_or_after(
                             timestamp_ms,
+                            log_start,
                             TIMESTAMP_LOOKUP_DECOMPRESSED_BYTES_MAX,
                         )?)
                     });

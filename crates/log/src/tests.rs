@@ -777,6 +777,11 @@ fn records_deleted_below_an_offset_stay_deleted_through_a_crash() {
         log.read(504, 1 << 20, None),
         Err(LogError::OffsetOutOfRange { log_start: 505, .. })
     ));
+    assert_eq!(
+        log.offset_for_timestamp(0).unwrap(),
+        Some((505, T0 + 5)),
+        "a search by time starts at the log start"
+    );
     let values = all_values(&log);
     assert_eq!(values.len(), 1200 - 505);
     assert_eq!(values[0], "batch-25-record-5");
@@ -819,4 +824,41 @@ fn a_damaged_log_start_checkpoint_is_reported_and_the_log_still_opens() {
     let (log, report) = open(&fs, LogConfig::default());
     assert!(report.log_start_checkpoint_damaged.is_some(), "{report:?}");
     assert_eq!(log.log_start_offset(), 0);
+}
+
+#[test]
+fn a_log_restarted_past_deleted_records_keeps_no_old_segment() {
+    let fs = FaultyStorage::new();
+    let (log, _) = open(&fs, small_segments());
+    for id in 0..30u32 {
+        log.append(&mut batch(id, 20, T0), 0).unwrap();
+    }
+    log.delete_records_before(250).unwrap();
+    // A follower whose leader's log start passed its end starts over there.
+    log.truncate_fully_and_start_at(5000).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (5000, 5000));
+    drop(log);
+    let (log, _) = open(&fs, small_segments());
+    assert_eq!(
+        log.segment_count(),
+        1,
+        "no segment of the old log is left on disk"
+    );
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (5000, 5000));
+}
+
+#[test]
+fn a_log_ending_below_its_log_start_checkpoint_restarts_there() {
+    let fs = FaultyStorage::new();
+    let (log, _) = open(&fs, LogConfig::default());
+    log.append(&mut batch(0, 10, T0), 0).unwrap();
+    log.delete_records_before(4).unwrap();
+    drop(log);
+    // As if the disk had lost synced records after the checkpoint named offset 50.
+    crate::log_start::store(&fs, &dir(), 50).unwrap();
+    let (log, _) = open(&fs, LogConfig::default());
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (50, 50));
+    assert_eq!(log.append(&mut batch(1, 2, T0), 0).unwrap().base_offset, 50);
+    assert_eq!(all_values(&log), expected_values([(1, 2)]));
 }

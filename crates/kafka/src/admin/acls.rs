@@ -9,7 +9,9 @@
 //!   apply to the name given: literal equal or `*`, or a prefix of it), as Kafka's do.
 //! - operations: READ, WRITE, CREATE, DELETE, ALTER and DESCRIBE; DESCRIBE_CONFIGS is tinymq's
 //!   DESCRIBE and ALTER_CONFIGS its ALTER (the permissions its config requests need); ALL is
-//!   stored as the six, and described as them. A filter's ALL matches any of them.
+//!   stored as the six, and described as them. A filter's ALL matches any of them. On the
+//!   cluster, DESCRIBE_CONFIGS and ALTER_CONFIGS are refused: tinymq's DESCRIBE and ALTER on
+//!   the cluster are what ACL and user administration need.
 //!   IDEMPOTENT_WRITE, CLUSTER_ACTION and the token operations are refused: tinymq's
 //!   idempotent produce needs WRITE on the topic only.
 //! - hosts: tinymq's ACLs have none; only `*` is accepted, and every ACL is described with it.
@@ -29,7 +31,7 @@ use kafka_protocol::messages::describe_acls_response::{AclDescription, DescribeA
 use kafka_protocol::messages::*;
 use tinymq_protocol::{messages as m, OpCode};
 
-use super::text;
+use super::{text, too_many_entries};
 use crate::context::Ctx;
 use crate::errors::{kafka_code_for, Resource};
 
@@ -208,6 +210,16 @@ fn native_acls(c: &create_acls_request::AclCreation) -> Result<Vec<m::Acl>, Refu
     let pattern = native_pattern(c.resource_pattern_type)?;
     let permission = native_permission(c.permission_type)?;
     let name = native_name(resource, c.resource_name.as_str());
+    // On the cluster, tinymq's ALTER and DESCRIBE are what ACL and user administration need:
+    // Kafka's config operations there would grant far more than configs.
+    if resource == m::ResourceType::Cluster
+        && [OP_ALTER_CONFIGS, OP_DESCRIBE_CONFIGS].contains(&c.operation)
+    {
+        return Err(invalid(format!(
+            "operation {} on the cluster: tinymq's broker configs are not changed through ACLs (grant ALTER or DESCRIBE on the cluster for administration)",
+            c.operation
+        )));
+    }
     Ok(native_operations(c.operation)?
         .into_iter()
         .map(|operation| m::Acl {
@@ -351,8 +363,9 @@ pub(crate) async fn create_acls(
     request: CreateAclsRequest,
 ) -> CreateAclsResponse {
     let mut results = Vec::with_capacity(request.creations.len());
+    let too_many = too_many_entries(request.creations.len());
     for creation in &request.creations {
-        let outcome = match native_acls(creation) {
+        let outcome = match too_many.clone().map_or_else(|| native_acls(creation), Err) {
             Ok(acls) => {
                 let request = m::CreateAclsRequest { acls };
                 match ctx
@@ -472,9 +485,10 @@ pub(crate) async fn delete_acls(
     request: DeleteAclsRequest,
 ) -> DeleteAclsResponse {
     let mut results = Vec::with_capacity(request.filters.len());
+    let too_many = too_many_entries(request.filters.len());
     for kafka_filter in &request.filters {
         let filter = delete_filter(kafka_filter);
-        let found = match filter.check() {
+        let found = match too_many.clone().map_or_else(|| filter.check(), Err) {
             Ok(()) => all_acls(&ctx).await,
             Err(refused) => Err(refused),
         };
@@ -582,6 +596,13 @@ mod tests {
             12
         ))
         .contains("idempotent"));
+        let configs_on_cluster = creation(
+            RESOURCE_CLUSTER,
+            KAFKA_CLUSTER,
+            PATTERN_LITERAL,
+            OP_ALTER_CONFIGS,
+        );
+        assert!(refused(configs_on_cluster).contains("on the cluster"));
         let from_host =
             creation(RESOURCE_TOPIC, "t", PATTERN_LITERAL, OP_READ).with_host(text("10.0.0.1"));
         assert!(refused(from_host).contains("any host"));

@@ -24,7 +24,7 @@ use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::{messages as m, OpCode};
 
 use super::configs::{self, NativeChange};
-use super::{refusal, text, topic_error, RESOURCE_BROKER, RESOURCE_TOPIC};
+use super::{refusal, text, too_many_entries, topic_error, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::context::Ctx;
 
 /// IncrementalAlterConfigs' operations (Kafka's `AlterConfigOp.OpType`).
@@ -196,8 +196,12 @@ pub(crate) async fn incremental_alter_configs(
     request: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::with_capacity(request.resources.len());
+    let too_many = too_many_entries(request.resources.len());
     for resource in request.resources {
-        let change = incremental(&resource.configs);
+        let change = match &too_many {
+            Some(refused) => Err(refused.clone()),
+            None => incremental(&resource.configs),
+        };
         let outcome = alter_resource(
             &ctx,
             resource.resource_type,
@@ -221,8 +225,12 @@ pub(crate) async fn alter_configs(
     request: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
     let mut responses = Vec::with_capacity(request.resources.len());
+    let too_many = too_many_entries(request.resources.len());
     for resource in request.resources {
-        let change = replacement(&resource.configs);
+        let change = match &too_many {
+            Some(refused) => Err(refused.clone()),
+            None => replacement(&resource.configs),
+        };
         let outcome = alter_resource(
             &ctx,
             resource.resource_type,

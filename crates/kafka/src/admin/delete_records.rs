@@ -80,11 +80,13 @@ fn native_request(request: &DeleteRecordsRequest) -> m::DeleteRecordsRequest {
             })
         })
         .collect();
-    // Kafka's timeout (the admin client's request timeout), within what the broker takes.
+    // Kafka's timeout (the admin client's request timeout), within what the broker takes; 0
+    // or less answers at once (1 ms: the native 0 means the default wait).
     let timeout_max = tinymq_broker::DELETE_RECORDS_TIMEOUT_MAX;
-    let timeout_ms = u32::try_from(request.timeout_ms)
-        .unwrap_or(0)
-        .min(u32::try_from(timeout_max.as_millis()).unwrap_or(u32::MAX));
+    let timeout_ms = u32::try_from(request.timeout_ms).unwrap_or(0).clamp(
+        1,
+        u32::try_from(timeout_max.as_millis()).unwrap_or(u32::MAX),
+    );
     m::DeleteRecordsRequest {
         partitions,
         timeout_ms,

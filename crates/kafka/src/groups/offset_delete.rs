@@ -1,6 +1,6 @@
 //! OffsetDelete (v0): the committed offsets of some partitions deleted while the group stays,
 //! as the native `DeleteGroup` with `offsets`. The coordinator checks the principal's DELETE
-//! on the group and refuses, per partition, a topic a live member consumes
+//! on the group and READ on each topic, and refuses, per partition, a topic a live member consumes
 //! (`GROUP_SUBSCRIBED_TO_TOPIC`); a group of Kafka's classic protocol with members has every
 //! partition refused, since tinymq does not read its members' subscriptions (the client's own
 //! bytes).

@@ -420,27 +420,34 @@ impl RecordBatch {
         Ok(records)
     }
 
-    /// The first record whose timestamp is at or after `timestamp_ms`, as (offset,
-    /// timestamp), found by walking the records without keeping them (nothing is allocated
-    /// per record; a compressed batch is decompressed once, within `decompressed_bytes_max`).
+    /// The first record at offset `from_offset` or later whose timestamp is at or after
+    /// `timestamp_ms`, as (offset, timestamp), found by walking the records without keeping
+    /// them (nothing is allocated per record; a compressed batch is decompressed once, within
+    /// `decompressed_bytes_max`). `from_offset` skips records below a log start inside the
+    /// batch.
     pub fn first_at_or_after(
         &self,
         timestamp_ms: i64,
+        from_offset: i64,
         decompressed_bytes_max: usize,
     ) -> Result<Option<(i64, i64)>, BatchError> {
         if self.is_log_append_time() {
             let ts = self.max_timestamp();
-            return Ok((ts >= timestamp_ms).then_some((self.base_offset(), ts)));
+            let last = self
+                .base_offset()
+                .saturating_add(i64::from(self.last_offset_delta()));
+            let offset = self.base_offset().max(from_offset);
+            return Ok((ts >= timestamp_ms && offset <= last).then_some((offset, ts)));
         }
         let records_bytes = self.records_section(decompressed_bytes_max)?;
         let mut cursor = 0;
         while cursor < records_bytes.len() {
             let raw = record::parse_record(&records_bytes, cursor)?;
             let ts = self.base_timestamp().saturating_add(raw.timestamp_delta);
-            if ts >= timestamp_ms {
-                let offset = self
-                    .base_offset()
-                    .saturating_add(i64::from(raw.offset_delta));
+            let offset = self
+                .base_offset()
+                .saturating_add(i64::from(raw.offset_delta));
+            if ts >= timestamp_ms && offset >= from_offset {
                 return Ok(Some((offset, ts)));
             }
             cursor = raw.end;
