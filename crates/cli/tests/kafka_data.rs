@@ -87,8 +87,16 @@ fn produce_with_each_acks_then_fetch_and_list_offsets() {
     assert_eq!((at.error_code, at.offset, at.timestamp), (0, 4, T0 + 4));
     let after_all = list_offset(&mut k, 7, "t", T0 + 1000);
     assert_eq!((after_all.error_code, after_all.offset), (0, -1));
+    // KIP-734: the first record with the largest timestamp, the last one here.
     let max_timestamp = list_offset(&mut k, 7, "t", -3);
-    assert_eq!(max_timestamp.error_code, K::UnsupportedVersion.code());
+    assert_eq!(
+        (
+            max_timestamp.error_code,
+            max_timestamp.offset,
+            max_timestamp.timestamp
+        ),
+        (0, 7, T0 + 7)
+    );
 }
 
 #[test]

@@ -532,13 +532,15 @@ fn headers_timestamps_list_offsets_and_metadata_as_documented() {
     let r = produce(&mut c, "h", lat.encode(), 1).unwrap();
     assert_eq!(error_of(&r.error), code(ErrorCode::INVALID_RECORD));
 
-    // ListOffsets: -1 the high watermark, -2 the start, a time the first record at or after
-    // it with that record's timestamp, 0 a real time; -1/-1 when nothing is at or after.
+    // ListOffsets: -1 the high watermark, -2 the start, -3 the first record with the largest
+    // timestamp, a time the first record at or after it with that record's timestamp, 0 a
+    // real time; -1/-1 when nothing is at or after.
     let later = CraftedBatch::honest(T0 + 5_000, &[b"later"]).encode();
     assert_eq!(produce(&mut c, "h", later, 1).unwrap().base_offset, 2);
     let cases = [
         (-1, (3, -1)),
         (-2, (0, -1)),
+        (-3, (2, T0 + 5_000)),
         (0, (0, T0)),
         (T0, (0, T0)),
         (T0 + 1, (2, T0 + 5_000)),
@@ -558,7 +560,7 @@ fn headers_timestamps_list_offsets_and_metadata_as_documented() {
         assert_eq!((p.offset, p.timestamp), expected, "ListOffsets {timestamp}");
     }
     // Other negative timestamps are refused, not searched for as times.
-    for timestamp in [-3, i64::MIN] {
+    for timestamp in [-4, i64::MIN] {
         let r = c.call(&m::ListOffsetsRequest {
             partitions: vec![m::ListOffsetsPartition {
                 topic: "h".into(),
