@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use tinymq_replication::{EpochError, LeaderEpochCache};
 
+use crate::checkpoint_text::{self, number};
 use crate::recovery::RecoveryReport;
 use crate::segment::{read_batch_meta, Segment};
 use crate::storage::Storage;
@@ -45,26 +46,12 @@ pub(crate) fn encode(cache: &LeaderEpochCache) -> Vec<u8> {
     for (epoch, start) in cache.entries() {
         body.push_str(&format!("{epoch} {start}\n"));
     }
-    let mut bytes = format!("{:08x}\n", crc32c::crc32c(body.as_bytes())).into_bytes();
-    bytes.extend_from_slice(body.as_bytes());
-    bytes
+    checkpoint_text::framed(&body)
 }
 
 /// Parses a checkpoint file; the error says why it is not one.
 pub(crate) fn decode(bytes: &[u8]) -> Result<LeaderEpochCache, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
-    let (crc, body) = text.split_once('\n').ok_or("no CRC line")?;
-    let stored = (crc.len() == 8)
-        .then(|| u32::from_str_radix(crc, 16).ok())
-        .flatten()
-        .ok_or_else(|| format!("bad CRC line {crc:?}"))?;
-    let computed = crc32c::crc32c(body.as_bytes());
-    if stored != computed {
-        return Err(format!(
-            "CRC mismatch: stored {stored:08x}, computed {computed:08x}"
-        ));
-    }
-    let body = body.strip_suffix('\n').ok_or("no final newline")?;
+    let body = checkpoint_text::body(bytes)?;
     let mut lines = body.split('\n');
     let version = lines.next().unwrap_or_default();
     if version != CHECKPOINT_VERSION.to_string() {
@@ -81,15 +68,6 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<LeaderEpochCache, String> {
         return Err(format!("{} entries, header says {count}", entries.len()));
     }
     LeaderEpochCache::from_entries(entries).map_err(|e| format!("entries not increasing: {e}"))
-}
-
-/// A non-negative decimal number, digits only.
-fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("bad number {text:?}"));
-    }
-    text.parse()
-        .map_err(|_| format!("number {text:?} out of range"))
 }
 
 pub(crate) fn checkpoint_path(dir: &Path) -> PathBuf {

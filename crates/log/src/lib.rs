@@ -15,6 +15,7 @@
 //!
 //! The on-disk format and the durability promises are in `docs/storage.md`.
 
+mod checkpoint_text;
 mod clock;
 mod config;
 mod epoch;

@@ -18,6 +18,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::checkpoint_text;
 use crate::storage::Storage;
 
 /// The checkpoint's file name inside the partition directory.
@@ -31,44 +32,21 @@ pub(crate) fn path(dir: &Path) -> PathBuf {
 }
 
 fn encode(offset: i64) -> Vec<u8> {
-    let body = format!("{FORMAT_VERSION}\n{offset}\n");
-    let mut bytes = format!("{:08x}\n", crc32c::crc32c(body.as_bytes())).into_bytes();
-    bytes.extend_from_slice(body.as_bytes());
-    bytes
+    checkpoint_text::framed(&format!("{FORMAT_VERSION}\n{offset}\n"))
 }
 
 /// The offset a checkpoint's bytes hold; the error says why they are not a checkpoint.
 fn decode(bytes: &[u8]) -> Result<i64, String> {
-    let text = std::str::from_utf8(bytes).map_err(|_| "not UTF-8 text".to_string())?;
-    let (crc, body) = text.split_once('\n').ok_or("no CRC line")?;
-    let stored = (crc.len() == 8)
-        .then(|| u32::from_str_radix(crc, 16).ok())
-        .flatten()
-        .ok_or_else(|| format!("bad CRC line {crc:?}"))?;
-    let computed = crc32c::crc32c(body.as_bytes());
-    if stored != computed {
-        return Err(format!(
-            "CRC mismatch: stored {stored:08x}, computed {computed:08x}"
-        ));
-    }
-    let mut lines = body
-        .strip_suffix('\n')
-        .ok_or("no final newline")?
-        .split('\n');
+    let mut lines = checkpoint_text::body(bytes)?.split('\n');
     let version = lines.next().unwrap_or_default();
     if version != FORMAT_VERSION.to_string() {
         return Err(format!("unknown version {version:?}"));
     }
-    let offset = lines.next().unwrap_or_default();
+    let offset = checkpoint_text::number(lines.next().unwrap_or_default())?;
     if lines.next().is_some() {
         return Err("more than one offset".into());
     }
-    if offset.is_empty() || !offset.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("bad offset {offset:?}"));
-    }
-    offset
-        .parse()
-        .map_err(|_| format!("offset {offset:?} out of range"))
+    Ok(offset)
 }
 
 /// Replaces the checkpoint with `offset`, durably.
@@ -120,6 +98,6 @@ mod tests {
         let negative = format!("{:08x}\n{body}", crc32c::crc32c(body.as_bytes()));
         assert!(decode(negative.as_bytes())
             .unwrap_err()
-            .contains("bad offset"));
+            .contains("bad number"));
     }
 }

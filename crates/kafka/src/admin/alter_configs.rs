@@ -174,20 +174,36 @@ async fn alter_resource(
     }
 }
 
-fn answer(
-    resource_type: i8,
-    name: StrBytes,
-    outcome: Result<(), Refused>,
-) -> AlterConfigsResourceResponse {
-    let (code, message) = match outcome {
+/// A resource's outcome as a response's error code and message.
+fn code_and_message(outcome: Result<(), Refused>) -> (i16, Option<StrBytes>) {
+    match outcome {
         Ok(()) => (0, None),
         Err((code, message)) => (code, Some(text(message))),
-    };
-    AlterConfigsResourceResponse::default()
-        .with_resource_type(resource_type)
-        .with_resource_name(name)
-        .with_error_code(code)
-        .with_error_message(message)
+    }
+}
+
+/// (resource type, name, its change or refusal), in request order.
+type Changes = Vec<(i8, StrBytes, Result<NativeAlter, Refused>)>;
+
+/// Each resource's change applied (or with `validate_only`, checked), in request order, with
+/// its outcome; past [`super::ADMIN_ENTRIES_MAX`] resources, none is.
+async fn alter_each(
+    ctx: &Ctx,
+    changes: Changes,
+    validate_only: bool,
+) -> Vec<(i8, StrBytes, Result<(), Refused>)> {
+    let too_many = too_many_entries(changes.len());
+    let mut outcomes = Vec::with_capacity(changes.len());
+    for (resource_type, name, change) in changes {
+        let change = match &too_many {
+            Some(refused) => Err(refused.clone()),
+            None => change,
+        };
+        let outcome =
+            alter_resource(ctx, resource_type, name.as_str(), change, validate_only).await;
+        outcomes.push((resource_type, name, outcome));
+    }
+    outcomes
 }
 
 pub(crate) async fn incremental_alter_configs(
@@ -195,27 +211,23 @@ pub(crate) async fn incremental_alter_configs(
     _version: i16,
     request: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
-    let mut responses = Vec::with_capacity(request.resources.len());
-    let too_many = too_many_entries(request.resources.len());
-    for resource in request.resources {
-        let change = match &too_many {
-            Some(refused) => Err(refused.clone()),
-            None => incremental(&resource.configs),
-        };
-        let outcome = alter_resource(
-            &ctx,
-            resource.resource_type,
-            resource.resource_name.as_str(),
-            change,
-            request.validate_only,
-        )
-        .await;
-        responses.push(answer(
-            resource.resource_type,
-            resource.resource_name,
-            outcome,
-        ));
-    }
+    let changes = request
+        .resources
+        .into_iter()
+        .map(|r| (r.resource_type, r.resource_name, incremental(&r.configs)))
+        .collect();
+    let responses = alter_each(&ctx, changes, request.validate_only)
+        .await
+        .into_iter()
+        .map(|(resource_type, name, outcome)| {
+            let (code, message) = code_and_message(outcome);
+            AlterConfigsResourceResponse::default()
+                .with_resource_type(resource_type)
+                .with_resource_name(name)
+                .with_error_code(code)
+                .with_error_message(message)
+        })
+        .collect();
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
@@ -224,33 +236,23 @@ pub(crate) async fn alter_configs(
     _version: i16,
     request: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
-    let mut responses = Vec::with_capacity(request.resources.len());
-    let too_many = too_many_entries(request.resources.len());
-    for resource in request.resources {
-        let change = match &too_many {
-            Some(refused) => Err(refused.clone()),
-            None => replacement(&resource.configs),
-        };
-        let outcome = alter_resource(
-            &ctx,
-            resource.resource_type,
-            resource.resource_name.as_str(),
-            change,
-            request.validate_only,
-        )
-        .await;
-        let (code, message) = match outcome {
-            Ok(()) => (0, None),
-            Err((code, message)) => (code, Some(text(message))),
-        };
-        responses.push(
+    let changes = request
+        .resources
+        .into_iter()
+        .map(|r| (r.resource_type, r.resource_name, replacement(&r.configs)))
+        .collect();
+    let responses = alter_each(&ctx, changes, request.validate_only)
+        .await
+        .into_iter()
+        .map(|(resource_type, name, outcome)| {
+            let (code, message) = code_and_message(outcome);
             alter_configs_response::AlterConfigsResourceResponse::default()
-                .with_resource_type(resource.resource_type)
-                .with_resource_name(resource.resource_name)
+                .with_resource_type(resource_type)
+                .with_resource_name(name)
                 .with_error_code(code)
-                .with_error_message(message),
-        );
-    }
+                .with_error_message(message)
+        })
+        .collect();
     AlterConfigsResponse::default().with_responses(responses)
 }
 
