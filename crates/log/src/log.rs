@@ -96,8 +96,8 @@ impl LogState {
         self.segments.values_mut().next_back().expect(NEVER_EMPTY)
     }
     /// The first segment's base, or the offset records were deleted below when that is
-    /// higher (never above the log end: records lost past the end in a crash were deleted
-    /// too, and the next append is at the end).
+    /// higher, never above the log end (opening restarts a log that ends below its
+    /// checkpoint there, so the bound holds only in between: during that restart).
     pub fn log_start_offset(&self) -> i64 {
         let first_base = *self.segments.keys().next().expect(NEVER_EMPTY);
         first_base.max(self.deleted_below.min(self.log_end_offset()))

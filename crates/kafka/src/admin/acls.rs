@@ -16,8 +16,8 @@
 //!   idempotent produce needs WRITE on the topic only.
 //! - hosts: tinymq's ACLs have none; only `*` is accepted, and every ACL is described with it.
 //!
-//! Filters are applied here with Kafka's rules over the whole list, and a delete removes each
-//! matching ACL with a filter that names it exactly.
+//! Filters are applied here with Kafka's rules over the whole list (read once per request), and
+//! a delete removes each matching ACL with a filter that names it exactly.
 
 use std::sync::Arc;
 
@@ -484,29 +484,44 @@ pub(crate) async fn delete_acls(
     _version: i16,
     request: DeleteAclsRequest,
 ) -> DeleteAclsResponse {
-    let mut results = Vec::with_capacity(request.filters.len());
-    let too_many = too_many_entries(request.filters.len());
-    for kafka_filter in &request.filters {
-        let filter = delete_filter(kafka_filter);
-        let found = match too_many.clone().map_or_else(|| filter.check(), Err) {
-            Ok(()) => all_acls(&ctx).await,
-            Err(refused) => Err(refused),
-        };
-        let acls = match found {
-            Ok(acls) => acls,
-            Err((code, why)) => {
-                results.push(
-                    DeleteAclsFilterResult::default()
-                        .with_error_code(code)
-                        .with_error_message(Some(text(why))),
-                );
+    let filters: Vec<Filter> = request.filters.iter().map(delete_filter).collect();
+    let refused = |(code, why): Refused| {
+        DeleteAclsFilterResult::default()
+            .with_error_code(code)
+            .with_error_message(Some(text(why)))
+    };
+    // Each filter checked, then the list read once for all of them: an ACL one filter
+    // deleted is not matched again by the next.
+    let checks: Vec<Result<(), Refused>> = match too_many_entries(filters.len()) {
+        Some(too_many) => filters.iter().map(|_| Err(too_many.clone())).collect(),
+        None => filters.iter().map(Filter::check).collect(),
+    };
+    let mut list = if checks.iter().any(Result::is_ok) {
+        all_acls(&ctx).await
+    } else {
+        Ok(Vec::new())
+    };
+    let mut results = Vec::with_capacity(filters.len());
+    for (filter, check) in filters.iter().zip(checks) {
+        let acls = match (check, &mut list) {
+            (Err(e), _) => {
+                results.push(refused(e));
                 continue;
             }
+            (Ok(()), Err(e)) => {
+                results.push(refused(e.clone()));
+                continue;
+            }
+            (Ok(()), Ok(acls)) => acls,
         };
-        let mut matched = Vec::new();
-        for acl in acls.iter().filter(|a| filter.matches(a)) {
-            let refused = delete_one(&ctx, acl).await;
-            matched.push(matching(acl, refused));
+        let (hits, kept): (Vec<m::Acl>, Vec<m::Acl>) = std::mem::take(acls)
+            .into_iter()
+            .partition(|a| filter.matches(a));
+        *acls = kept;
+        let mut matched = Vec::with_capacity(hits.len());
+        for acl in &hits {
+            let failed = delete_one(&ctx, acl).await;
+            matched.push(matching(acl, failed));
         }
         results.push(DeleteAclsFilterResult::default().with_matching_acls(matched));
     }

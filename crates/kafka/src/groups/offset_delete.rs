@@ -45,7 +45,8 @@ pub(crate) async fn offset_delete(
         .offsets
         .iter()
         .map(|o| {
-            let code = kafka_code_for(o.error.as_ref(), Resource::Group);
+            // A refused partition is refused for its topic (READ): TOPIC_AUTHORIZATION_FAILED.
+            let code = kafka_code_for(o.error.as_ref(), Resource::Topic);
             ((o.topic.as_str(), o.partition), code)
         })
         .collect();
