@@ -1,4 +1,5 @@
-//! Per-log settings: segment size and age, index density, flush policy and retention.
+//! Per-log settings: segment size and age, index density, flush policy, retention and
+//! compaction (the cleanup policy and the cleaner's timing).
 
 use std::fmt;
 use std::str::FromStr;
@@ -63,7 +64,92 @@ impl FromStr for FlushPolicy {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What happens to old records: Kafka's `cleanup.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupPolicy {
+    /// Whole segments are deleted past the retention limits.
+    #[default]
+    Delete,
+    /// The cleaner keeps the latest record of each key; retention limits do not apply.
+    Compact,
+    /// Both: compacted, and whole segments still deleted past the retention limits.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+}
+
+impl fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        })
+    }
+}
+
+impl FromStr for CleanupPolicy {
+    type Err = String;
+
+    /// Parses `delete`, `compact`, or both separated by a comma in either order (Kafka's
+    /// list form, spaces around the names allowed).
+    fn from_str(s: &str) -> Result<CleanupPolicy, String> {
+        let mut names: Vec<&str> = s.split(',').map(str::trim).collect();
+        names.sort_unstable();
+        names.dedup();
+        match names.as_slice() {
+            ["delete"] => Ok(CleanupPolicy::Delete),
+            ["compact"] => Ok(CleanupPolicy::Compact),
+            ["compact", "delete"] => Ok(CleanupPolicy::CompactDelete),
+            _ => Err(format!(
+                "cleanup policy {s:?}: expected delete, compact or compact,delete"
+            )),
+        }
+    }
+}
+
+/// Default of [`CompactionConfig::delete_retention`]: a day, as Kafka's.
+pub const DELETE_RETENTION_DEFAULT: Duration = Duration::from_secs(24 * 3600);
+/// Default of [`CompactionConfig::dirty_ratio_min`]: half, as Kafka's.
+pub const DIRTY_RATIO_MIN_DEFAULT: f64 = 0.5;
+
+/// When the cleaner may and must clean a compacted log (Kafka's topic settings of the same
+/// meaning).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactionConfig {
+    /// A tombstone (a record with a key and no value) stays at least this long after the
+    /// cleaner first finds it in a cleaned segment: `delete.retention.ms`.
+    pub delete_retention: Duration,
+    /// A record is not compacted until it is at least this old (by its timestamp):
+    /// `min.compaction.lag.ms`.
+    pub compaction_lag_min: Duration,
+    /// A log whose oldest uncleaned record is older than this is cleaned whatever its dirty
+    /// ratio: `max.compaction.lag.ms`; `None` = no such bound.
+    pub compaction_lag_max: Option<Duration>,
+    /// A log is cleaned once its uncleaned bytes are at least this share of its cleanable
+    /// bytes: `min.cleanable.dirty.ratio`, in [0, 1].
+    pub dirty_ratio_min: f64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> CompactionConfig {
+        CompactionConfig {
+            delete_retention: DELETE_RETENTION_DEFAULT,
+            compaction_lag_min: Duration::ZERO,
+            compaction_lag_max: None,
+            dirty_ratio_min: DIRTY_RATIO_MIN_DEFAULT,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// Roll to a new segment when the active one would grow past this.
     pub segment_bytes: u64,
@@ -72,6 +158,10 @@ pub struct LogConfig {
     /// Write an index entry each time this many log bytes have been appended since the last.
     pub index_interval_bytes: u32,
     pub flush: FlushPolicy,
+    /// Whether old segments are deleted, compacted, or both. Retention limits apply only
+    /// when it deletes.
+    pub cleanup: CleanupPolicy,
+    pub compaction: CompactionConfig,
     /// Delete whole segments whose newest record is older than this.
     pub retention_age: Option<Duration>,
     /// Delete the oldest segments while the log would still hold at least this many bytes.
@@ -90,6 +180,8 @@ impl Default for LogConfig {
             segment_age_max: None,
             index_interval_bytes: INDEX_INTERVAL_BYTES_DEFAULT,
             flush: FlushPolicy::Always,
+            cleanup: CleanupPolicy::Delete,
+            compaction: CompactionConfig::default(),
             retention_age: None,
             retention_bytes: None,
             batch_bytes_max: 1 << 20,
@@ -116,6 +208,10 @@ impl LogConfig {
                 self.batch_bytes_max, self.segment_bytes
             ));
         }
+        let ratio = self.compaction.dirty_ratio_min;
+        if !(0.0..=1.0).contains(&ratio) {
+            return Err(format!("dirty_ratio_min {ratio} outside [0, 1]"));
+        }
         Ok(())
     }
 }
@@ -131,6 +227,20 @@ mod tests {
         }
         for bad in ["", "sometimes", "interval:", "interval:0", "interval:-5"] {
             assert!(bad.parse::<FlushPolicy>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cleanup_policy_parses_and_prints() {
+        for text in ["delete", "compact", "compact,delete"] {
+            assert_eq!(text.parse::<CleanupPolicy>().unwrap().to_string(), text);
+        }
+        assert_eq!(
+            "delete, compact".parse::<CleanupPolicy>(),
+            Ok(CleanupPolicy::CompactDelete)
+        );
+        for bad in ["", "Compact", "compact,", "delete,nothing"] {
+            assert!(bad.parse::<CleanupPolicy>().is_err(), "{bad}");
         }
     }
 

@@ -32,8 +32,9 @@ mod segment;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
-    FlushPolicy, LogConfig, INDEX_INTERVAL_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_MAX,
-    SEGMENT_BYTES_MIN,
+    CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, DELETE_RETENTION_DEFAULT,
+    DIRTY_RATIO_MIN_DEFAULT, INDEX_INTERVAL_BYTES_DEFAULT, SEGMENT_BYTES_DEFAULT,
+    SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
 };
 pub use error::LogError;
 pub use log::{AppendInfo, PartitionLog};
