@@ -16,6 +16,8 @@
 //! The on-disk format and the durability promises are in `docs/storage.md`.
 
 mod checkpoint_text;
+mod cleaner;
+mod cleaner_checkpoint;
 mod clock;
 mod config;
 mod epoch;
@@ -30,6 +32,10 @@ mod recovery;
 mod replica;
 mod segment;
 
+pub use cleaner::{
+    CleanLimits, CleanReport, Cleanable, KEY_MAP_BYTES_MAX_DEFAULT, KEY_MAP_BYTES_MIN,
+    KEY_MAP_ENTRY_BYTES,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, DELETE_RETENTION_DEFAULT,
@@ -66,6 +72,8 @@ pub(crate) fn timed_fsync(sync: impl FnOnce() -> std::io::Result<()>) -> std::io
     outcome
 }
 
+#[cfg(test)]
+mod cleaner_tests;
 #[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]

@@ -75,6 +75,8 @@ pub(crate) struct LogState {
     /// Records below this were deleted ([`PartitionLog::delete_records_before`], as in
     /// `log-start-offset-checkpoint`, see `log_start.rs`); 0 when none were.
     pub deleted_below: i64,
+    /// What the cleaner has done (`cleaner-offset-checkpoint`, see `cleaner_checkpoint.rs`).
+    pub cleaner: crate::cleaner_checkpoint::CleanerCheckpoint,
     /// Bumped (under this state's write lock) whenever bytes the log held are cut or
     /// unlinked by truncation. A reader that copied a segment's extent checks it is unchanged
     /// after reading the file, and reads again if not, so it never returns bytes a truncation
@@ -139,6 +141,9 @@ pub struct PartitionLog {
     /// Serializes writers (append, roll, truncation, close); held across their file I/O and
     /// fsyncs, which the segment map's lock never is.
     pub(crate) writer: Mutex<()>,
+    /// Serializes what removes or replaces whole segments below the active one (retention,
+    /// a cleaner pass), taken before `writer` when both are.
+    pub(crate) maintenance: Mutex<()>,
     pub(crate) state: RwLock<LogState>,
     pub(crate) sync: Mutex<SyncState>,
     pub(crate) sync_done: Condvar,
@@ -166,11 +171,22 @@ impl PartitionLog {
         clock: Arc<dyn Clock>,
     ) -> Result<(PartitionLog, RecoveryReport), LogError> {
         config.validate().map_err(LogError::InvalidConfig)?;
+        let mut report_damage = None;
         let files = FileAccess {
             storage: storage.clone(),
             cache: config.open_files.clone(),
         };
-        let (segments, mut report) = recover_segments(&files, dir, &config)?;
+        let cleaner = match crate::cleaner_checkpoint::load(&*storage, dir) {
+            Ok(found) => found.unwrap_or_default(),
+            Err(why) => {
+                tracing::warn!(dir = %dir.display(), %why,
+                    "cleaner checkpoint unreadable: gaps are accepted anywhere, cleaning starts over");
+                report_damage = Some(why);
+                crate::cleaner_checkpoint::CleanerCheckpoint::damaged()
+            }
+        };
+        let (segments, mut report) = recover_segments(&files, dir, &config, cleaner.gaps_below)?;
+        report.cleaner_checkpoint_damaged = report_damage;
         let epochs = crate::epoch::recover(&*storage, dir, &segments, &mut report)
             .map_err(|e| LogError::io(crate::epoch::checkpoint_path(dir), e))?;
         let deleted_below = match crate::log_start::load(&*storage, dir) {
@@ -189,10 +205,12 @@ impl PartitionLog {
             config: RwLock::new(config),
             clock,
             writer: Mutex::new(()),
+            maintenance: Mutex::new(()),
             state: RwLock::new(LogState {
                 segments,
                 epochs,
                 deleted_below,
+                cleaner,
                 truncations: 0,
                 failed: None,
                 closed: false,
@@ -829,12 +847,14 @@ fn recover_segments(
     files: &FileAccess,
     dir: &Path,
     config: &LogConfig,
+    gaps_below: i64,
 ) -> Result<(BTreeMap<i64, Segment>, RecoveryReport), LogError> {
     let storage = &*files.storage;
     let io = |e| LogError::io(dir, e);
     let created = !storage.exists(dir);
     storage.create_dir_all(dir).map_err(io)?;
     let mut report = RecoveryReport::default();
+    report.swaps_finished = crate::cleaner::finish_swaps(storage, dir).map_err(io)?;
     let paths = storage.list(dir).map_err(io)?;
     let bases: Vec<i64> = paths
         .iter()
@@ -867,8 +887,11 @@ fn recover_segments(
             dir,
             base,
             check,
-            config.index_interval_bytes,
-            batch_bytes_max,
+            &crate::recovery::Rules {
+                index_interval_bytes: config.index_interval_bytes,
+                batch_bytes_max,
+                gaps_below,
+            },
             &mut report,
         )
         .map_err(|e| LogError::io(segment_path(dir, base, LOG_SUFFIX), e))?;

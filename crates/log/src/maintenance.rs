@@ -28,7 +28,8 @@ pub(crate) fn is_stray(path: &Path, segment_bases: &[i64]) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    if name.ends_with(".tmp") || name.ends_with(".deleted") {
+    if name.ends_with(".tmp") || name.ends_with(".deleted") || crate::cleaner::is_cleaned_leftover(path)
+    {
         return true;
     }
     [INDEX_SUFFIX, TIME_INDEX_SUFFIX].iter().any(|suffix| {
@@ -206,14 +207,19 @@ impl PartitionLog {
     /// those wholly below the offset records were deleted below. The active segment is never
     /// deleted.
     pub fn apply_retention(&self) -> Result<RetentionReport, LogError> {
+        let _maintenance = self.maintenance.lock();
         let now_ms = self.clock.now_ms();
         let mut report = RetentionReport::default();
         let doomed = {
             let mut state = self.state.write();
             let mut total: u64 = state.segments.values().map(|s| s.size_bytes).sum();
+            // A compact-only log keeps its records whatever their age or size.
             let (retention_age, retention_bytes) = {
                 let config = self.config.read();
-                (config.retention_age, config.retention_bytes)
+                match config.cleanup.deletes() {
+                    true => (config.retention_age, config.retention_bytes),
+                    false => (None, None),
+                }
             };
             let mut doomed = Vec::new();
             while state.segments.len() > 1 {

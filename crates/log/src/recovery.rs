@@ -65,6 +65,11 @@ pub struct RecoveryReport {
     /// Why `log-start-offset-checkpoint` could not be read, if it could not (the log then
     /// starts at its first segment).
     pub log_start_checkpoint_damaged: Option<String>,
+    /// Why `cleaner-offset-checkpoint` could not be read, if it could not (gaps are then
+    /// accepted anywhere, and cleaning starts over).
+    pub cleaner_checkpoint_damaged: Option<String>,
+    /// Swaps of cleaned segments that a crash interrupted, finished.
+    pub swaps_finished: usize,
 }
 
 impl RecoveryReport {
@@ -117,24 +122,35 @@ fn verify_batch(
     Ok(Ok(()))
 }
 
+/// What recovery accepts of a segment's batches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rules {
+    pub index_interval_bytes: u32,
+    pub batch_bytes_max: u64,
+    /// Batches starting below this may start past the end of the batch before (compaction
+    /// and the followers copying it left gaps: `cleaner_checkpoint.rs`).
+    pub gaps_below: i64,
+}
+
 /// Why the batch described by `meta` cannot be replayed into `segment` as the batch that
 /// starts at `expected_base` (the segment's base offset, or the end of the batch before), if
 /// it cannot. Offsets are contiguous, so a batch that starts anywhere else is damage (its
 /// `baseOffset` is not covered by the CRC) and is cut: accepting a gap would let the next
-/// append go on from a wrong offset.
+/// append go on from a wrong offset. Below `rules.gaps_below` a batch may start later.
 fn unreplayable(
     segment: &Segment,
     meta: &BatchMeta,
     expected_base: i64,
-    batch_bytes_max: u64,
+    rules: &Rules,
 ) -> Option<String> {
-    if meta.size_bytes > batch_bytes_max {
+    if meta.size_bytes > rules.batch_bytes_max {
         return Some(format!(
             "batch claims {} bytes, over the limit",
             meta.size_bytes
         ));
     }
-    if meta.base_offset != expected_base {
+    let gap_allowed = meta.base_offset > expected_base && meta.base_offset < rules.gaps_below;
+    if meta.base_offset != expected_base && !gap_allowed {
         return Some(format!(
             "batch base offset {} is not the expected {expected_base}",
             meta.base_offset
@@ -152,8 +168,7 @@ fn scan_batches(
     start: u64,
     end: u64,
     check: Check,
-    index_interval_bytes: u32,
-    batch_bytes_max: u64,
+    rules: &Rules,
 ) -> io::Result<(u64, Option<String>)> {
     let file = segment.log_file()?;
     let mut scratch = Vec::new();
@@ -163,7 +178,7 @@ fn scan_batches(
             Ok(meta) => meta,
             Err(reason) => return Ok((position, Some(reason))),
         };
-        if let Some(reason) = unreplayable(segment, &meta, segment.next_offset, batch_bytes_max) {
+        if let Some(reason) = unreplayable(segment, &meta, segment.next_offset, rules) {
             return Ok((position, Some(reason)));
         }
         if check == Check::Full {
@@ -171,7 +186,7 @@ fn scan_batches(
                 return Ok((position, Some(reason)));
             }
         }
-        segment.track_batch(&meta, index_interval_bytes)?;
+        segment.track_batch(&meta, rules.index_interval_bytes)?;
         position = meta.end_position();
     }
     Ok((position, None))
@@ -184,8 +199,7 @@ pub(crate) fn open_segment(
     dir: &Path,
     base_offset: i64,
     check: Check,
-    index_interval_bytes: u32,
-    batch_bytes_max: u64,
+    rules: &Rules,
     report: &mut RecoveryReport,
 ) -> io::Result<Segment> {
     let mut segment = Segment::existing(files, dir, base_offset);
@@ -209,13 +223,13 @@ pub(crate) fn open_segment(
         if let (Some(offset_index), Some(time_index)) = loaded {
             segment.offset_index = offset_index;
             segment.time_index = time_index;
-            if open_tail(&mut segment, index_interval_bytes, batch_bytes_max)? {
+            if open_tail(&mut segment, rules)? {
                 return Ok(segment);
             }
         }
         report.indexes_rebuilt += 1;
     }
-    open_full(&mut segment, index_interval_bytes, batch_bytes_max, report)?;
+    open_full(&mut segment, rules, report)?;
     if check == Check::Tail {
         segment.store_indexes()?;
     }
@@ -224,11 +238,7 @@ pub(crate) fn open_segment(
 
 /// Walks the batches after the last entry of the loaded indexes. Returns false (leaving the
 /// segment to be fully checked) if the indexes or the tail look wrong.
-fn open_tail(
-    segment: &mut Segment,
-    index_interval_bytes: u32,
-    batch_bytes_max: u64,
-) -> io::Result<bool> {
+fn open_tail(segment: &mut Segment, rules: &Rules) -> io::Result<bool> {
     let file = segment.log_file()?;
     let file_len = file.byte_len()?;
     let first = match read_batch_meta(&*file, 0, file_len)? {
@@ -237,7 +247,7 @@ fn open_tail(
         Err(_) => return Ok(false),
     };
     if first
-        .is_some_and(|m| unreplayable(segment, &m, segment.base_offset, batch_bytes_max).is_some())
+        .is_some_and(|m| unreplayable(segment, &m, segment.base_offset, rules).is_some())
     {
         return Ok(false);
     }
@@ -264,14 +274,7 @@ fn open_tail(
     segment.max_timestamp = segment.time_index.last().map(|e| e.timestamp);
     segment.first_batch_timestamp = first.map(|m| m.max_timestamp);
     segment.bytes_since_index_entry = 0;
-    let (end, problem) = scan_batches(
-        segment,
-        start,
-        file_len,
-        Check::Tail,
-        index_interval_bytes,
-        batch_bytes_max,
-    )?;
+    let (end, problem) = scan_batches(segment, start, file_len, Check::Tail, rules)?;
     // Both offsets are ≥ 0 (segment names and batch offsets are), so this cannot overflow.
     let offsets_held = segment.next_offset - segment.base_offset;
     let time_index_agrees = segment
@@ -282,22 +285,10 @@ fn open_tail(
 }
 
 /// Reads and CRC-checks every batch, rebuilding both indexes, and cuts at the first problem.
-fn open_full(
-    segment: &mut Segment,
-    index_interval_bytes: u32,
-    batch_bytes_max: u64,
-    report: &mut RecoveryReport,
-) -> io::Result<()> {
+fn open_full(segment: &mut Segment, rules: &Rules, report: &mut RecoveryReport) -> io::Result<()> {
     segment.reset_tracking()?;
     let file_len = segment.log_file()?.byte_len()?;
-    let (end, problem) = scan_batches(
-        segment,
-        0,
-        file_len,
-        Check::Full,
-        index_interval_bytes,
-        batch_bytes_max,
-    )?;
+    let (end, problem) = scan_batches(segment, 0, file_len, Check::Full, rules)?;
     report.segments_fully_checked += 1;
     if end < file_len {
         let reason = problem.unwrap_or_else(|| "data past the last batch".into());
@@ -508,8 +499,13 @@ mod tests {
         // As if every byte before had been whole batches up to offset 7.
         segment.size_bytes = position;
         segment.next_offset = 7;
+        let rules = Rules {
+            index_interval_bytes: 4096,
+            batch_bytes_max: u64::MAX,
+            gaps_below: 0,
+        };
         let (stop, problem) =
-            scan_batches(&mut segment, position, end, check, 4096, u64::MAX).expect("no I/O error");
+            scan_batches(&mut segment, position, end, check, &rules).expect("no I/O error");
         (position, stop, problem)
     }
 

@@ -67,9 +67,11 @@ impl PartitionLog {
     /// after they are fsynced ([`PartitionLog::durable_offset`] then covers them).
     ///
     /// Refused, with the log unchanged: a batch whose length, magic or CRC is wrong, or that
-    /// is larger than a segment (`InvalidBatch`, `BatchTooLarge`); a first batch that does not
-    /// start at the log end offset, or a batch that does not start right after the one before
-    /// (`NotContiguous`); a negative epoch, or epochs that go back, within the batches or
+    /// is larger than a segment (`InvalidBatch`, `BatchTooLarge`); a first batch that starts
+    /// below the log end offset, or a batch that starts before the end of the one before
+    /// (`NotContiguous`) — a batch may start later, where a compacted leader removed batches,
+    /// and the gap is made acceptable to recovery (`cleaner_checkpoint.rs`) before it is
+    /// written; a negative epoch, or epochs that go back, within the batches or
     /// below the log's latest epoch (`StaleLeaderEpoch`): the follower must truncate first.
     /// `batch_bytes_max` does not apply (the leader accepted them). An I/O error may leave a
     /// prefix of whole batches appended; [`PartitionLog::log_end_offset`] says where it ends.
@@ -94,12 +96,21 @@ impl PartitionLog {
             (state.log_end_offset(), state.epochs.clone())
         };
         let first = metas[0];
-        if first.base_offset != end {
+        if first.base_offset < end {
             return Err(LogError::NotContiguous {
                 batch: 0,
                 expected: end,
                 found: first.base_offset,
             });
+        }
+        // A compacted leader's batches leave gaps; recovery must accept them once written.
+        let gapped = first.base_offset > end
+            || metas
+                .windows(2)
+                .any(|w| w[1].base_offset != w[0].next_offset());
+        if gapped {
+            let last = metas[metas.len() - 1];
+            self.allow_gaps_below(last.next_offset())?;
         }
         if let Some(latest) = epochs.latest_epoch().filter(|&l| first.leader_epoch < l) {
             return Err(LogError::StaleLeaderEpoch {
@@ -179,9 +190,9 @@ impl PartitionLog {
     }
 }
 
-/// The headers of replicated batches, checked to follow each other: each starts right after
-/// the one before, with an epoch ≥ 0 and not below the one before. Positions are within
-/// `batches`.
+/// The headers of replicated batches, checked to follow each other: each starts after the
+/// one before (right after it, unless the leader's cleaner removed batches between), with an
+/// epoch ≥ 0 and not below the one before. Positions are within `batches`.
 fn replicated_metas(batches: &[u8], spans: &[Span]) -> Result<Vec<BatchMeta>, LogError> {
     let mut metas: Vec<BatchMeta> = Vec::with_capacity(spans.len());
     for (i, span) in spans.iter().enumerate() {
@@ -191,7 +202,7 @@ fn replicated_metas(batches: &[u8], spans: &[Span]) -> Result<Vec<BatchMeta>, Lo
             return Err(LogError::InvalidLeaderEpoch(meta.leader_epoch));
         }
         if let Some(previous) = metas.last() {
-            if meta.base_offset != previous.next_offset() {
+            if meta.base_offset < previous.next_offset() {
                 return Err(LogError::NotContiguous {
                     batch: i,
                     expected: previous.next_offset(),

@@ -171,7 +171,7 @@ pub(crate) struct LogFileHandle {
 }
 
 impl LogFileHandle {
-    fn new(files: &FileAccess, dir: &Path, base_offset: i64) -> LogFileHandle {
+    pub(crate) fn new(files: &FileAccess, dir: &Path, base_offset: i64) -> LogFileHandle {
         LogFileHandle {
             id: next_file_id(),
             path: segment_path(dir, base_offset, LOG_SUFFIX).into(),

@@ -28,6 +28,7 @@
 //! transaction with a control batch (bits 4 and 5, one marker record: [`control`]), which
 //! only brokers write.
 
+pub mod compact;
 mod compression;
 pub mod control;
 pub mod craft;
@@ -370,7 +371,8 @@ impl RecordBatch {
     }
 
     /// Decodes every record, decompressing at most `decompressed_bytes_max` bytes, and checks
-    /// that the count and offset deltas agree with the header.
+    /// that the count agrees with the header and the offset deltas increase within its
+    /// range (a compacted batch has gaps; [`RecordBatch::verify`] is the producer's rule).
     pub fn records(&self, decompressed_bytes_max: usize) -> Result<Vec<Record>, BatchError> {
         let payload = self.bytes.slice(field::RECORDS..);
         let records_bytes = match self.compression() {
@@ -402,20 +404,20 @@ impl RecordBatch {
                 found: records.len(),
             });
         }
+        // A compacted batch keeps its offsets with gaps between them (and may hold no record
+        // at all, kept for its offsets): deltas increase and stay within the header's range.
+        let mut previous = None;
         for (i, record) in records.iter().enumerate() {
-            if record.offset != self.base_offset().wrapping_add(i as i64) {
+            let delta = record.offset.wrapping_sub(self.base_offset());
+            if previous.is_some_and(|p| delta <= p)
+                || !(0..=i64::from(self.last_offset_delta())).contains(&delta)
+            {
                 return Err(BatchError::Corrupt(format!(
-                    "record {i} has offset delta {} (expected {i})",
-                    record.offset.wrapping_sub(self.base_offset())
+                    "record {i} has offset delta {delta} (after {previous:?}, last {})",
+                    self.last_offset_delta()
                 )));
             }
-        }
-        if self.last_offset_delta() != header_count - 1 {
-            return Err(BatchError::Corrupt(format!(
-                "last offset delta {} does not match {} records",
-                self.last_offset_delta(),
-                header_count
-            )));
+            previous = Some(delta);
         }
         Ok(records)
     }
