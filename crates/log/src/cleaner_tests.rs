@@ -301,3 +301,96 @@ proptest! {
         prop_assert_eq!(records(&reopened), cleaned);
     }
 }
+
+/// A process that dies at its `n`th change to the directory (create, remove, rename, fsync of
+/// the directory): that call and every later one fail, as if the process were gone.
+#[derive(Debug)]
+struct DiesAt {
+    inner: FaultyStorage,
+    left: std::sync::atomic::AtomicI64,
+}
+
+impl DiesAt {
+    fn step(&self) -> std::io::Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.left.fetch_sub(1, Ordering::SeqCst) <= 1 {
+            return Err(std::io::Error::other("the process died here"));
+        }
+        Ok(())
+    }
+}
+
+impl crate::Storage for DiesAt {
+    fn open(&self, path: &std::path::Path, create: bool) -> std::io::Result<Arc<dyn crate::StorageFile>> {
+        if create && !self.inner.exists(path) {
+            self.step()?;
+        }
+        self.inner.open(path, create)
+    }
+    fn remove(&self, path: &std::path::Path) -> std::io::Result<()> {
+        self.step()?;
+        self.inner.remove(path)
+    }
+    fn rename(&self, from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        self.step()?;
+        self.inner.rename(from, to)
+    }
+    fn exists(&self, path: &std::path::Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn list(&self, dir: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+        self.inner.list(dir)
+    }
+    fn create_dir_all(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        self.inner.create_dir_all(dir)
+    }
+    fn sync_dir(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        self.step()?;
+        self.inner.sync_dir(dir)
+    }
+}
+
+/// A crash at every step of a pass (each file created, removed or renamed, each directory
+/// fsync), losing what was not synced: the reopened log is the old one or the cleaned one,
+/// never less, and a pass after it finishes the job.
+#[test]
+fn a_crash_at_any_step_of_a_pass_leaves_the_old_or_the_cleaned_log() {
+    let ops: Vec<Op> = (0..240u16).map(|i| ((i % 5) as u8, Some(i))).collect();
+    let (mut finished, mut swaps_finished) = (false, 0);
+    for n in 1..400 {
+        let inner = FaultyStorage::new();
+        let dies = Arc::new(DiesAt {
+            inner: inner.clone(),
+            left: std::sync::atomic::AtomicI64::new(i64::MAX),
+        });
+        let clock = Arc::new(ManualClock::new(T0));
+        let (log, _) =
+            PartitionLog::open_with(&crate::tests::dir(), config(Duration::ZERO), dies.clone(), clock.clone())
+                .unwrap();
+        let mut appended = BTreeMap::new();
+        append_all(&log, &ops, 2, Compression::None, &mut appended);
+        let before = records(&log);
+        dies.left.store(n, std::sync::atomic::Ordering::SeqCst);
+        let end = log.log_end_offset();
+        let outcome = log.clean(T0, end, &CleanLimits::default(), &mut |_| {});
+        drop(log);
+        inner.crash(crate::fault::CrashMode::LoseUnsynced);
+        let (reopened, report) = open_at(&inner, config(Duration::ZERO), clock);
+        assert!(report.truncations.is_empty(), "step {n}: {report:?}");
+        swaps_finished += report.swaps_finished;
+        let after = records(&reopened);
+        check_against_model(&reopened, &appended, true);
+        if outcome.is_ok() {
+            finished = true;
+            assert!(after.len() < before.len());
+            break;
+        }
+        reopened.clean(T0, end, &CleanLimits::default(), &mut |_| {}).unwrap();
+        check_against_model(&reopened, &appended, true);
+        let active = reopened.state.read().active().base_offset;
+        let cleaned: Vec<_> = records(&reopened).into_iter().filter(|r| r.0 < active).collect();
+        assert!(cleaned.len() <= 5, "step {n}: one record per key after a pass: {cleaned:?}");
+    }
+    assert!(finished, "a pass with no crash finishes");
+    assert!(swaps_finished > 0, "some crashes fell between a swap's decision and its end");
+}
