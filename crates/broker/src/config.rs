@@ -33,6 +33,12 @@ pub struct BrokerConfig {
     pub produce_timeout_max: Duration,
     /// How often retention runs over every partition.
     pub retention_check_interval: Duration,
+    /// How often the cleaner looks for compacted partitions to clean (`cleaner.rs`).
+    pub cleaner_check_interval: Duration,
+    /// Memory for the cleaner's key map, which bounds the keys one pass can compact.
+    pub cleaner_key_map_bytes_max: usize,
+    /// Bytes per second the cleaner reads and writes together; 0 = no limit.
+    pub cleaner_io_bytes_per_sec_max: u64,
     /// Settings for topics created without them.
     pub topic_defaults: TopicSettings,
     /// Most record bytes one fetch response carries (a request's `max_bytes` is capped to
@@ -156,6 +162,9 @@ impl Default for BrokerConfig {
             fetch_wait_max: Duration::from_secs(30),
             produce_timeout_max: Duration::from_secs(60),
             retention_check_interval: Duration::from_secs(300),
+            cleaner_check_interval: crate::cleaner::CLEANER_CHECK_INTERVAL_DEFAULT,
+            cleaner_key_map_bytes_max: tinymq_log::KEY_MAP_BYTES_MAX_DEFAULT,
+            cleaner_io_bytes_per_sec_max: crate::cleaner::CLEANER_IO_BYTES_PER_SEC_MAX_DEFAULT,
             topic_defaults: TopicSettings::default(),
             fetch_bytes_max: FETCH_BYTES_MAX_DEFAULT,
             fetch_memory_bytes_max: FETCH_MEMORY_BYTES_MAX_DEFAULT,

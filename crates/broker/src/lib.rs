@@ -10,6 +10,7 @@
 
 mod alter_config;
 mod authorize;
+pub mod cleaner;
 pub mod cluster;
 pub mod config;
 mod connection;

@@ -235,6 +235,7 @@ impl Broker {
         ));
         tasks.spawn(flush_loop(state.clone(), shutdown.clone()));
         tasks.spawn(retention_loop(state.clone(), shutdown.clone()));
+        tasks.spawn(crate::cleaner::run(state.clone(), shutdown.clone()));
         tasks.spawn(group_loop(state.clone(), shutdown.clone()));
         tasks.spawn(txn_loop(state.clone(), shutdown.clone()));
         tasks.spawn(half_loop(state.clone(), shutdown.clone()));

@@ -86,6 +86,18 @@ pub struct ServerArgs {
     /// Checks of a half message before it is rolled back by default [default: 15].
     #[arg(long, env = "TINYMQ_HALF_CHECKS_MAX")]
     half_checks_max: Option<u32>,
+    /// How often (ms) the log cleaner looks for compacted partitions to clean
+    /// (docs/storage.md, "Compaction") [default: 15000].
+    #[arg(long, env = "TINYMQ_CLEANER_CHECK_INTERVAL_MS")]
+    cleaner_check_interval_ms: Option<u64>,
+    /// Memory for the cleaner's key map, which bounds the keys one pass compacts; at least
+    /// 1 MiB [default: 67108864].
+    #[arg(long, env = "TINYMQ_CLEANER_KEY_MAP_BYTES_MAX")]
+    cleaner_key_map_bytes_max: Option<usize>,
+    /// Bytes per second the cleaner reads and writes together; 0 = no limit
+    /// [default: 134217728].
+    #[arg(long, env = "TINYMQ_CLEANER_IO_BYTES_PER_SEC_MAX")]
+    cleaner_io_bytes_per_sec_max: Option<u64>,
     /// Also serve Kafka clients on HOST:PORT (docs/kafka.md) [default: off].
     #[arg(long, env = "TINYMQ_KAFKA_LISTEN", value_parser = crate::args::socket_addr)]
     kafka_listen: Option<SocketAddr>,
@@ -130,6 +142,9 @@ struct FileConfig {
     kafka_auto_create_topics: Option<bool>,
     half_check_interval_ms: Option<u64>,
     half_checks_max: Option<u32>,
+    cleaner_check_interval_ms: Option<u64>,
+    cleaner_key_map_bytes_max: Option<usize>,
+    cleaner_io_bytes_per_sec_max: Option<u64>,
 }
 
 /// The file's security settings: the flags' keys, and `admin_password_file`.
@@ -208,6 +223,21 @@ fn build_config(
         (1..=100).contains(&c.half_checks_max),
         "half_checks_max must be from 1 to 100"
     );
+    if let Some(ms) = pick!(cleaner_check_interval_ms) {
+        anyhow::ensure!(
+            (100..=3_600_000).contains(&ms),
+            "cleaner_check_interval_ms must be from 100 to 3600000 (an hour)"
+        );
+        c.cleaner_check_interval = std::time::Duration::from_millis(ms);
+    }
+    c.cleaner_key_map_bytes_max =
+        pick!(cleaner_key_map_bytes_max).unwrap_or(c.cleaner_key_map_bytes_max);
+    anyhow::ensure!(
+        c.cleaner_key_map_bytes_max >= tinymq_broker::cleaner::KEY_MAP_BYTES_MIN,
+        "cleaner_key_map_bytes_max must be at least 1 MiB"
+    );
+    c.cleaner_io_bytes_per_sec_max =
+        pick!(cleaner_io_bytes_per_sec_max).unwrap_or(c.cleaner_io_bytes_per_sec_max);
     c.open_segment_files_max = pick!(open_segment_files_max).unwrap_or(c.open_segment_files_max);
     anyhow::ensure!(
         c.open_segment_files_max >= 1,

@@ -31,7 +31,7 @@ pub use auth::{
 };
 pub use limits::HttpLimits;
 pub use view::{
-    BrokerStats, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
+    BrokerStats, CleanerFigures, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
     QuotaThrottle, RaftStats, ReadinessCheck, Traffic,
 };
 

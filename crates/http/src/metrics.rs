@@ -71,6 +71,17 @@ pub(crate) fn gauge1(
     ConstGauge::new(value).encode(metric)
 }
 
+/// One series without labels, fractional.
+pub(crate) fn gauge1_f64(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    value: f64,
+) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    ConstGauge::new(value).encode(metric)
+}
+
 pub(crate) fn counter(
     encoder: &mut DescriptorEncoder,
     name: &str,

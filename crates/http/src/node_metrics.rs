@@ -156,6 +156,37 @@ pub(crate) fn broker(encoder: &mut DescriptorEncoder, b: &BrokerStats) -> Result
         "isr_expands",
         "Changes to the ISR of a partition led here that added a replica.",
         b.isr_expands,
+    )?;
+    cleaner(encoder, &b.cleaner)
+}
+
+/// The log cleaner's figures (docs/storage.md, "Compaction").
+fn cleaner(encoder: &mut DescriptorEncoder, c: &crate::view::CleanerFigures) -> Result {
+    let totals = [
+        ("cleaner_passes", "Cleaning passes over a compacted log.", c.passes),
+        ("cleaner_read_bytes", "Bytes the cleaner read.", c.bytes_read),
+        ("cleaner_written_bytes", "Bytes the cleaner wrote.", c.bytes_written),
+        (
+            "cleaner_records_removed",
+            "Records the cleaner removed (older ones of a key, expired tombstones).",
+            c.records_removed,
+        ),
+        ("cleaner_failures", "Cleaning passes that failed.", c.failures),
+    ];
+    for (name, help, value) in totals {
+        counter(encoder, name, help, value)?;
+    }
+    gauge1(
+        encoder,
+        "cleaner_dirty_bytes",
+        "Bytes of compacted logs not cleaned yet (the cleaner's lag), at its last check.",
+        as_i64(c.dirty_bytes),
+    )?;
+    crate::metrics::gauge1_f64(
+        encoder,
+        "cleaner_dirty_ratio_max",
+        "The largest share of a compacted log's cleanable bytes not cleaned yet.",
+        c.dirty_ratio_max,
     )
 }
 

@@ -78,6 +78,8 @@ pub struct BrokerStats {
     pub offline_partitions: u64,
     pub isr_shrinks: u64,
     pub isr_expands: u64,
+    /// The log cleaner (compaction) in this process.
+    pub cleaner: CleanerFigures,
     /// Throttling by quotas, per principal (with limiters on this broker now) and kind.
     pub quota_throttles: Vec<QuotaThrottle>,
 }
@@ -169,4 +171,18 @@ impl std::fmt::Debug for dyn NodeView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "NodeView({})", self.role())
     }
+}
+
+/// What the log cleaner did in this process, and what waits for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CleanerFigures {
+    pub passes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub records_removed: u64,
+    pub failures: u64,
+    /// Bytes of compacted logs not cleaned yet, at the last check.
+    pub dirty_bytes: u64,
+    /// The largest dirty ratio of a compacted log, at the last check.
+    pub dirty_ratio_max: f64,
 }

@@ -124,6 +124,7 @@ impl NodeView for BrokerView {
             offline_partitions: offline,
             isr_shrinks: node.isr_shrinks.load(Ordering::Relaxed),
             isr_expands: node.isr_expands.load(Ordering::Relaxed),
+            cleaner: cleaner_figures(),
             quota_throttles: quota_throttles(&self.state.quotas),
         })
     }
@@ -325,5 +326,20 @@ mod tests {
             Some(5)
         );
         assert_eq!(quorum_index(std::iter::empty()), None);
+    }
+}
+
+/// The log cleaner's figures for metrics.
+fn cleaner_figures() -> tinymq_http::CleanerFigures {
+    let c = tinymq_broker::cleaner::stats();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    tinymq_http::CleanerFigures {
+        passes: load(&c.passes),
+        bytes_read: load(&c.bytes_read),
+        bytes_written: load(&c.bytes_written),
+        records_removed: load(&c.records_removed),
+        failures: load(&c.failures),
+        dirty_bytes: load(&c.dirty_bytes),
+        dirty_ratio_max: load(&c.dirty_ratio_max_millionths) as f64 / 1e6,
     }
 }
