@@ -330,7 +330,9 @@ impl Partition {
         context: &ProduceContext,
     ) -> Result<CheckedProduce, PartitionError> {
         let timestamps = *self.timestamps.lock();
-        let (batch, identity) = validate_batch(records, batch_bytes_max, &timestamps, context)?;
+        let keys_required = self.log.cleanup_policy().compacts();
+        let (batch, identity) =
+            validate_batch(records, batch_bytes_max, &timestamps, keys_required, context)?;
         Ok(CheckedProduce { batch, identity })
     }
 
@@ -682,12 +684,14 @@ pub(crate) fn one_batch(records: Bytes) -> Result<RecordBatch, PartitionError> {
 /// Checks the one batch of a produce fully before anything is written: framing, magic, CRC
 /// (the only CRC pass on this broker: the log trusts a parsed [`RecordBatch`]), size, the
 /// producer's attribute and id fields, the header against the records (bounded
-/// decompression), timestamps, and that a producer id was handed out by the MetaServer.
-/// Returns the batch and its producer identity.
+/// decompression), timestamps, keys when the topic is compacted (a record without one could
+/// never be superseded), and that a producer id was handed out by the MetaServer. Returns
+/// the batch and its producer identity.
 fn validate_batch(
     records: Bytes,
     batch_bytes_max: u32,
     timestamps: &TimestampBounds,
+    keys_required: bool,
     context: &ProduceContext,
 ) -> Result<(RecordBatch, BatchIdentity), PartitionError> {
     let batch = one_batch(records)?;
@@ -707,6 +711,15 @@ fn validate_batch(
         _ => with_decompression_slot(verify)?,
     };
     timestamps.check(summary.timestamp_min, summary.timestamp_max, context.now_ms)?;
+    if keys_required && summary.keyless_records > 0 {
+        return Err(PartitionError::new(
+            ErrorCode::INVALID_RECORD,
+            format!(
+                "{} of the batch's records have no key: a compacted topic                  (cleanup_policy compact) keeps the latest record of each key, and takes only                  records with one",
+                summary.keyless_records
+            ),
+        ));
+    }
     let identity = identity_of(&batch);
     if identity.producer_id >= context.producer_id_end {
         return Err(PartitionError::new(

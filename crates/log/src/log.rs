@@ -246,6 +246,11 @@ impl PartitionLog {
         self.config.read().clone()
     }
 
+    /// The cleanup policy now; read on every produce (a compacted topic needs keys).
+    pub fn cleanup_policy(&self) -> crate::CleanupPolicy {
+        self.config.read().cleanup
+    }
+
     /// The largest batch an append takes; read on every produce, so without the copy of the
     /// whole config (and its `Arc`) that [`Self::config`] makes.
     pub fn batch_bytes_max(&self) -> u32 {

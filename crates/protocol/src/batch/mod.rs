@@ -100,6 +100,8 @@ pub struct BatchSummary {
     /// Smallest and largest record timestamp (create time).
     pub timestamp_min: i64,
     pub timestamp_max: i64,
+    /// Records with a null key (which a compacted topic refuses).
+    pub keyless_records: i32,
 }
 
 /// Why bytes are not a valid record batch.
@@ -496,8 +498,10 @@ impl RecordBatch {
         let base_timestamp = self.base_timestamp();
         let (mut found, mut cursor) = (0i32, 0usize);
         let (mut timestamp_min, mut timestamp_max) = (i64::MAX, i64::MIN);
+        let mut keyless_records = 0i32;
         while cursor < records_bytes.len() {
             let raw = record::parse_record(&records_bytes, cursor)?;
+            keyless_records += i32::from(raw.key.is_none());
             if raw.offset_delta != found {
                 return Err(BatchError::InvalidHeader(format!(
                     "record {found} has offset delta {} (expected {found})",
@@ -535,6 +539,7 @@ impl RecordBatch {
             record_count: found,
             timestamp_min,
             timestamp_max,
+            keyless_records,
         })
     }
 

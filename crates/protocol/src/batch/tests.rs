@@ -208,7 +208,8 @@ fn headers_that_lie_about_their_records_are_refused() {
         Ok(BatchSummary {
             record_count: 3,
             timestamp_min: 1_000,
-            timestamp_max: 1_000
+            timestamp_max: 1_000,
+            keyless_records: 3,
         })
     );
     // The case from the field: no records, a count of 0 and a huge last offset delta.
