@@ -20,10 +20,7 @@ use crate::state::BrokerState;
 /// The smallest `cleaner_key_map_bytes_max`.
 pub use tinymq_log::KEY_MAP_BYTES_MIN;
 
-/// Default of `cleaner_check_interval`: 15 s, Kafka's `log.cleaner.backoff.ms`.
-pub const CLEANER_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
-/// Default of `cleaner_io_bytes_per_sec_max`: 128 MiB/s of reads and writes together.
-pub const CLEANER_IO_BYTES_PER_SEC_MAX_DEFAULT: u64 = 128 << 20;
+pub use crate::config::{CLEANER_CHECK_INTERVAL_DEFAULT, CLEANER_IO_BYTES_PER_SEC_MAX_DEFAULT};
 
 /// What the cleaner has done in this process, and what waits for it.
 #[derive(Debug)]
@@ -93,7 +90,11 @@ fn clean_due(state: &BrokerState, stop: &CancellationToken) {
     STATS
         .dirty_ratio_max_millionths
         .store((ratio_max * 1e6) as u64, Ordering::Relaxed);
-    due.sort_by(|a, b| (b.0, b.1).partial_cmp(&(a.0, a.1)).unwrap_or(std::cmp::Ordering::Equal));
+    due.sort_by(|a, b| {
+        (b.0, b.1)
+            .partial_cmp(&(a.0, a.1))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
     let limits = tinymq_log::CleanLimits {
         key_map_bytes_max: state.config.cleaner_key_map_bytes_max,
     };
@@ -103,12 +104,22 @@ fn clean_due(state: &BrokerState, stop: &CancellationToken) {
             return;
         }
         let started = Instant::now();
-        match p.log.clean(now_ms(), cleanable_bound(&p), &limits, &mut |bytes| rate.take(bytes)) {
+        match p
+            .log
+            .clean(now_ms(), cleanable_bound(&p), &limits, &mut |bytes| {
+                rate.take(bytes)
+            }) {
             Ok(report) => {
                 STATS.passes.fetch_add(1, Ordering::Relaxed);
-                STATS.bytes_read.fetch_add(report.bytes_read, Ordering::Relaxed);
-                STATS.bytes_written.fetch_add(report.bytes_written, Ordering::Relaxed);
-                STATS.records_removed.fetch_add(report.records_removed, Ordering::Relaxed);
+                STATS
+                    .bytes_read
+                    .fetch_add(report.bytes_read, Ordering::Relaxed);
+                STATS
+                    .bytes_written
+                    .fetch_add(report.bytes_written, Ordering::Relaxed);
+                STATS
+                    .records_removed
+                    .fetch_add(report.records_removed, Ordering::Relaxed);
                 tracing::debug!(topic = %p.topic, partition = p.index, ?report,
                     elapsed_ms = started.elapsed().as_millis() as u64, "log cleaned");
             }
@@ -163,7 +174,10 @@ mod tests {
         let mut rate = RateLimit::new(10 << 20);
         rate.taken = 30 << 20;
         // 30 MiB at 10 MiB/s are due at 3 s.
-        assert_eq!(rate.pause(Duration::from_secs(1)), Some(Duration::from_secs(2)));
+        assert_eq!(
+            rate.pause(Duration::from_secs(1)),
+            Some(Duration::from_secs(2))
+        );
         assert_eq!(rate.pause(Duration::from_millis(2_950)), None);
         let mut unlimited = RateLimit::new(0);
         unlimited.taken = u64::MAX;

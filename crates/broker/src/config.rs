@@ -145,6 +145,11 @@ pub const FETCH_MEMORY_BYTES_MAX_DEFAULT: u32 = 256 << 20;
 /// Default of `fetch_bytes_max`: 50 MiB.
 pub const FETCH_BYTES_MAX_DEFAULT: u32 = 50 << 20;
 
+/// Default of `cleaner_check_interval`: 15 s, Kafka's `log.cleaner.backoff.ms`.
+pub const CLEANER_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(15);
+/// Default of `cleaner_io_bytes_per_sec_max`: 128 MiB/s of reads and writes together.
+pub const CLEANER_IO_BYTES_PER_SEC_MAX_DEFAULT: u64 = 128 << 20;
+
 /// Default of `half_check_interval_ms`: 10 s.
 pub const HALF_CHECK_INTERVAL_DEFAULT: Duration = Duration::from_secs(10);
 /// Default of `half_checks_max` (RocketMQ's `transactionCheckMax`).
@@ -162,9 +167,9 @@ impl Default for BrokerConfig {
             fetch_wait_max: Duration::from_secs(30),
             produce_timeout_max: Duration::from_secs(60),
             retention_check_interval: Duration::from_secs(300),
-            cleaner_check_interval: crate::cleaner::CLEANER_CHECK_INTERVAL_DEFAULT,
+            cleaner_check_interval: CLEANER_CHECK_INTERVAL_DEFAULT,
             cleaner_key_map_bytes_max: tinymq_log::KEY_MAP_BYTES_MAX_DEFAULT,
-            cleaner_io_bytes_per_sec_max: crate::cleaner::CLEANER_IO_BYTES_PER_SEC_MAX_DEFAULT,
+            cleaner_io_bytes_per_sec_max: CLEANER_IO_BYTES_PER_SEC_MAX_DEFAULT,
             topic_defaults: TopicSettings::default(),
             fetch_bytes_max: FETCH_BYTES_MAX_DEFAULT,
             fetch_memory_bytes_max: FETCH_MEMORY_BYTES_MAX_DEFAULT,

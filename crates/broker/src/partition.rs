@@ -331,8 +331,13 @@ impl Partition {
     ) -> Result<CheckedProduce, PartitionError> {
         let timestamps = *self.timestamps.lock();
         let keys_required = self.log.cleanup_policy().compacts();
-        let (batch, identity) =
-            validate_batch(records, batch_bytes_max, &timestamps, keys_required, context)?;
+        let (batch, identity) = validate_batch(
+            records,
+            batch_bytes_max,
+            &timestamps,
+            keys_required,
+            context,
+        )?;
         Ok(CheckedProduce { batch, identity })
     }
 

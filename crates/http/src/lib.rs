@@ -31,8 +31,8 @@ pub use auth::{
 };
 pub use limits::HttpLimits;
 pub use view::{
-    BrokerStats, CleanerFigures, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats, PartitionStats,
-    QuotaThrottle, RaftStats, ReadinessCheck, Traffic,
+    BrokerStats, CleanerFigures, ConnectionCounts, GroupStats, HistogramData, NodeView, OpStats,
+    PartitionStats, QuotaThrottle, RaftStats, ReadinessCheck, Traffic,
 };
 
 use std::net::SocketAddr;

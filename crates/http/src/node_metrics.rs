@@ -163,15 +163,31 @@ pub(crate) fn broker(encoder: &mut DescriptorEncoder, b: &BrokerStats) -> Result
 /// The log cleaner's figures (docs/storage.md, "Compaction").
 fn cleaner(encoder: &mut DescriptorEncoder, c: &crate::view::CleanerFigures) -> Result {
     let totals = [
-        ("cleaner_passes", "Cleaning passes over a compacted log.", c.passes),
-        ("cleaner_read_bytes", "Bytes the cleaner read.", c.bytes_read),
-        ("cleaner_written_bytes", "Bytes the cleaner wrote.", c.bytes_written),
+        (
+            "cleaner_passes",
+            "Cleaning passes over a compacted log.",
+            c.passes,
+        ),
+        (
+            "cleaner_read_bytes",
+            "Bytes the cleaner read.",
+            c.bytes_read,
+        ),
+        (
+            "cleaner_written_bytes",
+            "Bytes the cleaner wrote.",
+            c.bytes_written,
+        ),
         (
             "cleaner_records_removed",
             "Records the cleaner removed (older ones of a key, expired tombstones).",
             c.records_removed,
         ),
-        ("cleaner_failures", "Cleaning passes that failed.", c.failures),
+        (
+            "cleaner_failures",
+            "Cleaning passes that failed.",
+            c.failures,
+        ),
     ];
     for (name, help, value) in totals {
         counter(encoder, name, help, value)?;

@@ -191,16 +191,17 @@ impl PartitionLog {
         let tombstones_due = (plan.checkpoint.tombstones_due_ms > 0
             && now_ms >= plan.checkpoint.tombstones_due_ms)
             .then_some(true);
-        let overdue = tombstones_due.is_some() || lag_max_ms.is_some_and(|lag| {
-            let state = self.state.read();
-            state
-                .segments
-                .range(..=plan.first_dirty)
-                .next_back()
-                .or_else(|| state.segments.range(plan.first_dirty..).next())
-                .and_then(|(_, s)| s.first_batch_timestamp)
-                .is_some_and(|ts| ts < now_ms.saturating_sub(lag))
-        });
+        let overdue = tombstones_due.is_some()
+            || lag_max_ms.is_some_and(|lag| {
+                let state = self.state.read();
+                state
+                    .segments
+                    .range(..=plan.first_dirty)
+                    .next_back()
+                    .or_else(|| state.segments.range(plan.first_dirty..).next())
+                    .and_then(|(_, s)| s.first_batch_timestamp)
+                    .is_some_and(|ts| ts < now_ms.saturating_sub(lag))
+            });
         let total = clean + dirty;
         Some(Cleanable {
             clean_bytes: clean,
@@ -364,12 +365,16 @@ impl PartitionLog {
         // The first offset of each undecided transaction: the map covers no further.
         let mut open_txns: HashMap<i64, i64> = HashMap::new();
         let mut map_end = plan.end;
-        'segments: for s in plan.segments.iter().filter(|s| s.next_offset > plan.first_dirty) {
+        'segments: for s in plan
+            .segments
+            .iter()
+            .filter(|s| s.next_offset > plan.first_dirty)
+        {
             let file = s.log.open().map_err(|e| self.io_error(s.base, e))?;
             let mut position = 0;
             while position < s.size {
-                let (meta, batch) = read_batch(&*file, position, s.size)
-                    .map_err(|e| self.io_error(s.base, e))?;
+                let (meta, batch) =
+                    read_batch(&*file, position, s.size).map_err(|e| self.io_error(s.base, e))?;
                 report.bytes_read += meta.size_bytes;
                 throttle(meta.size_bytes);
                 position = meta.end_position();
@@ -474,8 +479,8 @@ impl PartitionLog {
             let file = s.log.open().map_err(|e| self.io_error(s.base, e))?;
             let mut position = 0;
             while position < s.size {
-                let (meta, batch) = read_batch(&*file, position, s.size)
-                    .map_err(|e| self.io_error(s.base, e))?;
+                let (meta, batch) =
+                    read_batch(&*file, position, s.size).map_err(|e| self.io_error(s.base, e))?;
                 report.bytes_read += meta.size_bytes;
                 throttle(meta.size_bytes);
                 position = meta.end_position();
@@ -692,7 +697,11 @@ impl GroupWriter<'_> {
         if self.file.is_some() {
             return Ok(());
         }
-        let file = self.log.storage.open(&self.path, true).map_err(|e| self.io(e))?;
+        let file = self
+            .log
+            .storage
+            .open(&self.path, true)
+            .map_err(|e| self.io(e))?;
         file.set_len(0).map_err(|e| self.io(e))?;
         self.file = Some(file);
         let (last, until) = self.unchanged_until;
@@ -715,7 +724,9 @@ impl GroupWriter<'_> {
 
     fn write(&mut self, bytes: &[u8]) -> Result<(), LogError> {
         let file = self.file.clone().ok_or_else(|| {
-            self.io(std::io::Error::other("cleaned file written before it was opened"))
+            self.io(std::io::Error::other(
+                "cleaned file written before it was opened",
+            ))
         })?;
         let position = self.segment.size_bytes;
         let meta = BatchMeta::from_header(position, bytes)

@@ -126,7 +126,10 @@ fn decode(bytes: &[u8]) -> Result<CleanerCheckpoint, String> {
             checkpoint_text::number(offset)?,
             checkpoint_text::number(time)?,
         );
-        if passes.last().is_some_and(|&(o, t)| o >= pass.0 || t > pass.1) {
+        if passes
+            .last()
+            .is_some_and(|&(o, t)| o >= pass.0 || t > pass.1)
+        {
             return Err(format!("pass {line:?} does not follow the one before"));
         }
         passes.push(pass);

@@ -14,9 +14,7 @@ use tinymq_protocol::batch::{BatchBuilder, BatchIter, Compression, ProducerStamp
 
 use crate::fault::FaultyStorage;
 use crate::tests::{open_at, T0};
-use crate::{
-    CleanLimits, CleanupPolicy, CompactionConfig, LogConfig, ManualClock, PartitionLog,
-};
+use crate::{CleanLimits, CleanupPolicy, CompactionConfig, LogConfig, ManualClock, PartitionLog};
 
 /// One record: key number, and value (`None` = tombstone).
 type Op = (u8, Option<u16>);
@@ -62,7 +60,8 @@ pub(crate) fn records(log: &PartitionLog) -> Vec<(i64, String, Option<String>)> 
             let batch = batch.unwrap();
             for r in batch.records(1 << 20).unwrap() {
                 if r.offset >= offset {
-                    let text = |b: Option<bytes::Bytes>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
+                    let text =
+                        |b: Option<bytes::Bytes>| b.map(|b| String::from_utf8(b.to_vec()).unwrap());
                     out.push((r.offset, text(r.key).unwrap(), text(r.value)));
                 }
             }
@@ -118,7 +117,10 @@ fn check_against_model(
     for (key, (offset, value)) in latest {
         let present = now.iter().any(|(o, _, _)| *o == offset);
         if value.is_some() || !tombstones_may_go {
-            assert!(present, "the latest record of {key} (offset {offset}) is kept");
+            assert!(
+                present,
+                "the latest record of {key} (offset {offset}) is kept"
+            );
         }
     }
 }
@@ -133,11 +135,17 @@ fn a_pass_keeps_the_latest_record_of_each_key_at_its_offset() {
     append_all(&log, &ops, 4, Compression::None, &mut appended);
     let end = log.log_end_offset();
     let report = clean(&log, T0, end, 1 << 20);
-    assert!(report.segments_replaced > 1 && report.records_removed > 300, "{report:?}");
+    assert!(
+        report.segments_replaced > 1 && report.records_removed > 300,
+        "{report:?}"
+    );
     check_against_model(&log, &appended, false);
     // Below the active segment each key is there once.
     let active_base = log.state.read().active().base_offset;
-    let cleaned: Vec<_> = records(&log).into_iter().filter(|r| r.0 < active_base).collect();
+    let cleaned: Vec<_> = records(&log)
+        .into_iter()
+        .filter(|r| r.0 < active_base)
+        .collect();
     let mut keys: Vec<_> = cleaned.iter().map(|r| r.1.clone()).collect();
     keys.sort();
     keys.dedup();
@@ -145,7 +153,11 @@ fn a_pass_keeps_the_latest_record_of_each_key_at_its_offset() {
     assert_eq!(log.log_end_offset(), end, "the log end never moves");
     // A second pass with nothing new changes nothing.
     let again = clean(&log, T0, end, 1 << 20);
-    assert_eq!((again.segments_written, again.bytes_written), (0, 0), "{again:?}");
+    assert_eq!(
+        (again.segments_written, again.bytes_written),
+        (0, 0),
+        "{again:?}"
+    );
 }
 
 #[test]
@@ -169,9 +181,15 @@ fn tombstones_go_only_after_delete_retention_from_their_first_clean() {
     clean(&log, T0 + 59_000, end, 1 << 20);
     assert!(tombstone(&log), "kept within delete_retention");
     let report = clean(&log, T0 + 61_000, end, 1 << 20);
-    assert!(!tombstone(&log), "removed after delete_retention: {report:?}");
+    assert!(
+        !tombstone(&log),
+        "removed after delete_retention: {report:?}"
+    );
     assert_eq!(report.tombstones_removed, 1);
-    assert!(records(&log).iter().all(|(_, k, _)| k != "key-1"), "key-1 is gone");
+    assert!(
+        records(&log).iter().all(|(_, k, _)| k != "key-1"),
+        "key-1 is gone"
+    );
     check_against_model(&log, &appended, true);
 }
 
@@ -227,15 +245,21 @@ fn a_small_key_map_cleans_in_several_passes() {
                 headers: &[],
             });
         }
-        let info = log.append(&mut BytesMut::from(&b.build().unwrap()[..]), 0).unwrap();
+        let info = log
+            .append(&mut BytesMut::from(&b.build().unwrap()[..]), 0)
+            .unwrap();
         for (i, (k, round)) in chunk.iter().enumerate() {
-            appended.insert(info.base_offset + i as i64, (format!("k{k}"), Some(round.to_string())));
+            appended.insert(
+                info.base_offset + i as i64,
+                (format!("k{k}"), Some(round.to_string())),
+            );
         }
     }
     // Filler until every record above is in a segment before the active one.
     let written = log.log_end_offset();
     while log.state.read().active().base_offset < written {
-        log.append(&mut batch(&[(0, Some(0)); 20], Compression::None, T0), 0).unwrap();
+        log.append(&mut batch(&[(0, Some(0)); 20], Compression::None, T0), 0)
+            .unwrap();
     }
     let bound = log.log_end_offset();
     let first = clean(&log, T0, bound, crate::KEY_MAP_BYTES_MIN);
@@ -244,7 +268,10 @@ fn a_small_key_map_cleans_in_several_passes() {
     let mut last = first;
     while last.key_map_full {
         let next = clean(&log, T0, bound, crate::KEY_MAP_BYTES_MIN);
-        assert!(next.first_dirty > last.first_dirty, "the passes progress: {next:?}");
+        assert!(
+            next.first_dirty > last.first_dirty,
+            "the passes progress: {next:?}"
+        );
         last = next;
         passes += 1;
     }
@@ -321,7 +348,11 @@ impl DiesAt {
 }
 
 impl crate::Storage for DiesAt {
-    fn open(&self, path: &std::path::Path, create: bool) -> std::io::Result<Arc<dyn crate::StorageFile>> {
+    fn open(
+        &self,
+        path: &std::path::Path,
+        create: bool,
+    ) -> std::io::Result<Arc<dyn crate::StorageFile>> {
         if create && !self.inner.exists(path) {
             self.step()?;
         }
@@ -364,9 +395,13 @@ fn a_crash_at_any_step_of_a_pass_leaves_the_old_or_the_cleaned_log() {
             left: std::sync::atomic::AtomicI64::new(i64::MAX),
         });
         let clock = Arc::new(ManualClock::new(T0));
-        let (log, _) =
-            PartitionLog::open_with(&crate::tests::dir(), config(Duration::ZERO), dies.clone(), clock.clone())
-                .unwrap();
+        let (log, _) = PartitionLog::open_with(
+            &crate::tests::dir(),
+            config(Duration::ZERO),
+            dies.clone(),
+            clock.clone(),
+        )
+        .unwrap();
         let mut appended = BTreeMap::new();
         append_all(&log, &ops, 2, Compression::None, &mut appended);
         let before = records(&log);
@@ -385,12 +420,23 @@ fn a_crash_at_any_step_of_a_pass_leaves_the_old_or_the_cleaned_log() {
             assert!(after.len() < before.len());
             break;
         }
-        reopened.clean(T0, end, &CleanLimits::default(), &mut |_| {}).unwrap();
+        reopened
+            .clean(T0, end, &CleanLimits::default(), &mut |_| {})
+            .unwrap();
         check_against_model(&reopened, &appended, true);
         let active = reopened.state.read().active().base_offset;
-        let cleaned: Vec<_> = records(&reopened).into_iter().filter(|r| r.0 < active).collect();
-        assert!(cleaned.len() <= 5, "step {n}: one record per key after a pass: {cleaned:?}");
+        let cleaned: Vec<_> = records(&reopened)
+            .into_iter()
+            .filter(|r| r.0 < active)
+            .collect();
+        assert!(
+            cleaned.len() <= 5,
+            "step {n}: one record per key after a pass: {cleaned:?}"
+        );
     }
     assert!(finished, "a pass with no crash finishes");
-    assert!(swaps_finished > 0, "some crashes fell between a swap's decision and its end");
+    assert!(
+        swaps_finished > 0,
+        "some crashes fell between a swap's decision and its end"
+    );
 }

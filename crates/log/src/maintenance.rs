@@ -28,7 +28,9 @@ pub(crate) fn is_stray(path: &Path, segment_bases: &[i64]) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    if name.ends_with(".tmp") || name.ends_with(".deleted") || crate::cleaner::is_cleaned_leftover(path)
+    if name.ends_with(".tmp")
+        || name.ends_with(".deleted")
+        || crate::cleaner::is_cleaned_leftover(path)
     {
         return true;
     }

@@ -246,9 +246,7 @@ fn open_tail(segment: &mut Segment, rules: &Rules) -> io::Result<bool> {
         Err(_) if file_len == 0 => None,
         Err(_) => return Ok(false),
     };
-    if first
-        .is_some_and(|m| unreplayable(segment, &m, segment.base_offset, rules).is_some())
-    {
+    if first.is_some_and(|m| unreplayable(segment, &m, segment.base_offset, rules).is_some()) {
         return Ok(false);
     }
     // The last offset-index entry names the batch the walk starts at; it must be there.

@@ -61,12 +61,20 @@ fn append_and_clean() {
     let dir = std::env::var(DIR_ENV).expect("child needs a directory");
     let (log, _) = PartitionLog::open(Path::new(&dir), config()).unwrap();
     let log = Arc::new(log);
-    let start: u64 = std::env::var("TINYMQ_COMPACTION_KILL9_FIRST_ID").unwrap().parse().unwrap();
+    let start: u64 = std::env::var("TINYMQ_COMPACTION_KILL9_FIRST_ID")
+        .unwrap()
+        .parse()
+        .unwrap();
     let cleaner = {
         let log = log.clone();
         std::thread::spawn(move || loop {
             let report = log
-                .clean(i64::MAX, log.log_end_offset(), &CleanLimits::default(), &mut |_| {})
+                .clean(
+                    i64::MAX,
+                    log.log_end_offset(),
+                    &CleanLimits::default(),
+                    &mut |_| {},
+                )
                 .unwrap();
             if report.segments_written > 0 {
                 println!("cleaned {}", report.segments_written);
@@ -91,7 +99,8 @@ fn read_all(log: &PartitionLog) -> BTreeMap<i64, (String, String)> {
         for batch in BatchIter::new(read.records) {
             let batch = batch.unwrap();
             for r in batch.records(1 << 20).unwrap() {
-                let text = |b: Option<bytes::Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
+                let text =
+                    |b: Option<bytes::Bytes>| String::from_utf8(b.unwrap().to_vec()).unwrap();
                 found.insert(r.offset, (text(r.key), text(r.value)));
             }
             offset = batch.next_offset();
@@ -110,7 +119,13 @@ fn kill9_during_cleaning_loses_no_latest_acknowledged_record() {
     let mut cleaned_total = 0;
     for round in 0..ROUNDS {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "append_and_clean", "--nocapture", "--test-threads=1"])
+            .args([
+                "--ignored",
+                "--exact",
+                "append_and_clean",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(DIR_ENV, &dir)
             .env("TINYMQ_COMPACTION_KILL9_FIRST_ID", next_id.to_string())
             .stdout(Stdio::piped())
@@ -149,9 +164,15 @@ fn kill9_during_cleaning_loses_no_latest_acknowledged_record() {
         // Only the active segment may lose a torn tail; a cleaned segment is never cut.
         let active_base = log.log_end_offset();
         for t in &report.truncations {
-            assert!(t.bytes_cut == 0 || t.next_offset <= active_base, "{report:?}");
+            assert!(
+                t.bytes_cut == 0 || t.next_offset <= active_base,
+                "{report:?}"
+            );
         }
-        assert!(report.segments_deleted.is_empty(), "round {round}: {report:?}");
+        assert!(
+            report.segments_deleted.is_empty(),
+            "round {round}: {report:?}"
+        );
         println!(
             "round {round}: {} acknowledged, {cleaned} passes swapped, reopening finished {} \
              swaps and removed {} leftover files",
@@ -171,7 +192,10 @@ fn kill9_during_cleaning_loses_no_latest_acknowledged_record() {
             match written.get(offset) {
                 Some(w) => assert_eq!(record, w, "round {round}: the record at {offset}"),
                 // Written but not yet acknowledged when the child died: a whole record.
-                None => assert!(record.1.starts_with(&format!("{}-", record.0)), "{record:?}"),
+                None => assert!(
+                    record.1.starts_with(&format!("{}-", record.0)),
+                    "{record:?}"
+                ),
             }
         }
         // For every key: its latest acknowledged record, or a later record of that key.
@@ -181,9 +205,15 @@ fn kill9_during_cleaning_loses_no_latest_acknowledged_record() {
         }
         for (key, offset) in &latest {
             let kept = found.range(offset..).any(|(_, (k, _))| k == key);
-            assert!(kept, "round {round}: key {key}'s record at {offset} or a later one; {report:?}");
+            assert!(
+                kept,
+                "round {round}: key {key}'s record at {offset} or a later one; {report:?}"
+            );
         }
         log.close().unwrap();
     }
-    assert!(cleaned_total >= 3 * ROUNDS, "the cleaner swapped segments in every round");
+    assert!(
+        cleaned_total >= 3 * ROUNDS,
+        "the cleaner swapped segments in every round"
+    );
 }

@@ -8,8 +8,8 @@
 //! batches it keeps for their offsets.
 
 use super::{
-    field, record, BatchError, Compression, RecordBatch, ATTR_COMPRESSION_MASK,
-    BATCH_HEADER_BYTES, BATCH_LENGTH_PREFIX_BYTES,
+    field, record, BatchError, Compression, RecordBatch, ATTR_COMPRESSION_MASK, BATCH_HEADER_BYTES,
+    BATCH_LENGTH_PREFIX_BYTES,
 };
 
 /// One record as compaction sees it.
@@ -165,7 +165,10 @@ mod tests {
             let original = batch(compression);
             let mut seen = Vec::new();
             for_each_record(&original, 1 << 20, |r| seen.push((r.offset, r.tombstone))).unwrap();
-            assert_eq!(seen, [(100, false), (101, false), (102, true), (103, false)]);
+            assert_eq!(
+                seen,
+                [(100, false), (101, false), (102, true), (103, false)]
+            );
             let Filtered::Rewritten { bytes, kept } =
                 filter_records(&original, 1 << 20, |r| r.offset % 2 == 1).unwrap()
             else {
@@ -174,7 +177,11 @@ mod tests {
             assert_eq!(kept, 2);
             let out = RecordBatch::parse(bytes.into()).unwrap();
             assert_eq!(
-                (out.base_offset(), out.last_offset(), out.partition_leader_epoch()),
+                (
+                    out.base_offset(),
+                    out.last_offset(),
+                    out.partition_leader_epoch()
+                ),
                 (100, 103, 4)
             );
             assert_eq!((out.producer_id(), out.base_sequence()), (9, 30));
