@@ -440,3 +440,48 @@ fn a_crash_at_any_step_of_a_pass_leaves_the_old_or_the_cleaned_log() {
         "some crashes fell between a swap's decision and its end"
     );
 }
+
+/// Replicas clean their own copies: a follower that copied its leader byte for byte and then
+/// cleans with the same bound ends with the same records at the same offsets, and a follower
+/// that starts from nothing after the leader cleaned copies the gaps and reads the same.
+#[test]
+fn replicas_cleaning_on_their_own_end_equal_and_a_late_follower_copies_the_gaps() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let leader_fs = FaultyStorage::new();
+    let (leader, _) = open_at(&leader_fs, config(Duration::ZERO), clock.clone());
+    let mut appended = BTreeMap::new();
+    let ops: Vec<Op> = (0..500u16)
+        .map(|i| ((i % 9) as u8, (i % 11 != 0).then_some(i)))
+        .collect();
+    append_all(&leader, &ops, 3, Compression::Lz4, &mut appended);
+    let fetched = |log: &PartitionLog, from: i64| -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut offset = from;
+        while offset < log.log_end_offset() {
+            let read = log.read(offset, 1 << 16, None).unwrap();
+            for batch in BatchIter::new(read.records.clone()) {
+                offset = batch.unwrap().next_offset();
+            }
+            bytes.extend_from_slice(&read.records);
+        }
+        bytes
+    };
+    let follower_fs = FaultyStorage::new();
+    let (follower, _) = open_at(&follower_fs, config(Duration::ZERO), clock.clone());
+    follower.append_replicated(&fetched(&leader, 0)).unwrap();
+    let bound = leader.log_end_offset();
+    clean(&leader, T0, bound, 1 << 20);
+    clean(&follower, T0, bound, 1 << 20);
+    assert_eq!(records(&follower), records(&leader), "same records at the same offsets");
+    check_against_model(&leader, &appended, true);
+
+    let late_fs = FaultyStorage::new();
+    let (late, _) = open_at(&late_fs, config(Duration::ZERO), clock.clone());
+    late.append_replicated(&fetched(&leader, 0)).unwrap();
+    assert_eq!(records(&late), records(&leader));
+    assert_eq!(late.log_end_offset(), leader.log_end_offset());
+    late.close().unwrap();
+    let (reopened, report) = open_at(&late_fs, config(Duration::ZERO), clock);
+    assert!(report.truncations.is_empty(), "{report:?}");
+    assert_eq!(records(&reopened), records(&leader));
+}
