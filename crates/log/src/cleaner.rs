@@ -502,7 +502,6 @@ impl PartitionLog {
                         out.change(group)?;
                         out.write(&bytes)?;
                         throttle(bytes.len() as u64);
-                        report.bytes_written += bytes.len() as u64;
                     }
                 }
             }
@@ -510,6 +509,7 @@ impl PartitionLog {
         let Some(file) = out.file.take() else {
             return Ok(None);
         };
+        report.bytes_written += out.segment.size_bytes;
         crate::timed_fsync(|| file.sync_data()).map_err(|e| self.io_error(base, e))?;
         Ok(Some(out.segment))
     }
