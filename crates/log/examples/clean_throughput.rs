@@ -8,7 +8,9 @@
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use tinymq_log::{CleanLimits, CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, PartitionLog};
+use tinymq_log::{
+    CleanLimits, CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, PartitionLog,
+};
 use tinymq_protocol::batch::{BatchBuilder, Compression, ProducerStamp, RecordInput};
 
 fn main() {
@@ -58,7 +60,12 @@ fn main() {
     );
     let started = Instant::now();
     let report = log
-        .clean(i64::MAX, log.log_end_offset(), &CleanLimits::default(), &mut |_| {})
+        .clean(
+            i64::MAX,
+            log.log_end_offset(),
+            &CleanLimits::default(),
+            &mut |_| {},
+        )
         .expect("clean");
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -74,5 +81,8 @@ fn main() {
         report.segments_replaced,
         report.segments_written
     );
-    println!("log after: {:.0} MiB", log.size_bytes() as f64 / (1 << 20) as f64);
+    println!(
+        "log after: {:.0} MiB",
+        log.size_bytes() as f64 / (1 << 20) as f64
+    );
 }

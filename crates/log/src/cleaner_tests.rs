@@ -472,7 +472,11 @@ fn replicas_cleaning_on_their_own_end_equal_and_a_late_follower_copies_the_gaps(
     let bound = leader.log_end_offset();
     clean(&leader, T0, bound, 1 << 20);
     clean(&follower, T0, bound, 1 << 20);
-    assert_eq!(records(&follower), records(&leader), "same records at the same offsets");
+    assert_eq!(
+        records(&follower),
+        records(&leader),
+        "same records at the same offsets"
+    );
     check_against_model(&leader, &appended, true);
 
     let late_fs = FaultyStorage::new();

@@ -858,8 +858,10 @@ fn recover_segments(
     let io = |e| LogError::io(dir, e);
     let created = !storage.exists(dir);
     storage.create_dir_all(dir).map_err(io)?;
-    let mut report = RecoveryReport::default();
-    report.swaps_finished = crate::cleaner::finish_swaps(storage, dir).map_err(io)?;
+    let mut report = RecoveryReport {
+        swaps_finished: crate::cleaner::finish_swaps(storage, dir).map_err(io)?,
+        ..RecoveryReport::default()
+    };
     let paths = storage.list(dir).map_err(io)?;
     let bases: Vec<i64> = paths
         .iter()

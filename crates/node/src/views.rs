@@ -309,6 +309,21 @@ fn leader_check(node: &MetaNode) -> ReadinessCheck {
     }
 }
 
+/// The log cleaner's figures for metrics.
+fn cleaner_figures() -> tinymq_http::CleanerFigures {
+    let c = tinymq_broker::cleaner::stats();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    tinymq_http::CleanerFigures {
+        passes: load(&c.passes),
+        bytes_read: load(&c.bytes_read),
+        bytes_written: load(&c.bytes_written),
+        records_removed: load(&c.records_removed),
+        failures: load(&c.failures),
+        dirty_bytes: load(&c.dirty_bytes),
+        dirty_ratio_max: load(&c.dirty_ratio_max_millionths) as f64 / 1e6,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::quorum_index;
@@ -326,20 +341,5 @@ mod tests {
             Some(5)
         );
         assert_eq!(quorum_index(std::iter::empty()), None);
-    }
-}
-
-/// The log cleaner's figures for metrics.
-fn cleaner_figures() -> tinymq_http::CleanerFigures {
-    let c = tinymq_broker::cleaner::stats();
-    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    tinymq_http::CleanerFigures {
-        passes: load(&c.passes),
-        bytes_read: load(&c.bytes_read),
-        bytes_written: load(&c.bytes_written),
-        records_removed: load(&c.records_removed),
-        failures: load(&c.failures),
-        dirty_bytes: load(&c.dirty_bytes),
-        dirty_ratio_max: load(&c.dirty_ratio_max_millionths) as f64 / 1e6,
     }
 }
