@@ -308,9 +308,16 @@ func TestTinymqKadmAlterTopicConfigs(t *testing.T) {
 	if values := configValues(t, adm, ctx, topic); values["max.message.bytes"] == "65536" || values["retention.ms"] != "120000" {
 		t.Fatalf("after deleting max.message.bytes: %v", values)
 	}
-	refused, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, topic)
+	compacted, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, topic)
+	if err != nil || alterErr(compacted) != nil {
+		t.Fatalf("cleanup.policy=compact: %v %v", err, alterErr(compacted))
+	}
+	if values := configValues(t, adm, ctx, topic); values["cleanup.policy"] != "compact" {
+		t.Fatalf("after cleanup.policy=compact: %v", values)
+	}
+	refused, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "cleanup.policy", Value: kadm.StringPtr("shred")}}, topic)
 	if err == nil && alterErr(refused) == nil {
-		t.Fatalf("cleanup.policy=compact was accepted: %+v", refused)
+		t.Fatalf("cleanup.policy=shred was accepted: %+v", refused)
 	}
 	// The whole-config replacement (AlterConfigs): what is left out goes back to its default.
 	replaced, err := adm.AlterTopicConfigsState(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: kadm.StringPtr("1048576")}}, topic)

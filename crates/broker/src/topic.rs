@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tinymq_log::{FlushPolicy, LogConfig, SEGMENT_BYTES_MAX};
+use tinymq_log::{
+    CleanupPolicy, CompactionConfig, FlushPolicy, LogConfig, DELETE_RETENTION_DEFAULT,
+    DIRTY_RATIO_MIN_DEFAULT, SEGMENT_BYTES_MAX,
+};
 use tinymq_meta::TopicRecord;
 use tinymq_protocol::{messages, names, ErrorCode};
 
@@ -20,7 +23,7 @@ pub use tinymq_protocol::names::{
 const _: () = assert!(TOPIC_SEGMENT_BYTES_MAX <= SEGMENT_BYTES_MAX);
 
 /// Settings of one topic, as stored by the metadata store.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicSettings {
     pub partitions: u32,
     pub replication_factor: u32,
@@ -49,6 +52,25 @@ pub struct TopicSettings {
     /// Whether a replica outside the ISR may lead when no in-sync one can.
     #[serde(default)]
     pub unclean_leader_election: bool,
+    /// `delete`, `compact` or `compact,delete` (a [`CleanupPolicy`] in its one spelling). A
+    /// compact-only topic has no retention limits, whatever `retention_ms` and
+    /// `retention_bytes` say (as in Kafka).
+    #[serde(default = "cleanup_policy_default")]
+    pub cleanup_policy: String,
+    /// Compacted topics: a tombstone is kept at least this long after the cleaner first finds
+    /// it; ≥ 0.
+    #[serde(default = "delete_retention_ms_default")]
+    pub delete_retention_ms: i64,
+    /// Compacted topics: a record is not compacted before it is this old; ≥ 0.
+    #[serde(default)]
+    pub min_compaction_lag_ms: i64,
+    /// Compacted topics: a log whose oldest uncleaned record is older than this is cleaned
+    /// whatever its dirty ratio; -1 (or Kafka's `i64::MAX`) = no bound, else ≥ 1.
+    #[serde(default = "no_bound")]
+    pub max_compaction_lag_ms: i64,
+    /// Compacted topics: a log is cleaned once at least this share of it is uncleaned; 0 to 1.
+    #[serde(default = "dirty_ratio_min_default")]
+    pub min_cleanable_dirty_ratio: f64,
 }
 
 /// Default of `message_timestamp_after_max_ms`: one hour, as Kafka's. A timestamp far in the
@@ -62,6 +84,25 @@ fn timestamp_after_max_ms_default() -> i64 {
 fn no_bound() -> i64 {
     -1
 }
+
+/// Default of `delete_retention_ms`: the log's (one day, as Kafka's).
+pub const DELETE_RETENTION_MS_DEFAULT: i64 = DELETE_RETENTION_DEFAULT.as_millis() as i64;
+
+fn delete_retention_ms_default() -> i64 {
+    DELETE_RETENTION_MS_DEFAULT
+}
+
+fn cleanup_policy_default() -> String {
+    CleanupPolicy::default().to_string()
+}
+
+fn dirty_ratio_min_default() -> f64 {
+    DIRTY_RATIO_MIN_DEFAULT
+}
+
+/// Kafka's way to say "no bound" for `max.compaction.lag.ms` (its default, `Long.MAX_VALUE`),
+/// which tinymq also reads as no bound.
+pub const COMPACTION_LAG_NO_BOUND_MS: i64 = i64::MAX;
 
 impl Default for TopicSettings {
     fn default() -> TopicSettings {
@@ -78,6 +119,11 @@ impl Default for TopicSettings {
             message_timestamp_before_max_ms: -1,
             min_insync_replicas: 0,
             unclean_leader_election: false,
+            cleanup_policy: cleanup_policy_default(),
+            delete_retention_ms: DELETE_RETENTION_MS_DEFAULT,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: -1,
+            min_cleanable_dirty_ratio: DIRTY_RATIO_MIN_DEFAULT,
         }
     }
 }
@@ -133,6 +179,26 @@ impl TopicSettings {
                 s.min_insync_replicas = w.min_insync_replicas;
             }
             s.unclean_leader_election |= w.unclean_leader_election;
+            if !w.cleanup_policy.is_empty() {
+                // In its one spelling; a value that does not parse is refused below.
+                s.cleanup_policy = w
+                    .cleanup_policy
+                    .parse::<CleanupPolicy>()
+                    .map_or_else(|_| w.cleanup_policy.clone(), |p| p.to_string());
+            }
+            // Optional on the wire: 0 is a value of its own.
+            if let Some(ms) = w.delete_retention_ms {
+                s.delete_retention_ms = ms;
+            }
+            if w.min_compaction_lag_ms != 0 {
+                s.min_compaction_lag_ms = w.min_compaction_lag_ms;
+            }
+            if w.max_compaction_lag_ms != 0 {
+                s.max_compaction_lag_ms = w.max_compaction_lag_ms;
+            }
+            if let Some(ratio) = w.min_cleanable_dirty_ratio {
+                s.min_cleanable_dirty_ratio = ratio;
+            }
         }
         s.validate()?;
         Ok(s)
@@ -182,6 +248,36 @@ impl TopicSettings {
         if let Err(e) = self.flush.parse::<FlushPolicy>() {
             return invalid(e);
         }
+        if let Err(e) = self.cleanup_policy.parse::<CleanupPolicy>() {
+            return invalid(format!("cleanup_policy: {e}"));
+        }
+        if self.delete_retention_ms < 0 || self.min_compaction_lag_ms < 0 {
+            return invalid(format!(
+                "delete_retention_ms and min_compaction_lag_ms must be ≥ 0, got {} and {}",
+                self.delete_retention_ms, self.min_compaction_lag_ms
+            ));
+        }
+        if self.max_compaction_lag_ms != -1 && self.max_compaction_lag_ms < 1 {
+            return invalid(format!(
+                "max_compaction_lag_ms must be -1 (no bound) or ≥ 1, got {}",
+                self.max_compaction_lag_ms
+            ));
+        }
+        if let Some(max) = self.compaction_lag_max_ms() {
+            if self.min_compaction_lag_ms > max {
+                return invalid(format!(
+                    "min_compaction_lag_ms {} exceeds max_compaction_lag_ms {max}",
+                    self.min_compaction_lag_ms
+                ));
+            }
+        }
+        // Written so that NaN is refused too.
+        if !(0.0..=1.0).contains(&self.min_cleanable_dirty_ratio) {
+            return invalid(format!(
+                "min_cleanable_dirty_ratio must be 0 to 1, got {}",
+                self.min_cleanable_dirty_ratio
+            ));
+        }
         if !(TOPIC_MESSAGE_BYTES_MIN..=TOPIC_MESSAGE_BYTES_MAX).contains(&self.message_bytes_max)
             || u64::from(self.message_bytes_max) > self.segment_bytes
         {
@@ -197,14 +293,36 @@ impl TopicSettings {
         self.flush.parse().unwrap_or_default()
     }
 
+    pub fn cleanup_policy(&self) -> CleanupPolicy {
+        self.cleanup_policy.parse().unwrap_or_default()
+    }
+
+    /// `max_compaction_lag_ms` when it bounds anything: not -1, nor Kafka's `i64::MAX`.
+    fn compaction_lag_max_ms(&self) -> Option<i64> {
+        let ms = self.max_compaction_lag_ms;
+        (ms > 0 && ms != COMPACTION_LAG_NO_BOUND_MS).then_some(ms)
+    }
+
     pub fn log_config(&self) -> LogConfig {
         let positive_ms = |ms: i64| (ms > 0).then(|| Duration::from_millis(ms as u64));
+        let cleanup = self.cleanup_policy();
+        // A compact-only topic keeps the latest record of every key however old or large the
+        // log is: Kafka ignores its retention limits, and so does tinymq.
+        let deletes = cleanup.deletes();
         LogConfig {
             segment_bytes: self.segment_bytes,
             segment_age_max: positive_ms(self.segment_ms),
             flush: self.flush_policy(),
-            retention_age: positive_ms(self.retention_ms),
-            retention_bytes: (self.retention_bytes > 0).then_some(self.retention_bytes as u64),
+            cleanup,
+            compaction: CompactionConfig {
+                delete_retention: positive_ms(self.delete_retention_ms).unwrap_or_default(),
+                compaction_lag_min: positive_ms(self.min_compaction_lag_ms).unwrap_or_default(),
+                compaction_lag_max: self.compaction_lag_max_ms().and_then(positive_ms),
+                dirty_ratio_min: self.min_cleanable_dirty_ratio,
+            },
+            retention_age: positive_ms(self.retention_ms).filter(|_| deletes),
+            retention_bytes: (self.retention_bytes > 0 && deletes)
+                .then_some(self.retention_bytes as u64),
             batch_bytes_max: self.message_bytes_max,
             ..LogConfig::default()
         }
@@ -238,6 +356,23 @@ impl TopicSettings {
             (
                 tinymq_meta::UNCLEAN_LEADER_ELECTION,
                 self.unclean_leader_election.to_string(),
+            ),
+            (tinymq_meta::CLEANUP_POLICY, self.cleanup_policy.clone()),
+            (
+                tinymq_meta::DELETE_RETENTION_MS,
+                self.delete_retention_ms.to_string(),
+            ),
+            (
+                tinymq_meta::MIN_COMPACTION_LAG_MS,
+                self.min_compaction_lag_ms.to_string(),
+            ),
+            (
+                tinymq_meta::MAX_COMPACTION_LAG_MS,
+                self.max_compaction_lag_ms.to_string(),
+            ),
+            (
+                tinymq_meta::MIN_CLEANABLE_DIRTY_RATIO,
+                self.min_cleanable_dirty_ratio.to_string(),
             ),
         ]
         .into_iter()
@@ -277,6 +412,22 @@ impl TopicSettings {
                 "message_timestamp_before_max_ms" => {
                     s.message_timestamp_before_max_ms = value.parse().map_err(|e| bad(&e))?
                 }
+                tinymq_meta::CLEANUP_POLICY => {
+                    let policy = value.parse::<CleanupPolicy>().map_err(|e| bad(&e))?;
+                    s.cleanup_policy = policy.to_string();
+                }
+                tinymq_meta::DELETE_RETENTION_MS => {
+                    s.delete_retention_ms = value.parse().map_err(|e| bad(&e))?
+                }
+                tinymq_meta::MIN_COMPACTION_LAG_MS => {
+                    s.min_compaction_lag_ms = value.parse().map_err(|e| bad(&e))?
+                }
+                tinymq_meta::MAX_COMPACTION_LAG_MS => {
+                    s.max_compaction_lag_ms = value.parse().map_err(|e| bad(&e))?
+                }
+                tinymq_meta::MIN_CLEANABLE_DIRTY_RATIO => {
+                    s.min_cleanable_dirty_ratio = value.parse().map_err(|e| bad(&e))?
+                }
                 // Share-group settings: read by [`ShareSettings::of`].
                 names::MAX_DELIVERY_ATTEMPTS_KEY | names::DEAD_LETTER_TOPIC_KEY => {}
                 // Read by the MetaServer's rules; taken from the record above.
@@ -303,6 +454,11 @@ impl TopicSettings {
             message_timestamp_before_max_ms: self.message_timestamp_before_max_ms,
             min_insync_replicas: self.min_insync_replicas,
             unclean_leader_election: self.unclean_leader_election,
+            cleanup_policy: self.cleanup_policy.clone(),
+            delete_retention_ms: Some(self.delete_retention_ms),
+            min_compaction_lag_ms: self.min_compaction_lag_ms,
+            max_compaction_lag_ms: self.max_compaction_lag_ms,
+            min_cleanable_dirty_ratio: Some(self.min_cleanable_dirty_ratio),
         }
     }
 }
@@ -423,6 +579,11 @@ mod tests {
             retention_ms: 5000,
             flush: "os".into(),
             min_insync_replicas: 1,
+            cleanup_policy: "compact,delete".into(),
+            delete_retention_ms: 0,
+            min_compaction_lag_ms: 1000,
+            max_compaction_lag_ms: 60_000,
+            min_cleanable_dirty_ratio: 0.125,
             ..defaults.clone()
         };
         let partition = tinymq_meta::PartitionRecord {
@@ -448,6 +609,142 @@ mod tests {
         assert_eq!(filled.retention_ms, 5000);
         record.config = [("segment_bytes".to_string(), "lots".to_string())].into();
         assert!(TopicSettings::from_record(&record, &defaults).is_err());
+        // A policy stored in Kafka's other spelling reads in the one spelling.
+        record.config = [("cleanup_policy".to_string(), "delete,compact".to_string())].into();
+        let read = TopicSettings::from_record(&record, &defaults).unwrap();
+        assert_eq!(read.cleanup_policy, "compact,delete");
+        for (key, bad) in [
+            ("cleanup_policy", "shred"),
+            ("min_cleanable_dirty_ratio", "2"),
+            ("max_compaction_lag_ms", "0"),
+        ] {
+            record.config = [(key.to_string(), bad.to_string())].into();
+            assert!(
+                TopicSettings::from_record(&record, &defaults).is_err(),
+                "{key}={bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn settings_stored_before_compaction_load_with_its_defaults() {
+        let mut stored = serde_json::to_value(TopicSettings::default()).unwrap();
+        let object = stored.as_object_mut().unwrap();
+        for key in [
+            "cleanup_policy",
+            "delete_retention_ms",
+            "min_compaction_lag_ms",
+            "max_compaction_lag_ms",
+            "min_cleanable_dirty_ratio",
+        ] {
+            assert!(object.remove(key).is_some(), "{key}");
+        }
+        let loaded: TopicSettings = serde_json::from_value(stored).unwrap();
+        assert_eq!(loaded, TopicSettings::default());
+    }
+
+    #[test]
+    fn compaction_settings_come_from_the_wire_and_reach_the_log() {
+        let defaults = TopicSettings::default();
+        let log = defaults.log_config();
+        assert_eq!(log.cleanup, CleanupPolicy::Delete);
+        assert_eq!(log.compaction, CompactionConfig::default());
+        assert_eq!(log.retention_age, Some(Duration::from_secs(7 * 24 * 3600)));
+
+        let from =
+            |config: messages::TopicConfig| TopicSettings::from_wire(Some(&config), &defaults);
+        // Absent and zero fields take the defaults.
+        assert_eq!(from(messages::TopicConfig::default()).unwrap(), defaults);
+        let compacted = from(messages::TopicConfig {
+            cleanup_policy: "compact".into(),
+            retention_ms: 60_000,
+            retention_bytes: 1 << 20,
+            delete_retention_ms: Some(0),
+            min_compaction_lag_ms: 1000,
+            max_compaction_lag_ms: 3_600_000,
+            min_cleanable_dirty_ratio: Some(0.0),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(compacted.retention_ms, 60_000, "kept, and shown");
+        let log = compacted.log_config();
+        assert_eq!(log.cleanup, CleanupPolicy::Compact);
+        assert_eq!(
+            (log.retention_age, log.retention_bytes),
+            (None, None),
+            "a compact-only topic has no retention limits"
+        );
+        assert_eq!(
+            log.compaction,
+            CompactionConfig {
+                delete_retention: Duration::ZERO,
+                compaction_lag_min: Duration::from_secs(1),
+                compaction_lag_max: Some(Duration::from_secs(3600)),
+                dirty_ratio_min: 0.0,
+            }
+        );
+        assert_eq!(compacted.to_wire().cleanup_policy, "compact");
+        assert_eq!(compacted.to_wire().delete_retention_ms, Some(0));
+
+        let both = from(messages::TopicConfig {
+            cleanup_policy: "delete, compact".into(),
+            retention_bytes: 1 << 20,
+            max_compaction_lag_ms: COMPACTION_LAG_NO_BOUND_MS,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(both.cleanup_policy, "compact,delete");
+        let log = both.log_config();
+        assert_eq!(log.cleanup, CleanupPolicy::CompactDelete);
+        assert_eq!(
+            log.retention_bytes,
+            Some(1 << 20),
+            "compact,delete deletes too"
+        );
+        assert_eq!(log.compaction.compaction_lag_max, None, "Kafka's no bound");
+        let unbounded = TopicSettings {
+            max_compaction_lag_ms: -1,
+            ..both
+        };
+        assert_eq!(unbounded.log_config().compaction.compaction_lag_max, None);
+
+        for bad in [
+            messages::TopicConfig {
+                cleanup_policy: "shred".into(),
+                ..Default::default()
+            },
+            messages::TopicConfig {
+                delete_retention_ms: Some(-1),
+                ..Default::default()
+            },
+            messages::TopicConfig {
+                min_compaction_lag_ms: -1,
+                ..Default::default()
+            },
+            messages::TopicConfig {
+                max_compaction_lag_ms: -2,
+                ..Default::default()
+            },
+            messages::TopicConfig {
+                min_compaction_lag_ms: 5000,
+                max_compaction_lag_ms: 4000,
+                ..Default::default()
+            },
+            messages::TopicConfig {
+                min_cleanable_dirty_ratio: Some(1.5),
+                ..Default::default()
+            },
+            messages::TopicConfig {
+                min_cleanable_dirty_ratio: Some(f64::NAN),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(
+                from(bad.clone()).unwrap_err().0,
+                ErrorCode::INVALID_CONFIG,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -59,8 +59,9 @@ pub enum TopicCommand {
         #[arg(long, value_parser = crate::args::positive_or_unbounded, allow_hyphen_values = true)]
         message_timestamp_before_max_ms: Option<i64>,
         /// Give a setting a value at creation, KEY=VALUE with the keys and checks of `topic
-        /// alter --set` (e.g. max_delivery_attempts=3, dead_letter_topic=failed); repeat for
-        /// more. Applied after the flags above; a refused one leaves no topic behind.
+        /// alter --set` (e.g. cleanup_policy=compact, max_delivery_attempts=3,
+        /// dead_letter_topic=failed); repeat for more. Applied after the flags above; a
+        /// refused one leaves no topic behind.
         #[arg(long = "config", value_name = "KEY=VALUE", value_parser = parse_setting, allow_hyphen_values = true)]
         config: Vec<(String, String)>,
         /// Succeed, changing nothing, when the topic exists already (its settings are left
@@ -82,8 +83,11 @@ pub enum TopicCommand {
         /// Give a setting a new value, KEY=VALUE with the keys `topic describe --json` shows
         /// (retention_ms, retention_bytes, segment_bytes, segment_ms, message_bytes_max,
         /// message_timestamp_after_max_ms, message_timestamp_before_max_ms,
-        /// min_insync_replicas, unclean_leader_election, and for share groups
-        /// max_delivery_attempts (1 to 100, default 5) and dead_letter_topic (default
+        /// min_insync_replicas, unclean_leader_election; for compaction cleanup_policy
+        /// (delete, compact or compact,delete; default delete), delete_retention_ms (default
+        /// 86400000), min_compaction_lag_ms (default 0), max_compaction_lag_ms (-1 = no bound,
+        /// the default) and min_cleanable_dirty_ratio (0 to 1, default 0.5); and for share
+        /// groups max_delivery_attempts (1 to 100, default 5) and dead_letter_topic (default
         /// TOPIC.dlq)); repeat for more. It takes effect without a restart; flush cannot
         /// change.
         #[arg(long, value_name = "KEY=VALUE", value_parser = parse_setting, allow_hyphen_values = true)]
@@ -173,6 +177,8 @@ pub async fn run(command: TopicCommand) -> anyhow::Result<()> {
                 message_timestamp_before_max_ms: message_timestamp_before_max_ms.unwrap_or(0),
                 min_insync_replicas: min_insync_replicas.unwrap_or(0),
                 unclean_leader_election,
+                // The compaction settings have no flags: --config gives them.
+                ..TopicConfig::default()
             };
             let mut got = match admin.create_topic(&name, config).await {
                 Ok(got) => got,
@@ -371,15 +377,24 @@ async fn settings_now(admin: &Admin, name: &str, answered: TopicConfig) -> Strin
     }
 }
 
+/// Whether the answer has the compaction settings: an older broker (or a MetaServer node, for
+/// a topic never given them) reports no cleanup policy, and then none of them is known.
+fn compaction_known(c: &TopicConfig) -> bool {
+    !c.cleanup_policy.is_empty()
+}
+
 /// Every setting of a topic on one line, as `describe` and `alter` print it.
 fn settings_line(d: &DescribeTopicResponse) -> String {
     let c = d.config.clone().unwrap_or_default();
     let share = share_settings(d);
+    let known = compaction_known(&c);
     format!(
         "topic {}: {}, {}, min_insync_replicas {}, unclean_leader_election {}, flush {}, \
          retention_ms {}, retention_bytes {}, segment_bytes {}, segment_ms {}, \
          message_bytes_max {}, message_timestamp_after_max_ms {}, \
-         message_timestamp_before_max_ms {}, max_delivery_attempts {}, dead_letter_topic {}",
+         message_timestamp_before_max_ms {}, cleanup_policy {}, delete_retention_ms {}, \
+         min_compaction_lag_ms {}, max_compaction_lag_ms {}, min_cleanable_dirty_ratio {}, \
+         max_delivery_attempts {}, dead_letter_topic {}",
         d.name,
         count(c.partitions, "partition"),
         count(c.replication_factor, "replica"),
@@ -393,6 +408,11 @@ fn settings_line(d: &DescribeTopicResponse) -> String {
         c.message_bytes_max,
         c.message_timestamp_after_max_ms,
         c.message_timestamp_before_max_ms,
+        or_dash(known.then_some(&c.cleanup_policy)),
+        or_dash(c.delete_retention_ms.filter(|_| known)),
+        or_dash(known.then_some(c.min_compaction_lag_ms)),
+        or_dash(known.then_some(c.max_compaction_lag_ms)),
+        or_dash(c.min_cleanable_dirty_ratio.filter(|_| known)),
         or_dash(share.map(|s| s.max_delivery_attempts)),
         or_dash(share.map(|s| &s.dead_letter_topic)),
     )
@@ -401,6 +421,7 @@ fn settings_line(d: &DescribeTopicResponse) -> String {
 fn describe_json(d: &DescribeTopicResponse) -> serde_json::Value {
     let c = d.config.clone().unwrap_or_default();
     let share = share_settings(d);
+    let known = compaction_known(&c);
     let partitions: Vec<_> = d
         .partitions
         .iter()
@@ -429,6 +450,11 @@ fn describe_json(d: &DescribeTopicResponse) -> serde_json::Value {
             "message_timestamp_before_max_ms": c.message_timestamp_before_max_ms,
             "min_insync_replicas": c.min_insync_replicas,
             "unclean_leader_election": c.unclean_leader_election,
+            "cleanup_policy": known.then_some(&c.cleanup_policy),
+            "delete_retention_ms": c.delete_retention_ms.filter(|_| known),
+            "min_compaction_lag_ms": known.then_some(c.min_compaction_lag_ms),
+            "max_compaction_lag_ms": known.then_some(c.max_compaction_lag_ms),
+            "min_cleanable_dirty_ratio": c.min_cleanable_dirty_ratio.filter(|_| known),
             "max_delivery_attempts": share.map(|s| s.max_delivery_attempts),
             "dead_letter_topic": share.map(|s| &s.dead_letter_topic),
         },

@@ -110,6 +110,93 @@ fn settings_change_live_through_the_cli_and_rest_and_survive_kill_9() {
     assert_eq!(d["config"]["retention_bytes"], 1, "{d}");
     assert_eq!(d["partitions"][0]["log_end_offset"], 2600, "{d}");
 
+    // A compact-only topic has no retention limits (as in Kafka); compact,delete has them
+    // again. The compaction lag of a day keeps the cleaner off these records meanwhile.
+    ok(
+        &node,
+        &[
+            "topic",
+            "create",
+            "kept",
+            "--segment-bytes",
+            "1048576",
+            "--config",
+            "min_compaction_lag_ms=86400000",
+        ],
+        b"",
+    );
+    ok(&node, &["produce", "kept"], lines.as_bytes());
+    let altered = ok(
+        &node,
+        &[
+            "topic",
+            "alter",
+            "kept",
+            "--set",
+            "cleanup_policy=compact",
+            "--set",
+            "retention_bytes=1",
+        ],
+        b"",
+    );
+    assert!(altered.contains("cleanup_policy compact,"), "{altered}");
+    std::thread::sleep(Duration::from_millis(500));
+    let d = describe(&node, "kept");
+    assert_eq!(d["config"]["cleanup_policy"], "compact", "{d}");
+    assert_eq!(d["config"]["retention_bytes"], 1, "{d}");
+    assert_eq!(
+        d["partitions"][0]["log_start_offset"], 0,
+        "retention does not apply to compact only: {d}"
+    );
+    ok(
+        &node,
+        &[
+            "topic",
+            "alter",
+            "kept",
+            "--set",
+            "cleanup_policy=delete,compact",
+        ],
+        b"",
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let start = loop {
+        let d = describe(&node, "kept");
+        let start = d["partitions"][0]["log_start_offset"].as_i64().unwrap_or(0);
+        if start > 0 || Instant::now() > deadline {
+            break start;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(start > 0, "compact,delete deletes past retention_bytes=1");
+    let d = describe(&node, "kept");
+    assert_eq!(d["config"]["cleanup_policy"], "compact,delete", "{d}");
+    // REST: a decimal for the ratio, and the compaction settings' checks.
+    let patched = node
+        .patch(
+            "/api/v1/topics/kept",
+            &json!({"config": {"min_cleanable_dirty_ratio": 0.3, "delete_retention_ms": 0}}),
+        )
+        .expect(200);
+    assert_eq!(
+        patched["config"]["min_cleanable_dirty_ratio"], 0.3,
+        "{patched}"
+    );
+    assert_eq!(patched["config"]["delete_retention_ms"], 0, "{patched}");
+    for (config, key) in [
+        (json!({"cleanup_policy": "shred"}), "cleanup_policy"),
+        (
+            json!({"min_cleanable_dirty_ratio": 1.5}),
+            "min_cleanable_dirty_ratio",
+        ),
+        (json!({"max_compaction_lag_ms": 0}), "max_compaction_lag_ms"),
+    ] {
+        let detail = node
+            .patch("/api/v1/topics/kept", &json!({ "config": config }))
+            .expect_problem(400, "INVALID_CONFIG");
+        assert!(detail.contains(key), "{detail}");
+    }
+
     // REST: a value sets, null removes (the broker's default again).
     let patched = node
         .patch(
@@ -156,6 +243,9 @@ fn settings_change_live_through_the_cli_and_rest_and_survive_kill_9() {
     let described = node.wait_ok("/api/v1/topics/history").json();
     assert_eq!(described["config"]["retention_ms"], 86400000, "{described}");
     assert_eq!(described["config"]["retention_bytes"], -1, "{described}");
+    let kept = node.wait_ok("/api/v1/topics/kept").json();
+    assert_eq!(kept["config"]["cleanup_policy"], "compact,delete", "{kept}");
+    assert_eq!(kept["config"]["min_cleanable_dirty_ratio"], 0.3, "{kept}");
     let small = node.wait_ok("/api/v1/topics/small").json();
     assert_eq!(small["config"]["message_bytes_max"], 100000, "{small}");
     ok(&node, &["produce", "small"], record.as_bytes());

@@ -101,6 +101,37 @@ fn topic_create_config_if_not_exists_and_delete_if_exists() {
     let plain = describe(&server, "plain");
     assert_eq!(plain["config"]["max_delivery_attempts"], 5, "{plain}");
     assert_eq!(plain["config"]["dead_letter_topic"], "plain.dlq", "{plain}");
+    let c = &plain["config"];
+    assert_eq!(c["cleanup_policy"], "delete", "{plain}");
+    assert_eq!(c["delete_retention_ms"], 86_400_000, "{plain}");
+    assert_eq!(c["min_compaction_lag_ms"], 0, "{plain}");
+    assert_eq!(c["max_compaction_lag_ms"], -1, "{plain}");
+    assert_eq!(c["min_cleanable_dirty_ratio"], 0.5, "{plain}");
+
+    // The compaction settings go through --config like the others, in Kafka's spellings too.
+    let created = ok(
+        &server,
+        &[
+            "topic",
+            "create",
+            "latest",
+            "--config",
+            "cleanup_policy=delete,compact",
+            "--config",
+            "min_cleanable_dirty_ratio=0.1",
+            "--config",
+            "delete_retention_ms=0",
+        ],
+        b"",
+    );
+    assert!(
+        created.contains("cleanup_policy compact,delete,"),
+        "{created}"
+    );
+    let c = &describe(&server, "latest")["config"];
+    assert_eq!(c["cleanup_policy"], "compact,delete", "{c}");
+    assert_eq!(c["min_cleanable_dirty_ratio"], 0.1, "{c}");
+    assert_eq!(c["delete_retention_ms"], 0, "{c}");
 
     // Alter's checks apply, naming the key, and a refused create leaves no topic behind.
     for (bad, key) in [
@@ -108,6 +139,8 @@ fn topic_create_config_if_not_exists_and_delete_if_exists() {
         ("dead_letter_topic=__internal", "dead_letter_topic"),
         ("colour=blue", "colour"),
         ("retention_ms=soon", "retention_ms"),
+        ("cleanup_policy=shred", "cleanup_policy"),
+        ("max_compaction_lag_ms=0", "max_compaction_lag_ms"),
     ] {
         let why = refused(&server, &["topic", "create", "wrong", "--config", bad]);
         assert!(why.contains(key), "{bad}: {why}");

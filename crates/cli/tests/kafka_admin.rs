@@ -237,9 +237,18 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
             ),
             creatable("defaults", -1, &[]),
             creatable(
+                "compacted",
+                1,
+                &[
+                    ("cleanup.policy", "compact"),
+                    ("min.cleanable.dirty.ratio", "0.1"),
+                    ("delete.retention.ms", "0"),
+                ],
+            ),
+            creatable(
                 "odd",
                 1,
-                &[("cleanup.policy", "compact"), ("flux.capacitor", "1.21")],
+                &[("cleanup.policy", "shred"), ("flux.capacitor", "1.21")],
             ),
         ],
         false,
@@ -252,11 +261,17 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
         .iter()
         .any(|c| c.name.as_str() == "retention.ms" && c.value.as_deref() == Some("60000")));
     assert_eq!(result(&created, "defaults").error_code, 0);
+    let compacted = result(&created, "compacted");
+    assert_eq!(compacted.error_code, 0, "{created:?}");
+    let returned = compacted.configs.as_ref().expect("configs (v5+)");
+    assert!(returned
+        .iter()
+        .any(|c| c.name.as_str() == "cleanup.policy" && c.value.as_deref() == Some("compact")));
     let odd = result(&created, "odd");
     assert_eq!(odd.error_code, INVALID_CONFIG);
     let why = odd.error_message.as_deref().unwrap_or_default();
     assert!(
-        why.contains("flux.capacitor") && why.contains("cleanup.policy=compact"),
+        why.contains("flux.capacitor") && why.contains("cleanup.policy=shred"),
         "{why}"
     );
     let listed = server.run_tool(&["topic", "list"], b"");
@@ -307,6 +322,42 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
     };
     assert_eq!(source("retention.ms"), Some(1), "{described:?}");
     assert_eq!(source("segment.bytes"), Some(5), "{described:?}");
+    assert_eq!(source("cleanup.policy"), Some(5), "{described:?}");
+    assert_eq!(
+        source("min.cleanable.dirty.ratio"),
+        Some(5),
+        "{described:?}"
+    );
+    // A compacted topic: its compaction settings are overrides, the rest defaults.
+    let (code, configs) = topic_configs(&mut k, 4, "compacted");
+    assert_eq!(code, 0);
+    for (key, value) in [
+        ("cleanup.policy", "compact"),
+        ("min.cleanable.dirty.ratio", "0.1"),
+        ("delete.retention.ms", "0"),
+        ("min.compaction.lag.ms", "0"),
+        ("max.compaction.lag.ms", "9223372036854775807"),
+    ] {
+        assert_eq!(config(&configs, key), value, "{configs:?}");
+    }
+    let resource = describe_configs_request::DescribeConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str("compacted"))
+        .with_configuration_keys(None);
+    let described = k.call(
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![resource]),
+    );
+    let source = |key: &str| {
+        let entry = described.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == key);
+        entry.map(|c| c.config_source)
+    };
+    assert_eq!(source("cleanup.policy"), Some(1), "{described:?}");
+    assert_eq!(source("delete.retention.ms"), Some(1), "{described:?}");
+    assert_eq!(source("max.compaction.lag.ms"), Some(5), "{described:?}");
     let (missing, _) = topic_configs(&mut k, 4, "missing");
     assert_eq!(missing, UNKNOWN_TOPIC_OR_PARTITION);
     let broker = describe_configs_request::DescribeConfigsResource::default()

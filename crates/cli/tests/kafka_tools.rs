@@ -199,8 +199,38 @@ fn kafka_configs_describes_and_alters_topic_configs() {
         Some("120000")
     );
 
+    // Compaction's settings are real ones: set, described back, shown natively.
+    let compacted = alter(&["--add-config", "cleanup.policy=compact"]);
+    assert!(compacted.status.success(), "{}", compacted.printed());
+    let configs = described_configs(&server, "settings");
+    assert_eq!(
+        configs.get("cleanup.policy").map(String::as_str),
+        Some("compact")
+    );
+    let native = server.run_tool(&["topic", "describe", "settings"], b"");
+    assert!(native.contains("cleanup_policy compact,"), "{native}");
+    // Kafka's list form, in either order, and the cleaner's timing.
+    let both = alter(&[
+        "--add-config",
+        "cleanup.policy=[delete,compact],min.cleanable.dirty.ratio=0.25,delete.retention.ms=0",
+    ]);
+    assert!(both.status.success(), "{}", both.printed());
+    let configs = described_configs(&server, "settings");
+    for (name, value) in [
+        ("cleanup.policy", "compact,delete"),
+        ("min.cleanable.dirty.ratio", "0.25"),
+        ("delete.retention.ms", "0"),
+    ] {
+        assert_eq!(
+            configs.get(name).map(String::as_str),
+            Some(value),
+            "{configs:?}"
+        );
+    }
+
     for (bad, named) in [
-        ("cleanup.policy=compact", "cleanup.policy"),
+        ("cleanup.policy=shred", "cleanup.policy"),
+        ("min.cleanable.dirty.ratio=2", "min.cleanable.dirty.ratio"),
         ("retention.ms=soon", "retention.ms"),
         ("flux.capacitor=1", "flux.capacitor"),
     ] {
@@ -218,6 +248,12 @@ fn kafka_configs_describes_and_alters_topic_configs() {
             .map(String::as_str),
         Some("120000"),
         "a refused alter changes nothing"
+    );
+    assert_eq!(
+        described_configs(&server, "settings")
+            .get("cleanup.policy")
+            .map(String::as_str),
+        Some("compact,delete")
     );
 }
 

@@ -28,6 +28,10 @@ pub use image::{
     MetadataRecord, PartitionRecord, TopicRecord, MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION,
 };
 pub use placement::PlannedMove;
+pub use topic_config::{
+    CLEANUP_POLICY, DELETE_RETENTION_MS, MAX_COMPACTION_LAG_MS, MIN_CLEANABLE_DIRTY_RATIO,
+    MIN_COMPACTION_LAG_MS,
+};
 
 /// Executes a command and applies its records: what a single-node MetaServer does, and what
 /// the tests use to drive the image.

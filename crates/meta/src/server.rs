@@ -497,6 +497,19 @@ fn stored_config(config: &BTreeMap<String, String>) -> m::TopicConfig {
         message_bytes_max: u32::try_from(int("message_bytes_max")).unwrap_or(0),
         message_timestamp_after_max_ms: int("message_timestamp_after_max_ms"),
         message_timestamp_before_max_ms: int("message_timestamp_before_max_ms"),
+        cleanup_policy: config
+            .get(crate::CLEANUP_POLICY)
+            .cloned()
+            .unwrap_or_default(),
+        // Optional on the wire: absent when not stored (0 is a value of its own).
+        delete_retention_ms: config
+            .get(crate::DELETE_RETENTION_MS)
+            .and_then(|v| v.parse().ok()),
+        min_compaction_lag_ms: int(crate::MIN_COMPACTION_LAG_MS),
+        max_compaction_lag_ms: int(crate::MAX_COMPACTION_LAG_MS),
+        min_cleanable_dirty_ratio: config
+            .get(crate::MIN_CLEANABLE_DIRTY_RATIO)
+            .and_then(|v| v.parse().ok()),
         ..Default::default()
     }
 }

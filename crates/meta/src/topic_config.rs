@@ -11,10 +11,22 @@ use crate::image::{
     UNCLEAN_LEADER_ELECTION,
 };
 
+use tinymq_log::CleanupPolicy;
 use tinymq_protocol::names::{
     self, MAX_DELIVERY_ATTEMPTS_MAX, MAX_DELIVERY_ATTEMPTS_MIN, TOPIC_MESSAGE_BYTES_MAX,
     TOPIC_MESSAGE_BYTES_MIN, TOPIC_SEGMENT_BYTES_MAX, TOPIC_SEGMENT_BYTES_MIN,
 };
+
+/// The topic's cleanup policy (`CleanupPolicy`: delete, compact or both).
+pub const CLEANUP_POLICY: &str = "cleanup_policy";
+/// How long a compacted topic keeps its tombstones, ms.
+pub const DELETE_RETENTION_MS: &str = "delete_retention_ms";
+/// How old a record must be before it is compacted, ms.
+pub const MIN_COMPACTION_LAG_MS: &str = "min_compaction_lag_ms";
+/// How long a record may stay uncompacted at most, ms (-1: no bound).
+pub const MAX_COMPACTION_LAG_MS: &str = "max_compaction_lag_ms";
+/// The share of a log that must be uncleaned before the cleaner cleans it.
+pub const MIN_CLEANABLE_DIRTY_RATIO: &str = "min_cleanable_dirty_ratio";
 
 /// The values one setting takes.
 #[derive(Clone, Copy)]
@@ -32,6 +44,14 @@ enum Kind {
     MinInsync,
     /// A topic name (not an internal one): `dead_letter_topic`.
     TopicName,
+    /// -1 (no bound) or a count ≥ 1; Kafka's "no bound", `i64::MAX`, is a count like any
+    /// other here (the broker reads it as no bound).
+    PositiveBound,
+    /// A cleanup policy (`delete`, `compact`, `compact,delete`), stored in its one spelling
+    /// so that `delete,compact` and `compact,delete` are the same setting.
+    Policy,
+    /// A decimal in [0, 1].
+    Ratio,
 }
 
 /// Every topic setting an alter may name.
@@ -41,7 +61,10 @@ fn kind_of(key: &str) -> Option<Kind> {
         | "retention_bytes"
         | "message_timestamp_after_max_ms"
         | "message_timestamp_before_max_ms" => Kind::Bound,
-        "segment_ms" => Kind::Count,
+        "segment_ms" | DELETE_RETENTION_MS | MIN_COMPACTION_LAG_MS => Kind::Count,
+        MAX_COMPACTION_LAG_MS => Kind::PositiveBound,
+        CLEANUP_POLICY => Kind::Policy,
+        MIN_CLEANABLE_DIRTY_RATIO => Kind::Ratio,
         "segment_bytes" => Kind::Range(TOPIC_SEGMENT_BYTES_MIN, TOPIC_SEGMENT_BYTES_MAX),
         "message_bytes_max" => Kind::Range(
             TOPIC_MESSAGE_BYTES_MIN.into(),
@@ -98,7 +121,34 @@ fn check_value(
             )),
         },
         Kind::TopicName => names::validate_user_topic_name(value).map_err(|e| invalid(key, e)),
+        Kind::PositiveBound => match number()? {
+            -1 => Ok(()),
+            n if n >= 1 => Ok(()),
+            _ => Err(invalid(key, format!("must be -1 or ≥ 1, got {value}"))),
+        },
+        Kind::Policy => value
+            .parse::<CleanupPolicy>()
+            .map(drop)
+            .map_err(|e| invalid(key, e)),
+        Kind::Ratio => match value.parse::<f64>() {
+            Ok(ratio) if (0.0..=1.0).contains(&ratio) => Ok(()),
+            _ => Err(invalid(
+                key,
+                format!("must be a decimal 0 to 1, got {value:?}"),
+            )),
+        },
         _ => Ok(()),
+    }
+}
+
+/// A checked value as it is stored: a cleanup policy in its one spelling (so `delete,compact`
+/// and `compact,delete` compare equal, and an alter to the same policy changes nothing).
+fn stored(kind: Kind, value: &str) -> String {
+    match kind {
+        Kind::Policy => value
+            .parse::<CleanupPolicy>()
+            .map_or_else(|_| value.to_string(), |policy| policy.to_string()),
+        _ => value.to_string(),
     }
 }
 
@@ -147,7 +197,7 @@ pub fn alter_topic_config(
             }
         }
         check_value(key, kind, value, replication_factor)?;
-        config.insert(key.clone(), value.clone());
+        config.insert(key.clone(), stored(kind, value));
     }
     let number = |key: &str| config.get(key).and_then(|v| v.parse::<u64>().ok());
     if let (Some(message), Some(segment)) = (number("message_bytes_max"), number("segment_bytes")) {
@@ -155,6 +205,16 @@ pub fn alter_topic_config(
             return Err(invalid(
                 "message_bytes_max",
                 format!("{message} exceeds segment_bytes {segment}"),
+            ));
+        }
+    }
+    // -1 (no bound) is not a u64, so it bounds nothing here.
+    let lags = (number(MIN_COMPACTION_LAG_MS), number(MAX_COMPACTION_LAG_MS));
+    if let (Some(min), Some(max)) = lags {
+        if min > max {
+            return Err(invalid(
+                MIN_COMPACTION_LAG_MS,
+                format!("{min} exceeds max_compaction_lag_ms {max}"),
             ));
         }
     }
@@ -310,6 +370,73 @@ mod tests {
             execute_and_apply(&mut image, &command),
             Err(MetaError::InvalidTopic(_))
         ));
+    }
+
+    #[test]
+    fn compaction_settings_are_checked_and_the_policy_has_one_spelling() {
+        let mut image = image_with_topic(1, 1);
+        let set = &[
+            (CLEANUP_POLICY, "delete, compact"),
+            (DELETE_RETENTION_MS, "0"),
+            (MIN_COMPACTION_LAG_MS, "60000"),
+            (MAX_COMPACTION_LAG_MS, "9223372036854775807"),
+            (MIN_CLEANABLE_DIRTY_RATIO, "0.25"),
+        ];
+        alter(&mut image, set, &[]).unwrap();
+        let config = &image.topics["t"].config;
+        assert_eq!(config[CLEANUP_POLICY], "compact,delete");
+        assert_eq!(config[DELETE_RETENTION_MS], "0");
+        assert_eq!(config[MIN_COMPACTION_LAG_MS], "60000");
+        assert_eq!(config[MAX_COMPACTION_LAG_MS], "9223372036854775807");
+        assert_eq!(config[MIN_CLEANABLE_DIRTY_RATIO], "0.25");
+        // The same policy spelled the other way is no change.
+        let before = image.clone();
+        alter(&mut image, &[(CLEANUP_POLICY, "compact,delete")], &[]).unwrap();
+        assert_eq!(image, before);
+        let edges = &[
+            (CLEANUP_POLICY, "compact"),
+            (MAX_COMPACTION_LAG_MS, "-1"),
+            (MIN_CLEANABLE_DIRTY_RATIO, "1"),
+        ];
+        alter(&mut image, edges, &[]).unwrap();
+        assert_eq!(image.topics["t"].config[CLEANUP_POLICY], "compact");
+        for (key, bad) in [
+            (CLEANUP_POLICY, "shred"),
+            (CLEANUP_POLICY, ""),
+            (CLEANUP_POLICY, "Compact"),
+            (CLEANUP_POLICY, "compact,"),
+            (DELETE_RETENTION_MS, "-1"),
+            (DELETE_RETENTION_MS, "a day"),
+            (MIN_COMPACTION_LAG_MS, "-5"),
+            (MAX_COMPACTION_LAG_MS, "0"),
+            (MAX_COMPACTION_LAG_MS, "-2"),
+            (MIN_CLEANABLE_DIRTY_RATIO, "1.5"),
+            (MIN_CLEANABLE_DIRTY_RATIO, "-0.1"),
+            (MIN_CLEANABLE_DIRTY_RATIO, "NaN"),
+            (MIN_CLEANABLE_DIRTY_RATIO, "half"),
+        ] {
+            let why = refusal(&mut image, &[(key, bad)], &[]);
+            assert!(why.contains(key), "{key}={bad:?}: {why}");
+        }
+        let crossed = &[
+            (MIN_COMPACTION_LAG_MS, "5000"),
+            (MAX_COMPACTION_LAG_MS, "4000"),
+        ];
+        let why = refusal(&mut image, crossed, &[]);
+        assert!(why.contains("exceeds max_compaction_lag_ms"), "{why}");
+        let all = [
+            CLEANUP_POLICY,
+            DELETE_RETENTION_MS,
+            MIN_COMPACTION_LAG_MS,
+            MAX_COMPACTION_LAG_MS,
+            MIN_CLEANABLE_DIRTY_RATIO,
+        ];
+        alter(&mut image, &[], &all).unwrap();
+        let config = &image.topics["t"].config;
+        assert!(
+            all.iter().all(|key| !config.contains_key(*key)),
+            "{config:?}"
+        );
     }
 
     #[test]

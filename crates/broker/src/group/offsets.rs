@@ -58,6 +58,8 @@ pub fn topic_settings(partitions: u32, replication_factor: u32) -> TopicSettings
         // The MetaServer's defaults for the replication factor (`EnsureOffsetsTopic`).
         min_insync_replicas: 0,
         unclean_leader_election: false,
+        // Not compacted (yet): kept forever by the retention above instead.
+        ..TopicSettings::default()
     }
 }
 

@@ -387,6 +387,11 @@ fn zero_and_absent_fields_take_the_documented_defaults() {
         // By the replication factor: 1 for a single copy.
         min_insync_replicas: 1,
         unclean_leader_election: false,
+        cleanup_policy: "delete".into(),
+        delete_retention_ms: Some(24 * 3600 * 1000),
+        min_compaction_lag_ms: 0,
+        max_compaction_lag_ms: -1,
+        min_cleanable_dirty_ratio: Some(0.5),
     };
     for (name, config) in [("absent", None), ("zeros", Some(m::TopicConfig::default()))] {
         let r = create(&mut c, name, config);

@@ -61,6 +61,18 @@ pub struct TopicSettings {
     pub message_timestamp_before_max_ms: i64,
     pub min_insync_replicas: u32,
     pub unclean_leader_election: bool,
+    /// `delete`, `compact` or `compact,delete`. Null, as the other compaction settings, when
+    /// the broker answering does not report them.
+    pub cleanup_policy: Option<String>,
+    /// Compacted topics: tombstones are kept at least this long after they are cleaned.
+    pub delete_retention_ms: Option<i64>,
+    /// Compacted topics: records are not compacted before they are this old.
+    pub min_compaction_lag_ms: Option<i64>,
+    /// Compacted topics: a log is cleaned once its oldest uncleaned record is older than this,
+    /// whatever its dirty ratio; -1: no bound.
+    pub max_compaction_lag_ms: Option<i64>,
+    /// Compacted topics: a log is cleaned once at least this share of it is uncleaned (0 to 1).
+    pub min_cleanable_dirty_ratio: Option<f64>,
     /// Share groups: deliveries of a record before it goes to the dead-letter topic (1 to
     /// 100, default 5). Null when the caller may not read the cluster metadata (DESCRIBE on
     /// the cluster).
@@ -72,6 +84,8 @@ pub struct TopicSettings {
 
 impl From<TopicConfig> for TopicSettings {
     fn from(c: TopicConfig) -> TopicSettings {
+        // An older broker reports no cleanup policy, and so none of the compaction settings.
+        let known = !c.cleanup_policy.is_empty();
         TopicSettings {
             partitions: c.partitions,
             replication_factor: c.replication_factor,
@@ -85,6 +99,11 @@ impl From<TopicConfig> for TopicSettings {
             message_timestamp_before_max_ms: c.message_timestamp_before_max_ms,
             min_insync_replicas: c.min_insync_replicas,
             unclean_leader_election: c.unclean_leader_election,
+            delete_retention_ms: c.delete_retention_ms.filter(|_| known),
+            min_compaction_lag_ms: known.then_some(c.min_compaction_lag_ms),
+            max_compaction_lag_ms: known.then_some(c.max_compaction_lag_ms),
+            min_cleanable_dirty_ratio: c.min_cleanable_dirty_ratio.filter(|_| known),
+            cleanup_policy: known.then_some(c.cleanup_policy),
             max_delivery_attempts: None,
             dead_letter_topic: None,
         }
@@ -185,6 +204,11 @@ pub struct TopicSettingsInput {
     pub message_timestamp_before_max_ms: Option<i64>,
     pub min_insync_replicas: Option<u32>,
     pub unclean_leader_election: Option<bool>,
+    pub cleanup_policy: Option<String>,
+    pub delete_retention_ms: Option<i64>,
+    pub min_compaction_lag_ms: Option<i64>,
+    pub max_compaction_lag_ms: Option<i64>,
+    pub min_cleanable_dirty_ratio: Option<f64>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -219,6 +243,8 @@ pub struct AlterTopic {
 #[serde(untagged)]
 pub enum SettingValue {
     Integer(i64),
+    /// After `Integer`, so a whole number stays one: `min_cleanable_dirty_ratio`'s.
+    Decimal(f64),
     Boolean(bool),
     Text(String),
     Remove(()),
@@ -227,12 +253,12 @@ pub enum SettingValue {
 /// Written by hand: the derived schema of the `null` variant would match any value.
 impl utoipa::PartialSchema for SettingValue {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        use utoipa::openapi::schema::{
-            KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type,
-        };
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
         let of = |kind: Type| ObjectBuilder::new().schema_type(kind);
         OneOfBuilder::new()
-            .item(of(Type::Integer).format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64))))
+            // One `number` for whole and decimal values alike: an `integer` item beside it
+            // would match whole numbers twice, which `oneOf` forbids.
+            .item(of(Type::Number))
             .item(of(Type::Boolean))
             .item(of(Type::String))
             .item(of(Type::Null))
@@ -250,6 +276,7 @@ impl SettingValue {
     fn to_text(&self) -> Option<String> {
         match self {
             SettingValue::Integer(n) => Some(n.to_string()),
+            SettingValue::Decimal(x) => Some(x.to_string()),
             SettingValue::Boolean(b) => Some(b.to_string()),
             SettingValue::Text(t) => Some(t.clone()),
             SettingValue::Remove(()) => None,
@@ -410,6 +437,12 @@ pub async fn create_topic(
         message_timestamp_before_max_ms: settings.message_timestamp_before_max_ms.unwrap_or(0),
         min_insync_replicas: settings.min_insync_replicas.unwrap_or(0),
         unclean_leader_election: settings.unclean_leader_election.unwrap_or(false),
+        cleanup_policy: settings.cleanup_policy.unwrap_or_default(),
+        // Optional on the wire (0 is a value of its own): absent stays absent.
+        delete_retention_ms: settings.delete_retention_ms,
+        min_compaction_lag_ms: settings.min_compaction_lag_ms.unwrap_or(0),
+        max_compaction_lag_ms: settings.max_compaction_lag_ms.unwrap_or(0),
+        min_cleanable_dirty_ratio: settings.min_cleanable_dirty_ratio,
     };
     let created = api
         .admin

@@ -4,8 +4,9 @@
 //! storage limits) and the same `ALTER` permission on the topic.
 //!
 //! - IncrementalAlterConfigs sets (`SET`) or removes (`DELETE`, back to the default) the names
-//!   given and leaves the others. `APPEND` and `SUBTRACT` are for list-valued configs, which
-//!   tinymq's topics have none of: refused with `INVALID_CONFIG`.
+//!   given and leaves the others. `APPEND` and `SUBTRACT` are for list-valued configs, of
+//!   which tinymq's topics have one, `cleanup.policy`, short enough to `SET` whole
+//!   (`compact,delete`): they are refused with `INVALID_CONFIG`.
 //! - AlterConfigs (the older API) replaces a topic's whole config: the names given are set,
 //!   every other Kafka-named setting goes back to its default. tinymq's settings with no Kafka
 //!   name (`max_delivery_attempts`, `dead_letter_topic`) and the flush policy, which cannot
@@ -86,8 +87,13 @@ fn incremental(
             OP_APPEND | OP_SUBTRACT => {
                 // The name must exist all the same, so a typo is named as one.
                 configs::native_key(name).map_err(invalid)?;
+                if name == "cleanup.policy" {
+                    return Err(invalid(format!(
+                        "{name}: APPEND and SUBTRACT are not supported; SET the whole list (delete, compact or compact,delete)"
+                    )));
+                }
                 return Err(invalid(format!(
-                    "{name} is not a list: APPEND and SUBTRACT apply to none of tinymq's topic configs"
+                    "{name} is not a list: APPEND and SUBTRACT apply only to cleanup.policy, which is SET whole"
                 )));
             }
             other => {
@@ -273,25 +279,38 @@ mod tests {
         let alter = incremental(&[
             op("retention.ms", OP_SET, Some("1000")),
             op("max.message.bytes", OP_DELETE, None),
-            op("cleanup.policy", OP_SET, Some("delete")),
+            op("cleanup.policy", OP_SET, Some("delete,compact")),
             op("compression.type", OP_DELETE, None),
+            op("min.cleanable.dirty.ratio", OP_DELETE, None),
         ])
         .expect("accepted");
         assert_eq!(
             alter,
             NativeAlter {
-                set: [("retention_ms", "1000".to_string())].into(),
-                unset: vec!["message_bytes_max"],
+                set: [
+                    ("retention_ms", "1000".to_string()),
+                    ("cleanup_policy", "compact,delete".to_string()),
+                ]
+                .into(),
+                unset: vec!["message_bytes_max", "min_cleanable_dirty_ratio"],
             }
+        );
+        let compact = incremental(&[op("cleanup.policy", OP_SET, Some("compact"))]);
+        assert_eq!(
+            compact.map(|a| a.set),
+            Ok([("cleanup_policy", "compact".to_string())].into())
         );
     }
 
     #[test]
     fn incremental_refusals_name_the_config() {
         let refused = |configs: &[Incremental]| incremental(configs).expect_err("refused");
-        let (code, why) = refused(&[op("cleanup.policy", OP_SET, Some("compact"))]);
+        let (code, why) = refused(&[op("cleanup.policy", OP_SET, Some("shred"))]);
         assert_eq!(code, K::InvalidConfig.code());
         assert!(why.contains("cleanup.policy"), "{why}");
+        let (code, why) = refused(&[op("cleanup.policy", OP_APPEND, Some("compact"))]);
+        assert_eq!(code, K::InvalidConfig.code());
+        assert!(why.contains("SET the whole list"), "{why}");
         let (code, why) = refused(&[op("retention.ms", OP_APPEND, Some("1"))]);
         assert_eq!(code, K::InvalidConfig.code());
         assert!(why.contains("not a list"), "{why}");
@@ -317,6 +336,7 @@ mod tests {
         assert_eq!(alter.set, [("retention_bytes", "4096".to_string())].into());
         assert!(alter.unset.contains(&"retention_ms"));
         assert!(alter.unset.contains(&tinymq_meta::MIN_INSYNC_REPLICAS));
+        assert!(alter.unset.contains(&tinymq_meta::CLEANUP_POLICY));
         assert!(!alter.unset.contains(&"retention_bytes"));
         assert!(!alter.unset.contains(&tinymq_meta::image::FLUSH));
     }

@@ -1,10 +1,13 @@
 //! Kafka's topic and broker configuration names, as tinymq's settings. A Kafka name with a
 //! tinymq counterpart (`retention.ms` → `retention_ms`, `max.message.bytes` →
-//! `message_bytes_max`, …) maps onto it; a few Kafka names describe what tinymq always does
-//! (`cleanup.policy=delete`, `compression.type=producer`, `message.timestamp.type=CreateTime`)
-//! and are accepted with that value only; tinymq settings without a Kafka name go under
-//! `tinymq.*`. Any other name is refused with `INVALID_CONFIG` naming it.
+//! `message_bytes_max`, `cleanup.policy` → `cleanup_policy`, …) maps onto it; a few Kafka names
+//! describe what tinymq always does (`compression.type=producer`,
+//! `message.timestamp.type=CreateTime`) and are accepted with that value only; tinymq settings
+//! without a Kafka name go under `tinymq.*`. Any other name is refused with `INVALID_CONFIG`
+//! naming it.
 
+use tinymq_broker::topic::{COMPACTION_LAG_NO_BOUND_MS, DELETE_RETENTION_MS_DEFAULT};
+use tinymq_log::{CleanupPolicy, DIRTY_RATIO_MIN_DEFAULT};
 use tinymq_protocol::messages as m;
 
 /// Kafka's config types (DescribeConfigs v3+).
@@ -14,6 +17,8 @@ pub(crate) enum ConfigType {
     String = 2,
     Int = 3,
     Long = 5,
+    Double = 6,
+    List = 7,
 }
 
 /// One configuration entry as DescribeConfigs and CreateTopics (v5+) report it.
@@ -28,7 +33,6 @@ pub(crate) struct Entry {
 
 /// Kafka names that state what tinymq always does: (name, the only value accepted).
 const FIXED: &[(&str, &str)] = &[
-    ("cleanup.policy", "delete"),
     ("compression.type", "producer"),
     ("message.timestamp.type", "CreateTime"),
 ];
@@ -91,6 +95,23 @@ fn set(out: &mut m::TopicConfig, name: &str, value: &str) -> Result<(), String> 
         "unclean.leader.election.enable" => {
             out.unclean_leader_election = parse(name, value)?;
         }
+        // A list in Kafka (`delete,compact`, `compact, delete`, …): kept in its one spelling.
+        "cleanup.policy" => {
+            let policy = value.parse::<CleanupPolicy>().map_err(|_| {
+                format!("{name}={value} is not supported (delete, compact or both)")
+            })?;
+            out.cleanup_policy = policy.to_string();
+        }
+        // Optional on the wire: 0 is a value of its own.
+        "delete.retention.ms" => out.delete_retention_ms = Some(parse(name, value)?),
+        // 0 is the default too: nothing is lost.
+        "min.compaction.lag.ms" => out.min_compaction_lag_ms = parse(name, value)?,
+        // Kafka's "no bound" (its default) is tinymq's -1.
+        "max.compaction.lag.ms" => match parse::<i64>(name, value)? {
+            COMPACTION_LAG_NO_BOUND_MS => out.max_compaction_lag_ms = -1,
+            ms => out.max_compaction_lag_ms = nonzero(name, value, ms)?,
+        },
+        "min.cleanable.dirty.ratio" => out.min_cleanable_dirty_ratio = Some(parse(name, value)?),
         "tinymq.flush" => out.flush = value.to_string(),
         _ => {
             return match FIXED.iter().find(|(fixed, _)| *fixed == name) {
@@ -124,6 +145,14 @@ const NATIVE_KEYS: &[(&str, &str)] = &[
         "unclean.leader.election.enable",
         tinymq_meta::UNCLEAN_LEADER_ELECTION,
     ),
+    ("cleanup.policy", tinymq_meta::CLEANUP_POLICY),
+    ("delete.retention.ms", tinymq_meta::DELETE_RETENTION_MS),
+    ("min.compaction.lag.ms", tinymq_meta::MIN_COMPACTION_LAG_MS),
+    ("max.compaction.lag.ms", tinymq_meta::MAX_COMPACTION_LAG_MS),
+    (
+        "min.cleanable.dirty.ratio",
+        tinymq_meta::MIN_CLEANABLE_DIRTY_RATIO,
+    ),
     ("tinymq.flush", tinymq_meta::image::FLUSH),
 ];
 
@@ -148,6 +177,10 @@ pub(crate) fn native_change(name: &str, value: &str) -> Result<NativeChange, Str
         // Kafka's "never" is stored as tinymq's 0.
         "segment.ms" => parsed.segment_ms.to_string(),
         "unclean.leader.election.enable" => parsed.unclean_leader_election.to_string(),
+        // In its one spelling, so `delete,compact` over `compact,delete` changes nothing.
+        "cleanup.policy" => parsed.cleanup_policy,
+        // Kafka's "no bound" is stored as tinymq's -1.
+        "max.compaction.lag.ms" => parsed.max_compaction_lag_ms.to_string(),
         _ => value.trim().to_string(),
     };
     Ok(NativeChange::Set(key, value))
@@ -218,6 +251,37 @@ pub(crate) fn topic_entries(config: &m::TopicConfig) -> Vec<Entry> {
             config.unclean_leader_election.to_string(),
             T::Boolean,
         ),
+        entry(
+            "cleanup.policy",
+            cleanup_policy_described(&config.cleanup_policy),
+            T::List,
+        ),
+        entry(
+            "delete.retention.ms",
+            config
+                .delete_retention_ms
+                .unwrap_or(DELETE_RETENTION_MS_DEFAULT)
+                .to_string(),
+            T::Long,
+        ),
+        entry(
+            "min.compaction.lag.ms",
+            config.min_compaction_lag_ms.to_string(),
+            T::Long,
+        ),
+        entry(
+            "max.compaction.lag.ms",
+            compaction_lag_max_described(config.max_compaction_lag_ms),
+            T::Long,
+        ),
+        entry(
+            "min.cleanable.dirty.ratio",
+            config
+                .min_cleanable_dirty_ratio
+                .unwrap_or(DIRTY_RATIO_MIN_DEFAULT)
+                .to_string(),
+            T::Double,
+        ),
         entry("tinymq.flush", config.flush.clone(), T::String),
     ];
     out.extend(FIXED.iter().map(|(name, value)| Entry {
@@ -243,6 +307,26 @@ fn segment_ms_described(segment_ms: i64) -> String {
     .to_string()
 }
 
+/// `cleanup.policy` as described: empty on the wire (a setting not reported) is the default.
+fn cleanup_policy_described(policy: &str) -> String {
+    if policy.is_empty() {
+        CleanupPolicy::default().to_string()
+    } else {
+        policy.to_string()
+    }
+}
+
+/// `max.compaction.lag.ms` as Kafka clients read it: tinymq's "no bound" (-1, or 0 for the
+/// default) is Kafka's, its largest value, which is also Kafka's default.
+fn compaction_lag_max_described(ms: i64) -> String {
+    if ms <= 0 {
+        COMPACTION_LAG_NO_BOUND_MS
+    } else {
+        ms
+    }
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,31 +336,54 @@ mod tests {
         let config = topic_config_from_kafka([
             ("retention.ms", Some("60000")),
             ("max.message.bytes", Some("2048")),
-            ("cleanup.policy", Some("delete")),
+            ("cleanup.policy", Some("delete,compact")),
             ("segment.bytes", None),
             ("unclean.leader.election.enable", Some("true")),
+            ("delete.retention.ms", Some("0")),
+            ("min.compaction.lag.ms", Some("1000")),
+            ("max.compaction.lag.ms", Some("9223372036854775807")),
+            ("min.cleanable.dirty.ratio", Some("0.1")),
         ])
         .expect("accepted");
         assert_eq!(config.retention_ms, 60_000);
         assert_eq!(config.message_bytes_max, 2048);
         assert_eq!(config.segment_bytes, 0, "a null value keeps the default");
         assert!(config.unclean_leader_election);
+        assert_eq!(config.cleanup_policy, "compact,delete", "one spelling");
+        assert_eq!(config.delete_retention_ms, Some(0), "0 is not the default");
+        assert_eq!(config.min_compaction_lag_ms, 1000);
+        assert_eq!(config.max_compaction_lag_ms, -1, "Kafka's no bound");
+        assert_eq!(config.min_cleanable_dirty_ratio, Some(0.1));
+        let compact = topic_config_from_kafka([("cleanup.policy", Some("compact"))]);
+        assert_eq!(compact.map(|c| c.cleanup_policy), Ok("compact".to_string()));
+        let absent = topic_config_from_kafka([]).expect("accepted");
+        assert_eq!(
+            (absent.delete_retention_ms, absent.min_cleanable_dirty_ratio),
+            (None, None),
+            "left to the defaults"
+        );
     }
 
     #[test]
     fn unknown_and_unsupported_configs_are_named() {
         let err = topic_config_from_kafka([
-            ("cleanup.policy", Some("compact")),
+            ("cleanup.policy", Some("shred")),
             ("flux.capacitor", Some("1")),
             ("retention.ms", Some("soon")),
             ("retention.bytes", Some("0")),
+            ("compression.type", Some("gzip")),
+            ("max.compaction.lag.ms", Some("0")),
+            ("min.cleanable.dirty.ratio", Some("half")),
         ])
         .expect_err("refused");
         for named in [
-            "cleanup.policy=compact",
+            "cleanup.policy=shred",
             "flux.capacitor",
             "retention.ms",
             "retention.bytes",
+            "compression.type=gzip",
+            "max.compaction.lag.ms",
+            "min.cleanable.dirty.ratio",
         ] {
             assert!(err.contains(named), "{named} in {err}");
         }
@@ -293,10 +400,33 @@ mod tests {
             Ok(NativeChange::Set("segment_ms", "0".into()))
         );
         assert_eq!(
-            native_change("cleanup.policy", "delete"),
+            native_change("cleanup.policy", "compact"),
+            Ok(NativeChange::Set("cleanup_policy", "compact".into()))
+        );
+        assert_eq!(
+            native_change("cleanup.policy", "delete, compact"),
+            Ok(NativeChange::Set("cleanup_policy", "compact,delete".into()))
+        );
+        assert!(native_change("cleanup.policy", "shred").is_err());
+        assert_eq!(
+            native_change("max.compaction.lag.ms", "9223372036854775807"),
+            Ok(NativeChange::Set("max_compaction_lag_ms", "-1".into()))
+        );
+        assert_eq!(
+            native_change("delete.retention.ms", "0"),
+            Ok(NativeChange::Set("delete_retention_ms", "0".into()))
+        );
+        assert_eq!(
+            native_change("min.cleanable.dirty.ratio", "0.75"),
+            Ok(NativeChange::Set(
+                "min_cleanable_dirty_ratio",
+                "0.75".into()
+            ))
+        );
+        assert_eq!(
+            native_change("compression.type", "producer"),
             Ok(NativeChange::Nothing)
         );
-        assert!(native_change("cleanup.policy", "compact").is_err());
         assert!(native_change("retention.bytes", "0").is_err());
         assert!(native_change("max.message.bytes", "big").is_err());
         assert!(native_change("flux.capacitor", "1").is_err());
@@ -326,6 +456,11 @@ mod tests {
             message_timestamp_before_max_ms: 9,
             min_insync_replicas: 1,
             unclean_leader_election: true,
+            cleanup_policy: "compact,delete".into(),
+            delete_retention_ms: Some(0),
+            min_compaction_lag_ms: 100,
+            max_compaction_lag_ms: 60_000,
+            min_cleanable_dirty_ratio: Some(0.25),
             ..Default::default()
         };
         let entries = topic_entries(&config);
@@ -348,5 +483,17 @@ mod tests {
             topic_config_from_kafka(entries.iter().map(|e| (e.name, Some(e.value.as_str()))))
                 .expect("never is accepted");
         assert_eq!(back, never);
+        // No compaction lag bound (tinymq's -1) reads as Kafka's and back.
+        let unbounded = m::TopicConfig {
+            max_compaction_lag_ms: -1,
+            ..never
+        };
+        let entries = topic_entries(&unbounded);
+        let lag = entries.iter().find(|e| e.name == "max.compaction.lag.ms");
+        assert_eq!(lag.map(|e| e.value.as_str()), Some("9223372036854775807"));
+        let back =
+            topic_config_from_kafka(entries.iter().map(|e| (e.name, Some(e.value.as_str()))))
+                .expect("no bound is accepted");
+        assert_eq!(back, unbounded);
     }
 }
