@@ -33,6 +33,7 @@ mod common;
 mod node;
 
 mod broker_behaviour;
+mod compaction;
 mod delete_records;
 mod failover;
 mod fetch_paths;

@@ -220,6 +220,16 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(dir: &Path, metas: u64, brokers: u32) -> Cluster {
+        Cluster::start_tuned(dir, metas, brokers, |_| {})
+    }
+
+    /// [`Cluster::start`] with every broker's settings changed by `tune`.
+    pub fn start_tuned(
+        dir: &Path,
+        metas: u64,
+        brokers: u32,
+        tune: impl Fn(&mut BrokerConfig),
+    ) -> Cluster {
         let (peers, metas) = start_metas(dir, metas);
         let meta: Vec<String> = peers.values().cloned().collect();
         let brokers = (1..=brokers)
@@ -227,6 +237,7 @@ impl Cluster {
                 let mut broker = broker_config(&dir.join(format!("broker-{id}")));
                 broker.node_id = id;
                 broker.meta = meta.clone();
+                tune(&mut broker);
                 NodeThread::start(NodeConfig::Broker(BrokerNodeConfig {
                     broker,
                     http: None,
