@@ -271,7 +271,6 @@ impl PartitionLog {
         limits: &CleanLimits,
         throttle: &mut dyn FnMut(u64),
     ) -> Result<CleanReport, LogError> {
-        let _maintenance = self.maintenance.lock();
         let mut report = CleanReport {
             first_dirty: self.state.read().cleaner.first_dirty,
             ..CleanReport::default()
@@ -286,7 +285,7 @@ impl PartitionLog {
         match outcome {
             // A failure after the log was truncated or closed under the pass is that change,
             // not damage: the pass is abandoned and the next one starts over.
-            Err(_) if self.changed_since(plan.truncations) => {
+            Err(_) if self.changed_since(&plan) => {
                 report.abandoned = true;
                 Ok(report)
             }
@@ -295,9 +294,18 @@ impl PartitionLog {
         }
     }
 
-    fn changed_since(&self, truncations: u64) -> bool {
+    /// Whether the log was truncated or closed, or a planned segment removed or replaced
+    /// (retention, DeleteRecords), since the plan was made.
+    fn changed_since(&self, plan: &Plan) -> bool {
         let state = self.state.read();
-        state.closed || state.truncations != truncations
+        state.closed
+            || state.truncations != plan.truncations
+            || plan.segments.iter().any(|v| {
+                state
+                    .segments
+                    .get(&v.base)
+                    .is_none_or(|s| s.size_bytes != v.size)
+            })
     }
 
     fn clean_planned(
@@ -339,10 +347,21 @@ impl PartitionLog {
             report.segments_replaced += group.len();
             report.segments_written += 1;
         }
-        let mut checkpoint = self.state.read().cleaner.clone();
-        checkpoint.record_pass(map_end, now_ms);
-        checkpoint.tombstones_due_ms = rules.tombstones_due_ms.unwrap_or(0).max(0);
-        self.store_cleaner_checkpoint(checkpoint)?;
+        // Under the writer lock: a truncation since the last swap would make `map_end` wrong.
+        let _writer = self.writer.lock();
+        {
+            let state = self.state.read();
+            if state.closed || state.truncations != expected_truncations {
+                report.abandoned = true;
+                return Ok(());
+            }
+        }
+        let due = rules.tombstones_due_ms.unwrap_or(0).max(0);
+        self.update_cleaner_checkpoint(|c| {
+            c.record_pass(map_end, now_ms);
+            c.tombstones_due_ms = due;
+            true
+        })?;
         report.first_dirty = map_end;
         Ok(())
     }
@@ -525,6 +544,8 @@ impl PartitionLog {
     ) -> Result<Option<u64>, LogError> {
         let base = group[0].base;
         let cleaned_file = cleaned_path(&self.dir, base);
+        // Retention and DeleteRecords remove segments: not while this swap replaces some.
+        let _maintenance = self.maintenance.lock();
         let _writer = self.writer.lock();
         let unchanged = {
             let state = self.state.read();
@@ -544,11 +565,11 @@ impl PartitionLog {
             return Ok(None);
         }
         let group_end = group[group.len() - 1].next_offset;
-        let mut checkpoint = self.state.read().cleaner.clone();
-        if checkpoint.gaps_below < group_end {
-            checkpoint.gaps_below = group_end;
-            self.store_cleaner_checkpoint(checkpoint)?;
-        }
+        self.update_cleaner_checkpoint(|c| {
+            let raise = c.gaps_below < group_end;
+            c.gaps_below = c.gaps_below.max(group_end);
+            raise
+        })?;
         let swap_file = swap_path(&self.dir, base);
         let committed = self
             .storage
@@ -596,7 +617,18 @@ impl PartitionLog {
         }
     }
 
-    fn store_cleaner_checkpoint(&self, checkpoint: CleanerCheckpoint) -> Result<(), LogError> {
+    /// Changes the cleaner checkpoint with `f` and stores it durably when `f` says it
+    /// changed; every change goes through here, one at a time (the checkpoint mutex), so no
+    /// writer puts back what another raised.
+    pub(crate) fn update_cleaner_checkpoint(
+        &self,
+        f: impl FnOnce(&mut CleanerCheckpoint) -> bool,
+    ) -> Result<(), LogError> {
+        let _one = self.cleaner_checkpoint_lock.lock();
+        let mut checkpoint = self.state.read().cleaner.clone();
+        if !f(&mut checkpoint) {
+            return Ok(());
+        }
         cleaner_checkpoint::store(&*self.storage, &self.dir, &checkpoint)
             .map_err(|e| LogError::io(cleaner_checkpoint::path(&self.dir), e))?;
         self.state.write().cleaner = checkpoint;
@@ -606,12 +638,16 @@ impl PartitionLog {
     /// Raises the offset below which batches may leave gaps to `offset`, durably: called
     /// before a follower writes batches with gaps its leader's cleaner left.
     pub(crate) fn allow_gaps_below(&self, offset: i64) -> Result<(), LogError> {
-        let mut checkpoint = self.state.read().cleaner.clone();
-        if checkpoint.gaps_below >= offset {
-            return Ok(());
-        }
-        checkpoint.gaps_below = offset;
-        self.store_cleaner_checkpoint(checkpoint)
+        self.update_cleaner_checkpoint(|c| {
+            let raise = c.gaps_below < offset;
+            c.gaps_below = c.gaps_below.max(offset);
+            raise
+        })
+    }
+
+    /// After a truncation to `end`: the records appended from there on are dirty again.
+    pub(crate) fn forget_cleaned_from(&self, end: i64) -> Result<(), LogError> {
+        self.update_cleaner_checkpoint(|c| c.truncated_to(end))
     }
 }
 

@@ -84,6 +84,22 @@ impl CleanerCheckpoint {
     }
 }
 
+impl CleanerCheckpoint {
+    /// Forgets what was cleaned at or after `end` (the log was truncated there); returns
+    /// whether anything changed. Records below `end` keep the date they were cleaned by.
+    pub fn truncated_to(&mut self, end: i64) -> bool {
+        if self.first_dirty <= end {
+            return false;
+        }
+        self.first_dirty = end;
+        if let Some(i) = self.passes.iter().position(|&(below, _)| below >= end) {
+            self.passes[i].0 = end;
+            self.passes.truncate(i + 1);
+        }
+        true
+    }
+}
+
 pub(crate) fn path(dir: &Path) -> PathBuf {
     dir.join(CLEANER_FILE)
 }
@@ -200,6 +216,22 @@ mod tests {
         flipped[at] ^= 1;
         assert!(decode(&flipped).is_err());
         assert!(decode(b"").is_err());
+    }
+
+    #[test]
+    fn a_truncation_makes_what_follows_it_dirty_again() {
+        let mut c = CleanerCheckpoint::default();
+        c.record_pass(100, 1_000);
+        c.record_pass(200, 2_000);
+        c.record_pass(300, 3_000);
+        assert!(!c.truncated_to(300));
+        assert!(c.truncated_to(150));
+        assert_eq!(
+            (c.first_dirty, c.passes.clone()),
+            (150, vec![(100, 1_000), (150, 2_000)])
+        );
+        assert_eq!(c.cleaned_at(120), Some(2_000));
+        assert_eq!(c.cleaned_at(150), None);
     }
 
     #[test]

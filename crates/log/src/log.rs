@@ -144,6 +144,9 @@ pub struct PartitionLog {
     /// Serializes what removes or replaces whole segments below the active one (retention,
     /// a cleaner pass), taken before `writer` when both are.
     pub(crate) maintenance: Mutex<()>,
+    /// Serializes changes to the cleaner checkpoint (a pass, a follower's gap bound, a
+    /// truncation), taken after `writer` when both are.
+    pub(crate) cleaner_checkpoint_lock: Mutex<()>,
     pub(crate) state: RwLock<LogState>,
     pub(crate) sync: Mutex<SyncState>,
     pub(crate) sync_done: Condvar,
@@ -206,6 +209,7 @@ impl PartitionLog {
             clock,
             writer: Mutex::new(()),
             maintenance: Mutex::new(()),
+            cleaner_checkpoint_lock: Mutex::new(()),
             state: RwLock::new(LogState {
                 segments,
                 epochs,

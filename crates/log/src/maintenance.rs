@@ -122,6 +122,9 @@ impl PartitionLog {
             return Err(e);
         }
         self.truncated(offset);
+        // The cleaned part went with the old segments; the first dirty offset is at least
+        // the log start anyway.
+        self.forget_cleaned_from(start)?;
         tracing::info!(dir = %self.dir.display(), offset, "log emptied and restarted");
         Ok(())
     }
@@ -181,6 +184,7 @@ impl PartitionLog {
                     Ok(())
                 }
             });
+        let synced = synced.and_then(|()| self.forget_cleaned_from(end));
         if let Err(e) = synced {
             self.fail(format!("making a truncation durable failed: {e}"));
             return Err(e);

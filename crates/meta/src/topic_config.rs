@@ -11,7 +11,7 @@ use crate::image::{
     UNCLEAN_LEADER_ELECTION,
 };
 
-use tinymq_log::CleanupPolicy;
+use tinymq_protocol::names::CleanupPolicy;
 use tinymq_protocol::names::{
     self, MAX_DELIVERY_ATTEMPTS_MAX, MAX_DELIVERY_ATTEMPTS_MIN, TOPIC_MESSAGE_BYTES_MAX,
     TOPIC_MESSAGE_BYTES_MIN, TOPIC_SEGMENT_BYTES_MAX, TOPIC_SEGMENT_BYTES_MIN,

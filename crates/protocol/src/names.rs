@@ -493,3 +493,73 @@ mod tests {
         }
     }
 }
+
+/// What happens to old records: Kafka's `cleanup.policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CleanupPolicy {
+    /// Whole segments are deleted past the retention limits.
+    #[default]
+    Delete,
+    /// The cleaner keeps the latest record of each key; retention limits do not apply.
+    Compact,
+    /// Both: compacted, and whole segments still deleted past the retention limits.
+    CompactDelete,
+}
+
+impl CleanupPolicy {
+    pub fn compacts(self) -> bool {
+        matches!(self, CleanupPolicy::Compact | CleanupPolicy::CompactDelete)
+    }
+    pub fn deletes(self) -> bool {
+        matches!(self, CleanupPolicy::Delete | CleanupPolicy::CompactDelete)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CleanupPolicy::Delete => "delete",
+            CleanupPolicy::Compact => "compact",
+            CleanupPolicy::CompactDelete => "compact,delete",
+        })
+    }
+}
+
+impl std::str::FromStr for CleanupPolicy {
+    type Err = String;
+
+    /// Parses `delete`, `compact`, or both separated by a comma in either order (Kafka's
+    /// list form, spaces around the names allowed).
+    fn from_str(s: &str) -> Result<CleanupPolicy, String> {
+        let mut names: Vec<&str> = s.split(',').map(str::trim).collect();
+        names.sort_unstable();
+        names.dedup();
+        match names.as_slice() {
+            ["delete"] => Ok(CleanupPolicy::Delete),
+            ["compact"] => Ok(CleanupPolicy::Compact),
+            ["compact", "delete"] => Ok(CleanupPolicy::CompactDelete),
+            _ => Err(format!(
+                "cleanup policy {s:?}: expected delete, compact or compact,delete"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod cleanup_policy_tests {
+    use super::CleanupPolicy;
+
+    #[test]
+    fn cleanup_policy_parses_and_prints() {
+        for text in ["delete", "compact", "compact,delete"] {
+            assert_eq!(text.parse::<CleanupPolicy>().unwrap().to_string(), text);
+        }
+        assert_eq!(
+            "delete, compact".parse::<CleanupPolicy>(),
+            Ok(CleanupPolicy::CompactDelete)
+        );
+        for bad in ["", "Compact", "compact,", "delete,nothing"] {
+            assert!(bad.parse::<CleanupPolicy>().is_err(), "{bad}");
+        }
+    }
+}
