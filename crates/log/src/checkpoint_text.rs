@@ -36,3 +36,30 @@ pub(crate) fn number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
     text.parse()
         .map_err(|_| format!("number {text:?} out of range"))
 }
+
+/// Reads and decodes the checkpoint at `path`: `Ok(None)` without one, `Err` (why) for one
+/// that is longer than `bytes_max`, unreadable, or that `decode` refuses.
+pub(crate) fn load<T>(
+    storage: &dyn crate::storage::Storage,
+    path: &std::path::Path,
+    bytes_max: u64,
+    decode: impl FnOnce(&[u8]) -> Result<T, String>,
+) -> Result<Option<T>, String> {
+    if !storage.exists(path) {
+        return Ok(None);
+    }
+    let read = || -> std::io::Result<Result<T, String>> {
+        let file = storage.open(path, false)?;
+        let len = file.byte_len()?;
+        if len > bytes_max {
+            return Ok(Err(format!("{len} bytes, over {bytes_max}")));
+        }
+        // Bounded just above.
+        let mut bytes = vec![0u8; len as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        Ok(decode(&bytes))
+    };
+    read()
+        .unwrap_or_else(|e| Err(format!("unreadable: {e}")))
+        .map(Some)
+}

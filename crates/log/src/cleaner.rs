@@ -26,8 +26,10 @@
 //!    any point leaves either the old segments or the new one.
 //!
 //! Every replica cleans its own copy; given the same log and settings the result is the same.
-//! Passes run one at a time per log (the maintenance lock, shared with retention), and
-//! appends go on meanwhile: only the swap takes the writer lock.
+//! The broker runs one pass at a time. Appends, reads and retention go on during a pass: a
+//! swap takes the maintenance lock (shared with retention) and the writer lock, and the
+//! pass's closing checkpoint write the writer lock; a pass whose planned segments changed
+//! under it is abandoned.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -856,7 +858,7 @@ pub(crate) fn finish_swaps(
         let replaced: Vec<i64> = paths
             .iter()
             .filter_map(|p| crate::segment::parse_segment_path(p, LOG_SUFFIX))
-            .filter(|&b| b >= base && b < end.max(base + 1))
+            .filter(|&b| b >= base && b < end.max(base.saturating_add(1)))
             .collect();
         let mut bases = vec![base];
         bases.extend(replaced.into_iter().filter(|&b| b != base));

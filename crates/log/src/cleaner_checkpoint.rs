@@ -169,23 +169,7 @@ pub(crate) fn store(storage: &dyn Storage, dir: &Path, c: &CleanerCheckpoint) ->
 
 /// The stored checkpoint: `Ok(None)` without one, `Err` (why) for one that cannot be read.
 pub(crate) fn load(storage: &dyn Storage, dir: &Path) -> Result<Option<CleanerCheckpoint>, String> {
-    let path = path(dir);
-    if !storage.exists(&path) {
-        return Ok(None);
-    }
-    let read = || -> io::Result<Result<CleanerCheckpoint, String>> {
-        let file = storage.open(&path, false)?;
-        let len = file.byte_len()?;
-        if len > FILE_BYTES_MAX {
-            return Ok(Err(format!("{len} bytes, over {FILE_BYTES_MAX}")));
-        }
-        let mut bytes = vec![0u8; len as usize];
-        file.read_exact_at(&mut bytes, 0)?;
-        Ok(decode(&bytes))
-    };
-    read()
-        .unwrap_or_else(|e| Err(format!("unreadable: {e}")))
-        .map(Some)
+    checkpoint_text::load(storage, &path(dir), FILE_BYTES_MAX, decode)
 }
 
 #[cfg(test)]

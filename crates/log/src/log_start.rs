@@ -58,24 +58,7 @@ pub(crate) fn store(storage: &dyn Storage, dir: &Path, offset: i64) -> io::Resul
 /// The stored log start: `Ok(None)` without a checkpoint, `Err` (why) for one that cannot be
 /// read.
 pub(crate) fn load(storage: &dyn Storage, dir: &Path) -> Result<Option<i64>, String> {
-    let path = path(dir);
-    if !storage.exists(&path) {
-        return Ok(None);
-    }
-    let read = || -> io::Result<Result<i64, String>> {
-        let file = storage.open(&path, false)?;
-        let len = file.byte_len()?;
-        if len > FILE_BYTES_MAX {
-            return Ok(Err(format!("{len} bytes, over {FILE_BYTES_MAX}")));
-        }
-        // Bounded just above.
-        let mut bytes = vec![0u8; len as usize];
-        file.read_exact_at(&mut bytes, 0)?;
-        Ok(decode(&bytes))
-    };
-    read()
-        .unwrap_or_else(|e| Err(format!("unreadable: {e}")))
-        .map(Some)
+    checkpoint_text::load(storage, &path(dir), FILE_BYTES_MAX, decode)
 }
 
 #[cfg(test)]
