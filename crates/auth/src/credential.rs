@@ -104,6 +104,35 @@ impl StoredCredential {
         }
     }
 
+    /// The verifier of a password a client already salted and hashed (`SaltedPassword` of
+    /// RFC 5802: Kafka's AlterUserScramCredentials sends that, never the password). Checked as
+    /// [`StoredCredential::from_wire`] checks a stored one; the salted password must be as long
+    /// as the mechanism's hash.
+    pub fn from_salted_password(
+        mechanism: ScramMechanism,
+        salted_password: &[u8],
+        salt: &[u8],
+        iterations: u32,
+    ) -> Result<StoredCredential, AuthError> {
+        if salted_password.len() != mechanism.key_bytes() {
+            return Err(AuthError::InvalidCredential(format!(
+                "a salted password of {} bytes, {mechanism} needs {}",
+                salted_password.len(),
+                mechanism.key_bytes()
+            )));
+        }
+        let client_key = crypto::hmac(mechanism, salted_password, b"Client Key");
+        let credential = StoredCredential {
+            mechanism,
+            salt: salt.to_vec(),
+            iterations,
+            stored_key: crypto::hash(mechanism, &client_key),
+            server_key: crypto::hmac(mechanism, salted_password, b"Server Key"),
+        };
+        credential.validate()?;
+        Ok(credential)
+    }
+
     /// Whether `password` is the one this verifier was derived from (HTTP Basic), compared in
     /// constant time. Costs `iterations` rounds of PBKDF2.
     pub fn verify_password(&self, password: &str) -> bool {
@@ -250,6 +279,27 @@ pub(crate) fn truncated(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_salted_password_gives_the_verifier_of_its_password() {
+        for mechanism in ScramMechanism::ALL {
+            let salt = [7u8; 16];
+            let derived = StoredCredential::derive_with_salt(mechanism, "pencil", &salt, 4096);
+            let salted = crypto::hi(mechanism, b"pencil", &salt, 4096);
+            let from_salted =
+                StoredCredential::from_salted_password(mechanism, &salted, &salt, 4096)
+                    .expect("a valid salted password");
+            assert_eq!(from_salted, derived);
+            assert!(from_salted.verify_password("pencil"));
+            let short =
+                StoredCredential::from_salted_password(mechanism, &salted[1..], &salt, 4096);
+            assert!(short.is_err(), "a salted password of the wrong length");
+            let few = StoredCredential::from_salted_password(mechanism, &salted, &salt, 10);
+            assert!(few.is_err(), "too few iterations");
+            let no_salt = StoredCredential::from_salted_password(mechanism, &salted, &[], 4096);
+            assert!(no_salt.is_err(), "an empty salt");
+        }
+    }
 
     #[test]
     fn derive_then_verify() {

@@ -139,6 +139,18 @@ impl BrokerState {
             .ok()
     }
 
+    /// `AUTHORIZATION_FAILED` naming the permission unless `principal` has it under the
+    /// current image's ACLs: for the Kafka listener's operations that have no native request
+    /// (DescribeLogDirs, ElectLeaders, partition reassignments), so that they are governed by
+    /// the same ACLs as the native port.
+    pub fn check_permission(
+        &self,
+        principal: &tinymq_auth::Principal,
+        permission: tinymq_meta::authorize::Permission<'_>,
+    ) -> Result<(), m::Error> {
+        crate::authorize::access(self).check(principal, permission)
+    }
+
     pub fn node_id(&self) -> u32 {
         self.cluster.broker_id
     }

@@ -10,26 +10,12 @@ mod kafka_clients;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::http::workspace_root;
 use common::kafka::{KafkaServer, Launch};
-use kafka_clients::{native_records, run, run_ok, INSTALL};
+use kafka_clients::{native_records, run, run_ok};
 
-/// `java -cp .tools/apache-kafka/libs/* CLASS --bootstrap-server ADDR ARGS`.
+/// One of Kafka's tools against `server`'s Kafka listener.
 fn kafka_tool(server: &KafkaServer, class: &str, args: &[&str]) -> Command {
-    let libs = workspace_root().join(".tools/apache-kafka/libs");
-    assert!(
-        libs.join("kafka-tools-4.1.2.jar").exists(),
-        "{} has no kafka-tools jar: run {INSTALL}",
-        libs.display()
-    );
-    let mut command = Command::new("java");
-    command
-        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp"])
-        .arg(format!("{}/*", libs.display()))
-        .arg(class)
-        .args(["--bootstrap-server", &server.kafka])
-        .args(args);
-    command
+    kafka_clients::kafka_tool(&server.kafka, class, args)
 }
 
 const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";

@@ -1,6 +1,9 @@
 //! Topic administration and cluster description: CreateTopics, DeleteTopics,
 //! CreatePartitions, DescribeConfigs, DescribeCluster (and in `alter_configs`, AlterConfigs and
-//! IncrementalAlterConfigs; in `acls`, CreateAcls, DescribeAcls and DeleteAcls; in `delete_records`, DeleteRecords). Each topic is one native request
+//! IncrementalAlterConfigs; in `acls`, CreateAcls, DescribeAcls and DeleteAcls; in
+//! `delete_records`, DeleteRecords; in `scram`, the SCRAM credential APIs; in `quotas`, the
+//! client quota APIs; in `log_dirs`, DescribeLogDirs; in `reassign`, ElectLeaders and the
+//! partition reassignment APIs). Each topic is one native request
 //! (CreateTopic, DeleteTopic, AlterPartitions, DescribeTopic), so the native authorization and
 //! validation apply; Kafka-only features (manual replica assignments, topic ids) are refused
 //! with an error naming them.
@@ -9,6 +12,10 @@ mod acls;
 mod alter_configs;
 mod configs;
 mod delete_records;
+mod log_dirs;
+mod quotas;
+mod reassign;
+mod scram;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -37,6 +44,12 @@ use configs::Entry;
 pub(crate) use acls::{create_acls, delete_acls, describe_acls};
 pub(crate) use alter_configs::{alter_configs, incremental_alter_configs};
 pub(crate) use delete_records::delete_records;
+pub(crate) use log_dirs::describe_log_dirs;
+pub(crate) use quotas::{alter_client_quotas, describe_client_quotas};
+pub(crate) use reassign::{
+    alter_partition_reassignments, elect_leaders, list_partition_reassignments,
+};
+pub(crate) use scram::{alter_user_scram_credentials, describe_user_scram_credentials};
 
 /// Most entries (ACL creations or filters, config resources) one administrative request may
 /// carry: each is a MetaServer write or a pass over the ACL list. Past it every entry is

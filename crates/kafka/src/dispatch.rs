@@ -164,6 +164,54 @@ async fn route(ctx: &Arc<Ctx>, version: i16, request: RequestKind) -> Result<Pen
         R::DeleteAcls(r) => serve!(ctx, version, r, DeleteAcls, admin::delete_acls),
         R::AlterConfigs(r) => serve!(ctx, version, r, AlterConfigs, admin::alter_configs),
         R::DescribeCluster(r) => serve!(ctx, version, r, DescribeCluster, admin::describe_cluster),
+        R::DescribeUserScramCredentials(r) => serve!(
+            ctx,
+            version,
+            r,
+            DescribeUserScramCredentials,
+            admin::describe_user_scram_credentials
+        ),
+        R::AlterUserScramCredentials(r) => serve!(
+            ctx,
+            version,
+            r,
+            AlterUserScramCredentials,
+            admin::alter_user_scram_credentials
+        ),
+        R::DescribeClientQuotas(r) => {
+            serve!(
+                ctx,
+                version,
+                r,
+                DescribeClientQuotas,
+                admin::describe_client_quotas
+            )
+        }
+        R::AlterClientQuotas(r) => {
+            serve!(
+                ctx,
+                version,
+                r,
+                AlterClientQuotas,
+                admin::alter_client_quotas
+            )
+        }
+        R::DescribeLogDirs(r) => serve!(ctx, version, r, DescribeLogDirs, admin::describe_log_dirs),
+        R::ElectLeaders(r) => serve!(ctx, version, r, ElectLeaders, admin::elect_leaders),
+        R::AlterPartitionReassignments(r) => serve!(
+            ctx,
+            version,
+            r,
+            AlterPartitionReassignments,
+            admin::alter_partition_reassignments
+        ),
+        R::ListPartitionReassignments(r) => serve!(
+            ctx,
+            version,
+            r,
+            ListPartitionReassignments,
+            admin::list_partition_reassignments
+        ),
         R::FindCoordinator(r) => {
             serve!(ctx, version, r, FindCoordinator, groups::find_coordinator)
         }

@@ -81,6 +81,26 @@ pub fn java(args: &[&str]) -> Command {
     command
 }
 
+/// `java -cp .tools/apache-kafka/libs/* CLASS --bootstrap-server BOOTSTRAP ARGS`: one of
+/// Apache Kafka's own command-line tools (the released `kafka-tools` and `kafka_2.13` jars),
+/// unchanged, against a tinymq Kafka listener.
+pub fn kafka_tool(bootstrap: &str, class: &str, args: &[&str]) -> Command {
+    let libs = workspace_root().join(".tools/apache-kafka/libs");
+    assert!(
+        libs.join("kafka-tools-4.1.2.jar").exists(),
+        "{} has no kafka-tools jar: run {INSTALL}",
+        libs.display()
+    );
+    let mut command = Command::new("java");
+    command
+        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp"])
+        .arg(format!("{}/*", libs.display()))
+        .arg(class)
+        .args(["--bootstrap-server", bootstrap])
+        .args(args);
+    command
+}
+
 /// What a client run printed.
 pub struct Ran {
     pub status: ExitStatus,

@@ -188,6 +188,71 @@ pub fn seed(api_key: ApiKey, version: i16) -> Option<RequestKind> {
                 ]),
         ),
         ApiKey::DescribeCluster => RequestKind::DescribeCluster(DescribeClusterRequest::default()),
+        ApiKey::DescribeUserScramCredentials => RequestKind::DescribeUserScramCredentials(
+            DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                describe_user_scram_credentials_request::UserName::default().with_name(s("bob")),
+            ])),
+        ),
+        ApiKey::AlterUserScramCredentials => RequestKind::AlterUserScramCredentials(
+            AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+                alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                    .with_name(s("bob"))
+                    .with_mechanism(1)
+                    .with_iterations(4096)
+                    .with_salt(bytes::Bytes::from_static(&[7; 16]))
+                    .with_salted_password(bytes::Bytes::from_static(&[9; 32])),
+            ]),
+        ),
+        ApiKey::DescribeClientQuotas => RequestKind::DescribeClientQuotas(
+            DescribeClientQuotasRequest::default().with_components(vec![
+                describe_client_quotas_request::ComponentData::default()
+                    .with_entity_type(s("user"))
+                    .with_match_type(2),
+            ]),
+        ),
+        ApiKey::AlterClientQuotas => {
+            RequestKind::AlterClientQuotas(AlterClientQuotasRequest::default().with_entries(vec![
+                alter_client_quotas_request::EntryData::default()
+                    .with_entity(vec![alter_client_quotas_request::EntityData::default()
+                        .with_entity_type(s("user"))
+                        .with_entity_name(Some(s("bob")))])
+                    .with_ops(vec![alter_client_quotas_request::OpData::default()
+                        .with_key(s("producer_byte_rate"))
+                        .with_value(1_048_576.0)]),
+            ]))
+        }
+        ApiKey::DescribeLogDirs => {
+            RequestKind::DescribeLogDirs(DescribeLogDirsRequest::default().with_topics(Some(vec![
+                describe_log_dirs_request::DescribableLogDirTopic::default()
+                    .with_topic(topic())
+                    .with_partitions(vec![0]),
+            ])))
+        }
+        ApiKey::ElectLeaders => RequestKind::ElectLeaders(
+            ElectLeadersRequest::default()
+                .with_timeout_ms(1000)
+                .with_topic_partitions(Some(vec![
+                    elect_leaders_request::TopicPartitions::default()
+                        .with_topic(topic())
+                        .with_partitions(vec![0]),
+                ])),
+        ),
+        ApiKey::AlterPartitionReassignments => RequestKind::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest::default()
+                .with_timeout_ms(1000)
+                .with_topics(vec![
+                    alter_partition_reassignments_request::ReassignableTopic::default()
+                        .with_name(topic())
+                        .with_partitions(vec![
+                            alter_partition_reassignments_request::ReassignablePartition::default()
+                                .with_partition_index(0)
+                                .with_replicas(Some(vec![BrokerId(1)])),
+                        ]),
+                ]),
+        ),
+        ApiKey::ListPartitionReassignments => RequestKind::ListPartitionReassignments(
+            ListPartitionReassignmentsRequest::default().with_timeout_ms(1000),
+        ),
         _ => return None,
     };
     Some(request)
