@@ -9,7 +9,7 @@ mod common;
 mod kafka_clients;
 
 use common::kafka::KafkaServer;
-use kafka_clients::{java, json_lines, native_records, run_ok};
+use kafka_clients::{committed_values, java, json_lines, native_records, run_ok};
 use serde_json::Value;
 
 #[test]
@@ -104,20 +104,6 @@ fn java_consume_transform_produce_in_transactions() {
     let stats = lines.iter().find(|l| l.get("transactions").is_some());
     let aborted = stats.and_then(|s| s["aborted"].as_u64()).unwrap_or(0);
     assert!(aborted > 0, "{stats:?}");
-}
-
-/// The values of `topic` a read-committed consumer reads now (`tinymq consume --isolation
-/// read-committed`), with how often each appears.
-fn committed_values(server: &KafkaServer, topic: &str) -> std::collections::BTreeMap<String, u32> {
-    let args = ["consume", topic, "--from-beginning", "--timeout-ms", "0"];
-    let mut command = server.tool(&args);
-    command.args(["--isolation", "read-committed"]);
-    let out = run_ok(command, b"");
-    let mut values = std::collections::BTreeMap::new();
-    for line in out.lines() {
-        *values.entry(line.to_string()).or_default() += 1;
-    }
-    values
 }
 
 /// Polls `committed_values` until `done` holds of it, at most `limit`.

@@ -10,22 +10,14 @@ mod kafka_clients;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::http::workspace_root;
 use common::kafka::{KafkaServer, Launch};
-use kafka_clients::{native_records, run, run_ok, INSTALL};
+use kafka_clients::{apache_kafka_java, native_records, run, run_ok};
 
 /// `java -cp .tools/apache-kafka/libs/* CLASS --bootstrap-server ADDR ARGS`.
 fn kafka_tool(server: &KafkaServer, class: &str, args: &[&str]) -> Command {
-    let libs = workspace_root().join(".tools/apache-kafka/libs");
-    assert!(
-        libs.join("kafka-tools-4.1.2.jar").exists(),
-        "{} has no kafka-tools jar: run {INSTALL}",
-        libs.display()
-    );
-    let mut command = Command::new("java");
+    let mut command = apache_kafka_java("kafka-tools-4.1.2.jar");
     command
-        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp"])
-        .arg(format!("{}/*", libs.display()))
+        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1"])
         .arg(class)
         .args(["--bootstrap-server", &server.kafka])
         .args(args);
