@@ -359,4 +359,13 @@ fn kafka_streams_word_count_restores_its_store_from_the_changelog_after_a_kill_9
     );
     let (error, repartition) = topic_configs(&mut k, 4, &format!("{APP}-words-repartition"));
     assert_eq!(error, 0, "the repartition topic: {repartition:?}");
+    // Streams makes it a plain (deleting) topic: it purges what it has read with DeleteRecords.
+    let policy = repartition
+        .iter()
+        .find(|(name, _)| name == "cleanup.policy");
+    assert_eq!(
+        policy.map(|(_, v)| v.as_str()),
+        Some("delete"),
+        "{repartition:?}"
+    );
 }
