@@ -16,7 +16,7 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
-use common::kafka::{Kafka, KafkaServer, Launch};
+use common::kafka::{topic_configs, Kafka, KafkaServer, Launch};
 
 fn name(text: &str) -> TopicName {
     TopicName(StrBytes::from_string(text.to_string()))
@@ -180,29 +180,6 @@ fn result<'a>(
         .iter()
         .find(|t| t.name.0.as_str() == topic)
         .unwrap_or_else(|| panic!("{topic} not in {response:?}"))
-}
-
-/// DescribeConfigs of one topic: (name, value) pairs.
-fn topic_configs(k: &mut Kafka, version: i16, topic: &str) -> (i16, Vec<(String, String)>) {
-    let resource = describe_configs_request::DescribeConfigsResource::default()
-        .with_resource_type(2)
-        .with_resource_name(StrBytes::from_string(topic.to_string()))
-        .with_configuration_keys(None);
-    let response = k.call(
-        version,
-        &DescribeConfigsRequest::default().with_resources(vec![resource]),
-    );
-    assert_eq!(response.results.len(), 1);
-    let result = &response.results[0];
-    let configs = result
-        .configs
-        .iter()
-        .map(|c| {
-            let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
-            (c.name.to_string(), value)
-        })
-        .collect();
-    (result.error_code, configs)
 }
 
 fn config<'a>(configs: &'a [(String, String)], key: &str) -> &'a str {

@@ -2,14 +2,18 @@
 //! built by `scripts/install-kafka-tools.sh`) against tinymq's Kafka listener: an idempotent
 //! acks=all producer, a group member that reads each acknowledged record exactly once and
 //! commits, a plain (group-less) consumer, the records as `tinymq consume` sees them, a
-//! consume-transform-produce loop in transactions, and a Kafka Streams `exactly_once_v2`
-//! application (kafka-streams from Maven Central) through a `kill -9` of its instance.
+//! consume-transform-produce loop in transactions, and Kafka Streams `exactly_once_v2`
+//! applications (kafka-streams from Maven Central) through a `kill -9` of their instance: a
+//! copy, and a word count (a repartition topic, a state store restored from its compacted
+//! changelog) whose counts stay exact.
 
 mod common;
 mod kafka_clients;
 
-use common::kafka::KafkaServer;
-use kafka_clients::{java, json_lines, native_records, run_ok};
+use std::collections::BTreeMap;
+
+use common::kafka::{topic_configs, KafkaServer};
+use kafka_clients::{committed_values, java, json_lines, native_records, run_ok};
 use serde_json::Value;
 
 #[test]
@@ -106,20 +110,6 @@ fn java_consume_transform_produce_in_transactions() {
     assert!(aborted > 0, "{stats:?}");
 }
 
-/// The values of `topic` a read-committed consumer reads now (`tinymq consume --isolation
-/// read-committed`), with how often each appears.
-fn committed_values(server: &KafkaServer, topic: &str) -> std::collections::BTreeMap<String, u32> {
-    let args = ["consume", topic, "--from-beginning", "--timeout-ms", "0"];
-    let mut command = server.tool(&args);
-    command.args(["--isolation", "read-committed"]);
-    let out = run_ok(command, b"");
-    let mut values = std::collections::BTreeMap::new();
-    for line in out.lines() {
-        *values.entry(line.to_string()).or_default() += 1;
-    }
-    values
-}
-
 /// Polls `committed_values` until `done` holds of it, at most `limit`.
 fn wait_for_output(
     server: &KafkaServer,
@@ -186,4 +176,196 @@ fn kafka_streams_exactly_once_v2_survives_a_kill_9_of_its_instance() {
     let repeated: Vec<_> = out.iter().filter(|(_, n)| **n != 1).collect();
     assert!(repeated.is_empty(), "repeated: {repeated:?}");
     assert_eq!(out, expected);
+}
+
+/// Line `i` of the word-count text: one to nine words of a small vocabulary, in mixed case,
+/// between spaces and punctuation (the application splits on non-word characters and counts
+/// words lower-cased).
+fn text_line(i: usize) -> String {
+    const WORDS: [&str; 24] = [
+        "the",
+        "Quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "lazy",
+        "dog",
+        "Kafka",
+        "kafka",
+        "streams",
+        "tinymq",
+        "queue",
+        "log",
+        "offset",
+        "partition",
+        "commit",
+        "abort",
+        "fence",
+        "epoch",
+        "leader",
+        "replica",
+        "changelog",
+        "store",
+    ];
+    const BETWEEN: [&str; 5] = [" ", ", ", ". ", "! ", " -- "];
+    (0..1 + i % 9)
+        .map(|j| WORDS[(i * 7 + j * 13 + i * j) % WORDS.len()])
+        .enumerate()
+        .map(|(j, word)| format!("{word}{}", BETWEEN[(i + j) % BETWEEN.len()]))
+        .collect()
+}
+
+/// The true count of every word of lines `0..lines`, split and lower-cased as the application
+/// does (Java's `\W+`: anything but ASCII letters, digits and `_`).
+fn true_counts(lines: usize) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for i in 0..lines {
+        let line = text_line(i).to_lowercase();
+        let words = line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+        for word in words.filter(|w| !w.is_empty()) {
+            *counts.entry(word.to_string()).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// The latest value of every key of `topic` as a read_committed reader sees it (a key's
+/// records are all in one partition, which `tinymq consume` prints in offset order).
+fn latest_counts(server: &KafkaServer, topic: &str) -> BTreeMap<String, u64> {
+    let args = ["consume", topic, "--from-beginning", "--timeout-ms", "0"];
+    let mut command = server.tool(&args);
+    command.args(["--isolation", "read-committed", "--format", "json"]);
+    let mut latest = BTreeMap::new();
+    for record in json_lines(&run_ok(command, b"")) {
+        let key = record["key"].as_str().expect("a word as key").to_string();
+        let value = record["value"].as_str().expect("a count as value");
+        let count = value.parse().unwrap_or_else(|e| panic!("{value:?}: {e}"));
+        latest.insert(key, count);
+    }
+    latest
+}
+
+/// A Kafka Streams word count (kafka-streams 4.1.2, exactly_once_v2): words regrouped through a
+/// repartition topic and counted in a state store whose changelog is a compacted tinymq topic.
+/// The instance is killed with SIGKILL mid-stream and its local state deleted, so the restarted
+/// instance must restore its store from the changelog (and the killed one's open transaction
+/// must be aborted, by its timeout: the new instance has a new transactional id); after more
+/// text, every word's latest count in the output topic is its true count, never more.
+#[test]
+fn kafka_streams_word_count_restores_its_store_from_the_changelog_after_a_kill_9() {
+    const APP: &str = "wc-app";
+    const FIRST: usize = 3_000;
+    const ALL: usize = 6_000;
+    let server = KafkaServer::start();
+    server.create_topic("wc-in", 2);
+    server.create_topic("wc-out", 2);
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let produce = |lines: std::ops::Range<usize>| {
+        let input: String = lines.map(|i| text_line(i) + "\n").collect();
+        server.run_tool(&["produce", "wc-in"], input.as_bytes());
+    };
+    let start = |name: &str| {
+        let out = std::fs::File::create(dir.path().join(name)).unwrap();
+        let args = [
+            "streams-wordcount",
+            &server.kafka,
+            "wc-in",
+            "wc-out",
+            APP,
+            state.to_str().unwrap(),
+        ];
+        java(&args)
+            .stdout(std::process::Stdio::from(out))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start the Streams application")
+    };
+    // A wait for the application: generous for a loaded machine, only there to end a stuck
+    // test; it includes a killed instance's session (6 s) and transaction (10 s) timeouts.
+    let limit = std::time::Duration::from_secs(300);
+    let wait_counts = |done: &dyn Fn(&BTreeMap<String, u64>) -> bool| {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let counts = latest_counts(&server, "wc-out");
+            if done(&counts) || std::time::Instant::now() > deadline {
+                return counts;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+
+    produce(0..FIRST);
+    let mut first = start("first.out");
+    // Killed once it has counted a good part of the first text (so that its store has much
+    // to restore), most likely in the middle of a transaction.
+    let half: u64 = true_counts(FIRST).values().sum::<u64>() / 2;
+    let some = wait_counts(&|c| c.values().sum::<u64>() >= half);
+    assert!(
+        some.values().sum::<u64>() >= half,
+        "the first instance counted too little: {some:?}"
+    );
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let partial: u64 = some.values().sum();
+    std::fs::remove_dir_all(&state).unwrap();
+    produce(FIRST..ALL);
+    let mut second = start("second.out");
+    let expected = true_counts(ALL);
+    // Done when right, or as soon as a count is past its true value (it can only grow).
+    let counts = wait_counts(&|c| {
+        *c == expected || c.iter().any(|(w, n)| expected.get(w).is_none_or(|e| n > e))
+    });
+    second.kill().unwrap();
+    second.wait().unwrap();
+    let printed = std::fs::read_to_string(dir.path().join("second.out")).unwrap();
+    let wrong: Vec<_> = expected
+        .iter()
+        .filter(|(w, n)| counts.get(*w) != Some(n))
+        .map(|(w, n)| format!("{w}: {:?}, truly {n}", counts.get(w)))
+        .collect();
+    assert_eq!(
+        counts, expected,
+        "latest counts (the first instance's output summed to {partial} when killed); \
+         wrong: {wrong:?}; the second instance printed:\n{printed}"
+    );
+
+    // The second instance started without local state: its store came from the changelog.
+    let restored: u64 = json_lines(&printed)
+        .iter()
+        .filter(|l| l["restored"] == "counts")
+        .filter_map(|l| l["records"].as_u64())
+        .sum();
+    assert!(
+        restored > 0,
+        "nothing restored from the changelog:\n{printed}"
+    );
+    println!(
+        "killed with output counts summing to {partial} (of {} words in all); the restart \
+         restored {restored} changelog records",
+        expected.values().sum::<u64>()
+    );
+
+    // The topics Streams made for itself, as tinymq describes them to Kafka clients.
+    let mut k = server.connect();
+    let (error, changelog) = topic_configs(&mut k, 4, &format!("{APP}-counts-changelog"));
+    assert_eq!(error, 0, "{changelog:?}");
+    let policy = changelog.iter().find(|(name, _)| name == "cleanup.policy");
+    assert_eq!(
+        policy.map(|(_, v)| v.as_str()),
+        Some("compact"),
+        "{changelog:?}"
+    );
+    let (error, repartition) = topic_configs(&mut k, 4, &format!("{APP}-words-repartition"));
+    assert_eq!(error, 0, "the repartition topic: {repartition:?}");
+    // Streams makes it a plain (deleting) topic: it purges what it has read with DeleteRecords.
+    let policy = repartition
+        .iter()
+        .find(|(name, _)| name == "cleanup.policy");
+    assert_eq!(
+        policy.map(|(_, v)| v.as_str()),
+        Some("delete"),
+        "{repartition:?}"
+    );
 }

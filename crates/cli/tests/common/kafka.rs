@@ -352,3 +352,28 @@ impl Kafka {
         closed_by_server(&mut self.stream)
     }
 }
+
+/// DescribeConfigs (at `version`) of one topic: its error code and (name, value) pairs.
+pub fn topic_configs(k: &mut Kafka, version: i16, topic: &str) -> (i16, Vec<(String, String)>) {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::DescribeConfigsRequest;
+    let resource = DescribeConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_string(topic.to_string()))
+        .with_configuration_keys(None);
+    let response = k.call(
+        version,
+        &DescribeConfigsRequest::default().with_resources(vec![resource]),
+    );
+    assert_eq!(response.results.len(), 1);
+    let result = &response.results[0];
+    let configs = result
+        .configs
+        .iter()
+        .map(|c| {
+            let value = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+            (c.name.to_string(), value)
+        })
+        .collect();
+    (result.error_code, configs)
+}

@@ -6,6 +6,7 @@
 //! and reading the JSON lines the clients and `tinymq consume --format json` print.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
@@ -28,6 +29,20 @@ pub fn native_records(server: &KafkaServer, topic: &str) -> Vec<Value> {
     let mut command = server.tool(&["consume", topic, "--from-beginning"]);
     command.args(["--timeout-ms", "0", "--format", "json"]);
     json_lines(&run_ok(command, b""))
+}
+
+/// The values of `topic` a read-committed consumer reads now (`tinymq consume --isolation
+/// read-committed`), with how often each appears.
+pub fn committed_values(server: &KafkaServer, topic: &str) -> BTreeMap<String, u32> {
+    let args = ["consume", topic, "--from-beginning", "--timeout-ms", "0"];
+    let mut command = server.tool(&args);
+    command.args(["--isolation", "read-committed"]);
+    let out = run_ok(command, b"");
+    let mut values = BTreeMap::new();
+    for line in out.lines() {
+        *values.entry(line.to_string()).or_default() += 1;
+    }
+    values
 }
 
 /// `kcat`, or a failure naming the install script.
@@ -81,20 +96,28 @@ pub fn java(args: &[&str]) -> Command {
     command
 }
 
+/// `java -cp .tools/apache-kafka/libs/*` (Apache Kafka's released jars, installed by
+/// [`INSTALL`]), or a failure naming the install script when `jar` is not among them; the
+/// caller adds JVM options, the main class and its arguments.
+pub fn apache_kafka_java(jar: &str) -> Command {
+    let libs = workspace_root().join(".tools/apache-kafka/libs");
+    assert!(
+        libs.join(jar).exists(),
+        "{} has no {jar}: run {INSTALL}",
+        libs.display()
+    );
+    let mut command = Command::new("java");
+    command.arg("-cp").arg(format!("{}/*", libs.display()));
+    command
+}
+
 /// `java -cp .tools/apache-kafka/libs/* CLASS --bootstrap-server BOOTSTRAP ARGS`: one of
 /// Apache Kafka's own command-line tools (the released `kafka-tools` and `kafka_2.13` jars),
 /// unchanged, against a tinymq Kafka listener.
 pub fn kafka_tool(bootstrap: &str, class: &str, args: &[&str]) -> Command {
-    let libs = workspace_root().join(".tools/apache-kafka/libs");
-    assert!(
-        libs.join("kafka-tools-4.1.2.jar").exists(),
-        "{} has no kafka-tools jar: run {INSTALL}",
-        libs.display()
-    );
-    let mut command = Command::new("java");
+    let mut command = apache_kafka_java("kafka-tools-4.1.2.jar");
     command
-        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp"])
-        .arg(format!("{}/*", libs.display()))
+        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1"])
         .arg(class)
         .args(["--bootstrap-server", bootstrap])
         .args(args);

@@ -57,6 +57,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *                                            (see {@link Txn})
  * streams-eos   BOOTSTRAP IN OUT APP STATE   a Kafka Streams exactly_once_v2 copy, until killed
  *                                            (see {@link Streams})
+ * streams-wordcount BOOTSTRAP IN OUT APP STATE  a Kafka Streams exactly_once_v2 word count
+ *                                            (repartition, state store), until killed
  * </pre>
  */
 public final class Main {
@@ -122,6 +124,10 @@ public final class Main {
             case "streams-eos" -> {
                 need(args, 6);
                 Streams.eos(args[1], args[2], args[3], args[4], args[5]);
+            }
+            case "streams-wordcount" -> {
+                need(args, 6);
+                Streams.wordCount(args[1], args[2], args[3], args[4], args[5]);
             }
             case "txn-ctp" -> {
                 need(args, 7);
