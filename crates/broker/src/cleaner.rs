@@ -95,15 +95,18 @@ fn clean_due(state: &BrokerState, stop: &CancellationToken) {
             .partial_cmp(&(a.0, a.1))
             .unwrap_or(std::cmp::Ordering::Equal)
     });
-    let limits = tinymq_log::CleanLimits {
-        key_map_bytes_max: state.config.cleaner_key_map_bytes_max,
-    };
     let mut rate = RateLimit::new(state.config.cleaner_io_bytes_per_sec_max);
     for (_, _, p) in due {
         if stop.is_cancelled() {
             return;
         }
         let started = Instant::now();
+        // Each live producer's last batch stays (Kafka's rule): read before the bound, so a
+        // batch written meanwhile is at or above the bound or was named here.
+        let limits = tinymq_log::CleanLimits {
+            key_map_bytes_max: state.config.cleaner_key_map_bytes_max,
+            retained_batch_ends: p.producers.lock().last_batch_ends(),
+        };
         match p
             .log
             .clean(now_ms(), cleanable_bound(&p), &limits, &mut |bytes| {

@@ -152,6 +152,15 @@ impl ProducerStateTable {
         self.producers.is_empty()
     }
 
+    /// The last offset of each producer's last batch: what the log cleaner keeps (emptied if
+    /// need be) so that the producer's sequence survives a rebuild of this table from the log.
+    pub fn last_batch_ends(&self) -> std::collections::HashSet<i64> {
+        self.producers
+            .values()
+            .filter_map(|e| e.batches.back().map(|b| b.last_offset))
+            .collect()
+    }
+
     /// The partition's transactions.
     /// Every producer known here (DescribeProducers): id, epoch, last sequence written
     /// (-1 before any batch in its epoch), time of its last write, and where its open

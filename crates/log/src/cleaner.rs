@@ -16,8 +16,9 @@
 //!    record is dropped when the map holds a later offset for its key, or when it is a
 //!    tombstone that was cleaned more than `delete_retention` ago. Markers are kept. A batch
 //!    that keeps no record is dropped, except the last one of a group, kept empty so that the
-//!    group still ends at the offset where it ended (segments stay contiguous). A group where
-//!    nothing is dropped is not written.
+//!    group still ends at the offset where it ended (segments stay contiguous), and the last
+//!    batch of each live producer ([`CleanLimits::retained_batch_ends`]), kept empty so that
+//!    its sequence survives. A group where nothing is dropped is not written.
 //! 3. **Swap.** A group's new file is written as `<base>.log.cleaned` and fsynced, then
 //!    renamed to `<base>.log.swap` (from here on the swap is decided), then, under the
 //!    segment map's lock, the group's old files are removed and the swap file renamed to
@@ -31,7 +32,7 @@
 //! pass's closing checkpoint write the writer lock; a pass whose planned segments changed
 //! under it is abandoned.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 
@@ -62,17 +63,23 @@ const CLEAN_DECOMPRESSED_BYTES_MAX: usize = 64 << 20;
 const CLEANED_SUFFIX: &str = "log.cleaned";
 const SWAP_SUFFIX: &str = "log.swap";
 
-/// Bounds on one pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Bounds on one pass, and what it must keep besides the latest record of each key.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CleanLimits {
     /// Memory for the key map (`cleaner_key_map_bytes_max`).
     pub key_map_bytes_max: usize,
+    /// Last offsets of batches kept (emptied of the records the pass removes) even when they
+    /// keep no record: the broker names each live producer's last batch, so that its producer
+    /// id, epoch and sequence stay in the log and a producer state rebuilt from the log after a
+    /// crash still accepts that producer's next batch (Kafka's cleaner keeps them too).
+    pub retained_batch_ends: HashSet<i64>,
 }
 
 impl Default for CleanLimits {
     fn default() -> CleanLimits {
         CleanLimits {
             key_map_bytes_max: KEY_MAP_BYTES_MAX_DEFAULT,
+            retained_batch_ends: HashSet::new(),
         }
     }
 }
@@ -328,6 +335,7 @@ impl PartitionLog {
         };
         let mut rules = KeepRules {
             map: &map.latest,
+            retained_batch_ends: &limits.retained_batch_ends,
             first_dirty: plan.first_dirty,
             checkpoint: &plan.checkpoint,
             now_ms,
@@ -516,7 +524,10 @@ impl PartitionLog {
                 };
                 match filtered {
                     Filtered::Unchanged => out.keep(group, i, &meta, batch.as_bytes())?,
-                    Filtered::Rewritten { kept: 0, .. } if !last_of_group => {
+                    Filtered::Rewritten { kept: 0, .. }
+                        if !last_of_group
+                            && !rules.retained_batch_ends.contains(&meta.last_offset) =>
+                    {
                         out.change(group)?;
                     }
                     Filtered::Rewritten { bytes, .. } => {
@@ -656,6 +667,8 @@ impl PartitionLog {
 /// Which records a pass keeps.
 struct KeepRules<'a> {
     map: &'a HashMap<u128, i64>,
+    /// [`CleanLimits::retained_batch_ends`].
+    retained_batch_ends: &'a HashSet<i64>,
     first_dirty: i64,
     checkpoint: &'a CleanerCheckpoint,
     now_ms: i64,

@@ -74,6 +74,7 @@ pub(crate) fn records(log: &PartitionLog) -> Vec<(i64, String, Option<String>)> 
 fn clean(log: &PartitionLog, now: i64, bound: i64, map_bytes: usize) -> crate::CleanReport {
     let limits = CleanLimits {
         key_map_bytes_max: map_bytes,
+        ..CleanLimits::default()
     };
     log.clean(now, bound, &limits, &mut |_| {}).unwrap()
 }
@@ -158,6 +159,89 @@ fn a_pass_keeps_the_latest_record_of_each_key_at_its_offset() {
         (0, 0),
         "{again:?}"
     );
+}
+
+/// The batches of the log as (base offset, last offset, producer id, record count).
+fn batch_headers(log: &PartitionLog) -> Vec<(i64, i64, i64, i32)> {
+    let mut out = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let read = log.read(offset, 1 << 20, None).unwrap();
+        for batch in BatchIter::new(read.records) {
+            let batch = batch.unwrap();
+            if batch.base_offset() >= offset {
+                out.push((
+                    batch.base_offset(),
+                    batch.last_offset(),
+                    batch.producer_id(),
+                    batch.record_count(),
+                ));
+            }
+            offset = offset.max(batch.next_offset());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_producers_last_batch_is_kept_empty_when_named_and_dropped_otherwise() {
+    for retained in [true, false] {
+        let fs = FaultyStorage::new();
+        let clock = Arc::new(ManualClock::new(T0));
+        let (log, _) = open_at(&fs, config(Duration::from_secs(3600)), clock);
+        // Producer 7 writes keys 0..4 in three batches; a later keyless-stamp writer then
+        // supersedes every one of them, and fills segments past the bound.
+        let mut producer_last = 0;
+        for (i, keys) in [[0u8, 1], [2, 3], [0, 1]].iter().enumerate() {
+            let stamp = ProducerStamp {
+                producer_id: 7,
+                producer_epoch: 0,
+                base_sequence: 2 * i as i32,
+            };
+            let mut builder = BatchBuilder::new(Compression::None, stamp);
+            for key in keys {
+                let key = format!("key-{key}");
+                builder.push(&RecordInput {
+                    timestamp_ms: T0,
+                    key: Some(key.as_bytes()),
+                    value: Some(b"p7"),
+                    headers: &[],
+                });
+            }
+            let mut bytes = BytesMut::from(&builder.build().unwrap()[..]);
+            producer_last = log.append(&mut bytes, 0).unwrap().last_offset;
+        }
+        let ops: Vec<Op> = (0..200u16).map(|i| ((i % 4) as u8, Some(i))).collect();
+        append_all(&log, &ops, 4, Compression::None, &mut BTreeMap::new());
+        let limits = CleanLimits {
+            key_map_bytes_max: 1 << 20,
+            retained_batch_ends: if retained {
+                [producer_last].into_iter().collect()
+            } else {
+                Default::default()
+            },
+        };
+        let end = log.log_end_offset();
+        log.clean(T0, end, &limits, &mut |_| {}).unwrap();
+        let of_producer: Vec<_> = batch_headers(&log)
+            .into_iter()
+            .filter(|b| b.2 == 7)
+            .collect();
+        if retained {
+            assert_eq!(
+                of_producer,
+                [(producer_last - 1, producer_last, 7, 0)],
+                "only the last batch of producer 7 is kept, with its offsets, emptied"
+            );
+            let kept_records = records(&log);
+            assert!(
+                kept_records.iter().all(|r| r.0 != producer_last),
+                "its superseded records are gone"
+            );
+        } else {
+            assert!(of_producer.is_empty(), "{of_producer:?}");
+        }
+    }
 }
 
 #[test]
