@@ -158,12 +158,15 @@ impl BrokerState {
     /// A topic's settings: its stored config over this broker's defaults (the offsets
     /// topic's and the transaction states' are fixed: [`crate::group::offsets::topic_settings`]).
     pub fn settings_of(&self, name: &str, topic: &TopicRecord) -> TopicSettings {
-        if name == OFFSETS_TOPIC || name == tinymq_meta::command::TRANSACTION_TOPIC {
-            let partitions = topic.partitions.len() as u32;
+        let partitions = topic.partitions.len() as u32;
+        if name == OFFSETS_TOPIC {
             return crate::group::offsets::topic_settings(partitions, topic.replication_factor());
         }
+        if name == tinymq_meta::command::TRANSACTION_TOPIC {
+            let rf = topic.replication_factor();
+            return crate::group::offsets::compacted_topic_settings(partitions, rf);
+        }
         if name == tinymq_meta::command::HALF_TOPIC {
-            let partitions = topic.partitions.len() as u32;
             return crate::half::topic_settings(partitions, topic.replication_factor());
         }
         TopicSettings::from_record(topic, &self.config.topic_defaults).unwrap_or_else(|(_, why)| {

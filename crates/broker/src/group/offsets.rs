@@ -34,8 +34,8 @@ pub use tinymq_meta::command::OFFSETS_TOPIC;
 pub const OFFSETS_PARTITIONS: u32 = 4;
 /// Bytes read at a time when loading an offsets partition.
 const LOAD_READ_BYTES: usize = 8 << 20;
-/// Segment size of the offsets partitions (the topic is not compacted yet: it is replayed
-/// whole when a broker starts leading a partition).
+/// Segment size of the offsets partitions (replayed whole when a broker starts leading a
+/// partition) and of the transaction states (compacted a whole segment at a time).
 const OFFSETS_SEGMENT_BYTES: u64 = 64 << 20;
 /// Largest batch in an offsets partition: one commit is one batch, with room for
 /// `COMMIT_OFFSETS_MAX` offsets with full metadata.
@@ -43,6 +43,13 @@ const OFFSETS_BATCH_BYTES_MAX: u32 = 8 << 20;
 
 /// The settings of the offsets partitions, whatever the broker's topic defaults: kept
 /// forever, flush `always` (a commit is acknowledged once fsynced on every in-sync replica).
+///
+/// Not compacted: an offset committed in a transaction (TxnOffsetCommit) is a plain record
+/// whose value names its producer, and counts only if a COMMIT marker follows. The cleaner
+/// admits only records of transactional batches after their marker, so it would take an
+/// undecided or aborted commit for the latest value of its key and remove the offset committed
+/// before it. (The transaction states, whose records are all plain, are compacted:
+/// [`compacted_topic_settings`].)
 pub fn topic_settings(partitions: u32, replication_factor: u32) -> TopicSettings {
     TopicSettings {
         partitions,
@@ -58,8 +65,17 @@ pub fn topic_settings(partitions: u32, replication_factor: u32) -> TopicSettings
         // The MetaServer's defaults for the replication factor (`EnsureOffsetsTopic`).
         min_insync_replicas: 0,
         unclean_leader_election: false,
-        // Not compacted (yet): kept forever by the retention above instead.
         ..TopicSettings::default()
+    }
+}
+
+/// [`topic_settings`], compacted: the settings of `__transaction_state`, whose records are
+/// the latest state of each transactional id (no value: forgotten), all a load replays, so the
+/// cleaner keeps exactly what a replay needs (docs/storage.md, "Compaction").
+pub fn compacted_topic_settings(partitions: u32, replication_factor: u32) -> TopicSettings {
+    TopicSettings {
+        cleanup_policy: tinymq_log::CleanupPolicy::Compact.to_string(),
+        ..topic_settings(partitions, replication_factor)
     }
 }
 

@@ -121,4 +121,47 @@ mod tests {
         assert_eq!(ids.len(), 1);
         assert_eq!(ids["a"], metadata(1, TxnState::PrepareCommit));
     }
+
+    /// `__transaction_state` is compacted: a pass over many state changes of a few ids keeps
+    /// what a replay needs (the same states load before and after, from far fewer records).
+    #[test]
+    fn a_compacted_partition_replays_to_the_same_states() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = crate::group::offsets::compacted_topic_settings(4, 1);
+        let mut config = settings.log_config();
+        assert!(config.cleanup.compacts());
+        config.segment_bytes = 4096;
+        config.batch_bytes_max = 1024;
+        let (log, _) = PartitionLog::open_with(
+            dir.path(),
+            config,
+            Arc::new(OsStorage),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        let states = [TxnState::Ongoing, TxnState::PrepareCommit, TxnState::Empty];
+        for i in 0..300usize {
+            for id in ["a", "b", "c"] {
+                let m = metadata((i / 3) as i16, states[i % 3]);
+                let batch = encode_batch(id, Some(&m), 7).unwrap();
+                let batch = tinymq_protocol::batch::RecordBatch::parse(batch).unwrap();
+                log.write_batch(&batch, 0).unwrap();
+            }
+        }
+        let forget = encode_batch("c", None, 7).unwrap();
+        log.write_batch(
+            &tinymq_protocol::batch::RecordBatch::parse(forget).unwrap(),
+            0,
+        )
+        .unwrap();
+        let before = read_log(&log).unwrap();
+        let end = log.log_end_offset();
+        let limits = tinymq_log::CleanLimits::default();
+        let report = log.clean(7, end, &limits, &mut |_| {}).unwrap();
+        assert!(report.records_removed > 800, "{report:?}");
+        let after = read_log(&log).unwrap();
+        assert_eq!(after, before);
+        assert_eq!(after.len(), 2, "c stays forgotten");
+        assert_eq!(after["a"], metadata(99, TxnState::Empty));
+    }
 }

@@ -50,6 +50,12 @@ fn the_log_replays_to_the_last_value_per_key_and_tombstones_delete() {
 }
 
 #[test]
+fn the_offsets_topic_is_not_compacted() {
+    // Offsets committed in a transaction are plain records; see `topic_settings`.
+    assert!(!topic_settings(4, 1).log_config().cleanup.compacts());
+}
+
+#[test]
 fn offsets_are_served_only_once_loaded_and_only_in_the_epoch_loaded() {
     let store = OffsetStore::default();
     let g = group_on(2);
