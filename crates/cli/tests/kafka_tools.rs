@@ -10,36 +10,16 @@ mod kafka_clients;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::http::workspace_root;
 use common::kafka::{KafkaServer, Launch};
-use kafka_clients::{native_records, run, run_ok, INSTALL};
+use kafka_clients::{
+    kafka_tool_at, native_records, run, run_ok, ACLS, CONFIGS, CONSUMER, DELETE_RECORDS,
+    GET_OFFSETS, GROUPS, PRODUCER, TOPICS,
+};
 
-/// `java -cp .tools/apache-kafka/libs/* CLASS --bootstrap-server ADDR ARGS`.
+/// Apache Kafka's tool `class` bootstrapped at `server`'s Kafka listener.
 fn kafka_tool(server: &KafkaServer, class: &str, args: &[&str]) -> Command {
-    let libs = workspace_root().join(".tools/apache-kafka/libs");
-    assert!(
-        libs.join("kafka-tools-4.1.2.jar").exists(),
-        "{} has no kafka-tools jar: run {INSTALL}",
-        libs.display()
-    );
-    let mut command = Command::new("java");
-    command
-        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1", "-cp"])
-        .arg(format!("{}/*", libs.display()))
-        .arg(class)
-        .args(["--bootstrap-server", &server.kafka])
-        .args(args);
-    command
+    kafka_tool_at(&server.kafka, class, args)
 }
-
-const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
-const CONFIGS: &str = "kafka.admin.ConfigCommand";
-const GROUPS: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
-const GET_OFFSETS: &str = "org.apache.kafka.tools.GetOffsetShell";
-const PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
-const CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
-const ACLS: &str = "org.apache.kafka.tools.AclCommand";
-const DELETE_RECORDS: &str = "org.apache.kafka.tools.DeleteRecordsCommand";
 
 fn tool_ok(server: &KafkaServer, class: &str, args: &[&str]) -> String {
     run_ok(kafka_tool(server, class, args), b"")

@@ -81,6 +81,50 @@ pub fn java(args: &[&str]) -> Command {
     command
 }
 
+/// The jars of Apache Kafka's released server and tools (scripts/install-apache-kafka.sh).
+pub fn apache_kafka_libs() -> PathBuf {
+    let libs = workspace_root().join(".tools/apache-kafka/libs");
+    assert!(
+        libs.join("kafka-tools-4.1.2.jar").exists(),
+        "{} has no kafka-tools jar: run {INSTALL}",
+        libs.display()
+    );
+    libs
+}
+
+/// `java JVM_OPTIONS -cp .tools/apache-kafka/libs/* CLASS ARGS`: a class of Apache Kafka's
+/// jars (a tool, MirrorMaker 2), a small heap and the quick JIT tier (these runs are short or
+/// light).
+pub fn apache_kafka_java(jvm_options: &[String], class: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("java");
+    command
+        .args(["-Xmx256m", "-XX:TieredStopAtLevel=1"])
+        .args(jvm_options)
+        .arg("-cp")
+        .arg(format!("{}/*", apache_kafka_libs().display()))
+        .arg(class)
+        .args(args);
+    command
+}
+
+/// Apache Kafka's tool `class` with `--bootstrap-server BOOTSTRAP ARGS` (tinymq's Kafka
+/// listener or a real Kafka broker).
+pub fn kafka_tool_at(bootstrap: &str, class: &str, args: &[&str]) -> Command {
+    let mut command = apache_kafka_java(&[], class, &["--bootstrap-server", bootstrap]);
+    command.args(args);
+    command
+}
+
+/// Apache Kafka's command-line tools, by class.
+pub const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
+pub const CONFIGS: &str = "kafka.admin.ConfigCommand";
+pub const GROUPS: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+pub const GET_OFFSETS: &str = "org.apache.kafka.tools.GetOffsetShell";
+pub const PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
+pub const CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
+pub const ACLS: &str = "org.apache.kafka.tools.AclCommand";
+pub const DELETE_RECORDS: &str = "org.apache.kafka.tools.DeleteRecordsCommand";
+
 /// What a client run printed.
 pub struct Ran {
     pub status: ExitStatus,
