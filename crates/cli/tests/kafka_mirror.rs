@@ -4,7 +4,7 @@
 //! server --kafka-listen`, with the mm2.properties docs/migrate.md recommends
 //! (IdentityReplicationPolicy, group offset sync). It proves:
 //!
-//! - all 100,000 keyed records arrive, per partition in Kafka's order: once duplicates are
+//! - all 100,000 keyed records arrive (key and value), per partition in Kafka's order: once duplicates are
 //!   dropped (MirrorMaker 2 is at-least-once; they are counted and printed), each tinymq
 //!   partition is exactly the Kafka partition, though records are produced on Kafka while
 //!   MirrorMaker 2 runs, while it is down after a `kill -9` mid-copy, and it is restarted;
@@ -275,7 +275,7 @@ fn end_offsets_of(bootstrap: &str, topic: &str, partitions: i32) -> Option<Vec<i
     Some(offsets.into_iter().map(|(_, offset)| offset).collect())
 }
 
-/// A record's place and value: (partition, offset, value).
+/// A record's place and content: (partition, offset, `key:value`).
 type Placed = (i32, i64, String);
 
 /// The records a console consumer printed with partition, offset and key.
@@ -292,11 +292,12 @@ fn parse_printed(stdout: &str) -> Vec<Placed> {
                     .unwrap_or_else(|| panic!("no {prefix} in {line:?}"))
                     .to_string()
             };
-            let value = fields.last().expect("value").to_string();
+            // The key and the value, the last two fields.
+            let record = fields[fields.len().saturating_sub(2)..].join(":");
             (
                 field("Partition:").parse().expect("partition"),
                 field("Offset:").parse().expect("offset"),
-                value,
+                record,
             )
         })
         .collect()
@@ -314,7 +315,7 @@ const PRINT_PLACES: [&str; 8] = [
     "print.timestamp=false",
 ];
 
-/// Every record of Kafka's [`TOPIC`], by partition in offset order (values).
+/// Every record of Kafka's [`TOPIC`], by partition in offset order (`key:value`).
 fn kafka_partitions(bootstrap: &str, count: u32) -> BTreeMap<i32, Vec<String>> {
     let max = count.to_string();
     let mut args = vec!["--topic", TOPIC, "--from-beginning", "--max-messages", &max];
@@ -330,17 +331,19 @@ fn kafka_partitions(bootstrap: &str, count: u32) -> BTreeMap<i32, Vec<String>> {
     partitions
 }
 
-/// Every record of tinymq's [`TOPIC`], read natively, by partition in offset order (values).
+/// Every record of tinymq's [`TOPIC`], read natively, by partition in offset order
+/// (`key:value`).
 fn tinymq_partitions(server: &KafkaServer) -> BTreeMap<i32, Vec<String>> {
     let mut partitions: BTreeMap<i32, Vec<(i64, String)>> = BTreeMap::new();
     for record in native_records(server, TOPIC) {
         let partition = record["partition"].as_i64().expect("partition") as i32;
         let offset = record["offset"].as_i64().expect("offset");
-        let value = record["value"].as_str().expect("value").to_string();
+        let key = record["key"].as_str().expect("key");
+        let value = record["value"].as_str().expect("value");
         partitions
             .entry(partition)
             .or_default()
-            .push((offset, value));
+            .push((offset, format!("{key}:{value}")));
     }
     partitions
         .into_iter()
