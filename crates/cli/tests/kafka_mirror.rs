@@ -34,8 +34,8 @@ use common::free_port;
 use common::http::workspace_root;
 use common::kafka::{Kafka, KafkaServer, Launch};
 use kafka_clients::{
-    apache_kafka_java, kafka_tool_at, native_records, run, run_ok, CONFIGS, CONSUMER, GROUPS,
-    PRODUCER, TOPICS,
+    apache_kafka_java, kafka_tool_at, keyed_console_producer, keyed_lines, native_records, run,
+    run_ok, CONFIGS, CONSUMER, GROUPS, TOPICS,
 };
 
 const TOPIC: &str = "orders";
@@ -211,32 +211,6 @@ sync.topic.configs.interval.seconds = 2
     )
 }
 
-/// The console producer to [`TOPIC`] on `bootstrap`, reading `key:value` lines.
-fn producer(bootstrap: &str) -> Command {
-    kafka_tool_at(
-        bootstrap,
-        PRODUCER,
-        &[
-            "--topic",
-            TOPIC,
-            "--property",
-            "parse.key=true",
-            "--property",
-            "key.separator=:",
-            "--producer-property",
-            "acks=all",
-        ],
-    )
-}
-
-/// Keyed records `k{i}:v{i}` for `range`, as the console producer reads them.
-fn lines(range: std::ops::Range<u32>) -> Vec<u8> {
-    range
-        .map(|i| format!("k{i}:v{i}\n"))
-        .collect::<String>()
-        .into_bytes()
-}
-
 /// Every partition's end offset of [`TOPIC`] through a Kafka ListOffsets (latest); `None`
 /// while the topic does not exist.
 fn end_offsets(bootstrap: &str) -> Option<Vec<i64>> {
@@ -410,7 +384,10 @@ fn mirror_maker_2_migrates_a_live_kafka_topic_and_its_group_offsets_to_tinymq() 
         create.extend(["--config", setting]);
     }
     run_ok(kafka_tool_at(&kafka, TOPICS, &create), b"");
-    run_ok(producer(&kafka), &lines(0..BEFORE));
+    run_ok(
+        keyed_console_producer(&kafka, TOPIC),
+        &keyed_lines(0..BEFORE),
+    );
 
     // The group consumes part and commits. A small fetch per partition, so every partition
     // is part read (else the consumer drains one partition after another).
@@ -458,7 +435,12 @@ fn mirror_maker_2_migrates_a_live_kafka_topic_and_its_group_offsets_to_tinymq() 
     let mut mm2 = start_mirror_maker(dir, &properties, &dir.join("mm2-1.log"));
     let live = std::thread::spawn({
         let kafka = kafka.clone();
-        move || run_ok(producer(&kafka), &lines(BEFORE..BEFORE + WHILE_RUNNING))
+        move || {
+            run_ok(
+                keyed_console_producer(&kafka, TOPIC),
+                &keyed_lines(BEFORE..BEFORE + WHILE_RUNNING),
+            )
+        }
     });
     // kill -9 mid-copy: once a quarter of the records are on tinymq and MirrorMaker 2 has
     // committed its progress at least once (Connect's offsets topic on tinymq has a record),
@@ -474,7 +456,7 @@ fn mirror_maker_2_migrates_a_live_kafka_topic_and_its_group_offsets_to_tinymq() 
     println!("MirrorMaker 2 killed (-9) with {mirrored_at_kill} records on tinymq");
     live.join().expect("live producer");
     let down = BEFORE + WHILE_RUNNING..TOTAL;
-    run_ok(producer(&kafka), &lines(down));
+    run_ok(keyed_console_producer(&kafka, TOPIC), &keyed_lines(down));
     let source_ends = end_offsets(&kafka).expect("the topic on Kafka");
     assert_eq!(
         source_ends.iter().sum::<i64>(),

@@ -12,8 +12,8 @@ use std::process::Command;
 
 use common::kafka::{KafkaServer, Launch};
 use kafka_clients::{
-    kafka_tool_at, native_records, run, run_ok, ACLS, CONFIGS, CONSUMER, DELETE_RECORDS,
-    GET_OFFSETS, GROUPS, PRODUCER, TOPICS,
+    kafka_tool_at, keyed_console_producer, keyed_lines, native_records, run, run_ok, ACLS, CONFIGS,
+    CONSUMER, DELETE_RECORDS, GET_OFFSETS, GROUPS, TOPICS,
 };
 
 /// Apache Kafka's tool `class` bootstrapped at `server`'s Kafka listener.
@@ -27,22 +27,10 @@ fn tool_ok(server: &KafkaServer, class: &str, args: &[&str]) -> String {
 
 /// `key:value` lines `k{i}:v{i}` for `range`, produced with the console producer.
 fn produce_lines(server: &KafkaServer, topic: &str, range: std::ops::Range<u32>) {
-    let lines: String = range.map(|i| format!("k{i}:v{i}\n")).collect();
-    let producer = kafka_tool(
-        server,
-        PRODUCER,
-        &[
-            "--topic",
-            topic,
-            "--property",
-            "parse.key=true",
-            "--property",
-            "key.separator=:",
-            "--producer-property",
-            "acks=all",
-        ],
+    run_ok(
+        keyed_console_producer(&server.kafka, topic),
+        &keyed_lines(range),
     );
-    run_ok(producer, lines.as_bytes());
 }
 
 /// The records of `topic`, read natively: (key, value).

@@ -115,6 +115,33 @@ pub fn kafka_tool_at(bootstrap: &str, class: &str, args: &[&str]) -> Command {
     command
 }
 
+/// Kafka's console producer to `topic` at `bootstrap`, reading `key:value` lines (as
+/// [`keyed_lines`] writes them), each acknowledged by every in-sync replica.
+pub fn keyed_console_producer(bootstrap: &str, topic: &str) -> Command {
+    kafka_tool_at(
+        bootstrap,
+        PRODUCER,
+        &[
+            "--topic",
+            topic,
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+            "--producer-property",
+            "acks=all",
+        ],
+    )
+}
+
+/// `key:value` lines `k{i}:v{i}` for `range`, for [`keyed_console_producer`].
+pub fn keyed_lines(range: std::ops::Range<u32>) -> Vec<u8> {
+    range
+        .map(|i| format!("k{i}:v{i}\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
 /// Apache Kafka's command-line tools, by class.
 pub const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
 pub const CONFIGS: &str = "kafka.admin.ConfigCommand";
