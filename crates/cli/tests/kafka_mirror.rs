@@ -4,10 +4,13 @@
 //! server --kafka-listen`, with the mm2.properties docs/migrate.md recommends
 //! (IdentityReplicationPolicy, group offset sync). It proves:
 //!
-//! - all 100,000 keyed records arrive (key and value), per partition in Kafka's order: once duplicates are
-//!   dropped (MirrorMaker 2 is at-least-once; they are counted and printed), each tinymq
-//!   partition is exactly the Kafka partition, though records are produced on Kafka while
-//!   MirrorMaker 2 runs, while it is down after a `kill -9` mid-copy, and it is restarted;
+//! - all 100,000 keyed records arrive (key and value), per partition in Kafka's order: once
+//!   duplicates are dropped (MirrorMaker 2 is at-least-once; they are counted and printed),
+//!   each tinymq partition is exactly the Kafka partition, though records are produced on
+//!   Kafka while MirrorMaker 2 runs, while it is down after a `kill -9` mid-copy, and it is
+//!   restarted;
+//! - the restart resumes from the progress MirrorMaker 2 committed before the kill (fewer
+//!   duplicates than records copied by then), not from the beginning;
 //! - the topic keeps its name, partition count and its non-default configs;
 //! - the consumer group's offsets committed on Kafka arrive translated (the offset-syncs topic
 //!   on Kafka, the checkpoints topic and the group's committed offsets on tinymq);
@@ -54,9 +57,8 @@ const CONFIGS_SET: [(&str, &str); 2] = [
     ("max.message.bytes", "524288"),
 ];
 /// Where MirrorMaker 2's Connect worker for kafka->tinymq keeps its source offsets (on the
-/// target; 25 partitions, Connect's default).
+/// target).
 const CONNECT_OFFSETS: &str = "mm2-offsets.kafka.internal";
-const CONNECT_OFFSETS_PARTITIONS: i32 = 25;
 /// Bounds on waits for a condition polled; generous, for a loaded 2-core machine. Not
 /// performance bounds.
 const START_WAIT: Duration = Duration::from_secs(240);
@@ -214,17 +216,12 @@ sync.topic.configs.interval.seconds = 2
 /// Every partition's end offset of [`TOPIC`] through a Kafka ListOffsets (latest); `None`
 /// while the topic does not exist.
 fn end_offsets(bootstrap: &str) -> Option<Vec<i64>> {
-    end_offsets_of(bootstrap, TOPIC, PARTITIONS)
-}
-
-/// [`end_offsets`] of `topic`'s `partitions`.
-fn end_offsets_of(bootstrap: &str, topic: &str, partitions: i32) -> Option<Vec<i64>> {
     let request = ListOffsetsRequest::default()
         .with_replica_id((-1).into())
         .with_topics(vec![ListOffsetsTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
             .with_partitions(
-                (0..partitions)
+                (0..PARTITIONS)
                     .map(|p| {
                         ListOffsetsPartition::default()
                             .with_partition_index(p)
@@ -348,6 +345,32 @@ fn committed(bootstrap: &str) -> BTreeMap<i32, i64> {
         .collect()
 }
 
+/// The source offsets MirrorMaker 2's worker has committed for [`TOPIC`]'s partitions, the
+/// latest of each: Connect's offsets topic on tinymq, read natively, holds JSON keys
+/// `["MirrorSourceConnector",{"cluster":"kafka","partition":P,"topic":"orders"}]` and values
+/// `{"offset":N}`.
+fn committed_progress(server: &KafkaServer) -> BTreeMap<i64, i64> {
+    let mut progress = BTreeMap::new();
+    for record in native_records(server, CONNECT_OFFSETS) {
+        let json = |field: &str| -> Option<serde_json::Value> {
+            serde_json::from_str(record[field].as_str()?).ok()
+        };
+        let (Some(key), Some(value)) = (json("key"), json("value")) else {
+            continue;
+        };
+        let source = &key[1];
+        if source["topic"] != TOPIC {
+            continue;
+        }
+        if let (Some(partition), Some(offset)) =
+            (source["partition"].as_i64(), value["offset"].as_i64())
+        {
+            progress.insert(partition, offset);
+        }
+    }
+    progress
+}
+
 /// Topic names on `bootstrap`.
 fn topics(bootstrap: &str) -> Vec<String> {
     run_ok(kafka_tool_at(bootstrap, TOPICS, &["--list"]), b"")
@@ -443,17 +466,23 @@ fn mirror_maker_2_migrates_a_live_kafka_topic_and_its_group_offsets_to_tinymq() 
         }
     });
     // kill -9 mid-copy: once a quarter of the records are on tinymq and MirrorMaker 2 has
-    // committed its progress at least once (Connect's offsets topic on tinymq has a record),
-    // so the restart shows it resumes from there rather than from the beginning.
-    let mirrored_at_kill = wait_for("a quarter of the records on tinymq", MIRROR_WAIT, || {
+    // committed some progress on the topic, so the restart has a position to resume from.
+    wait_for("a quarter of the records on tinymq", MIRROR_WAIT, || {
         mm2.running();
         let mirrored: i64 = end_offsets(&tinymq).map_or(0, |ends| ends.iter().sum());
-        let progress: i64 = end_offsets_of(&tinymq, CONNECT_OFFSETS, CONNECT_OFFSETS_PARTITIONS)
-            .map_or(0, |ends| ends.iter().sum());
-        (mirrored >= TOTAL as i64 / 4 && progress > 0).then_some(mirrored)
+        (mirrored >= TOTAL as i64 / 4 && !committed_progress(&server).is_empty()).then_some(())
     });
     mm2.kill9();
-    println!("MirrorMaker 2 killed (-9) with {mirrored_at_kill} records on tinymq");
+    // Nothing arrives once it is dead: this is what it had copied.
+    let copied_at_kill: i64 = end_offsets(&tinymq)
+        .expect("the topic on tinymq")
+        .iter()
+        .sum();
+    let progress_at_kill = committed_progress(&server);
+    println!(
+        "MirrorMaker 2 killed (-9) with {copied_at_kill} records on tinymq, its committed \
+         progress {progress_at_kill:?}"
+    );
     live.join().expect("live producer");
     let down = BEFORE + WHILE_RUNNING..TOTAL;
     run_ok(keyed_console_producer(&kafka, TOPIC), &keyed_lines(down));
@@ -504,6 +533,11 @@ fn mirror_maker_2_migrates_a_live_kafka_topic_and_its_group_offsets_to_tinymq() 
         );
     }
     println!("{duplicates} duplicates in all (MirrorMaker 2 is at-least-once)");
+    assert!(
+        (duplicates as i64) < copied_at_kill,
+        "the restart copied again all {copied_at_kill} records copied before the kill \
+         ({duplicates} duplicates), not resuming from its committed progress {progress_at_kill:?}"
+    );
 
     // The topic's configs are carried.
     wait_for("the topic's configs on tinymq", MIRROR_WAIT, || {
