@@ -74,16 +74,23 @@ impl Worker {
         let config = worker_properties(kafka, port, exactly_once);
         std::fs::write(&properties, config).expect("write properties");
         let out = std::fs::File::create(dir.join(format!("{name}.out"))).expect("stdout file");
-        let child = apache_kafka_java("connect-runtime-4.1.2.jar")
-            .args(["-Xms64m", "-Xmx512m", "-XX:+UseSerialGC"])
-            .arg(format!("-Dlog4j2.configurationFile={}", log4j.display()))
-            .arg("org.apache.kafka.connect.cli.ConnectDistributed")
-            .arg(&properties)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out.try_clone().expect("stdout file")))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("start a Connect worker (java)");
+        let jvm_options = [
+            "-Xms64m".to_string(),
+            "-Xmx512m".to_string(),
+            "-XX:+UseSerialGC".to_string(),
+            format!("-Dlog4j2.configurationFile={}", log4j.display()),
+        ];
+        let properties = properties.to_str().expect("UTF-8 path");
+        let child = apache_kafka_java(
+            &jvm_options,
+            "org.apache.kafka.connect.cli.ConnectDistributed",
+            &[properties],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out.try_clone().expect("stdout file")))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .expect("start a Connect worker (java)");
         Worker {
             name: name.to_string(),
             rest,

@@ -11,21 +11,15 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use common::kafka::{KafkaServer, Launch};
-use kafka_clients::{native_records, run, run_ok};
+use kafka_clients::{
+    kafka_tool_at, keyed_console_producer, keyed_lines, native_records, run, run_ok, ACLS, CONFIGS,
+    CONSUMER, DELETE_RECORDS, GET_OFFSETS, GROUPS, TOPICS,
+};
 
-/// One of Kafka's tools against `server`'s Kafka listener.
+/// Apache Kafka's tool `class` bootstrapped at `server`'s Kafka listener.
 fn kafka_tool(server: &KafkaServer, class: &str, args: &[&str]) -> Command {
-    kafka_clients::kafka_tool(&server.kafka, class, args)
+    kafka_tool_at(&server.kafka, class, args)
 }
-
-const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
-const CONFIGS: &str = "kafka.admin.ConfigCommand";
-const GROUPS: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
-const GET_OFFSETS: &str = "org.apache.kafka.tools.GetOffsetShell";
-const PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
-const CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
-const ACLS: &str = "org.apache.kafka.tools.AclCommand";
-const DELETE_RECORDS: &str = "org.apache.kafka.tools.DeleteRecordsCommand";
 
 fn tool_ok(server: &KafkaServer, class: &str, args: &[&str]) -> String {
     run_ok(kafka_tool(server, class, args), b"")
@@ -33,22 +27,10 @@ fn tool_ok(server: &KafkaServer, class: &str, args: &[&str]) -> String {
 
 /// `key:value` lines `k{i}:v{i}` for `range`, produced with the console producer.
 fn produce_lines(server: &KafkaServer, topic: &str, range: std::ops::Range<u32>) {
-    let lines: String = range.map(|i| format!("k{i}:v{i}\n")).collect();
-    let producer = kafka_tool(
-        server,
-        PRODUCER,
-        &[
-            "--topic",
-            topic,
-            "--property",
-            "parse.key=true",
-            "--property",
-            "key.separator=:",
-            "--producer-property",
-            "acks=all",
-        ],
+    run_ok(
+        keyed_console_producer(&server.kafka, topic),
+        &keyed_lines(range),
     );
-    run_ok(producer, lines.as_bytes());
 }
 
 /// The records of `topic`, read natively: (key, value).

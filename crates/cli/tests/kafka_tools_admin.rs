@@ -13,15 +13,12 @@ use std::time::Duration;
 
 use common::cluster::describe;
 use common::kafka::{KafkaServer, Launch};
-use kafka_clients::{kafka_tool, run, run_ok};
+use kafka_clients::{kafka_tool_at, run, run_ok, CONFIGS, PRODUCER, TOPICS};
 use serde_json::Value;
 
-const CONFIGS: &str = "kafka.admin.ConfigCommand";
-const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
 const LOG_DIRS: &str = "org.apache.kafka.tools.LogDirsCommand";
 const REASSIGN: &str = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand";
 const ELECTION: &str = "org.apache.kafka.tools.LeaderElectionCommand";
-const PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
 
 const ADMIN_PASSWORD: &str = "admin-secret-1";
 
@@ -39,7 +36,7 @@ fn login_config(dir: &Path, user: &str, password: &str, mechanism: &str) -> Stri
 
 /// `kafka-configs` with a login: its output, or a failure with what it printed.
 fn configs(server: &KafkaServer, login: &str, args: &[&str]) -> String {
-    let mut command = kafka_tool(&server.kafka, CONFIGS, &["--command-config", login]);
+    let mut command = kafka_tool_at(&server.kafka, CONFIGS, &["--command-config", login]);
     command.args(args);
     run_ok(command, b"")
 }
@@ -67,7 +64,7 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
     let admin = login_config(dir.path(), "admin", ADMIN_PASSWORD, "SCRAM-SHA-256");
     // The first super user logs in once the server has created it.
     let ready = common::retry(100, Duration::from_millis(200), || {
-        let mut command = kafka_tool(&server.kafka, TOPICS, &["--command-config", &admin]);
+        let mut command = kafka_tool_at(&server.kafka, TOPICS, &["--command-config", &admin]);
         command.arg("--list");
         run(command, b"").status.success().then_some(())
     });
@@ -122,12 +119,12 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
         ("SCRAM-SHA-512", "bob-secret-2"),
     ] {
         let bob = login_config(dir.path(), "bob", password, mechanism);
-        let listed = kafka_tool(&server.kafka, TOPICS, &["--command-config", &bob, "--list"]);
+        let listed = kafka_tool_at(&server.kafka, TOPICS, &["--command-config", &bob, "--list"]);
         run_ok(listed, b"");
     }
     let wrong = login_config(dir.path(), "bob", "bob-secret-2", "SCRAM-SHA-256");
     let refused = run(
-        kafka_tool(
+        kafka_tool_at(
             &server.kafka,
             TOPICS,
             &["--command-config", &wrong, "--list"],
@@ -198,7 +195,7 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
 
     // bob is no super user: he may not change users.
     let bob = login_config(dir.path(), "bob", "bob-secret-2", "SCRAM-SHA-512");
-    let mut command = kafka_tool(&server.kafka, CONFIGS, &["--command-config", &bob]);
+    let mut command = kafka_tool_at(&server.kafka, CONFIGS, &["--command-config", &bob]);
     command.args([
         "--alter",
         "--entity-type",
@@ -220,7 +217,7 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
     );
 
     // tinymq's quotas are per user: a client-id quota is refused, saying so.
-    let mut command = kafka_tool(&server.kafka, CONFIGS, &["--command-config", &admin]);
+    let mut command = kafka_tool_at(&server.kafka, CONFIGS, &["--command-config", &admin]);
     command.args([
         "--alter",
         "--entity-type",
@@ -261,14 +258,14 @@ fn kafka_log_dirs_describes_each_replica_in_the_data_directory() {
     let server = KafkaServer::start();
     server.create_topic("sized", 2);
     let lines: String = (0..500).map(|i| format!("line-{i:04}\n")).collect();
-    let producer = kafka_tool(
+    let producer = kafka_tool_at(
         &server.kafka,
         PRODUCER,
         &["--topic", "sized", "--producer-property", "acks=all"],
     );
     run_ok(producer, lines.as_bytes());
     let printed = run_ok(
-        kafka_tool(
+        kafka_tool_at(
             &server.kafka,
             LOG_DIRS,
             &["--describe", "--topic-list", "sized"],
@@ -354,7 +351,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     assert!(created.is_some(), "the topic was never created");
     common::cluster::wait_all_in_sync("moved", cluster.native());
     let lines: String = (0..200).map(|i| format!("rec-{i:03}\n")).collect();
-    let producer = kafka_tool(
+    let producer = kafka_tool_at(
         cluster.kafka(),
         PRODUCER,
         &["--topic", "moved", "--producer-property", "acks=all"],
@@ -374,7 +371,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     std::fs::write(&plan, plan_json).expect("write the plan");
     let plan = plan.display().to_string();
     let executed = run_ok(
-        kafka_tool(
+        kafka_tool_at(
             cluster.kafka(),
             REASSIGN,
             &["--reassignment-json-file", &plan, "--execute"],
@@ -387,7 +384,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     );
     let verified = common::retry(300, Duration::from_millis(200), || {
         let out = run(
-            kafka_tool(
+            kafka_tool_at(
                 cluster.kafka(),
                 REASSIGN,
                 &["--reassignment-json-file", &plan, "--verify"],
@@ -403,7 +400,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     let after = describe("moved", cluster.native());
     assert_eq!(after[0].replicas, target, "{after:?}");
     assert_eq!(after[1].replicas, before[1].replicas, "partition 1 moved");
-    let listed = run_ok(kafka_tool(cluster.kafka(), REASSIGN, &["--list"]), b"");
+    let listed = run_ok(kafka_tool_at(cluster.kafka(), REASSIGN, &["--list"]), b"");
     assert!(
         listed.contains("No partition reassignments found"),
         "{listed}"
@@ -412,7 +409,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     // The preferred replica (the newcomer) leads after an election (the MetaServer may have
     // elected it on its own first: then the tool says no election was needed).
     let elected = run_ok(
-        kafka_tool(
+        kafka_tool_at(
             cluster.kafka(),
             ELECTION,
             &["--election-type", "preferred", "--all-topic-partitions"],
@@ -434,7 +431,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
         "the preferred replica does not lead: {elected}"
     );
     let unknown = run(
-        kafka_tool(
+        kafka_tool_at(
             cluster.kafka(),
             ELECTION,
             &[
@@ -454,7 +451,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
         unknown.printed()
     );
     let unclean = run(
-        kafka_tool(
+        kafka_tool_at(
             cluster.kafka(),
             ELECTION,
             &[
@@ -482,7 +479,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     )
     .expect("write the plan");
     let refused = run(
-        kafka_tool(
+        kafka_tool_at(
             cluster.kafka(),
             REASSIGN,
             &[

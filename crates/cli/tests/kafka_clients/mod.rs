@@ -96,33 +96,76 @@ pub fn java(args: &[&str]) -> Command {
     command
 }
 
-/// `java -cp .tools/apache-kafka/libs/*` (Apache Kafka's released jars, installed by
-/// [`INSTALL`]), or a failure naming the install script when `jar` is not among them; the
-/// caller adds JVM options, the main class and its arguments.
-pub fn apache_kafka_java(jar: &str) -> Command {
+/// The jars of Apache Kafka's released server and tools (scripts/install-apache-kafka.sh).
+pub fn apache_kafka_libs() -> PathBuf {
     let libs = workspace_root().join(".tools/apache-kafka/libs");
     assert!(
-        libs.join(jar).exists(),
-        "{} has no {jar}: run {INSTALL}",
+        libs.join("kafka-tools-4.1.2.jar").exists(),
+        "{} has no kafka-tools jar: run {INSTALL}",
         libs.display()
     );
-    let mut command = Command::new("java");
-    command.arg("-cp").arg(format!("{}/*", libs.display()));
-    command
+    libs
 }
 
-/// `java -cp .tools/apache-kafka/libs/* CLASS --bootstrap-server BOOTSTRAP ARGS`: one of
-/// Apache Kafka's own command-line tools (the released `kafka-tools` and `kafka_2.13` jars),
-/// unchanged, against a tinymq Kafka listener.
-pub fn kafka_tool(bootstrap: &str, class: &str, args: &[&str]) -> Command {
-    let mut command = apache_kafka_java("kafka-tools-4.1.2.jar");
+/// `java JVM_OPTIONS -cp .tools/apache-kafka/libs/* CLASS ARGS`: a class of Apache Kafka's
+/// jars (a tool, MirrorMaker 2), a small heap and the quick JIT tier (these runs are short or
+/// light).
+pub fn apache_kafka_java(jvm_options: &[String], class: &str, args: &[&str]) -> Command {
+    let mut command = Command::new("java");
     command
         .args(["-Xmx256m", "-XX:TieredStopAtLevel=1"])
+        .args(jvm_options)
+        .arg("-cp")
+        .arg(format!("{}/*", apache_kafka_libs().display()))
         .arg(class)
-        .args(["--bootstrap-server", bootstrap])
         .args(args);
     command
 }
+
+/// Apache Kafka's tool `class` with `--bootstrap-server BOOTSTRAP ARGS` (tinymq's Kafka
+/// listener or a real Kafka broker).
+pub fn kafka_tool_at(bootstrap: &str, class: &str, args: &[&str]) -> Command {
+    let mut command = apache_kafka_java(&[], class, &["--bootstrap-server", bootstrap]);
+    command.args(args);
+    command
+}
+
+/// Kafka's console producer to `topic` at `bootstrap`, reading `key:value` lines (as
+/// [`keyed_lines`] writes them), each acknowledged by every in-sync replica.
+pub fn keyed_console_producer(bootstrap: &str, topic: &str) -> Command {
+    kafka_tool_at(
+        bootstrap,
+        PRODUCER,
+        &[
+            "--topic",
+            topic,
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+            "--producer-property",
+            "acks=all",
+        ],
+    )
+}
+
+/// `key:value` lines `k{i}:v{i}` for `range`, for [`keyed_console_producer`].
+pub fn keyed_lines(range: std::ops::Range<u32>) -> Vec<u8> {
+    range
+        .map(|i| format!("k{i}:v{i}\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// Apache Kafka's command-line tools, by class.
+pub const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
+pub const CONFIGS: &str = "kafka.admin.ConfigCommand";
+pub const GROUPS: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+pub const GET_OFFSETS: &str = "org.apache.kafka.tools.GetOffsetShell";
+pub const PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
+pub const CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
+pub const ACLS: &str = "org.apache.kafka.tools.AclCommand";
+pub const DELETE_RECORDS: &str = "org.apache.kafka.tools.DeleteRecordsCommand";
 
 /// What a client run printed.
 pub struct Ran {

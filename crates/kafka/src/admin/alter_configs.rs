@@ -58,8 +58,13 @@ impl NativeAlter {
         Ok(())
     }
 
+    /// Back to the default. A name tinymq does not have is at its default already: nothing to
+    /// remove, as in Kafka, whose DELETE only drops the name from the topic's overrides.
+    /// MirrorMaker 2 relies on it: its topic-config sync sends DELETE for every config of the
+    /// source topic at its default, Kafka-only ones (`remote.storage.enable`, …) included, and
+    /// one refusal would refuse the whole topic's change (its `retention.ms` with it).
     fn unset(&mut self, name: &str) -> Result<(), Refused> {
-        if let Some(key) = configs::native_key(name).map_err(invalid)? {
+        if let Ok(Some(key)) = configs::native_key(name) {
             self.unset.push(key);
         }
         Ok(())
@@ -302,6 +307,27 @@ mod tests {
         );
     }
 
+    /// MirrorMaker 2's topic-config sync: DELETE for each of the source's defaults, names
+    /// tinymq does not have among them, beside the SET of what the source overrides.
+    #[test]
+    fn deleting_a_config_tinymq_does_not_have_changes_nothing() {
+        let alter = incremental(&[
+            op("retention.ms", OP_SET, Some("600000")),
+            op("remote.storage.enable", OP_DELETE, None),
+            op("local.retention.ms", OP_DELETE, None),
+            op("compression.type", OP_DELETE, None),
+            op("segment.bytes", OP_DELETE, None),
+        ])
+        .expect("accepted");
+        assert_eq!(
+            alter,
+            NativeAlter {
+                set: [("retention_ms", "600000".to_string())].into(),
+                unset: vec!["segment_bytes"],
+            }
+        );
+    }
+
     #[test]
     fn incremental_refusals_name_the_config() {
         let refused = |configs: &[Incremental]| incremental(configs).expect_err("refused");
@@ -315,6 +341,8 @@ mod tests {
         assert_eq!(code, K::InvalidConfig.code());
         assert!(why.contains("not a list"), "{why}");
         let (_, why) = refused(&[op("flux", OP_SUBTRACT, Some("1"))]);
+        assert!(why.contains("unknown config flux"), "{why}");
+        let (_, why) = refused(&[op("flux", OP_SET, Some("1"))]);
         assert!(why.contains("unknown config flux"), "{why}");
         let (code, _) = refused(&[op("retention.ms", 9, Some("1"))]);
         assert_eq!(code, K::InvalidRequest.code());
