@@ -101,17 +101,19 @@ fn clean_due(state: &BrokerState, stop: &CancellationToken) {
             return;
         }
         let started = Instant::now();
-        // Each live producer's last batch stays (Kafka's rule): read before the bound, so a
-        // batch written meanwhile is at or above the bound or was named here.
+        // Each live producer's last batch stays (Kafka's rule). The table is read after the
+        // bound: a batch is recorded in it before the high watermark passes it (on leaders
+        // under the producers' lock with its write, on followers before the watermark moves),
+        // so every batch below the bound is in the table as read here.
+        let bound = cleanable_bound(&p);
         let limits = tinymq_log::CleanLimits {
             key_map_bytes_max: state.config.cleaner_key_map_bytes_max,
             retained_batch_ends: p.producers.lock().last_batch_ends(),
         };
         match p
             .log
-            .clean(now_ms(), cleanable_bound(&p), &limits, &mut |bytes| {
-                rate.take(bytes)
-            }) {
+            .clean(now_ms(), bound, &limits, &mut |bytes| rate.take(bytes))
+        {
             Ok(report) => {
                 STATS.passes.fetch_add(1, Ordering::Relaxed);
                 STATS

@@ -383,6 +383,7 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
         "{executed}"
     );
     let verified = common::retry(300, Duration::from_millis(200), || {
+        // Once complete, the tool also clears Kafka's throttles: it must succeed.
         let out = run(
             kafka_tool_at(
                 cluster.kafka(),
@@ -391,9 +392,11 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
             ),
             b"",
         );
-        out.stdout
-            .contains("Reassignment of partition moved-0 is completed")
-            .then_some(out.stdout)
+        (out.status.success()
+            && out
+                .stdout
+                .contains("Reassignment of partition moved-0 is completed"))
+        .then_some(out.stdout)
     })
     .expect("the reassignment never completed");
     assert!(!verified.contains("still in progress"), "{verified}");
@@ -405,10 +408,42 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
         listed.contains("No partition reassignments found"),
         "{listed}"
     );
+    // Nothing is moving now: the tool finds no active reassignment to cancel (from
+    // ListPartitionReassignments), clears Kafka's throttles (deletions of configs tinymq does
+    // not have: nothing changes) and succeeds; nothing moves.
+    let cancel = run_ok(
+        kafka_tool_at(
+            cluster.kafka(),
+            REASSIGN,
+            &["--reassignment-json-file", &plan, "--cancel"],
+        ),
+        b"",
+    );
+    assert!(
+        cancel.contains("None of the specified partition reassignments are active"),
+        "{cancel}"
+    );
+    assert_eq!(describe("moved", cluster.native())[0].replicas, target);
 
     // The preferred replica (the newcomer) leads after an election (the MetaServer may have
     // elected it on its own first: then the tool says no election was needed).
     let elected = run_ok(
+        kafka_tool_at(
+            cluster.kafka(),
+            ELECTION,
+            &[
+                "--election-type",
+                "preferred",
+                "--topic",
+                "moved",
+                "--partition",
+                "0",
+            ],
+        ),
+        b"",
+    );
+    // Every partition: those that need no election are left out of the answer, as in Kafka.
+    run_ok(
         kafka_tool_at(
             cluster.kafka(),
             ELECTION,

@@ -143,6 +143,13 @@ pub enum Command {
         partition: u32,
         target_replicas: Vec<u32>,
     },
+    /// Cancels the reassignment under way of a partition: back to the replicas it had before
+    /// the move (the adding ones leave). Refused with `INVALID_REQUEST` when none is under way.
+    /// Replies [`Reply::Partition`].
+    CancelReassignment {
+        topic: String,
+        partition: u32,
+    },
     /// Spreads replicas and preferred leaders evenly over the live brokers
     /// ([`crate::placement::rebalance_plan`]): starts those reassignments, or with `dry_run`
     /// only returns them. Replies [`Reply::Plan`].
@@ -165,6 +172,17 @@ pub enum Command {
     DeleteUser {
         name: String,
     },
+    /// Changes some of a user's SCRAM verifiers, one mechanism at a time, against the image
+    /// this is applied to (Kafka's AlterUserScramCredentials): `delete` removes mechanisms the
+    /// user has (else `USER_NOT_FOUND`), `upsert` adds or replaces the others'. The user is
+    /// created by its first verifier and deleted with its last.
+    AlterUserCredentials {
+        name: String,
+        #[serde(default)]
+        delete: Vec<tinymq_auth::ScramMechanism>,
+        #[serde(default)]
+        upsert: Vec<StoredCredential>,
+    },
     /// Creates user `admin` when the cluster has no user yet, else nothing; replies
     /// [`Reply::UserCreated`]. Issued by the MetaServer leader at start.
     BootstrapAdmin {
@@ -181,6 +199,16 @@ pub enum Command {
     SetQuota {
         principal: String,
         quota: QuotaConfig,
+    },
+    /// Changes some rates of a principal's quota against the image it is applied to (Kafka's
+    /// AlterClientQuotas): a rate given replaces the current one (0: no limit), one not given
+    /// is kept; a quota left with no limit is removed.
+    AlterQuota {
+        principal: String,
+        #[serde(default)]
+        produce_bytes_per_sec: Option<u64>,
+        #[serde(default)]
+        fetch_bytes_per_sec: Option<u64>,
     },
     RemoveQuota {
         principal: String,
@@ -462,6 +490,9 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             partition,
             target_replicas,
         } => crate::reassign::reassign_partition(image, topic, *partition, target_replicas),
+        Command::CancelReassignment { topic, partition } => {
+            crate::reassign::cancel_reassignment(image, topic, *partition)
+        }
         Command::Rebalance { dry_run } => {
             crate::reassign::start_plan(image, crate::placement::rebalance_plan(image), *dry_run)
         }
@@ -493,6 +524,21 @@ pub fn execute(image: &MetadataImage, command: &Command) -> Outcome {
             mode,
         } => crate::security::put_user(image, name, credentials, *mode),
         Command::DeleteUser { name } => crate::security::delete_user(image, name),
+        Command::AlterUserCredentials {
+            name,
+            delete,
+            upsert,
+        } => crate::security::alter_user_credentials(image, name, delete, upsert),
+        Command::AlterQuota {
+            principal,
+            produce_bytes_per_sec,
+            fetch_bytes_per_sec,
+        } => crate::security::alter_quota(
+            image,
+            principal,
+            *produce_bytes_per_sec,
+            *fetch_bytes_per_sec,
+        ),
         Command::BootstrapAdmin { credentials } => {
             crate::security::bootstrap_admin(image, credentials)
         }

@@ -130,6 +130,38 @@ pub(crate) fn reassign_partition(
     Ok((records, Reply::Partition(after)))
 }
 
+/// `CancelReassignment`: the partition moves back to its replicas before the move under way
+/// (those that are not being added), decided on this image.
+pub(crate) fn cancel_reassignment(image: &MetadataImage, topic: &str, partition: u32) -> Outcome {
+    let p = image
+        .topics
+        .get(topic)
+        .ok_or_else(|| MetaError::UnknownTopic(topic.into()))?
+        .partitions
+        .get(partition as usize)
+        .ok_or_else(|| MetaError::UnknownPartition {
+            topic: topic.into(),
+            partition,
+        })?;
+    if !p.is_reassigning() {
+        return Err(MetaError::Invalid(format!(
+            "no reassignment of {topic}/{partition} is in progress"
+        )));
+    }
+    let mut original: Vec<u32> = p
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| !p.adding_replicas.contains(r))
+        .collect();
+    // The order before the move is not kept: the current leader goes first, so that the
+    // cancel moves no leadership.
+    if let Some(at) = original.iter().position(|r| Some(*r) == p.leader) {
+        original[..=at].rotate_right(1);
+    }
+    reassign_partition(image, topic, partition, &original)
+}
+
 /// `Rebalance` and `DrainBroker`: starts every move of `plan` (unless `dry_run`) and replies
 /// with the plan.
 pub(crate) fn start_plan(image: &MetadataImage, plan: Vec<PlannedMove>, dry_run: bool) -> Outcome {

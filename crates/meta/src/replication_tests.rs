@@ -568,6 +568,30 @@ fn a_reassignment_adds_replicas_then_removes_the_old_ones_once_they_are_in_sync(
     assert_eq!(moving.adding_replicas, vec![new[0]]);
     assert_eq!(moving.removing_replicas, vec![old_leader]);
     assert_eq!(moving.leader, Some(old_leader), "writable throughout");
+    // Cancelled: back to the replicas before the move, the leader first; a second cancel is
+    // refused. Then started again.
+    let cancel = Command::CancelReassignment {
+        topic: "t".into(),
+        partition: 0,
+    };
+    execute_and_apply(&mut image, &cancel).unwrap();
+    let cancelled = part(&image, "t", 0).clone();
+    assert_eq!(cancelled.replicas, vec![old_leader, kept]);
+    assert!(!cancelled.is_reassigning());
+    assert_eq!(cancelled.leader, Some(old_leader));
+    assert!(matches!(
+        crate::execute(&image, &cancel),
+        Err(MetaError::Invalid(_))
+    ));
+    execute_and_apply(
+        &mut image,
+        &Command::ReassignPartition {
+            topic: "t".into(),
+            partition: 0,
+            target_replicas: vec![new[0], kept],
+        },
+    )
+    .unwrap();
     // Replaced by another reassignment before it completes.
     let target = vec![new[1], kept];
     execute_and_apply(

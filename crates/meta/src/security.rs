@@ -142,6 +142,46 @@ pub(crate) fn delete_user(image: &MetadataImage, name: &str) -> Outcome {
     Ok((vec![record], Reply::Done))
 }
 
+/// `AlterUserCredentials`: the user's verifiers with `delete`'s mechanisms removed and
+/// `upsert`'s put in their mechanism's place, written whole ([`put_user`]), or the user
+/// deleted when none is left. A mechanism named twice is refused.
+pub(crate) fn alter_user_credentials(
+    image: &MetadataImage,
+    name: &str,
+    delete: &[ScramMechanism],
+    upsert: &[StoredCredential],
+) -> Outcome {
+    let mut named: Vec<ScramMechanism> = delete.to_vec();
+    named.extend(upsert.iter().map(|c| c.mechanism));
+    for (i, mechanism) in named.iter().enumerate() {
+        if named[..i].contains(mechanism) {
+            return Err(MetaError::Invalid(format!(
+                "{mechanism} named twice for user {name:?}"
+            )));
+        }
+    }
+    let current = image.users.get(name).map(Vec::as_slice).unwrap_or_default();
+    if let Some(missing) = delete
+        .iter()
+        .find(|m| !current.iter().any(|c| c.mechanism == **m))
+    {
+        return Err(MetaError::UserNotFound(format!("{name} ({missing})")));
+    }
+    let mut next: Vec<StoredCredential> = current
+        .iter()
+        .filter(|c| !named.contains(&c.mechanism))
+        .cloned()
+        .collect();
+    next.extend(upsert.iter().cloned());
+    next.sort_by_key(|c| c.mechanism);
+    match (current.is_empty(), next.is_empty()) {
+        (true, true) => Err(MetaError::UserNotFound(name.into())),
+        (false, true) => delete_user(image, name),
+        (true, false) => put_user(image, name, &next, PutUserMode::Create),
+        (false, false) => put_user(image, name, &next, PutUserMode::Update),
+    }
+}
+
 /// Creates user [`ADMIN_USER`] when the image has no user at all (a cluster's first start);
 /// otherwise changes nothing, so a restart with another password never replaces anyone's.
 /// Replies whether it created the user.
@@ -219,6 +259,29 @@ pub(crate) fn set_quota(image: &MetadataImage, principal: &str, quota: &QuotaCon
 }
 
 /// Removes a principal's quota; removing one that is not there changes nothing.
+/// `AlterQuota`: the principal's quota with the rates given replaced, set ([`set_quota`]), or
+/// removed when no limit is left.
+pub(crate) fn alter_quota(
+    image: &MetadataImage,
+    principal: &str,
+    produce_bytes_per_sec: Option<u64>,
+    fetch_bytes_per_sec: Option<u64>,
+) -> Outcome {
+    let key = quota_principal(principal)?;
+    let mut quota = image.quotas.get(&key).copied().unwrap_or_default();
+    if let Some(rate) = produce_bytes_per_sec {
+        quota.produce_bytes_per_sec = rate;
+    }
+    if let Some(rate) = fetch_bytes_per_sec {
+        quota.fetch_bytes_per_sec = rate;
+    }
+    if quota.is_unlimited() {
+        remove_quota(image, &key)
+    } else {
+        set_quota(image, &key, &quota)
+    }
+}
+
 pub(crate) fn remove_quota(image: &MetadataImage, principal: &str) -> Outcome {
     let principal = quota_principal(principal)?;
     if !image.quotas.contains_key(&principal) {
@@ -393,6 +456,87 @@ mod tests {
             .credential(ADMIN_USER, ScramMechanism::Sha256)
             .unwrap();
         assert!(stored.verify_password("first"));
+    }
+
+    #[test]
+    fn a_users_mechanisms_change_one_at_a_time_against_the_current_image() {
+        let mut image = MetadataImage::default();
+        let cred =
+            |m: ScramMechanism, pw: &str| StoredCredential::derive_with_salt(m, pw, &[5; 16], 4096);
+        let alter = |delete: Vec<ScramMechanism>, upsert: Vec<StoredCredential>| {
+            Command::AlterUserCredentials {
+                name: "alice".into(),
+                delete,
+                upsert,
+            }
+        };
+        let (s256, s512) = (ScramMechanism::Sha256, ScramMechanism::Sha512);
+        execute_and_apply(
+            &mut image,
+            &alter(vec![], vec![cred(s256, "a"), cred(s512, "b")]),
+        )
+        .expect("the first verifiers create the user");
+        // A new SHA-256 password keeps the SHA-512 one, whatever a broker's image said.
+        execute_and_apply(&mut image, &alter(vec![], vec![cred(s256, "c")])).unwrap();
+        assert_eq!(image.users["alice"], vec![cred(s256, "c"), cred(s512, "b")]);
+        execute_and_apply(&mut image, &alter(vec![s512], vec![])).unwrap();
+        assert_eq!(image.users["alice"], vec![cred(s256, "c")]);
+        let missing = execute(&image, &alter(vec![s512], vec![])).unwrap_err();
+        assert!(matches!(missing, MetaError::UserNotFound(_)), "{missing}");
+        let twice = execute(&image, &alter(vec![s256], vec![cred(s256, "d")])).unwrap_err();
+        assert!(matches!(twice, MetaError::Invalid(_)), "{twice}");
+        execute_and_apply(&mut image, &alter(vec![s256], vec![])).unwrap();
+        assert!(
+            !image.users.contains_key("alice"),
+            "deleted with its last verifier"
+        );
+        let nobody = execute(&image, &alter(vec![], vec![])).unwrap_err();
+        assert!(matches!(nobody, MetaError::UserNotFound(_)), "{nobody}");
+    }
+
+    #[test]
+    fn a_quota_alteration_keeps_the_rates_it_does_not_name() {
+        let mut image = MetadataImage::default();
+        let alter = |produce: Option<u64>, fetch: Option<u64>| Command::AlterQuota {
+            principal: "User:bob".into(),
+            produce_bytes_per_sec: produce,
+            fetch_bytes_per_sec: fetch,
+        };
+        image.quotas.insert(
+            "User:bob".into(),
+            QuotaConfig {
+                produce_bytes_per_sec: 0,
+                fetch_bytes_per_sec: 0,
+                requests_per_sec: 50,
+            },
+        );
+        execute_and_apply(&mut image, &alter(Some(1024), None)).unwrap();
+        execute_and_apply(&mut image, &alter(None, Some(2048))).unwrap();
+        let q = image.quotas["User:bob"];
+        assert_eq!(
+            (
+                q.produce_bytes_per_sec,
+                q.fetch_bytes_per_sec,
+                q.requests_per_sec
+            ),
+            (1024, 2048, 50)
+        );
+        image.quotas.get_mut("User:bob").unwrap().requests_per_sec = 0;
+        execute_and_apply(&mut image, &alter(Some(0), Some(0))).unwrap();
+        assert!(
+            !image.quotas.contains_key("User:bob"),
+            "no limit left: removed"
+        );
+        assert!(
+            execute(&image, &alter(Some(0), None)).is_ok(),
+            "nothing to remove"
+        );
+        let bad = Command::AlterQuota {
+            principal: "User:*".into(),
+            produce_bytes_per_sec: Some(1),
+            fetch_bytes_per_sec: None,
+        };
+        assert!(execute(&image, &bad).is_err());
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //!   change on an open topic, are kept when left out.
 //!
 //! Broker resources are refused: tinymq's broker settings are its server flags, fixed while it
-//! runs.
+//! runs. (An IncrementalAlterConfigs that only deletes names tinymq does not have, such as
+//! Kafka's replication throttles, changes nothing and succeeds, as on a topic.)
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,9 +25,13 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use tinymq_protocol::{messages as m, OpCode};
 
+use tinymq_auth::AclOperation;
+use tinymq_meta::authorize::Permission;
+
 use super::configs::{self, NativeChange};
 use super::{refusal, text, too_many_entries, topic_error, RESOURCE_BROKER, RESOURCE_TOPIC};
 use crate::context::Ctx;
+use crate::errors::{kafka_code_for, Resource};
 
 /// IncrementalAlterConfigs' operations (Kafka's `AlterConfigOp.OpType`).
 const OP_SET: i8 = 0;
@@ -174,10 +179,20 @@ async fn alter_resource(
 ) -> Result<(), Refused> {
     match resource_type {
         RESOURCE_TOPIC => alter_topic(ctx, name, change?, validate_only).await,
-        RESOURCE_BROKER => Err((
-            K::InvalidRequest.code(),
-            "tinymq's broker settings are its server flags, fixed while it runs (restart with the flag changed)".into(),
-        )),
+        // Deleting only names tinymq does not have changes nothing, as on a topic: what
+        // `kafka-reassign-partitions --verify` and `--cancel` send to clear Kafka's
+        // replication throttles.
+        RESOURCE_BROKER => match change {
+            Ok(c) if c.set.is_empty() && c.unset.is_empty() => {
+                let cluster = Permission::cluster(AclOperation::Alter);
+                let refused = ctx.state().check_permission(&ctx.peer.principal, cluster);
+                refused.map_err(|e| (kafka_code_for(Some(&e), Resource::Cluster), e.message))
+            }
+            _ => Err((
+                K::InvalidRequest.code(),
+                "tinymq's broker settings are its server flags, fixed while it runs (restart with the flag changed)".into(),
+            )),
+        },
         other => Err((
             K::InvalidRequest.code(),
             format!("config resource type {other} is not served (topics 2 are)"),

@@ -4,6 +4,7 @@
 //! directory, so there are no future (moving) replicas; the directory's total and usable bytes
 //! are answered as -1 (unknown), which Kafka's clients accept.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use kafka_protocol::messages::describe_log_dirs_response::{
@@ -28,12 +29,28 @@ pub(crate) async fn describe_log_dirs(
         return DescribeLogDirsResponse::default()
             .with_error_code(kafka_code_for(Some(&e), Resource::Cluster));
     }
-    let wanted = |topic: &str, index: u32| match &request.topics {
-        None => true,
-        Some(topics) => topics.iter().any(|t| {
-            t.topic.as_str() == topic && t.partitions.iter().any(|p| u32::try_from(*p) == Ok(index))
-        }),
-    };
+    let asked: usize = request
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| 1 + t.partitions.len())
+        .sum();
+    if let Some((code, _)) = super::too_many_entries(asked) {
+        return DescribeLogDirsResponse::default().with_error_code(code);
+    }
+    let wanted: Option<HashSet<(&str, u32)>> = request.topics.as_ref().map(|topics| {
+        topics
+            .iter()
+            .flat_map(|t| {
+                let topic = t.topic.as_str();
+                t.partitions
+                    .iter()
+                    .filter_map(move |p| Some((topic, u32::try_from(*p).ok()?)))
+            })
+            .collect()
+    });
+    let wanted =
+        |topic: &str, index: u32| wanted.as_ref().is_none_or(|w| w.contains(&(topic, index)));
     let mut partitions: Vec<_> = state
         .all_partitions()
         .into_iter()

@@ -7,7 +7,9 @@
 //! entities are refused. Two Kafka keys map onto native rates: `producer_byte_rate` (the
 //! native `produce_bytes_per_sec`) and `consumer_byte_rate` (`fetch_bytes_per_sec`); the
 //! native `requests_per_sec` has no Kafka key (Kafka's `request_percentage` is a share of
-//! broker threads, which tinymq does not meter) and is kept as it is by an alteration.
+//! broker threads, which tinymq does not meter) and is kept as it is by an alteration. An
+//! alteration is the MetaServer's `AlterQuota`, applied to its own image (a broker's may be
+//! behind), after the ALTER check here.
 
 use std::sync::Arc;
 
@@ -20,8 +22,10 @@ use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
 use kafka_protocol::messages::describe_client_quotas_response::{EntityData, EntryData, ValueData};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use tinymq_auth::{AclOperation, QuotaConfig, QUOTA_DEFAULT_PRINCIPAL};
+use tinymq_auth::{AclOperation, QUOTA_DEFAULT_PRINCIPAL};
 use tinymq_meta::authorize::Permission;
+use tinymq_meta::security_ops::SETTLE_WAIT;
+use tinymq_meta::{Command, MetadataImage};
 use tinymq_protocol::{messages as m, OpCode};
 
 use super::{text, too_many_entries};
@@ -79,7 +83,9 @@ pub(crate) async fn describe_client_quotas(
                 .with_error_message(Some(text(e.message)));
         }
     };
-    if let Err((code, why)) = check_filter(&request.components) {
+    let checked = too_many_entries(request.components.len())
+        .map_or_else(|| check_filter(&request.components), Err);
+    if let Err((code, why)) = checked {
         return DescribeClientQuotasResponse::default()
             .with_error_code(code)
             .with_error_message(Some(text(why)));
@@ -179,32 +185,32 @@ pub(crate) async fn alter_client_quotas(
     AlterClientQuotasResponse::default().with_entries(entries)
 }
 
-/// Checks one entry, applies its operations to the user's quota in this broker's image and
-/// writes the result (unless `validate_only`).
+/// Checks one entry and, unless `validate_only`, applies its operations on the MetaServer
+/// (`AlterQuota`, against its own image, so that concurrent changes of other rates through
+/// other brokers are kept), then waits until this broker's image shows them.
 async fn alter_entry(ctx: &Ctx, entry: &AlterEntry, validate_only: bool) -> Result<(), Refused> {
     let principal = entity_principal(entry)?;
-    let current = ctx
-        .state()
-        .cluster
-        .image()
-        .quotas
-        .get(&principal)
-        .copied()
-        .unwrap_or_default();
-    let next = apply_ops(current, entry)?;
-    if validate_only || (next == current && next.is_unlimited()) {
+    tinymq_auth::quota::check_quota_principal(&principal).map_err(|e| invalid(e.to_string()))?;
+    let rates = rates_of(entry)?;
+    if validate_only || rates == Rates::default() {
         return Ok(());
     }
-    let request = m::SetQuotaRequest {
-        quota: Some(next.to_wire(&principal)),
-        // No rate left: the user falls back to the default quota, as in Kafka.
-        remove: next.is_unlimited(),
+    let command = Command::AlterQuota {
+        principal: principal.clone(),
+        produce_bytes_per_sec: rates.produce,
+        fetch_bytes_per_sec: rates.fetch,
     };
-    let answer = ctx.call::<_, m::SetQuotaResponse>(OpCode::SetQuota, &request);
-    match answer.await.map(|r| r.error).unwrap_or_else(Some) {
-        None => Ok(()),
-        Some(e) => Err((kafka_code_for(Some(&e), Resource::Cluster), e.message)),
+    let cluster = &ctx.state().cluster;
+    if let Err(e) = cluster.write(command).await {
+        return Err((kafka_code_for(Some(&e), Resource::Cluster), e.message));
     }
+    let applied = |image: &MetadataImage| {
+        let now = image.quotas.get(&principal).copied().unwrap_or_default();
+        rates.produce.is_none_or(|r| now.produce_bytes_per_sec == r)
+            && rates.fetch.is_none_or(|r| now.fetch_bytes_per_sec == r)
+    };
+    cluster.wait_until(SETTLE_WAIT, applied).await;
+    Ok(())
 }
 
 /// The native principal key of an entry's entity: one `user` component.
@@ -227,8 +233,16 @@ fn entity_principal(entry: &AlterEntry) -> Result<String, Refused> {
     }
 }
 
-/// `current` with an entry's operations applied.
-fn apply_ops(mut quota: QuotaConfig, entry: &AlterEntry) -> Result<QuotaConfig, Refused> {
+/// The rates an entry changes: `Some(0)` removes a rate (no limit), `None` keeps it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Rates {
+    produce: Option<u64>,
+    fetch: Option<u64>,
+}
+
+/// An entry's operations as the rates they set.
+fn rates_of(entry: &AlterEntry) -> Result<Rates, Refused> {
+    let mut rates = Rates::default();
     for op in &entry.ops {
         let rate = if op.remove {
             0
@@ -236,8 +250,8 @@ fn apply_ops(mut quota: QuotaConfig, entry: &AlterEntry) -> Result<QuotaConfig, 
             rate_of(op.key.as_str(), op.value)?
         };
         match op.key.as_str() {
-            PRODUCER_BYTE_RATE => quota.produce_bytes_per_sec = rate,
-            CONSUMER_BYTE_RATE => quota.fetch_bytes_per_sec = rate,
+            PRODUCER_BYTE_RATE => rates.produce = Some(rate),
+            CONSUMER_BYTE_RATE => rates.fetch = Some(rate),
             other => {
                 return Err(invalid(format!(
                     "unknown quota key '{other}': tinymq takes {PRODUCER_BYTE_RATE} and \
@@ -246,7 +260,7 @@ fn apply_ops(mut quota: QuotaConfig, entry: &AlterEntry) -> Result<QuotaConfig, 
             }
         }
     }
-    Ok(quota)
+    Ok(rates)
 }
 
 /// A rate in bytes per second: a whole number from 1 to 2^53.
@@ -283,12 +297,7 @@ mod tests {
     }
 
     #[test]
-    fn operations_change_only_their_own_rate() {
-        let current = QuotaConfig {
-            produce_bytes_per_sec: 10,
-            fetch_bytes_per_sec: 20,
-            requests_per_sec: 30,
-        };
+    fn operations_set_or_remove_only_their_own_rate() {
         let entry = user_entry(
             Some("alice"),
             vec![
@@ -296,10 +305,22 @@ mod tests {
                 op(CONSUMER_BYTE_RATE, 0.0, true),
             ],
         );
-        let next = apply_ops(current, &entry).expect("valid operations");
-        assert_eq!(next.produce_bytes_per_sec, 1024);
-        assert_eq!(next.fetch_bytes_per_sec, 0);
-        assert_eq!(next.requests_per_sec, 30, "the native-only rate is kept");
+        let rates = rates_of(&entry).expect("valid operations");
+        assert_eq!(
+            rates,
+            Rates {
+                produce: Some(1024),
+                fetch: Some(0)
+            }
+        );
+        let one = user_entry(None, vec![op(CONSUMER_BYTE_RATE, 7.0, false)]);
+        assert_eq!(
+            rates_of(&one).unwrap(),
+            Rates {
+                produce: None,
+                fetch: Some(7)
+            }
+        );
         assert_eq!(entity_principal(&entry).unwrap(), "User:alice");
         assert_eq!(
             entity_principal(&user_entry(None, vec![])).unwrap(),
@@ -309,7 +330,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_bad_rates_and_other_entities_are_refused() {
-        let refused = |entry: AlterEntry| apply_ops(QuotaConfig::default(), &entry).is_err();
+        let refused = |entry: AlterEntry| rates_of(&entry).is_err();
         assert!(refused(user_entry(
             None,
             vec![op("request_percentage", 50.0, false)]

@@ -94,23 +94,70 @@ fn leads_preferred(p: &PartitionRecord) -> bool {
     p.leader.is_some() && p.leader == p.replicas.first().copied()
 }
 
+/// Whether an election can hand `p` to its first replica now: live and in sync (the rule of
+/// the MetaServer's `ElectPreferredLeaders`).
+fn preferred_available(p: &PartitionRecord, live: &[u32]) -> bool {
+    p.replicas
+        .first()
+        .is_some_and(|first| p.isr.contains(first) && live.contains(first))
+}
+
+/// A whole request refused: at v1+ as the top-level error; v0 has none, so there every named
+/// partition carries it.
+fn election_refused(
+    version: i16,
+    request: &ElectLeadersRequest,
+    code: i16,
+) -> ElectLeadersResponse {
+    if version >= 1 {
+        return ElectLeadersResponse::default().with_error_code(code);
+    }
+    let results = request
+        .topic_partitions
+        .iter()
+        .flatten()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    PartitionResult::default()
+                        .with_partition_id(*p)
+                        .with_error_code(code)
+                })
+                .collect();
+            ReplicaElectionResult::default()
+                .with_topic(t.topic.clone())
+                .with_partition_result(partitions)
+        })
+        .collect();
+    ElectLeadersResponse::default().with_replica_election_results(results)
+}
+
 pub(crate) async fn elect_leaders(
     ctx: Arc<Ctx>,
-    _version: i16,
+    version: i16,
     request: ElectLeadersRequest,
 ) -> ElectLeadersResponse {
-    if let Err((code, _)) = check_cluster(&ctx, AclOperation::Alter) {
-        return ElectLeadersResponse::default().with_error_code(code);
+    // Counted before anything is copied out of the request.
+    let count: usize = request
+        .topic_partitions
+        .iter()
+        .flatten()
+        .map(|t| t.partitions.len())
+        .sum();
+    let up_front = too_many_entries(count)
+        .map(Err)
+        .unwrap_or_else(|| check_cluster(&ctx, AclOperation::Alter));
+    if let Err((code, _)) = up_front {
+        return election_refused(version, &request, code);
     }
     let cluster = &ctx.state().cluster;
     let before = cluster.image();
+    let live = before.live_brokers();
+    let every_partition = request.topic_partitions.is_none();
     let named = named_partitions(&before, &request);
-    if let Some((code, _)) =
-        too_many_entries(named.len()).filter(|_| request.topic_partitions.is_some())
-    {
-        return ElectLeadersResponse::default().with_error_code(code);
-    }
-    // Before any election: what each partition's answer depends on.
+    // Answered before any election: all but the partitions an election can move now.
     let mut refused: Vec<Option<Refused>> = Vec::with_capacity(named.len());
     let mut topics: BTreeSet<&str> = BTreeSet::new();
     for (topic, index) in &named {
@@ -128,6 +175,10 @@ pub(crate) async fn elect_leaders(
             Some(p) if leads_preferred(p) => Some((
                 K::ElectionNotNeeded.code(),
                 "the preferred replica already leads".into(),
+            )),
+            Some(p) if !preferred_available(p, &live) => Some((
+                K::PreferredLeaderNotAvailable.code(),
+                "the preferred replica is not live and in sync".into(),
             )),
             Some(_) => {
                 topics.insert(topic);
@@ -150,20 +201,27 @@ pub(crate) async fn elect_leaders(
             r.is_some() || partition_of(image, t, *i).is_none_or(leads_preferred)
         })
     };
-    if !topics.is_empty() {
-        cluster
-            .wait_until(visible_wait(request.timeout_ms), all_elected)
-            .await;
+    if !topics.is_empty() && failed.is_none() {
+        // Within half the client's timeout, so the answer reaches it before it gives up.
+        let wait = visible_wait(request.timeout_ms) / 2;
+        cluster.wait_until(wait, all_elected).await;
     }
     let after = cluster.image();
     let mut results: Vec<ReplicaElectionResult> = Vec::new();
     for ((topic, index), refused) in named.iter().zip(refused) {
+        // Asked for every partition, Kafka leaves out those that needed no election.
+        let not_needed = refused
+            .as_ref()
+            .is_some_and(|(code, _)| *code == K::ElectionNotNeeded.code());
+        if every_partition && not_needed {
+            continue;
+        }
         let outcome = refused.or_else(|| match partition_of(&after, topic, *index) {
             Some(p) if leads_preferred(p) => None,
             _ => Some(failed.clone().unwrap_or_else(|| {
                 (
                     K::PreferredLeaderNotAvailable.code(),
-                    "the preferred replica is not live and in sync".into(),
+                    "the preferred replica did not take over in time".into(),
                 )
             })),
         });
@@ -198,9 +256,31 @@ pub(crate) async fn alter_partition_reassignments(
         .map(Err)
         .unwrap_or_else(|| check_cluster(&ctx, AclOperation::Alter));
     if let Err((code, why)) = up_front {
+        // Every requested partition carries the refusal too: Kafka's AdminClient expects an
+        // answer for each (as Kafka's own error response gives).
+        let responses = request
+            .topics
+            .iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        ReassignablePartitionResponse::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(code)
+                            .with_error_message(Some(text(why.clone())))
+                    })
+                    .collect();
+                ReassignableTopicResponse::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(partitions)
+            })
+            .collect();
         return response
             .with_error_code(code)
-            .with_error_message(Some(text(why)));
+            .with_error_message(Some(text(why)))
+            .with_responses(responses);
     }
     let cluster = &ctx.state().cluster;
     let mut started: Vec<(String, u32, Vec<u32>)> = Vec::new();
@@ -273,38 +353,42 @@ async fn reassign_one(
             "no such partition".into(),
         ));
     };
-    let target: Vec<u32> = match replicas {
-        // A cancellation: back to the replicas it had before the move started.
-        None if !p.is_reassigning() => {
-            return Err((
-                K::NoReassignmentInProgress.code(),
-                "no reassignment of this partition is in progress".into(),
-            ))
-        }
-        None => p
-            .replicas
-            .iter()
-            .copied()
-            .filter(|r| !p.adding_replicas.contains(r))
-            .collect(),
-        Some(ids) => {
-            let target: Result<Vec<u32>, _> = ids.iter().map(|b| u32::try_from(b.0)).collect();
-            target.map_err(|_| {
-                (
-                    K::InvalidReplicaAssignment.code(),
-                    format!("a broker id below 0 in {ids:?}"),
-                )
-            })?
-        }
+    let Some(ids) = replicas else {
+        // A cancellation, decided on the MetaServer's image (this broker's may be behind).
+        let command = Command::CancelReassignment {
+            topic: topic.to_string(),
+            partition: index as u32,
+        };
+        return match ctx.state().cluster.write(command).await {
+            Ok(tinymq_meta::Reply::Partition(p)) => Ok(p.target_replicas()),
+            Ok(_) => Ok(Vec::new()),
+            Err(e) => {
+                let code = match tinymq_protocol::ErrorCode::from_code(e.code) {
+                    Some(tinymq_protocol::ErrorCode::INVALID_REQUEST) => {
+                        K::NoReassignmentInProgress.code()
+                    }
+                    _ => kafka_code_for(Some(&e), Resource::Cluster),
+                };
+                Err((code, e.message))
+            }
+        };
     };
-    if replicas.is_some()
-        && !allow_replication_factor_change
-        && target.len() != p.target_replicas().len()
-    {
+    let target: Vec<u32> = ids
+        .iter()
+        .map(|b| u32::try_from(b.0))
+        .collect::<Result<_, _>>()
+        .map_err(|_| {
+            (
+                K::InvalidReplicaAssignment.code(),
+                format!("a broker id below 0 in {ids:?}"),
+            )
+        })?;
+    if !allow_replication_factor_change && target.len() != p.target_replicas().len() {
         return Err((
             K::InvalidReplicationFactor.code(),
             format!(
-                "{} replicas instead of {}, and the request does not allow a change of replication factor",
+                "{} replicas instead of {}, and the request does not allow a change of \
+                 replication factor",
                 target.len(),
                 p.target_replicas().len()
             ),
@@ -339,6 +423,17 @@ pub(crate) async fn list_partition_reassignments(
             .with_error_code(code)
             .with_error_message(Some(text(why)));
     }
+    let asked: usize = request
+        .topics
+        .iter()
+        .flatten()
+        .map(|t| 1 + t.partition_indexes.len())
+        .sum();
+    if let Some((code, why)) = too_many_entries(asked) {
+        return ListPartitionReassignmentsResponse::default()
+            .with_error_code(code)
+            .with_error_message(Some(text(why)));
+    }
     let image = ctx.state().cluster.image();
     let ongoing = |p: &PartitionRecord, index: usize| {
         let ids = |list: &[u32]| list.iter().map(|b| BrokerId(*b as i32)).collect();
@@ -349,18 +444,21 @@ pub(crate) async fn list_partition_reassignments(
             .with_removing_replicas(ids(&p.removing_replicas))
     };
     let mut topics = Vec::new();
+    let mut listed: BTreeSet<String> = BTreeSet::new();
     let mut add = |name: &str, wanted: Option<&[i32]>| {
         let Some(topic) = image.topics.get(name) else {
             return;
         };
+        if !listed.insert(name.to_string()) {
+            return;
+        }
+        let wanted: Option<BTreeSet<usize>> =
+            wanted.map(|w| w.iter().filter_map(|x| usize::try_from(*x).ok()).collect());
         let partitions: Vec<_> = topic
             .partitions
             .iter()
             .enumerate()
-            .filter(|(i, p)| {
-                p.is_reassigning()
-                    && wanted.is_none_or(|w| w.iter().any(|x| usize::try_from(*x) == Ok(*i)))
-            })
+            .filter(|(i, p)| p.is_reassigning() && wanted.as_ref().is_none_or(|w| w.contains(i)))
             .map(|(i, p)| ongoing(p, i))
             .collect();
         if !partitions.is_empty() {

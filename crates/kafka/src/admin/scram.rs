@@ -4,12 +4,12 @@
 //! users` sends.
 //!
 //! Kafka changes one mechanism of a user at a time; tinymq stores a user's verifiers together.
-//! An alteration therefore starts from the user's verifiers in this broker's image, applies the
-//! request's deletions and upsertions for that user, and writes the result whole (PutUser, or
-//! DeleteUser when no verifier is left). A client sends the salted password (RFC 5802
+//! An alteration is the MetaServer's `AlterUserCredentials`, applied to the MetaServer's own
+//! image (a broker's may be behind), after the ALTER check here: the user is created by its
+//! first verifier and deleted with its last. A client sends the salted password (RFC 5802
 //! `SaltedPassword`), never the password; the StoredKey and ServerKey are derived from it here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use kafka_protocol::error::ResponseError as K;
@@ -20,6 +20,8 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 use kafka_protocol::messages::*;
 use tinymq_auth::{AclOperation, ScramMechanism, StoredCredential};
 use tinymq_meta::authorize::Permission;
+use tinymq_meta::security_ops::SETTLE_WAIT;
+use tinymq_meta::{Command, MetadataImage};
 use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
 use super::{text, too_many_entries};
@@ -82,37 +84,45 @@ pub(crate) async fn describe_user_scram_credentials(
             .with_user(text(user.name.clone()))
             .with_credential_infos(infos)
     };
-    let results = match request.users {
-        None => users.iter().map(described).collect(),
-        Some(names) => {
-            let mut asked: BTreeMap<&str, usize> = BTreeMap::new();
-            for name in &names {
-                *asked.entry(name.name.as_str()).or_default() += 1;
-            }
-            names
-                .iter()
-                .map(|name| {
-                    let name = name.name.as_str();
-                    let refused = |code: K, why: &str| {
-                        DescribeUserScramCredentialsResult::default()
-                            .with_user(text(name))
-                            .with_error_code(code.code())
-                            .with_error_message(Some(text(why)))
-                    };
-                    if asked[name] > 1 {
-                        return refused(
-                            K::DuplicateResource,
-                            "the same user named twice in one request",
-                        );
-                    }
-                    match users.iter().find(|u| u.name == name) {
-                        Some(user) => described(user),
-                        None => refused(K::ResourceNotFound, "no SCRAM credential for this user"),
-                    }
-                })
-                .collect()
-        }
+    let names = match request.users {
+        // Kafka describes every user for an empty list as for none (librdkafka sends `[]`).
+        Some(names) if !names.is_empty() => names,
+        _ => return response.with_results(users.iter().map(described).collect()),
     };
+    if let Some((code, why)) = too_many_entries(names.len()) {
+        return response
+            .with_error_code(code)
+            .with_error_message(Some(text(why)));
+    }
+    let by_name: HashMap<&str, &m::UserInfo> = users.iter().map(|u| (u.name.as_str(), u)).collect();
+    let mut asked: HashMap<&str, usize> = HashMap::new();
+    for name in &names {
+        *asked.entry(name.name.as_str()).or_default() += 1;
+    }
+    let mut answered: HashSet<&str> = HashSet::new();
+    let results = names
+        .iter()
+        .map(|n| n.name.as_str())
+        .filter(|name| answered.insert(name))
+        .map(|name| {
+            let refused = |code: K, why: &str| {
+                DescribeUserScramCredentialsResult::default()
+                    .with_user(text(name))
+                    .with_error_code(code.code())
+                    .with_error_message(Some(text(why)))
+            };
+            if asked[name] > 1 {
+                return refused(
+                    K::DuplicateResource,
+                    "the same user named twice in one request",
+                );
+            }
+            match by_name.get(name) {
+                Some(user) => described(user),
+                None => refused(K::ResourceNotFound, "no SCRAM credential for this user"),
+            }
+        })
+        .collect();
     response.with_results(results)
 }
 
@@ -128,6 +138,17 @@ pub(crate) async fn alter_user_scram_credentials(
     _version: i16,
     request: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
+    // Checked before any verifier is derived (each costs HMACs): the count, then ALTER.
+    let count = request.deletions.len() + request.upsertions.len();
+    let up_front = too_many_entries(count).or_else(|| {
+        let cluster = Permission::cluster(AclOperation::Alter);
+        let refused = ctx.state().check_permission(&ctx.peer.principal, cluster);
+        let refused = refused.err()?;
+        Some((
+            kafka_code_for(Some(&refused), Resource::Cluster),
+            refused.message,
+        ))
+    });
     let mut order: Vec<String> = Vec::new();
     let mut changes: BTreeMap<String, Result<Changes, Refused>> = BTreeMap::new();
     fn entry<'c>(
@@ -144,6 +165,9 @@ pub(crate) async fn alter_user_scram_credentials(
     }
     for deletion in &request.deletions {
         let slot = entry(&mut changes, &mut order, deletion.name.as_str());
+        if up_front.is_some() {
+            continue;
+        }
         if let Ok(user) = slot {
             match mechanism_of(deletion.mechanism) {
                 Some(mechanism) => user.deletions.push(mechanism),
@@ -153,6 +177,9 @@ pub(crate) async fn alter_user_scram_credentials(
     }
     for upsertion in &request.upsertions {
         let slot = entry(&mut changes, &mut order, upsertion.name.as_str());
+        if up_front.is_some() {
+            continue;
+        }
         if let Ok(user) = slot {
             match credential_of(upsertion) {
                 Ok(credential) => user.upsertions.push(credential),
@@ -160,17 +187,6 @@ pub(crate) async fn alter_user_scram_credentials(
             }
         }
     }
-    let count = request.deletions.len() + request.upsertions.len();
-    let up_front = too_many_entries(count).or_else(|| {
-        let cluster = Permission::cluster(AclOperation::Alter);
-        let refused = ctx.state().check_permission(&ctx.peer.principal, cluster);
-        refused.err().map(|e| {
-            (
-                kafka_code_for(Some(&e), Resource::Cluster),
-                e.message.clone(),
-            )
-        })
-    });
     let mut results = Vec::with_capacity(order.len());
     for name in order {
         let outcome = match (&up_front, changes.remove(&name)) {
@@ -218,47 +234,38 @@ fn credential_of(
     .map_err(|e| unacceptable(e.to_string()))
 }
 
-/// Applies one user's changes to its verifiers in the image and writes the result.
+/// Applies one user's changes on the MetaServer (`AlterUserCredentials`, against its own
+/// image, so that concurrent changes through other brokers are not lost), then waits until
+/// this broker's image shows them (an image without users is one sent without verifiers, to
+/// a broker of a cluster whose nodes do not authenticate: nothing to wait for there).
 async fn alter_user(ctx: &Ctx, name: &str, changes: Changes) -> Result<(), Refused> {
-    let current = ctx
-        .state()
-        .cluster
-        .image()
-        .users
-        .get(name)
-        .cloned()
-        .unwrap_or_default();
-    let next = next_credentials(&current, &changes)?;
-    let error = if next.is_empty() {
-        let request = m::DeleteUserRequest { name: name.into() };
-        let answer = ctx.call::<_, m::DeleteUserResponse>(OpCode::DeleteUser, &request);
-        answer.await.map(|r| r.error)
-    } else {
-        let mode = if current.is_empty() {
-            m::PutUserMode::Create
-        } else {
-            m::PutUserMode::Update
-        };
-        let request = m::PutUserRequest {
-            name: name.into(),
-            credentials: next.iter().map(StoredCredential::to_wire).collect(),
-            mode: mode as i32,
-        };
-        let answer = ctx.call::<_, m::PutUserResponse>(OpCode::PutUser, &request);
-        answer.await.map(|r| r.error)
+    check_mechanisms_once(&changes)?;
+    let command = Command::AlterUserCredentials {
+        name: name.to_string(),
+        delete: changes.deletions.clone(),
+        upsert: changes.upsertions.clone(),
     };
-    match error.unwrap_or_else(Some) {
-        None => Ok(()),
-        Some(e) => Err((native_code(&e), e.message)),
+    let cluster = &ctx.state().cluster;
+    if let Err(e) = cluster.write(command).await {
+        return Err((native_code(&e), e.message));
     }
+    let applied = |image: &MetadataImage| {
+        if image.users.is_empty() {
+            return true;
+        }
+        let current = image.users.get(name).map(Vec::as_slice).unwrap_or_default();
+        changes.upsertions.iter().all(|c| current.contains(c))
+            && changes
+                .deletions
+                .iter()
+                .all(|m| !current.iter().any(|c| c.mechanism == *m))
+    };
+    cluster.wait_until(SETTLE_WAIT, applied).await;
+    Ok(())
 }
 
-/// A user's verifiers after `changes`: each deletion must name a verifier the user has, and no
-/// mechanism may be named twice.
-fn next_credentials(
-    current: &[StoredCredential],
-    changes: &Changes,
-) -> Result<Vec<StoredCredential>, Refused> {
+/// Refuses a user's changes that name one mechanism twice (Kafka's DUPLICATE_RESOURCE).
+fn check_mechanisms_once(changes: &Changes) -> Result<(), Refused> {
     let mut named: Vec<ScramMechanism> = changes.deletions.clone();
     named.extend(changes.upsertions.iter().map(|c| c.mechanism));
     for (i, mechanism) in named.iter().enumerate() {
@@ -269,24 +276,7 @@ fn next_credentials(
             ));
         }
     }
-    if let Some(missing) = changes
-        .deletions
-        .iter()
-        .find(|m| !current.iter().any(|c| c.mechanism == **m))
-    {
-        return Err((
-            K::ResourceNotFound.code(),
-            format!("the user has no {missing} credential to delete"),
-        ));
-    }
-    let mut next: Vec<StoredCredential> = current
-        .iter()
-        .filter(|c| !named.contains(&c.mechanism))
-        .cloned()
-        .collect();
-    next.extend(changes.upsertions.iter().cloned());
-    next.sort_by_key(|c| c.mechanism);
-    Ok(next)
+    Ok(())
 }
 
 /// The Kafka code of a native user operation's refusal.
@@ -310,43 +300,18 @@ mod tests {
     }
 
     #[test]
-    fn an_upsertion_replaces_only_its_mechanism_and_a_deletion_removes_only_its_own() {
-        let current = vec![
-            credential(ScramMechanism::Sha256, "a"),
-            credential(ScramMechanism::Sha512, "a"),
-        ];
-        let upsert = Changes {
-            deletions: vec![],
-            upsertions: vec![credential(ScramMechanism::Sha256, "b")],
-        };
-        let next = next_credentials(&current, &upsert).expect("an upsertion");
-        assert_eq!(
-            next,
-            vec![credential(ScramMechanism::Sha256, "b"), current[1].clone()]
-        );
-        let delete = Changes {
-            deletions: vec![ScramMechanism::Sha512],
-            upsertions: vec![],
-        };
-        let next = next_credentials(&current, &delete).expect("a deletion");
-        assert_eq!(next, vec![current[0].clone()]);
-    }
-
-    #[test]
-    fn a_missing_credential_or_a_mechanism_named_twice_is_refused() {
-        let current = vec![credential(ScramMechanism::Sha256, "a")];
-        let missing = Changes {
-            deletions: vec![ScramMechanism::Sha512],
-            upsertions: vec![],
-        };
-        let refused = next_credentials(&current, &missing).unwrap_err();
-        assert_eq!(refused.0, K::ResourceNotFound.code());
+    fn a_mechanism_named_twice_is_refused() {
         let twice = Changes {
             deletions: vec![ScramMechanism::Sha256],
             upsertions: vec![credential(ScramMechanism::Sha256, "b")],
         };
-        let refused = next_credentials(&current, &twice).unwrap_err();
+        let refused = check_mechanisms_once(&twice).unwrap_err();
         assert_eq!(refused.0, K::DuplicateResource.code());
+        let both = Changes {
+            deletions: vec![ScramMechanism::Sha512],
+            upsertions: vec![credential(ScramMechanism::Sha256, "b")],
+        };
+        assert!(check_mechanisms_once(&both).is_ok());
     }
 
     #[test]
