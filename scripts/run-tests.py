@@ -31,6 +31,8 @@ from concurrent.futures import ThreadPoolExecutor
 # Known long binaries (package, target, kind), slowest first, for a run with no recorded durations.
 LONGEST = [
     ("tinymq-cli", "kafka_conformance", "test"),
+    ("tinymq-cli", "kafka_connect", "test"),
+    ("tinymq-cli", "kafka_mirror", "test"),
     ("tinymq-chaos", "short", "test"),
     ("tinymq-cli", "group_promises", "test"),
     ("tinymq-cli", "replication", "test"),
