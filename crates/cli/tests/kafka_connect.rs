@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use common::free_port;
 use common::http::{raw, Response};
 use common::kafka::{KafkaServer, Launch};
-use kafka_clients::{apache_kafka_java, committed_values, native_records};
+use kafka_clients::{apache_kafka_java, committed_values, native_records, LogsOnFailure};
 use serde_json::{json, Value};
 
 /// Lines of the input file; the first half is written before the kill, the rest after.
@@ -164,24 +164,6 @@ fn worker_properties(kafka: &str, port: u16, exactly_once: bool) -> String {
          consumer.heartbeat.interval.ms=1000\n\
          consumer.isolation.level=read_committed\n"
     )
-}
-
-/// On a failure (a panic while this is alive), prints the end of every worker's log and the
-/// server's, which say what Connect or tinymq was doing.
-struct LogsOnFailure(Vec<PathBuf>);
-
-impl Drop for LogsOnFailure {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        for log in &self.0 {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = lines[lines.len().saturating_sub(80)..].join("\n");
-            eprintln!("==== last lines of {} ====\n{tail}", log.display());
-        }
-    }
 }
 
 /// Polls `probe` every 200 ms until it gives a value, for at most [`STEP_LIMIT`]; fails the

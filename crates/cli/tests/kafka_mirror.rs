@@ -24,7 +24,7 @@ mod kafka_clients;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use common::http::workspace_root;
 use common::kafka::{Kafka, KafkaServer, Launch};
 use kafka_clients::{
     apache_kafka_java, kafka_tool_at, keyed_console_producer, keyed_lines, native_records, run,
-    run_ok, CONFIGS, CONSUMER, GROUPS, TOPICS,
+    run_ok, LogsOnFailure, CONFIGS, CONSUMER, GROUPS, TOPICS,
 };
 
 const TOPIC: &str = "orders";
@@ -98,23 +98,6 @@ impl Process {
 impl Drop for Process {
     fn drop(&mut self) {
         self.kill9();
-    }
-}
-
-/// The tail of each log, printed when the test fails (on drop while panicking).
-struct Logs(Vec<PathBuf>);
-
-impl Drop for Logs {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            return;
-        }
-        for log in &self.0 {
-            let text = std::fs::read_to_string(log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = lines[lines.len().saturating_sub(60)..].join("\n");
-            eprintln!("--- the last lines of {} ---\n{tail}", log.display());
-        }
     }
 }
 
@@ -383,7 +366,7 @@ fn topics(bootstrap: &str) -> Vec<String> {
 fn mirror_maker_2_migrates_a_live_kafka_topic_and_its_group_offsets_to_tinymq() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let dir = dir.path();
-    let _logs = Logs(vec![
+    let _logs = LogsOnFailure(vec![
         dir.join("kafka/server.log"),
         dir.join("kafka-run.out"),
         dir.join("mm2-1.log"),

@@ -370,28 +370,20 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     );
     std::fs::write(&plan, plan_json).expect("write the plan");
     let plan = plan.display().to_string();
-    let executed = run_ok(
-        kafka_tool_at(
-            cluster.kafka(),
-            REASSIGN,
-            &["--reassignment-json-file", &plan, "--execute"],
-        ),
-        b"",
-    );
+    let reassign = |action: &str| {
+        let args = ["--reassignment-json-file", plan.as_str(), action];
+        run(kafka_tool_at(cluster.kafka(), REASSIGN, &args), b"")
+    };
+    let executed = reassign("--execute");
+    assert!(executed.status.success(), "{}", executed.printed());
+    let executed = executed.stdout;
     assert!(
         executed.contains("Successfully started partition reassignment"),
         "{executed}"
     );
     let verified = common::retry(300, Duration::from_millis(200), || {
         // Once complete, the tool also clears Kafka's throttles: it must succeed.
-        let out = run(
-            kafka_tool_at(
-                cluster.kafka(),
-                REASSIGN,
-                &["--reassignment-json-file", &plan, "--verify"],
-            ),
-            b"",
-        );
+        let out = reassign("--verify");
         (out.status.success()
             && out
                 .stdout
@@ -411,17 +403,14 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
     // Nothing is moving now: the tool finds no active reassignment to cancel (from
     // ListPartitionReassignments), clears Kafka's throttles (deletions of configs tinymq does
     // not have: nothing changes) and succeeds; nothing moves.
-    let cancel = run_ok(
-        kafka_tool_at(
-            cluster.kafka(),
-            REASSIGN,
-            &["--reassignment-json-file", &plan, "--cancel"],
-        ),
-        b"",
-    );
+    let cancel = reassign("--cancel");
     assert!(
-        cancel.contains("None of the specified partition reassignments are active"),
-        "{cancel}"
+        cancel.status.success()
+            && cancel
+                .stdout
+                .contains("None of the specified partition reassignments are active"),
+        "{}",
+        cancel.printed()
     );
     assert_eq!(describe("moved", cluster.native())[0].replicas, target);
 

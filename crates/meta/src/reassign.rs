@@ -43,6 +43,24 @@ pub(crate) fn complete_if_in_sync(next: &mut PartitionRecord, live: &[u32]) {
     next.removing_replicas.clear();
 }
 
+/// Partition `partition` of `topic`, or the error naming what is unknown.
+fn partition_record<'i>(
+    image: &'i MetadataImage,
+    topic: &str,
+    partition: u32,
+) -> Result<&'i PartitionRecord, MetaError> {
+    image
+        .topics
+        .get(topic)
+        .ok_or_else(|| MetaError::UnknownTopic(topic.into()))?
+        .partitions
+        .get(partition as usize)
+        .ok_or_else(|| MetaError::UnknownPartition {
+            topic: topic.into(),
+            partition,
+        })
+}
+
 /// `ReassignPartition`: the partition's state once the move to `target` has started (and,
 /// when nothing needs adding, finished).
 fn reassigned(
@@ -55,13 +73,7 @@ fn reassigned(
         .topics
         .get(topic)
         .ok_or_else(|| MetaError::UnknownTopic(topic.into()))?;
-    let p = t
-        .partitions
-        .get(partition as usize)
-        .ok_or_else(|| MetaError::UnknownPartition {
-            topic: topic.into(),
-            partition,
-        })?;
+    let p = partition_record(image, topic, partition)?;
     let invalid = |why: String| MetaError::Invalid(format!("reassign {topic}/{partition}: {why}"));
     if target.is_empty() {
         return Err(invalid("no target replicas".into()));
@@ -133,16 +145,7 @@ pub(crate) fn reassign_partition(
 /// `CancelReassignment`: the partition moves back to its replicas before the move under way
 /// (those that are not being added), decided on this image.
 pub(crate) fn cancel_reassignment(image: &MetadataImage, topic: &str, partition: u32) -> Outcome {
-    let p = image
-        .topics
-        .get(topic)
-        .ok_or_else(|| MetaError::UnknownTopic(topic.into()))?
-        .partitions
-        .get(partition as usize)
-        .ok_or_else(|| MetaError::UnknownPartition {
-            topic: topic.into(),
-            partition,
-        })?;
+    let p = partition_record(image, topic, partition)?;
     if !p.is_reassigning() {
         return Err(MetaError::Invalid(format!(
             "no reassignment of {topic}/{partition} is in progress"

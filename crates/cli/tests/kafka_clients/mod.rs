@@ -167,6 +167,24 @@ pub const CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
 pub const ACLS: &str = "org.apache.kafka.tools.AclCommand";
 pub const DELETE_RECORDS: &str = "org.apache.kafka.tools.DeleteRecordsCommand";
 
+/// While alive, prints the last lines of each log if the test panics (on drop while
+/// panicking): what Kafka, Connect, MirrorMaker 2 or tinymq was doing when it failed.
+pub struct LogsOnFailure(pub Vec<PathBuf>);
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        for log in &self.0 {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+            eprintln!("==== last lines of {} ====\n{tail}", log.display());
+        }
+    }
+}
+
 /// What a client run printed.
 pub struct Ran {
     pub status: ExitStatus,
