@@ -148,7 +148,11 @@ impl BrokerState {
         principal: &tinymq_auth::Principal,
         permission: tinymq_meta::authorize::Permission<'_>,
     ) -> Result<(), m::Error> {
-        crate::authorize::access(self).check(principal, permission)
+        // The access of `crate::authorize::access`, built here: `authorize` depends on this
+        // module, not the other way round.
+        self.authorization
+            .current(|| self.cluster.version(), || self.cluster.image())
+            .check(principal, permission)
     }
 
     pub fn node_id(&self) -> u32 {
