@@ -71,23 +71,28 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
     assert!(ready.is_some(), "the admin login never succeeded");
     // Kafka's tool sends credentials and quotas of users in separate requests, and refuses
     // to alter both at once.
-    let alter_bob = |config: &str| {
+    // `--add-config` or `--delete-config` of bob's `config`.
+    let alter_bob = |action: &str, config: &str| {
         let args = [
             "--alter",
             "--entity-type",
             "users",
             "--entity-name",
             "bob",
-            "--add-config",
+            action,
             config,
         ];
         configs(&server, &admin, &args)
     };
     let added = alter_bob(
+        "--add-config",
         "SCRAM-SHA-256=[iterations=8192,password=bob-secret-1],SCRAM-SHA-512=[password=bob-secret-2]",
     );
     assert!(added.contains("Completed updating config"), "{added}");
-    alter_bob("producer_byte_rate=1048576,consumer_byte_rate=2097152");
+    alter_bob(
+        "--add-config",
+        "producer_byte_rate=1048576,consumer_byte_rate=2097152",
+    );
 
     let described = describe_user(&server, &admin, Some("bob"));
     for expected in [
@@ -134,32 +139,8 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
     assert!(!refused.status.success(), "a wrong password logged in");
 
     // One mechanism and one rate removed; the others stay.
-    configs(
-        &server,
-        &admin,
-        &[
-            "--alter",
-            "--entity-type",
-            "users",
-            "--entity-name",
-            "bob",
-            "--delete-config",
-            "SCRAM-SHA-256",
-        ],
-    );
-    configs(
-        &server,
-        &admin,
-        &[
-            "--alter",
-            "--entity-type",
-            "users",
-            "--entity-name",
-            "bob",
-            "--delete-config",
-            "producer_byte_rate",
-        ],
-    );
+    alter_bob("--delete-config", "SCRAM-SHA-256");
+    alter_bob("--delete-config", "producer_byte_rate");
     let described = describe_user(&server, &admin, Some("bob"));
     assert!(!described.contains("SCRAM-SHA-256"), "{described}");
     assert!(
@@ -235,19 +216,7 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
     );
 
     // The last credential removed: the user is gone.
-    configs(
-        &server,
-        &admin,
-        &[
-            "--alter",
-            "--entity-type",
-            "users",
-            "--entity-name",
-            "bob",
-            "--delete-config",
-            "SCRAM-SHA-512",
-        ],
-    );
+    alter_bob("--delete-config", "SCRAM-SHA-512");
     let users = server.run_tool(&["user", "list"], b"");
     assert!(!users.contains("bob"), "{users}");
 }
