@@ -16,7 +16,7 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
-use common::kafka::{topic_configs, Kafka, KafkaServer, Launch};
+use common::kafka::{topic_config_sources, topic_configs, Kafka, KafkaServer, Launch};
 
 fn name(text: &str) -> TopicName {
     TopicName(StrBytes::from_string(text.to_string()))
@@ -282,21 +282,8 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
     }
     // What the topic set is an override (DYNAMIC_TOPIC_CONFIG, 1); the rest reads as the
     // broker's default (DEFAULT_CONFIG, 5), so tools that copy overrides copy only those.
-    let resource = describe_configs_request::DescribeConfigsResource::default()
-        .with_resource_type(2)
-        .with_resource_name(StrBytes::from_static_str("events"))
-        .with_configuration_keys(None);
-    let described = k.call(
-        4,
-        &DescribeConfigsRequest::default().with_resources(vec![resource]),
-    );
-    let source = |key: &str| {
-        let entry = described.results[0]
-            .configs
-            .iter()
-            .find(|c| c.name.as_str() == key);
-        entry.map(|c| c.config_source)
-    };
+    let described = topic_config_sources(&mut k, 4, "events");
+    let source = |key: &str| described.get(key).copied();
     assert_eq!(source("retention.ms"), Some(1), "{described:?}");
     assert_eq!(source("segment.bytes"), Some(5), "{described:?}");
     assert_eq!(source("cleanup.policy"), Some(5), "{described:?}");
@@ -317,21 +304,8 @@ fn topics_are_created_described_grown_and_deleted_the_kafka_way() {
     ] {
         assert_eq!(config(&configs, key), value, "{configs:?}");
     }
-    let resource = describe_configs_request::DescribeConfigsResource::default()
-        .with_resource_type(2)
-        .with_resource_name(StrBytes::from_static_str("compacted"))
-        .with_configuration_keys(None);
-    let described = k.call(
-        4,
-        &DescribeConfigsRequest::default().with_resources(vec![resource]),
-    );
-    let source = |key: &str| {
-        let entry = described.results[0]
-            .configs
-            .iter()
-            .find(|c| c.name.as_str() == key);
-        entry.map(|c| c.config_source)
-    };
+    let described = topic_config_sources(&mut k, 4, "compacted");
+    let source = |key: &str| described.get(key).copied();
     assert_eq!(source("cleanup.policy"), Some(1), "{described:?}");
     assert_eq!(source("delete.retention.ms"), Some(1), "{described:?}");
     assert_eq!(source("max.compaction.lag.ms"), Some(5), "{described:?}");

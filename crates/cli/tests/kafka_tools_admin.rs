@@ -34,11 +34,26 @@ fn login_config(dir: &Path, user: &str, password: &str, mechanism: &str) -> Stri
     path.display().to_string()
 }
 
-/// `kafka-configs` with a login: its output, or a failure with what it printed.
-fn configs(server: &KafkaServer, login: &str, args: &[&str]) -> String {
+/// `kafka-configs` with a login.
+fn configs_command(server: &KafkaServer, login: &str, args: &[&str]) -> std::process::Command {
     let mut command = kafka_tool_at(&server.kafka, CONFIGS, &["--command-config", login]);
     command.args(args);
-    run_ok(command, b"")
+    command
+}
+
+/// `kafka-configs` with a login: its output, or a failure with what it printed.
+fn configs(server: &KafkaServer, login: &str, args: &[&str]) -> String {
+    run_ok(configs_command(server, login, args), b"")
+}
+
+/// `kafka-configs --alter` with a login that must fail, printing `why`.
+fn configs_refused(server: &KafkaServer, login: &str, args: &[&str], why: &str) {
+    let refused = run(configs_command(server, login, args), b"");
+    assert!(
+        !refused.status.success() && refused.printed().contains(why),
+        "{}",
+        refused.printed()
+    );
 }
 
 /// `kafka-configs --describe` of user `name` (`None`: the default user).
@@ -176,8 +191,7 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
 
     // bob is no super user: he may not change users.
     let bob = login_config(dir.path(), "bob", "bob-secret-2", "SCRAM-SHA-512");
-    let mut command = kafka_tool_at(&server.kafka, CONFIGS, &["--command-config", &bob]);
-    command.args([
+    let mallory = [
         "--alter",
         "--entity-type",
         "users",
@@ -185,21 +199,15 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
         "mallory",
         "--add-config",
         "SCRAM-SHA-256=[password=mallory-secret-1]",
-    ]);
-    let refused = run(command, b"");
-    assert!(
-        !refused.status.success() && refused.printed().contains("ClusterAuthorizationException"),
-        "{}",
-        refused.printed()
-    );
+    ];
+    configs_refused(&server, &bob, &mallory, "ClusterAuthorizationException");
     assert!(
         !server.run_tool(&["user", "list"], b"").contains("mallory"),
         "a refused alteration created a user"
     );
 
     // tinymq's quotas are per user: a client-id quota is refused, saying so.
-    let mut command = kafka_tool_at(&server.kafka, CONFIGS, &["--command-config", &admin]);
-    command.args([
+    let client = [
         "--alter",
         "--entity-type",
         "clients",
@@ -207,13 +215,8 @@ fn kafka_configs_manages_scram_credentials_and_user_quotas() {
         "app",
         "--add-config",
         "producer_byte_rate=1024",
-    ]);
-    let refused = run(command, b"");
-    assert!(
-        !refused.status.success() && refused.printed().contains("per user"),
-        "{}",
-        refused.printed()
-    );
+    ];
+    configs_refused(&server, &admin, &client, "per user");
 
     // The last credential removed: the user is gone.
     alter_bob("--delete-config", "SCRAM-SHA-512");

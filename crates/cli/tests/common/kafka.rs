@@ -353,20 +353,29 @@ impl Kafka {
     }
 }
 
-/// DescribeConfigs (at `version`) of one topic: its error code and (name, value) pairs.
-pub fn topic_configs(k: &mut Kafka, version: i16, topic: &str) -> (i16, Vec<(String, String)>) {
+/// DescribeConfigs (at `version`) of one topic, every config.
+fn describe_topic_configs(
+    k: &mut Kafka,
+    version: i16,
+    topic: &str,
+) -> kafka_protocol::messages::describe_configs_response::DescribeConfigsResult {
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::DescribeConfigsRequest;
     let resource = DescribeConfigsResource::default()
         .with_resource_type(2)
         .with_resource_name(StrBytes::from_string(topic.to_string()))
         .with_configuration_keys(None);
-    let response = k.call(
+    let mut response = k.call(
         version,
         &DescribeConfigsRequest::default().with_resources(vec![resource]),
     );
-    assert_eq!(response.results.len(), 1);
-    let result = &response.results[0];
+    assert_eq!(response.results.len(), 1, "{response:?}");
+    response.results.remove(0)
+}
+
+/// DescribeConfigs (at `version`) of one topic: its error code and (name, value) pairs.
+pub fn topic_configs(k: &mut Kafka, version: i16, topic: &str) -> (i16, Vec<(String, String)>) {
+    let result = describe_topic_configs(k, version, topic);
     let configs = result
         .configs
         .iter()
@@ -376,4 +385,19 @@ pub fn topic_configs(k: &mut Kafka, version: i16, topic: &str) -> (i16, Vec<(Str
         })
         .collect();
     (result.error_code, configs)
+}
+
+/// DescribeConfigs (at `version`, 1 or later) of one topic: each config's source (Kafka's
+/// `ConfigSource`: 1 a topic override, 5 the default).
+pub fn topic_config_sources(
+    k: &mut Kafka,
+    version: i16,
+    topic: &str,
+) -> std::collections::BTreeMap<String, i8> {
+    let result = describe_topic_configs(k, version, topic);
+    result
+        .configs
+        .iter()
+        .map(|c| (c.name.to_string(), c.config_source))
+        .collect()
 }
