@@ -388,21 +388,21 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
 
     // The preferred replica (the newcomer) leads after an election (the MetaServer may have
     // elected it on its own first: then the tool says no election was needed).
-    let elected = run_ok(
-        kafka_tool_at(
-            cluster.kafka(),
-            ELECTION,
-            &[
-                "--election-type",
-                "preferred",
-                "--topic",
-                "moved",
-                "--partition",
-                "0",
-            ],
-        ),
-        b"",
-    );
+    // One partition's election with Kafka's tool.
+    let elect = |kind: &str, topic: &str, partition: &str| {
+        let args = [
+            "--election-type",
+            kind,
+            "--topic",
+            topic,
+            "--partition",
+            partition,
+        ];
+        run(kafka_tool_at(cluster.kafka(), ELECTION, &args), b"")
+    };
+    let elected = elect("preferred", "moved", "0");
+    assert!(elected.status.success(), "{}", elected.printed());
+    let elected = elected.stdout;
     // Every partition: those that need no election are left out of the answer, as in Kafka.
     run_ok(
         kafka_tool_at(
@@ -426,41 +426,13 @@ fn kafka_reassign_partitions_and_leader_election_move_replicas_and_leaders() {
         led.is_some(),
         "the preferred replica does not lead: {elected}"
     );
-    let unknown = run(
-        kafka_tool_at(
-            cluster.kafka(),
-            ELECTION,
-            &[
-                "--election-type",
-                "preferred",
-                "--topic",
-                "nope",
-                "--partition",
-                "0",
-            ],
-        ),
-        b"",
-    );
+    let unknown = elect("preferred", "nope", "0");
     assert!(
         unknown.printed().contains("nope-0"),
         "{}",
         unknown.printed()
     );
-    let unclean = run(
-        kafka_tool_at(
-            cluster.kafka(),
-            ELECTION,
-            &[
-                "--election-type",
-                "unclean",
-                "--topic",
-                "moved",
-                "--partition",
-                "1",
-            ],
-        ),
-        b"",
-    );
+    let unclean = elect("unclean", "moved", "1");
     assert!(
         unclean.printed().contains("unclean_leader_election"),
         "{}",
