@@ -544,6 +544,36 @@ fn mirror_maker_2_migrates_a_live_kafka_topic_and_its_group_offsets_to_tinymq() 
             .all(|(k, v)| described.contains(&format!("{k}={v}")))
             .then_some(())
     });
+    // The periodic config sync carries a change made on Kafka after the topic was created
+    // (it also DELETEs every Kafka default, Kafka-only names included: tinymq must take that
+    // whole request for the new value to arrive).
+    run_ok(
+        kafka_tool_at(
+            &kafka,
+            CONFIGS,
+            &[
+                "--alter",
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                TOPIC,
+                "--add-config",
+                "retention.ms=43200000",
+            ],
+        ),
+        b"",
+    );
+    wait_for("a config changed on Kafka, on tinymq", MIRROR_WAIT, || {
+        let args = [
+            "--describe",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            TOPIC,
+        ];
+        let described = run(kafka_tool_at(&tinymq, CONFIGS, &args), b"").stdout;
+        described.contains("retention.ms=43200000").then_some(())
+    });
     // Offset syncs (on the source, MirrorMaker 2's default) and checkpoints (on the target).
     assert!(topics(&kafka).contains(&"mm2-offset-syncs.tinymq.internal".to_string()));
     assert!(topics(&tinymq).contains(&"kafka.checkpoints.internal".to_string()));
