@@ -109,6 +109,10 @@ pub struct ServerArgs {
     /// (Kafka's auto.create.topics.enable) [default: false].
     #[arg(long, env = "TINYMQ_KAFKA_AUTO_CREATE_TOPICS", num_args = 0..=1, default_missing_value = "true")]
     kafka_auto_create_topics: Option<bool>,
+    /// Kafka fetch sessions (KIP-227) kept at once; 0 turns them off (Kafka's
+    /// max.incremental.fetch.session.cache.slots) [default: 1000].
+    #[arg(long, env = "TINYMQ_KAFKA_FETCH_SESSIONS_MAX")]
+    kafka_fetch_sessions_max: Option<usize>,
 }
 
 /// The TOML file: every field optional.
@@ -140,6 +144,7 @@ struct FileConfig {
     kafka_listen: Option<String>,
     kafka_advertise: Option<String>,
     kafka_auto_create_topics: Option<bool>,
+    kafka_fetch_sessions_max: Option<usize>,
     half_check_interval_ms: Option<u64>,
     half_checks_max: Option<u32>,
     cleaner_check_interval_ms: Option<u64>,
@@ -194,6 +199,7 @@ fn build_config(
         listen: args.kafka_listen.or(resolve(file.kafka_listen)?),
         advertise: pick!(kafka_advertise),
         auto_create_topics: pick!(kafka_auto_create_topics).unwrap_or(false),
+        fetch_sessions_max: pick!(kafka_fetch_sessions_max),
     };
     c.data_dir = pick!(data).unwrap_or(c.data_dir);
     c.listener = args.limits.merge(file_limits, c.listener)?;

@@ -178,6 +178,11 @@ async fn create_topic(
         .with_error_code(code)
         .with_error_message(message)
         .with_configs(None);
+    if !validate_only && code == 0 {
+        // Zero (no id) if this broker's image does not show the topic yet.
+        let image = ctx.state().cluster.image();
+        result = result.with_topic_id(crate::topic_id::of_topic(&image, &request.name));
+    }
     if let (Some(config), true, 0) = (config, version >= 5, code) {
         result = result
             .with_num_partitions(i32::try_from(config.partitions).unwrap_or(i32::MAX))
@@ -227,14 +232,18 @@ pub(crate) async fn delete_topics(
             .collect()
     };
     let mut responses = Vec::with_capacity(wanted.len());
+    let image = ctx.state().cluster.image();
+    let ids = crate::topic_id::Names::of(&image);
     for (name, topic_id) in wanted {
+        let by_id = || ids.name(&image.cluster_id, topic_id);
+        let name = name.or_else(|| by_id().map(|n| TopicName(text(n.to_owned()))));
         let Some(name) = name else {
             responses.push(
                 DeletableTopicResult::default()
                     .with_name(None)
                     .with_topic_id(topic_id)
                     .with_error_code(K::UnknownTopicId.code())
-                    .with_error_message(Some(text("topics have no ids here: delete them by name"))),
+                    .with_error_message(Some(text("no topic has this id"))),
             );
             continue;
         };
@@ -248,6 +257,7 @@ pub(crate) async fn delete_topics(
         responses.push(
             DeletableTopicResult::default()
                 .with_name(Some(name))
+                .with_topic_id(topic_id)
                 .with_error_code(code)
                 .with_error_message(message),
         );

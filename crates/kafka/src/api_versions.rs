@@ -2,8 +2,9 @@
 //! per API, the highest version both sides support; a request for an API or version outside
 //! this table is answered with `UNSUPPORTED_VERSION` (see `dispatch`).
 //!
-//! Upper bounds stop before versions whose semantics tinymq lacks: Fetch 13+ and Produce 12+
-//! name topics by id, ListOffsets 8+ asks for tiered-storage offsets, OffsetCommit 9+ and
+//! Upper bounds stop before versions whose semantics tinymq lacks: Fetch 18 carries a
+//! follower's high watermark, Produce 12+ adds partitions to transactions implicitly (and 13
+//! names topics by id), ListOffsets 8+ asks for tiered-storage offsets, OffsetCommit 9+ and
 //! OffsetFetch 9+ carry KIP-848 member epochs.
 
 use kafka_protocol::error::ResponseError;
@@ -13,7 +14,7 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 /// (API, lowest version, highest version) served.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 11),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Fetch, 4, 17),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 1, 12),
     (ApiKey::OffsetCommit, 2, 8),

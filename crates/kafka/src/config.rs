@@ -19,4 +19,7 @@ pub struct KafkaConfig {
     /// Whether a Metadata request naming an unknown topic creates it (with the broker's topic
     /// defaults), as Kafka's `auto.create.topics.enable`; off by default.
     pub auto_create_topics: bool,
+    /// Fetch sessions kept at once ([`crate::FETCH_SESSIONS_MAX`] by default; 0: none, every
+    /// fetch is a full fetch).
+    pub fetch_sessions_max: usize,
 }

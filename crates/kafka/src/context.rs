@@ -60,6 +60,8 @@ pub(crate) struct Shared {
     /// The listener's connections, and the native operations its requests became, for
     /// metrics (`kafka_*` series).
     pub stats: Arc<tinymq_net::ConnectionStats>,
+    /// The listener's fetch sessions (KIP-227), which its clients keep across connections.
+    pub fetch_sessions: crate::fetch::FetchSessions,
     /// Message ids for the native frames built here (they only pair a frame with its
     /// response inside this process).
     message_ids: AtomicU32,
@@ -67,10 +69,12 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn new(config: KafkaConfig, front: BrokerFront) -> Shared {
+        let fetch_sessions = crate::fetch::FetchSessions::new(config.fetch_sessions_max);
         Shared {
             config,
             front,
             stats: Arc::default(),
+            fetch_sessions,
             message_ids: AtomicU32::new(1),
         }
     }

@@ -32,8 +32,13 @@ mod producer_id;
 mod sasl;
 mod server;
 mod tls;
+mod topic_id;
 mod txn;
 mod unsupported;
 
 pub use config::{KafkaConfig, KAFKA_PRE_AUTH_FRAME_BYTES_MAX};
+pub use fetch::{
+    FETCH_SESSIONS_MAX, FETCH_SESSION_EVICTABLE_AFTER, FETCH_SESSION_PARTITIONS_MAX,
+    FETCH_SESSION_PARTITIONS_TOTAL_MAX,
+};
 pub use server::KafkaListener;

@@ -19,6 +19,7 @@ use tinymq_protocol::{messages as m, ErrorCode, OpCode};
 
 use crate::context::Ctx;
 use crate::errors::{kafka_code_for, Resource};
+use crate::topic_id;
 
 /// Kafka's "leader unknown" broker id.
 const NO_LEADER: i32 = -1;
@@ -41,7 +42,7 @@ pub(crate) async fn handle(
     let image = ctx.state().cluster.image();
     let mut topics: Vec<MetadataResponseTopic> =
         routes.into_iter().map(|t| topic(&ctx, &image, t)).collect();
-    // Topics have no Kafka ids here (Metadata answers with the zero UUID).
+    // Ids no topic has (a deleted topic's, another cluster's).
     topics.extend(by_id.into_iter().map(|t| {
         MetadataResponseTopic::default()
             .with_name(None)
@@ -122,10 +123,18 @@ async fn named_topics(
 ) -> (Vec<m::TopicRoutes>, Vec<MetadataRequestTopic>) {
     let mut by_id = Vec::new();
     let mut names = Vec::new();
+    let image = ctx.state().cluster.image();
+    let mut ids = None;
     for t in wanted {
         match &t.name {
             Some(name) if !name.is_empty() => names.push(name.to_string()),
-            _ => by_id.push(t),
+            _ => {
+                let ids = ids.get_or_insert_with(|| topic_id::Names::of(&image));
+                match ids.name(&image.cluster_id, t.topic_id) {
+                    Some(name) => names.push(name.to_owned()),
+                    None => by_id.push(t),
+                }
+            }
         }
     }
     let mut routes = native_routes(ctx, &names).await;
@@ -230,6 +239,7 @@ fn topic(ctx: &Ctx, image: &MetadataImage, routes: m::TopicRoutes) -> MetadataRe
     MetadataResponseTopic::default()
         .with_error_code(error_code)
         .with_name(name)
+        .with_topic_id(topic_id::of_topic(image, &routes.name))
         .with_is_internal(false)
         .with_partitions(partitions)
 }

@@ -29,6 +29,9 @@ pub struct KafkaListenerConfig {
     pub advertise: Option<String>,
     /// Kafka's `auto.create.topics.enable`.
     pub auto_create_topics: bool,
+    /// Fetch sessions kept (Kafka's `max.incremental.fetch.session.cache.slots`); `None`:
+    /// `tinymq_kafka::FETCH_SESSIONS_MAX`, 0: none.
+    pub fetch_sessions_max: Option<usize>,
 }
 
 impl KafkaListenerConfig {
@@ -126,7 +129,12 @@ pub(crate) async fn start(
             let kafka_config = tinymq_kafka::KafkaConfig {
                 advertised,
                 limits: broker.state().config.listener.clone(),
-                auto_create_topics: config.kafka.is_some_and(|k| k.auto_create_topics),
+                auto_create_topics: config.kafka.as_ref().is_some_and(|k| k.auto_create_topics),
+                fetch_sessions_max: config
+                    .kafka
+                    .as_ref()
+                    .and_then(|k| k.fetch_sessions_max)
+                    .unwrap_or(tinymq_kafka::FETCH_SESSIONS_MAX),
             };
             match KafkaListener::start(listener, broker.front(), kafka_config) {
                 Ok(k) => Some(k),
