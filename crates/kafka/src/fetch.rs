@@ -260,6 +260,10 @@ fn plan(
         // Kafka's 0 and 1 are the native ones; anything else the broker refuses.
         isolation_level: u32::try_from(request.isolation_level).unwrap_or(u32::MAX),
     };
+    if read.iter().any(|&i| names[i].is_none()) {
+        // An unknown topic id is answered UNKNOWN_TOPIC_ID at once, as Kafka does.
+        native.max_wait_ms = 0;
+    }
     for &i in read {
         let (wanted, name) = (&partitions[i], &names[i]);
         // A negative index, or a topic id no topic has, is answered here.

@@ -123,6 +123,9 @@ async fn named_topics(
 ) -> (Vec<m::TopicRoutes>, Vec<MetadataRequestTopic>) {
     let mut by_id = Vec::new();
     let mut names = Vec::new();
+    // Topics asked for by id, by the name the id had: never auto-created, and answered
+    // UNKNOWN_TOPIC_ID if deleted meanwhile.
+    let mut resolved = Vec::new();
     let image = ctx.state().cluster.image();
     let mut ids = None;
     for t in wanted {
@@ -131,13 +134,23 @@ async fn named_topics(
             _ => {
                 let ids = ids.get_or_insert_with(|| topic_id::Names::of(&image));
                 match ids.name(&image.cluster_id, t.topic_id) {
-                    Some(name) => names.push(name.to_owned()),
+                    Some(name) => {
+                        names.push(name.to_owned());
+                        resolved.push((name.to_owned(), t));
+                    }
                     None => by_id.push(t),
                 }
             }
         }
     }
     let mut routes = native_routes(ctx, &names).await;
+    for (name, asked) in resolved {
+        let gone = |r: &m::TopicRoutes| r.name == name && is_unknown_topic(r.error.as_ref());
+        if routes.iter().any(gone) {
+            routes.retain(|r| !gone(r));
+            by_id.push(asked);
+        }
+    }
     if auto_create {
         let unknown: Vec<String> = routes
             .iter()

@@ -224,6 +224,16 @@ impl FetchSessions {
         let partitions = session.entries.iter().map(|e| e.wanted.clone()).collect();
         let last_told = session.entries.iter().map(|e| e.told).collect();
         cache.partitions_total = (cache.partitions_total + after).saturating_sub(before);
+        if after == 0 {
+            // As Kafka: a session left with no partitions ends, and the fetch is sessionless.
+            cache.remove_owned(id, owner);
+            return Ok(Opened {
+                kind: Kind::Sessionless,
+                partitions,
+                topic_ids: request.topic_ids,
+                last_told,
+            });
+        }
         if after > FETCH_SESSION_PARTITIONS_MAX
             || cache.partitions_total > FETCH_SESSION_PARTITIONS_TOTAL_MAX
         {

@@ -182,6 +182,18 @@ fn with_no_slots_no_session_is_made() {
 }
 
 #[test]
+fn a_session_that_forgets_every_partition_ends() {
+    let sessions = FetchSessions::new(FETCH_SESSIONS_MAX);
+    let now = Instant::now();
+    let id = created(&sessions, 1, now);
+    let mut forget = request(id, 1, vec![]);
+    forget.forgotten = vec![key(0)];
+    let opened = sessions.open(&alice(), forget, now).unwrap();
+    assert_eq!(opened.kind, Kind::Sessionless);
+    assert_eq!(sessions.len(), (0, 0));
+}
+
+#[test]
 fn the_epoch_wraps_to_one() {
     assert_eq!(next_epoch(1), 2);
     assert_eq!(next_epoch(i32::MAX), 1);
