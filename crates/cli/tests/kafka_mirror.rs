@@ -197,7 +197,7 @@ sync.topic.configs.interval.seconds = 2
 }
 
 /// Every partition's end offset of [`TOPIC`] through a Kafka ListOffsets (latest); `None`
-/// while the topic does not exist.
+/// while the topic does not exist or its partitions have no leader yet.
 fn end_offsets(bootstrap: &str) -> Option<Vec<i64>> {
     let request = ListOffsetsRequest::default()
         .with_replica_id((-1).into())
@@ -215,7 +215,13 @@ fn end_offsets(bootstrap: &str) -> Option<Vec<i64>> {
     let response = Kafka::connect(bootstrap).call(7, &request);
     let mut offsets = Vec::new();
     for p in &response.topics[0].partitions {
-        if p.error_code == K::UnknownTopicOrPartition.code() {
+        // Not there yet, or its partitions still being placed (the topic was just created).
+        let placing = [
+            K::UnknownTopicOrPartition,
+            K::LeaderNotAvailable,
+            K::NotLeaderOrFollower,
+        ];
+        if placing.iter().any(|e| p.error_code == e.code()) {
             return None;
         }
         assert_eq!(
