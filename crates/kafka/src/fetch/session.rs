@@ -24,9 +24,9 @@
 //! unused longest, if unused for [`FETCH_SESSION_EVICTABLE_AFTER`], and otherwise makes no
 //! session: the client still fetches, with full fetches.
 //!
-//! Sessions answer nothing by themselves: every fetch still reads every partition of its
-//! session through the native fetch under the requester's identity, so a session grants no
-//! access its user lacks.
+//! Sessions answer nothing by themselves: whatever is answered is read through the native
+//! fetch under the requester's identity, so a session grants no access its user lacks
+//! (`super::with_news` skips the read of partitions with nothing to answer).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
