@@ -60,6 +60,10 @@ struct Connection<S> {
     stats: Arc<ConnectionStats>,
     /// The subject CN of the client certificate the TLS handshake verified.
     tls_principal: Option<String>,
+    /// The operations this connection carried, for [`Service::peer_left`].
+    served: crate::OpsServed,
+    /// Whether the peer closed the connection (end of stream or a reset read here).
+    peer_closed: std::sync::atomic::AtomicBool,
 }
 
 /// Serves one accepted connection until the peer leaves, breaks the protocol, times out, or
@@ -160,8 +164,12 @@ async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
         permits: Arc::new(Semaphore::new(in_flight_max)),
         stats,
         tls_principal,
+        served: crate::OpsServed::default(),
+        peer_closed: std::sync::atomic::AtomicBool::new(false),
     };
-    if let Err(why) = connection.read_loop(&mut reader, handshake_deadline).await {
+    let mut peer = None;
+    let read = connection.read_loop(&mut reader, handshake_deadline, &mut peer);
+    if let Err(why) = read.await {
         if why == IDLE_TIMEOUT {
             connection.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
         }
@@ -171,8 +179,14 @@ async fn serve_stream<S: Service, R: AsyncRead + Unpin>(
         tx,
         permits,
         limits,
+        service,
+        served,
+        peer_closed,
         ..
     } = connection;
+    if let Some((peer, _)) = peer.filter(|_| peer_closed.into_inner()) {
+        service.peer_left(&peer, served);
+    }
     let all = u32::try_from(in_flight_max).unwrap_or(u32::MAX);
     let _ = tokio::time::timeout(limits.shutdown_grace, permits.acquire_many(all)).await;
     drop(tx);
@@ -223,11 +237,11 @@ impl<S: Service> Connection<S> {
         &self,
         reader: &mut R,
         handshake_deadline: Instant,
+        // The peer, once handshaken, and whether it must still authenticate.
+        peer: &mut Option<(Peer, bool)>,
     ) -> Result<(), String> {
         let mut decoder = FrameDecoder::pre_handshake();
         let mut buf = BytesMut::with_capacity(4096);
-        // The peer, once handshaken, and whether it must still authenticate.
-        let mut peer: Option<(Peer, bool)> = None;
         let mut login = Login::default();
         loop {
             // Serve every complete frame already buffered.
@@ -244,7 +258,7 @@ impl<S: Service> Connection<S> {
                 let Some(frame) = decoder.decode(&mut buf).map_err(|e| e.to_string())? else {
                     break;
                 };
-                match &mut peer {
+                match peer {
                     Some((p, must)) if is_authenticate(&frame) && !login.done => {
                         // A login on a connection already serving (a node proving itself on a
                         // listener without `--auth`) gets a deadline of its own.
@@ -256,7 +270,7 @@ impl<S: Service> Connection<S> {
                         let ready = self.authenticate(frame, p, &mut login, deadline);
                         if ready.await? {
                             decoder.set_body_bytes_max(self.limits.frame_bytes_max);
-                            peer = peer.map(|(p, _)| (p, false));
+                            *must = false;
                         }
                     }
                     Some((_, true)) => {
@@ -282,7 +296,7 @@ impl<S: Service> Connection<S> {
                             if !must_authenticate {
                                 decoder.set_body_bytes_max(self.limits.frame_bytes_max);
                             }
-                            peer = Some((p, must_authenticate));
+                            *peer = Some((p, must_authenticate));
                         }
                     }
                 }
@@ -301,6 +315,15 @@ impl<S: Service> Connection<S> {
                 _ = self.shutdown.cancelled() => return Err("shutting down".into()),
                 _ = self.tx.closed() => return Err("the peer stopped reading responses".into()),
             };
+            let left = match &n {
+                Ok(Ok(0)) => true,
+                Ok(Err(e)) => matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::ConnectionAborted
+                ),
+                _ => false,
+            };
+            self.peer_closed.store(left, Ordering::Relaxed);
             match n {
                 Ok(Ok(0)) if buf.is_empty() => return Ok(()),
                 Ok(Ok(0)) => {
@@ -381,6 +404,7 @@ impl<S: Service> Connection<S> {
             _ = self.tx.closed() => return Err("the peer stopped reading responses".into()),
         };
         let (op_code, id) = (frame.header.op_code(), frame.header.message_id);
+        self.served.insert(op_code);
         let response: ResponseFuture = match handshake::screen(&frame) {
             Err(refusal) => crate::ready(Some(refusal)),
             Ok(op) => match handshake::authorize(op, peer.role) {

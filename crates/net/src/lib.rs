@@ -287,6 +287,35 @@ pub trait Service: Send + Sync + 'static {
         let _ = (user, mechanism);
         None
     }
+
+    /// Called once when a handshaken connection was closed **from the peer's side**: its end
+    /// of stream, or a reset, read by this server (a killed process's sockets close so).
+    /// Never for a close this server chose (shutdown, idle timeout, a protocol error). `served`
+    /// holds the operations the connection carried. The MetaServer ends a broker's session
+    /// early on it.
+    fn peer_left(&self, peer: &Peer, served: OpsServed) {
+        let _ = (peer, served);
+    }
+}
+
+/// The operation codes one connection carried (requests admitted, refused or not).
+#[derive(Debug, Default)]
+pub struct OpsServed {
+    /// Bit `op` set for each operation code `op` seen (codes are below 128).
+    bits: [std::sync::atomic::AtomicU64; 2],
+}
+
+impl OpsServed {
+    pub fn insert(&self, op_code: u8) {
+        let (word, bit) = (usize::from(op_code / 64) & 1, op_code % 64);
+        self.bits[word].fetch_or(1 << bit, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    pub fn contains(&self, op: tinymq_protocol::OpCode) -> bool {
+        let code = op.code();
+        let (word, bit) = (usize::from(code / 64) & 1, code % 64);
+        self.bits[word].load(std::sync::atomic::Ordering::Relaxed) & (1 << bit) != 0
+    }
 }
 
 /// A response that is already known.
