@@ -1133,6 +1133,7 @@ fn rows() -> Vec<Row> {
                 m::BrokerHeartbeatRequest {
                     broker_id: 1,
                     epoch: 1,
+                    ..Default::default()
                 }
             )
             .await)),

@@ -156,6 +156,7 @@ fn node_operations_are_refused(c: &mut RawClient) {
     let beat = c.call(&m::BrokerHeartbeatRequest {
         broker_id: 1,
         epoch: 1,
+        ..Default::default()
     });
     let raft = c.call(&m::RaftRpcRequest {
         kind: 2,

@@ -26,8 +26,11 @@ pub use tinymq_protocol::names::{
 /// partitions (the broker's `open_segment_files_max` bounds its open segment files); this
 /// bounds the memory and the opening time at start instead (measured in BENCHMARKS.md).
 pub const PARTITION_REPLICAS_PER_BROKER_MAX: usize = 12_000;
-/// A broker not heard from for this long is fenced by the MetaServer leader.
-pub const BROKER_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(9);
+/// A broker not heard from for this long is fenced by the MetaServer leader (a broker whose
+/// process died is fenced sooner: see `session.rs`). Seven heartbeats fit in it; a broker
+/// trusts its own session for less (`SESSION_TRUST` in the broker), so it stops acknowledging
+/// writes before this runs out.
+pub const BROKER_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(1500);
 /// Most producer ids handed out at once.
 pub const PRODUCER_ID_BLOCK_MAX: i64 = 1_000_000;
 /// The first producer id a cluster hands out (0 is never used; see `AllocateProducerIds`).
@@ -577,7 +580,7 @@ fn register_broker(
         return Err(MetaError::BrokerIdInUse {
             id,
             address: format!("{}:{}", other.host, other.port),
-            session_s: BROKER_SESSION_TIMEOUT.as_secs(),
+            session_s: BROKER_SESSION_TIMEOUT.as_secs_f64().ceil() as u64,
         });
     }
     let epoch = image.next_broker_epoch;

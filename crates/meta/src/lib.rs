@@ -18,6 +18,7 @@ pub mod security;
 pub mod security_ops;
 pub mod server;
 pub mod service;
+pub mod session;
 mod topic_config;
 
 pub use command::{default_replication_factor, DEFAULT_REPLICATION_FACTOR_MAX};

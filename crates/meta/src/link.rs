@@ -2,8 +2,14 @@
 //! embeds a single-node MetaServer) or over TCP to any node of a MetaServer group. Both paths
 //! run the same [`MetaService`] operations, so the broker behaves the same either way.
 //!
-//! Over TCP, the image watch (a long poll) has a connection of its own, so heartbeats and
-//! writes never queue behind it. A failed connection is replaced by one to the next address.
+//! Over TCP, the image watch (a long poll) and the heartbeats each have a connection of their
+//! own, so heartbeats never queue behind the watch or a slow write. A failed connection is
+//! replaced by one to the next address.
+//!
+//! The heartbeat connection is what the broker's trust in its session rests on: the MetaServer
+//! ends a broker's session soon after that connection closes from the broker's side, so a
+//! heartbeat counts only while the connection it went over is still this link's (see
+//! [`MetaLink::heartbeat_path_open_since`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,8 +21,11 @@ use tinymq_protocol::{messages as m, ErrorCode, Request};
 use crate::service::MetaService;
 use crate::{Command, MetadataImage, Reply};
 
-/// Time allowed for a write or heartbeat over TCP (forwarding included).
+/// Time allowed for a write over TCP (forwarding included).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+/// Time allowed for a heartbeat: about the broker's trust in its session, past which an
+/// answer is of no use; the connection is then replaced by one to the next node.
+pub const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long a write keeps trying while no MetaServer node can be reached or none has a
 /// reachable leader (a leader change), before it fails.
 pub const WRITE_WAIT_MAX: Duration = Duration::from_secs(15);
@@ -68,8 +77,9 @@ impl MetaLink {
             addrs,
             broker_id,
             security,
-            control: tokio::sync::Mutex::new(None),
-            watch: tokio::sync::Mutex::new(None),
+            control: Slot::default(),
+            watch: Slot::default(),
+            beat: Slot::default(),
             first_addr: AtomicUsize::new(0),
         }))
     }
@@ -161,17 +171,39 @@ impl MetaLink {
         }
     }
 
-    /// Tells the leader that broker `id` (of registration `epoch`) is alive. `Ok(true)` means
-    /// the broker is fenced and must register again.
-    pub async fn heartbeat(&self, broker_id: u32, epoch: u64) -> Result<bool, LinkError> {
-        let request = m::BrokerHeartbeatRequest { broker_id, epoch };
-        let response = match self {
-            MetaLink::Local(service) => service.heartbeat(request).await,
-            MetaLink::Remote(remote) => remote.control(&request, REQUEST_TIMEOUT).await?,
+    /// Tells the leader that broker `id` (of registration `epoch`) is alive.
+    pub async fn heartbeat(&self, broker_id: u32, epoch: u64) -> Result<Beat, LinkError> {
+        let request = m::BrokerHeartbeatRequest {
+            broker_id,
+            epoch,
+            ..Default::default()
+        };
+        let (response, sent) = match self {
+            MetaLink::Local(service) => {
+                let sent = std::time::Instant::now();
+                (service.heartbeat(request).await, sent)
+            }
+            MetaLink::Remote(remote) => {
+                let attempt = remote.send_timed(&remote.beat, &request, HEARTBEAT_TIMEOUT);
+                attempt.await.map_err(Attempt::into_link_error)?
+            }
         };
         match response.error.filter(|e| e.code != 0) {
             Some(error) => Err(LinkError::Server(error)),
-            None => Ok(response.fenced),
+            None => Ok(Beat {
+                fenced: response.fenced,
+                sent,
+            }),
+        }
+    }
+
+    /// Whether the connection heartbeats go over has been this link's, open, since `sent`:
+    /// only then does a heartbeat sent at `sent` still vouch for the session. Always, in
+    /// process.
+    pub fn heartbeat_path_open_since(&self, sent: std::time::Instant) -> bool {
+        match self {
+            MetaLink::Local(_) => true,
+            MetaLink::Remote(remote) => remote.beat.open_since(sent),
         }
     }
 
@@ -189,14 +221,42 @@ impl MetaLink {
     }
 }
 
+/// A heartbeat's answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Beat {
+    /// The broker is fenced and must register again.
+    pub fenced: bool,
+    /// When it was sent, on the connection it went over.
+    pub sent: std::time::Instant,
+}
+
+/// One of the link's connections, and when the current one was opened (for
+/// [`MetaLink::heartbeat_path_open_since`], which must not wait on the async lock).
+#[derive(Default)]
+struct Slot {
+    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    current: parking_lot::Mutex<Option<(Arc<Connection>, std::time::Instant)>>,
+}
+
+impl Slot {
+    fn open_since(&self, sent: std::time::Instant) -> bool {
+        self.current
+            .lock()
+            .as_ref()
+            .is_some_and(|(c, opened)| !c.is_closed() && *opened <= sent)
+    }
+}
+
 pub struct RemoteMeta {
     addrs: Vec<String>,
     /// Told in the handshake: metadata writes and heartbeats are accepted only from brokers.
     broker_id: u32,
     /// TLS and login of every connection to the MetaServer nodes.
     security: tinymq_client::Security,
-    control: tokio::sync::Mutex<Option<Arc<Connection>>>,
-    watch: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    control: Slot,
+    watch: Slot,
+    /// Heartbeats only: the connection whose close ends this broker's session early.
+    beat: Slot,
     /// Where the next connection attempt starts in `addrs`; moves on after a failure, so a
     /// slow or partitioned node is not chosen again first.
     first_addr: AtomicUsize,
@@ -222,7 +282,7 @@ impl RemoteMeta {
     /// Sends on the connection in `slot`, (re)connecting to the first node that answers.
     async fn send<R: Request>(
         &self,
-        slot: &tokio::sync::Mutex<Option<Arc<Connection>>>,
+        slot: &Slot,
         request: &R,
         timeout: Duration,
     ) -> Result<R::Response, LinkError> {
@@ -235,32 +295,50 @@ impl RemoteMeta {
     /// that was sent.
     async fn send_attempt<R: Request>(
         &self,
-        slot: &tokio::sync::Mutex<Option<Arc<Connection>>>,
+        slot: &Slot,
         request: &R,
         timeout: Duration,
     ) -> Result<R::Response, Attempt> {
+        Ok(self.send_timed(slot, request, timeout).await?.0)
+    }
+
+    /// [`RemoteMeta::send_attempt`], also answering when the request was sent: after the
+    /// connection it went over was chosen, so never before that connection was opened.
+    async fn send_timed<R: Request>(
+        &self,
+        slot: &Slot,
+        request: &R,
+        timeout: Duration,
+    ) -> Result<(R::Response, std::time::Instant), Attempt> {
         let connection = {
-            let mut slot = slot.lock().await;
-            match slot.as_ref().filter(|c| !c.is_closed()) {
+            let mut kept = slot.connection.lock().await;
+            match kept.as_ref().filter(|c| !c.is_closed()) {
                 Some(c) => c.clone(),
                 None => {
+                    *slot.current.lock() = None;
+                    // Recorded before connecting: every request sent from now on goes over
+                    // the new connection (others wait for this lock).
+                    let opened = std::time::Instant::now();
                     let c = Arc::new(self.connect().await.map_err(Attempt::NotSent)?);
-                    *slot = Some(c.clone());
+                    *kept = Some(c.clone());
+                    *slot.current.lock() = Some((c.clone(), opened));
                     c
                 }
             }
         };
+        let sent = std::time::Instant::now();
         match connection.request(request, timeout).await {
-            Ok(response) => Ok(response),
+            Ok(response) => Ok((response, sent)),
             Err(ClientError::Server { code, message }) => {
                 Err(Attempt::Done(LinkError::Server(code.with_message(message))))
             }
             Err(e) => {
                 // Drop this connection (unless another caller already replaced it) and start
                 // the next connection attempt at the following node.
-                let mut slot = slot.lock().await;
-                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &connection)) {
-                    *slot = None;
+                let mut kept = slot.connection.lock().await;
+                if kept.as_ref().is_some_and(|c| Arc::ptr_eq(c, &connection)) {
+                    *slot.current.lock() = None;
+                    *kept = None;
                     self.first_addr.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(Attempt::Done(LinkError::Unavailable(e.to_string())))

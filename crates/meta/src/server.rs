@@ -90,6 +90,10 @@ impl tinymq_net::Service for MetaFront {
             .with_image(|image| image.credential(user, mechanism))
     }
 
+    fn peer_left(&self, peer: &Peer, served: tinymq_net::OpsServed) {
+        broker_left(&self.0, peer, &served);
+    }
+
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let (service, authorization) = (self.0.clone(), self.1.clone());
         let peer = peer.clone();
@@ -181,6 +185,19 @@ impl Drop for MetaServer {
     }
 }
 
+/// Tells `service` that a broker's heartbeat connection was closed from the broker's side
+/// (a connection that carried no heartbeat, or not from a broker, tells nothing).
+pub fn broker_left(service: &Arc<MetaService>, peer: &Peer, served: &tinymq_net::OpsServed) {
+    if peer.role != m::NodeRole::Broker || !served.contains(OpCode::BrokerHeartbeat) {
+        return;
+    }
+    let Ok(broker_id) = u32::try_from(peer.node_id) else {
+        return;
+    };
+    let service = service.clone();
+    tokio::spawn(async move { service.broker_left(broker_id).await });
+}
+
 /// Answers one request frame from `peer`, once `authorization` allows it.
 pub async fn handle(
     service: &MetaService,
@@ -242,6 +259,10 @@ pub async fn handle(
         }
         OpCode::BrokerHeartbeat => {
             let request = decode!(m::BrokerHeartbeatRequest);
+            if request.disconnected && peer.role != m::NodeRole::Meta {
+                let why = "only a MetaServer node reports a broker's closed connection";
+                return error_response(op, id, ErrorCode::INVALID_REQUEST, why.into());
+            }
             encode(op, id, &service.heartbeat(request).await)
         }
         OpCode::MetaRead => {

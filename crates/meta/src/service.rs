@@ -15,6 +15,7 @@ use tinymq_protocol::{messages as m, ErrorCode};
 pub use crate::command::BROKER_SESSION_TIMEOUT;
 use crate::raft::network::TcpNetwork;
 use crate::raft::{MetaNode, MetaNodeError};
+use crate::session::{Ended, Sessions};
 use crate::{Command, Reply};
 
 /// Time allowed for a request forwarded to the leader.
@@ -25,10 +26,14 @@ pub const LEADER_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Pause between attempts to find a reachable leader (doubling up to 500 ms).
 const LEADER_RETRY_BACKOFF: Duration = Duration::from_millis(50);
 const LEADER_RETRY_BACKOFF_MAX: Duration = Duration::from_millis(500);
-/// How long a heartbeat waits for the leader to confirm it still leads a majority.
-const LEADERSHIP_CONFIRM_WAIT: Duration = Duration::from_secs(2);
-/// How often the leader looks for expired broker sessions.
-const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a heartbeat waits for the leader to confirm it still leads a majority: less than
+/// the broker's heartbeat timeout, so the broker hears `NOT_LEADER` instead of giving up on
+/// the connection.
+const LEADERSHIP_CONFIRM_WAIT: Duration = Duration::from_millis(500);
+/// How often the leader looks for ended broker sessions.
+const FENCE_CHECK_INTERVAL: Duration = Duration::from_millis(50);
+/// The leader's timer firing this late means this process stalled: sessions restart.
+const STALL_MIN: Duration = Duration::from_millis(400);
 /// How often the leader moves leadership back to preferred replicas.
 const PREFERRED_LEADER_INTERVAL: Duration = Duration::from_secs(10);
 /// A broker gets preferred leaderships back only once it has been registered this long (as
@@ -37,33 +42,17 @@ const PREFERRED_LEADER_SETTLE: Duration = Duration::from_secs(10);
 /// Longest a `MetaRead` waits for a change.
 pub const READ_WAIT_MAX: Duration = Duration::from_secs(30);
 
-/// When each broker was last heard from, kept in memory by whichever node leads (a new leader
-/// starts every session afresh, so it never fences a broker it has not had time to hear).
-#[derive(Default)]
-struct Sessions {
-    last_seen: parking_lot::Mutex<HashMap<u32, (u64, Instant)>>,
-}
-
-impl Sessions {
-    fn seen(&self, id: u32, epoch: u64) {
-        self.last_seen.lock().insert(id, (epoch, Instant::now()));
-    }
-
-    fn last_seen(&self, id: u32, epoch: u64) -> Option<Instant> {
-        self.last_seen
-            .lock()
-            .get(&id)
-            .filter(|(e, _)| *e == epoch)
-            .map(|(_, at)| *at)
-    }
-}
-
 /// One MetaServer node and the operations it serves.
 pub struct MetaService {
     pub node: Arc<MetaNode>,
+    /// Broker sessions, kept by whichever node leads (a new leader starts every session
+    /// afresh, so it never fences a broker it has not had time to hear).
     sessions: Sessions,
     /// TLS and login of this node's connections to its peers (forwarding to the leader).
     links: tinymq_client::Security,
+    /// The connection forwards to the leader go over, kept open: a follower forwards every
+    /// heartbeat of the brokers connected to it, several a second each.
+    leader_connection: tokio::sync::Mutex<Option<(u64, Arc<tinymq_client::Connection>)>>,
 }
 
 impl MetaService {
@@ -106,6 +95,7 @@ impl MetaService {
             node,
             sessions: Sessions::default(),
             links,
+            leader_connection: tokio::sync::Mutex::new(None),
         });
         tokio::spawn(fence_expired_brokers(Arc::downgrade(&service)));
         tokio::spawn(elect_preferred_leaders(Arc::downgrade(&service)));
@@ -120,7 +110,7 @@ impl MetaService {
             (&command, serde_json::from_slice::<Reply>(&response.reply))
         {
             // The session starts at registration, not at the first heartbeat.
-            self.sessions.seen(*id, epoch);
+            self.sessions.seen(*id, epoch, Instant::now());
         }
         response
     }
@@ -245,12 +235,36 @@ impl MetaService {
         }
     }
 
-    /// Records a broker's heartbeat on the leader (a follower forwards it there).
+    /// Called when broker `broker_id`'s heartbeat connection to this node was closed from the
+    /// broker's side: the leader hears of it (a follower forwards it, once) and fences the
+    /// broker unless a heartbeat follows within the grace.
+    pub async fn broker_left(&self, broker_id: u32) {
+        tracing::info!(broker = broker_id, "a broker's heartbeat connection closed");
+        let request = m::BrokerHeartbeatRequest {
+            broker_id,
+            epoch: 0,
+            disconnected: true,
+        };
+        let response = self.heartbeat(request).await;
+        if let Some(e) = response.error {
+            tracing::debug!(broker = broker_id, error = %e.message, "the leader did not hear of a broker's disconnect");
+        }
+    }
+
+    /// Records a broker's heartbeat on the leader (a follower forwards it there), or a node's
+    /// word that the broker's heartbeat connection closed (`disconnected`).
     pub async fn heartbeat(
         &self,
         request: m::BrokerHeartbeatRequest,
     ) -> m::BrokerHeartbeatResponse {
         match self.node.current_leader() {
+            Some(leader) if leader == self.node.id && request.disconnected => {
+                let image = self.node.image();
+                if let Some(b) = image.brokers.get(&request.broker_id).filter(|b| !b.fenced) {
+                    self.sessions.left(b.id, b.epoch, Instant::now());
+                }
+                m::BrokerHeartbeatResponse::default()
+            }
             Some(leader) if leader == self.node.id => {
                 // A leader cut off from its majority still believes it leads (openraft has no
                 // check-quorum); the majority may have fenced this broker meanwhile. Answering
@@ -274,12 +288,12 @@ impl MetaService {
                     .brokers
                     .get(&request.broker_id)
                     .filter(|b| b.epoch == request.epoch && !b.fenced);
-                if current.is_some() {
-                    self.sessions.seen(request.broker_id, request.epoch);
-                }
+                // Not renewed when the leader decided to fence this incarnation meanwhile.
+                let renewed = current.is_some()
+                    && (self.sessions).seen(request.broker_id, request.epoch, Instant::now());
                 m::BrokerHeartbeatResponse {
                     error: None,
-                    fenced: current.is_none(),
+                    fenced: !renewed,
                 }
             }
             Some(leader) => self.forward(leader, &request).await.unwrap_or_else(|e| {
@@ -301,35 +315,77 @@ impl MetaService {
         leader: u64,
         request: &R,
     ) -> Result<R::Response, Forward> {
+        let connection = self.leader_connection(leader).await?;
+        let pending = match connection.start_request(request).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                // The kept connection had closed: nothing was sent, so trying again is safe.
+                self.forget_leader_connection(&connection).await;
+                return Err(Forward::NotSent(format!(
+                    "connection to leader {leader}: {e}"
+                )));
+            }
+        };
+        let answer = pending.wait(FORWARD_TIMEOUT).await;
+        if answer.is_err() && connection.is_closed() {
+            self.forget_leader_connection(&connection).await;
+        }
+        answer.map_err(|e| match e {
+            tinymq_client::ClientError::Server { code, message } => {
+                Forward::Failed(code.with_message(message))
+            }
+            // Sent, but no answer: whether it was applied is unknown, so this is not
+            // NOT_LEADER (which promises it was not).
+            e => Forward::Failed(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
+                "forwarding to leader {leader} failed: {e}; it may or may not have been applied"
+            ))),
+        })
+    }
+
+    /// The kept connection to `leader`, opened anew when there is none, it went to another
+    /// node, or it closed.
+    async fn leader_connection(
+        &self,
+        leader: u64,
+    ) -> Result<Arc<tinymq_client::Connection>, Forward> {
+        let mut kept = self.leader_connection.lock().await;
+        if let Some((_, c)) = kept
+            .as_ref()
+            .filter(|(to, c)| *to == leader && !c.is_closed())
+        {
+            return Ok(c.clone());
+        }
         let addr = self
             .node
             .member_addr(leader)
             .ok_or_else(|| Forward::NotSent(format!("leader {leader} has no known address")))?;
         let role = tinymq_client::NodeRole::Meta;
         let (id, security) = (self.node.id, &self.links);
-        let connection = tinymq_client::Connection::connect_secure(
+        let connect = tinymq_client::Connection::connect_secure(
             &addr,
             "meta-forward",
             "",
             role,
             id,
             security,
-        )
-        .await
-        .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?;
-        connection
-            .request(request, FORWARD_TIMEOUT)
-            .await
-            .map_err(|e| match e {
-                tinymq_client::ClientError::Server { code, message } => {
-                    Forward::Failed(code.with_message(message))
-                }
-                // Sent, but no answer: whether it was applied is unknown, so this is not
-                // NOT_LEADER (which promises it was not).
-                e => Forward::Failed(ErrorCode::REQUEST_TIMED_OUT.with_message(format!(
-                    "forwarding to leader {leader} failed: {e}; it may or may not have been applied"
-                ))),
-            })
+        );
+        let connection = Arc::new(
+            connect
+                .await
+                .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?,
+        );
+        *kept = Some((leader, connection.clone()));
+        Ok(connection)
+    }
+
+    async fn forget_leader_connection(&self, connection: &Arc<tinymq_client::Connection>) {
+        let mut kept = self.leader_connection.lock().await;
+        if kept
+            .as_ref()
+            .is_some_and(|(_, c)| Arc::ptr_eq(c, connection))
+        {
+            *kept = None;
+        }
     }
 
     pub async fn shutdown(&self) {
@@ -362,8 +418,8 @@ fn no_leader() -> m::Error {
     ErrorCode::NOT_LEADER.with_message("no MetaServer leader is elected yet; retry")
 }
 
-/// On the leader: fences every registered, unfenced broker not heard from for the session
-/// timeout. A node that just became leader gives every broker a full timeout first.
+/// On the leader: fences every registered, unfenced broker whose session ended (see
+/// [`crate::session`]). A node that just became leader gives every broker a full timeout first.
 async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
     let mut leading_since: Option<Instant> = None;
     loop {
@@ -375,12 +431,14 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
         };
         let node = &service.node;
         if node.current_leader() != Some(node.id) {
-            leading_since = None;
+            if leading_since.take().is_some() {
+                service.sessions.clear_fencing();
+            }
             continue;
         }
         // This process itself stalled (paused, starved): the heartbeats brokers sent meanwhile
         // were not read yet, so every session restarts now instead of all being fenced at once.
-        if slept > FENCE_CHECK_INTERVAL * 4 {
+        if slept > STALL_MIN {
             tracing::warn!(
                 stalled_ms = slept.as_millis() as u64,
                 "the MetaServer was stalled; broker sessions restart"
@@ -389,25 +447,30 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
         }
         let since = *leading_since.get_or_insert_with(Instant::now);
         let image = node.image();
+        let sessions = &service.sessions;
+        sessions.retain_fencing(|id, epoch| {
+            image
+                .brokers
+                .get(&id)
+                .is_some_and(|b| b.epoch == epoch && !b.fenced)
+        });
         for broker in image.brokers.values().filter(|b| !b.fenced) {
-            let last = service
-                .sessions
-                .last_seen(broker.id, broker.epoch)
-                .map_or(since, |at| at.max(since));
-            if last.elapsed() <= BROKER_SESSION_TIMEOUT {
+            let (id, epoch) = (broker.id, broker.epoch);
+            let Some(ended) = sessions.end_if_over(id, epoch, since, Instant::now()) else {
                 continue;
-            }
-            tracing::warn!(
-                broker = broker.id,
-                epoch = broker.epoch,
-                "broker session expired; fencing it"
-            );
-            let fence = Command::FenceBroker {
-                id: broker.id,
-                epoch: broker.epoch,
             };
-            if let Err(e) = node.write(fence).await {
-                tracing::warn!(broker = broker.id, error = %e, "fencing failed");
+            match ended {
+                Ended::Expired => {
+                    tracing::warn!(broker = id, epoch, "broker session expired; fencing it")
+                }
+                Ended::Disconnected => tracing::warn!(
+                    broker = id,
+                    epoch,
+                    "broker's heartbeat connection closed and no heartbeat followed; fencing it"
+                ),
+            }
+            if let Err(e) = node.write(Command::FenceBroker { id, epoch }).await {
+                tracing::warn!(broker = id, error = %e, "fencing failed");
             }
         }
     }

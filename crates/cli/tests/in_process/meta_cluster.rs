@@ -49,6 +49,7 @@ fn a_silent_broker_is_fenced_and_registers_again_with_a_new_epoch() {
         let beat = c.call(&m::BrokerHeartbeatRequest {
             broker_id: 7,
             epoch,
+            ..Default::default()
         });
         assert!(beat.error.is_none(), "{:?}", beat.error);
         assert!(!beat.fenced);
@@ -70,6 +71,7 @@ fn a_silent_broker_is_fenced_and_registers_again_with_a_new_epoch() {
     let beat = c.call(&m::BrokerHeartbeatRequest {
         broker_id: 7,
         epoch,
+        ..Default::default()
     });
     assert!(beat.fenced, "a fenced broker is told to register again");
     let new_epoch = register(follower, 7);

@@ -106,12 +106,16 @@ pub const SNAPSHOT_INTERVAL_ENTRIES: u64 = 5000;
 /// older ones to a follower), and so the log file (see `log_store.rs`).
 pub const LOG_KEPT_AFTER_SNAPSHOT_ENTRIES: u64 = 1000;
 
-/// The Raft settings of every MetaServer node.
+/// The Raft settings of every MetaServer node. Elections are short because a broker trusts
+/// its session for only `SESSION_TRUST` (1 s) after its last answered heartbeat: while the
+/// group has no leader, brokers stop acknowledging writes once that lapses. Followers refuse
+/// votes for the longest election timeout after they last heard from a leader (openraft's
+/// lease), so a new leader is in place about 1–2 s after the old one dies.
 fn raft_config() -> Config {
     Config {
-        heartbeat_interval: 250,
-        election_timeout_min: 1000,
-        election_timeout_max: 2000,
+        heartbeat_interval: 100,
+        election_timeout_min: 500,
+        election_timeout_max: 1000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_INTERVAL_ENTRIES),
         max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT_ENTRIES,
         // Purge as soon as a snapshot allows (purges are rare: one per snapshot).
