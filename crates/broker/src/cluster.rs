@@ -14,21 +14,25 @@ use tinymq_meta::{Command, MetadataImage, Reply};
 use tinymq_protocol::{messages as m, ErrorCode};
 use tokio::sync::watch;
 
-/// How often a broker tells the MetaServer it is alive (a third of the 9 s session).
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
+/// How often a broker tells the MetaServer it is alive: seven times per session.
+pub const HEARTBEAT_INTERVAL: Duration = tinymq_meta::session::BROKER_HEARTBEAT_INTERVAL;
 /// How long one watch of the image waits for a change.
 const WATCH_WAIT: Duration = Duration::from_secs(10);
 /// Pause before retrying after the MetaServer could not be reached.
 const RETRY_BACKOFF: Duration = Duration::from_millis(250);
 /// How long registration waits for a broker id held by another address to be released (the
-/// MetaServer's 9 s session, and some): long enough for a broker restarted elsewhere to
+/// MetaServer's session, and much more): long enough for a broker restarted elsewhere to
 /// replace its dead predecessor, short enough to fail a true duplicate clearly.
 const ID_IN_USE_WAIT: Duration = Duration::from_secs(15);
 /// How long after its last heartbeat the MetaServer answered (counted from when it was sent)
-/// this broker still trusts its session: less than the MetaServer's 9 s session, so that a
-/// broker cut off from the MetaServer, or paused and resumed (a zombie), stops acknowledging
-/// writes before the MetaServer fences it and elects other leaders.
-pub const SESSION_TRUST: Duration = Duration::from_secs(6);
+/// this broker still trusts its session: two thirds of the MetaServer's 1.5 s session, so that
+/// a broker cut off from the MetaServer, or paused and resumed (a zombie), stops acknowledging
+/// writes before the MetaServer fences it and elects other leaders. The half second between
+/// them covers the leader's fence check (50 ms) and clocks that run at slightly different
+/// rates; the broker and the leader each measure on their own monotonic clock. A heartbeat
+/// counts only while the connection it went over is still open (the MetaServer also ends a
+/// session soon after that connection closes: see `tinymq_meta::session`).
+pub const SESSION_TRUST: Duration = Duration::from_millis(1000);
 /// Producer ids reserved from the MetaServer at once.
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
@@ -52,6 +56,9 @@ pub struct ClusterView {
     /// This broker's Kafka listener address, registered with the cluster so every broker's
     /// Kafka Metadata answer can name it; `None` without a Kafka listener.
     kafka_advertised: Option<tinymq_meta::KafkaAddress>,
+    /// Unit tests without a MetaServer act as if the session were confirmed.
+    #[cfg(test)]
+    assume_current: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ClusterView {
@@ -74,7 +81,15 @@ impl ClusterView {
             session_confirmed: parking_lot::Mutex::new(None),
             producer_ids: tokio::sync::Mutex::new((0, 0)),
             kafka_advertised: None,
+            #[cfg(test)]
+            assume_current: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// For unit tests without a MetaServer: the session counts as confirmed from now on.
+    #[cfg(test)]
+    pub(crate) fn assume_session_current(&self) {
+        self.assume_current.store(true, Ordering::SeqCst);
     }
 
     /// Registers `kafka` (host, port) as this broker's Kafka listener address.
@@ -84,14 +99,20 @@ impl ClusterView {
     }
 
     /// Whether this broker may still act as a leader: the MetaServer confirmed its session
-    /// within [`SESSION_TRUST`] (always, with the MetaServer in this process).
+    /// by a heartbeat sent within [`SESSION_TRUST`] over the heartbeat connection still open
+    /// (always, with the MetaServer in this process).
     pub fn session_current(&self) -> bool {
         if matches!(self.link, MetaLink::Local(_)) {
             return true;
         }
-        self.session_confirmed
-            .lock()
-            .is_some_and(|at| at.elapsed() < SESSION_TRUST)
+        #[cfg(test)]
+        if self.assume_current.load(Ordering::SeqCst) {
+            return true;
+        }
+        let confirmed = *self.session_confirmed.lock();
+        confirmed.is_some_and(|at| {
+            at.elapsed() < SESSION_TRUST && self.link.heartbeat_path_open_since(at)
+        })
     }
 
     pub(crate) fn confirm_session(&self, sent: std::time::Instant) {
@@ -185,10 +206,9 @@ impl ClusterView {
         let mut attempts = 0u32;
         let started = tokio::time::Instant::now();
         let mut warned_in_use = false;
-        let (epoch, sent) = loop {
-            let sent = std::time::Instant::now();
+        let epoch = loop {
             match self.link.write(command.clone()).await {
-                Ok(Reply::BrokerRegistered { epoch }) => break (epoch, sent),
+                Ok(Reply::BrokerRegistered { epoch }) => break epoch,
                 Ok(other) => {
                     return Err(ErrorCode::UNKNOWN_SERVER_ERROR
                         .with_message(format!("unexpected reply to a registration: {other:?}")))
@@ -239,14 +259,20 @@ impl ClusterView {
         }
         // Only now: until this image, a broker back from a fence still reads its old
         // leaderships in its stale image and would take writes for partitions others lead.
-        self.confirm_session(sent);
+        // Trust comes from a heartbeat (over the connection whose close ends the session), not
+        // from the registration; if this one fails, the heartbeat loop's next one counts.
+        match self.link.heartbeat(id, epoch).await {
+            Ok(beat) if !beat.fenced => self.confirm_session(beat.sent),
+            Ok(_) => tracing::warn!(broker = id, epoch, "fenced right after registering"),
+            Err(e) => tracing::debug!(error = %e, "first heartbeat failed; the loop retries"),
+        }
         tracing::info!(broker = id, epoch, "registered with the MetaServer");
         Ok(epoch)
     }
 
     /// Tells the MetaServer this broker is stopping (a controlled shutdown): its current
     /// registration is fenced at once, so no new partition is placed on it and its partitions
-    /// show as offline now rather than after the 9 s session. A restart registers again.
+    /// move now rather than after its session. A restart registers again.
     pub async fn unregister(&self) -> Result<(), m::Error> {
         let fence = Command::FenceBroker {
             id: self.broker_id,
@@ -283,17 +309,24 @@ impl ClusterView {
         port: u16,
         stop: tokio_util::sync::CancellationToken,
     ) {
+        // Failed heartbeats in a row: a MetaServer election fails several 200 ms beats, so
+        // only the first is a WARN and the recovery an INFO; the rest are debug.
+        let mut failing = 0u32;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
                 _ = stop.cancelled() => return,
             }
-            let sent = std::time::Instant::now();
-            match self.link.heartbeat(self.broker_id, self.epoch()).await {
-                Ok(false) => self.confirm_session(sent),
+            let beat = self.link.heartbeat(self.broker_id, self.epoch()).await;
+            if beat.is_ok() && failing > 0 {
+                tracing::info!(failed = failing, "heartbeats reach the MetaServer again");
+                failing = 0;
+            }
+            match beat {
+                Ok(beat) if !beat.fenced => self.confirm_session(beat.sent),
                 // Stopping: the fence is this broker's own controlled shutdown.
-                Ok(true) if stop.is_cancelled() => return,
-                Ok(true) => {
+                Ok(_) if stop.is_cancelled() => return,
+                Ok(_) => {
                     tracing::warn!(
                         broker = self.broker_id,
                         epoch = self.epoch(),
@@ -307,7 +340,14 @@ impl ClusterView {
                         _ = stop.cancelled() => return,
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "heartbeat failed; retrying"),
+                Err(e) => {
+                    failing = failing.saturating_add(1);
+                    if failing == 1 {
+                        tracing::warn!(error = %e, "heartbeat failed; retrying");
+                    } else {
+                        tracing::debug!(error = %e, failed = failing, "heartbeat failed again");
+                    }
+                }
             }
         }
     }

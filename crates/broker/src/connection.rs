@@ -42,6 +42,14 @@ impl tinymq_net::Service for BrokerFront {
         self.0.cluster.image().credential(user, mechanism)
     }
 
+    /// The standalone server is a MetaServer node too: a broker that joined it and died ends
+    /// its session early.
+    fn peer_left(&self, peer: &Peer, served: tinymq_net::OpsServed) {
+        if let MetaLink::Local(service) = &self.0.cluster.link {
+            tinymq_meta::server::broker_left(service, peer, &served);
+        }
+    }
+
     async fn admit(&self, frame: Frame, peer: &Peer) -> ResponseFuture {
         let state = self.0.clone();
         // A principal over its quota waits here, so the connection is read no further.

@@ -11,8 +11,8 @@ use tinymq_meta::{execute_and_apply, Command, MetadataImage, PartitionRecord, Re
 use crate::topic::TopicSettings;
 
 pub const TOPIC: &str = "sim";
-/// A broker not heard from for this long is fenced.
-pub const SESSION_TIMEOUT_MS: i64 = 6_000;
+/// A broker not heard from for this long is fenced: the MetaServer's own session timeout.
+pub const SESSION_TIMEOUT_MS: i64 = tinymq_meta::command::BROKER_SESSION_TIMEOUT.as_millis() as i64;
 
 pub struct Cluster {
     pub image: MetadataImage,
