@@ -338,6 +338,36 @@ def produce_many(bootstrap, topic, count):
     out(produced=count)
 
 
+def steady_acks(bootstrap, topic, count, pace_ms):
+    """COUNT records f-000000, f-000001, ... from an idempotent acks=all producer, one every
+    PACE_MS to partition 0, each sent at once (linger 0): a steady stream whose
+    acknowledgements show when a partition stops and resumes taking writes. Prints one line
+    per acknowledgement with when the record was handed to the client and when its
+    acknowledgement came (wall-clock seconds: the test compares them with when it killed the
+    leader), then the summary."""
+    count, pace = int(count), int(pace_ms) / 1000.0
+    p = producer(bootstrap, **{"enable.idempotence": True, "acks": "all", "linger.ms": 0})
+    failed = []
+
+    def report(sent):
+        def on_delivery(err, msg):
+            if err is not None:
+                failed.append(str(err))
+            else:
+                out(value=text(msg.value()), offset=msg.offset(), sent=sent, acked=time.time())
+        return on_delivery
+
+    for i in range(count):
+        p.produce(topic, value=f"f-{i:06}", partition=0, on_delivery=report(time.time()))
+        until = time.time() + pace
+        while (left := until - time.time()) > 0:
+            p.poll(left)  # serves acknowledgements meanwhile; returns early after one
+    left = p.flush(WAIT_S)
+    if left or failed:
+        raise Failed(f"{left} undelivered, errors {failed[:5]}")
+    out(done="steady-acks", produced=count)
+
+
 def consume(bootstrap, topic, count):
     """Prints COUNT records of TOPIC from the beginning of every partition."""
     for r in read_from_beginning(bootstrap, topic, int(count)):
@@ -433,6 +463,7 @@ MODES = {
     "consume": consume,
     "produce-many": produce_many,
     "group-consume": group_consume,
+    "steady-acks": steady_acks,
 }
 
 if __name__ == "__main__":

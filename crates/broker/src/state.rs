@@ -159,6 +159,13 @@ impl BrokerState {
         self.cluster.broker_id
     }
 
+    /// Whether this broker's follower fetches recently found `leader`'s connection closed or
+    /// refused (a hint for clients, see [`crate::replica::fetchers::LEADER_UNREACHABLE_HINT`]).
+    pub fn leader_unreachable(&self, leader: u32) -> bool {
+        let now = std::time::Instant::now();
+        leader != self.node_id() && self.fetchers.leader_unreachable(leader, now)
+    }
+
     /// A topic's settings: its stored config over this broker's defaults (the offsets
     /// topic's and the transaction states' are fixed: [`crate::group::offsets::topic_settings`]).
     pub fn settings_of(&self, name: &str, topic: &TopicRecord) -> TopicSettings {

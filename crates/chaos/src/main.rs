@@ -99,8 +99,9 @@ struct Args {
     down_min_ms: u64,
     #[arg(long, default_value_t = 5000)]
     down_max_ms: u64,
-    /// How long a zombie stays stopped, ms; the MetaServer fences a silent broker after 9 s.
-    #[arg(long, default_value_t = 5000)]
+    /// How long a zombie stays stopped, ms; the MetaServer fences a silent broker after 1.5 s,
+    /// so the default range has zombies deposed while stopped and zombies that are not.
+    #[arg(long, default_value_t = 500)]
     zombie_min_ms: u64,
     #[arg(long, default_value_t = 30000)]
     zombie_max_ms: u64,

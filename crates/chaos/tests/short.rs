@@ -31,10 +31,10 @@ fn a_short_fault_schedule_loses_duplicates_and_reorders_nothing() {
         .args(["--kinds", "leader-kill:2,zombie:2,cut:2,meta-kill:1"])
         .args(["--partitions", "3", "--producers", "2", "--rate", "50"])
         .args(["--down-min-ms", "500", "--down-max-ms", "2000"])
-        // One side of the MetaServer's 9 s session timeout and the other: a zombie that is
+        // One side of the MetaServer's 1.5 s session timeout and the other: a zombie that is
         // deposed and one that is not.
-        .args(["--zombie-min-ms", "3000", "--zombie-max-ms", "11000"])
-        .args(["--cut-min-ms", "3000", "--cut-max-ms", "11000"])
+        .args(["--zombie-min-ms", "500", "--zombie-max-ms", "4000"])
+        .args(["--cut-min-ms", "500", "--cut-max-ms", "4000"])
         .args(["--gap-min-ms", "200", "--gap-max-ms", "500"])
         .args(["--replica-lag-time-max-ms", "2000"])
         .output()

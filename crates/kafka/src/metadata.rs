@@ -4,6 +4,8 @@
 //! brokers from the cluster image, where each broker registered its Kafka listener address
 //! (`BrokerRecord::kafka`). Only brokers with a Kafka listener are listed, and a partition led
 //! by one without is answered `LEADER_NOT_AVAILABLE`: a Kafka client cannot reach its leader.
+//! So is a partition whose leader this broker's follower fetches just found closed or refused
+//! (`BrokerState::leader_unreachable`): a leader that has died, before its session ends.
 
 use std::sync::Arc;
 
@@ -265,6 +267,13 @@ fn partition(ctx: &Ctx, image: &MetadataImage, p: m::PartitionRoute) -> Metadata
         leader = BrokerId(NO_LEADER);
     } else if kafka_address(ctx, image, p.leader).is_none() {
         // Led by a broker Kafka clients cannot reach.
+        error_code = K::LeaderNotAvailable.code();
+        leader = BrokerId(NO_LEADER);
+    } else if ctx.state().leader_unreachable(p.leader) {
+        // This broker's fetches found the leader's connection closed: it has most likely died
+        // and its session is about to end. "No leader" makes a client ask again within
+        // 100 ms or so (librdkafka, the Java client) instead of retrying a dead address and
+        // waiting for its next periodic look.
         error_code = K::LeaderNotAvailable.code();
         leader = BrokerId(NO_LEADER);
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tinymq_client::{Connection, NodeRole};
+use tinymq_client::{ClientError, Connection, NodeRole};
 use tinymq_protocol::{messages as m, ErrorCode};
 use tinymq_replication::EpochEnd;
 use tokio_util::sync::CancellationToken;
@@ -70,12 +70,21 @@ async fn fetch_loop(
         match outcome {
             // The long poll at the leader was the wait: fetch again at once.
             Ok(Fetched::Progress | Fetched::Idle) => {
+                state.fetchers.reached(leader);
                 backoff = BACKOFF_MIN;
                 continue;
             }
-            Ok(Fetched::Refused) => backoff = (backoff * 2).min(BACKOFF_MAX),
+            Ok(Fetched::Refused) => {
+                state.fetchers.reached(leader);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+            }
             Err(e) => {
                 tracing::debug!(leader, error = %e, "follower fetch failed; retrying");
+                // Refused: evidence the leader may be gone (a fetch whose connection closed
+                // under it recorded that already).
+                if connection.as_ref().is_none_or(Connection::is_closed) {
+                    state.fetchers.lost(leader, std::time::Instant::now());
+                }
                 backoff = (backoff * 2).min(BACKOFF_MAX);
             }
         }
@@ -84,6 +93,7 @@ async fn fetch_loop(
             _ = stop.cancelled() => {}
         }
     }
+    state.fetchers.reached(leader);
     tracing::debug!(leader, "stopped following broker {leader}");
 }
 
@@ -136,10 +146,17 @@ async fn fetch_once(
             .collect(),
     );
     let wait = REPLICA_FETCH_TIMEOUT + Duration::from_millis(u64::from(REPLICA_FETCH_WAIT_MS));
-    let response = connection
-        .request(&request, wait)
-        .await
-        .map_err(|e| e.to_string())?;
+    let response = match connection.request(&request, wait).await {
+        Ok(response) => response,
+        Err(e) => {
+            // Closed under the fetch, not merely slow or refused: evidence the leader is gone,
+            // recorded before anything else runs (a client may ask for metadata right now).
+            if matches!(e, ClientError::ConnectionClosed(_)) || connection.is_closed() {
+                state.fetchers.lost(leader, std::time::Instant::now());
+            }
+            return Err(e.to_string());
+        }
+    };
     let parts = parts.to_vec();
     tokio::task::spawn_blocking(move || apply(leader, &parts, response.partitions))
         .await

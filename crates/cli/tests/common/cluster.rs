@@ -22,12 +22,24 @@ pub struct Cluster {
     pub meta: String,
     /// Broker `id` listens at `addrs[id - 1]`.
     pub addrs: Vec<String>,
+    /// Broker `id`'s Kafka listener is at `kafka_addrs[id - 1]`; empty when the brokers have
+    /// none ([`Cluster::start_with_kafka`]).
+    pub kafka_addrs: Vec<String>,
     brokers: Vec<Option<Server>>,
 }
 
 impl Cluster {
     /// A MetaServer node and brokers 1 to `brokers`, all registered.
     pub fn start(brokers: u32) -> Cluster {
+        Cluster::start_brokers(brokers, false)
+    }
+
+    /// [`Cluster::start`] with a Kafka listener on every broker.
+    pub fn start_with_kafka(brokers: u32) -> Cluster {
+        Cluster::start_brokers(brokers, true)
+    }
+
+    fn start_brokers(brokers: u32, kafka: bool) -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let meta_addrs = vec![format!("127.0.0.1:{}", free_port())];
         let meta = start(1, &meta_addrs, tmp.path());
@@ -35,9 +47,14 @@ impl Cluster {
             meta: meta_addrs[0].clone(),
             _meta: meta,
             addrs: Vec::new(),
+            kafka_addrs: Vec::new(),
             brokers: Vec::new(),
             tmp,
         };
+        if kafka {
+            let ports = (0..brokers).map(|_| format!("127.0.0.1:{}", free_port()));
+            cluster.kafka_addrs = ports.collect();
+        }
         for id in 1..=brokers {
             cluster.start_broker(id);
         }
@@ -54,7 +71,10 @@ impl Cluster {
             self.brokers.push(None);
         }
         let dir = self.tmp.path().join(format!("broker-{id}"));
-        let extra = ["--replica-lag-time-max-ms", LAG_MAX_MS];
+        let mut extra = vec!["--replica-lag-time-max-ms", LAG_MAX_MS];
+        if let Some(kafka) = self.kafka_addrs.get(i) {
+            extra.extend(["--kafka-listen", kafka.as_str()]);
+        }
         self.brokers[i] = Some(Server::start_broker_with(
             id,
             &self.addrs[i],

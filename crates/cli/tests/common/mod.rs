@@ -66,7 +66,9 @@ impl Server {
         Server::spawn(&args, data, &[])
     }
 
-    /// Runs `tinymq ARGS --data DATA` and waits for the line naming its address.
+    /// Runs `tinymq ARGS --data DATA` and waits for the line naming its address; later lines
+    /// (a Kafka listener's address) are read and dropped, so the server never writes to a
+    /// closed pipe.
     fn spawn(args: &[&str], data: &Path, env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
             .args(args)
@@ -80,9 +82,11 @@ impl Server {
             .expect("spawn tinymq server");
         let stdout = child.stdout.take().expect("stdout");
         let mut line = String::new();
-        BufReader::new(stdout)
+        let mut stdout = BufReader::new(stdout);
+        stdout
             .read_line(&mut line)
             .expect("server prints its address");
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
         let addr = line
             .trim()
             .strip_prefix("tinymq listening on ")

@@ -90,7 +90,9 @@ pub struct ProducerConfig {
     pub idempotence: bool,
     /// Give up on a record this long after `send` accepted it.
     pub delivery_timeout: Duration,
-    /// First wait before a retry; doubles up to `retry_backoff_max`.
+    /// First wait before a retry; doubles up to `retry_backoff_max`. Retries for want of a
+    /// leader (`NOT_LEADER`, no leader, the connection refused or closed) stay at this for the
+    /// first 2 s of a batch's failures, which covers a failover.
     pub retry_backoff: Duration,
     pub retry_backoff_max: Duration,
     /// Records queued per partition before `send` waits.

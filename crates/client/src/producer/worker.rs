@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tinymq_protocol::batch::{
@@ -37,6 +37,29 @@ use super::wire::{produce_body, ProduceTarget};
 use super::{Acks, ProducerConfig};
 use crate::cluster::{Cluster, LEADER_CHECK_INTERVAL};
 use crate::error::{check, ClientError};
+
+/// How long after a batch first fails for want of a leader (the leader died, moved or is not
+/// known yet) its retries stay at the first backoff instead of doubling: a dead broker's
+/// partitions get a new leader within about the MetaServer's session timeout (1.5 s), and a
+/// retry soon after that finds it. Past this window the backoff doubles as for any error, so
+/// an offline partition is not asked after ten times a second for long.
+const LEADER_CHANGE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The pause before the next retry of a batch that has been failing since `failing_since`
+/// with `error`, given the doubling `backoff` so far (which this advances).
+fn retry_pause(
+    config: &ProducerConfig,
+    error: &ClientError,
+    failing_since: Instant,
+    backoff: &mut Duration,
+) -> Duration {
+    if error.needs_metadata_refresh() && failing_since.elapsed() < LEADER_CHANGE_WINDOW {
+        return config.retry_backoff;
+    }
+    let pause = *backoff;
+    *backoff = (*backoff * 2).min(config.retry_backoff_max);
+    pause
+}
 
 /// The producer id and epoch shared by all partitions; `generation` changes whenever a new
 /// id is taken, which restarts every partition's sequence at 0.
@@ -408,6 +431,7 @@ impl PartitionWorker {
     /// Sends one batch alone until it is acknowledged, fails for good, or times out.
     async fn resend(&mut self, mut batch: Batch, mut error: ClientError, queue: &PartitionQueue) {
         let mut backoff = self.config.retry_backoff;
+        let failing_since = Instant::now();
         // An out-of-order answer to the pipelined send is expected when an earlier batch
         // failed; after a resend in order it means the broker lost track, which is final.
         let mut first = true;
@@ -439,8 +463,8 @@ impl PartitionWorker {
                 self.cluster.invalidate(&self.topic);
             }
             tracing::debug!(topic = %self.topic, partition = self.partition, %error, "resending batch");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(self.config.retry_backoff_max);
+            let pause = retry_pause(&self.config, &error, failing_since, &mut backoff);
+            tokio::time::sleep(pause).await;
             let attempt = match self.build_and_start(&mut batch).await {
                 Ok(task) => task
                     .await
@@ -526,5 +550,48 @@ impl PartitionWorker {
         batch.sealed.completion.complete(outcome);
         drop(batch);
         queue.finished_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_for_want_of_a_leader_stay_fast_through_a_failover_then_back_off() {
+        let config = ProducerConfig::new("127.0.0.1:1");
+        let no_leader = ClientError::Server {
+            code: ErrorCode::NOT_LEADER,
+            message: String::new(),
+        };
+        let other = ClientError::Server {
+            code: ErrorCode::REQUEST_TIMED_OUT,
+            message: String::new(),
+        };
+        let mut backoff = config.retry_backoff;
+        let now = Instant::now();
+        for _ in 0..5 {
+            let pause = retry_pause(&config, &no_leader, now, &mut backoff);
+            assert_eq!(pause, config.retry_backoff);
+        }
+        assert_eq!(backoff, config.retry_backoff, "no doubling meanwhile");
+        let pauses: Vec<Duration> = (0..6)
+            .map(|_| retry_pause(&config, &other, now, &mut backoff))
+            .collect();
+        let ms = |n| Duration::from_millis(n);
+        assert_eq!(
+            pauses,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
+        let Some(long_ago) = now.checked_sub(LEADER_CHANGE_WINDOW) else {
+            return; // The clock started less than the window ago: nothing to check.
+        };
+        let mut backoff = config.retry_backoff;
+        retry_pause(&config, &no_leader, long_ago, &mut backoff);
+        assert_eq!(
+            backoff,
+            ms(200),
+            "past the window a missing leader backs off too"
+        );
     }
 }
