@@ -17,7 +17,7 @@ exec target/release/tinymq-chaos \
   --faults 170 --kinds leader-kill:100,zombie:30,cut:30,meta-kill:10 \
   --partitions 6 --producers 3 --rate 300 \
   --down-min-ms 1000 --down-max-ms 8000 \
-  --zombie-min-ms 5000 --zombie-max-ms 30000 \
-  --cut-min-ms 5000 --cut-max-ms 20000 \
+  --zombie-min-ms 500 --zombie-max-ms 30000 \
+  --cut-min-ms 500 --cut-max-ms 20000 \
   --gap-min-ms 1000 --gap-max-ms 3000 \
   "$@"

@@ -327,6 +327,9 @@ impl ClusterView {
                 // Stopping: the fence is this broker's own controlled shutdown.
                 Ok(_) if stop.is_cancelled() => return,
                 Ok(_) => {
+                    // Fenced: its leaderships are being taken away, so no more trust in them
+                    // until the new registration is confirmed.
+                    *self.session_confirmed.lock() = None;
                     tracing::warn!(
                         broker = self.broker_id,
                         epoch = self.epoch(),

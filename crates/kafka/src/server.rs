@@ -177,6 +177,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Send + 'static>(
         tls_principal,
         large_response_gate: LargeResponseGate::new(),
         listener_stats: Some(tinymq_net::ListenerStats(shared.stats.clone())),
+        connection_tag: Default::default(),
     };
     let mut ctx = Arc::new(Ctx {
         peer,

@@ -184,7 +184,16 @@ impl MetaLink {
                 (service.heartbeat(request).await, sent)
             }
             MetaLink::Remote(remote) => {
-                let attempt = remote.send_timed(&remote.beat, &request, HEARTBEAT_TIMEOUT);
+                // Stamped with the token of the connection it goes over (see the field).
+                let stamped = |connection| m::BrokerHeartbeatRequest {
+                    connection,
+                    ..request
+                };
+                let attempt = remote.send_timed::<m::BrokerHeartbeatRequest, _>(
+                    &remote.beat,
+                    stamped,
+                    HEARTBEAT_TIMEOUT,
+                );
                 attempt.await.map_err(Attempt::into_link_error)?
             }
         };
@@ -234,8 +243,21 @@ pub struct Beat {
 /// [`MetaLink::heartbeat_path_open_since`], which must not wait on the async lock).
 #[derive(Default)]
 struct Slot {
-    connection: tokio::sync::Mutex<Option<Arc<Connection>>>,
+    /// The connection, and the token this process gave it (nonzero, never given twice).
+    connection: tokio::sync::Mutex<Option<(Arc<Connection>, u64)>>,
     current: parking_lot::Mutex<Option<(Arc<Connection>, std::time::Instant)>>,
+}
+
+/// A token no other connection of this process had, and (its high bits the clock at start)
+/// very likely none of an earlier run of it: what a heartbeat says it came over.
+fn connection_token() -> u64 {
+    static NEXT: std::sync::OnceLock<std::sync::atomic::AtomicU64> = std::sync::OnceLock::new();
+    let next = NEXT.get_or_init(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        let seed = now.map_or(1, |d| d.as_nanos() as u64) | 1;
+        std::sync::atomic::AtomicU64::new(seed)
+    });
+    next.fetch_add(1, Ordering::Relaxed).max(1)
 }
 
 impl Slot {
@@ -299,35 +321,48 @@ impl RemoteMeta {
         request: &R,
         timeout: Duration,
     ) -> Result<R::Response, Attempt> {
-        Ok(self.send_timed(slot, request, timeout).await?.0)
+        Ok(self
+            .send_timed::<R, &R>(slot, |_| request, timeout)
+            .await?
+            .0)
     }
 
     /// [`RemoteMeta::send_attempt`], also answering when the request was sent: after the
-    /// connection it went over was chosen, so never before that connection was opened.
-    async fn send_timed<R: Request>(
+    /// connection it went over was chosen, so never before that connection was opened. The
+    /// request is made from that connection's token; connecting, too, is bounded by
+    /// `timeout` (a node that drops packets moves the next attempt on to the next node).
+    async fn send_timed<R: Request, B: std::borrow::Borrow<R>>(
         &self,
         slot: &Slot,
-        request: &R,
+        request: impl FnOnce(u64) -> B,
         timeout: Duration,
     ) -> Result<(R::Response, std::time::Instant), Attempt> {
-        let connection = {
+        let (connection, token) = {
             let mut kept = slot.connection.lock().await;
-            match kept.as_ref().filter(|c| !c.is_closed()) {
-                Some(c) => c.clone(),
+            match kept.as_ref().filter(|(c, _)| !c.is_closed()) {
+                Some((c, token)) => (c.clone(), *token),
                 None => {
                     *slot.current.lock() = None;
                     // Recorded before connecting: every request sent from now on goes over
                     // the new connection (others wait for this lock).
                     let opened = std::time::Instant::now();
-                    let c = Arc::new(self.connect().await.map_err(Attempt::NotSent)?);
-                    *kept = Some(c.clone());
+                    let connected = match tokio::time::timeout(timeout, self.connect()).await {
+                        Ok(connected) => connected,
+                        Err(_) => {
+                            self.first_addr.fetch_add(1, Ordering::Relaxed);
+                            Err(format!("no MetaServer node answered within {timeout:?}"))
+                        }
+                    };
+                    let c = Arc::new(connected.map_err(Attempt::NotSent)?);
+                    let token = connection_token();
+                    *kept = Some((c.clone(), token));
                     *slot.current.lock() = Some((c.clone(), opened));
-                    c
+                    (c, token)
                 }
             }
         };
         let sent = std::time::Instant::now();
-        match connection.request(request, timeout).await {
+        match connection.request(request(token).borrow(), timeout).await {
             Ok(response) => Ok((response, sent)),
             Err(ClientError::Server { code, message }) => {
                 Err(Attempt::Done(LinkError::Server(code.with_message(message))))
@@ -336,7 +371,10 @@ impl RemoteMeta {
                 // Drop this connection (unless another caller already replaced it) and start
                 // the next connection attempt at the following node.
                 let mut kept = slot.connection.lock().await;
-                if kept.as_ref().is_some_and(|c| Arc::ptr_eq(c, &connection)) {
+                if kept
+                    .as_ref()
+                    .is_some_and(|(c, _)| Arc::ptr_eq(c, &connection))
+                {
                     *slot.current.lock() = None;
                     *kept = None;
                     self.first_addr.fetch_add(1, Ordering::Relaxed);

@@ -194,8 +194,14 @@ pub fn broker_left(service: &Arc<MetaService>, peer: &Peer, served: &tinymq_net:
     let Ok(broker_id) = u32::try_from(peer.node_id) else {
         return;
     };
+    // The broker's token for this connection, from its heartbeats; without one, the report
+    // could not be told from one about a connection already replaced, so it is not made.
+    let connection = peer.connection_tag.get();
+    if connection == 0 {
+        return;
+    }
     let service = service.clone();
-    tokio::spawn(async move { service.broker_left(broker_id).await });
+    tokio::spawn(async move { service.broker_left(broker_id, connection).await });
 }
 
 /// Answers one request frame from `peer`, once `authorization` allows it.
@@ -262,6 +268,9 @@ pub async fn handle(
             if request.disconnected && peer.role != m::NodeRole::Meta {
                 let why = "only a MetaServer node reports a broker's closed connection";
                 return error_response(op, id, ErrorCode::INVALID_REQUEST, why.into());
+            }
+            if peer.role == m::NodeRole::Broker && u64::from(request.broker_id) == peer.node_id {
+                peer.connection_tag.set(request.connection);
             }
             encode(op, id, &service.heartbeat(request).await)
         }

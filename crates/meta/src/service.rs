@@ -110,7 +110,7 @@ impl MetaService {
             (&command, serde_json::from_slice::<Reply>(&response.reply))
         {
             // The session starts at registration, not at the first heartbeat.
-            self.sessions.seen(*id, epoch, Instant::now());
+            self.sessions.seen(*id, epoch, 0, Instant::now());
         }
         response
     }
@@ -238,12 +238,13 @@ impl MetaService {
     /// Called when broker `broker_id`'s heartbeat connection to this node was closed from the
     /// broker's side: the leader hears of it (a follower forwards it, once) and fences the
     /// broker unless a heartbeat follows within the grace.
-    pub async fn broker_left(&self, broker_id: u32) {
+    pub async fn broker_left(&self, broker_id: u32, connection: u64) {
         tracing::info!(broker = broker_id, "a broker's heartbeat connection closed");
         let request = m::BrokerHeartbeatRequest {
             broker_id,
             epoch: 0,
             disconnected: true,
+            connection,
         };
         let response = self.heartbeat(request).await;
         if let Some(e) = response.error {
@@ -261,7 +262,9 @@ impl MetaService {
             Some(leader) if leader == self.node.id && request.disconnected => {
                 let image = self.node.image();
                 if let Some(b) = image.brokers.get(&request.broker_id).filter(|b| !b.fenced) {
-                    self.sessions.left(b.id, b.epoch, Instant::now());
+                    let connection = request.connection;
+                    self.sessions
+                        .left(b.id, b.epoch, connection, Instant::now());
                 }
                 m::BrokerHeartbeatResponse::default()
             }
@@ -289,8 +292,11 @@ impl MetaService {
                     .get(&request.broker_id)
                     .filter(|b| b.epoch == request.epoch && !b.fenced);
                 // Not renewed when the leader decided to fence this incarnation meanwhile.
-                let renewed = current.is_some()
-                    && (self.sessions).seen(request.broker_id, request.epoch, Instant::now());
+                let renewed = current.is_some() && {
+                    let (id, epoch, connection) =
+                        (request.broker_id, request.epoch, request.connection);
+                    (self.sessions).seen(id, epoch, connection, Instant::now())
+                };
                 m::BrokerHeartbeatResponse {
                     error: None,
                     fenced: !renewed,
@@ -432,7 +438,7 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
         let node = &service.node;
         if node.current_leader() != Some(node.id) {
             if leading_since.take().is_some() {
-                service.sessions.clear_fencing();
+                service.sessions.end_term();
             }
             continue;
         }
@@ -448,12 +454,10 @@ async fn fence_expired_brokers(service: std::sync::Weak<MetaService>) {
         let since = *leading_since.get_or_insert_with(Instant::now);
         let image = node.image();
         let sessions = &service.sessions;
-        sessions.retain_fencing(|id, epoch| {
-            image
-                .brokers
-                .get(&id)
-                .is_some_and(|b| b.epoch == epoch && !b.fenced)
-        });
+        // A mark stays while the image names that incarnation, fenced or not: a heartbeat
+        // handler that read the image from before the fence must still find it refused.
+        sessions
+            .retain_fencing(|id, epoch| image.brokers.get(&id).is_some_and(|b| b.epoch == epoch));
         for broker in image.brokers.values().filter(|b| !b.fenced) {
             let (id, epoch) = (broker.id, broker.epoch);
             let Some(ended) = sessions.end_if_over(id, epoch, since, Instant::now()) else {

@@ -8,8 +8,9 @@
 //!   for less than that after each heartbeat it sent and the leader answered, so a broker cut
 //!   off (or paused) stops acknowledging writes before the leader fences it.
 //! - **Disconnect**: a node saw the broker's heartbeat connection closed from the broker's
-//!   side, and no heartbeat came within [`BROKER_DISCONNECT_GRACE`] of the leader hearing of
-//!   it. A broker never trusts its session past the connection its confirming heartbeat used,
+//!   side — the connection the newest heartbeat the leader recorded came over, as the
+//!   broker's token for it says — and no heartbeat came within [`BROKER_DISCONNECT_GRACE`] of
+//!   the leader hearing of it. A broker never trusts its session past the connection its confirming heartbeat used,
 //!   so a live broker whose connection closed is not acting as a leader either.
 //!
 //! Deciding to fence and answering a heartbeat happen under one lock: once an incarnation is
@@ -40,6 +41,8 @@ pub enum Ended {
 #[derive(Debug, Clone, Copy)]
 struct Session {
     epoch: u64,
+    /// The broker's token for the connection its newest heartbeat came over (0: none yet).
+    connection: u64,
     last_seen: Instant,
     /// When the leader heard that the broker's heartbeat connection closed, if no heartbeat
     /// came since.
@@ -59,15 +62,17 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// Broker `id` of registration `epoch` was heard from at `now`. `false` when that
-    /// incarnation is being fenced: its heartbeat must be answered "fenced".
-    pub fn seen(&self, id: u32, epoch: u64, now: Instant) -> bool {
+    /// Broker `id` of registration `epoch` was heard from at `now`, over the connection the
+    /// broker calls `connection`. `false` when that incarnation is being fenced: its heartbeat
+    /// must be answered "fenced".
+    pub fn seen(&self, id: u32, epoch: u64, connection: u64, now: Instant) -> bool {
         let mut inner = self.inner.lock();
         if inner.fencing.contains(&(id, epoch)) {
             return false;
         }
         let session = Session {
             epoch,
+            connection,
             last_seen: now,
             left_at: None,
         };
@@ -82,20 +87,16 @@ impl Sessions {
         true
     }
 
-    /// A node saw broker `id`'s heartbeat connection closed from its side; `epoch` is the
-    /// registration current in the leader's image.
-    pub fn left(&self, id: u32, epoch: u64, now: Instant) {
+    /// A node saw broker `id`'s heartbeat connection `connection` closed from its side;
+    /// `epoch` is the registration current in the leader's image. Counts only when the
+    /// newest heartbeat recorded came over that connection: a report about a connection the
+    /// broker has since replaced (it timed out and reconnected elsewhere) ends nothing, since
+    /// the broker may trust a heartbeat answered over its new connection.
+    pub fn left(&self, id: u32, epoch: u64, connection: u64, now: Instant) {
         let mut inner = self.inner.lock();
-        match inner.by_broker.get_mut(&id) {
-            Some(s) if s.epoch == epoch => s.left_at = Some(now),
-            Some(_) => {}
-            None => {
-                let session = Session {
-                    epoch,
-                    last_seen: now,
-                    left_at: Some(now),
-                };
-                inner.by_broker.insert(id, session);
+        if let Some(s) = inner.by_broker.get_mut(&id) {
+            if s.epoch == epoch && connection != 0 && s.connection == connection {
+                s.left_at = Some(now);
             }
         }
     }
@@ -135,10 +136,12 @@ impl Sessions {
             .retain(|(id, epoch)| current(*id, *epoch));
     }
 
-    /// Forgets whether any incarnation is being fenced (this node stopped leading: the next
-    /// leader decides afresh).
-    pub fn clear_fencing(&self) {
-        self.inner.lock().fencing.clear();
+    /// Forgets every session and fencing mark: this node stopped leading, and the next term
+    /// it leads (if any) starts afresh, with no closed connection heard of in an earlier one.
+    pub fn end_term(&self) {
+        let mut inner = self.inner.lock();
+        inner.fencing.clear();
+        inner.by_broker.clear();
     }
 }
 
@@ -154,7 +157,7 @@ mod tests {
     fn a_silent_broker_expires_after_the_session_timeout_counted_from_the_later_of_its_beat_and_since(
     ) {
         let (s, t0) = (Sessions::default(), Instant::now());
-        assert!(s.seen(1, 5, t0));
+        assert!(s.seen(1, 5, 11, t0));
         let at = t0 + BROKER_SESSION_TIMEOUT;
         assert_eq!(s.end_if_over(1, 5, t0, at), None);
         assert_eq!(s.end_if_over(1, 5, t0, at + ms(1)), Some(Ended::Expired));
@@ -173,8 +176,8 @@ mod tests {
     #[test]
     fn a_closed_connection_ends_the_session_after_the_grace_unless_a_heartbeat_follows() {
         let (s, t0) = (Sessions::default(), Instant::now());
-        assert!(s.seen(1, 5, t0));
-        s.left(1, 5, t0 + ms(10));
+        assert!(s.seen(1, 5, 11, t0));
+        s.left(1, 5, 11, t0 + ms(10));
         let over = t0 + ms(10) + BROKER_DISCONNECT_GRACE;
         assert_eq!(s.end_if_over(1, 5, t0, over), None, "within the grace");
         assert_eq!(
@@ -183,27 +186,27 @@ mod tests {
         );
 
         // Broker 2 reconnects and heartbeats within the grace: its session goes on.
-        assert!(s.seen(2, 7, t0));
-        s.left(2, 7, t0 + ms(10));
-        assert!(s.seen(2, 7, t0 + ms(100)));
+        assert!(s.seen(2, 7, 11, t0));
+        s.left(2, 7, 11, t0 + ms(10));
+        assert!(s.seen(2, 7, 11, t0 + ms(100)));
         assert_eq!(s.end_if_over(2, 7, t0, t0 + ms(1000)), None);
     }
 
     #[test]
     fn a_heartbeat_after_the_decision_to_fence_is_refused_until_the_broker_registers_again() {
         let (s, t0) = (Sessions::default(), Instant::now());
-        assert!(s.seen(1, 5, t0));
+        assert!(s.seen(1, 5, 11, t0));
         let late = t0 + BROKER_SESSION_TIMEOUT + ms(1);
         assert_eq!(s.end_if_over(1, 5, t0, late), Some(Ended::Expired));
         assert!(
-            !s.seen(1, 5, late),
+            !s.seen(1, 5, 11, late),
             "the fenced incarnation's beat is refused"
         );
         // Registered again (epoch 6): heard, and the old mark goes once the image moved on.
-        assert!(s.seen(1, 6, late));
+        assert!(s.seen(1, 6, 11, late));
         s.retain_fencing(|_, epoch| epoch == 6);
         assert!(
-            s.seen(1, 5, late),
+            s.seen(1, 5, 11, late),
             "mark forgotten (the image refuses epoch 5 itself)"
         );
     }
@@ -211,14 +214,14 @@ mod tests {
     #[test]
     fn news_about_another_registration_does_not_touch_the_current_one() {
         let (s, t0) = (Sessions::default(), Instant::now());
-        assert!(s.seen(1, 6, t0));
-        s.left(1, 5, t0);
+        assert!(s.seen(1, 6, 11, t0));
+        s.left(1, 5, 11, t0);
         assert_eq!(
             s.end_if_over(1, 6, t0, t0 + ms(1000)),
             None,
             "old epoch's close"
         );
-        assert!(s.seen(1, 5, t0 + ms(1000)), "a late beat of epoch 5");
+        assert!(s.seen(1, 5, 11, t0 + ms(1000)), "a late beat of epoch 5");
         let at = t0 + BROKER_SESSION_TIMEOUT + ms(1);
         assert_eq!(
             s.end_if_over(1, 6, t0, at),
@@ -228,12 +231,35 @@ mod tests {
     }
 
     #[test]
-    fn a_close_heard_of_before_any_heartbeat_still_ends_the_session() {
+    fn a_close_of_a_replaced_or_unknown_connection_ends_nothing() {
         let (s, t0) = (Sessions::default(), Instant::now());
-        s.left(3, 2, t0);
+        // Never heard from: a close says nothing; expiry covers it.
+        s.left(3, 2, 11, t0);
+        let after_grace = t0 + BROKER_DISCONNECT_GRACE + ms(1);
+        assert_eq!(s.end_if_over(3, 2, t0, after_grace), None);
+        // Broker 1 moved to connection 12; the late report about 11 is ignored.
+        assert!(s.seen(1, 5, 11, t0));
+        assert!(s.seen(1, 5, 12, t0 + ms(50)));
+        s.left(1, 5, 11, t0 + ms(60));
+        assert_eq!(s.end_if_over(1, 5, t0, t0 + ms(1000)), None);
+        // A report without a token (an older broker) ends nothing either.
+        s.left(1, 5, 0, t0 + ms(60));
+        assert_eq!(s.end_if_over(1, 5, t0, t0 + ms(1000)), None);
+        // The report about its current connection does.
+        s.left(1, 5, 12, t0 + ms(60));
         assert_eq!(
-            s.end_if_over(3, 2, t0, t0 + BROKER_DISCONNECT_GRACE + ms(1)),
+            s.end_if_over(1, 5, t0, t0 + ms(61) + BROKER_DISCONNECT_GRACE),
             Some(Ended::Disconnected)
         );
+    }
+
+    #[test]
+    fn a_new_term_forgets_closes_heard_of_in_an_earlier_one() {
+        let (s, t0) = (Sessions::default(), Instant::now());
+        assert!(s.seen(1, 5, 11, t0));
+        s.left(1, 5, 11, t0 + ms(10));
+        s.end_term();
+        let since = t0 + ms(2000);
+        assert_eq!(s.end_if_over(1, 5, since, since + ms(400)), None);
     }
 }

@@ -108,6 +108,7 @@ pub(crate) fn answer(
             tls_principal: tls_principal.map(str::to_string),
             large_response_gate: crate::LargeResponseGate::new(),
             listener_stats: None,
+            connection_tag: Default::default(),
         };
         (peer, auth_required)
     });

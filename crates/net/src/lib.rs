@@ -142,7 +142,34 @@ pub struct Peer {
     /// service counts errors inside a response (a partition's) there, so each listener's
     /// metrics hold its own requests' errors. `None`: the service's own port.
     pub listener_stats: Option<ListenerStats>,
+    /// A value the service may keep for this connection (shared by every request's copy of
+    /// the peer) and read back in [`Service::peer_left`]: the MetaServer keeps the token of
+    /// the last broker heartbeat the connection carried. 0 until set.
+    pub connection_tag: ConnectionTag,
 }
+
+/// See [`Peer::connection_tag`].
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionTag(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl ConnectionTag {
+    pub fn set(&self, value: u64) {
+        self.0.store(value, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The same connection's tag (as [`LargeResponseGate`]: one per connection).
+impl PartialEq for ConnectionTag {
+    fn eq(&self, other: &ConnectionTag) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ConnectionTag {}
 
 /// See [`Peer::listener_stats`]; equal when they are the same listener's.
 #[derive(Debug, Clone)]
@@ -307,13 +334,21 @@ pub struct OpsServed {
 
 impl OpsServed {
     pub fn insert(&self, op_code: u8) {
-        let (word, bit) = (usize::from(op_code / 64) & 1, op_code % 64);
+        // Codes from 128 are no operation; folding them onto a real one would make a
+        // connection look as if it had carried that operation.
+        if op_code >= 128 {
+            return;
+        }
+        let (word, bit) = (usize::from(op_code / 64), op_code % 64);
         self.bits[word].fetch_or(1 << bit, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn contains(&self, op: tinymq_protocol::OpCode) -> bool {
         let code = op.code();
-        let (word, bit) = (usize::from(code / 64) & 1, code % 64);
+        if code >= 128 {
+            return false;
+        }
+        let (word, bit) = (usize::from(code / 64), code % 64);
         self.bits[word].load(std::sync::atomic::Ordering::Relaxed) & (1 << bit) != 0
     }
 }

@@ -192,6 +192,7 @@ fn peer(role: NodeRole, principal: tinymq_auth::Principal) -> Peer {
         tls_principal: None,
         large_response_gate: Default::default(),
         listener_stats: None,
+        connection_tag: Default::default(),
     }
 }
 
