@@ -329,8 +329,9 @@ impl RemoteMeta {
 
     /// [`RemoteMeta::send_attempt`], also answering when the request was sent: after the
     /// connection it went over was chosen, so never before that connection was opened. The
-    /// request is made from that connection's token; connecting, too, is bounded by
-    /// `timeout` (a node that drops packets moves the next attempt on to the next node).
+    /// request is made from that connection's token. For heartbeats connecting, too, is
+    /// bounded by `timeout` (a node that drops packets moves the next attempt on to the next
+    /// node).
     async fn send_timed<R: Request, B: std::borrow::Borrow<R>>(
         &self,
         slot: &Slot,
@@ -346,12 +347,17 @@ impl RemoteMeta {
                     // Recorded before connecting: every request sent from now on goes over
                     // the new connection (others wait for this lock).
                     let opened = std::time::Instant::now();
-                    let connected = match tokio::time::timeout(timeout, self.connect()).await {
-                        Ok(connected) => connected,
-                        Err(_) => {
-                            self.first_addr.fetch_add(1, Ordering::Relaxed);
-                            Err(format!("no MetaServer node answered within {timeout:?}"))
+                    let connected = if std::ptr::eq(slot, &self.beat) {
+                        // A heartbeat late by a 10 s connect would outlive the session.
+                        match tokio::time::timeout(timeout, self.connect()).await {
+                            Ok(connected) => connected,
+                            Err(_) => {
+                                self.first_addr.fetch_add(1, Ordering::Relaxed);
+                                Err(format!("no MetaServer node answered within {timeout:?}"))
+                            }
                         }
+                    } else {
+                        self.connect().await
                     };
                     let c = Arc::new(connected.map_err(Attempt::NotSent)?);
                     let token = connection_token();
