@@ -52,7 +52,7 @@ pub struct MetaService {
     links: tinymq_client::Security,
     /// The connection forwards to the leader go over, kept open: a follower forwards every
     /// heartbeat of the brokers connected to it, several a second each.
-    leader_connection: tokio::sync::Mutex<Option<(u64, Arc<tinymq_client::Connection>)>>,
+    leader_connection: parking_lot::Mutex<Option<(u64, Arc<tinymq_client::Connection>)>>,
 }
 
 impl MetaService {
@@ -95,7 +95,7 @@ impl MetaService {
             node,
             sessions: Sessions::default(),
             links,
-            leader_connection: tokio::sync::Mutex::new(None),
+            leader_connection: parking_lot::Mutex::new(None),
         });
         tokio::spawn(fence_expired_brokers(Arc::downgrade(&service)));
         tokio::spawn(elect_preferred_leaders(Arc::downgrade(&service)));
@@ -326,7 +326,7 @@ impl MetaService {
             Ok(pending) => pending,
             Err(e) => {
                 // The kept connection had closed: nothing was sent, so trying again is safe.
-                self.forget_leader_connection(&connection).await;
+                self.forget_leader_connection(&connection);
                 return Err(Forward::NotSent(format!(
                     "connection to leader {leader}: {e}"
                 )));
@@ -334,7 +334,7 @@ impl MetaService {
         };
         let answer = pending.wait(FORWARD_TIMEOUT).await;
         if answer.is_err() && connection.is_closed() {
-            self.forget_leader_connection(&connection).await;
+            self.forget_leader_connection(&connection);
         }
         answer.map_err(|e| match e {
             tinymq_client::ClientError::Server { code, message } => {
@@ -349,17 +349,19 @@ impl MetaService {
     }
 
     /// The kept connection to `leader`, opened anew when there is none, it went to another
-    /// node, or it closed.
+    /// node, or it closed. Connecting happens outside the lock: a forward to a new leader never
+    /// waits behind one still trying a leader whose host is gone.
     async fn leader_connection(
         &self,
         leader: u64,
     ) -> Result<Arc<tinymq_client::Connection>, Forward> {
-        let mut kept = self.leader_connection.lock().await;
-        if let Some((_, c)) = kept
-            .as_ref()
-            .filter(|(to, c)| *to == leader && !c.is_closed())
-        {
-            return Ok(c.clone());
+        let open_to = |kept: &Option<(u64, Arc<tinymq_client::Connection>)>| {
+            kept.as_ref()
+                .filter(|(to, c)| *to == leader && !c.is_closed())
+                .map(|(_, c)| c.clone())
+        };
+        if let Some(c) = open_to(&self.leader_connection.lock()) {
+            return Ok(c);
         }
         let addr = self
             .node
@@ -380,12 +382,17 @@ impl MetaService {
                 .await
                 .map_err(|e| Forward::NotSent(format!("cannot reach leader {leader}: {e}")))?,
         );
+        let mut kept = self.leader_connection.lock();
+        // Another forward may have connected meanwhile: keep one connection, use that.
+        if let Some(c) = open_to(&kept) {
+            return Ok(c);
+        }
         *kept = Some((leader, connection.clone()));
         Ok(connection)
     }
 
-    async fn forget_leader_connection(&self, connection: &Arc<tinymq_client::Connection>) {
-        let mut kept = self.leader_connection.lock().await;
+    fn forget_leader_connection(&self, connection: &Arc<tinymq_client::Connection>) {
+        let mut kept = self.leader_connection.lock();
         if kept
             .as_ref()
             .is_some_and(|(_, c)| Arc::ptr_eq(c, connection))
