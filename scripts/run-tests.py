@@ -16,11 +16,15 @@ TEST_ARGS go to every test binary (a name filter, `--nocapture`). Every binary r
 end whatever the others do (cargo's `--no-fail-fast`, which is accepted and ignored). Each
 binary's output is kept in target/test-logs/; a failed binary's output is printed in full.
 Each binary's duration is kept in target/test-durations.json, so the next run starts the
-longest first; a fresh checkout uses the list in LONGEST below.
+longest first; a fresh checkout uses the list in LONGEST below. A binary still running after
+`TINYMQ_TEST_BINARY_TIMEOUT_SECONDS` (default 900) is killed with its whole process group and
+counts as failed, its output printed (libtest names each test running for over 60 s), so one
+hung test fails the run with its name instead of using up CI's budget in silence.
 """
 
 import json
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -121,15 +125,40 @@ def order(jobs, durations):
     return sorted(jobs, key=weight, reverse=True)
 
 
+BINARY_TIMEOUT_SECONDS = float(os.environ.get("TINYMQ_TEST_BINARY_TIMEOUT_SECONDS", "900"))
+
+
+def call_bounded(job, log):
+    """Runs the job's command in a process group of its own; kills the group (the binary and
+    every server it started) once it has run for BINARY_TIMEOUT_SECONDS. Returns its exit code,
+    or None when it was killed for taking too long."""
+    process = subprocess.Popen(
+        job["command"], cwd=job["cwd"], env=job["env"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        return process.wait(timeout=BINARY_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        return None
+
+
 def run(job, logs_dir, print_lock):
     started = time.monotonic()
     log_path = os.path.join(logs_dir, "%s__%s__%s.log" % job["key"])
     with open(log_path, "w") as log:
-        code = subprocess.call(job["command"], cwd=job["cwd"], env=job["env"], stdout=log, stderr=subprocess.STDOUT)
+        code = call_bounded(job, log)
     job["seconds"] = time.monotonic() - started
-    job["code"] = code
+    timed_out = code is None
+    job["code"] = 124 if timed_out else code
+    code = job["code"]
     with open(log_path) as log:
         output = log.read()
+    if timed_out:
+        output += "\n---- killed after %.0f s (TINYMQ_TEST_BINARY_TIMEOUT_SECONDS)\n" % job["seconds"]
     results = [line for line in output.splitlines() if line.startswith("test result:")]
     with print_lock:
         status = "ok    " if code == 0 else "FAILED"
