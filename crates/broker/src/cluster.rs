@@ -115,6 +115,17 @@ impl ClusterView {
         })
     }
 
+    /// Ends this broker's trust in its session at once, on its own controlled shutdown once the
+    /// fence is in: from then on it acknowledges nothing as a leader (as if the session had
+    /// expired). With the MetaServer in this process, the session never ends.
+    pub(crate) fn end_session(&self) -> bool {
+        if matches!(self.link, MetaLink::Local(_)) {
+            return false;
+        }
+        *self.session_confirmed.lock() = None;
+        true
+    }
+
     pub(crate) fn confirm_session(&self, sent: std::time::Instant) {
         let mut confirmed = self.session_confirmed.lock();
         if confirmed.is_none_or(|at| at < sent) {

@@ -161,7 +161,7 @@ impl BrokerState {
 
     /// Gives each open partition the role the image names: leader or follower, with the
     /// leader epoch and ISR.
-    fn assume_roles(&self, image: &MetadataImage) {
+    pub(crate) fn assume_roles(&self, image: &MetadataImage) {
         let me = self.node_id();
         for partition in self.all_partitions() {
             let record = image

@@ -40,6 +40,10 @@ const EMBEDDED_META_ID: u64 = 1;
 /// How long a stopping broker waits for the MetaServer to take note (it is fenced by session
 /// expiry anyway if this fails).
 const UNREGISTER_WAIT: Duration = Duration::from_secs(5);
+/// How long a stopping broker waits for an image that shows its fence ([`step_down`]).
+const STEP_DOWN_WAIT: Duration = Duration::from_secs(2);
+/// One read's wait for a newer image while stepping down.
+const STEP_DOWN_POLL: Duration = Duration::from_millis(100);
 /// How long a standalone start waits for its single-node MetaServer to lead (it does at once
 /// in practice; past this, registration retries on its own).
 const EMBEDDED_LEADER_WAIT: Duration = Duration::from_secs(5);
@@ -269,6 +273,11 @@ impl Broker {
         BrokerFront(self.state.clone())
     }
 
+    /// How long each of [`Broker::shutdown`]'s waits for requests in flight may last.
+    pub fn shutdown_grace(&self) -> Duration {
+        self.state.config.listener.shutdown_grace
+    }
+
     /// The MetaServer running in this process (the standalone server), if any.
     pub fn embedded_meta(&self) -> Option<&Arc<MetaService>> {
         self.embedded_meta.as_ref()
@@ -283,7 +292,10 @@ impl Broker {
         // After the heartbeats stop: a heartbeat answered "fenced" would register again.
         let cluster = &self.state.cluster;
         match tokio::time::timeout(UNREGISTER_WAIT, cluster.unregister()).await {
-            Ok(Ok(())) => tracing::info!("left the cluster: no new partitions are placed here"),
+            Ok(Ok(())) => {
+                tracing::info!("left the cluster: no new partitions are placed here");
+                step_down(&self.state).await;
+            }
             Ok(Err(e)) => {
                 tracing::warn!(error = %e.message, "could not tell the MetaServer this broker stops; it is fenced when its session expires")
             }
@@ -318,6 +330,43 @@ impl Broker {
             Some(meta) => meta.node.fatal().await,
             None => std::future::pending().await,
         }
+    }
+}
+
+/// After this broker's fence is in (its controlled shutdown): stops leading at once what the
+/// fence moved, instead of when the process exits. Requests waiting on the in-sync replicas
+/// (`acks=all`) end with NOT_LEADER now, so their producers retry at the new leader within
+/// milliseconds, where they would otherwise wait out the shutdown grace: the followers have
+/// moved to the new leader and stopped fetching here, so those writes would never be confirmed.
+/// Waits (bounded by [`STEP_DOWN_WAIT`]) for an image where the fence moved this broker's
+/// leaderships: a MetaServer follower may answer a read before it applied the fence.
+async fn step_down(state: &Arc<BrokerState>) {
+    let cluster = &state.cluster;
+    if !cluster.end_session() {
+        return;
+    }
+    let me = state.node_id();
+    let leads_here = |image: &tinymq_meta::MetadataImage| {
+        state.all_partitions().iter().any(|p| {
+            p.leading_epoch().is_some()
+                && image
+                    .topics
+                    .get(&p.topic)
+                    .and_then(|t| t.partitions.get(p.index as usize))
+                    .is_some_and(|record| record.leader == Some(me))
+        })
+    };
+    let deadline = tokio::time::Instant::now() + STEP_DOWN_WAIT;
+    while leads_here(&cluster.image()) && tokio::time::Instant::now() < deadline {
+        if cluster.refresh(STEP_DOWN_POLL).await.is_err() {
+            tokio::time::sleep(STEP_DOWN_POLL).await;
+        }
+    }
+    let image = cluster.image();
+    let state = state.clone();
+    let stepped = tokio::task::spawn_blocking(move || state.assume_roles(&image)).await;
+    if let Err(e) = stepped {
+        tracing::warn!(error = %e, "could not take the roles the fence gave");
     }
 }
 

@@ -121,9 +121,7 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
         security.check_exposure("HTTP", addr, has_tls)?;
     }
     // Handlers first: a signal sent as soon as the address is printed must stop the node cleanly.
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
+    let mut signals = crate::stop::StopSignals::install()?;
     tls.reload_on_sighup()?;
     // HTTPS with the native port's certificate (the same ServerTls, so SIGHUP reloads both);
     // credentials asked when the node asks them.
@@ -159,15 +157,14 @@ pub async fn run_meta(args: MetaArgs) -> anyhow::Result<()> {
     crate::http::announce(&node);
     tracing::info!(node = id, addr = %node.local_addr(), data = %data.display(), "MetaServer node started");
     tokio::select! {
-        _ = term.recv() => tracing::info!(signal = "SIGTERM", "stopping"),
-        _ = int.recv() => tracing::info!(signal = "SIGINT", "stopping"),
+        signal = signals.next() => tracing::info!(signal, "stopping"),
         fatal = node.fatal() => {
             // This node can no longer vote or apply; a restart recovers from its data.
             tracing::error!(error = %fatal, "the Raft core stopped; exiting");
             std::process::exit(70);
         }
     }
-    node.shutdown().await;
+    crate::stop::shut_down(node, &mut signals).await;
     tracing::info!(node = id, "MetaServer node stopped");
     Ok(())
 }

@@ -24,6 +24,7 @@ mod scrape;
 mod server;
 mod server_security;
 mod share_consume;
+mod stop;
 mod tls;
 mod top;
 mod topic;

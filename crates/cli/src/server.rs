@@ -282,20 +282,6 @@ fn build_config(
     Ok((c, file_http, tls, file_security, kafka))
 }
 
-/// Waits for SIGTERM or SIGINT. The handlers are installed when this is called (not when it is
-/// first polled), so a signal that arrives right after the broker says it listens is handled.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = &'static str>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => "SIGTERM",
-            _ = int.recv() => "SIGINT",
-        }
-    })
-}
-
 /// Runs the standalone server (`cluster_member` false) or a cluster broker (true).
 pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<()> {
     let http_flags = std::mem::take(&mut args.http);
@@ -336,7 +322,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     config.links.login = node_login.clone();
     let role = if cluster_member { "broker" } else { "server" };
     crate::logging::set_node(format!("{role}-{}", config.node_id));
-    let stop_signal = shutdown_signal()?;
+    let mut signals = crate::stop::StopSignals::install()?;
     tls.reload_on_sighup()?;
     // HTTPS with the native port's certificate: the same ServerTls, so SIGHUP reloads both.
     let auth_on = security.listener.auth != tinymq_net::AuthMode::None;
@@ -365,7 +351,7 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
     }
     crate::http::announce(&node);
     let stop = tokio::select! {
-        signal = stop_signal => signal,
+        signal = signals.next() => signal,
         fatal = node.fatal() => {
             // The metadata can no longer change; a restart recovers from the data directory.
             tracing::error!(error = %fatal, "the embedded MetaServer stopped; exiting");
@@ -373,6 +359,6 @@ pub async fn run(mut args: ServerArgs, cluster_member: bool) -> anyhow::Result<(
         }
     };
     tracing::info!(signal = stop, "stopping");
-    node.shutdown().await;
+    crate::stop::shut_down(node, &mut signals).await;
     Ok(())
 }

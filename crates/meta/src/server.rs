@@ -168,6 +168,11 @@ impl MetaServer {
         &self.service.node
     }
 
+    /// How long each of [`MetaServer::shutdown`]'s waits for requests in flight may last.
+    pub fn shutdown_grace(&self) -> std::time::Duration {
+        self.limits.shutdown_grace
+    }
+
     /// Stops accepting, lets requests in flight finish (within the shutdown grace), then stops
     /// the Raft node.
     pub async fn shutdown(self) {

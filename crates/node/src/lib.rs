@@ -30,6 +30,10 @@ pub use broker_node::{BrokerNodeConfig, KafkaListenerConfig};
 pub use http_listener::HttpListenerConfig;
 pub use meta_node::MetaNodeConfig;
 
+/// [`Node::shutdown_deadline`]'s margin over the graces: the unregister call (5 s at most),
+/// the Raft core's stop and the partitions' close.
+const SHUTDOWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// What a node runs.
 pub enum NodeConfig {
     /// `tinymq server`: a broker with its own single-node MetaServer (`broker.meta` empty).
@@ -123,6 +127,19 @@ impl Node {
             Node::Broker(b) => b.broker.embedded_meta_failed().await,
             Node::Meta(m) => m.server.node().fatal().await,
         }
+    }
+
+    /// How long a whole [`Node::shutdown`] may take before the caller should give up on it and
+    /// exit: every wait inside is bounded by the shutdown grace (the Kafka listener's, the
+    /// broker's or MetaServer's twice, the HTTP listener's), so four graces plus a margin for
+    /// the MetaServer's answers, the Raft core's stop and the partitions' last flush. A
+    /// shutdown past it is a defect (something waited without a bound), and the binary says so.
+    pub fn shutdown_deadline(&self) -> std::time::Duration {
+        let grace = match self {
+            Node::Broker(b) => b.broker.shutdown_grace(),
+            Node::Meta(m) => m.server.shutdown_grace(),
+        };
+        grace.saturating_mul(4) + SHUTDOWN_MARGIN
     }
 
     /// Stops accepting, lets requests in flight finish (within the listeners' grace), and

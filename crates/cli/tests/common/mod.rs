@@ -23,6 +23,10 @@ use tinymq_protocol::{messages as m, Frame, OpCode, Request};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_tinymq");
 
+/// How long [`Server::terminate`] waits for an exit after SIGTERM: past the binary's own bound
+/// on a shutdown (`tinymq` exits with an error once its shutdown deadline passes).
+pub const TERMINATE_WAIT: Duration = Duration::from_secs(150);
+
 /// A `tinymq server` child process.
 pub struct Server {
     child: Child,
@@ -109,12 +113,27 @@ impl Server {
         self.child.wait().expect("reap");
     }
 
-    /// SIGTERM and wait for a clean exit.
+    /// SIGTERM and wait (bounded: [`TERMINATE_WAIT`]) for the process to exit. A server that
+    /// has not exited by then is killed and the test fails naming it, instead of hanging the
+    /// test binary until the runner's timeout.
     pub fn terminate(&mut self) -> ExitStatus {
         // SAFETY: sending a signal to our own child process.
         let rc = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         assert_eq!(rc, 0, "kill -TERM");
-        self.child.wait().expect("wait")
+        let deadline = std::time::Instant::now() + TERMINATE_WAIT;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!(
+            "server {} (pid {}) did not exit within {TERMINATE_WAIT:?} of SIGTERM",
+            self.addr,
+            self.child.id()
+        );
     }
 
     /// Resident memory of the server, from /proc.
