@@ -214,12 +214,42 @@ impl ClusterView {
             clean_shutdown,
             kafka: self.kafka_advertised.clone(),
         };
+        let id = self.broker_id;
+        let epoch = loop {
+            let epoch = self.send_registration(&command).await?;
+            self.epoch.store(epoch, Ordering::SeqCst);
+            if self.await_registration(epoch).await {
+                break epoch;
+            }
+            // The session ended before this broker saw its registration (an image slow to
+            // arrive on a loaded machine): a fenced epoch never turns live, so register anew.
+            tracing::warn!(
+                broker = id,
+                epoch,
+                "fenced before the registration was seen; registering again"
+            );
+        };
+        // Only now: until this image, a broker back from a fence still reads its old
+        // leaderships in its stale image and would take writes for partitions others lead.
+        // Trust comes from a heartbeat (over the connection whose close ends the session), not
+        // from the registration; if this one fails, the heartbeat loop's next one counts.
+        match self.link.heartbeat(id, epoch).await {
+            Ok(beat) if !beat.fenced => self.confirm_session(beat.sent),
+            Ok(_) => tracing::warn!(broker = id, epoch, "fenced right after registering"),
+            Err(e) => tracing::debug!(error = %e, "first heartbeat failed; the loop retries"),
+        }
+        tracing::info!(broker = id, epoch, "registered with the MetaServer");
+        Ok(epoch)
+    }
+
+    /// Writes `command` (a registration) until the MetaServer answers it with an epoch.
+    async fn send_registration(&self, command: &Command) -> Result<u64, m::Error> {
         let mut attempts = 0u32;
         let started = tokio::time::Instant::now();
         let mut warned_in_use = false;
-        let epoch = loop {
+        loop {
             match self.link.write(command.clone()).await {
-                Ok(Reply::BrokerRegistered { epoch }) => break epoch,
+                Ok(Reply::BrokerRegistered { epoch }) => return Ok(epoch),
                 Ok(other) => {
                     return Err(ErrorCode::UNKNOWN_SERVER_ERROR
                         .with_message(format!("unexpected reply to a registration: {other:?}")))
@@ -253,32 +283,33 @@ impl ClusterView {
                     tokio::time::sleep(RETRY_BACKOFF).await;
                 }
             }
-        };
-        self.epoch.store(epoch, Ordering::SeqCst);
+        }
+    }
+
+    /// Waits until the watched image shows registration `epoch` live (true), or fenced
+    /// (false). Heartbeats meanwhile, so that an image slow to arrive does not end the new
+    /// session: it expires [`tinymq_meta::session::BROKER_SESSION_TIMEOUT`] after the last
+    /// heartbeat, and the heartbeat loop starts only after this wait.
+    async fn await_registration(&self, epoch: u64) -> bool {
         let id = self.broker_id;
-        let registered = |image: &MetadataImage| {
-            image
-                .brokers
-                .get(&id)
-                .is_some_and(|b| b.epoch >= epoch && !b.fenced)
-        };
-        while !registered(&self.image()) {
-            if let Err(e) = self.refresh(Duration::from_secs(1)).await {
+        loop {
+            match self.image().brokers.get(&id) {
+                Some(b) if b.epoch == epoch && !b.fenced => return true,
+                // Fenced, or replaced by a newer registration of this id.
+                Some(b) if b.epoch >= epoch => return false,
+                _ => {}
+            }
+            match self.link.heartbeat(id, epoch).await {
+                // Not yet trust (the image may still show old leaderships): only the session.
+                Ok(beat) if beat.fenced => return false,
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "heartbeat while registering failed"),
+            }
+            if let Err(e) = self.refresh(HEARTBEAT_INTERVAL).await {
                 tracing::debug!(error = %e, "metadata read failed; retrying");
                 tokio::time::sleep(RETRY_BACKOFF).await;
             }
         }
-        // Only now: until this image, a broker back from a fence still reads its old
-        // leaderships in its stale image and would take writes for partitions others lead.
-        // Trust comes from a heartbeat (over the connection whose close ends the session), not
-        // from the registration; if this one fails, the heartbeat loop's next one counts.
-        match self.link.heartbeat(id, epoch).await {
-            Ok(beat) if !beat.fenced => self.confirm_session(beat.sent),
-            Ok(_) => tracing::warn!(broker = id, epoch, "fenced right after registering"),
-            Err(e) => tracing::debug!(error = %e, "first heartbeat failed; the loop retries"),
-        }
-        tracing::info!(broker = id, epoch, "registered with the MetaServer");
-        Ok(epoch)
     }
 
     /// Tells the MetaServer this broker is stopping (a controlled shutdown): its current
@@ -383,3 +414,7 @@ impl ClusterView {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "cluster_tests.rs"]
+mod tests;
