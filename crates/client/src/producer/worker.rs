@@ -273,6 +273,14 @@ async fn start_send(
     }))
 }
 
+/// The batch that failed, and where its sequence stands among those in flight.
+enum Failed {
+    /// The oldest in flight: its answer was an error.
+    Oldest(Batch, ClientError),
+    /// Not yet in flight (its send could not start): every batch in flight comes before it.
+    Newest(Batch, ClientError),
+}
+
 impl PartitionWorker {
     pub fn new(
         topic: Arc<str>,
@@ -331,7 +339,10 @@ impl PartitionWorker {
                     let result = result.unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string())));
                     match result {
                         Ok(base_offset) => self.finish(batch, Ok(base_offset), &queue),
-                        Err(error) => self.recover(batch, error, &mut in_flight, &queue).await,
+                        Err(error) => {
+                            let failed = Failed::Oldest(batch, error);
+                            self.recover(failed, &mut in_flight, &queue).await
+                        }
                     }
                 }
                 _ = queue.wake_worker.notified() => {}
@@ -350,7 +361,11 @@ impl PartitionWorker {
         let started = self.build_and_start(&mut batch).await;
         match started {
             Ok(task) => in_flight.push_back((batch, task)),
-            Err(error) => self.recover(batch, error, in_flight, queue).await,
+            // Its sequence follows every batch in flight, so it is settled after them.
+            Err(error) => {
+                self.recover(Failed::Newest(batch, error), in_flight, queue)
+                    .await
+            }
         }
     }
 
@@ -403,23 +418,33 @@ impl PartitionWorker {
         Ok(header)
     }
 
-    /// After `failed` (the oldest in flight) failed with `error`: waits for every later batch,
-    /// then settles them all in order, resending each failed one alone until it succeeds,
-    /// fails for good, or runs out of delivery time.
+    /// After a batch failed: waits for every batch in flight, then settles them all in
+    /// sequence order, resending each failed one alone until it succeeds, fails for good, or
+    /// runs out of delivery time. The order matters: a batch resent before an earlier one is
+    /// refused as out of order, and that (final) refusal restarts the sequence under a new
+    /// epoch, under which the earlier batches, possibly already written, would be written
+    /// again.
     async fn recover(
         &mut self,
-        failed: Batch,
-        error: ClientError,
+        failed: Failed,
         in_flight: &mut VecDeque<(Batch, Attempt)>,
         queue: &PartitionQueue,
     ) {
-        let mut settled = vec![(failed, Err(error))];
+        let mut settled = Vec::with_capacity(in_flight.len() + 1);
+        let newest = match failed {
+            Failed::Oldest(batch, error) => {
+                settled.push((batch, Err(error)));
+                None
+            }
+            Failed::Newest(batch, error) => Some((batch, Err(error))),
+        };
         while let Some((batch, task)) = in_flight.pop_front() {
             let result = task
                 .await
                 .unwrap_or_else(|e| Err(ClientError::Protocol(e.to_string())));
             settled.push((batch, result));
         }
+        settled.extend(newest);
         for (batch, result) in settled {
             match result {
                 Ok(base_offset) => self.finish(batch, Ok(base_offset), queue),
