@@ -309,13 +309,15 @@ fn a_cluster_with_mutual_tls_on_every_link_replicates_and_serves() {
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let up = status.to_string().matches("\"up\":true").count();
     assert_eq!(up, 3, "every MetaServer node answers over TLS: {status}");
+    // A refused certificate shows as a failed handshake. One the connecting peer gave up on
+    // midway (its RPC's timeout passed on a loaded machine, and it dropped the connection)
+    // ends in `tls handshake eof`: not a refusal, so not counted.
     for node in nodes.iter().chain(&brokers) {
         let log = node.log_text();
-        assert!(
-            !log.contains("TLS handshake failed"),
-            "{}:\n{log}",
-            node.addr
-        );
+        let refused = log
+            .lines()
+            .any(|l| l.contains("TLS handshake failed") && !l.contains("error=tls handshake eof"));
+        assert!(!refused, "{}:\n{log}", node.addr);
     }
 }
 
