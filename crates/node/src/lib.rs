@@ -30,8 +30,8 @@ pub use broker_node::{BrokerNodeConfig, KafkaListenerConfig};
 pub use http_listener::HttpListenerConfig;
 pub use meta_node::MetaNodeConfig;
 
-/// [`Node::shutdown_deadline`]'s margin over the graces: the unregister call (5 s at most),
-/// the Raft core's stop and the partitions' close.
+/// [`Node::shutdown_deadline`]'s margin over the graces: the broker's unregister call (5 s at
+/// most) and step-down (2 s at most), the Raft core's stop and the partitions' close.
 const SHUTDOWN_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What a node runs.
